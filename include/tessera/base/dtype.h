@@ -1,0 +1,110 @@
+// Element types, their conversions, and type promotion.
+//
+// Promotion (documented in docs/dtypes.md): bool < integers < floating.
+//  * Two integer types promote to the wider one (signed wins over uint8 of equal or smaller width:
+//    uint8 + int8 -> int32 ... see promote_types for the table).
+//  * Integer with floating -> the floating type.
+//  * bfloat16 with float16 -> float32 (neither holds the other).
+//  * Otherwise the wider floating type.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace tessera {
+
+enum class DType : uint8_t { Bool, UInt8, Int8, UInt32, Int32, Int64, Float16, BFloat16, Float32, Float64 };
+
+inline constexpr int kNumDTypes = 10;
+
+size_t itemsize(DType dtype);
+std::string_view name(DType dtype);
+bool is_floating(DType dtype);
+bool is_integral(DType dtype);  // integers, not bool
+bool is_signed(DType dtype);
+// Result dtype of a binary op between `a` and `b` (see the header comment).
+DType promote_types(DType a, DType b);
+// The type computation happens in: float64 for float64, float32 for the other floats.
+inline DType accumulation_dtype(DType dtype) { return dtype == DType::Float64 ? DType::Float64 : DType::Float32; }
+
+// bfloat16: the upper 16 bits of an IEEE float32. Conversion from float32 rounds to
+// nearest, ties to even; NaN stays NaN (quiet), Inf stays Inf.
+struct bfloat16 {
+  uint16_t bits = 0;
+};
+
+// float16: IEEE 754 binary16. Conversion from float32 rounds to nearest even,
+// produces subnormals and Inf on overflow; NaN stays NaN.
+struct float16 {
+  uint16_t bits = 0;
+};
+
+inline float bf16_to_float(bfloat16 x) { return std::bit_cast<float>(static_cast<uint32_t>(x.bits) << 16); }
+
+inline bfloat16 float_to_bf16(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bfloat16{static_cast<uint16_t>((u >> 16) | 0x0040u)};  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return bfloat16{static_cast<uint16_t>(u >> 16)};
+}
+
+float f16_to_float(float16 x);
+float16 float_to_f16(float f);
+
+// Compile-time mapping from C++ types to DType.
+template <typename T>
+struct dtype_of;
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::Bool;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::UInt8;
+};
+template <>
+struct dtype_of<int8_t> {
+  static constexpr DType value = DType::Int8;
+};
+template <>
+struct dtype_of<uint32_t> {
+  static constexpr DType value = DType::UInt32;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::Int32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::Int64;
+};
+template <>
+struct dtype_of<float16> {
+  static constexpr DType value = DType::Float16;
+};
+template <>
+struct dtype_of<bfloat16> {
+  static constexpr DType value = DType::BFloat16;
+};
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::Float32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::Float64;
+};
+template <typename T>
+inline constexpr DType dtype_v = dtype_of<T>::value;
+
+// Converts `n` elements between any two dtypes (float->int truncates toward zero
+// like C++; NaN->int gives 0; anything->bool is "!= 0").
+void convert(DType from, const void* src, DType to, void* dst, int64_t n);
+
+// Reads element i of a buffer of `dtype` as a double / writes a double into it.
+double load_as_double(DType dtype, const void* data, int64_t i);
+void store_from_double(DType dtype, void* data, int64_t i, double value);
+
+}  // namespace tessera

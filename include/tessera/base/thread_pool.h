@@ -1,0 +1,31 @@
+// One thread pool for the whole process. Workers sleep on a condition variable
+// between jobs (no spinning), so a BLAS pool can have the cores meanwhile.
+//
+// Work is split into chunks whose boundaries depend only on the problem size and
+// the grain, never on the number of threads: a kernel that combines per-chunk
+// partial results in chunk order is bitwise identical for any thread count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace tessera {
+
+// Number of threads the pool runs (the caller included). Default: TESSERA_NUM_THREADS,
+// else the hardware concurrency.
+int num_threads();
+// Resizes the pool (n >= 1). Not to be called while a parallel_for is running.
+void set_num_threads(int n);
+
+// Calls fn(begin, end) over [0, n) in chunks of `grain` elements (the last may be
+// shorter). Chunk c covers [c*grain, min(n, (c+1)*grain)). Runs inline when there is
+// one chunk or one thread; nested calls run inline.
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+// Number of chunks parallel_for(n, grain, ...) will make.
+inline int64_t num_chunks(int64_t n, int64_t grain) { return n <= 0 ? 0 : (n + grain - 1) / grain; }
+
+// A grain that gives about `per_thread` chunks per thread for n items, at least `min_grain`.
+int64_t default_grain(int64_t n, int64_t min_grain = 1024);
+
+}  // namespace tessera

@@ -1,0 +1,58 @@
+// Elementwise CPU kernels over dense row-major buffers, with numpy broadcasting
+// expressed as input strides (0 = broadcast dim).
+//
+// dtypes: every DType. float32/float64 compute natively; bfloat16/float16 are
+// loaded to float32, computed, and rounded back (round-to-nearest-even); integer
+// types compute natively (integer division truncates, division by zero gives 0).
+// float32 hot paths use AVX2+FMA (vectorized exp/log/tanh/erf) when compiled with
+// TESSERA_AVX2, with a scalar fallback. Results are independent of the thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/base/dtype.h"
+#include "tessera/base/shape.h"
+
+namespace tessera::cpu {
+
+enum class UnaryOp {
+  Neg, Abs, Sign, Square, Exp, Log, Log1p, Sqrt, Rsqrt, Tanh, Erf,
+  GeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  GeluErf,   // 0.5 x (1 + erf(x / sqrt(2)))
+  Silu,      // x * sigmoid(x)
+  Sigmoid, Relu, Sin, Cos,
+  LogicalNot,  // bool in, bool out
+  Copy,
+};
+
+enum class BinaryOp {
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
+  // Comparisons: output dtype Bool.
+  Equal, NotEqual, Less, LessEqual, Greater, GreaterEqual,
+  LogicalAnd, LogicalOr,  // bool in, bool out
+  // Derivative helpers (a = x, b = upstream gradient g): out = g * f'(x).
+  GeluTanhGrad, GeluErfGrad, SiluGrad, SigmoidGrad, TanhGrad /* a = tanh(x) */,
+};
+
+bool is_comparison(BinaryOp op);
+
+// out[i] = op(x[i]) for n contiguous elements of `dtype` (LogicalNot: Bool).
+void unary(UnaryOp op, DType dtype, const void* x, void* out, int64_t n);
+
+// out = op(a, b) over `out_shape`, contiguous. a and b have dtype `dtype` and are read
+// with the given strides (length == out_shape.size(); 0 where broadcast). Comparisons
+// write Bool. The innermost dim is vectorized when it is contiguous or broadcast.
+void binary(BinaryOp op, DType dtype, const void* a, const Strides& a_strides, const void* b,
+            const Strides& b_strides, void* out, const Shape& out_shape);
+
+// out = cond ? a : b, broadcast like `binary`; cond is Bool.
+void where(const void* cond, const Strides& cond_strides, DType dtype, const void* a, const Strides& a_strides,
+           const void* b, const Strides& b_strides, void* out, const Shape& out_shape);
+
+// Element conversion (see tessera::convert), parallel over n.
+void cast(DType from, const void* x, DType to, void* out, int64_t n);
+
+// Fills n elements of `dtype` with `value` (converted like store_from_double).
+void fill(DType dtype, double value, void* out, int64_t n);
+
+}  // namespace tessera::cpu

@@ -1,0 +1,32 @@
+// Batched matrix multiply C[b] = op(A[b]) * op(B[b]) with op = transpose or not.
+// float32 -> cblas_sgemm, float64 -> cblas_dgemm; bfloat16/float16 are converted
+// to float32 panels, multiplied with sgemm, and rounded back; integer types use a
+// blocked native loop (int64 accumulation).
+//
+// Threading: one pool. Large GEMMs hand the whole machine to BLAS while our pool
+// sleeps; many small batched GEMMs (attention) run BLAS single-threaded inside our
+// parallel_for over the batch.
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/base/dtype.h"
+
+namespace tessera::cpu {
+
+struct MatmulShape {
+  int64_t batch = 1;
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false;  // A stored as [k, m] when true, else [m, k]
+  bool trans_b = false;  // B stored as [n, k] when true, else [k, n]
+  int64_t a_batch_stride = 0;  // elements between batches of A; 0 = same A for every batch
+  int64_t b_batch_stride = 0;
+};
+
+// C is contiguous [batch, m, n] and is overwritten.
+void matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* c);
+
+// Raw BLAS sgemm on the whole machine, for benchmarks: C[m,n] = A[m,k] * B[k,n] (or B^T when trans_b).
+void blas_sgemm(int64_t m, int64_t n, int64_t k, const float* a, const float* b, bool trans_b, float* c);
+
+}  // namespace tessera::cpu

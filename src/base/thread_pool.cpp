@@ -1,0 +1,151 @@
+#include "tessera/base/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "tessera/base/error.h"
+
+namespace tessera {
+namespace {
+
+thread_local bool t_inside_pool = false;
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n) { start(n); }
+  ~ThreadPool() { stop(); }
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  void resize(int n) {
+    stop();
+    start(n);
+  }
+
+  void run(int64_t chunks, const std::function<void(int64_t)>& body) {
+    std::unique_lock<std::mutex> lock(run_mutex_);  // one parallel region at a time
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      body_ = &body;
+      total_ = chunks;
+      next_.store(0);
+      done_ = 0;
+      active_ = static_cast<int>(workers_.size());
+      ++generation_;
+    }
+    wake_.notify_all();
+    t_inside_pool = true;
+    int64_t mine = drain();
+    t_inside_pool = false;
+    std::unique_lock<std::mutex> guard(mutex_);
+    done_ += mine;
+    finished_.wait(guard, [&] { return active_ == 0; });
+    body_ = nullptr;
+  }
+
+ private:
+  int64_t drain() {
+    int64_t count = 0;
+    for (int64_t c = next_.fetch_add(1); c < total_; c = next_.fetch_add(1)) {
+      (*body_)(c);
+      ++count;
+    }
+    return count;
+  }
+
+  void worker_loop() {
+    t_inside_pool = true;
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+        if (stopping_) return;
+        seen = generation_;
+      }
+      int64_t mine = drain();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        done_ += mine;
+        --active_;
+      }
+      finished_.notify_all();
+    }
+  }
+
+  void start(int n) {
+    stopping_ = false;
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this] { worker_loop(); });
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (auto& w : workers_) w.join();
+    workers_.clear();
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex run_mutex_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable finished_;
+  const std::function<void(int64_t)>* body_ = nullptr;
+  std::atomic<int64_t> next_{0};
+  int64_t total_ = 0;
+  int64_t done_ = 0;
+  int active_ = 0;
+  uint64_t generation_ = 0;
+  bool stopping_ = false;
+};
+
+int initial_threads() {
+  if (const char* env = std::getenv("TESSERA_NUM_THREADS")) {
+    int n = std::atoi(env);
+    if (n < 1) fail<ValueError>("TESSERA_NUM_THREADS={} is not a positive integer", env);
+    return n;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+ThreadPool& pool() {
+  static ThreadPool instance(initial_threads());
+  return instance;
+}
+
+}  // namespace
+
+int num_threads() { return pool().size(); }
+
+void set_num_threads(int n) {
+  if (n < 1) fail<ValueError>("set_num_threads: {} is not a positive thread count", n);
+  if (n != pool().size()) pool().resize(n);
+}
+
+int64_t default_grain(int64_t n, int64_t min_grain) {
+  // Independent of the thread count on purpose (see the header): 8 chunks at most per
+  // 64k-element block keeps scheduling overhead small and results reproducible.
+  return std::max<int64_t>(min_grain, (n + 63) / 64);
+}
+
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  int64_t chunks = num_chunks(n, grain);
+  if (chunks == 1 || t_inside_pool || pool().size() == 1) {
+    for (int64_t c = 0; c < chunks; ++c) fn(c * grain, std::min(n, (c + 1) * grain));
+    return;
+  }
+  pool().run(chunks, [&](int64_t c) { fn(c * grain, std::min(n, (c + 1) * grain)); });
+}
+
+}  // namespace tessera

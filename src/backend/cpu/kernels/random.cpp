@@ -1,0 +1,1 @@
+#include "backend/cpu/kernels/random.h"

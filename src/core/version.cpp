@@ -1,0 +1,5 @@
+#include "tessera/version.h"
+
+namespace tessera {
+const char* version() { return "0.1.0"; }
+}  // namespace tessera

@@ -39,8 +39,7 @@ int normalize_axis(int64_t axis, int64_t ndim, std::string_view op) {
   return static_cast<int>(axis < 0 ? axis + ndim : axis);
 }
 
-std::vector<int> normalize_axes(const std::vector<int>& axes, int64_t ndim, std::string_view op,
-                                bool empty_means_all) {
+std::vector<int> normalize_axes(const std::vector<int>& axes, int64_t ndim, std::string_view op, bool empty_means_all) {
   std::vector<int> out;
   if (axes.empty() && empty_means_all) {
     for (int i = 0; i < ndim; ++i) out.push_back(i);

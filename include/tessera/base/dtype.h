@@ -1,11 +1,40 @@
 // Element types, their conversions, and type promotion.
 //
-// Promotion (documented in docs/dtypes.md): bool < integers < floating.
-//  * Two integer types promote to the wider one (signed wins over uint8 of equal or smaller width:
-//    uint8 + int8 -> int32 ... see promote_types for the table).
-//  * Integer with floating -> the floating type.
+// Storage / compute: float16 and bfloat16 are stored as 16 bits and computed in float32
+// (accumulation_dtype); everything else is computed in its own type.
+//
+// Promotion (also in docs/dtypes.md): bool < integers < floating, JAX/numpy-like but
+// always a member of DType (a rule that would need int16/uint64 takes the next wider
+// signed type that exists):
+//  * bool with x -> x.
+//  * Two unsigned or two signed integers -> the wider one.
+//  * Unsigned with signed: the signed type if it is strictly wider, else the next signed
+//    type wider than the unsigned one: uint8+int8 -> int32 (no int16), uint32+int8 ->
+//    int64, uint32+int32 -> int64, uint32+int64 -> int64.
+//  * Integer (or bool) with floating -> that floating type (int64 + float16 -> float16).
 //  * bfloat16 with float16 -> float32 (neither holds the other).
 //  * Otherwise the wider floating type.
+//
+//          b     u8    i8    u32   i32   i64   f16   bf16  f32   f64
+//   b      b     u8    i8    u32   i32   i64   f16   bf16  f32   f64
+//   u8     u8    u8    i32   u32   i32   i64   f16   bf16  f32   f64
+//   i8     i8    i32   i8    i64   i32   i64   f16   bf16  f32   f64
+//   u32    u32   u32   i64   u32   i64   i64   f16   bf16  f32   f64
+//   i32    i32   i32   i32   i64   i32   i64   f16   bf16  f32   f64
+//   i64    i64   i64   i64   i64   i64   i64   f16   bf16  f32   f64
+//   f16    f16   f16   f16   f16   f16   f16   f16   f32   f32   f64
+//   bf16   bf16  bf16  bf16  bf16  bf16  bf16  f32   bf16  f32   f64
+//   f32    f32   f32   f32   f32   f32   f32   f32   f32   f32   f64
+//   f64    f64   f64   f64   f64   f64   f64   f64   f64   f64   f64
+//
+// Conversions (convert / store_from_double):
+//  * float -> integer: truncate toward zero; NaN -> 0; values outside the target's range
+//    saturate to its min / max (unlike C++, where that is undefined behaviour).
+//  * integer -> narrower integer: wraps modulo 2^bits (two's complement), like numpy.
+//  * anything -> bool: x != 0 (NaN -> true); bool -> anything: 0 / 1.
+//  * to a floating type: one correct rounding to nearest, ties to even, from the exact
+//    source value (float64 and int64 -> float16 / bfloat16 included: no double
+//    rounding); overflow -> +-Inf; NaN -> quiet NaN.
 #pragma once
 
 #include <bit>
@@ -99,11 +128,13 @@ struct dtype_of<double> {
 template <typename T>
 inline constexpr DType dtype_v = dtype_of<T>::value;
 
-// Converts `n` elements between any two dtypes (float->int truncates toward zero
-// like C++; NaN->int gives 0; anything->bool is "!= 0").
+// Converts `n` elements between any two dtypes (rules in the header comment: float->int
+// truncates toward zero and saturates, NaN->int gives 0; anything->bool is "!= 0").
+// src == dst is allowed when from == to.
 void convert(DType from, const void* src, DType to, void* dst, int64_t n);
 
-// Reads element i of a buffer of `dtype` as a double / writes a double into it.
+// Reads element i of a buffer of `dtype` as a double (exact except int64 beyond 2^53) /
+// writes a double into it with the conversion rules above.
 double load_as_double(DType dtype, const void* data, int64_t i);
 void store_from_double(DType dtype, void* data, int64_t i, double value);
 

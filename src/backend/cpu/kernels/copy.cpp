@@ -1,1 +1,157 @@
+// Strided copies (transpose, slice, broadcast, pad/concat stores) as byte moves.
+//
+// Both directions go through one kernel: dst[sum i_k dst_strides[k]] = src[sum i_k
+// src_strides[k]]. After collapsing dims, a copy whose innermost dim is unit-stride on
+// both sides becomes memcpy runs; one with a non-unit innermost stride (a transpose)
+// is cache-blocked in kTile x kTile tiles over the last two dims, so each tile reads
+// and writes whole cache lines.
 #include "backend/cpu/kernels/copy.h"
+
+#include <cstring>
+
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
+#include "backend/cpu/kernels/elementwise_detail.h"
+
+namespace tessera::cpu {
+namespace {
+
+constexpr int64_t kTile = 32;
+
+#ifdef __AVX2__
+// dst[r, c] = src[r + c * pitch] for an 8x8 block of 4-byte elements, via an in-register
+// transpose: 8 contiguous source loads, 8 contiguous destination stores.
+inline void transpose8x8(const uint32_t* src, int64_t pitch, uint32_t* dst, int64_t dst_pitch) {
+  __m256 v[8], t[8];
+  for (int k = 0; k < 8; ++k) v[k] = _mm256_loadu_ps(reinterpret_cast<const float*>(src + k * pitch));
+  for (int k = 0; k < 4; ++k) {
+    t[2 * k] = _mm256_unpacklo_ps(v[2 * k], v[2 * k + 1]);
+    t[2 * k + 1] = _mm256_unpackhi_ps(v[2 * k], v[2 * k + 1]);
+  }
+  for (int k = 0; k < 2; ++k) {
+    v[4 * k + 0] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], 0x44);
+    v[4 * k + 1] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], 0xee);
+    v[4 * k + 2] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0x44);
+    v[4 * k + 3] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0xee);
+  }
+  for (int k = 0; k < 4; ++k) {
+    t[k] = _mm256_permute2f128_ps(v[k], v[k + 4], 0x20);
+    t[k + 4] = _mm256_permute2f128_ps(v[k], v[k + 4], 0x31);
+  }
+  for (int k = 0; k < 8; ++k) _mm256_storeu_ps(reinterpret_cast<float*>(dst + k * dst_pitch), t[k]);
+}
+#endif
+
+template <typename U>
+void copy_tiled(const detail::Layout<2>& layout, const U* src, U* dst) {
+  const int nd = static_cast<int>(layout.shape.size());
+  const int64_t rows = layout.shape[nd - 2], cols = layout.shape[nd - 1];
+  const int64_t ss0 = layout.strides[0][nd - 2], ss1 = layout.strides[0][nd - 1];
+  const int64_t ds0 = layout.strides[1][nd - 2], ds1 = layout.strides[1][nd - 1];
+  int64_t outer = 1;
+  for (int d = 0; d < nd - 2; ++d) outer *= layout.shape[d];
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+  // One unit = one band of kTile rows of one outer index.
+  const int64_t grain = std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, cols * kTile));
+  parallel_for(outer * row_tiles, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      int64_t o = u / row_tiles, r0 = (u % row_tiles) * kTile;
+      int64_t so = 0, dof = 0, rem = o;
+      for (int d = nd - 3; d >= 0; --d) {
+        int64_t i = rem % layout.shape[d];
+        rem /= layout.shape[d];
+        so += i * layout.strides[0][d];
+        dof += i * layout.strides[1][d];
+      }
+      const int64_t r1 = std::min(rows, r0 + kTile);
+#ifdef __AVX2__
+      // Pure transpose of 4-byte elements: 8x8 register blocks, visited in 16x16 groups
+      // so every 64-byte line read or written is used whole before it is evicted.
+      if constexpr (sizeof(U) == 4) {
+        if (ss0 == 1 && ds1 == 1 && r1 - r0 == kTile) {
+          const int64_t cfull = cols / 16 * 16;
+          for (int64_t c0 = 0; c0 < cfull; c0 += 16)
+            for (int64_t rr = r0; rr < r1; rr += 16)
+              for (int64_t c = c0; c < c0 + 16; c += 8)
+                for (int64_t r = rr; r < rr + 16; r += 8)
+                  transpose8x8(src + so + r + c * ss1, ss1, dst + dof + r * ds0 + c, ds0);
+          for (int64_t r = r0; r < r1; ++r)
+            for (int64_t c = cfull; c < cols; ++c) dst[dof + r * ds0 + c] = src[so + r + c * ss1];
+          continue;
+        }
+      }
+#endif
+      for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+        const int64_t c1 = std::min(cols, c0 + kTile);
+        for (int64_t r = r0; r < r1; ++r) {
+          const U* s = src + so + r * ss0;
+          U* t = dst + dof + r * ds0;
+          for (int64_t c = c0; c < c1; ++c) t[c * ds1] = s[c * ss1];
+        }
+      }
+    }
+  });
+}
+
+template <typename U>
+void copy_runs(const detail::Layout<2>& layout, const U* src, U* dst) {
+  const int64_t ss = layout.strides[0].back(), ds = layout.strides[1].back();
+  parallel_for(layout.numel, detail::kStreamGrain, [&](int64_t begin, int64_t end) {
+    detail::for_each_run<2>(layout, begin, end, [&](const std::array<int64_t, 2>& off, int64_t n) {
+      const U* s = src + off[0];
+      U* d = dst + off[1];
+      if (ss == 1 && ds == 1) {
+        std::memcpy(d, s, sizeof(U) * n);
+      } else if (ss == 0 && ds == 1) {
+        std::fill(d, d + n, s[0]);
+      } else {
+        for (int64_t i = 0; i < n; ++i) d[i * ds] = s[i * ss];
+      }
+    });
+  });
+}
+
+void copy_general(DType dtype, const void* src, const Strides& src_strides, void* dst, const Strides& dst_strides,
+                  const Shape& shape) {
+  auto layout = detail::collapse<2>(shape, {&src_strides, &dst_strides});
+  if (layout.numel == 0) return;
+  detail::dispatch_bytes(dtype, [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    const U* s = static_cast<const U*>(src);
+    U* d = static_cast<U*>(dst);
+    const int64_t ss = layout.strides[0].back(), ds = layout.strides[1].back();
+    const bool strided_inner = (ss != 1 && ss != 0) || ds != 1;
+    if (layout.shape.size() >= 2 && strided_inner) {
+      copy_tiled<U>(layout, s, d);
+    } else {
+      copy_runs<U>(layout, s, d);
+    }
+  });
+}
+
+void check_rank(std::string_view op, const Shape& shape, const Strides& strides) {
+  if (strides.size() != shape.size())
+    fail<ShapeError>("{}: strides rank does not match shape {} (got {} strides)", op, to_string(shape), strides.size());
+  for (int64_t d : shape)
+    if (d < 0) fail<ShapeError>("{}: negative dim in shape {}", op, to_string(shape));
+}
+
+}  // namespace
+
+void strided_copy(DType dtype, const void* src, int64_t src_offset, const Strides& src_strides, const Shape& shape,
+                  void* dst) {
+  check_rank("strided_copy", shape, src_strides);
+  const auto* s = static_cast<const unsigned char*>(src) + src_offset * static_cast<int64_t>(itemsize(dtype));
+  copy_general(dtype, s, src_strides, dst, contiguous_strides(shape), shape);
+}
+
+void strided_store(DType dtype, const void* src, const Shape& shape, void* dst, int64_t dst_offset,
+                   const Strides& dst_strides) {
+  check_rank("strided_store", shape, dst_strides);
+  auto* d = static_cast<unsigned char*>(dst) + dst_offset * static_cast<int64_t>(itemsize(dtype));
+  copy_general(dtype, src, contiguous_strides(shape), d, dst_strides, shape);
+}
+
+}  // namespace tessera::cpu

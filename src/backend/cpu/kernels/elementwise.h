@@ -16,22 +16,51 @@
 namespace tessera::cpu {
 
 enum class UnaryOp {
-  Neg, Abs, Sign, Square, Exp, Log, Log1p, Sqrt, Rsqrt, Tanh, Erf,
+  Neg,
+  Abs,
+  Sign,
+  Square,
+  Exp,
+  Log,
+  Log1p,
+  Sqrt,
+  Rsqrt,
+  Tanh,
+  Erf,
   GeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
   GeluErf,   // 0.5 x (1 + erf(x / sqrt(2)))
   Silu,      // x * sigmoid(x)
-  Sigmoid, Relu, Sin, Cos,
+  Sigmoid,
+  Relu,
+  Sin,
+  Cos,
   LogicalNot,  // bool in, bool out
   Copy,
 };
 
 enum class BinaryOp {
-  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Maximum,
+  Minimum,
   // Comparisons: output dtype Bool.
-  Equal, NotEqual, Less, LessEqual, Greater, GreaterEqual,
-  LogicalAnd, LogicalOr,  // bool in, bool out
+  Equal,
+  NotEqual,
+  Less,
+  LessEqual,
+  Greater,
+  GreaterEqual,
+  LogicalAnd,
+  LogicalOr,  // bool in, bool out
   // Derivative helpers (a = x, b = upstream gradient g): out = g * f'(x).
-  GeluTanhGrad, GeluErfGrad, SiluGrad, SigmoidGrad, TanhGrad /* a = tanh(x) */,
+  GeluTanhGrad,
+  GeluErfGrad,
+  SiluGrad,
+  SigmoidGrad,
+  TanhGrad /* a = tanh(x) */,
 };
 
 bool is_comparison(BinaryOp op);
@@ -42,8 +71,8 @@ void unary(UnaryOp op, DType dtype, const void* x, void* out, int64_t n);
 // out = op(a, b) over `out_shape`, contiguous. a and b have dtype `dtype` and are read
 // with the given strides (length == out_shape.size(); 0 where broadcast). Comparisons
 // write Bool. The innermost dim is vectorized when it is contiguous or broadcast.
-void binary(BinaryOp op, DType dtype, const void* a, const Strides& a_strides, const void* b,
-            const Strides& b_strides, void* out, const Shape& out_shape);
+void binary(BinaryOp op, DType dtype, const void* a, const Strides& a_strides, const void* b, const Strides& b_strides,
+            void* out, const Shape& out_shape);
 
 // out = cond ? a : b, broadcast like `binary`; cond is Bool.
 void where(const void* cond, const Strides& cond_strides, DType dtype, const void* a, const Strides& a_strides,

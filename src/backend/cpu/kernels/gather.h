@@ -16,8 +16,8 @@ void gather(DType dtype, const void* x, int64_t outer, int64_t axis_len, int64_t
 
 // out[o, idx[i], r] += updates[o, i, r] (out must be initialized by the caller).
 // Deterministic: duplicates are accumulated in index order. float and integer dtypes.
-void scatter_add(DType dtype, const void* updates, int64_t outer, int64_t axis_len, int64_t inner,
-                 const int64_t* idx, int64_t n_idx, void* out);
+void scatter_add(DType dtype, const void* updates, int64_t outer, int64_t axis_len, int64_t inner, const int64_t* idx,
+                 int64_t n_idx, void* out);
 
 // take_along_axis: out[o, j, r] = x[o, idx[o, j, r], r] with idx: [outer, n_idx, inner].
 void gather_along(DType dtype, const void* x, int64_t outer, int64_t axis_len, int64_t inner, const int64_t* idx,

@@ -1,1 +1,218 @@
+// Batched GEMM: C[b] = op(A[b]) op(B[b]).
+//
+// Threading policy (one pool at a time on the cores; see ARCHITECTURE.md, "two pools
+// fight"):
+//  * A GEMM big enough to keep every core busy (m n k > kSmallGemm) is handed to
+//    OpenBLAS with tessera::num_threads() threads, one batch entry after another; our
+//    pool sleeps meanwhile (its workers block on a condition variable).
+//  * Batches of small GEMMs (attention: 96 x 256x64x256) run in our parallel_for over
+//    the batch, each entry on a single-threaded BLAS call, so OpenBLAS never starts
+//    its own threads.
+// The OpenBLAS thread count is set before every call (cached, so it costs nothing when
+// unchanged) and equals num_threads() or 1. OpenBLAS splits M and N, never K, between
+// its threads, so an element's arithmetic does not depend on the thread count, and a
+// given GEMM is bitwise reproducible run to run (tested across 1 and 2 threads).
+// matmul must be called from outside a parallel region (it sets a global BLAS setting).
+//
+// bfloat16/float16 are widened to float32 panels, multiplied with sgemm, and rounded
+// once. Integer and bool GEMMs accumulate in 64-bit (wrapping) and are rounded into the
+// element type (bool: any nonzero product).
 #include "backend/cpu/kernels/matmul.h"
+
+#include <cblas.h>
+
+#include <cstring>
+#include <mutex>
+#include <type_traits>
+#include <vector>
+
+#include "backend/cpu/kernels/nn_common.h"
+#include "tessera/base/error.h"
+#include "tessera/base/thread_pool.h"
+
+namespace tessera::cpu {
+namespace {
+
+using nn_detail::kIsHalf;
+
+
+void set_blas_threads(int n) {
+  static std::mutex mutex;
+  static int current = -1;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (current != n) {
+    openblas_set_num_threads(n);
+    current = n;
+  }
+}
+
+// One BLAS call for the sub-problem `s` of the full problem `full` (leading dimensions).
+void gemm_one(const float* a, const float* b, float* c, const MatmulShape& s, const MatmulShape& full) {
+  cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(s.m), static_cast<blasint>(s.n), static_cast<blasint>(s.k), 1.0f, a,
+              static_cast<blasint>(s.trans_a ? full.m : s.k), b, static_cast<blasint>(s.trans_b ? s.k : full.n), 0.0f,
+              c, static_cast<blasint>(full.n));
+}
+
+void gemm_one(const double* a, const double* b, double* c, const MatmulShape& s, const MatmulShape& full) {
+  cblas_dgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(s.m), static_cast<blasint>(s.n), static_cast<blasint>(s.k), 1.0, a,
+              static_cast<blasint>(s.trans_a ? full.m : s.k), b, static_cast<blasint>(s.trans_b ? s.k : full.n), 0.0,
+              c, static_cast<blasint>(full.n));
+}
+
+// C tiles handed to single-threaded BLAS calls: kTileM x kTileN (or the whole GEMM
+// when smaller). Sizes depend only on the shape (see the file comment).
+int64_t g_tile_m = 256, g_tile_n = 1024;
+
+template <typename T>
+void blas_matmul(const MatmulShape& s, const T* a, const T* b, T* c) {
+  const int64_t tile_m = std::min(s.m, g_tile_m), tile_n = std::min(s.n, g_tile_n);
+  const int64_t tiles_m = num_chunks(s.m, tile_m), tiles_n = num_chunks(s.n, tile_n);
+  const int64_t per_batch = tiles_m * tiles_n;
+  set_blas_threads(1);
+  parallel_for(s.batch * per_batch, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t bi = t / per_batch, ti = (t % per_batch) / tiles_n, tj = t % tiles_n;
+      const int64_t i0 = ti * tile_m, j0 = tj * tile_n;
+      MatmulShape sub = s;
+      sub.m = std::min(tile_m, s.m - i0);
+      sub.n = std::min(tile_n, s.n - j0);
+      const T* at = a + bi * s.a_batch_stride + (s.trans_a ? i0 : i0 * s.k);
+      const T* bt = b + bi * s.b_batch_stride + (s.trans_b ? j0 * s.k : j0);
+      gemm_one(at, bt, c + bi * s.m * s.n + i0 * s.n + j0, sub, s);
+    }
+  });
+}
+
+// Copies `count` matrices of `size` elements (`stride` apart) into one contiguous float32 buffer.
+template <typename T>
+std::vector<float> widen_panels(const T* src, int64_t count, int64_t stride, int64_t size) {
+  std::vector<float> out(static_cast<size_t>(count * size));
+  parallel_for(count * size, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t e = begin; e < end; ++e) out[static_cast<size_t>(e)] = nn_detail::to_float(src[(e / size) * stride + e % size]);
+  });
+  return out;
+}
+
+template <typename T>
+void half_matmul(const MatmulShape& s, const T* a, const T* b, T* c) {
+  const int64_t na = s.a_batch_stride == 0 ? 1 : s.batch, nb = s.b_batch_stride == 0 ? 1 : s.batch;
+  std::vector<float> af = widen_panels(a, na, s.a_batch_stride, s.m * s.k);
+  std::vector<float> bf = widen_panels(b, nb, s.b_batch_stride, s.k * s.n);
+  std::vector<float> cf(static_cast<size_t>(s.batch * s.m * s.n));
+  MatmulShape f = s;
+  f.a_batch_stride = na == 1 ? 0 : s.m * s.k;
+  f.b_batch_stride = nb == 1 ? 0 : s.k * s.n;
+  blas_matmul(f, af.data(), bf.data(), cf.data());
+  parallel_for(s.batch * s.m * s.n, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    nn_detail::narrow(cf.data() + begin, c + begin, end - begin);
+  });
+}
+
+// Integer / bool GEMM: one output row per task, 64-bit wrapping accumulation.
+template <typename T>
+void int_matmul(const MatmulShape& s, const T* a, const T* b, T* c) {
+  auto wide = [](T v) { return static_cast<uint64_t>(static_cast<int64_t>(v)); };
+  parallel_for(s.batch * s.m, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, s.n * s.k)),
+               [&](int64_t begin, int64_t end) {
+                 std::vector<uint64_t> acc(static_cast<size_t>(s.n));
+                 for (int64_t row = begin; row < end; ++row) {
+                   const int64_t bi = row / s.m, i = row % s.m;
+                   const T* A = a + bi * s.a_batch_stride;
+                   const T* B = b + bi * s.b_batch_stride;
+                   auto a_at = [&](int64_t p) { return wide(s.trans_a ? A[p * s.m + i] : A[i * s.k + p]); };
+                   std::fill(acc.begin(), acc.end(), 0);
+                   if (s.trans_b) {
+                     for (int64_t j = 0; j < s.n; ++j) {
+                       uint64_t sum = 0;
+                       for (int64_t p = 0; p < s.k; ++p) sum += a_at(p) * wide(B[j * s.k + p]);
+                       acc[static_cast<size_t>(j)] = sum;
+                     }
+                   } else {
+                     for (int64_t p = 0; p < s.k; ++p) {
+                       const uint64_t av = a_at(p);
+                       if (av == 0) continue;
+                       const T* brow = B + p * s.n;
+                       for (int64_t j = 0; j < s.n; ++j) acc[static_cast<size_t>(j)] += av * wide(brow[j]);
+                     }
+                   }
+                   T* crow = c + row * s.n;
+                   for (int64_t j = 0; j < s.n; ++j) {
+                     crow[j] = static_cast<T>(static_cast<int64_t>(acc[static_cast<size_t>(j)]));
+                   }
+                 }
+               });
+}
+
+void check_shape(const MatmulShape& s) {
+  if (s.batch < 0 || s.m < 0 || s.n < 0 || s.k < 0) {
+    fail<ValueError>("matmul: negative size (got batch={}, m={}, n={}, k={}; expected >= 0)", s.batch, s.m, s.n, s.k);
+  }
+  if (s.a_batch_stride < 0 || s.b_batch_stride < 0) {
+    fail<ValueError>("matmul: negative batch stride (got a={}, b={}; expected >= 0)", s.a_batch_stride,
+                     s.b_batch_stride);
+  }
+  constexpr int64_t kMaxDim = int64_t{1} << 31;
+  if (s.m >= kMaxDim || s.n >= kMaxDim || s.k >= kMaxDim) {
+    fail<ValueError>("matmul: dimension too large for BLAS (got m={}, n={}, k={}; expected < 2^31)", s.m, s.n, s.k);
+  }
+}
+
+}  // namespace
+
+void matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* c) {
+  check_shape(shape);
+  const int64_t c_size = shape.batch * shape.m * shape.n;
+  if (c_size == 0) return;
+  if (shape.k == 0) {  // empty sum: C = 0 (all-zero bytes is 0 for every dtype)
+    std::memset(c, 0, static_cast<size_t>(c_size) * itemsize(dtype));
+    return;
+  }
+  switch (dtype) {
+    case DType::Float32:
+      blas_matmul(shape, static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(c));
+      break;
+    case DType::Float64:
+      blas_matmul(shape, static_cast<const double*>(a), static_cast<const double*>(b), static_cast<double*>(c));
+      break;
+    case DType::BFloat16:
+      half_matmul(shape, static_cast<const bfloat16*>(a), static_cast<const bfloat16*>(b), static_cast<bfloat16*>(c));
+      break;
+    case DType::Float16:
+      half_matmul(shape, static_cast<const float16*>(a), static_cast<const float16*>(b), static_cast<float16*>(c));
+      break;
+    case DType::Bool: int_matmul(shape, static_cast<const bool*>(a), static_cast<const bool*>(b), static_cast<bool*>(c)); break;
+    case DType::UInt8:
+      int_matmul(shape, static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), static_cast<uint8_t*>(c));
+      break;
+    case DType::Int8:
+      int_matmul(shape, static_cast<const int8_t*>(a), static_cast<const int8_t*>(b), static_cast<int8_t*>(c));
+      break;
+    case DType::UInt32:
+      int_matmul(shape, static_cast<const uint32_t*>(a), static_cast<const uint32_t*>(b), static_cast<uint32_t*>(c));
+      break;
+    case DType::Int32:
+      int_matmul(shape, static_cast<const int32_t*>(a), static_cast<const int32_t*>(b), static_cast<int32_t*>(c));
+      break;
+    case DType::Int64:
+      int_matmul(shape, static_cast<const int64_t*>(a), static_cast<const int64_t*>(b), static_cast<int64_t*>(c));
+      break;
+    default: fail<DTypeError>("matmul: unsupported dtype (got {})", static_cast<int>(dtype));
+  }
+}
+
+void set_matmul_tiles_for_bench(int64_t tile_m, int64_t tile_n) {
+  g_tile_m = tile_m;
+  g_tile_n = tile_n;
+}
+
+void blas_sgemm(int64_t m, int64_t n, int64_t k, const float* a, const float* b, bool trans_b, float* c) {
+  set_blas_threads(num_threads());
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(std::max<int64_t>(1, k)), b,
+              static_cast<blasint>(std::max<int64_t>(1, trans_b ? k : n)), 0.0f, c,
+              static_cast<blasint>(std::max<int64_t>(1, n)));
+}
+
+}  // namespace tessera::cpu

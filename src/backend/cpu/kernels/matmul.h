@@ -17,8 +17,8 @@ namespace tessera::cpu {
 struct MatmulShape {
   int64_t batch = 1;
   int64_t m = 0, n = 0, k = 0;
-  bool trans_a = false;  // A stored as [k, m] when true, else [m, k]
-  bool trans_b = false;  // B stored as [n, k] when true, else [k, n]
+  bool trans_a = false;        // A stored as [k, m] when true, else [m, k]
+  bool trans_b = false;        // B stored as [n, k] when true, else [k, n]
   int64_t a_batch_stride = 0;  // elements between batches of A; 0 = same A for every batch
   int64_t b_batch_stride = 0;
 };

@@ -1,0 +1,110 @@
+// Elementwise primitives. Binary and Where broadcast their inputs numpy-style
+// (the kernels read broadcast inputs with zero strides; no broadcast copy is made),
+// so their vjps sum cotangents back to each input's shape.
+#pragma once
+
+#include "tessera/base/dtype.h"
+#include "tessera/ir/primitive.h"
+
+namespace tessera {
+
+// Order matches cpu::UnaryOp (checked by static_assert in the CPU backend).
+enum class UnaryKind {
+  Neg, Abs, Sign, Square, Exp, Log, Log1p, Sqrt, Rsqrt, Tanh, Erf, GeluTanh, GeluErf, Silu, Sigmoid, Relu, Sin, Cos,
+  LogicalNot, Copy,
+};
+// Order matches cpu::BinaryOp. The *Grad kinds compute g * f'(x) for (x, g).
+enum class BinaryKind {
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum, Equal, NotEqual, Less, LessEqual, Greater, GreaterEqual, LogicalAnd,
+  LogicalOr, GeluTanhGrad, GeluErfGrad, SiluGrad, SigmoidGrad, TanhGrad,
+};
+
+const char* unary_name(UnaryKind kind);
+const char* binary_name(BinaryKind kind);
+
+class Unary : public Primitive {
+ public:
+  explicit Unary(UnaryKind kind) : kind_(kind) {}
+  UnaryKind kind() const { return kind_; }
+  std::string name() const override { return unary_name(kind_); }
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
+                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+
+ private:
+  UnaryKind kind_;
+};
+
+class Binary : public Primitive {
+ public:
+  explicit Binary(BinaryKind kind) : kind_(kind) {}
+  BinaryKind kind() const { return kind_; }
+  std::string name() const override { return binary_name(kind_); }
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
+                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
+  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+
+ private:
+  BinaryKind kind_;
+};
+
+// where(cond, a, b), broadcasting all three.
+class Where : public Primitive {
+ public:
+  std::string name() const override { return "where"; }
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
+                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+};
+
+class Cast : public Primitive {
+ public:
+  explicit Cast(DType dtype) : dtype_(dtype) {}
+  std::string name() const override { return "convert"; }
+  std::string attributes() const override;
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
+                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+
+ private:
+  DType dtype_;
+};
+
+// Identity whose cotangent is zero.
+class StopGradient : public Primitive {
+ public:
+  std::string name() const override { return "stop_gradient"; }
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
+                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+  Cost cost(const std::vector<Array>&, const std::vector<Array>&) const override { return {}; }
+};
+
+// Identity: the tracer a transform puts between a function and its inputs. Shares
+// its input's buffer.
+class Identity : public Primitive {
+ public:
+  std::string name() const override { return "identity"; }
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
+                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+  Cost cost(const std::vector<Array>&, const std::vector<Array>&) const override { return {}; }
+};
+
+}  // namespace tessera

@@ -1,0 +1,108 @@
+// Layout primitives: reshape (shares the buffer), transpose, broadcast, slice and
+// its transpose (pad into zeros), concatenate.
+#pragma once
+
+#include <vector>
+
+#include "tessera/base/shape.h"
+#include "tessera/ir/primitive.h"
+
+namespace tessera {
+
+class Reshape : public Primitive {
+ public:
+  explicit Reshape(Shape shape) : shape_(std::move(shape)) {}
+  std::string name() const override { return "reshape"; }
+  std::string attributes() const override;
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
+                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+  Cost cost(const std::vector<Array>&, const std::vector<Array>&) const override { return {}; }
+
+ private:
+  Shape shape_;
+};
+
+class Transpose : public Primitive {
+ public:
+  explicit Transpose(std::vector<int> perm) : perm_(std::move(perm)) {}
+  std::string name() const override { return "transpose"; }
+  std::string attributes() const override;
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
+                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+
+ private:
+  std::vector<int> perm_;
+};
+
+class BroadcastTo : public Primitive {
+ public:
+  explicit BroadcastTo(Shape shape) : shape_(std::move(shape)) {}
+  std::string name() const override { return "broadcast_to"; }
+  std::string attributes() const override;
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
+                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+
+ private:
+  Shape shape_;
+};
+
+// out = a[start:stop:step] per axis (normalized: 0 <= start <= stop <= dim, step >= 1).
+class Slice : public Primitive {
+ public:
+  Slice(std::vector<int64_t> start, std::vector<int64_t> stop, std::vector<int64_t> step)
+      : start_(std::move(start)), stop_(std::move(stop)), step_(std::move(step)) {}
+  std::string name() const override { return "slice"; }
+  std::string attributes() const override;
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
+                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+
+ private:
+  std::vector<int64_t> start_, stop_, step_;
+};
+
+// The transpose of Slice: zeros of `shape` with the input written at the slice.
+class SlicePad : public Primitive {
+ public:
+  SlicePad(Shape shape, std::vector<int64_t> start, std::vector<int64_t> step)
+      : shape_(std::move(shape)), start_(std::move(start)), step_(std::move(step)) {}
+  std::string name() const override { return "slice_pad"; }
+  std::string attributes() const override;
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
+                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+
+ private:
+  Shape shape_;
+  std::vector<int64_t> start_, step_;
+};
+
+class Concatenate : public Primitive {
+ public:
+  explicit Concatenate(int axis) : axis_(axis) {}
+  std::string name() const override { return "concatenate"; }
+  std::string attributes() const override;
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
+                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+
+ private:
+  int axis_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,149 @@
+// Fused neural-network primitives. Each forward has a fused kernel and a fused
+// backward primitive for the first-order gradient; both have a composite() written
+// with basic ops, which gives higher-order gradients and the rare cotangent cases
+// (e.g. a gradient flowing into the saved statistics) exactly.
+#pragma once
+
+#include <optional>
+
+#include "tessera/ir/primitive.h"
+
+namespace tessera {
+
+// Softmax or log-softmax over the last axis.
+class Softmax : public Primitive {
+ public:
+  explicit Softmax(bool log) : log_(log) {}
+  std::string name() const override { return log_ ? "log_softmax" : "softmax"; }
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
+                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
+  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+
+ private:
+  bool log_;
+};
+
+// (y, dy) -> dx for Softmax.
+class SoftmaxGrad : public Primitive {
+ public:
+  explicit SoftmaxGrad(bool log) : log_(log) {}
+  std::string name() const override { return log_ ? "log_softmax_grad" : "softmax_grad"; }
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
+
+ private:
+  bool log_;
+};
+
+// Layer norm (rms = false) or RMS norm (rms = true) over the last axis.
+// Inputs: x, [weight], [bias (layer norm only)]. Outputs: y, mean (layer norm only), rstd;
+// the statistics have x's leading shape and the accumulation dtype.
+class Norm : public Primitive {
+ public:
+  Norm(bool rms, bool has_weight, bool has_bias, double eps)
+      : rms_(rms), has_weight_(has_weight), has_bias_(has_bias), eps_(eps) {}
+  std::string name() const override { return rms_ ? "rms_norm" : "layer_norm"; }
+  std::string attributes() const override;
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
+                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
+  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+
+ private:
+  bool rms_, has_weight_, has_bias_;
+  double eps_;
+};
+
+// Inputs: x, [weight], [mean], rstd, dy. Outputs: dx, [dweight], [dbias].
+class NormGrad : public Primitive {
+ public:
+  NormGrad(bool rms, bool has_weight, bool has_bias) : rms_(rms), has_weight_(has_weight), has_bias_(has_bias) {}
+  std::string name() const override { return rms_ ? "rms_norm_grad" : "layer_norm_grad"; }
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
+
+ private:
+  bool rms_, has_weight_, has_bias_;
+};
+
+struct AttentionConfig {
+  bool causal = true;
+  double scale = 1.0;
+  bool has_mask = false;
+};
+
+// Inputs: q [B,H,T,D], k, v [B,Hkv,S,D], [mask bool broadcastable to [B,H,T,S]].
+// Outputs: out [B,H,T,D], lse [B,H,T] (accumulation dtype).
+class Attention : public Primitive {
+ public:
+  explicit Attention(AttentionConfig config) : config_(config) {}
+  std::string name() const override { return "attention"; }
+  std::string attributes() const override;
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
+                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
+  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+  const AttentionConfig& config() const { return config_; }
+
+ private:
+  AttentionConfig config_;
+};
+
+// Inputs: q, k, v, [mask], out, lse, dout. Outputs: dq, dk, dv.
+class AttentionGrad : public Primitive {
+ public:
+  explicit AttentionGrad(AttentionConfig config) : config_(config) {}
+  std::string name() const override { return "attention_grad"; }
+  std::string attributes() const override;
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
+  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+
+ private:
+  AttentionConfig config_;
+};
+
+// Inputs: logits [N, V], targets [N] int64. Outputs: loss [N], lse [N] (accumulation dtype).
+class CrossEntropy : public Primitive {
+ public:
+  explicit CrossEntropy(int64_t ignore_index) : ignore_index_(ignore_index) {}
+  std::string name() const override { return "cross_entropy"; }
+  std::string attributes() const override;
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
+                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
+                                                       const std::vector<int>& axes) override;
+  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
+  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+
+ private:
+  int64_t ignore_index_;
+};
+
+// Inputs: logits, targets, lse, dloss. Output: dlogits.
+class CrossEntropyGrad : public Primitive {
+ public:
+  explicit CrossEntropyGrad(int64_t ignore_index) : ignore_index_(ignore_index) {}
+  std::string name() const override { return "cross_entropy_grad"; }
+  std::string attributes() const override;
+  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
+
+ private:
+  int64_t ignore_index_;
+};
+
+}  // namespace tessera

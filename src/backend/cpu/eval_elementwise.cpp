@@ -1,0 +1,53 @@
+// CPU evaluation of elementwise primitives.
+#include "backend/cpu/kernels/elementwise.h"
+#include "tessera/core/array.h"
+#include "tessera/ir/primitives/elementwise.h"
+
+namespace tessera {
+
+static_assert(static_cast<int>(UnaryKind::Copy) == static_cast<int>(cpu::UnaryOp::Copy));
+static_assert(static_cast<int>(UnaryKind::Relu) == static_cast<int>(cpu::UnaryOp::Relu));
+static_assert(static_cast<int>(BinaryKind::TanhGrad) == static_cast<int>(cpu::BinaryOp::TanhGrad));
+static_assert(static_cast<int>(BinaryKind::LogicalOr) == static_cast<int>(cpu::BinaryOp::LogicalOr));
+
+void Unary::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  const Array& x = inputs[0];
+  Array& out = outputs[0];
+  out.allocate();
+  cpu::unary(static_cast<cpu::UnaryOp>(kind_), x.dtype(), x.raw_data(), out.mutable_raw_data(), x.size());
+}
+
+void Binary::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  const Array& a = inputs[0];
+  const Array& b = inputs[1];
+  Array& out = outputs[0];
+  out.allocate();
+  cpu::binary(static_cast<cpu::BinaryOp>(kind_), a.dtype(), a.raw_data(), broadcast_strides(a.shape(), out.shape()),
+              b.raw_data(), broadcast_strides(b.shape(), out.shape()), out.mutable_raw_data(), out.shape());
+}
+
+void Where::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  Array& out = outputs[0];
+  out.allocate();
+  const Shape& s = out.shape();
+  cpu::where(inputs[0].raw_data(), broadcast_strides(inputs[0].shape(), s), out.dtype(), inputs[1].raw_data(),
+             broadcast_strides(inputs[1].shape(), s), inputs[2].raw_data(), broadcast_strides(inputs[2].shape(), s),
+             out.mutable_raw_data(), s);
+}
+
+void Cast::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  const Array& x = inputs[0];
+  Array& out = outputs[0];
+  out.allocate();
+  cpu::cast(x.dtype(), x.raw_data(), dtype_, out.mutable_raw_data(), x.size());
+}
+
+void StopGradient::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  outputs[0].share_storage(inputs[0]);
+}
+
+void Identity::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  outputs[0].share_storage(inputs[0]);
+}
+
+}  // namespace tessera

@@ -1,0 +1,86 @@
+// CPU evaluation of layout primitives and reductions.
+#include "backend/cpu/kernels/copy.h"
+#include "backend/cpu/kernels/elementwise.h"
+#include "backend/cpu/kernels/reduce.h"
+#include "tessera/core/array.h"
+#include "tessera/ir/primitives/layout.h"
+#include "tessera/ir/primitives/reduce.h"
+
+namespace tessera {
+
+void Reshape::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  outputs[0].share_storage(inputs[0]);
+}
+
+void Transpose::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  const Array& x = inputs[0];
+  Array& out = outputs[0];
+  out.allocate();
+  Strides in = contiguous_strides(x.shape()), src(perm_.size());
+  for (size_t i = 0; i < perm_.size(); ++i) src[i] = in[perm_[i]];
+  cpu::strided_copy(x.dtype(), x.raw_data(), 0, src, out.shape(), out.mutable_raw_data());
+}
+
+void BroadcastTo::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  const Array& x = inputs[0];
+  Array& out = outputs[0];
+  out.allocate();
+  cpu::strided_copy(x.dtype(), x.raw_data(), 0, broadcast_strides(x.shape(), shape_), shape_, out.mutable_raw_data());
+}
+
+void Slice::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  const Array& x = inputs[0];
+  Array& out = outputs[0];
+  out.allocate();
+  Strides in = contiguous_strides(x.shape()), src(in.size());
+  int64_t offset = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    offset += start_[i] * in[i];
+    src[i] = in[i] * step_[i];
+  }
+  if (out.size() == 0) return;
+  cpu::strided_copy(x.dtype(), x.raw_data(), offset, src, out.shape(), out.mutable_raw_data());
+}
+
+void SlicePad::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  const Array& x = inputs[0];
+  Array& out = outputs[0];
+  out.allocate();
+  cpu::fill(out.dtype(), 0.0, out.mutable_raw_data(), out.size());
+  if (x.size() == 0) return;
+  Strides full = contiguous_strides(shape_), dst(full.size());
+  int64_t offset = 0;
+  for (size_t i = 0; i < full.size(); ++i) {
+    offset += start_[i] * full[i];
+    dst[i] = full[i] * step_[i];
+  }
+  cpu::strided_store(x.dtype(), x.raw_data(), x.shape(), out.mutable_raw_data(), offset, dst);
+}
+
+void Concatenate::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  Array& out = outputs[0];
+  out.allocate();
+  Strides dst = contiguous_strides(out.shape());
+  int64_t offset = 0;
+  for (const Array& in : inputs) {
+    if (in.size() > 0) cpu::strided_store(in.dtype(), in.raw_data(), in.shape(), out.mutable_raw_data(), offset, dst);
+    offset += in.shape()[axis_] * dst[axis_];
+  }
+}
+
+void Reduce::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  const Array& x = inputs[0];
+  Array& out = outputs[0];
+  out.allocate();
+  cpu::reduce(static_cast<cpu::ReduceOp>(kind_), x.dtype(), x.raw_data(), x.shape(), axes_, out.mutable_raw_data());
+}
+static_assert(static_cast<int>(ReduceKind::Min) == static_cast<int>(cpu::ReduceOp::Min));
+
+void ArgReduce::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  const Array& x = inputs[0];
+  Array& out = outputs[0];
+  out.allocate();
+  cpu::arg_reduce(is_max_, x.dtype(), x.raw_data(), x.shape(), axis_, out.mutable_data<int64_t>());
+}
+
+}  // namespace tessera

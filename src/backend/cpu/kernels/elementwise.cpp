@@ -1,1 +1,0 @@
-#include "backend/cpu/kernels/elementwise.h"

@@ -1,0 +1,53 @@
+// `tessera info`: what this build is and what it runs on (version, threads, BLAS,
+// CPU features, CUDA). The first thing to paste into a bug report.
+#include <fmt/format.h>
+
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/cpu_check.h"
+#include "tessera/base/thread_pool.h"
+#include "tessera/version.h"
+
+#if __has_include(<cblas.h>)
+#include <cblas.h>
+#endif
+
+#ifndef TESSERA_HAS_CUDA
+#define TESSERA_HAS_CUDA 0
+#endif
+
+namespace tessera::cli {
+namespace {
+
+std::string blas_description() {
+#if defined(OPENBLAS_VERSION)
+  // openblas_get_config() reports version, build options, core type and thread limit.
+  return openblas_get_config();
+#else
+  return "BLAS (vendor unknown: not OpenBLAS)";
+#endif
+}
+
+const char* yes_no(bool value) { return value ? "yes" : "no"; }
+
+int run_info() {
+  const CpuFeatures cpu = detect_cpu_features();
+  fmt::print("tessera {}\n", version());
+  fmt::print("  threads        {}\n", num_threads());
+  fmt::print("  BLAS           {}\n", blas_description());
+  fmt::print("  CPU features   avx2={} fma={} f16c={}\n", yes_no(cpu.avx2), yes_no(cpu.fma), yes_no(cpu.f16c));
+  fmt::print("  kernels built  {}\n", kernels_need_avx2() ? "AVX2+FMA+F16C (x86-64-v3)" : "generic (no AVX2)");
+  fmt::print("  CUDA           {}\n",
+             TESSERA_HAS_CUDA ? "yes (CUDA toolkit found at build time)" : "no (CPU-only build)");
+  return 0;
+}
+
+}  // namespace
+
+Command add_info_command(CLI::App& app) {
+  CLI::App* sub = app.add_subcommand("info", "Show the version, threads, BLAS, CPU features and CUDA support");
+  return Command{sub, run_info};
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,23 @@
+// The `tessera` subcommands. Each lives in its own command_<name>.cpp and registers
+// itself on the top-level app; main.cpp only wires them together and runs the one
+// that was chosen.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tessera::cli {
+
+// A registered subcommand: its CLI11 node (options bound to the command's own
+// settings) and the action to run once the command line has parsed. The action
+// returns the process exit status.
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+Command add_info_command(CLI::App& app);
+
+}  // namespace tessera::cli

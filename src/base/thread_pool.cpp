@@ -4,6 +4,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -145,7 +146,23 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
     for (int64_t c = 0; c < chunks; ++c) fn(c * grain, std::min(n, (c + 1) * grain));
     return;
   }
-  pool().run(chunks, [&](int64_t c) { fn(c * grain, std::min(n, (c + 1) * grain)); });
+  // An exception in a worker must reach the caller (a bad index inside a kernel is a
+  // user error, not a crash): keep the one from the lowest chunk, rethrow it here.
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  int64_t error_chunk = chunks;
+  pool().run(chunks, [&](int64_t c) {
+    try {
+      fn(c * grain, std::min(n, (c + 1) * grain));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (c < error_chunk) {
+        error_chunk = c;
+        error = std::current_exception();
+      }
+    }
+  });
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace tessera

@@ -143,6 +143,27 @@ Array Array::reshape(const Shape& s) const { return tessera::reshape(*this, s); 
 Array Array::sum() const { return tessera::sum(*this); }
 Array Array::mean() const { return tessera::mean(*this); }
 
+namespace {
+
+// Errors a kernel raises at eval time (an index out of range, a bad target) are
+// reported under the name of the op the user called, keeping their type.
+template <typename E>
+bool rethrow_as(const Error& e, const std::string& message) {
+  if (dynamic_cast<const E*>(&e)) throw E(message);
+  return false;
+}
+
+[[noreturn]] void rethrow_with_op(const Error& e, const std::string& op) {
+  std::string what = e.what();
+  if (what.rfind(op, 0) == 0) throw;
+  std::string message = op + ": " + what;
+  rethrow_as<ShapeError>(e, message) || rethrow_as<DTypeError>(e, message) || rethrow_as<AxisError>(e, message) ||
+      rethrow_as<ValueError>(e, message) || rethrow_as<TransformError>(e, message);
+  throw Error(message);
+}
+
+}  // namespace
+
 void eval(const std::vector<Array>& arrays) {
   std::vector<Array> order = topological_order(arrays);
   std::vector<Array> evaluated;
@@ -158,7 +179,11 @@ void eval(const std::vector<Array>& arrays) {
     for (const Array& in : op.inputs) {
       if (!in.is_evaluated()) fail<Error>("eval: input of {} not evaluated (graph order bug)", op.primitive->name());
     }
-    op.primitive->eval_cpu(op.inputs, outputs);
+    try {
+      op.primitive->eval_cpu(op.inputs, outputs);
+    } catch (const Error& e) {
+      rethrow_with_op(e, op.primitive->name());
+    }
     for (const Array& out : outputs) evaluated.push_back(out);
   }
   // Outside transforms the evaluated part of the graph is no longer needed: drop it

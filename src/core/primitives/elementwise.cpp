@@ -47,7 +47,7 @@ Array unary_grad(UnaryKind kind, const Array& x, const Array& y, const Array& g)
     case UnaryKind::Silu:
       return Array::make(x.shape(), x.dtype(), std::make_shared<Binary>(BinaryKind::SiluGrad), {x, g});
     case UnaryKind::Sigmoid:
-      return Array::make(x.shape(), x.dtype(), std::make_shared<Binary>(BinaryKind::SigmoidGrad), {y, g});
+      return Array::make(x.shape(), x.dtype(), std::make_shared<Binary>(BinaryKind::SigmoidGrad), {x, g});
     case UnaryKind::Relu: return g * astype(greater(x, zeros({}, x.dtype())), x.dtype());
     case UnaryKind::Sin: return g * cos(x);
     case UnaryKind::Cos: return -(g * sin(x));
@@ -83,7 +83,10 @@ std::vector<Array> Binary::composite(const std::vector<Array>& in) const {
   const Array& g = in[1];
   switch (kind_) {
     case BinaryKind::TanhGrad: return {g * (1.0 - square(a))};  // a = tanh(x)
-    case BinaryKind::SigmoidGrad: return {g * a * (1.0 - a)};    // a = sigmoid(x)
+    case BinaryKind::SigmoidGrad: {
+      Array sg = sigmoid(a);
+      return {g * sg * (1.0 - sg)};
+    }
     case BinaryKind::SiluGrad: {
       Array s = sigmoid(a);
       return {g * s * (1.0 + a * (1.0 - s))};

@@ -47,31 +47,26 @@ std::vector<Array> Matmul::vjp(const std::vector<Array>& primals, const std::vec
 std::pair<std::vector<Array>, std::vector<int>> Matmul::vmap(const std::vector<Array>& inputs,
                                                              const std::vector<int>& axes) {
   int64_t n = rules::batch_size(inputs, axes, "matmul");
+  // Per operand: the vmapped batch moved to the front, and its own batch dims.
   std::vector<Array> ops(2);
-  Shape batch{n};
+  std::vector<Shape> inner(2);
   for (int i = 0; i < 2; ++i) {
     ops[i] = axes[i] >= 0 ? rules::batch_to_front(inputs[i], axes[i]) : inputs[i];
-    if (axes[i] >= 0 || ops[i].ndim() > 2) {
-      Shape inner(ops[i].shape().begin() + (axes[i] >= 0 ? 1 : 0), ops[i].shape().end() - 2);
-      batch = broadcast_shapes(batch, Shape{n}, "matmul");
-      if (!inner.empty()) {
-        Shape lead(batch.begin() + 1, batch.end());
-        Shape merged = broadcast_shapes(lead, inner, "matmul");
-        batch = Shape{n};
-        batch.insert(batch.end(), merged.begin(), merged.end());
-      }
-    }
+    int skip = axes[i] >= 0 ? 1 : 0;
+    inner[i] = Shape(ops[i].shape().begin() + skip, ops[i].shape().end() - 2);
   }
+  Shape batch = broadcast_shapes(inner[0], inner[1], "matmul");
+  batch.insert(batch.begin(), n);
   for (int i = 0; i < 2; ++i) {
     if (axes[i] < 0 && ops[i].ndim() == 2) continue;  // shared matrix: stride-0 batch in the kernel
-    Shape target = batch;
-    target.insert(target.end(), ops[i].shape().end() - 2, ops[i].shape().end());
     Array x = ops[i];
-    if (axes[i] >= 0 && x.ndim() < static_cast<int>(target.size())) {
-      Shape s = x.shape();
-      s.insert(s.begin() + 1, target.size() - x.ndim(), 1);
+    if (axes[i] >= 0 && inner[i].size() + 1 < batch.size()) {
+      Shape s = x.shape();  // [n, inner..., r, c] -> [n, 1..., inner..., r, c]
+      s.insert(s.begin() + 1, batch.size() - 1 - inner[i].size(), 1);
       x = reshape(x, s);
     }
+    Shape target = batch;
+    target.insert(target.end(), x.shape().end() - 2, x.shape().end());
     ops[i] = broadcast_to(x, target);
   }
   return {{matmul_op(ops[0], ops[1], trans_a_, trans_b_)}, {0}};

@@ -19,6 +19,7 @@ namespace tessera::cpu {
 namespace {
 
 constexpr int64_t kTile = 32;
+constexpr int64_t kBand = 128;  // rows per task of the AVX2 4-byte transpose (fewer TLB misses)
 
 #ifdef __AVX2__
 // dst[r, c] = src[r + c * pitch] for an 8x8 block of 4-byte elements, via an in-register
@@ -52,12 +53,17 @@ void copy_tiled(const detail::Layout<2>& layout, const U* src, U* dst) {
   const int64_t ds0 = layout.strides[1][nd - 2], ds1 = layout.strides[1][nd - 1];
   int64_t outer = 1;
   for (int d = 0; d < nd - 2; ++d) outer *= layout.shape[d];
-  const int64_t row_tiles = (rows + kTile - 1) / kTile;
-  // One unit = one band of kTile rows of one outer index.
-  const int64_t grain = std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, cols * kTile));
+  bool avx_transpose = false;
+#ifdef __AVX2__
+  avx_transpose = sizeof(U) == 4 && ss0 == 1 && ds1 == 1;
+#endif
+  // One unit = one band of `band` rows of one outer index.
+  const int64_t band = avx_transpose ? kBand : kTile;
+  const int64_t row_tiles = (rows + band - 1) / band;
+  const int64_t grain = std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, cols * band));
   parallel_for(outer * row_tiles, grain, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
-      int64_t o = u / row_tiles, r0 = (u % row_tiles) * kTile;
+      int64_t o = u / row_tiles, r0 = (u % row_tiles) * band;
       int64_t so = 0, dof = 0, rem = o;
       for (int d = nd - 3; d >= 0; --d) {
         int64_t i = rem % layout.shape[d];
@@ -65,12 +71,12 @@ void copy_tiled(const detail::Layout<2>& layout, const U* src, U* dst) {
         so += i * layout.strides[0][d];
         dof += i * layout.strides[1][d];
       }
-      const int64_t r1 = std::min(rows, r0 + kTile);
+      const int64_t r1 = std::min(rows, r0 + band);
 #ifdef __AVX2__
       // Pure transpose of 4-byte elements: 8x8 register blocks, visited in 16x16 groups
       // so every 64-byte line read or written is used whole before it is evicted.
       if constexpr (sizeof(U) == 4) {
-        if (ss0 == 1 && ds1 == 1 && r1 - r0 == kTile) {
+        if (avx_transpose && (r1 - r0) % 16 == 0) {
           const int64_t cfull = cols / 16 * 16;
           for (int64_t c0 = 0; c0 < cfull; c0 += 16)
             for (int64_t rr = r0; rr < r1; rr += 16)
@@ -85,7 +91,7 @@ void copy_tiled(const detail::Layout<2>& layout, const U* src, U* dst) {
 #endif
       for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
         const int64_t c1 = std::min(cols, c0 + kTile);
-        for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t r = r0; r < r1; ++r) {  // (r1 - r0 may exceed kTile on a ragged AVX band)
           const U* s = src + so + r * ss0;
           U* t = dst + dof + r * ds0;
           for (int64_t c = c0; c < c1; ++c) t[c * ds1] = s[c * ss1];

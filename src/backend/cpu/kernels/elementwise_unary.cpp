@@ -59,7 +59,7 @@ F scalar_op(UnaryOp op, F x) {
 }
 
 #ifdef __AVX2__
-// The AVX2 version of the ops that have one; returns false for the rest.
+// Runs an 8-wide functor over n floats; the tail goes through a padded vector.
 template <typename V>
 void run_vec(const float* x, float* out, int64_t n, V&& vec) {
   int64_t i = 0;
@@ -72,6 +72,7 @@ void run_vec(const float* x, float* out, int64_t n, V&& vec) {
   }
 }
 
+// The AVX2 version of the ops that have one; returns false for the rest.
 bool unary_f32_avx2(UnaryOp op, const float* x, float* out, int64_t n) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   switch (op) {

@@ -13,7 +13,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "backend/cpu/kernels/vector_math.h"
 #include "tessera/base/dtype.h"
 #include "tessera/base/error.h"
 

@@ -43,6 +43,31 @@ inline A lane_sum(int64_t n, F&& f) {
   return acc[0];
 }
 
+// Two sums in one pass: (sum f(j), sum g(j)).
+template <typename A, typename F, typename G>
+inline void lane_sum2(int64_t n, F&& f, G&& g, A& sf, A& sg) {
+  A af[kLanes] = {}, ag[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      af[l] += f(j + l);
+      ag[l] += g(j + l);
+    }
+  }
+  for (int l = 0; j + l < n; ++l) {
+    af[l] += f(j + l);
+    ag[l] += g(j + l);
+  }
+  for (int w = kLanes / 2; w >= 1; w /= 2) {
+    for (int l = 0; l < w; ++l) {
+      af[l] += af[l + w];
+      ag[l] += ag[l + w];
+    }
+  }
+  sf = af[0];
+  sg = ag[0];
+}
+
 template <typename A>
 void layer_norm_row(const A* x, const A* w, const A* b, A* y, int64_t n, A eps, A& mean_out, A& rstd_out) {
   const A mu = lane_sum<A>(n, [&](int64_t j) { return x[j]; }) / static_cast<A>(n);
@@ -77,22 +102,33 @@ void rms_norm_row(const A* x, const A* w, A* y, int64_t n, A eps, A& rstd_out) {
   rstd_out = rstd;
 }
 
-// One row of the backward. mu = 0 and centered = false give RMS norm. dw/db (nullable)
-// are this chunk's running partials.
+// One row of the backward. mu = 0 and centered = false give RMS norm. w is non-null
+// (ones when the norm has no weight); dw/db (nullable) are this chunk's running partials.
 template <typename A>
-void norm_row_backward(const A* x, const A* w, A mu, A rstd, const A* dy, A* dx, A* dw, A* db, int64_t n,
-                       bool centered) {
+void norm_row_backward(const A* __restrict__ x, const A* __restrict__ w, A mu, A rstd, const A* __restrict__ dy,
+                       A* __restrict__ dx, A* __restrict__ dw, A* __restrict__ db, int64_t n, bool centered) {
   const A inv_n = A(1) / static_cast<A>(n);
-  auto g = [&](int64_t j) { return w ? dy[j] * w[j] : dy[j]; };
+  auto g = [&](int64_t j) { return dy[j] * w[j]; };
   auto xhat = [&](int64_t j) { return (x[j] - mu) * rstd; };
-  const A mean_g = centered ? lane_sum<A>(n, g) * inv_n : A(0);
-  const A mean_gx = lane_sum<A>(n, [&](int64_t j) { return g(j) * xhat(j); }) * inv_n;
-  for (int64_t j = 0; j < n; ++j) dx[j] = rstd * (g(j) - mean_g - xhat(j) * mean_gx);
-  if (dw) {
-    for (int64_t j = 0; j < n; ++j) dw[j] += dy[j] * xhat(j);
-  }
-  if (db) {
-    for (int64_t j = 0; j < n; ++j) db[j] += dy[j];
+  A sum_g = 0, sum_gx = 0;
+  lane_sum2<A>(n, g, [&](int64_t j) { return g(j) * xhat(j); }, sum_g, sum_gx);
+  const A mean_g = centered ? sum_g * inv_n : A(0);
+  const A mean_gx = sum_gx * inv_n;
+  if (dw && db) {
+    for (int64_t j = 0; j < n; ++j) {
+      const A xh = xhat(j);
+      dx[j] = rstd * (g(j) - mean_g - xh * mean_gx);
+      dw[j] += dy[j] * xh;
+      db[j] += dy[j];
+    }
+  } else if (dw) {
+    for (int64_t j = 0; j < n; ++j) {
+      const A xh = xhat(j);
+      dx[j] = rstd * (g(j) - mean_g - xh * mean_gx);
+      dw[j] += dy[j] * xh;
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) dx[j] = rstd * (g(j) - mean_g - xhat(j) * mean_gx);
   }
 }
 
@@ -153,6 +189,11 @@ void norm_backward(const void* xv, const void* wv, const void* meanv, const void
   using A = Acc<T>;
   std::vector<float> w_store;
   const A* w = param_as_acc<T>(wv, cols, w_store);
+  std::vector<A> ones;
+  if (!w) {  // a branch-free row loop vectorizes; the multiply by 1 is exact
+    ones.assign(static_cast<size_t>(cols), A(1));
+    w = ones.data();
+  }
   const T* x = static_cast<const T*>(xv);
   const T* dy = static_cast<const T*>(dyv);
   T* dx = static_cast<T*>(dxv);

@@ -17,6 +17,7 @@
 
 #include <limits>
 #include <memory>
+#include <functional>
 #include <numeric>
 
 #include "backend/cpu/kernels/copy.h"
@@ -102,8 +103,8 @@ void store_out(T* out, int64_t i, A v) {
   out[i] = detail::store<T>(static_cast<Compute<T>>(v));
 }
 
-template <ReduceOp Op, typename T>
-void reduce_rows(const T* x, int64_t rows, int64_t len, T* out) {
+template <ReduceOp Op, typename T, typename Out>
+void reduce_rows(const T* x, int64_t rows, int64_t len, Out* out) {
   if (rows >= 8 || rows * len < (1 << 16)) {
     const int64_t grain = std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, len));
     parallel_for(rows, grain, [&](int64_t b, int64_t e) {
@@ -124,17 +125,20 @@ void reduce_rows(const T* x, int64_t rows, int64_t len, T* out) {
 }
 
 // out[o, c] = reduce_r x[o, r, c] for [outer, rows, cols].
-template <ReduceOp Op, typename T>
-void reduce_columns(const T* x, int64_t outer, int64_t rows, int64_t cols, T* out) {
+template <ReduceOp Op, typename T, typename Out>
+void reduce_columns(const T* x, int64_t outer, int64_t rows, int64_t cols, Out* out) {
   using A = Acc<T>;
   using R = Reducer<Op, A>;
-  const int64_t chunks = (cols + kColChunk - 1) / kColChunk;
+  // Column chunks only split work (each column's order is fixed): wide chunks keep whole
+  // pages of each input row in one task, at least 4 chunks give the threads work.
+  const int64_t chunk = std::clamp<int64_t>((cols / 4 + 63) / 64 * 64, kColChunk, 4096);
+  const int64_t chunks = (cols + chunk - 1) / chunk;
   parallel_for(outer * chunks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<A> block(kColChunk);
-    std::vector<A> stack;  // level l at [l * kColChunk, (l + 1) * kColChunk)
+    std::vector<A> block(chunk);
+    std::vector<A> stack;  // level l at [l * chunk, (l + 1) * chunk)
     std::vector<bool> used;
     for (int64_t u = begin; u < end; ++u) {
-      const int64_t o = u / chunks, c0 = (u % chunks) * kColChunk, w = std::min(kColChunk, cols - c0);
+      const int64_t o = u / chunks, c0 = (u % chunks) * chunk, w = std::min(chunk, cols - c0);
       const T* base = x + o * rows * cols + c0;
       used.assign(used.size(), false);
       for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
@@ -147,21 +151,21 @@ void reduce_columns(const T* x, int64_t outer, int64_t rows, int64_t cols, T* ou
         }
         size_t level = 0;
         for (; level < used.size() && used[level]; ++level) {
-          A* s = stack.data() + level * kColChunk;
+          A* s = stack.data() + level * chunk;
           for (int64_t c = 0; c < w; ++c) block[c] = R::combine(s[c], block[c]);
           used[level] = false;
         }
         if (level == used.size()) {
           used.push_back(false);
-          stack.resize(used.size() * kColChunk);
+          stack.resize(used.size() * chunk);
         }
-        std::copy(block.begin(), block.begin() + w, stack.begin() + level * kColChunk);
+        std::copy(block.begin(), block.begin() + w, stack.begin() + level * chunk);
         used[level] = true;
       }
       bool have = false;
       for (size_t level = 0; level < used.size(); ++level) {
         if (!used[level]) continue;
-        A* s = stack.data() + level * kColChunk;
+        A* s = stack.data() + level * chunk;
         for (int64_t c = 0; c < w; ++c) block[c] = have ? R::combine(s[c], block[c]) : s[c];
         have = true;
       }
@@ -182,8 +186,8 @@ std::string_view op_name(ReduceOp op) {
 }
 
 // Fallback: moves the reduced groups last ([kept..., reduced...]) and row-reduces.
-template <ReduceOp Op, typename T>
-void reduce_permuted(const T* x, const std::vector<int64_t>& sizes, const std::vector<bool>& kinds, T* out) {
+template <ReduceOp Op, typename T, typename Out>
+void reduce_permuted(const T* x, const std::vector<int64_t>& sizes, const std::vector<bool>& kinds, Out* out) {
   const size_t g = sizes.size();
   Shape perm_shape;
   Strides perm_strides;
@@ -205,8 +209,11 @@ void reduce_permuted(const T* x, const std::vector<int64_t>& sizes, const std::v
   reduce_rows<Op>(tmp.get(), kept, red, out);
 }
 
-template <ReduceOp Op, typename T>
-void reduce_typed(const T* x, const Shape& shape, const std::vector<bool>& reduced, T* out) {
+template <ReduceOp Op, typename T, typename Out>
+void reduce_groups(const T* x, const std::vector<int64_t>& sizes, const std::vector<bool>& kinds, Out* out);
+
+template <ReduceOp Op, typename T, typename Out>
+void reduce_typed(const T* x, const Shape& shape, const std::vector<bool>& reduced, Out* out) {
   // Collapse to alternating groups of kept (false) / reduced (true) dims.
   std::vector<int64_t> sizes;
   std::vector<bool> kinds;
@@ -220,18 +227,33 @@ void reduce_typed(const T* x, const Shape& shape, const std::vector<bool>& reduc
     }
   }
   if (sizes.empty()) {  // a single element
-    out[0] = x[0];
+    store_out(out, 0, acc_load(x[0]));
     return;
   }
+  reduce_groups<Op>(x, sizes, kinds, out);
+}
+
+// sizes/kinds: alternating kept (false) / reduced (true) groups, row-major.
+template <ReduceOp Op, typename T, typename Out>
+void reduce_groups(const T* x, const std::vector<int64_t>& sizes, const std::vector<bool>& kinds, Out* out) {
   const size_t g = sizes.size();
   if (g == 1 && !kinds[0]) {  // only size-1 dims reduced
-    strided_copy(dtype_v<T>, x, 0, {1}, {sizes[0]}, out);
+    for (int64_t i = 0; i < sizes[0]; ++i) store_out(out, i, acc_load(x[i]));
   } else if (kinds.back() && g <= 2) {
     reduce_rows<Op>(x, g == 1 ? 1 : sizes[0], sizes.back(), out);
   } else if (!kinds.back() && g == 2) {
     reduce_columns<Op>(x, 1, sizes[0], sizes[1], out);
   } else if (!kinds.back() && g == 3) {
     reduce_columns<Op>(x, sizes[0], sizes[1], sizes[2], out);
+  } else if (kinds.back()) {
+    // [..., K, R]: reduce the trailing group as rows into accumulator-typed partials,
+    // then reduce the rest (now ending in a kept group) from those.
+    const int64_t len = sizes.back(), rows_n = std::accumulate(sizes.begin(), sizes.end() - 1, int64_t{1}, std::multiplies<>());
+    std::vector<Acc<T>> partial(rows_n);
+    reduce_rows<Op>(x, rows_n, len, partial.data());
+    std::vector<int64_t> s2(sizes.begin(), sizes.end() - 1);
+    std::vector<bool> k2(kinds.begin(), kinds.end() - 1);
+    reduce_groups<Op>(partial.data(), s2, k2, out);
   } else {
     reduce_permuted<Op>(x, sizes, kinds, out);
   }

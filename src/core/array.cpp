@@ -8,20 +8,15 @@
 #include <unordered_set>
 
 #include "core/trace_state.h"
+#include "tessera/base/allocator.h"
 #include "tessera/core/graph.h"
 #include "tessera/core/ops.h"
 
 namespace tessera {
 
-Storage::Storage(size_t n) : bytes(n) {
-  // 64-byte alignment for AVX loads and cache lines; at least one line so empty
-  // arrays still have a valid pointer.
-  size_t rounded = std::max<size_t>(64, (n + 63) / 64 * 64);
-  data = std::aligned_alloc(64, rounded);
-  if (!data) fail<Error>("out of memory allocating {} bytes", n);
-}
+Storage::Storage(size_t n) : bytes(n) { data = allocate_buffer(n, &capacity); }
 
-Storage::~Storage() { std::free(data); }
+Storage::~Storage() { free_buffer(data, capacity); }
 
 namespace {
 std::atomic<uint64_t> g_next_id{0};

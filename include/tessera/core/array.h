@@ -19,7 +19,8 @@
 
 namespace tessera {
 
-// A 64-byte aligned host buffer shared by the arrays that view it.
+// A 64-byte aligned host buffer shared by the arrays that view it (from the
+// caching allocator in base/allocator.h).
 struct Storage {
   explicit Storage(size_t bytes);
   ~Storage();
@@ -27,6 +28,7 @@ struct Storage {
   Storage& operator=(const Storage&) = delete;
   void* data = nullptr;
   size_t bytes = 0;
+  size_t capacity = 0;
 };
 
 namespace detail {

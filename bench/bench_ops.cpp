@@ -1,0 +1,211 @@
+// bench_ops: throughput of tessera's ops through the public Array API (op + eval),
+// each beside its baseline measured in the same run:
+//   * GEMMs (GFLOP/s) vs the raw BLAS call on the same buffers;
+//   * memory-bound ops (GB/s, bytes read + written once) vs memcpy on the same pool.
+// Every figure is the median of several timed runs. The table goes to stdout; the
+// last line is one JSON object with every figure, plus matmul_vs_blas_min and
+// bandwidth_vs_memcpy_min (the worst ratio of each kind).
+//
+//   build/bin/bench_ops            full sizes (64 MiB operands)
+//   build/bin/bench_ops --quick    small sizes (a smoke run)
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/kernels/matmul.h"
+#include "backend/cpu/kernels/optim.h"
+#include "tessera/ir/primitives/linalg.h"
+#include "tessera/tessera.h"
+
+namespace ts = tessera;
+
+namespace {
+
+struct Row {
+  std::string name, kind, unit;
+  double value = 0, baseline = 0;
+  double ratio() const { return baseline > 0 ? value / baseline : 0; }
+};
+
+// Median seconds per call over `runs` runs of `iters` calls (after one warm-up call,
+// which also fills the buffer cache).
+double time_per_call(const std::function<void()>& fn, int runs = 7, double min_run_seconds = 0.05) {
+  using clock = std::chrono::steady_clock;
+  fn();
+  auto t0 = clock::now();
+  fn();
+  double one = std::chrono::duration<double>(clock::now() - t0).count();
+  int iters = std::max(1, static_cast<int>(min_run_seconds / std::max(one, 1e-7)));
+  std::vector<double> samples;
+  for (int r = 0; r < runs; ++r) {
+    auto start = clock::now();
+    for (int i = 0; i < iters; ++i) fn();
+    samples.push_back(std::chrono::duration<double>(clock::now() - start).count() / iters);
+  }
+  std::nth_element(samples.begin(), samples.begin() + runs / 2, samples.end());
+  return samples[runs / 2];
+}
+
+ts::Array randn(uint64_t seed, const ts::Shape& shape) {
+  return ts::random::normal(ts::key(seed), shape).eval();
+}
+
+// memcpy of `bytes` split over the same thread pool the kernels use.
+double memcpy_gbs(size_t bytes) {
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  double t = time_per_call([&] {
+    ts::parallel_for(static_cast<int64_t>(bytes), 1 << 20, [&](int64_t b, int64_t e) {
+      std::memcpy(dst.data() + b, src.data() + b, static_cast<size_t>(e - b));
+    });
+  });
+  return 2.0 * static_cast<double>(bytes) / t / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  std::vector<Row> rows;
+
+  // ---- GEMMs: tessera matmul vs the raw cblas_sgemm on the same operands ----
+  struct Gemm {
+    const char* name;
+    int64_t m, k, n;
+  };
+  std::vector<Gemm> gemms = {{"matmul 2048x768x3072", 2048, 768, 3072},
+                             {"matmul 2048x3072x768", 2048, 3072, 768},
+                             {"matmul 2048x768x768", 2048, 768, 768}};
+  if (quick) gemms = {{"matmul 256x128x384", 256, 128, 384}};
+  for (const Gemm& g : gemms) {
+    ts::Array a = randn(1, {g.m, g.k}), b = randn(2, {g.k, g.n});
+    std::vector<float> c(static_cast<size_t>(g.m * g.n));
+    double flops = 2.0 * static_cast<double>(g.m * g.n * g.k);
+    double ours = time_per_call([&] { ts::matmul(a, b).eval(); });
+    double raw = time_per_call(
+        [&] { ts::cpu::blas_sgemm(g.m, g.n, g.k, a.data<float>(), b.data<float>(), false, c.data()); });
+    rows.push_back({g.name, "gemm", "GFLOP/s", flops / ours / 1e9, flops / raw / 1e9});
+  }
+  // Attention's batched GEMMs at GPT-2 small shapes: batch*heads = 8*12, T = 256, D = 64.
+  {
+    int64_t bh = quick ? 8 : 96, t = 256, d = 64;
+    ts::Array q = randn(3, {bh, t, d}), k = randn(4, {bh, t, d}), p = randn(5, {bh, t, t});
+    std::vector<float> c(static_cast<size_t>(bh * t * t));
+    double flops = 2.0 * static_cast<double>(bh * t * t * d);
+    double qk = time_per_call([&] { ts::matmul_op(q, k, false, true).eval(); });
+    double qk_raw = time_per_call([&] {
+      for (int64_t i = 0; i < bh; ++i)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(t), static_cast<int>(t),
+                    static_cast<int>(d), 1.0f, q.data<float>() + i * t * d, static_cast<int>(d),
+                    k.data<float>() + i * t * d, static_cast<int>(d), 0.0f, c.data() + i * t * t,
+                    static_cast<int>(t));
+    });
+    rows.push_back({fmt::format("batched q@k^T [{}x{}x{}x{}]", bh, t, d, t), "gemm", "GFLOP/s", flops / qk / 1e9,
+                    flops / qk_raw / 1e9});
+    double pv = time_per_call([&] { ts::matmul(p, k).eval(); });
+    double pv_raw = time_per_call([&] {
+      for (int64_t i = 0; i < bh; ++i)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(t), static_cast<int>(d),
+                    static_cast<int>(t), 1.0f, p.data<float>() + i * t * t, static_cast<int>(t),
+                    k.data<float>() + i * t * d, static_cast<int>(d), 0.0f, c.data() + i * t * d,
+                    static_cast<int>(d));
+    });
+    rows.push_back({fmt::format("batched p@v [{}x{}x{}x{}]", bh, t, t, d), "gemm", "GFLOP/s", flops / pv / 1e9,
+                    flops / pv_raw / 1e9});
+  }
+
+  // ---- memory-bound ops vs memcpy (GB/s of bytes read + written) ----
+  const int64_t rows_n = quick ? 256 : 8192, cols = quick ? 1024 : 2048;  // 16M or 256K floats
+  const int64_t n = rows_n * cols;
+  const double f = 4.0 * static_cast<double>(n);  // bytes of one f32 operand
+  const double memcpy_rate = memcpy_gbs(static_cast<size_t>(f));
+  ts::Array x = randn(6, {rows_n, cols}), y = randn(7, {rows_n, cols});
+  ts::Array w = randn(8, {cols}), bias = randn(9, {cols});
+  ts::Array targets = ts::astype(ts::random::uniform(ts::key(10), {rows_n}, ts::DType::Float32, 0,
+                                                     static_cast<double>(cols)),
+                                 ts::DType::Int64)
+                          .eval();
+  ts::Array xb = ts::astype(x, ts::DType::BFloat16).eval();
+  auto bandwidth = [&](const std::string& name, double bytes, const std::function<ts::Array()>& op) {
+    double t = time_per_call([&] { op().eval(); });
+    rows.push_back({name, "bandwidth", "GB/s", bytes / t / 1e9, memcpy_rate});
+  };
+  bandwidth("add", 3 * f, [&] { return x + y; });
+  bandwidth("multiply (row broadcast)", 2 * f, [&] { return x * w; });
+  bandwidth("exp", 2 * f, [&] { return ts::exp(x); });
+  bandwidth("gelu (tanh)", 2 * f, [&] { return ts::gelu(x); });
+  bandwidth("cast f32->bf16", 1.5 * f, [&] { return ts::astype(x, ts::DType::BFloat16); });
+  bandwidth("bf16 add", 1.5 * f, [&] { return xb + xb; });
+  bandwidth("transpose", 2 * f, [&] { return ts::transpose(x); });
+  bandwidth("sum (last axis)", f, [&] { return ts::sum(x, {-1}); });
+  bandwidth("softmax", 2 * f, [&] { return ts::softmax(x); });
+  bandwidth("layer_norm", 2 * f, [&] { return ts::layer_norm(x, w, bias); });
+  bandwidth("rms_norm", 2 * f, [&] { return ts::rms_norm(x, w); });
+  bandwidth("cross_entropy fwd", f, [&] { return ts::cross_entropy(x, targets, -100, ts::Reduction::None); });
+  {
+    // Forward + backward: read logits twice, write dlogits once.
+    auto loss_grad = ts::grad([&](const std::vector<ts::Array>& in) { return ts::cross_entropy(in[0], targets); });
+    double t = time_per_call([&] { loss_grad({x})[0].eval(); });
+    rows.push_back({"cross_entropy fwd+bwd", "bandwidth", "GB/s", 3 * f / t / 1e9, memcpy_rate});
+  }
+  {
+    // AdamW over n float32 parameters: reads p, g, m, v; writes p, m, v.
+    std::vector<float> p(static_cast<size_t>(n), 0.1f), g(static_cast<size_t>(n), 0.01f), m(static_cast<size_t>(n)),
+        v(static_cast<size_t>(n));
+    ts::cpu::AdamWConfig config;
+    double t = time_per_call(
+        [&] { ts::cpu::adamw_update(ts::DType::Float32, p.data(), g.data(), m.data(), v.data(), n, config); });
+    rows.push_back({"adamw", "bandwidth", "GB/s", 7 * f / t / 1e9, memcpy_rate});
+  }
+
+  // ---- attention (GFLOP/s, for the record; no baseline) ----
+  {
+    int64_t b = quick ? 1 : 8, h = 12, t = 256, d = 64;
+    ts::Array q = randn(11, {b, h, t, d}), k = randn(12, {b, h, t, d}), v = randn(13, {b, h, t, d});
+    double causal_pairs = static_cast<double>(t) * static_cast<double>(t + 1) / 2;
+    double fwd_flops = 4.0 * static_cast<double>(b * h * d) * causal_pairs;
+    double fwd = time_per_call([&] { ts::scaled_dot_product_attention(q, k, v).eval(); });
+    rows.push_back({fmt::format("attention fwd causal B{} H{} T{} D{}", b, h, t, d), "attention", "GFLOP/s",
+                    fwd_flops / fwd / 1e9, 0});
+    auto g = ts::grad(
+        [&](const std::vector<ts::Array>& in) { return ts::sum(ts::scaled_dot_product_attention(in[0], in[1], in[2])); });
+    double both = time_per_call([&] {
+      auto grads = g({q, k, v});
+      ts::eval(grads);
+    });
+    rows.push_back({fmt::format("attention fwd+bwd causal B{} H{} T{} D{}", b, h, t, d), "attention", "GFLOP/s",
+                    3.5 * fwd_flops / both / 1e9, 0});
+  }
+
+  // ---- report ----
+  fmt::print("tessera {} bench_ops: {} threads, memcpy {:.1f} GB/s (read + write, same pool)\n", ts::version(),
+             ts::num_threads(), memcpy_rate);
+  fmt::print("{:<44} {:>10} {:>10} {:>8}\n", "op", "tessera", "baseline", "ratio");
+  double matmul_min = 1e9, bandwidth_min = 1e9;
+  std::string json = fmt::format("{{\"bench\":\"ops\",\"version\":\"{}\",\"threads\":{},\"quick\":{},\"memcpy_gbs\":{:.3f}",
+                                 ts::version(), ts::num_threads(), quick, memcpy_rate);
+  json += ",\"results\":[";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    std::string base = r.baseline > 0 ? fmt::format("{:.1f}", r.baseline) : "-";
+    std::string ratio = r.baseline > 0 ? fmt::format("{:.2f}", r.ratio()) : "-";
+    fmt::print("{:<44} {:>10.1f} {:>10} {:>8}  {}\n", r.name, r.value, base, ratio, r.unit);
+    if (r.kind == "gemm") matmul_min = std::min(matmul_min, r.ratio());
+    if (r.kind == "bandwidth") bandwidth_min = std::min(bandwidth_min, r.ratio());
+    json += fmt::format("{}{{\"name\":\"{}\",\"kind\":\"{}\",\"unit\":\"{}\",\"value\":{:.3f},\"baseline\":{:.3f},"
+                        "\"ratio\":{:.4f}}}",
+                        i ? "," : "", r.name, r.kind, r.unit, r.value, r.baseline, r.ratio());
+  }
+  json += fmt::format("],\"matmul_vs_blas_min\":{:.4f},\"bandwidth_vs_memcpy_min\":{:.4f}}}", matmul_min,
+                      bandwidth_min);
+  fmt::print("matmul_vs_blas_min {:.2f} (target >= 0.95), bandwidth_vs_memcpy_min {:.2f} (target >= 0.6)\n",
+             matmul_min, bandwidth_min);
+  fmt::print("{}\n", json);
+  return 0;
+}

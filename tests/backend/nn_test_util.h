@@ -64,10 +64,14 @@ struct Tol {
 };
 inline Tol tol_for(DType dtype) {
   switch (dtype) {
-    case DType::Float64: return {1e-12, 1e-11};
-    case DType::Float32: return {2e-6, 2e-5};
-    case DType::BFloat16: return {2e-2, 1.6e-2};
-    default: return {2e-3, 2e-3};  // float16
+    case DType::Float64:
+      return {1e-12, 1e-11};
+    case DType::Float32:
+      return {2e-6, 2e-5};
+    case DType::BFloat16:
+      return {2e-2, 1.6e-2};
+    default:
+      return {2e-3, 2e-3};  // float16
   }
 }
 

@@ -40,7 +40,8 @@ const Dims kDims[] = {{1, 1, 1, 1}, {2, 7, 3, 11}, {3, 33, 1, 40}, {1, 50, 1030,
 TEST(Gather, GatherAndScatterAddMatchNaiveLoops) {
   for (DType dt : kAllTypes) {
     for (auto [outer, axis_len, inner, n_idx] : kDims) {
-      SCOPED_TRACE(::testing::Message() << name(dt) << " " << outer << "x" << axis_len << "x" << inner << " n=" << n_idx);
+      SCOPED_TRACE(::testing::Message() << name(dt) << " " << outer << "x" << axis_len << "x" << inner
+                                        << " n=" << n_idx);
       auto idx = random_indices(n_idx, axis_len, 601);
       auto x = small_values(outer * axis_len * inner, 602);
       Buf xb(dt, x), out(dt, outer * n_idx * inner);
@@ -67,7 +68,8 @@ TEST(Gather, GatherAndScatterAddMatchNaiveLoops) {
 TEST(Gather, AlongAxisMatchesNaiveLoops) {
   for (DType dt : kAllTypes) {
     for (auto [outer, axis_len, inner, n_idx] : kDims) {
-      SCOPED_TRACE(::testing::Message() << name(dt) << " " << outer << "x" << axis_len << "x" << inner << " n=" << n_idx);
+      SCOPED_TRACE(::testing::Message() << name(dt) << " " << outer << "x" << axis_len << "x" << inner
+                                        << " n=" << n_idx);
       const int64_t count = outer * n_idx * inner;
       auto idx = random_indices(count, axis_len, 611);
       auto x = small_values(outer * axis_len * inner, 612);

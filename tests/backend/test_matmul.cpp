@@ -59,8 +59,8 @@ const Case kCases[] = {
     {1, 7, 33, 5, true, false, false, false},    {1, 7, 33, 5, false, true, false, false},
     {1, 7, 33, 5, true, true, false, false},     {3, 17, 9, 1000, false, true, false, false},
     {5, 8, 12, 16, false, false, true, false},   {5, 8, 12, 16, true, true, false, true},
-    {2, 300, 37, 20, true, false, false, false},    // several row tiles
-    {1, 3, 1100, 4, false, true, false, true},      // several column tiles
+    {2, 300, 37, 20, true, false, false, false},  // several row tiles
+    {1, 3, 1100, 4, false, true, false, true},    // several column tiles
     {4, 3, 4, 0, false, false, false, false},    {2, 0, 4, 3, false, false, false, false},
     {0, 3, 4, 5, false, false, false, false},
 };
@@ -118,7 +118,8 @@ TEST(Matmul, BitwiseIdenticalAcrossThreadCounts) {
   const Case cases[] = {{24, 64, 48, 32, false, true, false, false}, {1, 300, 290, 310, false, false, false, false}};
   for (const Case& c : cases) {
     for (DType dt : {DType::Float32, DType::Float64, DType::BFloat16}) {
-      Buf a(dt, uniform(static_cast<size_t>(a_size(c)), -1, 1, 521)), b(dt, uniform(static_cast<size_t>(b_size(c)), -1, 1, 522));
+      Buf a(dt, uniform(static_cast<size_t>(a_size(c)), -1, 1, 521)),
+          b(dt, uniform(static_cast<size_t>(b_size(c)), -1, 1, 522));
       Buf c1(dt, c.batch * c.m * c.n), c2(dt, c.batch * c.m * c.n), c3(dt, c.batch * c.m * c.n);
       with_threads(1, [&] { matmul(dt, shape_of(c), a.data(), b.data(), c1.data()); });
       with_threads(2, [&] { matmul(dt, shape_of(c), a.data(), b.data(), c2.data()); });

@@ -146,9 +146,12 @@ void check_finite_differences(bool rms) {
     return (lp - lm) / (2 * h);
   };
   auto eval = [&] { return loss(x, w, b); };
-  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(o.dx.get(static_cast<int64_t>(i)), central(x, i, eval), tol) << "dx " << i;
-  for (size_t j = 0; j < w.size(); ++j) EXPECT_NEAR(o.dw.get(static_cast<int64_t>(j)), central(w, j, eval), tol) << "dw " << j;
-  for (size_t j = 0; j < b.size(); ++j) EXPECT_NEAR(o.db.get(static_cast<int64_t>(j)), central(b, j, eval), tol) << "db " << j;
+  for (size_t i = 0; i < x.size(); ++i)
+    EXPECT_NEAR(o.dx.get(static_cast<int64_t>(i)), central(x, i, eval), tol) << "dx " << i;
+  for (size_t j = 0; j < w.size(); ++j)
+    EXPECT_NEAR(o.dw.get(static_cast<int64_t>(j)), central(w, j, eval), tol) << "dw " << j;
+  for (size_t j = 0; j < b.size(); ++j)
+    EXPECT_NEAR(o.db.get(static_cast<int64_t>(j)), central(b, j, eval), tol) << "db " << j;
 }
 
 TEST(LayerNorm, BackwardMatchesFiniteDifferences) { check_finite_differences(false); }

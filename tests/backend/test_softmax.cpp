@@ -103,7 +103,8 @@ TEST(Softmax, BackwardMatchesFiniteDifferences) {
       for (int64_t i = 0; i < rows * cols; ++i) l += dy[static_cast<size_t>(i)] * yb.get(i);
       return l;
     };
-    Buf xb(DType::Float64, x), yb(DType::Float64, rows * cols), dyb(DType::Float64, dy), dxb(DType::Float64, rows * cols);
+    Buf xb(DType::Float64, x), yb(DType::Float64, rows * cols), dyb(DType::Float64, dy),
+        dxb(DType::Float64, rows * cols);
     softmax_rows(DType::Float64, xb.data(), yb.data(), rows, cols, log);
     softmax_rows_backward(DType::Float64, yb.data(), dyb.data(), dxb.data(), rows, cols, log);
     const double h = 1e-5;

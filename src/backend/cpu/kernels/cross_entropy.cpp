@@ -69,8 +69,9 @@ void check_targets(const char* op, const int64_t* targets, int64_t rows, int64_t
     const int64_t t = targets[r];
     if (t == ignore_index) continue;
     if (t < 0 || t >= vocab) {
-      fail<ValueError>("{}: target out of range at row {} (got {}; expected 0 <= target < vocab size {}, or ignore_index {})",
-                       op, r, t, vocab, ignore_index);
+      fail<ValueError>(
+          "{}: target out of range at row {} (got {}; expected 0 <= target < vocab size {}, or ignore_index {})", op, r,
+          t, vocab, ignore_index);
     }
   }
 }

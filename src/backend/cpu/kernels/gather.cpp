@@ -8,11 +8,12 @@
 // The result is therefore independent of the thread count. Low-precision floats
 // (bfloat16, float16) are rounded after every addition, as the element type dictates;
 // integers wrap (two's complement); bool accumulates as logical or.
+#include "backend/cpu/kernels/gather.h"
+
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
-#include "backend/cpu/kernels/gather.h"
 #include "backend/cpu/kernels/nn_common.h"
 #include "tessera/base/error.h"
 #include "tessera/base/thread_pool.h"
@@ -61,17 +62,38 @@ inline void add_into(T& a, T b) {
 template <typename Fn>
 void dispatch_all(DType dtype, const char* op, Fn&& fn) {
   switch (dtype) {
-    case DType::Bool: fn(bool{}); break;
-    case DType::UInt8: fn(uint8_t{}); break;
-    case DType::Int8: fn(int8_t{}); break;
-    case DType::UInt32: fn(uint32_t{}); break;
-    case DType::Int32: fn(int32_t{}); break;
-    case DType::Int64: fn(int64_t{}); break;
-    case DType::Float16: fn(float16{}); break;
-    case DType::BFloat16: fn(bfloat16{}); break;
-    case DType::Float32: fn(float{}); break;
-    case DType::Float64: fn(double{}); break;
-    default: fail<DTypeError>("{}: unsupported dtype (got {})", op, static_cast<int>(dtype));
+    case DType::Bool:
+      fn(bool{});
+      break;
+    case DType::UInt8:
+      fn(uint8_t{});
+      break;
+    case DType::Int8:
+      fn(int8_t{});
+      break;
+    case DType::UInt32:
+      fn(uint32_t{});
+      break;
+    case DType::Int32:
+      fn(int32_t{});
+      break;
+    case DType::Int64:
+      fn(int64_t{});
+      break;
+    case DType::Float16:
+      fn(float16{});
+      break;
+    case DType::BFloat16:
+      fn(bfloat16{});
+      break;
+    case DType::Float32:
+      fn(float{});
+      break;
+    case DType::Float64:
+      fn(double{});
+      break;
+    default:
+      fail<DTypeError>("{}: unsupported dtype (got {})", op, static_cast<int>(dtype));
   }
 }
 
@@ -86,7 +108,8 @@ void scatter_add_impl(const T* upd, int64_t outer, int64_t axis_len, int64_t inn
   const int64_t block = inner_block(inner);
   const int64_t blocks = num_chunks(inner, block);
   const int64_t tasks = outer * blocks;
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, block * std::max<int64_t>(1, n_idx)));
+  const int64_t grain =
+      std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, block * std::max<int64_t>(1, n_idx)));
   parallel_for(tasks, grain, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t o = task / blocks;
@@ -123,7 +146,8 @@ void scatter_add_along_impl(const T* upd, int64_t outer, int64_t axis_len, int64
                             int64_t n_idx, T* out) {
   const int64_t block = inner_block(inner);
   const int64_t blocks = num_chunks(inner, block);
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, block * std::max<int64_t>(1, n_idx)));
+  const int64_t grain =
+      std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, block * std::max<int64_t>(1, n_idx)));
   parallel_for(outer * blocks, grain, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t o = task / blocks;
@@ -159,13 +183,14 @@ void gather(DType dtype, const void* x, int64_t outer, int64_t axis_len, int64_t
   const char* src = static_cast<const char*>(x);
   char* dst = static_cast<char*>(out);
   // One task per output row of `inner` elements: a memcpy from the selected input row.
-  parallel_for(outer * n_idx, nn_detail::row_grain(static_cast<int64_t>(row_bytes) / 4 + 1), [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t o = row / n_idx;
-      const int64_t i = ids[static_cast<size_t>(row % n_idx)];
-      std::memcpy(dst + row * row_bytes, src + (o * axis_len + i) * row_bytes, row_bytes);
-    }
-  });
+  parallel_for(outer * n_idx, nn_detail::row_grain(static_cast<int64_t>(row_bytes) / 4 + 1),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t row = begin; row < end; ++row) {
+                   const int64_t o = row / n_idx;
+                   const int64_t i = ids[static_cast<size_t>(row % n_idx)];
+                   std::memcpy(dst + row * row_bytes, src + (o * axis_len + i) * row_bytes, row_bytes);
+                 }
+               });
 }
 
 void scatter_add(DType dtype, const void* updates, int64_t outer, int64_t axis_len, int64_t inner, const int64_t* idx,

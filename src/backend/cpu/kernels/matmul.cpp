@@ -1,18 +1,19 @@
 // Batched GEMM: C[b] = op(A[b]) op(B[b]).
 //
-// Threading policy (one pool at a time on the cores; see ARCHITECTURE.md, "two pools
-// fight"):
-//  * A GEMM big enough to keep every core busy (m n k > kSmallGemm) is handed to
-//    OpenBLAS with tessera::num_threads() threads, one batch entry after another; our
-//    pool sleeps meanwhile (its workers block on a condition variable).
-//  * Batches of small GEMMs (attention: 96 x 256x64x256) run in our parallel_for over
-//    the batch, each entry on a single-threaded BLAS call, so OpenBLAS never starts
-//    its own threads.
-// The OpenBLAS thread count is set before every call (cached, so it costs nothing when
-// unchanged) and equals num_threads() or 1. OpenBLAS splits M and N, never K, between
-// its threads, so an element's arithmetic does not depend on the thread count, and a
-// given GEMM is bitwise reproducible run to run (tested across 1 and 2 threads).
-// matmul must be called from outside a parallel region (it sets a global BLAS setting).
+// Threading policy: one pool on the cores (ARCHITECTURE.md: two pools fighting halve
+// the speed). OpenBLAS is always called single-threaded (openblas_set_num_threads(1))
+// and our pool runs the calls: C is cut into tiles of at most kTileM x kTileN for every
+// batch entry, and parallel_for hands out the (batch, tile) tasks. So
+//  * many small GEMMs (attention: 96 x 256x64x256) are one task each;
+//  * one big GEMM (2048x768x3072) is 8 x 3 tiles, about 50 ms of work per tile on the
+//    2-core machine, so load balance and packing overheads are negligible
+//    (bench/results/blas_choice.md measures it against OpenBLAS's own threads).
+// Why not hand big GEMMs to OpenBLAS's threads: OpenBLAS 0.3.21 splits some shapes
+// differently by thread count (100x100x5000 sgemm, 300x290x310 dgemm differ bitwise
+// between 1 and 2 threads), which breaks "bitwise identical for any num_threads()",
+// and its workers spin after each call, competing with our next kernel. Tiles depend
+// only on the shape, K is never split, so every element's arithmetic is fixed.
+// matmul may be called inside a parallel region (nested parallel_for runs inline).
 //
 // bfloat16/float16 are widened to float32 panels, multiplied with sgemm, and rounded
 // once. Integer and bool GEMMs accumulate in 64-bit (wrapping) and are rounded into the
@@ -35,7 +36,6 @@ namespace {
 
 using nn_detail::kIsHalf;
 
-
 void set_blas_threads(int n) {
   static std::mutex mutex;
   static int current = -1;
@@ -57,17 +57,16 @@ void gemm_one(const float* a, const float* b, float* c, const MatmulShape& s, co
 void gemm_one(const double* a, const double* b, double* c, const MatmulShape& s, const MatmulShape& full) {
   cblas_dgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(s.m), static_cast<blasint>(s.n), static_cast<blasint>(s.k), 1.0, a,
-              static_cast<blasint>(s.trans_a ? full.m : s.k), b, static_cast<blasint>(s.trans_b ? s.k : full.n), 0.0,
-              c, static_cast<blasint>(full.n));
+              static_cast<blasint>(s.trans_a ? full.m : s.k), b, static_cast<blasint>(s.trans_b ? s.k : full.n), 0.0, c,
+              static_cast<blasint>(full.n));
 }
 
-// C tiles handed to single-threaded BLAS calls: kTileM x kTileN (or the whole GEMM
-// when smaller). Sizes depend only on the shape (see the file comment).
-int64_t g_tile_m = 256, g_tile_n = 1024;
+// C tiles handed to single-threaded BLAS calls (or the whole GEMM when smaller).
+constexpr int64_t kTileM = 256, kTileN = 1024;
 
 template <typename T>
 void blas_matmul(const MatmulShape& s, const T* a, const T* b, T* c) {
-  const int64_t tile_m = std::min(s.m, g_tile_m), tile_n = std::min(s.n, g_tile_n);
+  const int64_t tile_m = std::min(s.m, kTileM), tile_n = std::min(s.n, kTileN);
   const int64_t tiles_m = num_chunks(s.m, tile_m), tiles_n = num_chunks(s.n, tile_n);
   const int64_t per_batch = tiles_m * tiles_n;
   set_blas_threads(1);
@@ -90,7 +89,8 @@ template <typename T>
 std::vector<float> widen_panels(const T* src, int64_t count, int64_t stride, int64_t size) {
   std::vector<float> out(static_cast<size_t>(count * size));
   parallel_for(count * size, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
-    for (int64_t e = begin; e < end; ++e) out[static_cast<size_t>(e)] = nn_detail::to_float(src[(e / size) * stride + e % size]);
+    for (int64_t e = begin; e < end; ++e)
+      out[static_cast<size_t>(e)] = nn_detail::to_float(src[(e / size) * stride + e % size]);
   });
   return out;
 }
@@ -105,9 +105,8 @@ void half_matmul(const MatmulShape& s, const T* a, const T* b, T* c) {
   f.a_batch_stride = na == 1 ? 0 : s.m * s.k;
   f.b_batch_stride = nb == 1 ? 0 : s.k * s.n;
   blas_matmul(f, af.data(), bf.data(), cf.data());
-  parallel_for(s.batch * s.m * s.n, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
-    nn_detail::narrow(cf.data() + begin, c + begin, end - begin);
-  });
+  parallel_for(s.batch * s.m * s.n, int64_t{1} << 16,
+               [&](int64_t begin, int64_t end) { nn_detail::narrow(cf.data() + begin, c + begin, end - begin); });
 }
 
 // Integer / bool GEMM: one output row per task, 64-bit wrapping accumulation.
@@ -182,7 +181,9 @@ void matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b,
     case DType::Float16:
       half_matmul(shape, static_cast<const float16*>(a), static_cast<const float16*>(b), static_cast<float16*>(c));
       break;
-    case DType::Bool: int_matmul(shape, static_cast<const bool*>(a), static_cast<const bool*>(b), static_cast<bool*>(c)); break;
+    case DType::Bool:
+      int_matmul(shape, static_cast<const bool*>(a), static_cast<const bool*>(b), static_cast<bool*>(c));
+      break;
     case DType::UInt8:
       int_matmul(shape, static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), static_cast<uint8_t*>(c));
       break;
@@ -198,20 +199,16 @@ void matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b,
     case DType::Int64:
       int_matmul(shape, static_cast<const int64_t*>(a), static_cast<const int64_t*>(b), static_cast<int64_t*>(c));
       break;
-    default: fail<DTypeError>("matmul: unsupported dtype (got {})", static_cast<int>(dtype));
+    default:
+      fail<DTypeError>("matmul: unsupported dtype (got {})", static_cast<int>(dtype));
   }
-}
-
-void set_matmul_tiles_for_bench(int64_t tile_m, int64_t tile_n) {
-  g_tile_m = tile_m;
-  g_tile_n = tile_n;
 }
 
 void blas_sgemm(int64_t m, int64_t n, int64_t k, const float* a, const float* b, bool trans_b, float* c) {
   set_blas_threads(num_threads());
   cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(std::max<int64_t>(1, k)), b,
-              static_cast<blasint>(std::max<int64_t>(1, trans_b ? k : n)), 0.0f, c,
+              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(std::max<int64_t>(1, k)),
+              b, static_cast<blasint>(std::max<int64_t>(1, trans_b ? k : n)), 0.0f, c,
               static_cast<blasint>(std::max<int64_t>(1, n)));
 }
 

@@ -71,10 +71,11 @@ inline void lane_sum2(int64_t n, F&& f, G&& g, A& sf, A& sg) {
 template <typename A>
 void layer_norm_row(const A* x, const A* w, const A* b, A* y, int64_t n, A eps, A& mean_out, A& rstd_out) {
   const A mu = lane_sum<A>(n, [&](int64_t j) { return x[j]; }) / static_cast<A>(n);
-  const A var = lane_sum<A>(n, [&](int64_t j) {
-                  A d = x[j] - mu;
-                  return d * d;
-                }) /
+  const A var = lane_sum<A>(n,
+                            [&](int64_t j) {
+                              A d = x[j] - mu;
+                              return d * d;
+                            }) /
                 static_cast<A>(n);
   const A rstd = A(1) / std::sqrt(var + eps);
   if (w && b) {
@@ -111,7 +112,8 @@ void norm_row_backward(const A* __restrict__ x, const A* __restrict__ w, A mu, A
   auto g = [&](int64_t j) { return dy[j] * w[j]; };
   auto xhat = [&](int64_t j) { return (x[j] - mu) * rstd; };
   A sum_g = 0, sum_gx = 0;
-  lane_sum2<A>(n, g, [&](int64_t j) { return g(j) * xhat(j); }, sum_g, sum_gx);
+  lane_sum2<A>(
+      n, g, [&](int64_t j) { return g(j) * xhat(j); }, sum_g, sum_gx);
   const A mean_g = centered ? sum_g * inv_n : A(0);
   const A mean_gx = sum_gx * inv_n;
   if (dw && db) {
@@ -263,9 +265,8 @@ void check_stat(const char* op, int64_t rows, const void* stat) {
 void layer_norm_rows(DType dtype, const void* x, const void* w, const void* b, void* y, void* mean, void* rstd,
                      int64_t rows, int64_t cols, double eps) {
   check_norm("layer_norm", rows, cols);
-  dispatch_float(dtype, "layer_norm", [&](auto tag) {
-    norm_forward<decltype(tag)>(x, w, b, y, mean, rstd, rows, cols, eps, true);
-  });
+  dispatch_float(dtype, "layer_norm",
+                 [&](auto tag) { norm_forward<decltype(tag)>(x, w, b, y, mean, rstd, rows, cols, eps, true); });
 }
 
 void layer_norm_rows_backward(DType dtype, const void* x, const void* w, const void* mean, const void* rstd,
@@ -273,9 +274,8 @@ void layer_norm_rows_backward(DType dtype, const void* x, const void* w, const v
   check_norm("layer_norm_backward", rows, cols);
   check_stat("layer_norm_backward", rows, mean);
   check_stat("layer_norm_backward", rows, rstd);
-  dispatch_float(dtype, "layer_norm_backward", [&](auto tag) {
-    norm_backward<decltype(tag)>(x, w, mean, rstd, dy, dx, dw, db, rows, cols, true);
-  });
+  dispatch_float(dtype, "layer_norm_backward",
+                 [&](auto tag) { norm_backward<decltype(tag)>(x, w, mean, rstd, dy, dx, dw, db, rows, cols, true); });
 }
 
 void rms_norm_rows(DType dtype, const void* x, const void* w, void* y, void* rstd, int64_t rows, int64_t cols,

@@ -4,10 +4,11 @@
 // Memory bound: reads p, g, m, v and writes p, m, v (7 streams). float32 runs 8 lanes
 // with masked tails (every element takes the same arithmetic); bfloat16/float16
 // parameters are widened per chunk into float32 scratch and share the float32 path.
+#include "backend/cpu/kernels/optim.h"
+
 #include <cmath>
 
 #include "backend/cpu/kernels/nn_common.h"
-#include "backend/cpu/kernels/optim.h"
 #include "tessera/base/thread_pool.h"
 
 namespace tessera::cpu {
@@ -26,9 +27,10 @@ template <typename A>
 Coeffs<A> coeffs(const AdamWConfig& c) {
   const double c1 = 1.0 / (1.0 - std::pow(c.beta1, static_cast<double>(c.step)));
   const double c2 = 1.0 / (1.0 - std::pow(c.beta2, static_cast<double>(c.step)));
-  return {static_cast<A>(c.lr), static_cast<A>(c.beta1), static_cast<A>(c.beta2), static_cast<A>(1.0 - c.beta1),
-          static_cast<A>(1.0 - c.beta2), static_cast<A>(c1), static_cast<A>(c2), static_cast<A>(c.eps),
-          static_cast<A>(c.weight_decay)};
+  return {
+      static_cast<A>(c.lr),          static_cast<A>(c.beta1), static_cast<A>(c.beta2), static_cast<A>(1.0 - c.beta1),
+      static_cast<A>(1.0 - c.beta2), static_cast<A>(c1),      static_cast<A>(c2),      static_cast<A>(c.eps),
+      static_cast<A>(c.weight_decay)};
 }
 
 template <typename A>

@@ -27,12 +27,10 @@ class Unary : public Primitive {
   explicit Unary(UnaryKind kind) : kind_(kind) {}
   UnaryKind kind() const { return kind_; }
   std::string name() const override { return unary_name(kind_); }
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
-  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
+  TESSERA_PRIMITIVE_COST
 
  private:
   UnaryKind kind_;
@@ -43,13 +41,11 @@ class Binary : public Primitive {
   explicit Binary(BinaryKind kind) : kind_(kind) {}
   BinaryKind kind() const { return kind_; }
   std::string name() const override { return binary_name(kind_); }
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
-  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
-  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
+  TESSERA_PRIMITIVE_COMPOSITE
+  TESSERA_PRIMITIVE_COST
 
  private:
   BinaryKind kind_;
@@ -59,12 +55,10 @@ class Binary : public Primitive {
 class Where : public Primitive {
  public:
   std::string name() const override { return "where"; }
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
-  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
+  TESSERA_PRIMITIVE_COST
 };
 
 class Cast : public Primitive {
@@ -72,11 +66,9 @@ class Cast : public Primitive {
   explicit Cast(DType dtype) : dtype_(dtype) {}
   std::string name() const override { return "convert"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
 
  private:
   DType dtype_;
@@ -86,11 +78,9 @@ class Cast : public Primitive {
 class StopGradient : public Primitive {
  public:
   std::string name() const override { return "stop_gradient"; }
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
   Cost cost(const std::vector<Array>&, const std::vector<Array>&) const override { return {}; }
 };
 
@@ -99,11 +89,9 @@ class StopGradient : public Primitive {
 class Identity : public Primitive {
  public:
   std::string name() const override { return "identity"; }
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
   Cost cost(const std::vector<Array>&, const std::vector<Array>&) const override { return {}; }
 };
 

@@ -13,11 +13,9 @@ class Take : public Primitive {
   explicit Take(int axis) : axis_(axis) {}
   std::string name() const override { return "take"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
 
  private:
   int axis_;
@@ -30,12 +28,10 @@ class TakeScatterAdd : public Primitive {
   TakeScatterAdd(Shape shape, int axis) : shape_(std::move(shape)), axis_(axis) {}
   std::string name() const override { return "scatter_add"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
 
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_VMAP
 
  private:
   Shape shape_;
@@ -48,12 +44,10 @@ class TakeAlong : public Primitive {
   explicit TakeAlong(int axis) : axis_(axis) {}
   std::string name() const override { return "take_along_axis"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
 
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_VMAP
 
  private:
   int axis_;
@@ -64,12 +58,10 @@ class TakeAlongScatterAdd : public Primitive {
   TakeAlongScatterAdd(Shape shape, int axis) : shape_(std::move(shape)), axis_(axis) {}
   std::string name() const override { return "scatter_add_along_axis"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
 
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_VMAP
 
  private:
   Shape shape_;

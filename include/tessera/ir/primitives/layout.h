@@ -14,11 +14,9 @@ class Reshape : public Primitive {
   explicit Reshape(Shape shape) : shape_(std::move(shape)) {}
   std::string name() const override { return "reshape"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
   Cost cost(const std::vector<Array>&, const std::vector<Array>&) const override { return {}; }
 
  private:
@@ -30,11 +28,9 @@ class Transpose : public Primitive {
   explicit Transpose(std::vector<int> perm) : perm_(std::move(perm)) {}
   std::string name() const override { return "transpose"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
 
  private:
   std::vector<int> perm_;
@@ -45,11 +41,9 @@ class BroadcastTo : public Primitive {
   explicit BroadcastTo(Shape shape) : shape_(std::move(shape)) {}
   std::string name() const override { return "broadcast_to"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
 
  private:
   Shape shape_;
@@ -62,11 +56,9 @@ class Slice : public Primitive {
       : start_(std::move(start)), stop_(std::move(stop)), step_(std::move(step)) {}
   std::string name() const override { return "slice"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
 
  private:
   std::vector<int64_t> start_, stop_, step_;
@@ -79,11 +71,9 @@ class SlicePad : public Primitive {
       : shape_(std::move(shape)), start_(std::move(start)), step_(std::move(step)) {}
   std::string name() const override { return "slice_pad"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
 
  private:
   Shape shape_;
@@ -95,11 +85,9 @@ class Concatenate : public Primitive {
   explicit Concatenate(int axis) : axis_(axis) {}
   std::string name() const override { return "concatenate"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
 
  private:
   int axis_;

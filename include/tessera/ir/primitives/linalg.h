@@ -15,12 +15,10 @@ class Matmul : public Primitive {
   bool trans_b() const { return trans_b_; }
   std::string name() const override { return "matmul"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
-  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
+  TESSERA_PRIMITIVE_COST
 
  private:
   bool trans_a_, trans_b_;

@@ -15,13 +15,11 @@ class Softmax : public Primitive {
  public:
   explicit Softmax(bool log) : log_(log) {}
   std::string name() const override { return log_ ? "log_softmax" : "softmax"; }
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
-  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
-  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
+  TESSERA_PRIMITIVE_COMPOSITE
+  TESSERA_PRIMITIVE_COST
 
  private:
   bool log_;
@@ -32,10 +30,9 @@ class SoftmaxGrad : public Primitive {
  public:
   explicit SoftmaxGrad(bool log) : log_(log) {}
   std::string name() const override { return log_ ? "log_softmax_grad" : "softmax_grad"; }
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
-  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VMAP
+  TESSERA_PRIMITIVE_COMPOSITE
 
  private:
   bool log_;
@@ -50,13 +47,11 @@ class Norm : public Primitive {
       : rms_(rms), has_weight_(has_weight), has_bias_(has_bias), eps_(eps) {}
   std::string name() const override { return rms_ ? "rms_norm" : "layer_norm"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
-  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
-  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
+  TESSERA_PRIMITIVE_COMPOSITE
+  TESSERA_PRIMITIVE_COST
 
  private:
   bool rms_, has_weight_, has_bias_;
@@ -68,8 +63,8 @@ class NormGrad : public Primitive {
  public:
   NormGrad(bool rms, bool has_weight, bool has_bias) : rms_(rms), has_weight_(has_weight), has_bias_(has_bias) {}
   std::string name() const override { return rms_ ? "rms_norm_grad" : "layer_norm_grad"; }
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_COMPOSITE
 
  private:
   bool rms_, has_weight_, has_bias_;
@@ -88,13 +83,11 @@ class Attention : public Primitive {
   explicit Attention(AttentionConfig config) : config_(config) {}
   std::string name() const override { return "attention"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
-  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
-  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
+  TESSERA_PRIMITIVE_COMPOSITE
+  TESSERA_PRIMITIVE_COST
   const AttentionConfig& config() const { return config_; }
 
  private:
@@ -107,9 +100,9 @@ class AttentionGrad : public Primitive {
   explicit AttentionGrad(AttentionConfig config) : config_(config) {}
   std::string name() const override { return "attention_grad"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
-  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_COMPOSITE
+  TESSERA_PRIMITIVE_COST
 
  private:
   AttentionConfig config_;
@@ -121,13 +114,11 @@ class CrossEntropy : public Primitive {
   explicit CrossEntropy(int64_t ignore_index) : ignore_index_(ignore_index) {}
   std::string name() const override { return "cross_entropy"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
-  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
-  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
+  TESSERA_PRIMITIVE_COMPOSITE
+  TESSERA_PRIMITIVE_COST
 
  private:
   int64_t ignore_index_;
@@ -139,8 +130,8 @@ class CrossEntropyGrad : public Primitive {
   explicit CrossEntropyGrad(int64_t ignore_index) : ignore_index_(ignore_index) {}
   std::string name() const override { return "cross_entropy_grad"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_COMPOSITE
 
  private:
   int64_t ignore_index_;

@@ -13,9 +13,8 @@ class RandomSplit : public Primitive {
   explicit RandomSplit(int64_t num) : num_(num) {}
   std::string name() const override { return "random_split"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VMAP
 
  private:
   int64_t num_;
@@ -29,9 +28,8 @@ class RandomSample : public Primitive {
       : dist_(dist), a_(a), b_(b), shape_(std::move(shape)), dtype_(dtype) {}
   std::string name() const override { return dist_ == Distribution::Uniform ? "random_uniform" : "random_normal"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VMAP
 
  private:
   Distribution dist_;
@@ -44,9 +42,8 @@ class RandomSample : public Primitive {
 class RandomBernoulli : public Primitive {
  public:
   std::string name() const override { return "random_bernoulli"; }
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VMAP
 };
 
 }  // namespace tessera

@@ -17,12 +17,10 @@ class Reduce : public Primitive {
   const std::vector<int>& axes() const { return axes_; }
   std::string name() const override;
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
-                         const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
-  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
+  TESSERA_PRIMITIVE_COST
 
  private:
   ReduceKind kind_;
@@ -35,9 +33,8 @@ class ArgReduce : public Primitive {
   ArgReduce(bool is_max, int axis) : is_max_(is_max), axis_(axis) {}
   std::string name() const override { return is_max_ ? "argmax" : "argmin"; }
   std::string attributes() const override;
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs,
-                                                       const std::vector<int>& axes) override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VMAP
 
  private:
   bool is_max_;

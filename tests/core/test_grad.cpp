@@ -282,3 +282,25 @@ TEST(Grad, MultipleOutputsAndReuse) {
 
 }  // namespace
 }  // namespace tessera::test
+
+namespace tessera::test {
+namespace {
+
+// The checkers themselves must be able to fail.
+TEST(Checkers, DetectWrongGradientsAndValues) {
+  // vjp of x * stop_gradient(x) is x; finite differences see 2x.
+  EXPECT_FALSE(check_vjp_fd(Fn([](const std::vector<Array>& xs) { return xs[0] * stop_gradient(xs[0]); }),
+                            {random_array({4}, 1)}));
+  auto v = random_values(10, 2);
+  auto w = v;
+  w[7] += 1e-6;
+  EXPECT_FALSE(all_close(make_array(v, {10}), w, 1e-9, 1e-9));
+  EXPECT_TRUE(all_close(make_array(v, {10}), w, 1e-9, 2e-6));
+  EXPECT_FALSE(all_close(make_array(v, {10}), std::vector<double>(9, 0.0), 1, 1));
+  EXPECT_FALSE(throws_with<ValueError>([] {}, {}));
+  EXPECT_FALSE(throws_with<ValueError>([] { throw ShapeError("x"); }, {}));
+  EXPECT_FALSE(throws_with<ShapeError>([] { throw ShapeError("add: bad"); }, {"matmul"}));
+}
+
+}  // namespace
+}  // namespace tessera::test

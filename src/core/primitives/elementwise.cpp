@@ -70,13 +70,6 @@ std::pair<std::vector<Array>, std::vector<int>> Unary::vmap(const std::vector<Ar
   return {{Array::make(x.shape(), x.dtype(), std::make_shared<Unary>(kind_), {x})}, {axes[0]}};
 }
 
-Cost Unary::cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const {
-  Cost c = Primitive::cost(inputs, outputs);
-  // Transcendentals cost ~10-20 flops in a vectorized polynomial; count 1 like XLA's
-  // cost analysis for elementwise ops (MFU counts model flops, not these).
-  return c;
-}
-
 // Composite forms of the derivative helpers (for second derivatives).
 std::vector<Array> Binary::composite(const std::vector<Array>& in) const {
   const Array& a = in[0];
@@ -157,10 +150,6 @@ std::pair<std::vector<Array>, std::vector<int>> Binary::vmap(const std::vector<A
   return {{Array::make(shape, out, std::make_shared<Binary>(kind_), {a, b})}, {0}};
 }
 
-Cost Binary::cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const {
-  return Primitive::cost(inputs, outputs);
-}
-
 std::vector<Array> Where::vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
                               const std::vector<int>& argnums, const std::vector<Array>&) {
   const Array& c = primals[0];
@@ -189,10 +178,6 @@ std::pair<std::vector<Array>, std::vector<int>> Where::vmap(const std::vector<Ar
   // An unbatched operand may have the larger rank; where() broadcast everything to
   // the batched layout [batch, ...] because at least one operand carries the batch.
   return {{out}, {0}};
-}
-
-Cost Where::cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const {
-  return Primitive::cost(inputs, outputs);
 }
 
 std::string Cast::attributes() const { return "dtype=" + std::string(tessera::name(dtype_)); }

@@ -30,7 +30,6 @@ class Unary : public Primitive {
   TESSERA_PRIMITIVE_EVAL
   TESSERA_PRIMITIVE_VJP
   TESSERA_PRIMITIVE_VMAP
-  TESSERA_PRIMITIVE_COST
 
  private:
   UnaryKind kind_;
@@ -45,7 +44,6 @@ class Binary : public Primitive {
   TESSERA_PRIMITIVE_VJP
   TESSERA_PRIMITIVE_VMAP
   TESSERA_PRIMITIVE_COMPOSITE
-  TESSERA_PRIMITIVE_COST
 
  private:
   BinaryKind kind_;
@@ -58,7 +56,6 @@ class Where : public Primitive {
   TESSERA_PRIMITIVE_EVAL
   TESSERA_PRIMITIVE_VJP
   TESSERA_PRIMITIVE_VMAP
-  TESSERA_PRIMITIVE_COST
 };
 
 class Cast : public Primitive {

@@ -61,7 +61,7 @@ class Primitive {
                                                                const std::vector<int>& axes);
 
   // The same outputs written with other ops; empty when the primitive is basic.
-  virtual std::vector<Array> composite(const std::vector<Array>& inputs) const { return {}; }
+  virtual std::vector<Array> composite(const std::vector<Array>& /*inputs*/) const { return {}; }
 
   virtual Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const;
 

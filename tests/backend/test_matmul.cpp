@@ -114,8 +114,11 @@ TEST(Matmul, IntegerDtypesAreExact) {
 }
 
 TEST(Matmul, BitwiseIdenticalAcrossThreadCounts) {
-  // Many small GEMMs, and one GEMM split into several tiles.
-  const Case cases[] = {{24, 64, 48, 32, false, true, false, false}, {1, 300, 290, 310, false, false, false, false}};
+  // Many small GEMMs, and GEMMs split into several tiles (the last one into row and
+  // column tiles, transposed operands).
+  const Case cases[] = {{24, 64, 48, 32, false, true, false, false},
+                        {1, 300, 290, 310, false, false, false, false},
+                        {1, 1100, 1300, 96, true, true, false, false}};
   for (const Case& c : cases) {
     for (DType dt : {DType::Float32, DType::Float64, DType::BFloat16}) {
       Buf a(dt, uniform(static_cast<size_t>(a_size(c)), -1, 1, 521)),

@@ -19,7 +19,12 @@ namespace tessera::cpu {
 namespace {
 
 constexpr int64_t kTile = 32;
-constexpr int64_t kBand = 128;  // rows per task of the AVX2 4-byte transpose (fewer TLB misses)
+// The AVX2 4-byte transpose: a task is a band of kBand destination rows (= source
+// columns); it walks the source kSrcBlock rows at a time, so each source row visit
+// reads kBand * 4 = 1 KiB contiguous and each destination row gets 128 contiguous
+// bytes per step. Measured on the 8192x2048 bench shape: ~1.4x the 128 x 16 blocking.
+constexpr int64_t kBand = 256;
+constexpr int64_t kSrcBlock = 32;
 
 #ifdef __AVX2__
 // dst[r, c] = src[r + c * pitch] for an 8x8 block of 4-byte elements, via an in-register
@@ -73,18 +78,23 @@ void copy_tiled(const detail::Layout<2>& layout, const U* src, U* dst) {
       }
       const int64_t r1 = std::min(rows, r0 + band);
 #ifdef __AVX2__
-      // Pure transpose of 4-byte elements: 8x8 register blocks, visited in 16x16 groups
-      // so every 64-byte line read or written is used whole before it is evicted.
+      // Pure transpose of 4-byte elements: 8x8 register blocks, visited in 16-row x
+      // kSrcBlock-column groups so every 64-byte line read or written is used whole
+      // before it is evicted.
       if constexpr (sizeof(U) == 4) {
-        if (avx_transpose && (r1 - r0) % 16 == 0) {
-          const int64_t cfull = cols / 16 * 16;
-          for (int64_t c0 = 0; c0 < cfull; c0 += 16)
+        if (avx_transpose && (r1 - r0) % 8 == 0) {
+          const int64_t cblocks = cols / kSrcBlock * kSrcBlock, c8 = cols / 8 * 8;
+          auto block = [&](int64_t r, int64_t c) {
+            transpose8x8(src + so + r + c * ss1, ss1, dst + dof + r * ds0 + c, ds0);
+          };
+          for (int64_t c0 = 0; c0 < cblocks; c0 += kSrcBlock)
             for (int64_t rr = r0; rr < r1; rr += 16)
-              for (int64_t c = c0; c < c0 + 16; c += 8)
-                for (int64_t r = rr; r < rr + 16; r += 8)
-                  transpose8x8(src + so + r + c * ss1, ss1, dst + dof + r * ds0 + c, ds0);
+              for (int64_t c = c0; c < c0 + kSrcBlock; c += 8)
+                for (int64_t r = rr; r < std::min(rr + 16, r1); r += 8) block(r, c);
+          for (int64_t c = cblocks; c < c8; c += 8)
+            for (int64_t r = r0; r < r1; r += 8) block(r, c);
           for (int64_t r = r0; r < r1; ++r)
-            for (int64_t c = cfull; c < cols; ++c) dst[dof + r * ds0 + c] = src[so + r + c * ss1];
+            for (int64_t c = c8; c < cols; ++c) dst[dof + r * ds0 + c] = src[so + r + c * ss1];
           continue;
         }
       }

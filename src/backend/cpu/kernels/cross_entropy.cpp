@@ -27,7 +27,7 @@ struct MaxLogSum {
 };
 
 template <typename A>
-MaxLogSum<A> row_lse(const A* x, int64_t n) {
+MaxLogSum<A> row_lse(const A* x, int64_t n, const A* /*next*/) {
   A m = -std::numeric_limits<A>::infinity();
   for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
   A s = 0;
@@ -42,9 +42,9 @@ void scaled_exp(const A* x, A shift, A scale, A* dx, int64_t n) {
 }
 
 #ifdef __AVX2__
-MaxLogSum<float> row_lse(const float* x, int64_t n) {
+MaxLogSum<float> row_lse(const float* x, int64_t n, const float* next) {
   float m = row_max(x, n);
-  return {m, std::log(sum_exp(x, m, nullptr, n))};
+  return {m, std::log(sum_exp(x, m, nullptr, n, next))};
 }
 
 void scaled_exp(const float* x, float shift, float scale, float* dx, int64_t n) {
@@ -83,14 +83,16 @@ void cross_entropy_impl(const T* logits, const int64_t* targets, int64_t rows, i
   parallel_for(rows, row_grain(vocab), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const A* x;
+      const A* next = nullptr;  // the next row of this chunk, prefetched during this one
       if constexpr (kIsHalf<T>) {
         float* xs = scratch(0, vocab);
         widen(logits + r * vocab, xs, vocab);
         x = xs;
       } else {
         x = logits + r * vocab;
+        if (r + 1 < end) next = x + vocab;
       }
-      const MaxLogSum<A> l = row_lse(x, vocab);
+      const MaxLogSum<A> l = row_lse(x, vocab, next);
       const int64_t t = targets[r];
       if (lse) lse[r] = l.m + l.log_s;
       loss[r] = t == ignore_index ? A(0) : (l.m - x[t]) + l.log_s;

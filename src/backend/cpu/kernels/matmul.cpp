@@ -2,11 +2,11 @@
 //
 // Threading policy: one pool on the cores (ARCHITECTURE.md: two pools fighting halve
 // the speed). OpenBLAS is always called single-threaded (openblas_set_num_threads(1))
-// and our pool runs the calls: C is cut into tiles of at most kTileM x kTileN for every
+// and our pool runs the calls: C is cut into shape-dependent tiles (choose_tiles) for every
 // batch entry, and parallel_for hands out the (batch, tile) tasks. So
 //  * many small GEMMs (attention: 96 x 256x64x256) are one task each;
-//  * one big GEMM (2048x768x3072) is 8 x 3 tiles, about 50 ms of work per tile on the
-//    2-core machine, so load balance and packing overheads are negligible
+//  * one big GEMM (2048x768x3072) is 4 row tiles of 512 x 3072 (see choose_tiles), so
+//    load balance and B re-packing overheads stay small
 //    (bench/results/blas_choice.md measures it against OpenBLAS's own threads).
 // Why not hand big GEMMs to OpenBLAS's threads: OpenBLAS 0.3.21 splits some shapes
 // differently by thread count (100x100x5000 sgemm, 300x290x310 dgemm differ bitwise
@@ -61,12 +61,34 @@ void gemm_one(const double* a, const double* b, double* c, const MatmulShape& s,
               static_cast<blasint>(full.n));
 }
 
-// C tiles handed to single-threaded BLAS calls (or the whole GEMM when smaller).
-constexpr int64_t kTileM = 256, kTileN = 1024;
+// C tiles handed to single-threaded BLAS calls, chosen from the shape only.
+// Each BLAS call re-packs its slice of B (k x tile_n) once per call and its slice of A
+// once per internal N block, so few tall tiles are cheapest: M is cut into an even
+// number of ~512-row blocks spanning all of N (B is re-packed m/512 times, A once),
+// and N is cut only when there are too few row blocks to keep two cores busy, or
+// when N is so wide that a tile would be huge. Small GEMMs stay one tile.
+struct Tiling {
+  int64_t tile_m, tile_n;
+};
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+Tiling choose_tiles(int64_t m, int64_t n) {
+  constexpr int64_t kRows = 512, kMaxCols = 4096, kMinCols = 256, kMinTiles = 4;
+  int64_t tiles_m = std::max<int64_t>(1, (m + kRows / 2) / kRows);
+  if (tiles_m > 1 && tiles_m % 2 == 1) ++tiles_m;  // an even count balances two workers
+  const int64_t tile_m = round_up(num_chunks(m, tiles_m), 16);
+  tiles_m = num_chunks(m, tile_m);
+  int64_t tiles_n = num_chunks(n, kMaxCols);
+  if (tiles_m * tiles_n < kMinTiles) tiles_n = std::max(tiles_n, num_chunks(kMinTiles, tiles_m));
+  int64_t tile_n = std::max(kMinCols, round_up(num_chunks(n, tiles_n), 64));
+  return {std::min(m, tile_m), std::min(n, tile_n)};
+}
 
 template <typename T>
 void blas_matmul(const MatmulShape& s, const T* a, const T* b, T* c) {
-  const int64_t tile_m = std::min(s.m, kTileM), tile_n = std::min(s.n, kTileN);
+  const Tiling tiling = choose_tiles(s.m, s.n);
+  const int64_t tile_m = tiling.tile_m, tile_n = tiling.tile_n;
   const int64_t tiles_m = num_chunks(s.m, tile_m), tiles_n = num_chunks(s.n, tile_n);
   const int64_t per_batch = tiles_m * tiles_n;
   set_blas_threads(1);

@@ -169,12 +169,27 @@ inline float row_max(const float* x, int64_t n) {
   return hmax(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
 }
 
-// sum_j exp(x_j - m); also stores the exps into y when y is non-null.
-inline float sum_exp(const float* x, float m, float* y, int64_t n) {
+// Touches the two cache lines of `next` at float offset j (of a row of n floats) so the
+// next row streams in from memory while this row's exps keep the core busy. Rows that
+// fit in L1 with room to spare go to L1, longer ones to L2.
+inline void prefetch_pair(const float* next, int64_t j, int64_t n) {
+  if (n <= 4096) {
+    _mm_prefetch(reinterpret_cast<const char*>(next + j), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(next + j + 16), _MM_HINT_T0);
+  } else {
+    _mm_prefetch(reinterpret_cast<const char*>(next + j), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(next + j + 16), _MM_HINT_T1);
+  }
+}
+
+// sum_j exp(x_j - m); also stores the exps into y when y is non-null. `next` (nullable)
+// is the row to prefetch meanwhile (same length n).
+inline float sum_exp(const float* x, float m, float* y, int64_t n, const float* next = nullptr) {
   const __m256 vm = _mm256_set1_ps(m);
   __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {
+    if (next) prefetch_pair(next, j, n);
     __m256 e0 = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
     __m256 e1 = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(x + j + 8), vm));
     __m256 e2 = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(x + j + 16), vm));

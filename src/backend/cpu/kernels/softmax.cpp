@@ -21,7 +21,7 @@ using namespace nn_detail;
 
 // Generic (float64, and float32 without AVX2) row kernels, in A = double or float.
 template <typename A>
-void softmax_row(const A* x, A* y, int64_t n, bool log) {
+void softmax_row(const A* x, A* y, int64_t n, bool log, const A* /*next*/) {
   A m = -std::numeric_limits<A>::infinity();
   for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
   A s = 0;
@@ -66,14 +66,14 @@ void shift_scale(const float* x, float m, float a, float b, float* y, int64_t n)
   }
 }
 
-void softmax_row(const float* x, float* y, int64_t n, bool log) {
+void softmax_row(const float* x, float* y, int64_t n, bool log, const float* next) {
   if (n == 0) return;
   float m = row_max(x, n);
   if (log) {
-    float s = sum_exp(x, m, nullptr, n);
+    float s = sum_exp(x, m, nullptr, n, next);
     shift_scale(x, m, 1.0f, std::log(s), y, n);
   } else {
-    float s = sum_exp(x, m, y, n);
+    float s = sum_exp(x, m, y, n, next);
     shift_scale(y, 0.0f, 1.0f / s, 0.0f, y, n);
   }
 }
@@ -117,10 +117,11 @@ void softmax_impl(const T* x, T* y, int64_t rows, int64_t cols, bool log) {
         float* xs = scratch(0, cols);
         float* ys = scratch(1, cols);
         widen(xr, xs, cols);
-        softmax_row(xs, ys, cols, log);
+        softmax_row(xs, ys, cols, log, static_cast<const float*>(nullptr));
         narrow(ys, yr, cols);
       } else {
-        softmax_row(xr, yr, cols, log);
+        // The next row of this chunk is prefetched while this one is exponentiated.
+        softmax_row(xr, yr, cols, log, r + 1 < end ? xr + cols : nullptr);
       }
     }
   });

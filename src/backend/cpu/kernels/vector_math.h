@@ -28,14 +28,10 @@ inline __m256 set1(double v) { return _mm256_set1_ps(static_cast<float>(v)); }
 inline __m256 is_nan(__m256 x) { return _mm256_cmp_ps(x, x, _CMP_UNORD_Q); }
 
 // exp(x) = 2^n * p(r), n = round(x / ln2), r = x - n ln2 (two-part ln2 for exactness),
-// p a degree-7 polynomial (Cephes expf). 2^n is applied as two factors so results
-// down to the subnormal range (x >= -103.97) are exact scalings.
-inline __m256 exp(__m256 x) {
-  const __m256 hi = set1(88.72283935546875f), lo = set1(-103.972084045410f);
-  __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  __m256 n =
-      _mm256_round_ps(_mm256_mul_ps(xc, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, set1(0.693359375f), xc);
+// p a degree-7 polynomial (Cephes expf).
+inline __m256 exp_poly(__m256 x, __m256& n) {
+  n = _mm256_round_ps(_mm256_mul_ps(x, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, set1(0.693359375f), x);
   r = _mm256_fnmadd_ps(n, set1(-2.12194440e-4f), r);
   __m256 p = set1(1.9875691500e-4f);
   p = _mm256_fmadd_ps(p, r, set1(1.3981999507e-3f));
@@ -44,11 +40,28 @@ inline __m256 exp(__m256 x) {
   p = _mm256_fmadd_ps(p, r, set1(1.6666665459e-1f));
   p = _mm256_fmadd_ps(p, r, set1(5.0000001201e-1f));
   __m256 r2 = _mm256_mul_ps(r, r);
-  p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, set1(1.0f)));
+  return _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, set1(1.0f)));
+}
+
+// When every lane lies in [-87, 88], n is in [-126, 127] and 2^n is one normal float;
+// that path skips the clamps, the split scaling and the special-value blends. Both
+// paths round once (in the final product by a power of two), so they agree bitwise.
+// Otherwise 2^n is applied as two factors so results down to the subnormal range
+// (x >= -103.97) are exact scalings, and +-Inf / NaN are patched in.
+inline __m256 exp(__m256 x) {
+  const __m256 in_range =
+      _mm256_and_ps(_mm256_cmp_ps(x, set1(-87.0f), _CMP_GE_OQ), _mm256_cmp_ps(x, set1(88.0f), _CMP_LE_OQ));
+  const __m256i bias = _mm256_set1_epi32(127);
+  __m256 n;
+  if (_mm256_movemask_ps(in_range) == 0xff) {
+    __m256 p = exp_poly(x, n);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), bias), 23)));
+  }
+  const __m256 hi = set1(88.72283935546875f), lo = set1(-103.972084045410f);
+  __m256 p = exp_poly(_mm256_min_ps(_mm256_max_ps(x, lo), hi), n);
   __m256i ni = _mm256_cvtps_epi32(n);
   __m256i n1 = _mm256_srai_epi32(ni, 1);
   __m256i n2 = _mm256_sub_epi32(ni, n1);
-  const __m256i bias = _mm256_set1_epi32(127);
   __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
   __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
   __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);

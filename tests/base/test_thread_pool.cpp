@@ -1,0 +1,78 @@
+// The process-wide thread pool: coverage of the range, chunking independent of the
+// thread count, nesting, and exceptions reaching the caller.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <vector>
+
+#include "tessera/base/error.h"
+#include "tessera/base/thread_pool.h"
+
+namespace tessera {
+namespace {
+
+class ThreadCount : public ::testing::Test {
+ protected:
+  void TearDown() override { set_num_threads(saved_); }
+  int saved_ = num_threads();
+};
+
+std::vector<std::pair<int64_t, int64_t>> chunks_seen(int64_t n, int64_t grain) {
+  std::mutex mutex;
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  parallel_for(n, grain, [&](int64_t b, int64_t e) {
+    std::lock_guard<std::mutex> lock(mutex);
+    seen.emplace_back(b, e);
+  });
+  std::sort(seen.begin(), seen.end());
+  return seen;
+}
+
+TEST_F(ThreadCount, CoversTheRangeOnceInFixedChunks) {
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    auto seen = chunks_seen(1003, 100);
+    ASSERT_EQ(seen.size(), 11u) << threads << " threads";
+    for (size_t c = 0; c < seen.size(); ++c) {
+      EXPECT_EQ(seen[c].first, static_cast<int64_t>(c) * 100);
+      EXPECT_EQ(seen[c].second, std::min<int64_t>(1003, (static_cast<int64_t>(c) + 1) * 100));
+    }
+  }
+  EXPECT_EQ(num_chunks(1003, 100), 11);
+  EXPECT_TRUE(chunks_seen(0, 10).empty());
+}
+
+TEST_F(ThreadCount, NestedCallsRunInline) {
+  set_num_threads(2);
+  std::atomic<int64_t> total{0};
+  parallel_for(8, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) parallel_for(100, 10, [&](int64_t bb, int64_t ee) { total += ee - bb; });
+  });
+  EXPECT_EQ(total.load(), 800);
+}
+
+TEST_F(ThreadCount, ExceptionFromAWorkerReachesTheCaller) {
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    try {
+      parallel_for(64, 1, [](int64_t b, int64_t) {
+        if (b == 37 || b == 50) fail<ValueError>("chunk {} failed", b);
+      });
+      FAIL() << "expected an exception";
+    } catch (const ValueError& e) {
+      EXPECT_STREQ(e.what(), "chunk 37 failed") << "the lowest failing chunk wins, for any thread count";
+    }
+    // The pool still works afterwards.
+    EXPECT_EQ(chunks_seen(10, 5).size(), 2u);
+  }
+}
+
+TEST_F(ThreadCount, RejectsNonPositiveSize) {
+  EXPECT_THROW(set_num_threads(0), ValueError);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -34,23 +34,39 @@ struct Row {
   double ratio() const { return baseline > 0 ? value / baseline : 0; }
 };
 
-// Median seconds per call over `runs` runs of `iters` calls (after one warm-up call,
-// which also fills the buffer cache).
-double time_per_call(const std::function<void()>& fn, int runs = 7, double min_run_seconds = 0.05) {
+// Seconds per call of `fn` and of `baseline`, each the median over `runs` runs of
+// `iters` calls, with the runs of the two interleaved so that a change in machine
+// load hits both sides of the ratio alike. One warm-up call each (it also fills the
+// buffer cache).
+struct Timing {
+  double op = 0, baseline = 0;
+};
+Timing time_pair(const std::function<void()>& fn, const std::function<void()>& baseline, int runs = 9,
+                 double min_run_seconds = 0.03) {
   using clock = std::chrono::steady_clock;
-  fn();
-  auto t0 = clock::now();
-  fn();
-  double one = std::chrono::duration<double>(clock::now() - t0).count();
-  int iters = std::max(1, static_cast<int>(min_run_seconds / std::max(one, 1e-7)));
-  std::vector<double> samples;
-  for (int r = 0; r < runs; ++r) {
+  auto iters_for = [&](const std::function<void()>& f) {
+    f();
+    auto t0 = clock::now();
+    f();
+    double one = std::chrono::duration<double>(clock::now() - t0).count();
+    return std::max(1, static_cast<int>(min_run_seconds / std::max(one, 1e-7)));
+  };
+  int iters_op = iters_for(fn), iters_base = iters_for(baseline);
+  auto run = [&](const std::function<void()>& f, int iters) {
     auto start = clock::now();
-    for (int i = 0; i < iters; ++i) fn();
-    samples.push_back(std::chrono::duration<double>(clock::now() - start).count() / iters);
+    for (int i = 0; i < iters; ++i) f();
+    return std::chrono::duration<double>(clock::now() - start).count() / iters;
+  };
+  std::vector<double> a, b;
+  for (int r = 0; r < runs; ++r) {
+    a.push_back(run(fn, iters_op));
+    b.push_back(run(baseline, iters_base));
   }
-  std::nth_element(samples.begin(), samples.begin() + runs / 2, samples.end());
-  return samples[runs / 2];
+  auto median = [](std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  return {median(a), median(b)};
 }
 
 ts::Array randn(uint64_t seed, const ts::Shape& shape) {
@@ -58,15 +74,19 @@ ts::Array randn(uint64_t seed, const ts::Shape& shape) {
 }
 
 // memcpy of `bytes` split over the same thread pool the kernels use.
-double memcpy_gbs(size_t bytes) {
-  std::vector<char> src(bytes, 1), dst(bytes, 0);
-  double t = time_per_call([&] {
-    ts::parallel_for(static_cast<int64_t>(bytes), 1 << 20, [&](int64_t b, int64_t e) {
-      std::memcpy(dst.data() + b, src.data() + b, static_cast<size_t>(e - b));
+class ParallelMemcpy {
+ public:
+  explicit ParallelMemcpy(size_t bytes) : src_(bytes, 1), dst_(bytes, 0) {}
+  void operator()() {
+    ts::parallel_for(static_cast<int64_t>(src_.size()), 1 << 20, [&](int64_t b, int64_t e) {
+      std::memcpy(dst_.data() + b, src_.data() + b, static_cast<size_t>(e - b));
     });
-  });
-  return 2.0 * static_cast<double>(bytes) / t / 1e9;
-}
+  }
+  double bytes_moved() const { return 2.0 * static_cast<double>(src_.size()); }
+
+ private:
+  std::vector<char> src_, dst_;
+};
 
 }  // namespace
 
@@ -87,10 +107,9 @@ int main(int argc, char** argv) {
     ts::Array a = randn(1, {g.m, g.k}), b = randn(2, {g.k, g.n});
     std::vector<float> c(static_cast<size_t>(g.m * g.n));
     double flops = 2.0 * static_cast<double>(g.m * g.n * g.k);
-    double ours = time_per_call([&] { ts::matmul(a, b).eval(); });
-    double raw = time_per_call(
-        [&] { ts::cpu::blas_sgemm(g.m, g.n, g.k, a.data<float>(), b.data<float>(), false, c.data()); });
-    rows.push_back({g.name, "gemm", "GFLOP/s", flops / ours / 1e9, flops / raw / 1e9});
+    Timing t = time_pair([&] { ts::matmul(a, b).eval(); },
+                         [&] { ts::cpu::blas_sgemm(g.m, g.n, g.k, a.data<float>(), b.data<float>(), false, c.data()); });
+    rows.push_back({g.name, "gemm", "GFLOP/s", flops / t.op / 1e9, flops / t.baseline / 1e9});
   }
   // Attention's batched GEMMs at GPT-2 small shapes: batch*heads = 8*12, T = 256, D = 64.
   {
@@ -98,33 +117,32 @@ int main(int argc, char** argv) {
     ts::Array q = randn(3, {bh, t, d}), k = randn(4, {bh, t, d}), p = randn(5, {bh, t, t});
     std::vector<float> c(static_cast<size_t>(bh * t * t));
     double flops = 2.0 * static_cast<double>(bh * t * t * d);
-    double qk = time_per_call([&] { ts::matmul_op(q, k, false, true).eval(); });
-    double qk_raw = time_per_call([&] {
+    Timing qk = time_pair([&] { ts::matmul_op(q, k, false, true).eval(); }, [&] {
       for (int64_t i = 0; i < bh; ++i)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(t), static_cast<int>(t),
                     static_cast<int>(d), 1.0f, q.data<float>() + i * t * d, static_cast<int>(d),
                     k.data<float>() + i * t * d, static_cast<int>(d), 0.0f, c.data() + i * t * t,
                     static_cast<int>(t));
     });
-    rows.push_back({fmt::format("batched q@k^T [{}x{}x{}x{}]", bh, t, d, t), "gemm", "GFLOP/s", flops / qk / 1e9,
-                    flops / qk_raw / 1e9});
-    double pv = time_per_call([&] { ts::matmul(p, k).eval(); });
-    double pv_raw = time_per_call([&] {
+    rows.push_back({fmt::format("batched q@k^T [{}x{}x{}x{}]", bh, t, d, t), "gemm", "GFLOP/s", flops / qk.op / 1e9,
+                    flops / qk.baseline / 1e9});
+    Timing pv = time_pair([&] { ts::matmul(p, k).eval(); }, [&] {
       for (int64_t i = 0; i < bh; ++i)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(t), static_cast<int>(d),
                     static_cast<int>(t), 1.0f, p.data<float>() + i * t * t, static_cast<int>(t),
                     k.data<float>() + i * t * d, static_cast<int>(d), 0.0f, c.data() + i * t * d,
                     static_cast<int>(d));
     });
-    rows.push_back({fmt::format("batched p@v [{}x{}x{}x{}]", bh, t, t, d), "gemm", "GFLOP/s", flops / pv / 1e9,
-                    flops / pv_raw / 1e9});
+    rows.push_back({fmt::format("batched p@v [{}x{}x{}x{}]", bh, t, t, d), "gemm", "GFLOP/s", flops / pv.op / 1e9,
+                    flops / pv.baseline / 1e9});
   }
 
   // ---- memory-bound ops vs memcpy (GB/s of bytes read + written) ----
   const int64_t rows_n = quick ? 256 : 8192, cols = quick ? 1024 : 2048;  // 16M or 256K floats
   const int64_t n = rows_n * cols;
   const double f = 4.0 * static_cast<double>(n);  // bytes of one f32 operand
-  const double memcpy_rate = memcpy_gbs(static_cast<size_t>(f));
+  ParallelMemcpy memcpy_baseline(static_cast<size_t>(f));
+  std::vector<double> memcpy_rates;
   ts::Array x = randn(6, {rows_n, cols}), y = randn(7, {rows_n, cols});
   ts::Array w = randn(8, {cols}), bias = randn(9, {cols});
   ts::Array targets = ts::astype(ts::random::uniform(ts::key(10), {rows_n}, ts::DType::Float32, 0,
@@ -132,9 +150,15 @@ int main(int argc, char** argv) {
                                  ts::DType::Int64)
                           .eval();
   ts::Array xb = ts::astype(x, ts::DType::BFloat16).eval();
+  // Each op is timed interleaved with a memcpy of one operand's bytes.
+  auto bandwidth_row = [&](const std::string& name, double bytes, const std::function<void()>& op) {
+    Timing t = time_pair(op, [&] { memcpy_baseline(); });
+    double memcpy_rate = memcpy_baseline.bytes_moved() / t.baseline / 1e9;
+    memcpy_rates.push_back(memcpy_rate);
+    rows.push_back({name, "bandwidth", "GB/s", bytes / t.op / 1e9, memcpy_rate});
+  };
   auto bandwidth = [&](const std::string& name, double bytes, const std::function<ts::Array()>& op) {
-    double t = time_per_call([&] { op().eval(); });
-    rows.push_back({name, "bandwidth", "GB/s", bytes / t / 1e9, memcpy_rate});
+    bandwidth_row(name, bytes, [&] { op().eval(); });
   };
   bandwidth("add", 3 * f, [&] { return x + y; });
   bandwidth("multiply (row broadcast)", 2 * f, [&] { return x * w; });
@@ -151,17 +175,15 @@ int main(int argc, char** argv) {
   {
     // Forward + backward: read logits twice, write dlogits once.
     auto loss_grad = ts::grad([&](const std::vector<ts::Array>& in) { return ts::cross_entropy(in[0], targets); });
-    double t = time_per_call([&] { loss_grad({x})[0].eval(); });
-    rows.push_back({"cross_entropy fwd+bwd", "bandwidth", "GB/s", 3 * f / t / 1e9, memcpy_rate});
+    bandwidth_row("cross_entropy fwd+bwd", 3 * f, [&] { loss_grad({x})[0].eval(); });
   }
   {
     // AdamW over n float32 parameters: reads p, g, m, v; writes p, m, v.
     std::vector<float> p(static_cast<size_t>(n), 0.1f), g(static_cast<size_t>(n), 0.01f), m(static_cast<size_t>(n)),
         v(static_cast<size_t>(n));
     ts::cpu::AdamWConfig config;
-    double t = time_per_call(
-        [&] { ts::cpu::adamw_update(ts::DType::Float32, p.data(), g.data(), m.data(), v.data(), n, config); });
-    rows.push_back({"adamw", "bandwidth", "GB/s", 7 * f / t / 1e9, memcpy_rate});
+    bandwidth_row("adamw", 7 * f,
+                  [&] { ts::cpu::adamw_update(ts::DType::Float32, p.data(), g.data(), m.data(), v.data(), n, config); });
   }
 
   // ---- attention (GFLOP/s, for the record; no baseline) ----
@@ -170,21 +192,28 @@ int main(int argc, char** argv) {
     ts::Array q = randn(11, {b, h, t, d}), k = randn(12, {b, h, t, d}), v = randn(13, {b, h, t, d});
     double causal_pairs = static_cast<double>(t) * static_cast<double>(t + 1) / 2;
     double fwd_flops = 4.0 * static_cast<double>(b * h * d) * causal_pairs;
-    double fwd = time_per_call([&] { ts::scaled_dot_product_attention(q, k, v).eval(); });
+    auto nothing = [] {};
+    double fwd = time_pair([&] { ts::scaled_dot_product_attention(q, k, v).eval(); }, nothing).op;
     rows.push_back({fmt::format("attention fwd causal B{} H{} T{} D{}", b, h, t, d), "attention", "GFLOP/s",
                     fwd_flops / fwd / 1e9, 0});
     auto g = ts::grad(
         [&](const std::vector<ts::Array>& in) { return ts::sum(ts::scaled_dot_product_attention(in[0], in[1], in[2])); });
-    double both = time_per_call([&] {
-      auto grads = g({q, k, v});
-      ts::eval(grads);
-    });
+    double both = time_pair(
+                      [&] {
+                        auto grads = g({q, k, v});
+                        ts::eval(grads);
+                      },
+                      nothing)
+                      .op;
     rows.push_back({fmt::format("attention fwd+bwd causal B{} H{} T{} D{}", b, h, t, d), "attention", "GFLOP/s",
                     3.5 * fwd_flops / both / 1e9, 0});
   }
 
   // ---- report ----
-  fmt::print("tessera {} bench_ops: {} threads, memcpy {:.1f} GB/s (read + write, same pool)\n", ts::version(),
+  std::sort(memcpy_rates.begin(), memcpy_rates.end());
+  const double memcpy_rate = memcpy_rates[memcpy_rates.size() / 2];
+  fmt::print("tessera {} bench_ops: {} threads, memcpy {:.1f} GB/s median (read + write, same pool, timed "
+             "interleaved with each op)\n", ts::version(),
              ts::num_threads(), memcpy_rate);
   fmt::print("{:<44} {:>10} {:>10} {:>8}\n", "op", "tessera", "baseline", "ratio");
   double matmul_min = 1e9, bandwidth_min = 1e9;

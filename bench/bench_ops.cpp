@@ -69,9 +69,7 @@ Timing time_pair(const std::function<void()>& fn, const std::function<void()>& b
   return {median(a), median(b)};
 }
 
-ts::Array randn(uint64_t seed, const ts::Shape& shape) {
-  return ts::random::normal(ts::key(seed), shape).eval();
-}
+ts::Array randn(uint64_t seed, const ts::Shape& shape) { return ts::random::normal(ts::key(seed), shape).eval(); }
 
 // memcpy of `bytes` split over the same thread pool the kernels use.
 class ParallelMemcpy {
@@ -107,8 +105,9 @@ int main(int argc, char** argv) {
     ts::Array a = randn(1, {g.m, g.k}), b = randn(2, {g.k, g.n});
     std::vector<float> c(static_cast<size_t>(g.m * g.n));
     double flops = 2.0 * static_cast<double>(g.m * g.n * g.k);
-    Timing t = time_pair([&] { ts::matmul(a, b).eval(); },
-                         [&] { ts::cpu::blas_sgemm(g.m, g.n, g.k, a.data<float>(), b.data<float>(), false, c.data()); });
+    Timing t =
+        time_pair([&] { ts::matmul(a, b).eval(); },
+                  [&] { ts::cpu::blas_sgemm(g.m, g.n, g.k, a.data<float>(), b.data<float>(), false, c.data()); });
     rows.push_back({g.name, "gemm", "GFLOP/s", flops / t.op / 1e9, flops / t.baseline / 1e9});
   }
   // Attention's batched GEMMs at GPT-2 small shapes: batch*heads = 8*12, T = 256, D = 64.
@@ -117,22 +116,24 @@ int main(int argc, char** argv) {
     ts::Array q = randn(3, {bh, t, d}), k = randn(4, {bh, t, d}), p = randn(5, {bh, t, t});
     std::vector<float> c(static_cast<size_t>(bh * t * t));
     double flops = 2.0 * static_cast<double>(bh * t * t * d);
-    Timing qk = time_pair([&] { ts::matmul_op(q, k, false, true).eval(); }, [&] {
-      for (int64_t i = 0; i < bh; ++i)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(t), static_cast<int>(t),
-                    static_cast<int>(d), 1.0f, q.data<float>() + i * t * d, static_cast<int>(d),
-                    k.data<float>() + i * t * d, static_cast<int>(d), 0.0f, c.data() + i * t * t,
-                    static_cast<int>(t));
-    });
+    Timing qk = time_pair([&] { ts::matmul_op(q, k, false, true).eval(); },
+                          [&] {
+                            for (int64_t i = 0; i < bh; ++i)
+                              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(t),
+                                          static_cast<int>(t), static_cast<int>(d), 1.0f, q.data<float>() + i * t * d,
+                                          static_cast<int>(d), k.data<float>() + i * t * d, static_cast<int>(d), 0.0f,
+                                          c.data() + i * t * t, static_cast<int>(t));
+                          });
     rows.push_back({fmt::format("batched q@k^T [{}x{}x{}x{}]", bh, t, d, t), "gemm", "GFLOP/s", flops / qk.op / 1e9,
                     flops / qk.baseline / 1e9});
-    Timing pv = time_pair([&] { ts::matmul(p, k).eval(); }, [&] {
-      for (int64_t i = 0; i < bh; ++i)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(t), static_cast<int>(d),
-                    static_cast<int>(t), 1.0f, p.data<float>() + i * t * t, static_cast<int>(t),
-                    k.data<float>() + i * t * d, static_cast<int>(d), 0.0f, c.data() + i * t * d,
-                    static_cast<int>(d));
-    });
+    Timing pv = time_pair([&] { ts::matmul(p, k).eval(); },
+                          [&] {
+                            for (int64_t i = 0; i < bh; ++i)
+                              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(t),
+                                          static_cast<int>(d), static_cast<int>(t), 1.0f, p.data<float>() + i * t * t,
+                                          static_cast<int>(t), k.data<float>() + i * t * d, static_cast<int>(d), 0.0f,
+                                          c.data() + i * t * d, static_cast<int>(d));
+                          });
     rows.push_back({fmt::format("batched p@v [{}x{}x{}x{}]", bh, t, t, d), "gemm", "GFLOP/s", flops / pv.op / 1e9,
                     flops / pv.baseline / 1e9});
   }
@@ -145,10 +146,10 @@ int main(int argc, char** argv) {
   std::vector<double> memcpy_rates;
   ts::Array x = randn(6, {rows_n, cols}), y = randn(7, {rows_n, cols});
   ts::Array w = randn(8, {cols}), bias = randn(9, {cols});
-  ts::Array targets = ts::astype(ts::random::uniform(ts::key(10), {rows_n}, ts::DType::Float32, 0,
-                                                     static_cast<double>(cols)),
-                                 ts::DType::Int64)
-                          .eval();
+  ts::Array targets =
+      ts::astype(ts::random::uniform(ts::key(10), {rows_n}, ts::DType::Float32, 0, static_cast<double>(cols)),
+                 ts::DType::Int64)
+          .eval();
   ts::Array xb = ts::astype(x, ts::DType::BFloat16).eval();
   // Each op is timed interleaved with a memcpy of one operand's bytes.
   auto bandwidth_row = [&](const std::string& name, double bytes, const std::function<void()>& op) {
@@ -182,8 +183,9 @@ int main(int argc, char** argv) {
     std::vector<float> p(static_cast<size_t>(n), 0.1f), g(static_cast<size_t>(n), 0.01f), m(static_cast<size_t>(n)),
         v(static_cast<size_t>(n));
     ts::cpu::AdamWConfig config;
-    bandwidth_row("adamw", 7 * f,
-                  [&] { ts::cpu::adamw_update(ts::DType::Float32, p.data(), g.data(), m.data(), v.data(), n, config); });
+    bandwidth_row("adamw", 7 * f, [&] {
+      ts::cpu::adamw_update(ts::DType::Float32, p.data(), g.data(), m.data(), v.data(), n, config);
+    });
   }
 
   // ---- attention (GFLOP/s, for the record; no baseline) ----
@@ -196,8 +198,9 @@ int main(int argc, char** argv) {
     double fwd = time_pair([&] { ts::scaled_dot_product_attention(q, k, v).eval(); }, nothing).op;
     rows.push_back({fmt::format("attention fwd causal B{} H{} T{} D{}", b, h, t, d), "attention", "GFLOP/s",
                     fwd_flops / fwd / 1e9, 0});
-    auto g = ts::grad(
-        [&](const std::vector<ts::Array>& in) { return ts::sum(ts::scaled_dot_product_attention(in[0], in[1], in[2])); });
+    auto g = ts::grad([&](const std::vector<ts::Array>& in) {
+      return ts::sum(ts::scaled_dot_product_attention(in[0], in[1], in[2]));
+    });
     double both = time_pair(
                       [&] {
                         auto grads = g({q, k, v});
@@ -212,13 +215,15 @@ int main(int argc, char** argv) {
   // ---- report ----
   std::sort(memcpy_rates.begin(), memcpy_rates.end());
   const double memcpy_rate = memcpy_rates[memcpy_rates.size() / 2];
-  fmt::print("tessera {} bench_ops: {} threads, memcpy {:.1f} GB/s median (read + write, same pool, timed "
-             "interleaved with each op)\n", ts::version(),
-             ts::num_threads(), memcpy_rate);
+  fmt::print(
+      "tessera {} bench_ops: {} threads, memcpy {:.1f} GB/s median (read + write, same pool, timed "
+      "interleaved with each op)\n",
+      ts::version(), ts::num_threads(), memcpy_rate);
   fmt::print("{:<44} {:>10} {:>10} {:>8}\n", "op", "tessera", "baseline", "ratio");
   double matmul_min = 1e9, bandwidth_min = 1e9;
-  std::string json = fmt::format("{{\"bench\":\"ops\",\"version\":\"{}\",\"threads\":{},\"quick\":{},\"memcpy_gbs\":{:.3f}",
-                                 ts::version(), ts::num_threads(), quick, memcpy_rate);
+  std::string json =
+      fmt::format("{{\"bench\":\"ops\",\"version\":\"{}\",\"threads\":{},\"quick\":{},\"memcpy_gbs\":{:.3f}",
+                  ts::version(), ts::num_threads(), quick, memcpy_rate);
   json += ",\"results\":[";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
@@ -227,14 +232,15 @@ int main(int argc, char** argv) {
     fmt::print("{:<44} {:>10.1f} {:>10} {:>8}  {}\n", r.name, r.value, base, ratio, r.unit);
     if (r.kind == "gemm") matmul_min = std::min(matmul_min, r.ratio());
     if (r.kind == "bandwidth") bandwidth_min = std::min(bandwidth_min, r.ratio());
-    json += fmt::format("{}{{\"name\":\"{}\",\"kind\":\"{}\",\"unit\":\"{}\",\"value\":{:.3f},\"baseline\":{:.3f},"
-                        "\"ratio\":{:.4f}}}",
-                        i ? "," : "", r.name, r.kind, r.unit, r.value, r.baseline, r.ratio());
+    json += fmt::format(
+        "{}{{\"name\":\"{}\",\"kind\":\"{}\",\"unit\":\"{}\",\"value\":{:.3f},\"baseline\":{:.3f},"
+        "\"ratio\":{:.4f}}}",
+        i ? "," : "", r.name, r.kind, r.unit, r.value, r.baseline, r.ratio());
   }
-  json += fmt::format("],\"matmul_vs_blas_min\":{:.4f},\"bandwidth_vs_memcpy_min\":{:.4f}}}", matmul_min,
-                      bandwidth_min);
-  fmt::print("matmul_vs_blas_min {:.2f} (target >= 0.95), bandwidth_vs_memcpy_min {:.2f} (target >= 0.6)\n",
-             matmul_min, bandwidth_min);
+  json +=
+      fmt::format("],\"matmul_vs_blas_min\":{:.4f},\"bandwidth_vs_memcpy_min\":{:.4f}}}", matmul_min, bandwidth_min);
+  fmt::print("matmul_vs_blas_min {:.2f} (target >= 0.95), bandwidth_vs_memcpy_min {:.2f} (target >= 0.6)\n", matmul_min,
+             bandwidth_min);
   fmt::print("{}\n", json);
   return 0;
 }

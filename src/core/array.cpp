@@ -166,9 +166,10 @@ void eval(const std::vector<Array>& arrays) {
     if (node.is_evaluated()) continue;
     auto* impl = node.impl();
     if (!impl->op)
-      fail<TransformError>("eval: array {} is a traced placeholder with no data (values inside a vmapped or "
-                           "jitted function cannot be read; return them instead)",
-                           type_string(node));
+      fail<TransformError>(
+          "eval: array {} is a traced placeholder with no data (values inside a vmapped or "
+          "jitted function cannot be read; return them instead)",
+          type_string(node));
     detail::OpNode& op = *impl->op;
     std::vector<Array> outputs = node.siblings();
     for (const Array& in : op.inputs) {

@@ -28,9 +28,10 @@ Array take_along_axis(const Array& a, const Array& indices, int axis_in) {
   bool ok = idx.ndim() == a.ndim();
   for (int i = 0; ok && i < a.ndim(); ++i) ok = i == axis || idx.shape()[i] == a.shape()[i];
   if (!ok)
-    fail<ShapeError>("take_along_axis: indices of shape {} do not match array of shape {} outside axis {} (expected "
-                     "the same rank and equal dims except along the axis)",
-                     to_string(idx.shape()), to_string(a.shape()), axis);
+    fail<ShapeError>(
+        "take_along_axis: indices of shape {} do not match array of shape {} outside axis {} (expected "
+        "the same rank and equal dims except along the axis)",
+        to_string(idx.shape()), to_string(a.shape()), axis);
   return Array::make(idx.shape(), a.dtype(), std::make_shared<TakeAlong>(axis), {a, idx});
 }
 

@@ -161,9 +161,10 @@ Array concatenate(const std::vector<Array>& arrays, int axis) {
     bool ok = a.ndim() == first.ndim();
     for (int i = 0; ok && i < a.ndim(); ++i) ok = i == ax || a.shape()[i] == first.shape()[i];
     if (!ok)
-      fail<ShapeError>("concatenate: array {} has shape {}, incompatible with {} along axis {} (all dims but the "
-                       "concatenation axis must match)",
-                       k, to_string(a.shape()), to_string(first.shape()), ax);
+      fail<ShapeError>(
+          "concatenate: array {} has shape {}, incompatible with {} along axis {} (all dims but the "
+          "concatenation axis must match)",
+          k, to_string(a.shape()), to_string(first.shape()), ax);
     shape[ax] += a.shape()[ax];
     inputs.push_back(astype(a, dtype));
   }

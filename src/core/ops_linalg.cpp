@@ -39,8 +39,8 @@ Array matmul_op(const Array& a, const Array& b, bool trans_a, bool trans_b) {
 
 Array matmul(const Array& a_in, const Array& b_in) {
   if (a_in.ndim() == 0 || b_in.ndim() == 0)
-    fail<ShapeError>("matmul: scalar operands are not allowed (got {} and {}); use multiply",
-                     to_string(a_in.shape()), to_string(b_in.shape()));
+    fail<ShapeError>("matmul: scalar operands are not allowed (got {} and {}); use multiply", to_string(a_in.shape()),
+                     to_string(b_in.shape()));
   DType dtype = promote_types(a_in.dtype(), b_in.dtype());
   check_matmul_dtype(dtype);
   Array a = astype(a_in, dtype), b = astype(b_in, dtype);
@@ -65,7 +65,8 @@ Array matmul(const Array& a_in, const Array& b_in) {
 }
 
 Array dot_general(const Array& a, const Array& b, const std::vector<int>& a_contract,
-                  const std::vector<int>& b_contract, const std::vector<int>& a_batch, const std::vector<int>& b_batch) {
+                  const std::vector<int>& b_contract, const std::vector<int>& a_batch,
+                  const std::vector<int>& b_batch) {
   if (a_contract.size() != b_contract.size() || a_batch.size() != b_batch.size())
     fail<ShapeError>("dot_general: {} contracting / {} batch dims of a vs {} / {} of b (expected equal counts)",
                      a_contract.size(), a_batch.size(), b_contract.size(), b_batch.size());

@@ -9,8 +9,8 @@ namespace {
 
 void require_floating(const Array& a, const char* op, const char* what = "input") {
   if (!is_floating(a.dtype()))
-    fail<DTypeError>("{}: {} has dtype {} (expected a floating dtype: float32, float64, bfloat16 or float16)", op,
-                     what, name(a.dtype()));
+    fail<DTypeError>("{}: {} has dtype {} (expected a floating dtype: float32, float64, bfloat16 or float16)", op, what,
+                     name(a.dtype()));
 }
 
 Array softmax_impl(const Array& a, int axis_in, bool log) {
@@ -37,8 +37,8 @@ Array norm_impl(bool rms, const Array& x, const std::optional<Array>& weight, co
     if (!param->has_value()) continue;
     const Array& p = **param;
     if (p.shape() != Shape{d})
-      fail<ShapeError>("{}: {} has shape {} but x has shape {} (expected [{}])", op, param == &weight ? "weight" : "bias",
-                       to_string(p.shape()), to_string(x.shape()), d);
+      fail<ShapeError>("{}: {} has shape {} but x has shape {} (expected [{}])", op,
+                       param == &weight ? "weight" : "bias", to_string(p.shape()), to_string(x.shape()), d);
     inputs.push_back(astype(p, x.dtype()));
   }
   DType acc = accumulation_dtype(x.dtype());
@@ -81,9 +81,10 @@ Array scaled_dot_product_attention(const Array& q_in, const Array& k_in, const A
   int64_t b = q.shape(0), h = q.shape(1), t = q.shape(2), d = q.shape(3);
   int64_t hkv = k.shape(1), s = k.shape(2);
   if (k.shape() != v.shape() || k.shape(0) != b || k.shape(3) != d || hkv == 0 || h % hkv != 0)
-    fail<ShapeError>("{}: incompatible shapes q {}, k {}, v {} (expected k == v == [{}, Hkv, S, {}] with {} heads a "
-                     "multiple of Hkv)",
-                     op, to_string(q.shape()), to_string(k.shape()), to_string(v.shape()), b, d, h);
+    fail<ShapeError>(
+        "{}: incompatible shapes q {}, k {}, v {} (expected k == v == [{}, Hkv, S, {}] with {} heads a "
+        "multiple of Hkv)",
+        op, to_string(q.shape()), to_string(k.shape()), to_string(v.shape()), b, d, h);
   AttentionConfig config;
   config.causal = causal;
   config.scale = scale.value_or(d > 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0);
@@ -98,8 +99,8 @@ Array scaled_dot_product_attention(const Array& q_in, const Array& k_in, const A
     Shape padded(4 - m.ndim(), 1);
     padded.insert(padded.end(), m.shape().begin(), m.shape().end());
     if (broadcast_shapes(padded, full, op) != full)
-      fail<ShapeError>("{}: mask of shape {} does not broadcast to [{}, {}, {}, {}]", op, to_string(m.shape()), b, h,
-                       t, s);
+      fail<ShapeError>("{}: mask of shape {} does not broadcast to [{}, {}, {}, {}]", op, to_string(m.shape()), b, h, t,
+                       s);
     // The kernel reads [T, S] planes with batch/head strides: keep size-1 batch/head dims.
     Shape target{padded[0], padded[1], t, s};
     inputs.push_back(broadcast_to(reshape(m, padded), target));
@@ -127,11 +128,13 @@ Array cross_entropy(const Array& logits, const Array& targets, int64_t ignore_in
                           {flat_logits, flat_targets});
   Array loss = outs[0];
   switch (reduction) {
-    case Reduction::None: return reshape(loss, targets.shape());
-    case Reduction::Sum: return sum(loss);
+    case Reduction::None:
+      return reshape(loss, targets.shape());
+    case Reduction::Sum:
+      return sum(loss);
     case Reduction::Mean: {
-      Array counted = sum(astype(not_equal(flat_targets, full({}, static_cast<double>(ignore_index), DType::Int64)),
-                                 acc));
+      Array counted =
+          sum(astype(not_equal(flat_targets, full({}, static_cast<double>(ignore_index), DType::Int64)), acc));
       return sum(loss) / maximum(counted, ones({}, acc));
     }
   }

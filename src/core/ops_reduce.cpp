@@ -72,8 +72,8 @@ Array logsumexp(const Array& a, const std::vector<int>& axes, bool keepdims) {
   Array x = is_floating(a.dtype()) ? a : astype(a, DType::Float32);
   // max-shifted for stability; the shift carries no gradient (it cancels exactly).
   Array m = stop_gradient(max(x, axes, true));
-  Array finite_m = where(equal(abs(m), full({}, std::numeric_limits<double>::infinity(), m.dtype())),
-                         zeros({}, m.dtype()), m);
+  Array finite_m =
+      where(equal(abs(m), full({}, std::numeric_limits<double>::infinity(), m.dtype())), zeros({}, m.dtype()), m);
   Array out = log(sum(exp(x - finite_m), axes, true)) + finite_m;
   if (keepdims) return out;
   std::vector<int> norm = normalize_axes(axes, a.ndim(), "logsumexp", true);

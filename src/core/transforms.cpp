@@ -33,7 +33,8 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(const ArrayFn& fun, c
                                                            const CotangentFn& make_cotangents) {
   detail::TraceScope scope;
   std::vector<Array> tracers;
-  for (const Array& p : primals) tracers.push_back(Array::make(p.shape(), p.dtype(), std::make_shared<Identity>(), {p}));
+  for (const Array& p : primals)
+    tracers.push_back(Array::make(p.shape(), p.dtype(), std::make_shared<Identity>(), {p}));
   std::vector<Array> outputs = fun(tracers);
   std::vector<Array> cotangents = make_cotangents(outputs);
   if (outputs.size() != cotangents.size())
@@ -46,8 +47,7 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(const ArrayFn& fun, c
     if (cotangents[i].shape() != outputs[i].shape())
       fail<ShapeError>("vjp: cotangent {} has shape {} but output {} has shape {} (expected equal)", i,
                        to_string(cotangents[i].shape()), i, to_string(outputs[i].shape()));
-    if (graph.depends(outputs[i]) && is_floating(outputs[i].dtype()))
-      accumulate(cts, outputs[i], cotangents[i], "vjp");
+    if (graph.depends(outputs[i]) && is_floating(outputs[i].dtype())) accumulate(cts, outputs[i], cotangents[i], "vjp");
   }
 
   for (auto node = graph.order.rbegin(); node != graph.order.rend(); ++node) {
@@ -72,8 +72,7 @@ std::pair<std::vector<Array>, std::vector<Array>> vjp_impl(const ArrayFn& fun, c
     if (input_cts.size() != argnums.size())
       fail<Error>("vjp rule of '{}' returned {} cotangents for {} inputs", prim->name(), input_cts.size(),
                   argnums.size());
-    for (size_t k = 0; k < argnums.size(); ++k)
-      accumulate(cts, inputs[argnums[k]], input_cts[k], prim->name().c_str());
+    for (size_t k = 0; k < argnums.size(); ++k) accumulate(cts, inputs[argnums[k]], input_cts[k], prim->name().c_str());
     // Free cotangents of this node's outputs: nothing upstream reads them.
     for (const Array& s : siblings) cts.erase(s.id());
   }
@@ -109,9 +108,10 @@ std::pair<Array, std::vector<Array>> value_and_grad_impl(const ScalarFn& fun, co
   std::vector<int> argnums = resolve_argnums(argnums_in, args.size());
   for (int a : argnums)
     if (!is_floating(args[a].dtype()))
-      fail<TransformError>("grad: argument {} has dtype {}; only floating inputs can be differentiated (exclude it "
-                           "with argnums, or cast it)",
-                           a, name(args[a].dtype()));
+      fail<TransformError>(
+          "grad: argument {} has dtype {}; only floating inputs can be differentiated (exclude it "
+          "with argnums, or cast it)",
+          a, name(args[a].dtype()));
   std::vector<Array> diff;
   for (int a : argnums) diff.push_back(args[a]);
   auto wrapped = [&](const std::vector<Array>& xs) {

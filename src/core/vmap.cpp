@@ -21,9 +21,10 @@ ArrayFn vmap(ArrayFn fun, std::vector<int> in_axes_arg, std::vector<int> out_axe
       in_axes[i] = normalize_axis(in_axes[i], inputs[i].ndim(), "vmap");
       int64_t n = inputs[i].shape()[in_axes[i]];
       if (size >= 0 && n != size)
-        fail<ShapeError>("vmap: input {} has size {} at axis {} but input {} has size {} at axis {} (mapped axes "
-                         "must have equal sizes)",
-                         size_from, size, in_axes[size_from], i, n, in_axes[i]);
+        fail<ShapeError>(
+            "vmap: input {} has size {} at axis {} but input {} has size {} at axis {} (mapped axes "
+            "must have equal sizes)",
+            size_from, size, in_axes[size_from], i, n, in_axes[i]);
       size = n;
       size_from = i;
     }

@@ -10,9 +10,10 @@ std::vector<Array> Primitive::vjp(const std::vector<Array>& primals, const std::
                                   const std::vector<int>& argnums, const std::vector<Array>& outputs) {
   std::vector<Array> probe = composite(primals);
   if (probe.empty())
-    fail<TransformError>("grad: '{}' is not differentiable (it has no vjp rule); wrap its input in stop_gradient() "
-                         "if it should be treated as a constant",
-                         name());
+    fail<TransformError>(
+        "grad: '{}' is not differentiable (it has no vjp rule); wrap its input in stop_gradient() "
+        "if it should be treated as a constant",
+        name());
   // Differentiate the composite form: d(composite)/d(primals) applied to the cotangents.
   auto fn = [this](const std::vector<Array>& xs) { return composite(xs); };
   auto [outs, grads] = tessera::vjp(fn, primals, rules::with_zero_cotangents(cotangents, outputs));
@@ -29,8 +30,7 @@ std::pair<std::vector<Array>, std::vector<int>> Primitive::vmap(const std::vecto
   // shapes; vmap the composite directly and let it fail loudly if there is none.
   auto fn = [this](const std::vector<Array>& xs) {
     std::vector<Array> outs = composite(xs);
-    if (outs.empty())
-      fail<TransformError>("vmap: '{}' has no batching rule and no composite form to batch", name());
+    if (outs.empty()) fail<TransformError>("vmap: '{}' has no batching rule and no composite form to batch", name());
     return outs;
   };
   std::vector<Array> outs = tessera::vmap(fn, in_axes)(inputs);

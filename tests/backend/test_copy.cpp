@@ -46,19 +46,19 @@ struct Case {
 };
 
 const std::vector<Case> kCases = {
-    {{5, 7}, {1, 5}, 0, 35},                   // transpose
-    {{70, 45}, {1, 70}, 0, 70 * 45},           // transpose, partial tiles
-    {{3, 40, 33}, {1, 99, 3}, 0, 3 * 40 * 33}, // 3-d permutation
-    {{2, 3, 4}, {12, 4, 1}, 0, 24},            // contiguous
-    {{10}, {-1}, 9, 10},                       // reversed
-    {{4, 6}, {-6, -1}, 23, 24},                // both reversed
-    {{4, 6}, {0, 1}, 0, 6},                    // broadcast rows
-    {{6, 4}, {1, 0}, 0, 6},                    // broadcast columns
-    {{3, 1, 5}, {10, 99, 2}, 1, 30},           // slice with step, size-1 dim
-    {{0, 5}, {5, 1}, 0, 1},                    // empty
-    {{}, {}, 4, 5},                            // scalar
-    {{1, 1}, {0, 0}, 2, 3},                    // broadcast scalar
-    {{33, 65}, {-1, 33}, 32, 33 * 65},         // negative-stride transpose
+    {{5, 7}, {1, 5}, 0, 35},                    // transpose
+    {{70, 45}, {1, 70}, 0, 70 * 45},            // transpose, partial tiles
+    {{3, 40, 33}, {1, 99, 3}, 0, 3 * 40 * 33},  // 3-d permutation
+    {{2, 3, 4}, {12, 4, 1}, 0, 24},             // contiguous
+    {{10}, {-1}, 9, 10},                        // reversed
+    {{4, 6}, {-6, -1}, 23, 24},                 // both reversed
+    {{4, 6}, {0, 1}, 0, 6},                     // broadcast rows
+    {{6, 4}, {1, 0}, 0, 6},                     // broadcast columns
+    {{3, 1, 5}, {10, 99, 2}, 1, 30},            // slice with step, size-1 dim
+    {{0, 5}, {5, 1}, 0, 1},                     // empty
+    {{}, {}, 4, 5},                             // scalar
+    {{1, 1}, {0, 0}, 2, 3},                     // broadcast scalar
+    {{33, 65}, {-1, 33}, 32, 33 * 65},          // negative-stride transpose
 };
 
 template <typename T>

@@ -42,26 +42,46 @@ Buffer random_buffer(DType dtype, int64_t n, double lo, double hi, uint32_t seed
 
 double unary_ref(UnaryOp op, double x) {
   switch (op) {
-    case UnaryOp::Neg: return -x;
-    case UnaryOp::Abs: return std::abs(x);
-    case UnaryOp::Sign: return x > 0 ? 1 : (x < 0 ? -1 : x);
-    case UnaryOp::Square: return x * x;
-    case UnaryOp::Exp: return std::exp(x);
-    case UnaryOp::Log: return std::log(x);
-    case UnaryOp::Log1p: return std::log1p(x);
-    case UnaryOp::Sqrt: return std::sqrt(x);
-    case UnaryOp::Rsqrt: return 1 / std::sqrt(x);
-    case UnaryOp::Tanh: return std::tanh(x);
-    case UnaryOp::Erf: return std::erf(x);
-    case UnaryOp::GeluTanh: return 0.5 * x * (1 + std::tanh(std::sqrt(2 / kPi) * (x + 0.044715 * x * x * x)));
-    case UnaryOp::GeluErf: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
-    case UnaryOp::Silu: return x / (1 + std::exp(-x));
-    case UnaryOp::Sigmoid: return 1 / (1 + std::exp(-x));
-    case UnaryOp::Relu: return x > 0 ? x : 0;
-    case UnaryOp::Sin: return std::sin(x);
-    case UnaryOp::Cos: return std::cos(x);
-    case UnaryOp::LogicalNot: return x == 0;
-    case UnaryOp::Copy: return x;
+    case UnaryOp::Neg:
+      return -x;
+    case UnaryOp::Abs:
+      return std::abs(x);
+    case UnaryOp::Sign:
+      return x > 0 ? 1 : (x < 0 ? -1 : x);
+    case UnaryOp::Square:
+      return x * x;
+    case UnaryOp::Exp:
+      return std::exp(x);
+    case UnaryOp::Log:
+      return std::log(x);
+    case UnaryOp::Log1p:
+      return std::log1p(x);
+    case UnaryOp::Sqrt:
+      return std::sqrt(x);
+    case UnaryOp::Rsqrt:
+      return 1 / std::sqrt(x);
+    case UnaryOp::Tanh:
+      return std::tanh(x);
+    case UnaryOp::Erf:
+      return std::erf(x);
+    case UnaryOp::GeluTanh:
+      return 0.5 * x * (1 + std::tanh(std::sqrt(2 / kPi) * (x + 0.044715 * x * x * x)));
+    case UnaryOp::GeluErf:
+      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case UnaryOp::Silu:
+      return x / (1 + std::exp(-x));
+    case UnaryOp::Sigmoid:
+      return 1 / (1 + std::exp(-x));
+    case UnaryOp::Relu:
+      return x > 0 ? x : 0;
+    case UnaryOp::Sin:
+      return std::sin(x);
+    case UnaryOp::Cos:
+      return std::cos(x);
+    case UnaryOp::LogicalNot:
+      return x == 0;
+    case UnaryOp::Copy:
+      return x;
   }
   return 0;
 }
@@ -74,11 +94,16 @@ const UnaryOp kFloatUnary[] = {UnaryOp::Neg,  UnaryOp::Abs,      UnaryOp::Sign, 
 // Relative tolerance of one rounding in `dtype` (results are computed in float32 at least).
 double dtype_tol(DType d) {
   switch (d) {
-    case DType::Float64: return 1e-14;
-    case DType::Float32: return 2e-6;
-    case DType::Float16: return 2e-3;
-    case DType::BFloat16: return 1.6e-2;
-    default: return 0;
+    case DType::Float64:
+      return 1e-14;
+    case DType::Float32:
+      return 2e-6;
+    case DType::Float16:
+      return 2e-3;
+    case DType::BFloat16:
+      return 1.6e-2;
+    default:
+      return 0;
   }
 }
 
@@ -101,7 +126,8 @@ TEST(Unary, FloatDtypesMatchFloat64Reference) {
           double xi = x.at(i), want = unary_ref(op, xi);
           // Sin/cos/log near a zero of the function: allow an absolute error of one input ulp.
           ASSERT_TRUE(close(out.at(i), want, 2 * tol, 2 * tol))
-              << name(dtype) << " op " << static_cast<int>(op) << " x=" << xi << " got " << out.at(i) << " want " << want;
+              << name(dtype) << " op " << static_cast<int>(op) << " x=" << xi << " got " << out.at(i) << " want "
+              << want;
         }
       }
     }
@@ -149,7 +175,8 @@ TEST(Unary, Float32TranscendentalAccuracy) {
     float y[3];
     if (e > 126) x[2] = x[1];
     unary(UnaryOp::Log, DType::Float32, x, y, 3);
-    for (int j = 0; j < 3; ++j) ASSERT_NEAR(y[j], std::log(static_cast<double>(x[j])), 3e-7 * std::abs(std::log(x[j])) + 1e-7) << x[j];
+    for (int j = 0; j < 3; ++j)
+      ASSERT_NEAR(y[j], std::log(static_cast<double>(x[j])), 3e-7 * std::abs(std::log(x[j])) + 1e-7) << x[j];
   }
 }
 

@@ -32,32 +32,49 @@ std::vector<unsigned char> random_bytes(DType dtype, int64_t n, double lo, doubl
 double binary_ref(BinaryOp op, double a, double b, bool integer) {
   double s = 1 / (1 + std::exp(-a));
   switch (op) {
-    case BinaryOp::Add: return a + b;
-    case BinaryOp::Sub: return a - b;
-    case BinaryOp::Mul: return a * b;
-    case BinaryOp::Div: return integer ? (b == 0 ? 0 : std::trunc(a / b)) : a / b;
+    case BinaryOp::Add:
+      return a + b;
+    case BinaryOp::Sub:
+      return a - b;
+    case BinaryOp::Mul:
+      return a * b;
+    case BinaryOp::Div:
+      return integer ? (b == 0 ? 0 : std::trunc(a / b)) : a / b;
     case BinaryOp::Pow:
       if (integer && b < 0) return a == 1 ? 1 : (a == -1 ? (std::fmod(b, 2) == 0 ? 1 : -1) : 0);
       return std::pow(a, b);
-    case BinaryOp::Maximum: return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
-    case BinaryOp::Minimum: return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
-    case BinaryOp::Equal: return a == b;
-    case BinaryOp::NotEqual: return a != b;
-    case BinaryOp::Less: return a < b;
-    case BinaryOp::LessEqual: return a <= b;
-    case BinaryOp::Greater: return a > b;
-    case BinaryOp::GreaterEqual: return a >= b;
-    case BinaryOp::LogicalAnd: return a != 0 && b != 0;
-    case BinaryOp::LogicalOr: return a != 0 || b != 0;
+    case BinaryOp::Maximum:
+      return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+    case BinaryOp::Minimum:
+      return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+    case BinaryOp::Equal:
+      return a == b;
+    case BinaryOp::NotEqual:
+      return a != b;
+    case BinaryOp::Less:
+      return a < b;
+    case BinaryOp::LessEqual:
+      return a <= b;
+    case BinaryOp::Greater:
+      return a > b;
+    case BinaryOp::GreaterEqual:
+      return a >= b;
+    case BinaryOp::LogicalAnd:
+      return a != 0 && b != 0;
+    case BinaryOp::LogicalOr:
+      return a != 0 || b != 0;
     case BinaryOp::GeluTanhGrad: {
       double k = std::sqrt(2 / kPi), t = std::tanh(k * (a + 0.044715 * a * a * a));
       return b * (0.5 * (1 + t) + 0.5 * a * (1 - t * t) * k * (1 + 3 * 0.044715 * a * a));
     }
     case BinaryOp::GeluErfGrad:
       return b * (0.5 * (1 + std::erf(a / std::sqrt(2.0))) + a * std::exp(-0.5 * a * a) / std::sqrt(2 * kPi));
-    case BinaryOp::SiluGrad: return b * s * (1 + a * (1 - s));
-    case BinaryOp::SigmoidGrad: return b * s * (1 - s);
-    case BinaryOp::TanhGrad: return b * (1 - a * a);
+    case BinaryOp::SiluGrad:
+      return b * s * (1 + a * (1 - s));
+    case BinaryOp::SigmoidGrad:
+      return b * s * (1 - s);
+    case BinaryOp::TanhGrad:
+      return b * (1 - a * a);
   }
   return 0;
 }
@@ -73,14 +90,18 @@ void check_binary(BinaryOp op, DType dtype, const Shape& sa, const Shape& sb, ui
   auto a = random_bytes(dtype, na, lo, hi, seed);
   auto b = random_bytes(dtype, nb, op == BinaryOp::Pow && !integer ? 0 : lo, hi, seed + 1);
   if (op == BinaryOp::Pow && !integer)  // float pow: positive bases
-    for (int64_t i = 0; i < na; ++i) store_from_double(dtype, a.data(), i, std::abs(load_as_double(dtype, a.data(), i)) + 0.5);
+    for (int64_t i = 0; i < na; ++i)
+      store_from_double(dtype, a.data(), i, std::abs(load_as_double(dtype, a.data(), i)) + 0.5);
   DType out_dtype = bool_out(op) ? DType::Bool : dtype;
   std::vector<unsigned char> out(std::max<int64_t>(1, no) * itemsize(out_dtype));
   Strides stra = broadcast_strides(sa, so), strb = broadcast_strides(sb, so);
   binary(op, dtype, a.data(), stra, b.data(), strb, out.data(), so);
   Strides cs = contiguous_strides(so);
   const bool grad = op >= BinaryOp::GeluTanhGrad;
-  double tol = dtype == DType::Float64 ? 1e-13 : dtype == DType::Float32 ? 2e-6 : dtype == DType::Float16 ? 2e-3 : 1.6e-2;
+  double tol = dtype == DType::Float64   ? 1e-13
+               : dtype == DType::Float32 ? 2e-6
+               : dtype == DType::Float16 ? 2e-3
+                                         : 1.6e-2;
   if (grad && dtype == DType::Float32) tol = 4e-6;
   for (int64_t i = 0; i < no; ++i) {
     int64_t ia = 0, ib = 0, rem = i;
@@ -99,11 +120,15 @@ void check_binary(BinaryOp op, DType dtype, const Shape& sa, const Shape& sb, ui
       if (bits < 64) u &= (uint64_t{1} << bits) - 1;
       if (is_signed(dtype) && bits < 64 && (u >> (bits - 1)) & 1) u |= ~((uint64_t{1} << bits) - 1);
       want = is_signed(dtype) ? static_cast<double>(static_cast<int64_t>(u)) : static_cast<double>(u);
-    } else if (!bool_out(op)) want = load_as_double(out_dtype, [&] {  // the reference rounded to the output dtype
-      static thread_local std::vector<unsigned char> tmp(8);
-      store_from_double(out_dtype, tmp.data(), 0, want);
-      return tmp.data();
-    }(), 0);
+    } else if (!bool_out(op))
+      want = load_as_double(
+          out_dtype,
+          [&] {  // the reference rounded to the output dtype
+            static thread_local std::vector<unsigned char> tmp(8);
+            store_from_double(out_dtype, tmp.data(), 0, want);
+            return tmp.data();
+          }(),
+          0);
     double got = load_as_double(out_dtype, out.data(), i);
     if (std::isnan(want)) {
       ASSERT_TRUE(std::isnan(got));
@@ -118,17 +143,25 @@ void check_binary(BinaryOp op, DType dtype, const Shape& sa, const Shape& sb, ui
   }
 }
 
-const std::vector<std::pair<Shape, Shape>> kLayouts = {
-    {{1031}, {1031}},         {{}, {37}},           {{37}, {}},           {{3, 1, 5}, {4, 1}},
-    {{4, 1}, {3, 1, 5}},      {{2, 3, 70}, {70}},   {{2, 3, 70}, {3, 1}}, {{0, 3}, {3}},
-    {{5, 0}, {1, 1}},         {{1, 1, 1}, {1}},     {{7}, {1}},           {{33, 1}, {1, 33}},
-    {{2, 1, 3, 1, 9}, {1, 5, 1, 4, 9}}};
+const std::vector<std::pair<Shape, Shape>> kLayouts = {{{1031}, {1031}},
+                                                       {{}, {37}},
+                                                       {{37}, {}},
+                                                       {{3, 1, 5}, {4, 1}},
+                                                       {{4, 1}, {3, 1, 5}},
+                                                       {{2, 3, 70}, {70}},
+                                                       {{2, 3, 70}, {3, 1}},
+                                                       {{0, 3}, {3}},
+                                                       {{5, 0}, {1, 1}},
+                                                       {{1, 1, 1}, {1}},
+                                                       {{7}, {1}},
+                                                       {{33, 1}, {1, 33}},
+                                                       {{2, 1, 3, 1, 9}, {1, 5, 1, 4, 9}}};
 
 TEST(Binary, FloatOpsAllLayouts) {
-  const BinaryOp ops[] = {BinaryOp::Add,          BinaryOp::Sub,         BinaryOp::Mul,      BinaryOp::Div,
-                          BinaryOp::Pow,          BinaryOp::Maximum,     BinaryOp::Minimum,  BinaryOp::Less,
-                          BinaryOp::Equal,        BinaryOp::GreaterEqual, BinaryOp::LogicalAnd, BinaryOp::GeluTanhGrad,
-                          BinaryOp::GeluErfGrad,  BinaryOp::SiluGrad,    BinaryOp::SigmoidGrad, BinaryOp::TanhGrad};
+  const BinaryOp ops[] = {BinaryOp::Add,         BinaryOp::Sub,          BinaryOp::Mul,         BinaryOp::Div,
+                          BinaryOp::Pow,         BinaryOp::Maximum,      BinaryOp::Minimum,     BinaryOp::Less,
+                          BinaryOp::Equal,       BinaryOp::GreaterEqual, BinaryOp::LogicalAnd,  BinaryOp::GeluTanhGrad,
+                          BinaryOp::GeluErfGrad, BinaryOp::SiluGrad,     BinaryOp::SigmoidGrad, BinaryOp::TanhGrad};
   uint32_t seed = 1;
   for (DType dtype : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16})
     for (BinaryOp op : ops)
@@ -136,8 +169,8 @@ TEST(Binary, FloatOpsAllLayouts) {
 }
 
 TEST(Binary, IntegerAndBoolOps) {
-  const BinaryOp int_ops[] = {BinaryOp::Add,     BinaryOp::Sub,      BinaryOp::Mul,       BinaryOp::Div,
-                              BinaryOp::Pow,     BinaryOp::Maximum,  BinaryOp::Minimum,   BinaryOp::NotEqual,
+  const BinaryOp int_ops[] = {BinaryOp::Add,     BinaryOp::Sub,       BinaryOp::Mul,      BinaryOp::Div,
+                              BinaryOp::Pow,     BinaryOp::Maximum,   BinaryOp::Minimum,  BinaryOp::NotEqual,
                               BinaryOp::Greater, BinaryOp::LessEqual, BinaryOp::LogicalOr};
   uint32_t seed = 100;
   for (DType dtype : {DType::Int8, DType::UInt8, DType::Int32, DType::UInt32, DType::Int64})
@@ -266,7 +299,8 @@ TEST(Fill, EveryDtype) {
     for (int64_t n : {0, 1, 100003}) {
       std::vector<unsigned char> out(std::max<int64_t>(1, n) * itemsize(dtype));
       fill(dtype, 3.0, out.data(), n);
-      for (int64_t i = 0; i < n; i += 997) ASSERT_EQ(load_as_double(dtype, out.data(), i), dtype == DType::Bool ? 1 : 3);
+      for (int64_t i = 0; i < n; i += 997)
+        ASSERT_EQ(load_as_double(dtype, out.data(), i), dtype == DType::Bool ? 1 : 3);
       if (n > 0) {
         ASSERT_EQ(load_as_double(dtype, out.data(), n - 1), dtype == DType::Bool ? 1 : 3);
       }
@@ -283,7 +317,8 @@ TEST(Elementwise, BitwiseIdenticalAcrossThreadCounts) {
     std::vector<float> out(n * 4);
     unary(UnaryOp::GeluTanh, DType::Float32, a.data(), out.data(), n);
     unary(UnaryOp::Exp, DType::Float32, a.data(), out.data() + n, n);
-    binary(BinaryOp::GeluErfGrad, DType::Float32, a.data(), {1000, 1}, b.data(), {0, 1}, out.data() + 2 * n, {300, 1000});
+    binary(BinaryOp::GeluErfGrad, DType::Float32, a.data(), {1000, 1}, b.data(), {0, 1}, out.data() + 2 * n,
+           {300, 1000});
     binary(BinaryOp::Mul, DType::Float32, a.data(), {1, 0}, b.data(), {0, 1}, out.data() + 3 * n, {300, 1000});
     return out;
   };

@@ -29,7 +29,8 @@ std::vector<unsigned char> random_bytes(DType dtype, int64_t n, uint32_t seed) {
 }
 
 // Naive reference in double: out index = input index with reduced axes dropped.
-std::vector<double> naive_reduce(ReduceOp op, DType dtype, const void* x, const Shape& shape, const std::vector<int>& axes) {
+std::vector<double> naive_reduce(ReduceOp op, DType dtype, const void* x, const Shape& shape,
+                                 const std::vector<int>& axes) {
   Shape out_shape;
   std::vector<bool> red(shape.size());
   for (int a : axes) red[a] = true;
@@ -47,10 +48,14 @@ std::vector<double> naive_reduce(ReduceOp op, DType dtype, const void* x, const 
     }
     double v = load_as_double(dtype, x, i);
     double& acc = out[o];
-    if (op == ReduceOp::Sum) acc += v;
-    else if (op == ReduceOp::Prod) acc *= v;
-    else if (std::isnan(v) || std::isnan(acc)) acc = NAN;
-    else acc = op == ReduceOp::Max ? std::max(acc, v) : std::min(acc, v);
+    if (op == ReduceOp::Sum)
+      acc += v;
+    else if (op == ReduceOp::Prod)
+      acc *= v;
+    else if (std::isnan(v) || std::isnan(acc))
+      acc = NAN;
+    else
+      acc = op == ReduceOp::Max ? std::max(acc, v) : std::min(acc, v);
   }
   return out;
 }
@@ -82,14 +87,22 @@ void check(ReduceOp op, DType dtype, const Shape& shape, uint32_t seed) {
     auto want = naive_reduce(op, dtype, x.data(), shape, axes);
     std::vector<unsigned char> out(std::max<int64_t>(1, out_n) * itemsize(dtype));
     reduce(op, dtype, x.data(), shape, axes, out.data());
-    double tol = dtype == DType::Float64 ? 1e-12 : dtype == DType::Float32 ? 1e-5 : dtype == DType::Float16 ? 2e-3 : 1e-2;
+    double tol = dtype == DType::Float64   ? 1e-12
+                 : dtype == DType::Float32 ? 1e-5
+                 : dtype == DType::Float16 ? 2e-3
+                                           : 1e-2;
     for (int64_t i = 0; i < out_n; ++i) {
       double w = want[i];
       if (!is_floating(dtype)) {  // integers wrap / bool saturates, like a store into the dtype
         std::vector<unsigned char> tmp(8);
-        if (dtype == DType::Bool) w = w != 0;
-        else if (dtype == DType::UInt8 || dtype == DType::Int8) w = static_cast<double>(dtype == DType::UInt8 ? static_cast<int64_t>(static_cast<uint8_t>(static_cast<int64_t>(w))) : static_cast<int64_t>(static_cast<int8_t>(static_cast<int64_t>(w))));
-        ASSERT_EQ(load_as_double(dtype, out.data(), i), w) << name(dtype) << " " << to_string(shape) << " axes " << axes.size();
+        if (dtype == DType::Bool)
+          w = w != 0;
+        else if (dtype == DType::UInt8 || dtype == DType::Int8)
+          w = static_cast<double>(dtype == DType::UInt8
+                                      ? static_cast<int64_t>(static_cast<uint8_t>(static_cast<int64_t>(w)))
+                                      : static_cast<int64_t>(static_cast<int8_t>(static_cast<int64_t>(w))));
+        ASSERT_EQ(load_as_double(dtype, out.data(), i), w)
+            << name(dtype) << " " << to_string(shape) << " axes " << axes.size();
       } else {
         ASSERT_NEAR(load_as_double(dtype, out.data(), i), w, tol * std::abs(w) + 1e-6)
             << name(dtype) << " op " << static_cast<int>(op) << " " << to_string(shape) << " axes[0] " << axes[0];
@@ -99,8 +112,8 @@ void check(ReduceOp op, DType dtype, const Shape& shape, uint32_t seed) {
 }
 
 TEST(Reduce, AllOpsDtypesAndAxisSets) {
-  const std::vector<Shape> shapes = {{1}, {7}, {1031}, {3, 5}, {1, 9}, {40, 1}, {2, 3, 4}, {3, 1, 65}, {0, 4},
-                                     {2, 0, 3}, {2, 3, 5, 7}, {4, 600, 3}, {1, 5000}, {9000, 3}};
+  const std::vector<Shape> shapes = {{1},        {7},    {1031},    {3, 5},       {1, 9},      {40, 1},   {2, 3, 4},
+                                     {3, 1, 65}, {0, 4}, {2, 0, 3}, {2, 3, 5, 7}, {4, 600, 3}, {1, 5000}, {9000, 3}};
   uint32_t seed = 1;
   for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16, DType::Int32, DType::Int64,
                       DType::UInt8, DType::Int8, DType::UInt32, DType::Bool})
@@ -181,7 +194,8 @@ TEST(ArgReduce, FirstIndexAndNaN) {
           int64_t outer_i = o / inner, inner_i = o % inner;
           int64_t base = outer_i * shape[axis] * inner + inner_i, best = 0;
           for (int64_t l = 1; l < shape[axis]; ++l) {
-            double v = load_as_double(dtype, x.data(), base + l * inner), b = load_as_double(dtype, x.data(), base + best * inner);
+            double v = load_as_double(dtype, x.data(), base + l * inner),
+                   b = load_as_double(dtype, x.data(), base + best * inner);
             if (is_max ? v > b : v < b) best = l;
           }
           ASSERT_EQ(got[o], best) << name(dtype) << " axis " << axis;

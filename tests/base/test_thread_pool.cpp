@@ -70,9 +70,7 @@ TEST_F(ThreadCount, ExceptionFromAWorkerReachesTheCaller) {
   }
 }
 
-TEST_F(ThreadCount, RejectsNonPositiveSize) {
-  EXPECT_THROW(set_num_threads(0), ValueError);
-}
+TEST_F(ThreadCount, RejectsNonPositiveSize) { EXPECT_THROW(set_num_threads(0), ValueError); }
 
 }  // namespace
 }  // namespace tessera

@@ -18,17 +18,26 @@ TEST(Errors, BroadcastShapes) {
   EXPECT_TRUE(throws_with<ShapeError>(run([&] { return a * b; }), {"multiply", "[2, 3]", "[4]"}));
   EXPECT_TRUE(throws_with<ShapeError>(run([&] { return less(a, b); }), {"less", "[2, 3]", "[4]"}));
   EXPECT_TRUE(throws_with<ShapeError>(run([&] { return where(zeros({5}, DType::Bool), a, a); }), {"where", "[5]"}));
-  EXPECT_TRUE(throws_with<ShapeError>(run([&] { return broadcast_to(a, {3, 3}); }), {"broadcast_to", "[2, 3]", "[3, 3]"}));
+  EXPECT_TRUE(throws_with<ShapeError>(run([&] {
+                                        return broadcast_to(a, {3, 3});
+                                      }),
+                                      {"broadcast_to", "[2, 3]", "[3, 3]"}));
 }
 
 TEST(Errors, Matmul) {
-  EXPECT_TRUE(throws_with<ShapeError>(run([] { return matmul(zeros({2, 3}), zeros({4, 5})); }),
+  EXPECT_TRUE(throws_with<ShapeError>(run([] {
+                                        return matmul(zeros({2, 3}), zeros({4, 5}));
+                                      }),
                                       {"matmul", "[2, 3]", "[4, 5]", "3", "4"}));
   EXPECT_TRUE(throws_with<ShapeError>(run([] { return matmul(zeros({2, 2, 3}), zeros({3, 3, 4})); }), {"matmul"}));
   EXPECT_TRUE(throws_with<ShapeError>(run([] { return matmul(zeros({}), zeros({3})); }), {"matmul"}));
-  EXPECT_TRUE(throws_with<ShapeError>(
-      run([] { return dot_general(zeros({2, 3}), zeros({4, 5}), {1}, {0}); }), {"dot_general", "3", "4"}));
-  EXPECT_TRUE(throws_with<DTypeError>(run([] { return matmul(zeros({2, 2}, DType::Bool), zeros({2, 2}, DType::Bool)); }),
+  EXPECT_TRUE(throws_with<ShapeError>(run([] {
+                                        return dot_general(zeros({2, 3}), zeros({4, 5}), {1}, {0});
+                                      }),
+                                      {"dot_general", "3", "4"}));
+  EXPECT_TRUE(throws_with<DTypeError>(run([] {
+                                        return matmul(zeros({2, 2}, DType::Bool), zeros({2, 2}, DType::Bool));
+                                      }),
                                       {"matmul", "bool"}));
 }
 
@@ -45,7 +54,9 @@ TEST(Errors, LayoutArguments) {
   EXPECT_ANY_THROW(transpose(x, {0, 1}).eval());
   EXPECT_TRUE(throws_with<AxisError>(run([&] { return expand_dims(x, 4); }), {"expand_dims"}));
   EXPECT_ANY_THROW(squeeze(x, {0}).eval());  // dim 0 has size 2
-  EXPECT_TRUE(throws_with<ShapeError>(run([&] { return concatenate({x, zeros({2, 4, 4})}, 0); }),
+  EXPECT_TRUE(throws_with<ShapeError>(run([&] {
+                                        return concatenate({x, zeros({2, 4, 4})}, 0);
+                                      }),
                                       {"concatenate", "[2, 3, 4]", "[2, 4, 4]"}));
   EXPECT_TRUE(throws_with<ShapeError>(run([&] { return stack({x, zeros({2, 3})}); }), {"stack"}));
   EXPECT_ANY_THROW(concatenate({}, 0).eval());
@@ -55,11 +66,17 @@ TEST(Errors, LayoutArguments) {
 
 TEST(Errors, DTypes) {
   EXPECT_TRUE(throws_with<DTypeError>(run([] { return softmax(zeros({2, 3}, DType::Int32)); }), {"softmax", "int32"}));
-  EXPECT_TRUE(
-      throws_with<DTypeError>(run([] { return layer_norm(zeros({2, 3}, DType::Int64)); }), {"layer_norm", "int64"}));
-  EXPECT_TRUE(throws_with<DTypeError>(run([] { return cross_entropy(zeros({2, 3}), zeros({2}, DType::Float32)); }),
+  EXPECT_TRUE(throws_with<DTypeError>(run([] {
+                                        return layer_norm(zeros({2, 3}, DType::Int64));
+                                      }),
+                                      {"layer_norm", "int64"}));
+  EXPECT_TRUE(throws_with<DTypeError>(run([] {
+                                        return cross_entropy(zeros({2, 3}), zeros({2}, DType::Float32));
+                                      }),
                                       {"cross_entropy", "float32"}));
-  EXPECT_TRUE(throws_with<DTypeError>(run([] { return take(zeros({4, 3}), zeros({2}, DType::Float32), 0); }),
+  EXPECT_TRUE(throws_with<DTypeError>(run([] {
+                                        return take(zeros({4, 3}), zeros({2}, DType::Float32), 0);
+                                      }),
                                       {"take", "float32"}));
   EXPECT_ANY_THROW(random::uniform(key(1), {3}, DType::Int32).eval());
 }
@@ -72,10 +89,12 @@ TEST(Errors, ShapeOverflowAndNegativeSizes) {
 
 TEST(Errors, IndexValues) {
   Array table = zeros({4, 3});
-  EXPECT_TRUE(throws_with<ValueError>(run([&] { return take(table, Array::from_vector<int64_t>({0, 4}), 0); }),
+  EXPECT_TRUE(throws_with<ValueError>(run([&] {
+                                        return take(table, Array::from_vector<int64_t>({0, 4}), 0);
+                                      }),
                                       {"take", "4"}));
-  EXPECT_TRUE(throws_with<ValueError>(run([&] { return take(table, Array::from_vector<int64_t>({-5}), 0); }),
-                                      {"take", "-5"}));
+  EXPECT_TRUE(
+      throws_with<ValueError>(run([&] { return take(table, Array::from_vector<int64_t>({-5}), 0); }), {"take", "-5"}));
   EXPECT_ANY_THROW(take_along_axis(table, Array::from_vector<int64_t>({0, 0, 3, 0}, {4, 1}), 1).eval());
   EXPECT_TRUE(throws_with<ValueError>(run([] {
                                         return cross_entropy(zeros({2, 5}), Array::from_vector<int64_t>({1, 7}));
@@ -97,9 +116,9 @@ TEST(Errors, Attention) {
   EXPECT_ANY_THROW(scaled_dot_product_attention(q, k, k).eval());  // 3 heads not a multiple of 2
   EXPECT_ANY_THROW(scaled_dot_product_attention(zeros({1, 2, 4, 8}), zeros({1, 2, 4, 7}), zeros({1, 2, 4, 8})).eval());
   EXPECT_ANY_THROW(scaled_dot_product_attention(zeros({2, 4, 8}), zeros({2, 4, 8}), zeros({2, 4, 8})).eval());
-  EXPECT_ANY_THROW(
-      scaled_dot_product_attention(zeros({1, 2, 4, 8}), zeros({1, 2, 4, 8}), zeros({1, 2, 4, 8}), false, zeros({3, 3}, DType::Bool))
-          .eval());
+  EXPECT_ANY_THROW(scaled_dot_product_attention(zeros({1, 2, 4, 8}), zeros({1, 2, 4, 8}), zeros({1, 2, 4, 8}), false,
+                                                zeros({3, 3}, DType::Bool))
+                       .eval());
 }
 
 TEST(Errors, Transforms) {
@@ -110,7 +129,9 @@ TEST(Errors, Transforms) {
   EXPECT_TRUE(throws_with<TransformError>([&] { grad([](const Array& a) { return argmax(a, 0); })(x); }, {"grad"}));
   // grad w.r.t. an integer input.
   EXPECT_TRUE(throws_with<TransformError>(
-      [] { grad([](const Array& a) { return sum(astype(a, DType::Float32)); })(Array::from_vector<int32_t>({1, 2})); },
+      [] {
+        grad([](const Array& a) { return sum(astype(a, DType::Float32)); })(Array::from_vector<int32_t>({1, 2}));
+      },
       {"grad", "int32"}));
   ScalarFn f = [](const std::vector<Array>& xs) { return sum(xs[0]); };
   EXPECT_ANY_THROW(grad(f, {3})({x}));  // argnum out of range

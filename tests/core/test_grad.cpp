@@ -71,7 +71,8 @@ TEST(Grad, BinaryOpsWithBroadcasting) {
       {"minimum", [](const Array& a, const Array& b) { return minimum(a, b); }, false},
       {"operators", [](const Array& a, const Array& b) { return a * b - a / (b * b + 1.0) + (-a); }, false},
   };
-  const std::vector<std::pair<Shape, Shape>> shapes = {{{3, 1, 4}, {2, 1}}, {{}, {2, 3}}, {{2, 3}, {3}}, {{1, 3}, {2, 1}}};
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{3, 1, 4}, {2, 1}}, {{}, {2, 3}}, {{2, 3}, {3}}, {{1, 3}, {2, 1}}};
   uint32_t seed = 100;
   for (const auto& c : cases) {
     for (const auto& [sa, sb] : shapes) {
@@ -89,15 +90,16 @@ TEST(Grad, WhereAndIntegerPathsCarryNoGradient) {
   Array cond = Array::from_vector<bool>({true, false, true, false, false, true}, {2, 3});
   EXPECT_TRUE(check_vjp_fd(Fn([cond](const std::vector<Array>& xs) { return where(cond, xs[0], xs[1]); }), {a, b}));
   // The condition computed from x (a comparison) carries no gradient.
-  EXPECT_TRUE(
-      check_vjp_fd(Fn([](const std::vector<Array>& xs) { return where(greater(xs[0], 0.0 * xs[0]), xs[0], xs[0] * xs[0]); }),
-                   {away_from_zero({7}, 3)}));
+  EXPECT_TRUE(check_vjp_fd(
+      Fn([](const std::vector<Array>& xs) { return where(greater(xs[0], 0.0 * xs[0]), xs[0], xs[0] * xs[0]); }),
+      {away_from_zero({7}, 3)}));
   // x * int(x): the integer factor is a constant for the gradient (and for finite
   // differences away from integer boundaries).
   Array x = make_array({0.3, 1.2, 2.7, -1.3, -0.4}, {5});
-  EXPECT_TRUE(check_vjp_fd(
-      Fn([](const std::vector<Array>& xs) { return xs[0] * astype(astype(xs[0] * 2.0, DType::Int32), DType::Float64); }),
-      {x}));
+  EXPECT_TRUE(check_vjp_fd(Fn([](const std::vector<Array>& xs) {
+                             return xs[0] * astype(astype(xs[0] * 2.0, DType::Int32), DType::Float64);
+                           }),
+                           {x}));
   // stop_gradient: d/dx [x * stop_gradient(x)] = x.
   auto g = grad([](const Array& t) { return sum(t * stop_gradient(t)); })(x);
   EXPECT_CLOSE(g, values(x), 1e-15, 0);
@@ -137,8 +139,8 @@ TEST(Grad, Reductions) {
 }
 
 TEST(Grad, MatmulAndDotGeneral) {
-  const std::vector<std::pair<Shape, Shape>> mm = {{{3, 4}, {4, 2}},       {{2, 3, 4}, {4, 5}},   {{2, 1, 3, 2}, {3, 2, 4}},
-                                                   {{4}, {4, 3}},          {{3, 4}, {4}},         {{5}, {5}},
+  const std::vector<std::pair<Shape, Shape>> mm = {{{3, 4}, {4, 2}}, {{2, 3, 4}, {4, 5}}, {{2, 1, 3, 2}, {3, 2, 4}},
+                                                   {{4}, {4, 3}},    {{3, 4}, {4}},       {{5}, {5}},
                                                    {{1, 7}, {7, 1}}};
   uint32_t seed = 300;
   for (const auto& [sa, sb] : mm) {
@@ -154,37 +156,57 @@ TEST(Grad, MatmulAndDotGeneral) {
                                             {{4, 2, 3}, {5, 4, 2}, {0, 1}, {1, 2}, {}, {}},
                                             {{3, 2, 4}, {4, 2, 5}, {2}, {0}, {1}, {1}},
                                             {{3}, {4}, {}, {}, {}, {}}}) {
-    EXPECT_TRUE(check_vjp_fd(Fn([c](const std::vector<Array>& xs) {
-                               return dot_general(xs[0], xs[1], c.ac, c.bc, c.ab, c.bb);
-                             }),
-                             {random_array(c.sa, seed++), random_array(c.sb, seed++)}))
+    EXPECT_TRUE(check_vjp_fd(
+        Fn([c](const std::vector<Array>& xs) { return dot_general(xs[0], xs[1], c.ac, c.bc, c.ab, c.bb); }),
+        {random_array(c.sa, seed++), random_array(c.sb, seed++)}))
         << "dot_general " << to_string(c.sa) << " x " << to_string(c.sb);
   }
 }
 
 TEST(Grad, LayoutOps) {
   const std::vector<std::pair<const char*, Fn>> cases = {
-      {"reshape", [](const std::vector<Array>& xs) { return reshape(xs[0], {4, -1}); }},
-      {"transpose", [](const std::vector<Array>& xs) { return transpose(xs[0], {2, 0, 1}); }},
+      {"reshape",
+       [](const std::vector<Array>& xs) {
+         return reshape(xs[0], {4, -1});
+       }},
+      {"transpose",
+       [](const std::vector<Array>& xs) {
+         return transpose(xs[0], {2, 0, 1});
+       }},
       {"T", [](const std::vector<Array>& xs) { return xs[0].T(); }},
       {"swapaxes", [](const std::vector<Array>& xs) { return swapaxes(xs[0], 0, -1); }},
       {"moveaxis", [](const std::vector<Array>& xs) { return moveaxis(xs[0], 2, 0); }},
       {"expand_dims", [](const std::vector<Array>& xs) { return expand_dims(xs[0], 1); }},
       {"squeeze", [](const std::vector<Array>& xs) { return squeeze(expand_dims(xs[0], 0), {0}); }},
-      {"broadcast_to", [](const std::vector<Array>& xs) { return broadcast_to(slice_axis(xs[0], 0, 0, 1), {3, 2, 3, 4}); }},
-      {"slice", [](const std::vector<Array>& xs) { return slice(xs[0], {0, 1, 0}, {2, 3, 4}, {1, 1, 2}); }},
+      {"broadcast_to",
+       [](const std::vector<Array>& xs) {
+         return broadcast_to(slice_axis(xs[0], 0, 0, 1), {3, 2, 3, 4});
+       }},
+      {"slice",
+       [](const std::vector<Array>& xs) {
+         return slice(xs[0], {0, 1, 0}, {2, 3, 4}, {1, 1, 2});
+       }},
       {"slice_axis", [](const std::vector<Array>& xs) { return slice_axis(xs[0], -1, 1, 4, 2); }},
-      {"concatenate", [](const std::vector<Array>& xs) { return concatenate({xs[0], xs[0] * 2.0, xs[0]}, 1); }},
-      {"stack", [](const std::vector<Array>& xs) { return stack({xs[0], square(xs[0])}, -1); }},
+      {"concatenate",
+       [](const std::vector<Array>& xs) {
+         return concatenate({xs[0], xs[0] * 2.0, xs[0]}, 1);
+       }},
+      {"stack",
+       [](const std::vector<Array>& xs) {
+         return stack({xs[0], square(xs[0])}, -1);
+       }},
       {"flatten", [](const std::vector<Array>& xs) { return flatten(transpose(xs[0])); }},
   };
   uint32_t seed = 400;
-  for (const auto& [name_, f] : cases)
-    EXPECT_TRUE(check_vjp_fd(f, {random_array({2, 3, 4}, seed++)})) << name_;
+  for (const auto& [name_, f] : cases) EXPECT_TRUE(check_vjp_fd(f, {random_array({2, 3, 4}, seed++)})) << name_;
   // Concatenate / stack of different inputs.
-  EXPECT_TRUE(check_vjp_fd(Fn([](const std::vector<Array>& xs) { return concatenate({xs[0], xs[1]}, 0); }),
+  EXPECT_TRUE(check_vjp_fd(Fn([](const std::vector<Array>& xs) {
+                             return concatenate({xs[0], xs[1]}, 0);
+                           }),
                            {random_array({2, 3}, 1), random_array({1, 3}, 2)}));
-  EXPECT_TRUE(check_vjp_fd(Fn([](const std::vector<Array>& xs) { return stack({xs[0], xs[1]}, 1); }),
+  EXPECT_TRUE(check_vjp_fd(Fn([](const std::vector<Array>& xs) {
+                             return stack({xs[0], xs[1]}, 1);
+                           }),
                            {random_array({2, 3}, 3), random_array({2, 3}, 4)}));
 }
 
@@ -213,8 +235,7 @@ TEST(Grad, SoftmaxAndNorms) {
   }
   Array x = random_array({2, 3, 6}, 3, DType::Float64, -2, 2), w = random_array({6}, 4, DType::Float64, 0.5, 1.5),
         b = random_array({6}, 5);
-  EXPECT_TRUE(check_vjp_fd(Fn([](const std::vector<Array>& xs) { return layer_norm(xs[0]); }), {x}))
-      << "layer_norm";
+  EXPECT_TRUE(check_vjp_fd(Fn([](const std::vector<Array>& xs) { return layer_norm(xs[0]); }), {x})) << "layer_norm";
   EXPECT_TRUE(check_vjp_fd(Fn([](const std::vector<Array>& xs) { return layer_norm(xs[0], xs[1], xs[2]); }), {x, w, b}))
       << "layer_norm(w, b)";
   EXPECT_TRUE(check_vjp_fd(Fn([](const std::vector<Array>& xs) { return layer_norm(xs[0], xs[1]); }), {x, w}))
@@ -251,18 +272,17 @@ TEST(Grad, Attention) {
                                return scaled_dot_product_attention(xs[0], xs[1], xs[2], causal, mask);
                              }),
                              {q, k, v}))
-        << "attention H" << c.H << " Hkv" << c.Hkv << " T" << c.T << " S" << c.S << " causal " << c.causal
-        << " masked " << c.masked;
+        << "attention H" << c.H << " Hkv" << c.Hkv << " T" << c.T << " S" << c.S << " causal " << c.causal << " masked "
+        << c.masked;
   }
 }
 
 TEST(Grad, CrossEntropy) {
   Array targets = Array::from_vector<int64_t>({2, -100, 0, 4, 4, 1}, {2, 3});
   for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
-    EXPECT_TRUE(check_vjp_fd(Fn([targets, r](const std::vector<Array>& xs) {
-                               return cross_entropy(xs[0], targets, -100, r);
-                             }),
-                             {random_array({2, 3, 5}, 7, DType::Float64, -3, 3)}))
+    EXPECT_TRUE(
+        check_vjp_fd(Fn([targets, r](const std::vector<Array>& xs) { return cross_entropy(xs[0], targets, -100, r); }),
+                     {random_array({2, 3, 5}, 7, DType::Float64, -3, 3)}))
         << "cross_entropy reduction " << static_cast<int>(r);
   }
   // Composed with log_softmax-free logits from a matmul (a classifier head).

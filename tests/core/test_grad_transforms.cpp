@@ -40,22 +40,35 @@ TEST(GradOfGrad, HessianVectorProductsVsFiniteDifferences) {
       {"gelu_tanh", [](const Array& x) { return sum(gelu(x, true) * x); }},
       {"gelu_erf", [](const Array& x) { return sum(gelu(x, false)); }},
       {"silu/sigmoid", [](const Array& x) { return sum(silu(x) + sigmoid(x * x)); }},
-      {"softmax", [w](const Array& x) { return sum(softmax(reshape(x, {2, 3}), -1) * reshape(w, {2, 3})); }},
-      {"log_softmax", [w](const Array& x) { return sum(log_softmax(reshape(x, {3, 2}), 0) * reshape(w, {3, 2})); }},
-      {"layer_norm", [w](const Array& x) { return sum(layer_norm(reshape(x, {2, 3})) * reshape(w, {2, 3})); }},
-      {"rms_norm", [w](const Array& x) { return sum(rms_norm(reshape(x, {2, 3})) * reshape(w, {2, 3})); }},
+      {"softmax",
+       [w](const Array& x) {
+         return sum(softmax(reshape(x, {2, 3}), -1) * reshape(w, {2, 3}));
+       }},
+      {"log_softmax",
+       [w](const Array& x) {
+         return sum(log_softmax(reshape(x, {3, 2}), 0) * reshape(w, {3, 2}));
+       }},
+      {"layer_norm",
+       [w](const Array& x) {
+         return sum(layer_norm(reshape(x, {2, 3})) * reshape(w, {2, 3}));
+       }},
+      {"rms_norm",
+       [w](const Array& x) {
+         return sum(rms_norm(reshape(x, {2, 3})) * reshape(w, {2, 3}));
+       }},
       {"logsumexp/var", [](const Array& x) { return logsumexp(x) + var(x) * 3.0; }},
-      {"matmul", [w](const Array& x) {
+      {"matmul",
+       [w](const Array& x) {
          Array m = reshape(x, {2, 3});
          return sum(square(matmul(m, transpose(m))));
        }},
-      {"cross_entropy", [](const Array& x) {
+      {"cross_entropy",
+       [](const Array& x) {
          return cross_entropy(reshape(x, {2, 3}), Array::from_vector<int64_t>({2, 0}, {2}));
        }},
   };
   uint32_t seed = 20;
-  for (const auto& [name_, f] : cases)
-    EXPECT_TRUE(check_grad_of_grad(f, random_array({6}, seed++))) << name_;
+  for (const auto& [name_, f] : cases) EXPECT_TRUE(check_grad_of_grad(f, random_array({6}, seed++))) << name_;
 }
 
 TEST(GradOfGrad, AttentionTiny) {

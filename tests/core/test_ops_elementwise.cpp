@@ -59,8 +59,7 @@ TEST(Unary, AllOpsAllFloatDtypesVsStd) {
         auto expected = ref_unary(v, c.ref);
         double rtol = dt == DType::Float64 ? 1e-12 : dt == DType::Float32 ? 1e-5 : dt == DType::Float16 ? 2e-3 : 1e-2;
         double atol = dt == DType::Float64 ? 1e-14 : dt == DType::Float32 ? 1e-6 : dt == DType::Float16 ? 1e-3 : 1e-2;
-        EXPECT_TRUE(all_close(y, expected, rtol, atol))
-            << c.name << " " << name(dt) << " shape " << to_string(s);
+        EXPECT_TRUE(all_close(y, expected, rtol, atol)) << c.name << " " << name(dt) << " shape " << to_string(s);
       }
     }
   }
@@ -139,7 +138,7 @@ std::vector<BinaryCase> compare_cases() {
 
 const std::vector<std::pair<Shape, Shape>>& broadcast_pairs() {
   static const std::vector<std::pair<Shape, Shape>> pairs = {
-      {{3, 1, 5}, {4, 1}}, {{}, {2, 3}}, {{2, 3}, {}}, {{7, 33}, {7, 33}}, {{1, 5}, {6, 1}},
+      {{3, 1, 5}, {4, 1}}, {{}, {2, 3}},     {{2, 3}, {}},     {{7, 33}, {7, 33}},           {{1, 5}, {6, 1}},
       {{0, 3}, {3}},       {{0, 3}, {1, 3}}, {{1037}, {1037}}, {{2, 1, 3, 1}, {1, 4, 1, 5}},
   };
   return pairs;

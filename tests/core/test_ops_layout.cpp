@@ -83,9 +83,9 @@ TEST(Layout, SliceWithSteps) {
     std::vector<int64_t> start, stop, step;
   };
   for (const auto& c : std::vector<Case>{{{0, 0, 0}, {5, 7, 4}, {}},
-                                          {{1, 2, 0}, {4, 7, 3}, {1, 2, 1}},
-                                          {{0, 1, 1}, {5, 6, 4}, {3, 4, 2}},
-                                          {{2, 3, 0}, {2, 5, 4}, {1, 1, 1}}}) {
+                                         {{1, 2, 0}, {4, 7, 3}, {1, 2, 1}},
+                                         {{0, 1, 1}, {5, 6, 4}, {3, 4, 2}},
+                                         {{2, 3, 0}, {2, 5, 4}, {1, 1, 1}}}) {
     Array y = slice(x, c.start, c.stop, c.step);
     Shape es;
     for (int d = 0; d < 3; ++d) {
@@ -128,11 +128,15 @@ TEST(Layout, ConcatenateAndStack) {
   auto e0 = va;
   for (int i = 0; i < 12; ++i) e0.push_back(i);
   EXPECT_CLOSE(y0, e0, 0, 0);
-  EXPECT_CLOSE(concatenate({a, a}, -1), ref_transpose([&] {
-                 std::vector<double> t;
-                 for (int k = 0; k < 2; ++k) t.insert(t.end(), va.begin(), va.end());
-                 return t;
-               }(), {2, 2, 3}, {1, 0, 2}), 0, 0);
+  EXPECT_CLOSE(concatenate({a, a}, -1),
+               ref_transpose(
+                   [&] {
+                     std::vector<double> t;
+                     for (int k = 0; k < 2; ++k) t.insert(t.end(), va.begin(), va.end());
+                     return t;
+                   }(),
+                   {2, 2, 3}, {1, 0, 2}),
+               0, 0);
   // Promotion across concatenated dtypes.
   EXPECT_EQ(concatenate({iota({2}, DType::Int32), iota({2}, DType::Float32)}).dtype(), DType::Float32);
 

@@ -12,7 +12,8 @@ namespace {
 std::vector<double> ref_softmax(const std::vector<double>& x, const Shape& s, int axis, bool log) {
   const int nd = static_cast<int>(s.size());
   if (axis < 0) axis += nd;
-  auto mx = ref_reduce(x, s, {axis}, [](const std::vector<double>& g) { return *std::max_element(g.begin(), g.end()); });
+  auto mx =
+      ref_reduce(x, s, {axis}, [](const std::vector<double>& g) { return *std::max_element(g.begin(), g.end()); });
   auto se = ref_reduce(x, s, {axis}, [](const std::vector<double>& g) {
     double m = *std::max_element(g.begin(), g.end()), t = 0;
     for (double v : g) t += std::exp(v - m);
@@ -33,7 +34,7 @@ std::vector<double> ref_softmax(const std::vector<double>& x, const Shape& s, in
 double tol_for(DType dt) { return dt == DType::Float64 ? 1e-12 : dt == DType::Float32 ? 1e-5 : 2e-2; }
 
 TEST(Softmax, AxesAndDtypes) {
-  const std::vector<std::pair<Shape, int>> cases = {{{3, 7}, -1}, {{3, 7}, 0}, {{2, 5, 33}, -1}, {{2, 5, 4}, 1},
+  const std::vector<std::pair<Shape, int>> cases = {{{3, 7}, -1},    {{3, 7}, 0},  {{2, 5, 33}, -1}, {{2, 5, 4}, 1},
                                                     {{4, 1037}, -1}, {{1, 1}, -1}, {{0, 5}, -1}};
   uint32_t seed = 1;
   for (DType dt : {DType::Float64, DType::Float32, DType::BFloat16}) {
@@ -141,8 +142,7 @@ std::vector<double> ref_attention(const std::vector<double>& q, const std::vecto
         for (int64_t s = 0; s < S; ++s) {
           if (!ok[s]) continue;
           double p = std::exp(sc[s] - m) / z;
-          for (int64_t d = 0; d < D; ++d)
-            out[((b * H + h) * T + t) * D + d] += p * v[((b * Hkv + hk) * S + s) * D + d];
+          for (int64_t d = 0; d < D; ++d) out[((b * H + h) * T + t) * D + d] += p * v[((b * Hkv + hk) * S + s) * D + d];
         }
       }
     }
@@ -157,10 +157,17 @@ struct AttnCase {
 
 TEST(Attention, VsNaive) {
   const std::vector<AttnCase> cases = {
-      {1, 1, 1, 1, 1, 8, true, {}},        {2, 2, 2, 7, 7, 8, true, {}},        {2, 2, 2, 7, 7, 8, false, {}},
-      {1, 4, 2, 9, 9, 8, true, {}},        {1, 4, 2, 5, 11, 8, false, {}},      {2, 2, 1, 6, 3, 8, false, {}},
-      {2, 2, 2, 6, 6, 8, false, {2, 1, 6, 6}}, {1, 4, 2, 5, 7, 8, false, {7}}, {1, 2, 2, 70, 70, 16, true, {}},
-      {2, 4, 2, 8, 8, 8, true, {1, 4, 8, 8}},  {1, 2, 1, 40, 67, 8, false, {1, 1, 40, 67}},
+      {1, 1, 1, 1, 1, 8, true, {}},
+      {2, 2, 2, 7, 7, 8, true, {}},
+      {2, 2, 2, 7, 7, 8, false, {}},
+      {1, 4, 2, 9, 9, 8, true, {}},
+      {1, 4, 2, 5, 11, 8, false, {}},
+      {2, 2, 1, 6, 3, 8, false, {}},
+      {2, 2, 2, 6, 6, 8, false, {2, 1, 6, 6}},
+      {1, 4, 2, 5, 7, 8, false, {7}},
+      {1, 2, 2, 70, 70, 16, true, {}},
+      {2, 4, 2, 8, 8, 8, true, {1, 4, 8, 8}},
+      {1, 2, 1, 40, 67, 8, false, {1, 1, 40, 67}},
   };
   uint32_t seed = 100;
   for (DType dt : {DType::Float64, DType::Float32, DType::BFloat16}) {
@@ -187,9 +194,9 @@ TEST(Attention, VsNaive) {
       auto e = ref_attention(q, k, v, c.B, c.H, c.Hkv, c.T, c.S, c.D, c.causal, mv, c.mask_shape,
                              1 / std::sqrt(static_cast<double>(c.D)));
       double t = tol_for(dt) * (dt == DType::Float32 ? 10 : 1);
-      EXPECT_TRUE(all_close(out, e, t, t)) << name(dt) << " B" << c.B << " H" << c.H << " Hkv" << c.Hkv << " T" << c.T
-                                           << " S" << c.S << " causal " << c.causal << " mask "
-                                           << to_string(c.mask_shape);
+      EXPECT_TRUE(all_close(out, e, t, t))
+          << name(dt) << " B" << c.B << " H" << c.H << " Hkv" << c.Hkv << " T" << c.T << " S" << c.S << " causal "
+          << c.causal << " mask " << to_string(c.mask_shape);
     }
   }
   // Explicit scale.

@@ -58,7 +58,8 @@ std::vector<int> normalized(std::vector<int> axes, int nd) {
 
 TEST(Reduce, AllOpsAxisSetsKeepdims) {
   const Shape s = {3, 4, 5};
-  const std::vector<std::vector<int>> axis_sets = {{}, {0}, {1}, {2}, {-1}, {0, 2}, {-1, -3}, {1, 2}, {2, 0}, {0, 1, 2}};
+  const std::vector<std::vector<int>> axis_sets = {{},     {0},      {1},    {2},    {-1},
+                                                   {0, 2}, {-1, -3}, {1, 2}, {2, 0}, {0, 1, 2}};
   for (DType dt : {DType::Float64, DType::Float32, DType::BFloat16}) {
     // In [0.5, 1.5] so prod stays well conditioned.
     auto v = round_to(random_values(numel(s), 21, 0.5, 1.5), dt);

@@ -117,8 +117,10 @@ TEST(Random, UniformRangeAndDistribution) {
     double lo = 1e300, hi = -1e300;
     for (double x : v) lo = std::min(lo, x), hi = std::max(hi, x);
     EXPECT_GE(lo, -2) << name(dt);
-    if (dt == DType::Float32 || dt == DType::Float64) EXPECT_LT(hi, 3) << name(dt);
-    else EXPECT_LE(hi, 3) << name(dt);
+    if (dt == DType::Float32 || dt == DType::Float64)
+      EXPECT_LT(hi, 3) << name(dt);
+    else
+      EXPECT_LE(hi, 3) << name(dt);
     EXPECT_NEAR(mean_of(v), 0.5, 5 * 5 / std::sqrt(12.0 * static_cast<double>(n))) << name(dt);
     // Ten equal bins, each within 5 sigma of n/10.
     std::vector<int64_t> bins(10, 0);

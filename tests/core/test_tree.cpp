@@ -22,8 +22,8 @@ TEST(Tree, StructureAndDeterministicOrder) {
   EXPECT_TRUE(p.at("wte").is_leaf());
   EXPECT_EQ(p.at("wte").size(), 1u);
   // Dict keys in sorted order, lists in index order.
-  std::vector<std::string> expected = {"alpha", "layers.0.bias", "layers.0.weight", "layers.1.bias", "layers.1.weight",
-                                       "wte"};
+  std::vector<std::string> expected = {"alpha",         "layers.0.bias",   "layers.0.weight",
+                                       "layers.1.bias", "layers.1.weight", "wte"};
   EXPECT_EQ(p.paths(), expected);
   auto leaves = p.leaves();
   ASSERT_EQ(leaves.size(), 6u);

@@ -128,8 +128,10 @@ inline Shape ref_reduced_shape(const Shape& s, std::vector<int> axes, bool keepd
   Shape out;
   for (int i = 0; i < static_cast<int>(s.size()); ++i) {
     bool red = std::find(axes.begin(), axes.end(), i) != axes.end();
-    if (!red) out.push_back(s[i]);
-    else if (keepdims) out.push_back(1);
+    if (!red)
+      out.push_back(s[i]);
+    else if (keepdims)
+      out.push_back(1);
   }
   return out;
 }
@@ -197,9 +199,12 @@ inline ::testing::AssertionResult all_close(const std::vector<double>& actual, c
   for (size_t i = 0; i < actual.size(); ++i) {
     double a = actual[i], e = expected[i];
     bool ok;
-    if (std::isnan(e)) ok = std::isnan(a);
-    else if (std::isinf(e)) ok = a == e;
-    else ok = std::isfinite(a) && std::abs(a - e) <= atol + rtol * std::abs(e);
+    if (std::isnan(e))
+      ok = std::isnan(a);
+    else if (std::isinf(e))
+      ok = a == e;
+    else
+      ok = std::isfinite(a) && std::abs(a - e) <= atol + rtol * std::abs(e);
     if (!ok) {
       if (bad < 8) msg << "\n  [" << i << "] got " << a << ", expected " << e << " (diff " << (a - e) << ")";
       if (std::isfinite(a)) worst = std::max(worst, std::abs(a - e));
@@ -235,11 +240,16 @@ inline void expect_close(const Array& actual, const std::vector<double>& expecte
 // Tolerance for a result of `dtype` computed from exact float64 reference values.
 inline double rtol_for(DType dtype) {
   switch (dtype) {
-    case DType::Float64: return 1e-12;
-    case DType::Float32: return 2e-6;
-    case DType::BFloat16: return 1e-2;
-    case DType::Float16: return 2e-3;
-    default: return 0;
+    case DType::Float64:
+      return 1e-12;
+    case DType::Float32:
+      return 2e-6;
+    case DType::BFloat16:
+      return 1e-2;
+    case DType::Float16:
+      return 2e-3;
+    default:
+      return 0;
   }
 }
 
@@ -258,8 +268,8 @@ inline double weighted_sum(const std::vector<Array>& outs, const std::vector<std
 // Compares vjp(fun) with a random cotangent against central differences
 // <f(x+e)-f(x-e), ct> / 2e for every element of every floating input (float64).
 // Integer outputs get a zero cotangent. Tolerance: |an - fd| <= tol * max(1, |fd|).
-inline ::testing::AssertionResult check_vjp_fd(const ArrayFn& fun, const std::vector<Array>& inputs,
-                                               double eps = 1e-6, double tol = 1e-6, uint32_t seed = 1234) {
+inline ::testing::AssertionResult check_vjp_fd(const ArrayFn& fun, const std::vector<Array>& inputs, double eps = 1e-6,
+                                               double tol = 1e-6, uint32_t seed = 1234) {
   std::vector<Array> outs = fun(inputs);
   eval(outs);
   std::vector<Array> cotangents;
@@ -289,8 +299,8 @@ inline ::testing::AssertionResult check_vjp_fd(const ArrayFn& fun, const std::ve
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!is_floating(inputs[i].dtype())) continue;
     if (grads[i].shape() != inputs[i].shape() || grads[i].dtype() != inputs[i].dtype())
-      return ::testing::AssertionFailure() << "cotangent " << i << " is " << type_string(grads[i]) << ", input is "
-                                           << type_string(inputs[i]);
+      return ::testing::AssertionFailure()
+             << "cotangent " << i << " is " << type_string(grads[i]) << ", input is " << type_string(inputs[i]);
     auto g = grads[i].to_vector<double>();
     auto x = inputs[i].to_vector<double>();
     for (size_t j = 0; j < x.size(); ++j) {
@@ -315,8 +325,7 @@ inline ::testing::AssertionResult check_vjp_fd(const ArrayFn& fun, const std::ve
 }
 
 inline ::testing::AssertionResult check_vjp_fd(const std::function<Array(const std::vector<Array>&)>& fun,
-                                               const std::vector<Array>& inputs, double eps = 1e-6,
-                                               double tol = 1e-6) {
+                                               const std::vector<Array>& inputs, double eps = 1e-6, double tol = 1e-6) {
   ArrayFn f = [fun](const std::vector<Array>& xs) { return std::vector<Array>{fun(xs)}; };
   return check_vjp_fd(f, inputs, eps, tol);
 }

@@ -46,11 +46,11 @@ Array example(const Array& x, int axis, int64_t i) {
     if (oa < 0) oa += static_cast<int>(es.size()) + 1;
     es.insert(es.begin() + oa, B);
     if (batched[o].shape() != es)
-      return ::testing::AssertionFailure() << "output " << o << " has shape " << to_string(batched[o].shape())
-                                           << ", expected " << to_string(es);
+      return ::testing::AssertionFailure()
+             << "output " << o << " has shape " << to_string(batched[o].shape()) << ", expected " << to_string(es);
     if (batched[o].dtype() != per[0][o].dtype())
-      return ::testing::AssertionFailure() << "output " << o << " dtype " << name(batched[o].dtype()) << ", expected "
-                                           << name(per[0][o].dtype());
+      return ::testing::AssertionFailure()
+             << "output " << o << " dtype " << name(batched[o].dtype()) << ", expected " << name(per[0][o].dtype());
     std::vector<std::vector<double>> pv;
     for (int64_t i = 0; i < B; ++i) pv.push_back(values(per[i][o]));
     std::vector<double> expected(static_cast<size_t>(numel(es)));
@@ -72,12 +72,18 @@ ArrayFn one(std::function<Array(const std::vector<Array>&)> f) {
 
 TEST(Vmap, UnaryAndBinaryOps) {
   const std::vector<std::pair<const char*, std::function<Array(const Array&)>>> unary = {
-      {"negative", [](const Array& a) { return negative(a); }}, {"abs", [](const Array& a) { return abs(a); }},
-      {"exp", [](const Array& a) { return exp(a); }},           {"log", [](const Array& a) { return log(abs(a) + 1.0); }},
-      {"tanh", [](const Array& a) { return tanh(a); }},         {"gelu", [](const Array& a) { return gelu(a); }},
-      {"relu", [](const Array& a) { return relu(a); }},         {"sigmoid", [](const Array& a) { return sigmoid(a); }},
-      {"silu", [](const Array& a) { return silu(a); }},         {"sqrt", [](const Array& a) { return sqrt(square(a)); }},
-      {"erf", [](const Array& a) { return erf(a); }},           {"sin/cos", [](const Array& a) { return sin(a) * cos(a); }},
+      {"negative", [](const Array& a) { return negative(a); }},
+      {"abs", [](const Array& a) { return abs(a); }},
+      {"exp", [](const Array& a) { return exp(a); }},
+      {"log", [](const Array& a) { return log(abs(a) + 1.0); }},
+      {"tanh", [](const Array& a) { return tanh(a); }},
+      {"gelu", [](const Array& a) { return gelu(a); }},
+      {"relu", [](const Array& a) { return relu(a); }},
+      {"sigmoid", [](const Array& a) { return sigmoid(a); }},
+      {"silu", [](const Array& a) { return silu(a); }},
+      {"sqrt", [](const Array& a) { return sqrt(square(a)); }},
+      {"erf", [](const Array& a) { return erf(a); }},
+      {"sin/cos", [](const Array& a) { return sin(a) * cos(a); }},
       {"astype", [](const Array& a) { return astype(a, DType::Float32); }},
       {"scalar_ops", [](const Array& a) { return 2.0 * a + 1.0; }},
   };
@@ -118,20 +124,26 @@ TEST(Vmap, Reductions) {
     for (bool keep : {false, true}) {
       std::string w = "axes " + to_string(Shape(axes.begin(), axes.end())) + (keep ? " keepdims" : "");
       for (int in_axis : {0, 2}) {
-        EXPECT_TRUE(check_vmap(one([=](const std::vector<Array>& xs) { return sum(xs[0], axes, keep); }), {x}, {in_axis}))
+        EXPECT_TRUE(
+            check_vmap(one([=](const std::vector<Array>& xs) { return sum(xs[0], axes, keep); }), {x}, {in_axis}))
             << "sum " << w;
-        EXPECT_TRUE(check_vmap(one([=](const std::vector<Array>& xs) { return mean(xs[0], axes, keep); }), {x}, {in_axis}))
+        EXPECT_TRUE(
+            check_vmap(one([=](const std::vector<Array>& xs) { return mean(xs[0], axes, keep); }), {x}, {in_axis}))
             << "mean " << w;
-        EXPECT_TRUE(check_vmap(one([=](const std::vector<Array>& xs) { return max(xs[0], axes, keep); }), {x}, {in_axis}))
+        EXPECT_TRUE(
+            check_vmap(one([=](const std::vector<Array>& xs) { return max(xs[0], axes, keep); }), {x}, {in_axis}))
             << "max " << w;
-        EXPECT_TRUE(check_vmap(one([=](const std::vector<Array>& xs) { return min(xs[0], axes, keep); }), {x}, {in_axis}))
+        EXPECT_TRUE(
+            check_vmap(one([=](const std::vector<Array>& xs) { return min(xs[0], axes, keep); }), {x}, {in_axis}))
             << "min " << w;
-        EXPECT_TRUE(check_vmap(one([=](const std::vector<Array>& xs) { return prod(xs[0], axes, keep); }), {x}, {in_axis}))
+        EXPECT_TRUE(
+            check_vmap(one([=](const std::vector<Array>& xs) { return prod(xs[0], axes, keep); }), {x}, {in_axis}))
             << "prod " << w;
         EXPECT_TRUE(
             check_vmap(one([=](const std::vector<Array>& xs) { return logsumexp(xs[0], axes, keep); }), {x}, {in_axis}))
             << "logsumexp " << w;
-        EXPECT_TRUE(check_vmap(one([=](const std::vector<Array>& xs) { return var(xs[0], axes, keep); }), {x}, {in_axis}))
+        EXPECT_TRUE(
+            check_vmap(one([=](const std::vector<Array>& xs) { return var(xs[0], axes, keep); }), {x}, {in_axis}))
             << "var " << w;
       }
     }
@@ -161,17 +173,35 @@ TEST(Vmap, MatmulAndDotGeneral) {
 TEST(Vmap, LayoutAndIndexing) {
   Array x = random_array({3, 2, 4, 6}, 20);
   const std::vector<std::pair<const char*, std::function<Array(const Array&)>>> cases = {
-      {"reshape", [](const Array& a) { return reshape(a, {-1, 3}); }},
-      {"transpose", [](const Array& a) { return transpose(a, {1, 2, 0}); }},
+      {"reshape",
+       [](const Array& a) {
+         return reshape(a, {-1, 3});
+       }},
+      {"transpose",
+       [](const Array& a) {
+         return transpose(a, {1, 2, 0});
+       }},
       {"swapaxes", [](const Array& a) { return swapaxes(a, 0, -1); }},
       {"moveaxis", [](const Array& a) { return moveaxis(a, -1, 0); }},
       {"expand_dims", [](const Array& a) { return expand_dims(a, -1); }},
       {"squeeze", [](const Array& a) { return squeeze(expand_dims(a, 1), {1}); }},
-      {"broadcast_to", [](const Array& a) { return broadcast_to(slice_axis(a, 0, 0, 1), {5, 4, 6}); }},
-      {"slice", [](const Array& a) { return slice(a, {0, 1, 0}, {2, 4, 6}, {1, 2, 3}); }},
+      {"broadcast_to",
+       [](const Array& a) {
+         return broadcast_to(slice_axis(a, 0, 0, 1), {5, 4, 6});
+       }},
+      {"slice",
+       [](const Array& a) {
+         return slice(a, {0, 1, 0}, {2, 4, 6}, {1, 2, 3});
+       }},
       {"slice_axis", [](const Array& a) { return slice_axis(a, -1, 1, 6, 2); }},
-      {"concatenate", [](const Array& a) { return concatenate({a, a * 2.0}, -1); }},
-      {"stack", [](const Array& a) { return stack({a, -a}, 1); }},
+      {"concatenate",
+       [](const Array& a) {
+         return concatenate({a, a * 2.0}, -1);
+       }},
+      {"stack",
+       [](const Array& a) {
+         return stack({a, -a}, 1);
+       }},
       {"flatten", [](const Array& a) { return flatten(a); }},
       {"softmax", [](const Array& a) { return softmax(a, -1); }},
       {"softmax0", [](const Array& a) { return softmax(a, 0); }},
@@ -214,19 +244,21 @@ TEST(Vmap, AttentionAndCrossEntropy) {
   Array q = random_array({3, 1, 4, 5, 8}, 30), k = random_array({3, 1, 2, 6, 8}, 31),
         v = random_array({3, 1, 2, 6, 8}, 32);
   for (bool causal : {true, false}) {
-    auto at = one([causal](const std::vector<Array>& xs) {
-      return scaled_dot_product_attention(xs[0], xs[1], xs[2], causal);
-    });
+    auto at = one(
+        [causal](const std::vector<Array>& xs) { return scaled_dot_product_attention(xs[0], xs[1], xs[2], causal); });
     EXPECT_TRUE(check_vmap(at, {q, k, v})) << "attention causal " << causal;
     EXPECT_TRUE(check_vmap(at, {q, example(k, 0, 0), example(v, 0, 1)}, {0, kNotMapped, kNotMapped}))
         << "attention shared kv, causal " << causal;
   }
-  Array mask = Array::from_vector<bool>([] {
-    std::vector<bool> m;
-    for (auto b : random_ints(3 * 5 * 6, 33, 0, 2)) m.push_back(b != 0);
-    return m;
-  }(), {3, 1, 1, 5, 6});
-  auto atm = one([](const std::vector<Array>& xs) { return scaled_dot_product_attention(xs[0], xs[1], xs[2], false, xs[3]); });
+  Array mask = Array::from_vector<bool>(
+      [] {
+        std::vector<bool> m;
+        for (auto b : random_ints(3 * 5 * 6, 33, 0, 2)) m.push_back(b != 0);
+        return m;
+      }(),
+      {3, 1, 1, 5, 6});
+  auto atm =
+      one([](const std::vector<Array>& xs) { return scaled_dot_product_attention(xs[0], xs[1], xs[2], false, xs[3]); });
   EXPECT_TRUE(check_vmap(atm, {q, k, v, mask})) << "attention with per-example mask";
 
   Array logits = random_array({4, 3, 7}, 34);
@@ -262,8 +294,8 @@ TEST(Vmap, PerExampleGradients) {
   ScalarFn loss2 = [](const std::vector<Array>& in) { return sum(square(gelu(matmul(in[0], in[1])))); };
   ArrayFn g2 = [loss2](const std::vector<Array>& in) { return grad(loss2)(in); };
   EXPECT_TRUE(check_vmap(g2, {random_array({5, 2, 3}, 53), random_array({5, 3, 2}, 54)}, {}, {}, 1e-11, 1e-13));
-  EXPECT_TRUE(check_vmap(g2, {random_array({2, 3}, 55), random_array({3, 2, 5}, 56)}, {kNotMapped, 2}, {0, 1}, 1e-11,
-                         1e-13));
+  EXPECT_TRUE(
+      check_vmap(g2, {random_array({2, 3}, 55), random_array({3, 2, 5}, 56)}, {kNotMapped, 2}, {0, 1}, 1e-11, 1e-13));
 }
 
 }  // namespace

@@ -14,10 +14,10 @@
 namespace tessera {
 
 struct AllocatorStats {
-  int64_t allocations = 0;       // calls to allocate_buffer
-  int64_t cache_hits = 0;        // served from the free lists
-  int64_t bytes_in_use = 0;      // live blocks (capacity)
-  int64_t bytes_cached = 0;      // free blocks kept for reuse
+  int64_t allocations = 0;   // calls to allocate_buffer
+  int64_t cache_hits = 0;    // served from the free lists
+  int64_t bytes_in_use = 0;  // live blocks (capacity)
+  int64_t bytes_cached = 0;  // free blocks kept for reuse
   int64_t peak_bytes_in_use = 0;
 };
 

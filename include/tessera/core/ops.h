@@ -102,7 +102,7 @@ Array dot_general(const Array& a, const Array& b, const std::vector<int>& a_cont
                   const std::vector<int>& b_batch = {});
 
 // ---- layout ----
-Array reshape(const Array& a, Shape shape);  // one dim may be -1
+Array reshape(const Array& a, Shape shape);                   // one dim may be -1
 Array transpose(const Array& a, std::vector<int> perm = {});  // default: reverse
 Array swapaxes(const Array& a, int axis1, int axis2);
 Array moveaxis(const Array& a, int source, int destination);

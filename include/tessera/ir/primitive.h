@@ -77,16 +77,14 @@ using PrimitivePtr = std::shared_ptr<Primitive>;
 
 // Declarations of the overrides most primitives have (MLX's DEFINE_GRADS idea):
 // keeps the per-family headers to what differs between primitives.
-#define TESSERA_PRIMITIVE_EVAL \
-  void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
-#define TESSERA_PRIMITIVE_VJP                                                                       \
+#define TESSERA_PRIMITIVE_EVAL void eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) override;
+#define TESSERA_PRIMITIVE_VJP                                                                     \
   std::vector<Array> vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents, \
                          const std::vector<int>& argnums, const std::vector<Array>& outputs) override;
-#define TESSERA_PRIMITIVE_VMAP                                                              \
-  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs, \
-                                                       const std::vector<int>& axes) override;
-#define TESSERA_PRIMITIVE_COMPOSITE \
-  std::vector<Array> composite(const std::vector<Array>& inputs) const override;
+#define TESSERA_PRIMITIVE_VMAP                                                                                         \
+  std::pair<std::vector<Array>, std::vector<int>> vmap(const std::vector<Array>& inputs, const std::vector<int>& axes) \
+      override;
+#define TESSERA_PRIMITIVE_COMPOSITE std::vector<Array> composite(const std::vector<Array>& inputs) const override;
 #define TESSERA_PRIMITIVE_COST \
   Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
 

@@ -77,8 +77,8 @@ void TakeAlongScatterAdd::eval_cpu(const std::vector<Array>& inputs, std::vector
   out.allocate();
   cpu::fill(out.dtype(), 0.0, out.mutable_raw_data(), out.size());
   AxisView v = view(shape_, axis_);
-  cpu::scatter_add_along(upd.dtype(), upd.raw_data(), v.outer, v.len, v.inner, idx.data<int64_t>(),
-                         idx.shape()[axis_], out.mutable_raw_data());
+  cpu::scatter_add_along(upd.dtype(), upd.raw_data(), v.outer, v.len, v.inner, idx.data<int64_t>(), idx.shape()[axis_],
+                         out.mutable_raw_data());
 }
 
 }  // namespace tessera

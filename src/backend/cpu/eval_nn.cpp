@@ -111,24 +111,22 @@ void AttentionGrad::eval_cpu(const std::vector<Array>& inputs, std::vector<Array
   cpu::AttentionShape s = attention_shape(config_, inputs);
   cpu::attention_backward(inputs[0].dtype(), s, inputs[0].raw_data(), inputs[1].raw_data(), inputs[2].raw_data(),
                           inputs[3 + m].raw_data(), inputs[4 + m].raw_data(), inputs[5 + m].raw_data(),
-                          outputs[0].mutable_raw_data(), outputs[1].mutable_raw_data(),
-                          outputs[2].mutable_raw_data());
+                          outputs[0].mutable_raw_data(), outputs[1].mutable_raw_data(), outputs[2].mutable_raw_data());
 }
 
 void CrossEntropy::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
   const Array& logits = inputs[0];
   for (Array& o : outputs) o.allocate();
   cpu::cross_entropy_rows(logits.dtype(), logits.raw_data(), inputs[1].data<int64_t>(), logits.shape(0),
-                          logits.shape(1), ignore_index_, outputs[0].mutable_raw_data(),
-                          outputs[1].mutable_raw_data());
+                          logits.shape(1), ignore_index_, outputs[0].mutable_raw_data(), outputs[1].mutable_raw_data());
 }
 
 void CrossEntropyGrad::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
   const Array& logits = inputs[0];
   outputs[0].allocate();
-  cpu::cross_entropy_rows_backward(logits.dtype(), logits.raw_data(), inputs[1].data<int64_t>(),
-                                   inputs[2].raw_data(), inputs[3].raw_data(), outputs[0].mutable_raw_data(),
-                                   logits.shape(0), logits.shape(1), ignore_index_);
+  cpu::cross_entropy_rows_backward(logits.dtype(), logits.raw_data(), inputs[1].data<int64_t>(), inputs[2].raw_data(),
+                                   inputs[3].raw_data(), outputs[0].mutable_raw_data(), logits.shape(0),
+                                   logits.shape(1), ignore_index_);
 }
 
 namespace {

@@ -11,17 +11,17 @@
 namespace tessera {
 
 const char* unary_name(UnaryKind kind) {
-  static const char* kNames[] = {"negative", "abs",       "sign", "square",  "exp",  "log",     "log1p",
-                                 "sqrt",     "rsqrt",     "tanh", "erf",     "gelu_tanh", "gelu_erf", "silu",
-                                 "sigmoid",  "relu",      "sin",  "cos",     "logical_not", "copy"};
+  static const char* kNames[] = {"negative", "abs",   "sign", "square", "exp",         "log",      "log1p",
+                                 "sqrt",     "rsqrt", "tanh", "erf",    "gelu_tanh",   "gelu_erf", "silu",
+                                 "sigmoid",  "relu",  "sin",  "cos",    "logical_not", "copy"};
   return kNames[static_cast<int>(kind)];
 }
 
 const char* binary_name(BinaryKind kind) {
-  static const char* kNames[] = {"add",          "subtract",      "multiply",       "divide",      "power",
-                                 "maximum",      "minimum",       "equal",          "not_equal",   "less",
-                                 "less_equal",   "greater",       "greater_equal",  "logical_and", "logical_or",
-                                 "gelu_tanh_grad", "gelu_erf_grad", "silu_grad",    "sigmoid_grad", "tanh_grad"};
+  static const char* kNames[] = {
+      "add",        "subtract",       "multiply",      "divide",     "power",        "maximum",       "minimum",
+      "equal",      "not_equal",      "less",          "less_equal", "greater",      "greater_equal", "logical_and",
+      "logical_or", "gelu_tanh_grad", "gelu_erf_grad", "silu_grad",  "sigmoid_grad", "tanh_grad"};
   return kNames[static_cast<int>(kind)];
 }
 
@@ -29,17 +29,28 @@ namespace {
 
 Array unary_grad(UnaryKind kind, const Array& x, const Array& y, const Array& g) {
   switch (kind) {
-    case UnaryKind::Neg: return -g;
-    case UnaryKind::Abs: return g * sign(x);
-    case UnaryKind::Sign: return zeros_like(x);
-    case UnaryKind::Square: return g * x * 2.0;
-    case UnaryKind::Exp: return g * y;
-    case UnaryKind::Log: return g / x;
-    case UnaryKind::Log1p: return g / (x + 1.0);
-    case UnaryKind::Sqrt: return g * 0.5 / y;
-    case UnaryKind::Rsqrt: return g * y * y * y * -0.5;
-    case UnaryKind::Tanh: return Array::make(x.shape(), x.dtype(), std::make_shared<Binary>(BinaryKind::TanhGrad), {y, g});
-    case UnaryKind::Erf: return g * exp(-square(x)) * (2.0 / std::sqrt(std::numbers::pi));
+    case UnaryKind::Neg:
+      return -g;
+    case UnaryKind::Abs:
+      return g * sign(x);
+    case UnaryKind::Sign:
+      return zeros_like(x);
+    case UnaryKind::Square:
+      return g * x * 2.0;
+    case UnaryKind::Exp:
+      return g * y;
+    case UnaryKind::Log:
+      return g / x;
+    case UnaryKind::Log1p:
+      return g / (x + 1.0);
+    case UnaryKind::Sqrt:
+      return g * 0.5 / y;
+    case UnaryKind::Rsqrt:
+      return g * y * y * y * -0.5;
+    case UnaryKind::Tanh:
+      return Array::make(x.shape(), x.dtype(), std::make_shared<Binary>(BinaryKind::TanhGrad), {y, g});
+    case UnaryKind::Erf:
+      return g * exp(-square(x)) * (2.0 / std::sqrt(std::numbers::pi));
     case UnaryKind::GeluTanh:
       return Array::make(x.shape(), x.dtype(), std::make_shared<Binary>(BinaryKind::GeluTanhGrad), {x, g});
     case UnaryKind::GeluErf:
@@ -48,11 +59,16 @@ Array unary_grad(UnaryKind kind, const Array& x, const Array& y, const Array& g)
       return Array::make(x.shape(), x.dtype(), std::make_shared<Binary>(BinaryKind::SiluGrad), {x, g});
     case UnaryKind::Sigmoid:
       return Array::make(x.shape(), x.dtype(), std::make_shared<Binary>(BinaryKind::SigmoidGrad), {x, g});
-    case UnaryKind::Relu: return g * astype(greater(x, zeros({}, x.dtype())), x.dtype());
-    case UnaryKind::Sin: return g * cos(x);
-    case UnaryKind::Cos: return -(g * sin(x));
-    case UnaryKind::Copy: return g;
-    case UnaryKind::LogicalNot: break;
+    case UnaryKind::Relu:
+      return g * astype(greater(x, zeros({}, x.dtype())), x.dtype());
+    case UnaryKind::Sin:
+      return g * cos(x);
+    case UnaryKind::Cos:
+      return -(g * sin(x));
+    case UnaryKind::Copy:
+      return g;
+    case UnaryKind::LogicalNot:
+      break;
   }
   fail<TransformError>("grad: '{}' is not differentiable", unary_name(kind));
 }
@@ -75,7 +91,8 @@ std::vector<Array> Binary::composite(const std::vector<Array>& in) const {
   const Array& a = in[0];
   const Array& g = in[1];
   switch (kind_) {
-    case BinaryKind::TanhGrad: return {g * (1.0 - square(a))};  // a = tanh(x)
+    case BinaryKind::TanhGrad:
+      return {g * (1.0 - square(a))};  // a = tanh(x)
     case BinaryKind::SigmoidGrad: {
       Array sg = sigmoid(a);
       return {g * sg * (1.0 - sg)};
@@ -96,7 +113,8 @@ std::vector<Array> Binary::composite(const std::vector<Array>& in) const {
       Array dinner = (square(a) * (3 * 0.044715) + 1.0) * k;
       return {g * ((t + 1.0) * 0.5 + a * 0.5 * (1.0 - square(t)) * dinner)};
     }
-    default: return {};
+    default:
+      return {};
   }
 }
 
@@ -108,10 +126,14 @@ std::vector<Array> Binary::vjp(const std::vector<Array>& primals, const std::vec
   const Array& y = outputs[0];
   auto grad_of = [&](int arg) -> Array {
     switch (kind_) {
-      case BinaryKind::Add: return g;
-      case BinaryKind::Sub: return arg == 0 ? g : -g;
-      case BinaryKind::Mul: return arg == 0 ? g * b : g * a;
-      case BinaryKind::Div: return arg == 0 ? g / b : -(g * y / b);
+      case BinaryKind::Add:
+        return g;
+      case BinaryKind::Sub:
+        return arg == 0 ? g : -g;
+      case BinaryKind::Mul:
+        return arg == 0 ? g * b : g * a;
+      case BinaryKind::Div:
+        return arg == 0 ? g / b : -(g * y / b);
       case BinaryKind::Pow:
         return arg == 0 ? g * b * power(a, b - 1.0)
                         : g * y * log(where(greater(a, zeros({}, a.dtype())), a, ones({}, a.dtype())));

@@ -66,8 +66,7 @@ std::string TakeScatterAdd::attributes() const { return fmt::format("shape={}, a
 std::vector<Array> TakeScatterAdd::vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
                                        const std::vector<int>& argnums, const std::vector<Array>&) {
   std::vector<Array> result;
-  for (int arg : argnums)
-    result.push_back(arg == 0 ? zeros_like(primals[0]) : take(cotangents[0], primals[0], axis_));
+  for (int arg : argnums) result.push_back(arg == 0 ? zeros_like(primals[0]) : take(cotangents[0], primals[0], axis_));
   return result;
 }
 
@@ -131,8 +130,7 @@ std::pair<std::vector<Array>, std::vector<int>> TakeAlongScatterAdd::vmap(const 
   Array upd = rules::batched_or_broadcast(inputs[1], axes[1], n);
   Shape shape = shape_;
   shape.insert(shape.begin(), n);
-  return {{Array::make(shape, upd.dtype(), std::make_shared<TakeAlongScatterAdd>(shape, axis_ + 1), {idx, upd})},
-          {0}};
+  return {{Array::make(shape, upd.dtype(), std::make_shared<TakeAlongScatterAdd>(shape, axis_ + 1), {idx, upd})}, {0}};
 }
 
 }  // namespace tessera

@@ -60,8 +60,8 @@ std::string Slice::attributes() const { return fmt::format("start={}, stop={}, s
 std::vector<Array> Slice::vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
                               const std::vector<int>&, const std::vector<Array>&) {
   const Array& g = cotangents[0];
-  return {Array::make(primals[0].shape(), g.dtype(), std::make_shared<SlicePad>(primals[0].shape(), start_, step_),
-                      {g})};
+  return {
+      Array::make(primals[0].shape(), g.dtype(), std::make_shared<SlicePad>(primals[0].shape(), start_, step_), {g})};
 }
 
 std::pair<std::vector<Array>, std::vector<int>> Slice::vmap(const std::vector<Array>& inputs,

@@ -373,8 +373,7 @@ std::pair<std::vector<Array>, std::vector<int>> CrossEntropy::vmap(const std::ve
   Array targets = rules::batched_or_broadcast(inputs[1], axes[1], n);
   int64_t rows = logits.shape(1), vocab = logits.shape(2);
   DType acc = accumulation_dtype(logits.dtype());
-  auto outs = Array::make({Shape{n * rows}, Shape{n * rows}}, {acc, acc},
-                          std::make_shared<CrossEntropy>(ignore_index_),
+  auto outs = Array::make({Shape{n * rows}, Shape{n * rows}}, {acc, acc}, std::make_shared<CrossEntropy>(ignore_index_),
                           {reshape(logits, {n * rows, vocab}), reshape(targets, {n * rows})});
   return {{reshape(outs[0], {n, rows}), reshape(outs[1], {n, rows})}, {0, 0}};
 }

@@ -41,9 +41,7 @@ std::pair<std::vector<Array>, std::vector<int>> RandomSample::vmap(const std::ve
 std::pair<std::vector<Array>, std::vector<int>> RandomBernoulli::vmap(const std::vector<Array>& inputs,
                                                                       const std::vector<int>& axes) {
   return rules::loop_vmap(
-      [](const std::vector<Array>& in) {
-        return std::vector<Array>{random::bernoulli(in[0], in[1], in[1].shape())};
-      },
+      [](const std::vector<Array>& in) { return std::vector<Array>{random::bernoulli(in[0], in[1], in[1].shape())}; },
       inputs, axes, "random_bernoulli");
 }
 

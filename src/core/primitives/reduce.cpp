@@ -10,10 +10,14 @@ namespace tessera {
 
 std::string Reduce::name() const {
   switch (kind_) {
-    case ReduceKind::Sum: return "reduce_sum";
-    case ReduceKind::Prod: return "reduce_prod";
-    case ReduceKind::Max: return "reduce_max";
-    case ReduceKind::Min: return "reduce_min";
+    case ReduceKind::Sum:
+      return "reduce_sum";
+    case ReduceKind::Prod:
+      return "reduce_prod";
+    case ReduceKind::Max:
+      return "reduce_max";
+    case ReduceKind::Min:
+      return "reduce_min";
   }
   return "reduce";
 }
@@ -29,8 +33,10 @@ std::vector<Array> Reduce::vjp(const std::vector<Array>& primals, const std::vec
   Array g = reshape(cotangents[0], kept);
   Array y = reshape(outputs[0], kept);
   switch (kind_) {
-    case ReduceKind::Sum: return {broadcast_to(g, x.shape())};
-    case ReduceKind::Prod: return {broadcast_to(g * y, x.shape()) / x};
+    case ReduceKind::Sum:
+      return {broadcast_to(g, x.shape())};
+    case ReduceKind::Prod:
+      return {broadcast_to(g * y, x.shape()) / x};
     case ReduceKind::Max:
     case ReduceKind::Min: {
       // Ties share the gradient equally (like torch.amax).

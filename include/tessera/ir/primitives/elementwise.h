@@ -10,13 +10,49 @@ namespace tessera {
 
 // Order matches cpu::UnaryOp (checked by static_assert in the CPU backend).
 enum class UnaryKind {
-  Neg, Abs, Sign, Square, Exp, Log, Log1p, Sqrt, Rsqrt, Tanh, Erf, GeluTanh, GeluErf, Silu, Sigmoid, Relu, Sin, Cos,
-  LogicalNot, Copy,
+  Neg,
+  Abs,
+  Sign,
+  Square,
+  Exp,
+  Log,
+  Log1p,
+  Sqrt,
+  Rsqrt,
+  Tanh,
+  Erf,
+  GeluTanh,
+  GeluErf,
+  Silu,
+  Sigmoid,
+  Relu,
+  Sin,
+  Cos,
+  LogicalNot,
+  Copy,
 };
 // Order matches cpu::BinaryOp. The *Grad kinds compute g * f'(x) for (x, g).
 enum class BinaryKind {
-  Add, Sub, Mul, Div, Pow, Maximum, Minimum, Equal, NotEqual, Less, LessEqual, Greater, GreaterEqual, LogicalAnd,
-  LogicalOr, GeluTanhGrad, GeluErfGrad, SiluGrad, SigmoidGrad, TanhGrad,
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Maximum,
+  Minimum,
+  Equal,
+  NotEqual,
+  Less,
+  LessEqual,
+  Greater,
+  GreaterEqual,
+  LogicalAnd,
+  LogicalOr,
+  GeluTanhGrad,
+  GeluErfGrad,
+  SiluGrad,
+  SigmoidGrad,
+  TanhGrad,
 };
 
 const char* unary_name(UnaryKind kind);

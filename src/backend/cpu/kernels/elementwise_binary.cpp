@@ -27,10 +27,11 @@ bool bool_output(BinaryOp op) { return is_comparison(op) || op == BinaryOp::Logi
 bool is_grad(BinaryOp op) { return op >= BinaryOp::GeluTanhGrad; }
 
 std::string_view op_name(BinaryOp op) {
-  static constexpr std::string_view kNames[] = {
-      "add",  "sub",        "mul",         "div",           "pow",          "maximum",    "minimum",
-      "equal", "not_equal", "less",        "less_equal",    "greater",      "greater_equal",
-      "logical_and", "logical_or", "gelu_tanh_grad", "gelu_erf_grad", "silu_grad", "sigmoid_grad", "tanh_grad"};
+  static constexpr std::string_view kNames[] = {"add",           "sub",         "mul",          "div",
+                                                "pow",           "maximum",     "minimum",      "equal",
+                                                "not_equal",     "less",        "less_equal",   "greater",
+                                                "greater_equal", "logical_and", "logical_or",   "gelu_tanh_grad",
+                                                "gelu_erf_grad", "silu_grad",   "sigmoid_grad", "tanh_grad"};
   return kNames[static_cast<int>(op)];
 }
 
@@ -39,13 +40,20 @@ std::string_view op_name(BinaryOp op) {
 template <typename F>
 F float_op(BinaryOp op, F a, F b) {
   switch (op) {
-    case BinaryOp::Add: return a + b;
-    case BinaryOp::Sub: return a - b;
-    case BinaryOp::Mul: return a * b;
-    case BinaryOp::Div: return a / b;
-    case BinaryOp::Pow: return std::pow(a, b);
-    case BinaryOp::Maximum: return (a != a || b != b) ? a + b : (a > b ? a : b);
-    case BinaryOp::Minimum: return (a != a || b != b) ? a + b : (a < b ? a : b);
+    case BinaryOp::Add:
+      return a + b;
+    case BinaryOp::Sub:
+      return a - b;
+    case BinaryOp::Mul:
+      return a * b;
+    case BinaryOp::Div:
+      return a / b;
+    case BinaryOp::Pow:
+      return std::pow(a, b);
+    case BinaryOp::Maximum:
+      return (a != a || b != b) ? a + b : (a > b ? a : b);
+    case BinaryOp::Minimum:
+      return (a != a || b != b) ? a + b : (a < b ? a : b);
     case BinaryOp::GeluTanhGrad: {
       F k = F(vmath::kSqrt2OverPi), c = F(vmath::kGeluCubic);
       F t = std::tanh(k * (a + c * a * a * a));
@@ -62,23 +70,34 @@ F float_op(BinaryOp op, F a, F b) {
       F s = F(1) / (F(1) + std::exp(-a));
       return b * (s * (F(1) - s));
     }
-    case BinaryOp::TanhGrad: return b * (F(1) - a * a);
-    default: return F(0);
+    case BinaryOp::TanhGrad:
+      return b * (F(1) - a * a);
+    default:
+      return F(0);
   }
 }
 
 template <typename T>
 bool compare_op(BinaryOp op, T a, T b) {
   switch (op) {
-    case BinaryOp::Equal: return a == b;
-    case BinaryOp::NotEqual: return a != b;
-    case BinaryOp::Less: return a < b;
-    case BinaryOp::LessEqual: return a <= b;
-    case BinaryOp::Greater: return a > b;
-    case BinaryOp::GreaterEqual: return a >= b;
-    case BinaryOp::LogicalAnd: return a != T(0) && b != T(0);
-    case BinaryOp::LogicalOr: return a != T(0) || b != T(0);
-    default: return false;
+    case BinaryOp::Equal:
+      return a == b;
+    case BinaryOp::NotEqual:
+      return a != b;
+    case BinaryOp::Less:
+      return a < b;
+    case BinaryOp::LessEqual:
+      return a <= b;
+    case BinaryOp::Greater:
+      return a > b;
+    case BinaryOp::GreaterEqual:
+      return a >= b;
+    case BinaryOp::LogicalAnd:
+      return a != T(0) && b != T(0);
+    case BinaryOp::LogicalOr:
+      return a != T(0) || b != T(0);
+    default:
+      return false;
   }
 }
 
@@ -88,9 +107,12 @@ template <typename T>
 T int_op(BinaryOp op, T a, T b) {
   using U = std::make_unsigned_t<T>;
   switch (op) {
-    case BinaryOp::Add: return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-    case BinaryOp::Sub: return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
-    case BinaryOp::Mul: return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+    case BinaryOp::Add:
+      return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+    case BinaryOp::Sub:
+      return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
+    case BinaryOp::Mul:
+      return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
     case BinaryOp::Div:
       if (b == T(0)) return T(0);
       if constexpr (std::is_signed_v<T>) {
@@ -112,19 +134,25 @@ T int_op(BinaryOp op, T a, T b) {
       }
       return static_cast<T>(result);
     }
-    case BinaryOp::Maximum: return a > b ? a : b;
-    case BinaryOp::Minimum: return a < b ? a : b;
-    default: return T(0);
+    case BinaryOp::Maximum:
+      return a > b ? a : b;
+    case BinaryOp::Minimum:
+      return a < b ? a : b;
+    default:
+      return T(0);
   }
 }
 
 bool bool_op(BinaryOp op, bool a, bool b) {
   switch (op) {
     case BinaryOp::Add:
-    case BinaryOp::Maximum: return a || b;
+    case BinaryOp::Maximum:
+      return a || b;
     case BinaryOp::Mul:
-    case BinaryOp::Minimum: return a && b;
-    default: return false;
+    case BinaryOp::Minimum:
+      return a && b;
+    default:
+      return false;
   }
 }
 
@@ -160,10 +188,18 @@ void run_f32_vec(const float* a, int64_t sa, const float* b, int64_t sb, float* 
 
 bool run_f32_avx2(BinaryOp op, const float* a, int64_t sa, const float* b, int64_t sb, float* o, int64_t n) {
   switch (op) {
-    case BinaryOp::Add: run_f32_vec(a, sa, b, sb, o, n, [](__m256 x, __m256 y) { return _mm256_add_ps(x, y); }); return true;
-    case BinaryOp::Sub: run_f32_vec(a, sa, b, sb, o, n, [](__m256 x, __m256 y) { return _mm256_sub_ps(x, y); }); return true;
-    case BinaryOp::Mul: run_f32_vec(a, sa, b, sb, o, n, [](__m256 x, __m256 y) { return _mm256_mul_ps(x, y); }); return true;
-    case BinaryOp::Div: run_f32_vec(a, sa, b, sb, o, n, [](__m256 x, __m256 y) { return _mm256_div_ps(x, y); }); return true;
+    case BinaryOp::Add:
+      run_f32_vec(a, sa, b, sb, o, n, [](__m256 x, __m256 y) { return _mm256_add_ps(x, y); });
+      return true;
+    case BinaryOp::Sub:
+      run_f32_vec(a, sa, b, sb, o, n, [](__m256 x, __m256 y) { return _mm256_sub_ps(x, y); });
+      return true;
+    case BinaryOp::Mul:
+      run_f32_vec(a, sa, b, sb, o, n, [](__m256 x, __m256 y) { return _mm256_mul_ps(x, y); });
+      return true;
+    case BinaryOp::Div:
+      run_f32_vec(a, sa, b, sb, o, n, [](__m256 x, __m256 y) { return _mm256_div_ps(x, y); });
+      return true;
     case BinaryOp::Maximum:
     case BinaryOp::Minimum: {
       bool mx = op == BinaryOp::Maximum;
@@ -189,9 +225,11 @@ bool run_f32_avx2(BinaryOp op, const float* a, int64_t sa, const float* b, int64
       });
       return true;
     case BinaryOp::TanhGrad:
-      run_f32_vec(a, sa, b, sb, o, n, [](__m256 y, __m256 g) { return _mm256_mul_ps(g, _mm256_fnmadd_ps(y, y, _mm256_set1_ps(1.0f))); });
+      run_f32_vec(a, sa, b, sb, o, n,
+                  [](__m256 y, __m256 g) { return _mm256_mul_ps(g, _mm256_fnmadd_ps(y, y, _mm256_set1_ps(1.0f))); });
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 #endif
@@ -212,7 +250,8 @@ void run(BinaryOp op, const T* a, int64_t sa, const T* b, int64_t sb, void* out,
     if constexpr (std::is_same_v<T, bool>) {
       for (int64_t i = 0; i < n; ++i) o[i] = compare_op<int>(op, a[i * sa], b[i * sb]);
     } else {
-      for (int64_t i = 0; i < n; ++i) o[i] = compare_op<Compute<T>>(op, detail::load(a[i * sa]), detail::load(b[i * sb]));
+      for (int64_t i = 0; i < n; ++i)
+        o[i] = compare_op<Compute<T>>(op, detail::load(a[i * sa]), detail::load(b[i * sb]));
     }
     return;
   }
@@ -262,8 +301,8 @@ void check_strides(std::string_view what, const Shape& shape, const Strides& a, 
 
 }  // namespace
 
-void binary(BinaryOp op, DType dtype, const void* a, const Strides& a_strides, const void* b,
-            const Strides& b_strides, void* out, const Shape& out_shape) {
+void binary(BinaryOp op, DType dtype, const void* a, const Strides& a_strides, const void* b, const Strides& b_strides,
+            void* out, const Shape& out_shape) {
   check_strides(op_name(op), out_shape, a_strides, b_strides);
   check_supported(op, dtype);
   Strides o_strides = contiguous_strides(out_shape);

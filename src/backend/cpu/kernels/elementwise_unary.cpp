@@ -22,10 +22,9 @@ using detail::kIsHalf;
 using detail::TypeTag;
 
 std::string_view op_name(UnaryOp op) {
-  static constexpr std::string_view kNames[] = {"neg",  "abs",       "sign",     "square", "exp",  "log",
-                                                "log1p", "sqrt",     "rsqrt",    "tanh",   "erf",  "gelu_tanh",
-                                                "gelu_erf", "silu",  "sigmoid",  "relu",   "sin",  "cos",
-                                                "logical_not", "copy"};
+  static constexpr std::string_view kNames[] = {
+      "neg", "abs",       "sign",     "square", "exp",     "log",  "log1p", "sqrt", "rsqrt",       "tanh",
+      "erf", "gelu_tanh", "gelu_erf", "silu",   "sigmoid", "relu", "sin",   "cos",  "logical_not", "copy"};
   return kNames[static_cast<int>(op)];
 }
 
@@ -33,27 +32,46 @@ std::string_view op_name(UnaryOp op) {
 template <typename F>
 F scalar_op(UnaryOp op, F x) {
   switch (op) {
-    case UnaryOp::Neg: return -x;
-    case UnaryOp::Abs: return std::abs(x);
-    case UnaryOp::Sign: return x > F(0) ? F(1) : (x < F(0) ? F(-1) : x);  // keeps 0, -0, NaN
-    case UnaryOp::Square: return x * x;
-    case UnaryOp::Exp: return std::exp(x);
-    case UnaryOp::Log: return std::log(x);
-    case UnaryOp::Log1p: return std::log1p(x);
-    case UnaryOp::Sqrt: return std::sqrt(x);
-    case UnaryOp::Rsqrt: return F(1) / std::sqrt(x);
-    case UnaryOp::Tanh: return std::tanh(x);
-    case UnaryOp::Erf: return std::erf(x);
+    case UnaryOp::Neg:
+      return -x;
+    case UnaryOp::Abs:
+      return std::abs(x);
+    case UnaryOp::Sign:
+      return x > F(0) ? F(1) : (x < F(0) ? F(-1) : x);  // keeps 0, -0, NaN
+    case UnaryOp::Square:
+      return x * x;
+    case UnaryOp::Exp:
+      return std::exp(x);
+    case UnaryOp::Log:
+      return std::log(x);
+    case UnaryOp::Log1p:
+      return std::log1p(x);
+    case UnaryOp::Sqrt:
+      return std::sqrt(x);
+    case UnaryOp::Rsqrt:
+      return F(1) / std::sqrt(x);
+    case UnaryOp::Tanh:
+      return std::tanh(x);
+    case UnaryOp::Erf:
+      return std::erf(x);
     case UnaryOp::GeluTanh:
       return F(0.5) * x * (F(1) + std::tanh(F(vmath::kSqrt2OverPi) * (x + F(vmath::kGeluCubic) * x * x * x)));
-    case UnaryOp::GeluErf: return F(0.5) * x * (F(1) + std::erf(x * F(vmath::kInvSqrt2)));
-    case UnaryOp::Silu: return x / (F(1) + std::exp(-x));
-    case UnaryOp::Sigmoid: return F(1) / (F(1) + std::exp(-x));
-    case UnaryOp::Relu: return x > F(0) ? x : (x != x ? x : F(0));
-    case UnaryOp::Sin: return std::sin(x);
-    case UnaryOp::Cos: return std::cos(x);
-    case UnaryOp::Copy: return x;
-    case UnaryOp::LogicalNot: break;
+    case UnaryOp::GeluErf:
+      return F(0.5) * x * (F(1) + std::erf(x * F(vmath::kInvSqrt2)));
+    case UnaryOp::Silu:
+      return x / (F(1) + std::exp(-x));
+    case UnaryOp::Sigmoid:
+      return F(1) / (F(1) + std::exp(-x));
+    case UnaryOp::Relu:
+      return x > F(0) ? x : (x != x ? x : F(0));
+    case UnaryOp::Sin:
+      return std::sin(x);
+    case UnaryOp::Cos:
+      return std::cos(x);
+    case UnaryOp::Copy:
+      return x;
+    case UnaryOp::LogicalNot:
+      break;
   }
   return x;
 }
@@ -76,25 +94,50 @@ void run_vec(const float* x, float* out, int64_t n, V&& vec) {
 bool unary_f32_avx2(UnaryOp op, const float* x, float* out, int64_t n) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   switch (op) {
-    case UnaryOp::Neg: run_vec(x, out, n, [&](__m256 v) { return _mm256_xor_ps(v, sign); }); return true;
-    case UnaryOp::Abs: run_vec(x, out, n, [&](__m256 v) { return _mm256_andnot_ps(sign, v); }); return true;
-    case UnaryOp::Square: run_vec(x, out, n, [](__m256 v) { return _mm256_mul_ps(v, v); }); return true;
-    case UnaryOp::Sqrt: run_vec(x, out, n, [](__m256 v) { return _mm256_sqrt_ps(v); }); return true;
+    case UnaryOp::Neg:
+      run_vec(x, out, n, [&](__m256 v) { return _mm256_xor_ps(v, sign); });
+      return true;
+    case UnaryOp::Abs:
+      run_vec(x, out, n, [&](__m256 v) { return _mm256_andnot_ps(sign, v); });
+      return true;
+    case UnaryOp::Square:
+      run_vec(x, out, n, [](__m256 v) { return _mm256_mul_ps(v, v); });
+      return true;
+    case UnaryOp::Sqrt:
+      run_vec(x, out, n, [](__m256 v) { return _mm256_sqrt_ps(v); });
+      return true;
     case UnaryOp::Rsqrt:
       run_vec(x, out, n, [](__m256 v) { return _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_sqrt_ps(v)); });
       return true;
     case UnaryOp::Relu:  // max(x, 0) with NaN kept: max_ps returns its 2nd operand on NaN
       run_vec(x, out, n, [](__m256 v) { return _mm256_max_ps(_mm256_setzero_ps(), v); });
       return true;
-    case UnaryOp::Exp: run_vec(x, out, n, [](__m256 v) { return vmath::exp(v); }); return true;
-    case UnaryOp::Log: run_vec(x, out, n, [](__m256 v) { return vmath::log(v); }); return true;
-    case UnaryOp::Tanh: run_vec(x, out, n, [](__m256 v) { return vmath::tanh(v); }); return true;
-    case UnaryOp::Erf: run_vec(x, out, n, [](__m256 v) { return vmath::erf(v); }); return true;
-    case UnaryOp::Sigmoid: run_vec(x, out, n, [](__m256 v) { return vmath::sigmoid(v); }); return true;
-    case UnaryOp::Silu: run_vec(x, out, n, [](__m256 v) { return vmath::silu(v); }); return true;
-    case UnaryOp::GeluTanh: run_vec(x, out, n, [](__m256 v) { return vmath::gelu_tanh(v); }); return true;
-    case UnaryOp::GeluErf: run_vec(x, out, n, [](__m256 v) { return vmath::gelu_erf(v); }); return true;
-    default: return false;
+    case UnaryOp::Exp:
+      run_vec(x, out, n, [](__m256 v) { return vmath::exp(v); });
+      return true;
+    case UnaryOp::Log:
+      run_vec(x, out, n, [](__m256 v) { return vmath::log(v); });
+      return true;
+    case UnaryOp::Tanh:
+      run_vec(x, out, n, [](__m256 v) { return vmath::tanh(v); });
+      return true;
+    case UnaryOp::Erf:
+      run_vec(x, out, n, [](__m256 v) { return vmath::erf(v); });
+      return true;
+    case UnaryOp::Sigmoid:
+      run_vec(x, out, n, [](__m256 v) { return vmath::sigmoid(v); });
+      return true;
+    case UnaryOp::Silu:
+      run_vec(x, out, n, [](__m256 v) { return vmath::silu(v); });
+      return true;
+    case UnaryOp::GeluTanh:
+      run_vec(x, out, n, [](__m256 v) { return vmath::gelu_tanh(v); });
+      return true;
+    case UnaryOp::GeluErf:
+      run_vec(x, out, n, [](__m256 v) { return vmath::gelu_erf(v); });
+      return true;
+    default:
+      return false;
   }
 }
 #endif
@@ -202,7 +245,8 @@ void f32_to_bf16(const float* x, bfloat16* out, int64_t n) {
     for (int h = 0; h < 2; ++h) {
       __m256i u = _mm256_castps_si256(_mm256_loadu_ps(x + i + 8 * h));
       __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
-      __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(round_base, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+      __m256i rounded =
+          _mm256_add_epi32(u, _mm256_add_epi32(round_base, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
       __m256i v = _mm256_blendv_epi8(rounded, _mm256_or_si256(u, quiet), nan);
       r[h] = _mm256_srli_epi32(v, 16);
     }
@@ -229,7 +273,8 @@ void f32_to_f16(const float* x, float16* out, int64_t n) {
   int64_t i = 0;
 #ifdef __F16C__
   for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
 #endif
   for (; i < n; ++i) out[i] = float_to_f16(x[i]);
 }

@@ -15,9 +15,9 @@
 // Threads only decide who computes which block/row; partials are combined in order.
 #include "backend/cpu/kernels/reduce.h"
 
+#include <functional>
 #include <limits>
 #include <memory>
-#include <functional>
 #include <numeric>
 
 #include "backend/cpu/kernels/copy.h"
@@ -28,10 +28,10 @@ namespace {
 
 using detail::Compute;
 
-constexpr int64_t kBlock = 4096;   // elements per row block
-constexpr int kLanes = 32;         // accumulators inside a block (4 AVX2 vectors)
-constexpr int64_t kRowBlock = 16;  // rows summed sequentially before pairwise merging
-constexpr int64_t kColChunk = 512; // output columns per column-reduction task
+constexpr int64_t kBlock = 4096;    // elements per row block
+constexpr int kLanes = 32;          // accumulators inside a block (4 AVX2 vectors)
+constexpr int64_t kRowBlock = 16;   // rows summed sequentially before pairwise merging
+constexpr int64_t kColChunk = 512;  // output columns per column-reduction task
 
 // Accumulator type: float for float32 and halves, double for float64, int64 otherwise.
 template <typename T>
@@ -45,19 +45,27 @@ inline Acc<T> acc_load(T v) {
 template <ReduceOp Op, typename A>
 struct Reducer {
   static A identity() {
-    if constexpr (Op == ReduceOp::Sum) return A(0);
-    else if constexpr (Op == ReduceOp::Prod) return A(1);
-    else if constexpr (Op == ReduceOp::Max) return std::numeric_limits<A>::lowest();
-    else return std::numeric_limits<A>::max();
+    if constexpr (Op == ReduceOp::Sum)
+      return A(0);
+    else if constexpr (Op == ReduceOp::Prod)
+      return A(1);
+    else if constexpr (Op == ReduceOp::Max)
+      return std::numeric_limits<A>::lowest();
+    else
+      return std::numeric_limits<A>::max();
   }
   // NaN in either operand wins for Max/Min; integers wrap (computed unsigned).
   static A combine(A a, A b) {
     if constexpr (Op == ReduceOp::Sum) {
-      if constexpr (std::is_integral_v<A>) return static_cast<A>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
-      else return a + b;
+      if constexpr (std::is_integral_v<A>)
+        return static_cast<A>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+      else
+        return a + b;
     } else if constexpr (Op == ReduceOp::Prod) {
-      if constexpr (std::is_integral_v<A>) return static_cast<A>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
-      else return a * b;
+      if constexpr (std::is_integral_v<A>)
+        return static_cast<A>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+      else
+        return a * b;
     } else if constexpr (Op == ReduceOp::Max) {
       return (b > a || b != b) ? b : a;
     } else {
@@ -121,7 +129,8 @@ void reduce_rows(const T* x, int64_t rows, int64_t len, Out* out) {
       partials[u] = reduce_block<Op>(x + r * len + blk * kBlock, std::min(kBlock, len - blk * kBlock));
     }
   });
-  for (int64_t r = 0; r < rows; ++r) store_out(out, r, nb == 1 ? partials[r] : combine_tree<Op>(partials.data() + r * nb, 0, nb));
+  for (int64_t r = 0; r < rows; ++r)
+    store_out(out, r, nb == 1 ? partials[r] : combine_tree<Op>(partials.data() + r * nb, 0, nb));
 }
 
 // out[o, c] = reduce_r x[o, r, c] for [outer, rows, cols].
@@ -177,10 +186,14 @@ void reduce_columns(const T* x, int64_t outer, int64_t rows, int64_t cols, Out* 
 
 std::string_view op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Prod: return "prod";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Prod:
+      return "prod";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
   }
   return "reduce";
 }
@@ -248,7 +261,8 @@ void reduce_groups(const T* x, const std::vector<int64_t>& sizes, const std::vec
   } else if (kinds.back()) {
     // [..., K, R]: reduce the trailing group as rows into accumulator-typed partials,
     // then reduce the rest (now ending in a kept group) from those.
-    const int64_t len = sizes.back(), rows_n = std::accumulate(sizes.begin(), sizes.end() - 1, int64_t{1}, std::multiplies<>());
+    const int64_t len = sizes.back(),
+                  rows_n = std::accumulate(sizes.begin(), sizes.end() - 1, int64_t{1}, std::multiplies<>());
     std::vector<Acc<T>> partial(rows_n);
     reduce_rows<Op>(x, rows_n, len, partial.data());
     std::vector<int64_t> s2(sizes.begin(), sizes.end() - 1);
@@ -273,7 +287,8 @@ void reduce(ReduceOp op, DType dtype, const void* x, const Shape& shape, const s
   std::vector<bool> reduced(shape.size(), false);
   for (size_t i = 0; i < axes.size(); ++i) {
     if (axes[i] < 0 || axes[i] >= static_cast<int>(shape.size()) || (i > 0 && axes[i] <= axes[i - 1]))
-      fail<AxisError>("{}: axes must be sorted, unique and in [0, {}) (got axis {})", op_name(op), shape.size(), axes[i]);
+      fail<AxisError>("{}: axes must be sorted, unique and in [0, {}) (got axis {})", op_name(op), shape.size(),
+                      axes[i]);
     reduced[axes[i]] = true;
   }
   int64_t out_numel = 1, red_numel = 1;
@@ -291,10 +306,18 @@ void reduce(ReduceOp op, DType dtype, const void* x, const Shape& shape, const s
     return;
   }
   switch (op) {
-    case ReduceOp::Sum: reduce_op<ReduceOp::Sum>(dtype, x, shape, reduced, out); break;
-    case ReduceOp::Prod: reduce_op<ReduceOp::Prod>(dtype, x, shape, reduced, out); break;
-    case ReduceOp::Max: reduce_op<ReduceOp::Max>(dtype, x, shape, reduced, out); break;
-    case ReduceOp::Min: reduce_op<ReduceOp::Min>(dtype, x, shape, reduced, out); break;
+    case ReduceOp::Sum:
+      reduce_op<ReduceOp::Sum>(dtype, x, shape, reduced, out);
+      break;
+    case ReduceOp::Prod:
+      reduce_op<ReduceOp::Prod>(dtype, x, shape, reduced, out);
+      break;
+    case ReduceOp::Max:
+      reduce_op<ReduceOp::Max>(dtype, x, shape, reduced, out);
+      break;
+    case ReduceOp::Min:
+      reduce_op<ReduceOp::Min>(dtype, x, shape, reduced, out);
+      break;
   }
 }
 

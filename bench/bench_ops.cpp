@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
     std::vector<float> p(static_cast<size_t>(n), 0.1f), g(static_cast<size_t>(n), 0.01f), m(static_cast<size_t>(n)),
         v(static_cast<size_t>(n));
     ts::cpu::AdamWConfig config;
-    bandwidth_row("adamw", 7 * f, [&] {
+    bandwidth_row("adamw (kernel, in place)", 7 * f, [&] {
       ts::cpu::adamw_update(ts::DType::Float32, p.data(), g.data(), m.data(), v.data(), n, config);
     });
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tessera/core/array.h"
+#include "tessera/ir/primitives/optim.h"
 
 namespace tessera {
 
@@ -144,5 +145,15 @@ enum class Reduction { Mean, Sum, None };
 // are excluded from the mean. Never materializes the probability tensor.
 Array cross_entropy(const Array& logits, const Array& targets, int64_t ignore_index = -100,
                     Reduction reduction = Reduction::Mean);
+
+// ---- optimizer updates (fused kernels) ----
+// One AdamW step with decoupled weight decay (Loshchilov & Hutter):
+//   m' = b1 m + (1-b1) g;  v' = b2 v + (1-b2) g^2
+//   p' = p - lr * ((m' / (1-b1^t)) / (sqrt(v' / (1-b2^t)) + eps) + wd p)
+// Returns {p', m', v'}. grad has param's shape and dtype; m and v are float32 for
+// float32/bf16/f16 params (float64 for float64), so low-precision params keep
+// full-precision state.
+std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v,
+                                const AdamWConfig& config);
 
 }  // namespace tessera

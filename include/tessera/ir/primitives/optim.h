@@ -1,0 +1,32 @@
+// Optimizer update primitives. Functional: they return new parameter and state
+// arrays (the compiler's donation makes them in place). Their vjp and vmap go
+// through the composite form (meta-gradients work; the fused kernel is first-order
+// only).
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/ir/primitive.h"
+
+namespace tessera {
+
+struct AdamWConfig {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  int64_t step = 1;  // 1-based, for bias correction
+};
+
+// Inputs: param, grad, m, v. Outputs: param, m, v (m, v in the accumulation dtype).
+class AdamW : public Primitive {
+ public:
+  explicit AdamW(AdamWConfig config) : config_(config) {}
+  std::string name() const override { return "adamw_update"; }
+  std::string attributes() const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_COMPOSITE
+  TESSERA_PRIMITIVE_COST
+
+ private:
+  AdamWConfig config_;
+};
+
+}  // namespace tessera

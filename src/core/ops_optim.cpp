@@ -1,0 +1,31 @@
+// Optimizer update ops: validation and node construction.
+#include <cmath>
+
+#include "tessera/core/ops.h"
+
+namespace tessera {
+
+std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v,
+                                const AdamWConfig& config) {
+  const char* op = "adamw_update";
+  if (!is_floating(param.dtype()))
+    fail<DTypeError>("{}: param has dtype {} (expected a floating dtype)", op, name(param.dtype()));
+  DType state = accumulation_dtype(param.dtype());
+  if (grad.dtype() != param.dtype() || m.dtype() != state || v.dtype() != state)
+    fail<DTypeError>("{}: dtypes param {}, grad {}, m {}, v {} (expected grad = param dtype, m and v {})", op,
+                     name(param.dtype()), name(grad.dtype()), name(m.dtype()), name(v.dtype()), name(state));
+  if (grad.shape() != param.shape() || m.shape() != param.shape() || v.shape() != param.shape())
+    fail<ShapeError>("{}: shapes param {}, grad {}, m {}, v {} (expected all equal)", op, to_string(param.shape()),
+                     to_string(grad.shape()), to_string(m.shape()), to_string(v.shape()));
+  if (config.step < 1) fail<ValueError>("{}: step {} (expected >= 1, it is 1-based)", op, config.step);
+  if (!(config.lr >= 0) || !(config.eps > 0) || !(config.beta1 >= 0 && config.beta1 < 1) ||
+      !(config.beta2 >= 0 && config.beta2 < 1) || !(config.weight_decay >= 0))
+    fail<ValueError>(
+        "{}: lr={}, beta1={}, beta2={}, eps={}, weight_decay={} (expected lr >= 0, 0 <= betas < 1, "
+        "eps > 0, weight_decay >= 0)",
+        op, config.lr, config.beta1, config.beta2, config.eps, config.weight_decay);
+  return Array::make({param.shape(), param.shape(), param.shape()}, {param.dtype(), state, state},
+                     std::make_shared<AdamW>(config), {param, grad, m, v});
+}
+
+}  // namespace tessera

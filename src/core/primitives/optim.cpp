@@ -1,0 +1,36 @@
+// The AdamW primitive's composite form (the reference its fused kernel is tested
+// against, and what vmap batches) and cost.
+#include "tessera/ir/primitives/optim.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "tessera/core/ops.h"
+
+namespace tessera {
+
+std::string AdamW::attributes() const {
+  return fmt::format("lr={}, beta1={}, beta2={}, eps={}, weight_decay={}, step={}", config_.lr, config_.beta1,
+                     config_.beta2, config_.eps, config_.weight_decay, config_.step);
+}
+
+std::vector<Array> AdamW::composite(const std::vector<Array>& in) const {
+  const AdamWConfig& c = config_;
+  DType state = accumulation_dtype(in[0].dtype());
+  Array p = astype(in[0], state), g = astype(in[1], state);
+  Array m = in[2] * c.beta1 + g * (1.0 - c.beta1);
+  Array v = in[3] * c.beta2 + square(g) * (1.0 - c.beta2);
+  double c1 = 1.0 / (1.0 - std::pow(c.beta1, static_cast<double>(c.step)));
+  double c2 = 1.0 / (1.0 - std::pow(c.beta2, static_cast<double>(c.step)));
+  Array update = (m * c1) / (sqrt(v * c2) + c.eps) + p * c.weight_decay;
+  return {astype(p - update * c.lr, in[0].dtype()), m, v};
+}
+
+Cost AdamW::cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const {
+  Cost c = Primitive::cost(inputs, outputs);
+  c.flops = 12.0 * static_cast<double>(inputs[0].size());
+  return c;
+}
+
+}  // namespace tessera

@@ -1,0 +1,120 @@
+// adamw_update: the fused kernel against a float64 loop of the formula, over several
+// steps, for float64/float32 and low-precision params with float32 state; errors;
+// batching; meta-gradients through the composite.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "test_util.h"
+
+namespace tessera::test {
+namespace {
+
+struct RefState {
+  std::vector<double> p, m, v;
+};
+
+// The formula of docs and the header, in float64.
+void reference_step(RefState& s, const std::vector<double>& g, const AdamWConfig& c) {
+  double c1 = 1.0 / (1.0 - std::pow(c.beta1, static_cast<double>(c.step)));
+  double c2 = 1.0 / (1.0 - std::pow(c.beta2, static_cast<double>(c.step)));
+  for (size_t i = 0; i < s.p.size(); ++i) {
+    s.m[i] = c.beta1 * s.m[i] + (1 - c.beta1) * g[i];
+    s.v[i] = c.beta2 * s.v[i] + (1 - c.beta2) * g[i] * g[i];
+    s.p[i] -= c.lr * ((s.m[i] * c1) / (std::sqrt(s.v[i] * c2) + c.eps) + c.weight_decay * s.p[i]);
+  }
+}
+
+void run_steps(DType dtype, int64_t n, double rtol, double atol) {
+  AdamWConfig config;
+  config.lr = 1e-2;
+  config.weight_decay = 0.1;
+  DType state = accumulation_dtype(dtype);
+  std::vector<double> p0 = round_to(random_values(n, 11), dtype);
+  Array p = make_array(p0, {n}, dtype), m = zeros({n}, state), v = zeros({n}, state);
+  RefState ref{p0, std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
+  for (int step = 1; step <= 3; ++step) {
+    config.step = step;
+    std::vector<double> g = round_to(random_values(n, 100 + step), dtype);
+    auto out = adamw_update(p, make_array(g, {n}, dtype), m, v, config);
+    p = out[0];
+    m = out[1];
+    v = out[2];
+    reference_step(ref, g, config);
+    if (dtype == DType::BFloat16 || dtype == DType::Float16) ref.p = round_to(ref.p, dtype);
+  }
+  EXPECT_EQ(p.dtype(), dtype);
+  EXPECT_EQ(m.dtype(), state);
+  expect_close(m, ref.m, rtol, atol, std::string("m ") + std::string(name(dtype)));
+  expect_close(v, ref.v, rtol, atol, std::string("v ") + std::string(name(dtype)));
+  expect_close(p, ref.p,
+               dtype == DType::BFloat16  ? 1e-2
+               : dtype == DType::Float16 ? 2e-3
+                                         : rtol,
+               atol, std::string("param ") + std::string(name(dtype)));
+}
+
+TEST(AdamW, MatchesTheFormulaOverSeveralSteps) {
+  run_steps(DType::Float64, 1037, 1e-12, 1e-14);
+  run_steps(DType::Float32, 1037, 1e-5, 1e-7);
+  run_steps(DType::BFloat16, 333, 1e-5, 1e-7);
+  run_steps(DType::Float16, 333, 1e-5, 1e-7);
+  run_steps(DType::Float32, 0, 1e-5, 1e-7);  // empty
+}
+
+TEST(AdamW, FusedKernelEqualsComposite) {
+  AdamWConfig config;
+  config.step = 7;
+  config.weight_decay = 0.05;
+  Array p = random_array({5, 13}, 1, DType::Float32), g = random_array({5, 13}, 2, DType::Float32);
+  Array m = random_array({5, 13}, 3, DType::Float32), v = abs(random_array({5, 13}, 4, DType::Float32));
+  auto fused = adamw_update(p, g, m, v, config);
+  auto composite = AdamW(config).composite({p, g, m, v});
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(all_close(fused[i], composite[i], 1e-5, 1e-7)) << "output " << i;
+}
+
+TEST(AdamW, BatchesLikeALoop) {
+  AdamWConfig config;
+  Array p = random_array({3, 8}, 5), g = random_array({3, 8}, 6), m = zeros({3, 8}, DType::Float64);
+  Array v = zeros({3, 8}, DType::Float64);
+  auto batched = vmap([&](const std::vector<Array>& in) { return adamw_update(in[0], in[1], in[2], in[3], config); })(
+      {p, g, m, v});
+  for (int64_t b = 0; b < 3; ++b) {
+    auto row = [&](const Array& a) { return squeeze(slice_axis(a, 0, b, b + 1), {0}); };
+    auto one = adamw_update(row(p), row(g), row(m), row(v), config);
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(all_close(row(batched[i]), one[i], 1e-14, 1e-15)) << b << " " << i;
+  }
+}
+
+TEST(AdamW, BadInputIsAClearError) {
+  AdamWConfig config;
+  Array p = zeros({4}), g = zeros({4}), m = zeros({4}), v = zeros({4});
+  EXPECT_TRUE(
+      throws_with<ShapeError>([&] { adamw_update(p, zeros({5}), m, v, config); }, {"adamw_update", "[4]", "[5]"}));
+  EXPECT_TRUE(throws_with<DTypeError>([&] { adamw_update(p, g, zeros({4}, DType::BFloat16), v, config); },
+                                      {"adamw_update", "bfloat16", "float32"}));
+  EXPECT_TRUE(throws_with<DTypeError>(
+      [&] { adamw_update(zeros({4}, DType::Int32), zeros({4}, DType::Int32), m, v, config); }, {"int32"}));
+  AdamWConfig bad = config;
+  bad.step = 0;
+  EXPECT_TRUE(throws_with<ValueError>([&] { adamw_update(p, g, m, v, bad); }, {"step 0"}));
+  bad = config;
+  bad.beta2 = 1.0;
+  EXPECT_TRUE(throws_with<ValueError>([&] { adamw_update(p, g, m, v, bad); }, {"beta2=1"}));
+}
+
+TEST(AdamW, DifferentiatesThroughItsCompositeForm) {
+  // Meta-gradients: d(updated params)/d(params, grad, state) through the composite.
+  AdamWConfig config;
+  config.step = 3;
+  config.weight_decay = 0.1;
+  std::function<Array(const std::vector<Array>&)> f = [&](const std::vector<Array>& x) {
+    auto out = adamw_update(x[0], x[1], x[2], square(x[3]) + 0.1, config);
+    return sum(out[0] * out[0]) + sum(out[1]) + sum(out[2]);
+  };
+  Array p = random_array({6}, 21), g = random_array({6}, 22), m = random_array({6}, 23), v = random_array({6}, 24);
+  EXPECT_TRUE(check_vjp_fd(f, {p, g, m, v}));
+}
+
+}  // namespace
+}  // namespace tessera::test

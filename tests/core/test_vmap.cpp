@@ -300,3 +300,32 @@ TEST(Vmap, PerExampleGradients) {
 
 }  // namespace
 }  // namespace tessera::test
+
+namespace tessera::test {
+namespace {
+
+TEST(Vmap, PerExampleAttentionGradients) {
+  // vmap(grad) through the fused attention backward (folded into the attention
+  // batch), with and without a shared mask, against a loop of grads.
+  Array q = random_array({3, 1, 4, 5, 8}, 60), k = random_array({3, 1, 2, 5, 8}, 61),
+        v = random_array({3, 1, 2, 5, 8}, 62);
+  Array mask = Array::from_vector<bool>(
+      [] {
+        std::vector<bool> m;
+        for (auto b : random_ints(5 * 5, 63, 0, 3)) m.push_back(b != 0);
+        return m;
+      }(),
+      {5, 5});
+  for (bool masked : {false, true}) {
+    ScalarFn loss = [masked, mask](const std::vector<Array>& in) {
+      std::optional<Array> m;
+      if (masked) m = mask;
+      return sum(square(scaled_dot_product_attention(in[0], in[1], in[2], true, m)));
+    };
+    ArrayFn g = [loss](const std::vector<Array>& in) { return grad(loss)(in); };
+    EXPECT_TRUE(check_vmap(g, {q, k, v}, {}, {}, 1e-11, 1e-13)) << "masked " << masked;
+  }
+}
+
+}  // namespace
+}  // namespace tessera::test

@@ -50,6 +50,32 @@ Array attention_visibility(const AttentionConfig& c, int64_t t, int64_t s, const
   return vis;
 }
 
+// vmap of row-batched primitives: the vmapped batch (moved to the front, or
+// broadcast when the input is shared) is folded into dim 0, [n, d0, ...] -> [n*d0, ...].
+Array fold_batch(const Array& x, int axis, int64_t n) {
+  Array b = rules::batched_or_broadcast(x, axis, n);
+  Shape s(b.shape().begin() + 1, b.shape().end());
+  s[0] *= n;
+  return reshape(b, s);
+}
+
+Array unfold_batch(const Array& y, int64_t n) {
+  Shape s = y.shape();
+  s[0] /= n;
+  s.insert(s.begin(), n);
+  return reshape(y, s);
+}
+
+// The attention mask [mb, mh, T, S] (mb, mh: 1 or full) folded like q: broadcast to the
+// attention batch, then merged with the vmapped batch.
+Array fold_mask(const Array& mask, int axis, int64_t n, int64_t attention_batch) {
+  Array b = rules::batched_or_broadcast(mask, axis, n);  // [n, mb, mh, T, S]
+  Shape s = b.shape();
+  s[1] = attention_batch;
+  b = broadcast_to(b, s);
+  return reshape(b, {n * attention_batch, s[2], s[3], s[4]});
+}
+
 }  // namespace
 
 // ---- softmax ----
@@ -265,24 +291,27 @@ std::pair<std::vector<Array>, std::vector<int>> Attention::vmap(const std::vecto
     if (config.has_mask) mask = in[3];
     return scaled_dot_product_attention(in[0], in[1], in[2], config.causal, mask, config.scale).siblings();
   };
-  if (config_.has_mask) return rules::loop_vmap(apply, inputs, axes, "attention");
   // Fold the vmapped batch into the attention batch: [n, B, ...] -> [n*B, ...].
   int64_t n = rules::batch_size(inputs, axes, "attention");
   std::vector<Array> folded;
-  for (int i = 0; i < 3; ++i) {
-    Array x = rules::batched_or_broadcast(inputs[i], axes[i], n);
-    Shape s(x.shape().begin() + 1, x.shape().end());
-    s[0] *= n;
-    folded.push_back(reshape(x, s));
-  }
+  for (int i = 0; i < 3; ++i) folded.push_back(fold_batch(inputs[i], axes[i], n));
+  if (config_.has_mask) folded.push_back(fold_mask(inputs[3], axes[3], n, folded[0].shape(0) / n));
   std::vector<Array> outs = apply(folded);
-  Array out = outs[0], lse = outs[1];
-  Shape so = out.shape(), sl = lse.shape();
-  so[0] /= n;
-  sl[0] /= n;
-  so.insert(so.begin(), n);
-  sl.insert(sl.begin(), n);
-  return {{reshape(out, so), reshape(lse, sl)}, {0, 0}};
+  return {{unfold_batch(outs[0], n), unfold_batch(outs[1], n)}, {0, 0}};
+}
+
+std::pair<std::vector<Array>, std::vector<int>> AttentionGrad::vmap(const std::vector<Array>& inputs,
+                                                                    const std::vector<int>& axes) {
+  int64_t n = rules::batch_size(inputs, axes, "attention_grad");
+  size_t mask_index = config_.has_mask ? 3 : inputs.size();
+  std::vector<Array> folded;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    folded.push_back(i == mask_index ? Array() : fold_batch(inputs[i], axes[i], n));
+  if (config_.has_mask) folded[mask_index] = fold_mask(inputs[mask_index], axes[mask_index], n, folded[0].shape(0) / n);
+  auto grads = Array::make({folded[0].shape(), folded[1].shape(), folded[2].shape()},
+                           {folded[0].dtype(), folded[1].dtype(), folded[2].dtype()},
+                           std::make_shared<AttentionGrad>(config_), folded);
+  return {{unfold_batch(grads[0], n), unfold_batch(grads[1], n), unfold_batch(grads[2], n)}, {0, 0, 0}};
 }
 
 Cost Attention::cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const {
@@ -369,19 +398,27 @@ std::vector<Array> CrossEntropy::vjp(const std::vector<Array>& primals, const st
 std::pair<std::vector<Array>, std::vector<int>> CrossEntropy::vmap(const std::vector<Array>& inputs,
                                                                    const std::vector<int>& axes) {
   int64_t n = rules::batch_size(inputs, axes, "cross_entropy");
-  Array logits = rules::batched_or_broadcast(inputs[0], axes[0], n);
-  Array targets = rules::batched_or_broadcast(inputs[1], axes[1], n);
-  int64_t rows = logits.shape(1), vocab = logits.shape(2);
+  Array logits = fold_batch(inputs[0], axes[0], n), targets = fold_batch(inputs[1], axes[1], n);
   DType acc = accumulation_dtype(logits.dtype());
-  auto outs = Array::make({Shape{n * rows}, Shape{n * rows}}, {acc, acc}, std::make_shared<CrossEntropy>(ignore_index_),
-                          {reshape(logits, {n * rows, vocab}), reshape(targets, {n * rows})});
-  return {{reshape(outs[0], {n, rows}), reshape(outs[1], {n, rows})}, {0, 0}};
+  auto outs = Array::make({targets.shape(), targets.shape()}, {acc, acc}, std::make_shared<CrossEntropy>(ignore_index_),
+                          {logits, targets});
+  return {{unfold_batch(outs[0], n), unfold_batch(outs[1], n)}, {0, 0}};
 }
 
 Cost CrossEntropy::cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const {
   Cost c = Primitive::cost(inputs, outputs);
   c.flops = 3.0 * static_cast<double>(inputs[0].size());
   return c;
+}
+
+std::pair<std::vector<Array>, std::vector<int>> CrossEntropyGrad::vmap(const std::vector<Array>& inputs,
+                                                                       const std::vector<int>& axes) {
+  int64_t n = rules::batch_size(inputs, axes, "cross_entropy_grad");
+  std::vector<Array> folded;
+  for (size_t i = 0; i < inputs.size(); ++i) folded.push_back(fold_batch(inputs[i], axes[i], n));
+  Array dlogits =
+      Array::make(folded[0].shape(), folded[0].dtype(), std::make_shared<CrossEntropyGrad>(ignore_index_), folded);
+  return {{unfold_batch(dlogits, n)}, {0}};
 }
 
 std::vector<Array> CrossEntropyGrad::composite(const std::vector<Array>& in) const {

@@ -101,6 +101,7 @@ class AttentionGrad : public Primitive {
   std::string name() const override { return "attention_grad"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VMAP
   TESSERA_PRIMITIVE_COMPOSITE
   TESSERA_PRIMITIVE_COST
 
@@ -131,6 +132,7 @@ class CrossEntropyGrad : public Primitive {
   std::string name() const override { return "cross_entropy_grad"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VMAP
   TESSERA_PRIMITIVE_COMPOSITE
 
  private:

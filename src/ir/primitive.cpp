@@ -8,14 +8,16 @@ namespace tessera {
 
 std::vector<Array> Primitive::vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
                                   const std::vector<int>& argnums, const std::vector<Array>& outputs) {
-  std::vector<Array> probe = composite(primals);
-  if (probe.empty())
-    fail<TransformError>(
-        "grad: '{}' is not differentiable (it has no vjp rule); wrap its input in stop_gradient() "
-        "if it should be treated as a constant",
-        name());
   // Differentiate the composite form: d(composite)/d(primals) applied to the cotangents.
-  auto fn = [this](const std::vector<Array>& xs) { return composite(xs); };
+  auto fn = [this](const std::vector<Array>& xs) {
+    std::vector<Array> outs = composite(xs);
+    if (outs.empty())
+      fail<TransformError>(
+          "grad: '{}' is not differentiable (it has no vjp rule); wrap its input in stop_gradient() "
+          "if it should be treated as a constant",
+          name());
+    return outs;
+  };
   auto [outs, grads] = tessera::vjp(fn, primals, rules::with_zero_cotangents(cotangents, outputs));
   std::vector<Array> result;
   for (int i : argnums) result.push_back(grads[i]);
@@ -26,8 +28,7 @@ std::pair<std::vector<Array>, std::vector<int>> Primitive::vmap(const std::vecto
                                                                 const std::vector<int>& axes) {
   std::vector<int> in_axes;
   for (int a : axes) in_axes.push_back(a < 0 ? kNotMapped : a);
-  // Probe that a composite exists on unbatched placeholders is not possible without
-  // shapes; vmap the composite directly and let it fail loudly if there is none.
+  // Batch the composite form; a primitive with neither a rule nor a composite fails here.
   auto fn = [this](const std::vector<Array>& xs) {
     std::vector<Array> outs = composite(xs);
     if (outs.empty()) fail<TransformError>("vmap: '{}' has no batching rule and no composite form to batch", name());

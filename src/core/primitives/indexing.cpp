@@ -3,26 +3,43 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+
 #include "core/primitives/rule_utils.h"
 #include "tessera/core/ops.h"
 
 namespace tessera {
+namespace {
+
+// vjp of a gather (inputs: table, indices): the cotangent scatter-added into zeros
+// of the table's shape; indices get no gradient.
+template <typename ScatterAdd>
+std::vector<Array> gather_vjp(const std::vector<Array>& primals, const Array& g, const std::vector<int>& argnums,
+                              int axis) {
+  std::vector<Array> result;
+  for (int arg : argnums) {
+    result.push_back(arg == 1 ? zeros_like(primals[1])
+                              : Array::make(primals[0].shape(), g.dtype(),
+                                            std::make_shared<ScatterAdd>(primals[0].shape(), axis), {primals[1], g}));
+  }
+  return result;
+}
+
+// vjp of a scatter-add (inputs: indices, updates): the gather of the cotangent.
+std::vector<Array> scatter_vjp(const std::vector<Array>& primals, const std::vector<int>& argnums,
+                               const std::function<Array(const Array& indices)>& gather) {
+  std::vector<Array> result;
+  for (int arg : argnums) result.push_back(arg == 0 ? zeros_like(primals[0]) : gather(primals[0]));
+  return result;
+}
+
+}  // namespace
 
 std::string Take::attributes() const { return fmt::format("axis={}", axis_); }
 
 std::vector<Array> Take::vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
                              const std::vector<int>& argnums, const std::vector<Array>&) {
-  std::vector<Array> result;
-  for (int arg : argnums) {
-    if (arg == 1) {
-      result.push_back(zeros_like(primals[1]));
-      continue;
-    }
-    const Array& g = cotangents[0];
-    result.push_back(Array::make(primals[0].shape(), g.dtype(),
-                                 std::make_shared<TakeScatterAdd>(primals[0].shape(), axis_), {primals[1], g}));
-  }
-  return result;
+  return gather_vjp<TakeScatterAdd>(primals, cotangents[0], argnums, axis_);
 }
 
 std::pair<std::vector<Array>, std::vector<int>> Take::vmap(const std::vector<Array>& inputs,
@@ -65,26 +82,14 @@ std::string TakeScatterAdd::attributes() const { return fmt::format("shape={}, a
 
 std::vector<Array> TakeScatterAdd::vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
                                        const std::vector<int>& argnums, const std::vector<Array>&) {
-  std::vector<Array> result;
-  for (int arg : argnums) result.push_back(arg == 0 ? zeros_like(primals[0]) : take(cotangents[0], primals[0], axis_));
-  return result;
+  return scatter_vjp(primals, argnums, [&](const Array& idx) { return take(cotangents[0], idx, axis_); });
 }
 
 std::string TakeAlong::attributes() const { return fmt::format("axis={}", axis_); }
 
 std::vector<Array> TakeAlong::vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
                                   const std::vector<int>& argnums, const std::vector<Array>&) {
-  std::vector<Array> result;
-  for (int arg : argnums) {
-    if (arg == 1) {
-      result.push_back(zeros_like(primals[1]));
-      continue;
-    }
-    const Array& g = cotangents[0];
-    result.push_back(Array::make(primals[0].shape(), g.dtype(),
-                                 std::make_shared<TakeAlongScatterAdd>(primals[0].shape(), axis_), {primals[1], g}));
-  }
-  return result;
+  return gather_vjp<TakeAlongScatterAdd>(primals, cotangents[0], argnums, axis_);
 }
 
 std::string TakeAlongScatterAdd::attributes() const {
@@ -93,10 +98,7 @@ std::string TakeAlongScatterAdd::attributes() const {
 
 std::vector<Array> TakeAlongScatterAdd::vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
                                             const std::vector<int>& argnums, const std::vector<Array>&) {
-  std::vector<Array> result;
-  for (int arg : argnums)
-    result.push_back(arg == 0 ? zeros_like(primals[0]) : take_along_axis(cotangents[0], primals[0], axis_));
-  return result;
+  return scatter_vjp(primals, argnums, [&](const Array& idx) { return take_along_axis(cotangents[0], idx, axis_); });
 }
 
 }  // namespace tessera

@@ -145,6 +145,26 @@ inline __m256 exp_nonpos(__m256 x) {
   return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y);
 }
 
+// exp(x) for x <= 0 where only a sum of the results is needed: arguments below -87.3
+// give ~1.2e-38 instead of 0, which no sum of terms that includes exp(0) = 1 can see,
+// so the flush-to-zero compare and blend of exp_nonpos are skipped.
+inline __m256 exp_nonpos_for_sum(__m256 x) {
+  const __m256 xc = _mm256_max_ps(_mm256_set1_ps(-87.33654475f), x);  // NaN passes through
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
 // Mask selecting the first `r` (0..8) lanes, for row tails.
 inline __m256i tail_mask(int64_t r) {
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -182,19 +202,19 @@ inline void prefetch_pair(const float* next, int64_t j, int64_t n) {
   }
 }
 
-// sum_j exp(x_j - m); also stores the exps into y when y is non-null. `next` (nullable)
-// is the row to prefetch meanwhile (same length n).
-inline float sum_exp(const float* x, float m, float* y, int64_t n, const float* next = nullptr) {
+template <bool kStore>
+inline float sum_exp_impl(const float* x, float m, float* y, int64_t n, const float* next) {
   const __m256 vm = _mm256_set1_ps(m);
+  auto ex = [](__m256 v) { return kStore ? exp_nonpos(v) : exp_nonpos_for_sum(v); };
   __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {
     if (next) prefetch_pair(next, j, n);
-    __m256 e0 = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
-    __m256 e1 = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(x + j + 8), vm));
-    __m256 e2 = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(x + j + 16), vm));
-    __m256 e3 = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(x + j + 24), vm));
-    if (y) {
+    __m256 e0 = ex(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
+    __m256 e1 = ex(_mm256_sub_ps(_mm256_loadu_ps(x + j + 8), vm));
+    __m256 e2 = ex(_mm256_sub_ps(_mm256_loadu_ps(x + j + 16), vm));
+    __m256 e3 = ex(_mm256_sub_ps(_mm256_loadu_ps(x + j + 24), vm));
+    if constexpr (kStore) {
       _mm256_storeu_ps(y + j, e0);
       _mm256_storeu_ps(y + j + 8, e1);
       _mm256_storeu_ps(y + j + 16, e2);
@@ -206,18 +226,24 @@ inline float sum_exp(const float* x, float m, float* y, int64_t n, const float* 
     s3 = _mm256_add_ps(s3, e3);
   }
   for (; j + 8 <= n; j += 8) {
-    __m256 e = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
-    if (y) _mm256_storeu_ps(y + j, e);
+    __m256 e = ex(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
+    if constexpr (kStore) _mm256_storeu_ps(y + j, e);
     s0 = _mm256_add_ps(s0, e);
   }
   if (j < n) {
     __m256i mask = tail_mask(n - j);
-    __m256 e = exp_nonpos(_mm256_sub_ps(_mm256_maskload_ps(x + j, mask), vm));
+    __m256 e = ex(_mm256_sub_ps(_mm256_maskload_ps(x + j, mask), vm));
     e = _mm256_and_ps(e, _mm256_castsi256_ps(mask));
-    if (y) _mm256_maskstore_ps(y + j, mask, e);
+    if constexpr (kStore) _mm256_maskstore_ps(y + j, mask, e);
     s1 = _mm256_add_ps(s1, e);
   }
   return hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+}
+
+// sum_j exp(x_j - m); also stores the exps into y when y is non-null. `next` (nullable)
+// is the row to prefetch meanwhile (same length n).
+inline float sum_exp(const float* x, float m, float* y, int64_t n, const float* next = nullptr) {
+  return y ? sum_exp_impl<true>(x, m, y, n, next) : sum_exp_impl<false>(x, m, y, n, next);
 }
 
 #endif

@@ -123,28 +123,6 @@ inline float hmax(__m256 v) {
   s = _mm_max_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
-// exp(x) for the softmax domain x <= 0 (x - max, x - lse); valid up to x ~ 88. Cheaper
-// than vmath::exp: one 2^n scaling, results below FLT_MIN (x < -87.34) flush to 0
-// (-inf -> 0), NaN propagates. Same Cephes polynomial: ~2 ulp.
-inline __m256 exp_nonpos(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.33654475f);
-  const __m256 xc = _mm256_max_ps(lo, x);  // NaN x passes through (max returns the 2nd operand)
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  const __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-  return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y);
-}
-
 // exp(x) for x <= 0 where only a sum of the results is needed: arguments below -87.3
 // give ~1.2e-38 instead of 0, which no sum of terms that includes exp(0) = 1 can see,
 // so the flush-to-zero compare and blend of exp_nonpos are skipped.
@@ -163,6 +141,14 @@ inline __m256 exp_nonpos_for_sum(__m256 x) {
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// exp(x) for the softmax domain x <= 0 (x - max, x - lse); valid up to x ~ 88. Cheaper
+// than vmath::exp: one 2^n scaling, results below FLT_MIN (x < -87.34) flush to 0
+// (-inf -> 0), NaN propagates. Same Cephes polynomial: ~2 ulp.
+inline __m256 exp_nonpos(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.33654475f);
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), exp_nonpos_for_sum(x));
 }
 
 // Mask selecting the first `r` (0..8) lanes, for row tails.

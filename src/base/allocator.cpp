@@ -103,6 +103,11 @@ AllocatorStats allocator_stats() {
   return cache().stats;
 }
 
+void reset_peak_bytes_in_use() {
+  std::lock_guard<std::mutex> lock(cache().mutex);
+  cache().stats.peak_bytes_in_use = cache().stats.bytes_in_use;
+}
+
 void release_cached_buffers() {
   std::lock_guard<std::mutex> lock(cache().mutex);
   cache().trim_to(0);

@@ -29,7 +29,7 @@ class ThreadPool {
     start(n);
   }
 
-  void run(int64_t chunks, const std::function<void(int64_t)>& body) {
+  void run(int64_t chunks, FunctionRef<void(int64_t)> body) {
     std::unique_lock<std::mutex> lock(run_mutex_);  // one parallel region at a time
     {
       std::lock_guard<std::mutex> guard(mutex_);
@@ -100,7 +100,7 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable finished_;
-  const std::function<void(int64_t)>* body_ = nullptr;
+  const FunctionRef<void(int64_t)>* body_ = nullptr;
   std::atomic<int64_t> next_{0};
   int64_t total_ = 0;
   int64_t done_ = 0;
@@ -138,7 +138,7 @@ int64_t default_grain(int64_t n, int64_t min_grain) {
   return std::max<int64_t>(min_grain, (n + 63) / 64);
 }
 
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   int64_t chunks = num_chunks(n, grain);

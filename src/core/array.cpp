@@ -7,6 +7,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "compiler/eager.h"
 #include "core/trace_state.h"
 #include "tessera/base/allocator.h"
 #include "tessera/core/graph.h"
@@ -16,7 +17,17 @@ namespace tessera {
 
 Storage::Storage(size_t n) : bytes(n) { data = allocate_buffer(n, &capacity); }
 
-Storage::~Storage() { free_buffer(data, capacity); }
+std::shared_ptr<Storage> Storage::view(void* data, size_t bytes) {
+  std::shared_ptr<Storage> s(new Storage());
+  s->data = data;
+  s->bytes = bytes;
+  s->owned = false;
+  return s;
+}
+
+Storage::~Storage() {
+  if (owned) free_buffer(data, capacity);
+}
 
 namespace {
 std::atomic<uint64_t> g_next_id{0};
@@ -60,6 +71,7 @@ std::vector<Array> Array::make(std::vector<Shape> shapes, std::vector<DType> dty
   op->inputs = std::move(inputs);
   op->output_shapes = shapes;
   op->output_dtypes = dtypes;
+  op->remat_region = detail::current_checkpoint_region();
   std::vector<Array> outputs;
   for (size_t i = 0; i < shapes.size(); ++i) {
     auto impl = new_impl(std::move(shapes[i]), dtypes[i]);
@@ -67,6 +79,11 @@ std::vector<Array> Array::make(std::vector<Shape> shapes, std::vector<DType> dty
     impl->output_index = static_cast<int>(i);
     op->outputs.push_back(impl);
     outputs.emplace_back(std::move(impl));
+  }
+  if (detail::eager_mode()) {
+    bool ready = true;
+    for (const Array& in : op->inputs) ready = ready && in.is_evaluated();
+    if (ready) tessera::eval(outputs);
   }
   return outputs;
 }
@@ -123,7 +140,13 @@ void* Array::mutable_raw_data() const {
   return impl()->storage->data;
 }
 
-void Array::allocate() const { impl()->storage = std::make_shared<Storage>(nbytes()); }
+void Array::allocate() const {
+  auto& storage = impl()->storage;
+  if (storage && storage->bytes >= nbytes()) return;
+  storage = std::make_shared<Storage>(nbytes());
+}
+
+void Array::bind_storage(std::shared_ptr<Storage> storage) const { impl()->storage = std::move(storage); }
 
 void Array::share_storage(const Array& source) const { impl()->storage = source.impl()->storage; }
 
@@ -138,56 +161,7 @@ Array Array::reshape(const Shape& s) const { return tessera::reshape(*this, s); 
 Array Array::sum() const { return tessera::sum(*this); }
 Array Array::mean() const { return tessera::mean(*this); }
 
-namespace {
-
-// Errors a kernel raises at eval time (an index out of range, a bad target) are
-// reported under the name of the op the user called, keeping their type.
-template <typename E>
-bool rethrow_as(const Error& e, const std::string& message) {
-  if (dynamic_cast<const E*>(&e)) throw E(message);
-  return false;
-}
-
-[[noreturn]] void rethrow_with_op(const Error& e, const std::string& op) {
-  std::string what = e.what();
-  if (what.rfind(op, 0) == 0) throw;
-  std::string message = op + ": " + what;
-  rethrow_as<ShapeError>(e, message) || rethrow_as<DTypeError>(e, message) || rethrow_as<AxisError>(e, message) ||
-      rethrow_as<ValueError>(e, message) || rethrow_as<TransformError>(e, message);
-  throw Error(message);
-}
-
-}  // namespace
-
-void eval(const std::vector<Array>& arrays) {
-  std::vector<Array> order = topological_order(arrays);
-  std::vector<Array> evaluated;
-  for (const Array& node : order) {
-    if (node.is_evaluated()) continue;
-    auto* impl = node.impl();
-    if (!impl->op)
-      fail<TransformError>(
-          "eval: array {} is a traced placeholder with no data (values inside a vmapped or "
-          "jitted function cannot be read; return them instead)",
-          type_string(node));
-    detail::OpNode& op = *impl->op;
-    std::vector<Array> outputs = node.siblings();
-    for (const Array& in : op.inputs) {
-      if (!in.is_evaluated()) fail<Error>("eval: input of {} not evaluated (graph order bug)", op.primitive->name());
-    }
-    try {
-      op.primitive->eval_cpu(op.inputs, outputs);
-    } catch (const Error& e) {
-      rethrow_with_op(e, op.primitive->name());
-    }
-    for (const Array& out : outputs) evaluated.push_back(out);
-  }
-  // Outside transforms the evaluated part of the graph is no longer needed: drop it
-  // so intermediate buffers are freed.
-  if (!detail::tracing()) {
-    for (const Array& a : evaluated) a.impl()->op.reset();
-  }
-}
+void eval(const std::vector<Array>& arrays) { compiler::eval_arrays(arrays); }
 
 std::string type_string(const Array& a) {
   static const char* kShort[] = {"bool", "u8", "i8", "u32", "i32", "i64", "f16", "bf16", "f32", "f64"};

@@ -26,6 +26,8 @@ void* allocate_buffer(size_t bytes, size_t* capacity);
 void free_buffer(void* data, size_t capacity);
 
 AllocatorStats allocator_stats();
+// Restarts peak_bytes_in_use from the bytes in use now (peak of one phase, e.g. a step).
+void reset_peak_bytes_in_use();
 // Returns every cached block to the OS.
 void release_cached_buffers();
 // Upper bound of cached bytes (default: TESSERA_BUFFER_CACHE_MB, else 4096 MiB).

@@ -7,9 +7,30 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
+#include <type_traits>
+#include <utility>
 
 namespace tessera {
+
+// A non-owning reference to a callable (like C++26 std::function_ref): passing a
+// lambda allocates nothing, which keeps compiled programs allocation-free per run.
+template <typename Signature>
+class FunctionRef;
+
+template <typename R, typename... Args>
+class FunctionRef<R(Args...)> {
+ public:
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, FunctionRef>>>
+  FunctionRef(F&& f)  // NOLINT: implicit on purpose, like std::function
+      : object_(const_cast<void*>(static_cast<const void*>(&f))), call_([](void* o, Args... args) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<Args>(args)...);
+        }) {}
+  R operator()(Args... args) const { return call_(object_, std::forward<Args>(args)...); }
+
+ private:
+  void* object_;
+  R (*call_)(void*, Args...);
+};
 
 // Number of threads the pool runs (the caller included). Default: TESSERA_NUM_THREADS,
 // else the hardware concurrency.
@@ -20,7 +41,7 @@ void set_num_threads(int n);
 // Calls fn(begin, end) over [0, n) in chunks of `grain` elements (the last may be
 // shorter). Chunk c covers [c*grain, min(n, (c+1)*grain)). Runs inline when there is
 // one chunk or one thread; nested calls run inline.
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn);
 
 // Number of chunks parallel_for(n, grain, ...) will make.
 inline int64_t num_chunks(int64_t n, int64_t grain) { return n <= 0 ? 0 : (n + grain - 1) / grain; }

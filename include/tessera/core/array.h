@@ -20,15 +20,21 @@
 namespace tessera {
 
 // A 64-byte aligned host buffer shared by the arrays that view it (from the
-// caching allocator in base/allocator.h).
+// caching allocator in base/allocator.h), or a view of memory owned elsewhere (a
+// compiled executable's arena): then nothing is freed.
 struct Storage {
   explicit Storage(size_t bytes);
+  static std::shared_ptr<Storage> view(void* data, size_t bytes);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   void* data = nullptr;
   size_t bytes = 0;
   size_t capacity = 0;
+  bool owned = true;
+
+ private:
+  Storage() = default;
 };
 
 namespace detail {
@@ -41,6 +47,10 @@ struct OpNode {
   // Types of every output, so eval can give a dropped output a scratch buffer.
   std::vector<Shape> output_shapes;
   std::vector<DType> output_dtypes;
+  // Rematerialization tags (core/checkpoint.h): the checkpoint region the op was
+  // created in (-1: none) and the name checkpoint_name gave its output.
+  int remat_region = -1;
+  std::string remat_name;
 };
 struct ArrayImpl {
   Shape shape;
@@ -121,8 +131,12 @@ class Array {
   template <typename V>
   V item() const;
 
-  // Allocation used by eval_cpu implementations.
+  // Allocation used by eval_cpu implementations. A no-op when the array already has
+  // a buffer of its size (the executable binds arena buffers before it runs a kernel).
   void allocate() const;
+  // Binds `storage` as this array's buffer (executables, donation); null unbinds.
+  void bind_storage(std::shared_ptr<Storage> storage) const;
+  const std::shared_ptr<Storage>& storage() const { return impl()->storage; }
   void share_storage(const Array& source) const;  // same bytes, e.g. reshape
 
   // Convenience methods (see ops.h).
@@ -141,8 +155,24 @@ class Array {
   std::shared_ptr<detail::ArrayImpl> impl_;
 };
 
-// Evaluates several arrays in one pass over their shared graph.
+// Evaluates several arrays in one pass over their shared graph. The graph is
+// compiled like a jitted function (compiler/eager.h; executables cached by the
+// graph's text) and run by the same engine.
 void eval(const std::vector<Array>& arrays);
+
+namespace detail {
+// Eager mode: while an EagerScope is alive on this thread, every op whose inputs
+// have values is evaluated as soon as it is created (PyTorch-style execution; the
+// baseline jit is measured against).
+bool eager_mode();
+class EagerScope {
+ public:
+  EagerScope();
+  ~EagerScope();
+  EagerScope(const EagerScope&) = delete;
+  EagerScope& operator=(const EagerScope&) = delete;
+};
+}  // namespace detail
 
 // "f32[2, 3]".
 std::string type_string(const Array& a);

@@ -67,6 +67,15 @@ class Primitive {
 
   virtual const ShardingRule* sharding_rule() const { return nullptr; }
 
+  // Buffer reuse for the memory planner. can_write_in_place: output `output` may be
+  // written into the buffer of input `input` (when their shapes and dtypes match),
+  // because the kernel reads each input element before it writes the same output
+  // element and reads no other element of that input afterwards.
+  virtual bool can_write_in_place(int /*input*/, int /*output*/) const { return false; }
+  // The input whose buffer output `output` is a view of (reshape, identity), or -1
+  // when the output has a buffer of its own. eval_cpu then calls share_storage.
+  virtual int aliases_input(int /*output*/) const { return -1; }
+
   // Same function of the inputs (used by CSE and the compilation cache).
   virtual bool is_equivalent(const Primitive& other) const {
     return name() == other.name() && attributes() == other.attributes();

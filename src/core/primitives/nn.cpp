@@ -126,7 +126,7 @@ std::pair<std::vector<Array>, std::vector<int>> SoftmaxGrad::vmap(const std::vec
 
 // ---- layer norm / rms norm ----
 
-std::string Norm::attributes() const { return fmt::format("eps={}", eps_); }
+std::string Norm::attributes() const { return fmt::format("eps={}, weight={}, bias={}", eps_, has_weight_, has_bias_); }
 
 std::vector<Array> Norm::composite(const std::vector<Array>& in) const {
   const Array& x = in[0];
@@ -219,6 +219,8 @@ Cost Norm::cost(const std::vector<Array>& inputs, const std::vector<Array>& outp
   c.flops = 8.0 * static_cast<double>(inputs[0].size());
   return c;
 }
+
+std::string NormGrad::attributes() const { return fmt::format("weight={}, bias={}", has_weight_, has_bias_); }
 
 std::vector<Array> NormGrad::composite(const std::vector<Array>& in) const {
   size_t next = 0;

@@ -63,6 +63,7 @@ class Unary : public Primitive {
   explicit Unary(UnaryKind kind) : kind_(kind) {}
   UnaryKind kind() const { return kind_; }
   std::string name() const override { return unary_name(kind_); }
+  bool can_write_in_place(int, int) const override { return true; }
   TESSERA_PRIMITIVE_EVAL
   TESSERA_PRIMITIVE_VJP
   TESSERA_PRIMITIVE_VMAP
@@ -76,6 +77,7 @@ class Binary : public Primitive {
   explicit Binary(BinaryKind kind) : kind_(kind) {}
   BinaryKind kind() const { return kind_; }
   std::string name() const override { return binary_name(kind_); }
+  bool can_write_in_place(int, int) const override { return true; }
   TESSERA_PRIMITIVE_EVAL
   TESSERA_PRIMITIVE_VJP
   TESSERA_PRIMITIVE_VMAP
@@ -89,6 +91,7 @@ class Binary : public Primitive {
 class Where : public Primitive {
  public:
   std::string name() const override { return "where"; }
+  bool can_write_in_place(int input, int) const override { return input > 0; }
   TESSERA_PRIMITIVE_EVAL
   TESSERA_PRIMITIVE_VJP
   TESSERA_PRIMITIVE_VMAP
@@ -111,6 +114,7 @@ class Cast : public Primitive {
 class StopGradient : public Primitive {
  public:
   std::string name() const override { return "stop_gradient"; }
+  int aliases_input(int) const override { return 0; }
   TESSERA_PRIMITIVE_EVAL
   TESSERA_PRIMITIVE_VJP
   TESSERA_PRIMITIVE_VMAP
@@ -122,6 +126,7 @@ class StopGradient : public Primitive {
 class Identity : public Primitive {
  public:
   std::string name() const override { return "identity"; }
+  int aliases_input(int) const override { return 0; }
   TESSERA_PRIMITIVE_EVAL
   TESSERA_PRIMITIVE_VJP
   TESSERA_PRIMITIVE_VMAP

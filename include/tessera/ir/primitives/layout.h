@@ -13,6 +13,7 @@ class Reshape : public Primitive {
  public:
   explicit Reshape(Shape shape) : shape_(std::move(shape)) {}
   std::string name() const override { return "reshape"; }
+  int aliases_input(int) const override { return 0; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL
   TESSERA_PRIMITIVE_VJP

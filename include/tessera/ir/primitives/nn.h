@@ -63,6 +63,7 @@ class NormGrad : public Primitive {
  public:
   NormGrad(bool rms, bool has_weight, bool has_bias) : rms_(rms), has_weight_(has_weight), has_bias_(has_bias) {}
   std::string name() const override { return rms_ ? "rms_norm_grad" : "layer_norm_grad"; }
+  std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL
   TESSERA_PRIMITIVE_COMPOSITE
 

@@ -20,6 +20,8 @@ class AdamW : public Primitive {
  public:
   explicit AdamW(AdamWConfig config) : config_(config) {}
   std::string name() const override { return "adamw_update"; }
+  // param -> new param, m -> new m, v -> new v (the kernel is elementwise).
+  bool can_write_in_place(int input, int output) const override { return input == (output == 0 ? 0 : output + 1); }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL
   TESSERA_PRIMITIVE_COMPOSITE

@@ -84,4 +84,13 @@ void cast(DType from, const void* x, DType to, void* out, int64_t n);
 // Fills n elements of `dtype` with `value` (converted like store_from_double).
 void fill(DType dtype, double value, void* out, int64_t n);
 
+// Serial forms of unary / binary / cast over one contiguous span, for fused kernels
+// that already run inside a parallel_for: the same per-element code as the functions
+// above, so results are bitwise equal. binary_span's operand strides are 0 (one
+// broadcast element) or 1. out may equal x / a / b when the element sizes match.
+void unary_span(UnaryOp op, DType dtype, const void* x, void* out, int64_t n);
+void binary_span(BinaryOp op, DType dtype, const void* a, int64_t a_stride, const void* b, int64_t b_stride, void* out,
+                 int64_t n);
+void cast_span(DType from, const void* x, DType to, void* out, int64_t n);
+
 }  // namespace tessera::cpu

@@ -323,6 +323,16 @@ void binary(BinaryOp op, DType dtype, const void* a, const Strides& a_strides, c
   });
 }
 
+void binary_span(BinaryOp op, DType dtype, const void* a, int64_t a_stride, const void* b, int64_t b_stride, void* out,
+                 int64_t n) {
+  check_supported(op, dtype);
+  if (n <= 0) return;
+  detail::dispatch(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    run<T>(op, static_cast<const T*>(a), a_stride, static_cast<const T*>(b), b_stride, out, n);
+  });
+}
+
 void where(const void* cond, const Strides& cond_strides, DType dtype, const void* a, const Strides& a_strides,
            const void* b, const Strides& b_strides, void* out, const Shape& out_shape) {
   check_strides("where", out_shape, a_strides, b_strides);

@@ -231,6 +231,20 @@ void unary(UnaryOp op, DType dtype, const void* x, void* out, int64_t n) {
   });
 }
 
+void unary_span(UnaryOp op, DType dtype, const void* x, void* out, int64_t n) {
+  if (n <= 0) return;
+  detail::dispatch(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xs = static_cast<const T*>(x);
+    if (op == UnaryOp::LogicalNot) {
+      bool* o = static_cast<bool*>(out);
+      for (int64_t i = 0; i < n; ++i) o[i] = !(detail::load(xs[i]) != Compute<T>(0));
+    } else {
+      unary_chunk<T>(op, xs, static_cast<T*>(out), n);
+    }
+  });
+}
+
 namespace {
 
 // f32 <-> bf16/f16 fast paths; bit-identical to float_to_bf16 / float_to_f16 (RNE).
@@ -296,24 +310,25 @@ void cast(DType from, const void* x, DType to, void* out, int64_t n) {
   const auto* src = static_cast<const unsigned char*>(x);
   auto* dst = static_cast<unsigned char*>(out);
   const size_t in_size = itemsize(from), out_size = itemsize(to);
-  parallel_for(n, detail::kStreamGrain, [&](int64_t b, int64_t e) {
-    const void* s = src + b * in_size;
-    void* d = dst + b * out_size;
-    int64_t m = e - b;
-    if (from == to) {
-      std::memcpy(d, s, m * in_size);
-    } else if (from == DType::Float32 && to == DType::BFloat16) {
-      f32_to_bf16(static_cast<const float*>(s), static_cast<bfloat16*>(d), m);
-    } else if (from == DType::BFloat16 && to == DType::Float32) {
-      bf16_to_f32(static_cast<const bfloat16*>(s), static_cast<float*>(d), m);
-    } else if (from == DType::Float32 && to == DType::Float16) {
-      f32_to_f16(static_cast<const float*>(s), static_cast<float16*>(d), m);
-    } else if (from == DType::Float16 && to == DType::Float32) {
-      f16_to_f32(static_cast<const float16*>(s), static_cast<float*>(d), m);
-    } else {
-      convert(from, s, to, d, m);
-    }
-  });
+  parallel_for(n, detail::kStreamGrain,
+               [&](int64_t b, int64_t e) { cast_span(from, src + b * in_size, to, dst + b * out_size, e - b); });
+}
+
+void cast_span(DType from, const void* s, DType to, void* d, int64_t m) {
+  if (m <= 0) return;
+  if (from == to) {
+    std::memmove(d, s, m * itemsize(from));
+  } else if (from == DType::Float32 && to == DType::BFloat16) {
+    f32_to_bf16(static_cast<const float*>(s), static_cast<bfloat16*>(d), m);
+  } else if (from == DType::BFloat16 && to == DType::Float32) {
+    bf16_to_f32(static_cast<const bfloat16*>(s), static_cast<float*>(d), m);
+  } else if (from == DType::Float32 && to == DType::Float16) {
+    f32_to_f16(static_cast<const float*>(s), static_cast<float16*>(d), m);
+  } else if (from == DType::Float16 && to == DType::Float32) {
+    f16_to_f32(static_cast<const float16*>(s), static_cast<float*>(d), m);
+  } else {
+    convert(from, s, to, d, m);
+  }
 }
 
 void fill(DType dtype, double value, void* out, int64_t n) {

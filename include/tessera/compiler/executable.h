@@ -1,0 +1,84 @@
+// Executable: the compiled program. A linear list of kernel calls (the scheduled,
+// optimized graph) over one arena whose offsets the memory planner fixed, run by
+// the CPU backend. Running it allocates nothing but the output buffers (and not
+// even those with run_into or donation). Serializable to bytes and back in a
+// versioned format; the persistent compilation cache stores those bytes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tessera/compiler/graph.h"
+#include "tessera/compiler/memory_plan.h"
+
+namespace tessera::compiler {
+
+inline constexpr uint32_t kExecutableFormatVersion = 1;
+
+struct ExecutableStats {
+  size_t arena_bytes = 0;  // the static arena
+  size_t peak_bytes = 0;   // arena + outputs + parameters live at the peak
+  double flops = 0;        // sum of Primitive::cost over the program
+  double bytes_moved = 0;
+  size_t kernels = 0;      // kernel calls per run
+  double compile_seconds = 0;
+};
+
+class Executable {
+ public:
+  // Takes a scheduled, optimized graph and its memory plan.
+  Executable(Graph graph, MemoryPlan plan, std::vector<bool> donated = {});
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+
+  // Runs the program. `args` must match the parameter types. Donated arguments'
+  // buffers may be reused for outputs; those arrays are invalid afterwards.
+  std::vector<Array> run(const std::vector<Array>& args);
+  // Same, writing into caller-allocated outputs of the output types: allocates
+  // nothing at all.
+  void run_into(const std::vector<Array>& args, const std::vector<Array>& outputs);
+
+  const Graph& graph() const { return graph_; }
+  const MemoryPlan& plan() const { return plan_; }
+  const ExecutableStats& stats() const { return stats_; }
+  ExecutableStats& mutable_stats() { return stats_; }
+  const std::vector<bool>& donated() const { return donated_; }
+  // The program as text: the graph plus the buffer of every value.
+  std::string text() const;
+
+  // Versioned bytes: magic, format version, graph text, memory plan, constants.
+  std::string serialize() const;
+  // Throws ValueError for a wrong magic, a newer version or corrupt contents.
+  static std::unique_ptr<Executable> deserialize(const std::string& bytes);
+
+  // Fill freed arena regions with a poison value before each kernel (tests: a
+  // planner that let two live buffers overlap then gives wrong results).
+  void set_poison_freed(bool poison) { poison_freed_ = poison; }
+
+ private:
+  void bind(const std::vector<Array>& args, const std::vector<Array>* outputs);
+  void execute();
+  void unbind();
+
+  Graph graph_;
+  MemoryPlan plan_;
+  std::vector<bool> donated_;
+  ExecutableStats stats_;
+  std::shared_ptr<void> arena_;  // 64-byte aligned
+  // One Array handle per value, bound to its buffer; the kernels' input/output lists.
+  std::vector<Array> handles_;
+  struct Instruction {
+    Primitive* primitive;
+    std::vector<Array> inputs;
+    std::vector<Array> outputs;
+    std::vector<ValueId> dying;  // arena values whose last use is this instruction
+  };
+  std::vector<Instruction> instructions_;
+  bool poison_freed_ = false;
+  std::mutex mutex_;  // one run at a time (the handles are shared state)
+};
+
+}  // namespace tessera::compiler

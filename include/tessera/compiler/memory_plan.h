@@ -1,0 +1,64 @@
+// Static memory planning: liveness of every value over the schedule (the order of
+// Graph::nodes) -> a byte offset in one arena per value, so running the program
+// allocates nothing. Buffers whose lifetimes do not overlap share bytes; an
+// elementwise op may write its output over an input that dies there (in place);
+// views (reshape, identity) share their input's buffer; graph outputs get their
+// own buffers (or a donated parameter's buffer) because the caller keeps them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/compiler/graph.h"
+
+namespace tessera::compiler {
+
+struct BufferAssignment {
+  enum class Kind {
+    Arena,      // bytes [offset, offset + bytes) of the arena
+    Parameter,  // the caller's buffer of parameter `index`
+    Constant,   // the constant's own buffer
+    Output,     // a buffer handed to the caller as output `index` (allocated per call
+                // unless the caller supplies it, or donated parameter `donor` is reused)
+    View,       // the buffer of value `source` (reshape, identity)
+  };
+  Kind kind = Kind::Arena;
+  size_t offset = 0;
+  size_t bytes = 0;
+  int index = -1;
+  int donor = -1;         // Output: the donated parameter whose buffer it reuses, or -1
+  ValueId source = kNoValue;  // View
+};
+
+struct MemoryPlanOptions {
+  std::vector<bool> donated;  // per parameter: its buffer may be reused for an output
+  size_t alignment = 64;
+  bool in_place = true;  // let outputs overwrite dying inputs (Primitive::can_write_in_place)
+};
+
+struct MemoryPlan {
+  std::vector<BufferAssignment> values;  // indexed by ValueId
+  size_t arena_bytes = 0;                // peak: the arena's size
+  // Bytes the program holds at its peak counting outputs and live parameters too
+  // (what a profiler would report for the step).
+  size_t peak_bytes = 0;
+  int in_place_reuses = 0;  // outputs written over a dying input
+  int donations = 0;        // outputs written into a donated parameter
+  // One line per value: "%7 arena [4096, 8192)" / "%2 param 0" / "%9 view of %7" ...
+  std::string text(const Graph& graph) const;
+};
+
+// Liveness interval of each value in schedule positions: a value is live from the
+// node that defines it (parameters and constants: -1) to its last reader (graph
+// outputs: nodes.size()). Views extend their source's interval.
+struct LiveRange {
+  int begin = -1;
+  int end = -1;
+};
+std::vector<LiveRange> live_ranges(const Graph& graph);
+
+MemoryPlan plan_memory(const Graph& graph, const MemoryPlanOptions& options = {});
+
+}  // namespace tessera::compiler

@@ -1,0 +1,53 @@
+// Passes and the pipeline that runs them. A pass is a class with one `run` that
+// rewrites a Graph in place; the pipeline runs passes in order, verifies the graph
+// after each, and with TESSERA_DUMP=dir writes every pass's output
+// (dir/<graph>.<NN>.<pass>.txt) so a miscompile can be bisected by reading text.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/compiler/graph.h"
+
+namespace tessera::compiler {
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  virtual std::string name() const = 0;
+  virtual void run(Graph& graph) = 0;
+};
+
+using PassPtr = std::shared_ptr<Pass>;
+
+class Pipeline {
+ public:
+  Pipeline() = default;
+  explicit Pipeline(std::vector<PassPtr> passes) : passes_(std::move(passes)) {}
+  Pipeline& add(PassPtr pass) {
+    passes_.push_back(std::move(pass));
+    return *this;
+  }
+  // Runs every pass. `dump_dir` empty: read TESSERA_DUMP from the environment.
+  void run(Graph& graph, const std::string& dump_dir = {}) const;
+  // "dce -> cse -> constant-folding -> ...".
+  std::string text() const;
+  const std::vector<PassPtr>& passes() const { return passes_; }
+
+ private:
+  std::vector<PassPtr> passes_;
+};
+
+struct CompileOptions {
+  bool fuse = true;           // elementwise / reduction / GEMM-epilogue fusion
+  bool fold_constants = true;
+  bool simplify = true;       // algebraic simplification, CSE
+  bool remat = true;          // apply checkpoint policies
+  bool schedule = true;       // memory-aware reordering
+};
+
+// The default pipeline jit and eval use.
+Pipeline default_pipeline(const CompileOptions& options = {});
+
+}  // namespace tessera::compiler

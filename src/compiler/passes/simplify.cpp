@@ -1,0 +1,193 @@
+#include "tessera/compiler/passes/simplify.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "tessera/base/error.h"
+#include "tessera/compiler/passes/dce.h"
+#include "tessera/ir/primitives/elementwise.h"
+#include "tessera/ir/primitives/layout.h"
+
+namespace tessera::compiler {
+
+namespace {
+
+template <typename P>
+const P* producer_as(const Graph& graph, ValueId v) {
+  const Node* node = graph.producer(v);
+  return node && !node->dead ? dynamic_cast<const P*>(node->primitive.get()) : nullptr;
+}
+
+// The common value of a constant whose elements are all equal (bitwise), looking
+// through broadcast_to; nullopt for anything else.
+std::optional<double> splat_value(const Graph& graph, ValueId v) {
+  const Value& value = graph.value(v);
+  if (value.kind == ValueKind::Constant) {
+    const int64_t n = numel(value.type.shape);
+    if (n == 0) return std::nullopt;
+    const size_t item = itemsize(value.type.dtype);
+    const auto* bytes = static_cast<const unsigned char*>(value.constant.raw_data());
+    for (int64_t i = 1; i < n; ++i) {
+      if (std::memcmp(bytes, bytes + static_cast<size_t>(i) * item, item) != 0) return std::nullopt;
+    }
+    return load_as_double(value.type.dtype, bytes, 0);
+  }
+  if (producer_as<BroadcastTo>(graph, v)) return splat_value(graph, graph.producer(v)->inputs[0]);
+  return std::nullopt;
+}
+
+bool is_splat(const Graph& graph, ValueId v, double expected) {
+  std::optional<double> s = splat_value(graph, v);
+  return s && *s == expected;
+}
+
+// Transpose keeps its permutation private; its attributes ("perm=[1, 0]") are the
+// stable printed form of it.
+std::vector<int> transpose_perm(const Transpose& t) {
+  std::string attrs = t.attributes();
+  std::vector<int> perm;
+  const char* p = std::strchr(attrs.c_str(), '[');
+  if (p == nullptr) fail<Error>("simplify: cannot read the permutation of transpose {{{}}}", attrs);
+  ++p;
+  while (*p != ']' && *p != '\0') {
+    char* end = nullptr;
+    long axis = std::strtol(p, &end, 10);
+    if (end == p) fail<Error>("simplify: cannot read the permutation of transpose {{{}}}", attrs);
+    perm.push_back(static_cast<int>(axis));
+    p = end;
+    while (*p == ',' || *p == ' ') ++p;
+  }
+  return perm;
+}
+
+class Simplifier {
+ public:
+  explicit Simplifier(Graph& graph) : g_(graph) {}
+
+  // One sweep over the schedule; true when anything changed.
+  bool sweep() {
+    bool changed = false;
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      if (g_.nodes[n].dead) continue;
+      changed = simplify(static_cast<int>(n)) || changed;
+    }
+    return changed;
+  }
+
+ private:
+  Node& node(int n) { return g_.nodes[static_cast<size_t>(n)]; }
+
+  // Replaces node n's single output by x and erases n. Tagged nodes stay: remat
+  // reads their tags.
+  bool forward(int n, ValueId x) {
+    Node& nd = node(n);
+    if (!nd.remat_name.empty() || nd.outputs.size() != 1 || g_.type(nd.outputs[0]) != g_.type(x)) return false;
+    g_.replace_uses(nd.outputs[0], x);
+    g_.erase_node(n);
+    return true;
+  }
+
+  bool simplify(int n) {
+    const Primitive* p = node(n).primitive.get();
+    if (const auto* b = dynamic_cast<const Binary*>(p)) return binary_identity(n, b->kind()) || fold_broadcasts(n);
+    if (dynamic_cast<const Where*>(p)) return fold_broadcasts(n);
+    if (const auto* u = dynamic_cast<const Unary*>(p)) return double_negation(n, u->kind());
+    if (const auto* t = dynamic_cast<const Transpose*>(p)) return transpose(n, *t);
+    if (dynamic_cast<const Reshape*>(p)) return reshape(n);
+    if (dynamic_cast<const BroadcastTo*>(p) || dynamic_cast<const Cast*>(p)) return type_preserving(n);
+    return false;
+  }
+
+  bool binary_identity(int n, BinaryKind kind) {
+    const ValueId a = node(n).inputs[0], b = node(n).inputs[1];
+    switch (kind) {
+      case BinaryKind::Mul:
+        return (is_splat(g_, b, 1) && forward(n, a)) || (is_splat(g_, a, 1) && forward(n, b));
+      case BinaryKind::Add:
+        return (is_splat(g_, b, 0) && forward(n, a)) || (is_splat(g_, a, 0) && forward(n, b));
+      case BinaryKind::Sub:
+        return is_splat(g_, b, 0) && forward(n, a);
+      case BinaryKind::Div:
+        return is_splat(g_, b, 1) && forward(n, a);
+      default:
+        return false;
+    }
+  }
+
+  // op(..., broadcast_to(a), ...) -> op(..., a, ...) when numpy broadcasting of the
+  // operands still gives the output shape.
+  bool fold_broadcasts(int n) {
+    bool changed = false;
+    const Shape& out_shape = g_.type(node(n).outputs[0]).shape;
+    for (size_t i = 0; i < node(n).inputs.size(); ++i) {
+      if (!producer_as<BroadcastTo>(g_, node(n).inputs[i])) continue;
+      const ValueId source = g_.producer(node(n).inputs[i])->inputs[0];
+      Shape shape = g_.type(source).shape;
+      for (size_t j = 0; j < node(n).inputs.size(); ++j) {
+        if (j != i) shape = broadcast_shapes(shape, g_.type(node(n).inputs[j]).shape, "simplify");
+      }
+      if (shape != out_shape) continue;
+      node(n).inputs[i] = source;
+      changed = true;
+    }
+    return changed;
+  }
+
+  bool double_negation(int n, UnaryKind kind) {
+    if (kind != UnaryKind::Neg) return false;
+    const auto* inner = producer_as<Unary>(g_, node(n).inputs[0]);
+    if (!inner || inner->kind() != UnaryKind::Neg) return false;
+    return forward(n, g_.producer(node(n).inputs[0])->inputs[0]);
+  }
+
+  // transpose(transpose(x, p), q)[i] reads x's axis p[q[i]].
+  bool transpose(int n, const Transpose& outer) {
+    std::vector<int> perm = transpose_perm(outer);
+    ValueId source = node(n).inputs[0];
+    bool changed = false;
+    if (const auto* inner = producer_as<Transpose>(g_, source)) {
+      std::vector<int> first = transpose_perm(*inner);
+      std::vector<int> composed(perm.size());
+      for (size_t i = 0; i < perm.size(); ++i) composed[i] = first[static_cast<size_t>(perm[i])];
+      perm = composed;
+      source = g_.producer(source)->inputs[0];
+      node(n).primitive = std::make_shared<Transpose>(perm);
+      node(n).inputs[0] = source;
+      changed = true;
+    }
+    bool identity = true;
+    for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<int>(i);
+    return (identity && forward(n, source)) || changed;
+  }
+
+  bool reshape(int n) {
+    bool changed = false;
+    if (producer_as<Reshape>(g_, node(n).inputs[0])) {
+      node(n).inputs[0] = g_.producer(node(n).inputs[0])->inputs[0];
+      changed = true;
+    }
+    return type_preserving(n) || changed;
+  }
+
+  // reshape / broadcast_to / convert to the input's own type is the identity.
+  bool type_preserving(int n) {
+    const ValueId x = node(n).inputs[0];
+    return g_.type(x) == g_.type(node(n).outputs[0]) && forward(n, x);
+  }
+
+  Graph& g_;
+};
+
+}  // namespace
+
+void AlgebraicSimplification::run(Graph& graph) {
+  Simplifier simplifier(graph);
+  while (simplifier.sweep()) {
+  }
+  DeadCodeElimination().run(graph);
+}
+
+}  // namespace tessera::compiler

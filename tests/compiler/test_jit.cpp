@@ -1,0 +1,322 @@
+// jit: tracing, the signature cache, static arguments, errors, the IR text,
+// TESSERA_DUMP, serialization, the memory plan under poisoning, allocation-free runs,
+// donation and checkpointing.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <new>
+
+#include "core/test_util.h"
+#include "tessera/base/allocator.h"
+#include "tessera/compiler/compile.h"
+#include "tessera/tessera.h"
+
+// Counts every operator new in this binary (the executable's runs must not allocate).
+namespace {
+std::atomic<long> g_news{0};
+}
+// GCC cannot see that this operator delete pairs with the operator new above.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(size_t n) {
+  g_news.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
+namespace tessera::test {
+namespace {
+
+using compiler::Executable;
+
+void expect_bitwise(const Array& a, const Array& b, const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0) << what << ": values differ";
+}
+
+Array mlp_loss(const Tree& p, const Array& x, const Array& y) {
+  Array h = gelu(add(matmul(x, p.at("w1").leaf()), p.at("b1").leaf()));
+  Array out = add(matmul(h, p.at("w2").leaf()), p.at("b2").leaf());
+  return mean(square(subtract(out, y)));
+}
+
+Tree mlp_params(int64_t in, int64_t hidden, int64_t out, uint32_t seed) {
+  Tree p;
+  p["w1"] = random_array({in, hidden}, seed, DType::Float32, -0.5, 0.5);
+  p["b1"] = random_array({hidden}, seed + 1, DType::Float32, -0.1, 0.1);
+  p["w2"] = random_array({hidden, out}, seed + 2, DType::Float32, -0.5, 0.5);
+  p["b2"] = random_array({out}, seed + 3, DType::Float32, -0.1, 0.1);
+  return p;
+}
+
+// One SGD step: (params, x, y) -> (params', loss).
+Tree sgd_step(const Tree& args) {
+  const Tree& p = args.at("params");
+  auto [loss, g] = value_and_grad([&](const Tree& q) { return mlp_loss(q, args.at("x").leaf(), args.at("y").leaf()); })(p);
+  Tree updated = tree_map([](const Array& w, const Array& d) { return subtract(w, multiply(d, Array::scalar(0.1f))); },
+                          p, g);
+  Tree out;
+  out["params"] = updated;
+  out["loss"] = loss;
+  return out;
+}
+
+Tree step_args(uint32_t seed) {
+  Tree args;
+  args["params"] = mlp_params(8, 16, 4, seed);
+  args["x"] = random_array({32, 8}, seed + 10, DType::Float32);
+  args["y"] = random_array({32, 4}, seed + 11, DType::Float32);
+  return args;
+}
+
+TEST(Jit, MatchesEagerAndCachesBySignature) {
+  auto f = jit([](const Array& x) { return add(multiply(exp(x), x), Array::scalar(1.0f)); });
+  Array x = random_array({4, 5}, 1, DType::Float32);
+  Array eager = add(multiply(exp(x), x), Array::scalar(1.0f)).eval();
+  expect_bitwise(f(x), eager, "jit vs eager");
+  f(random_array({4, 5}, 2, DType::Float32));
+  EXPECT_EQ(f.trace_count(), 1) << "same signature must not re-trace";
+  f(random_array({3, 5}, 3, DType::Float32));
+  EXPECT_EQ(f.trace_count(), 2) << "another shape re-traces";
+  f(random_array({4, 5, 1}, 3, DType::Float32));
+  EXPECT_EQ(f.trace_count(), 3) << "another rank re-traces";
+  Array x64 = random_array({4, 5}, 4, DType::Float64);
+  expect_bitwise(f(x64), add(multiply(exp(x64), x64), Array::scalar(1.0f)).eval(), "f64");
+  EXPECT_EQ(f.trace_count(), 4) << "another dtype re-traces";
+  EXPECT_EQ(f.cache_size(), 4u);
+}
+
+TEST(Jit, StaticArgumentsSelectCodePathsAndAreKeyed) {
+  auto f = jit([](const Tree& a, const StaticArgs& s) -> Tree {
+    Array x = a.leaves()[0];
+    return s.at(0) ? Tree(relu(x)) : Tree(negative(x));
+  });
+  Array x = random_array({6}, 5, DType::Float32);
+  expect_bitwise(f(Tree(x), {1}).leaf(), relu(x).eval(), "static=1");
+  expect_bitwise(f(Tree(x), {0}).leaf(), negative(x).eval(), "static=0");
+  f(Tree(x), {1});
+  EXPECT_EQ(f.trace_count(), 2);
+}
+
+TEST(Jit, TrainingStepMatchesEagerForSeveralSteps) {
+  auto step = jit(sgd_step);
+  Tree jit_args = step_args(20), eager_args = step_args(20);
+  for (int i = 0; i < 3; ++i) {
+    Tree j = step(jit_args);
+    Tree e = sgd_step(eager_args);
+    std::vector<Array> jl = j.leaves(), el = e.leaves();
+    eval(el);
+    ASSERT_EQ(jl.size(), el.size());
+    for (size_t k = 0; k < jl.size(); ++k) {
+      std::vector<double> a = jl[k].to_vector<double>(), b = el[k].to_vector<double>();
+      for (size_t t = 0; t < a.size(); ++t)
+        ASSERT_NEAR(a[t], b[t], 1e-5 * (1 + std::abs(b[t]))) << "step " << i << " leaf " << j.paths()[k];
+    }
+    jit_args["params"] = j.at("params");
+    eager_args["params"] = e.at("params");
+  }
+  EXPECT_EQ(step.trace_count(), 1);
+}
+
+TEST(Jit, AnotherTreeStructureIsAClearError) {
+  auto f = jit([](const Tree& t) { return Tree(sum(t.leaves()[0])); });
+  Tree a;
+  a["x"] = random_array({3}, 1, DType::Float32);
+  f(a);
+  Tree b;
+  b["z"] = random_array({3}, 1, DType::Float32);
+  try {
+    f(b);
+    FAIL() << "expected an error";
+  } catch (const ValueError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("tree structure"), std::string::npos) << what;
+    EXPECT_NE(what.find("z"), std::string::npos) << what;
+    EXPECT_NE(what.find("x"), std::string::npos) << what;
+  }
+}
+
+TEST(Jit, ReadingAValueWhileTracingNamesTheOp) {
+  auto f = jit([](const Array& x) {
+    Array s = sum(x);
+    float v = s.item<float>();
+    return multiply(x, Array::scalar(v));
+  });
+  try {
+    f(random_array({3}, 1, DType::Float32));
+    FAIL() << "expected an error";
+  } catch (const TransformError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("jit"), std::string::npos) << what;
+    EXPECT_NE(what.find("sum"), std::string::npos) << what;
+  }
+}
+
+TEST(Jit, LoweredTextIsTheTracedProgram) {
+  auto f = jit([](const std::vector<Array>& a) { return std::vector<Array>{add(matmul(a[0], a[1]), a[2])}; });
+  Array x = random_array({2, 3}, 1, DType::Float32), w = random_array({3, 4}, 2, DType::Float32),
+        b = random_array({4}, 3, DType::Float32);
+  std::string text = f.lowered({x, w, b}).text();
+  EXPECT_EQ(text,
+            "func @main(%0: f32[2, 3], %1: f32[3, 4], %2: f32[4]) -> (f32[2, 4]) {\n"
+            "  %3 = matmul(%0, %1) : f32[2, 4]\n"
+            "  %4 = add(%3, %2) : f32[2, 4]\n"
+            "  return %4\n"
+            "}\n");
+  EXPECT_NE(f.lowered({x, w, b}).optimized_text().find("arena"), std::string::npos);
+}
+
+TEST(Jit, DumpWritesEveryPass) {
+  std::string dir = (std::filesystem::temp_directory_path() / "tessera_dump_test").string();
+  std::filesystem::remove_all(dir);
+  compiler::Graph g = trace(detail::to_jit_fn([](const Array& x) { return exp(negative(negative(x))); }),
+                            Tree(random_array({3}, 1, DType::Float32)));
+  compiler::default_pipeline().run(g, dir);
+  size_t files = 0;
+  bool saw_traced = false, saw_simplify = false;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    ++files;
+    std::string name = entry.path().filename().string();
+    saw_traced = saw_traced || name.find("traced") != std::string::npos;
+    saw_simplify = saw_simplify || name.find("simplify") != std::string::npos;
+  }
+  EXPECT_EQ(files, compiler::default_pipeline().passes().size() + 1);
+  EXPECT_TRUE(saw_traced && saw_simplify);
+  // negative(negative(x)) is gone after simplification.
+  EXPECT_EQ(g.text().find("negative"), std::string::npos) << g.text();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Jit, SerializedExecutableGivesBitwiseIdenticalOutputs) {
+  Tree args = step_args(30);
+  auto step = jit(sgd_step);
+  Executable& exe = step.lowered(args).executable();
+  std::string bytes = exe.serialize();
+  std::unique_ptr<Executable> loaded = Executable::deserialize(bytes);
+  EXPECT_EQ(loaded->graph().text(), exe.graph().text());
+  EXPECT_EQ(loaded->serialize(), bytes) << "serialize(deserialize(b)) must be b";
+  std::vector<Array> a = exe.run(args.leaves()), b = loaded->run(args.leaves());
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) expect_bitwise(a[i], b[i], "output " + std::to_string(i));
+
+  std::string newer = bytes;
+  uint32_t version = compiler::kExecutableFormatVersion + 1;
+  std::memcpy(newer.data() + 4, &version, 4);
+  EXPECT_THROW(Executable::deserialize(newer), ValueError);
+  EXPECT_THROW(Executable::deserialize(bytes.substr(0, bytes.size() / 2)), ValueError);
+  EXPECT_THROW(Executable::deserialize("not an executable"), ValueError);
+}
+
+TEST(Jit, PoisonedFreedRegionsDoNotChangeResults) {
+  // Any overlap of two live buffers in the plan would read poison (NaN) here.
+  Tree args = step_args(40);
+  auto step = jit(sgd_step);
+  Executable& exe = step.lowered(args).executable();
+  std::vector<Array> clean = exe.run(args.leaves());
+  exe.set_poison_freed(true);
+  std::vector<Array> poisoned = exe.run(args.leaves());
+  exe.set_poison_freed(false);
+  for (size_t i = 0; i < clean.size(); ++i) expect_bitwise(poisoned[i], clean[i], "output " + std::to_string(i));
+  EXPECT_GT(exe.plan().arena_bytes, 0u);
+}
+
+TEST(Jit, RunIntoAllocatesNothing) {
+  Tree args = step_args(50);
+  auto step = jit(sgd_step);
+  Executable& exe = step.lowered(args).executable();
+  std::vector<Array> leaves = args.leaves();
+  std::vector<Array> outs;
+  for (compiler::ValueId v : exe.graph().outputs) outs.push_back(Array::empty(exe.graph().type(v).shape, exe.graph().type(v).dtype));
+  exe.run_into(leaves, outs);  // warm-up (thread pool, BLAS)
+  int64_t buffers_before = allocator_stats().allocations;
+  long news_before = g_news.load();
+  for (int i = 0; i < 3; ++i) exe.run_into(leaves, outs);
+  EXPECT_EQ(allocator_stats().allocations - buffers_before, 0) << "buffer allocations per call";
+  EXPECT_EQ(g_news.load() - news_before, 0) << "operator new calls per call";
+  std::vector<Array> reference = exe.run(leaves);
+  for (size_t i = 0; i < outs.size(); ++i) expect_bitwise(outs[i], reference[i], "run_into vs run");
+}
+
+TEST(Jit, DonatedParametersAreUpdatedInPlace) {
+  // AdamW over donated param and state: outputs reuse the argument buffers.
+  auto update = jit(
+      [](const std::vector<Array>& a) {
+        AdamWConfig c;
+        c.lr = 0.01;
+        return adamw_update(a[0], a[1], a[2], a[3], c);
+      },
+      JitOptions{{0, 2, 3}, {}, "adamw"});
+  Array p = random_array({64}, 1, DType::Float32), g = random_array({64}, 2, DType::Float32);
+  Array m = zeros({64}), v = zeros({64});
+  AdamWConfig c;
+  c.lr = 0.01;
+  Array expected = adamw_update(p, g, m, v, c)[0].eval();
+  const void* p_buffer = p.raw_data();
+  std::vector<Array> out = update({p, g, m, v});
+  expect_bitwise(out[0], expected, "updated param");
+  EXPECT_EQ(out[0].raw_data(), p_buffer) << "the donated parameter's buffer holds the update";
+  EXPECT_EQ(update.lowered({out[0], g, out[1], out[2]}).executable().plan().donations, 3);
+}
+
+TEST(Jit, CheckpointRecomputesAndLowersPeakMemory) {
+  // A deep stack of tanh layers: without remat every layer's activations live until
+  // the backward pass; with full checkpointing per layer only the layer inputs do.
+  const int layers = 8;
+  auto loss_fn = [&](bool remat) {
+    return [=](const Tree& args) -> Tree {
+      auto f = [&](const std::vector<Array>& a) {
+        Array h = a[0];
+        for (int l = 0; l < layers; ++l) {
+          ArrayFn layer = [](const std::vector<Array>& in) {
+            // The backward pass of the product reads sin(x) and cos(x): intermediates.
+            return std::vector<Array>{tanh(multiply(sin(in[0]), cos(in[0])))};
+          };
+          h = (remat ? checkpoint(layer) : layer)({h})[0];
+        }
+        return sum(h);
+      };
+      auto [value, grads] = value_and_grad([&](const std::vector<Array>& a) { return f(a); })({args.leaves()[0]});
+      return Tree::list({Tree(value), Tree(grads[0])});
+    };
+  };
+  Array x = random_array({256, 256}, 7, DType::Float32);
+  compiler::CompileOptions no_fusion;
+  no_fusion.fuse = false;  // measure the effect of remat alone
+  auto plain = jit(loss_fn(false), JitOptions{{}, no_fusion, "plain"});
+  auto remat = jit(loss_fn(true), JitOptions{{}, no_fusion, "remat"});
+  Tree a = plain(Tree(x)), b = remat(Tree(x));
+  for (size_t i = 0; i < 2; ++i) expect_bitwise(a.leaves()[i], b.leaves()[i], "remat changes no value");
+  const auto& ps = plain.lowered(Tree(x)).executable().stats();
+  const auto& rs = remat.lowered(Tree(x)).executable().stats();
+  EXPECT_LT(rs.arena_bytes, ps.arena_bytes) << "checkpointing must lower the arena";
+  EXPECT_GT(rs.flops, ps.flops) << "checkpointing recomputes the forward pass";
+}
+
+TEST(Eval, CompiledGraphsAreCachedByStructure) {
+  Array x = random_array({16}, 1, DType::Float32);
+  auto before = compiler::eval_cache_stats();
+  for (int i = 0; i < 3; ++i) add(exp(x), Array::scalar(static_cast<float>(i))).eval();
+  auto after = compiler::eval_cache_stats();
+  EXPECT_GE(after.hits - before.hits, 2u);
+}
+
+TEST(Eval, IntermediatesTheCallerHoldsGetValues) {
+  Array x = random_array({8}, 1, DType::Float32);
+  Array y = exp(x);
+  Array z = add(y, y);
+  z.eval();
+  EXPECT_TRUE(y.is_evaluated()) << "y is held by the caller, so eval(z) computes it too";
+  std::vector<float> yv = y.to_vector<float>(), zv = z.to_vector<float>();
+  for (size_t i = 0; i < yv.size(); ++i) EXPECT_EQ(zv[i], yv[i] + yv[i]);
+}
+
+}  // namespace
+}  // namespace tessera::test

@@ -1,0 +1,468 @@
+// Static memory planning and the schedule pass, on hand-built graphs: buffer reuse,
+// in-place writes, views, donation, outputs kept out of the arena, and a randomized
+// check that no two simultaneously-live arena values share bytes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tessera/compiler/graph.h"
+#include "tessera/compiler/memory_plan.h"
+#include "tessera/compiler/passes/schedule.h"
+#include "tessera/core/array.h"
+#include "tessera/ir/primitives/elementwise.h"
+#include "tessera/ir/primitives/layout.h"
+
+namespace tessera::compiler {
+namespace {
+
+using Kind = BufferAssignment::Kind;
+
+PrimitivePtr exp_op() { return std::make_shared<Unary>(UnaryKind::Exp); }
+PrimitivePtr neg_op() { return std::make_shared<Unary>(UnaryKind::Neg); }
+PrimitivePtr add_op() { return std::make_shared<Binary>(BinaryKind::Add); }
+PrimitivePtr mul_op() { return std::make_shared<Binary>(BinaryKind::Mul); }
+PrimitivePtr reshape_op(Shape s) { return std::make_shared<Reshape>(std::move(s)); }
+
+TensorType f32(Shape s) { return {std::move(s), DType::Float32}; }
+
+bool bytes_overlap(const BufferAssignment& a, const BufferAssignment& b) {
+  return a.bytes > 0 && b.bytes > 0 && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+}
+
+// p -> e1 -> e2 -> e3 -> e4 -> e5 (returned): a chain of exps.
+struct Chain {
+  Graph graph;
+  ValueId p;
+  std::vector<ValueId> e;
+};
+Chain make_chain(int length, const TensorType& type) {
+  Chain c;
+  c.p = c.graph.add_parameter(type);
+  ValueId x = c.p;
+  for (int i = 0; i < length; ++i) c.e.push_back(x = c.graph.add_node1(exp_op(), {x}, type));
+  c.graph.outputs = {x};
+  return c;
+}
+
+TEST(MemoryPlan, LiveRanges) {
+  Chain c = make_chain(3, f32({16}));
+  auto r = live_ranges(c.graph);
+  EXPECT_EQ(r[c.p].begin, -1);
+  EXPECT_EQ(r[c.p].end, 0);
+  EXPECT_EQ(r[c.e[0]].begin, 0);
+  EXPECT_EQ(r[c.e[0]].end, 1);
+  EXPECT_EQ(r[c.e[1]].begin, 1);
+  EXPECT_EQ(r[c.e[1]].end, 2);
+  EXPECT_EQ(r[c.e[2]].begin, 2);
+  EXPECT_EQ(r[c.e[2]].end, 3);  // a graph output lives to nodes.size()
+}
+
+TEST(MemoryPlan, ReusesDeadBuffers) {
+  // 64 floats = 256 bytes; without in-place, e1 [0,1] and e3 [2,3] can share, as can
+  // e2 and e4: two buffers for four intermediates.
+  Chain c = make_chain(5, f32({64}));
+  MemoryPlanOptions opts;
+  opts.in_place = false;
+  MemoryPlan plan = plan_memory(c.graph, opts);
+  EXPECT_EQ(plan.in_place_reuses, 0);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(plan.values[c.e[i]].kind, Kind::Arena) << i;
+  EXPECT_EQ(plan.arena_bytes, 2u * 256);
+  EXPECT_NE(plan.values[c.e[0]].offset, plan.values[c.e[1]].offset);
+  EXPECT_NE(plan.values[c.e[1]].offset, plan.values[c.e[2]].offset);
+  EXPECT_EQ(plan.values[c.e[4]].kind, Kind::Output);
+  EXPECT_EQ(plan.values[c.e[4]].index, 0);
+  // Peak: the parameter + two live intermediates (node 4 holds e4 and the output).
+  EXPECT_EQ(plan.peak_bytes, 256u + 2 * 256);
+  EXPECT_NE(plan.text(c.graph).find("arena ["), std::string::npos);
+}
+
+TEST(MemoryPlan, AlignmentRoundsBuffersUp) {
+  Chain c = make_chain(3, f32({3}));  // 12-byte values
+  MemoryPlanOptions opts;
+  opts.in_place = false;
+  opts.alignment = 64;
+  MemoryPlan plan = plan_memory(c.graph, opts);
+  EXPECT_EQ(plan.arena_bytes, 128u);
+  for (ValueId v : {c.e[0], c.e[1]}) EXPECT_EQ(plan.values[v].offset % 64, 0u);
+}
+
+TEST(MemoryPlan, InPlaceChainUsesOneBuffer) {
+  Chain c = make_chain(5, f32({64}));
+  MemoryPlan plan = plan_memory(c.graph);
+  EXPECT_EQ(plan.in_place_reuses, 3);  // e2 over e1, e3 over e2, e4 over e3 (e5 is an output)
+  EXPECT_EQ(plan.arena_bytes, 256u);
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(plan.values[c.e[i]].offset, plan.values[c.e[0]].offset);
+}
+
+TEST(MemoryPlan, InPlaceOnlyOverADyingInput) {
+  Graph g;
+  const TensorType t = f32({32});
+  ValueId p = g.add_parameter(t);
+  ValueId x = g.add_node1(exp_op(), {p}, t);     // node 0
+  ValueId y = g.add_node1(neg_op(), {x}, t);     // node 1: x is read again at node 2
+  ValueId z = g.add_node1(add_op(), {x, y}, t);  // node 2: x and y both die here
+  ValueId w = g.add_node1(exp_op(), {z}, t);     // node 3
+  g.outputs = {w};
+  MemoryPlan plan = plan_memory(g);
+  EXPECT_NE(plan.values[y].offset, plan.values[x].offset);
+  EXPECT_EQ(plan.values[z].offset, plan.values[x].offset);  // first eligible input
+  EXPECT_EQ(plan.in_place_reuses, 1);
+  // Never into a parameter: x does not overwrite p.
+  EXPECT_EQ(plan.values[p].kind, Kind::Parameter);
+}
+
+TEST(MemoryPlan, InPlaceNeedsEqualTypes) {
+  Graph g;
+  ValueId p = g.add_parameter(f32({8}));
+  ValueId q = g.add_parameter(f32({4, 8}));
+  ValueId x = g.add_node1(exp_op(), {p}, f32({8}));
+  ValueId y = g.add_node1(add_op(), {x, q}, f32({4, 8}));  // broadcast: x is smaller than y
+  ValueId z = g.add_node1(exp_op(), {y}, f32({4, 8}));
+  g.outputs = {z};
+  MemoryPlan plan = plan_memory(g);
+  EXPECT_EQ(plan.in_place_reuses, 0);
+  EXPECT_FALSE(bytes_overlap(plan.values[x], plan.values[y]));
+}
+
+TEST(MemoryPlan, ViewsShareAndExtendTheirSource) {
+  Graph g;
+  ValueId p = g.add_parameter(f32({4, 4}));
+  ValueId q = g.add_parameter(f32({2, 8}));
+  ValueId a = g.add_node1(exp_op(), {p}, f32({4, 4}));              // node 0
+  ValueId r = g.add_node1(reshape_op({2, 8}), {a}, f32({2, 8}));    // node 1
+  ValueId r2 = g.add_node1(reshape_op({16}), {r}, f32({16}));       // node 2: view of a view
+  ValueId c = g.add_node1(exp_op(), {q}, f32({2, 8}));              // node 3
+  ValueId d = g.add_node1(exp_op(), {c}, f32({2, 8}));              // node 4
+  ValueId r3 = g.add_node1(reshape_op({2, 8}), {r2}, f32({2, 8}));  // node 5
+  ValueId e = g.add_node1(mul_op(), {r3, d}, f32({2, 8}));          // node 6
+  g.outputs = {e};
+  auto ranges = live_ranges(g);
+  EXPECT_EQ(ranges[a].end, 6);  // a's buffer is read through r3 at node 6
+  MemoryPlanOptions opts;
+  opts.in_place = false;
+  MemoryPlan plan = plan_memory(g, opts);
+  EXPECT_EQ(plan.values[r].kind, Kind::View);
+  EXPECT_EQ(plan.values[r].source, a);
+  EXPECT_EQ(plan.values[r2].source, a);  // resolved to the buffer's owner
+  EXPECT_EQ(plan.values[r3].source, a);
+  EXPECT_EQ(plan.values[r3].offset, plan.values[a].offset);
+  EXPECT_FALSE(bytes_overlap(plan.values[a], plan.values[c]));
+  EXPECT_FALSE(bytes_overlap(plan.values[a], plan.values[d]));
+  EXPECT_NE(plan.text(g).find("view of %" + std::to_string(a)), std::string::npos);
+}
+
+TEST(MemoryPlan, ReturnedViewIsACopyNotAnArenaPointer) {
+  Graph g;
+  ValueId p = g.add_parameter(f32({4, 4}));
+  ValueId a = g.add_node1(exp_op(), {p}, f32({4, 4}));
+  ValueId r = g.add_node1(reshape_op({16}), {a}, f32({16}));
+  ValueId b = g.add_node1(neg_op(), {p}, f32({4, 4}));
+  ValueId s = g.add_node1(add_op(), {b, b}, f32({4, 4}));
+  g.outputs = {s, r};
+  auto ranges = live_ranges(g);
+  EXPECT_EQ(ranges[a].end, 1);  // not extended to the end: the output is a copy
+  MemoryPlan plan = plan_memory(g);
+  EXPECT_EQ(plan.values[r].kind, Kind::Output);
+  EXPECT_EQ(plan.values[r].index, 1);
+  EXPECT_EQ(plan.values[a].kind, Kind::Arena);
+}
+
+TEST(MemoryPlan, OutputsNeverInTheArena) {
+  Graph g;
+  ValueId p = g.add_parameter(f32({8}));
+  ValueId k = g.add_constant(Array::from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8}));
+  ValueId a = g.add_node1(add_op(), {p, k}, f32({8}));
+  ValueId b = g.add_node1(exp_op(), {a}, f32({8}));
+  g.outputs = {b, p, k, b, a};
+  MemoryPlan plan = plan_memory(g);
+  EXPECT_EQ(plan.values[b].kind, Kind::Output);
+  EXPECT_EQ(plan.values[b].index, 0);  // first occurrence
+  EXPECT_EQ(plan.values[p].kind, Kind::Parameter);
+  EXPECT_EQ(plan.values[p].index, 0);
+  EXPECT_EQ(plan.values[k].kind, Kind::Constant);
+  EXPECT_EQ(plan.values[a].kind, Kind::Output);
+  EXPECT_EQ(plan.values[a].index, 4);
+  EXPECT_EQ(plan.arena_bytes, 0u);
+  EXPECT_EQ(plan.in_place_reuses, 0);  // b may not overwrite the output a
+}
+
+TEST(MemoryPlan, Donation) {
+  const TensorType t = f32({16});
+  {
+    // p dies at the producer, which may write over it.
+    Graph g;
+    ValueId p = g.add_parameter(t);
+    ValueId a = g.add_node1(exp_op(), {p}, t);
+    g.outputs = {a};
+    MemoryPlanOptions opts;
+    opts.donated = {true};
+    MemoryPlan plan = plan_memory(g, opts);
+    EXPECT_EQ(plan.donations, 1);
+    EXPECT_EQ(plan.values[a].donor, 0);
+    EXPECT_EQ(plan_memory(g).donations, 0);  // not donated
+  }
+  {
+    // p is still read after the output is produced; q has the wrong size; r is free
+    // before the output's producer, and serves one output only.
+    Graph g;
+    ValueId p = g.add_parameter(t);
+    ValueId q = g.add_parameter(f32({8}));
+    ValueId r = g.add_parameter(t);
+    ValueId x = g.add_node1(exp_op(), {r}, t);     // node 0: r's last use
+    ValueId a = g.add_node1(add_op(), {p, x}, t);  // node 1
+    ValueId b = g.add_node1(mul_op(), {p, a}, t);  // node 2
+    ValueId c = g.add_node1(exp_op(), {q}, f32({8}));
+    g.outputs = {a, b, c};
+    MemoryPlanOptions opts;
+    opts.donated = {true, true, true};
+    MemoryPlan plan = plan_memory(g, opts);
+    EXPECT_EQ(plan.values[a].donor, 2);  // p is read again at node 2
+    EXPECT_EQ(plan.values[b].donor, 0);  // p dies at b's producer, which writes in place
+    EXPECT_EQ(plan.values[c].donor, 1);
+    EXPECT_EQ(plan.donations, 3);
+    opts.donated = {false, false, true};
+    plan = plan_memory(g, opts);
+    EXPECT_EQ(plan.donations, 1);
+    EXPECT_EQ(plan.values[a].donor, 2);
+    EXPECT_EQ(plan.values[b].donor, -1);
+  }
+  {
+    // A parameter that is itself returned is never donated.
+    Graph g;
+    ValueId p = g.add_parameter(t);
+    ValueId a = g.add_node1(exp_op(), {p}, t);
+    g.outputs = {a, p};
+    MemoryPlanOptions opts;
+    opts.donated = {true};
+    EXPECT_EQ(plan_memory(g, opts).donations, 0);
+  }
+}
+
+// ---- randomized property test ----
+
+// Random DAG of elementwise ops and reshapes over 1-D/2-D f32 values of a few sizes.
+Graph random_graph(std::mt19937& gen) {
+  Graph g;
+  std::uniform_int_distribution<int> size_pick(0, 3);
+  const int sizes[] = {1, 7, 64, 300};
+  std::vector<ValueId> pool;
+  const int num_params = 1 + static_cast<int>(gen() % 3);
+  for (int i = 0; i < num_params; ++i) pool.push_back(g.add_parameter(f32({sizes[size_pick(gen)]})));
+  const int num_nodes = 3 + static_cast<int>(gen() % 25);
+  for (int n = 0; n < num_nodes; ++n) {
+    ValueId x = pool[gen() % pool.size()];
+    const TensorType tx = g.type(x);
+    const int op = static_cast<int>(gen() % 10);
+    if (op < 4) {
+      pool.push_back(g.add_node1(op % 2 ? exp_op() : neg_op(), {x}, tx));
+    } else if (op < 8) {
+      std::vector<ValueId> same;
+      for (ValueId v : pool)
+        if (g.type(v) == tx) same.push_back(v);
+      ValueId y = same[gen() % same.size()];
+      pool.push_back(g.add_node1(op % 2 ? add_op() : mul_op(), {x, y}, tx));
+    } else if (op == 8) {
+      const int64_t n_el = numel(tx.shape);
+      Shape s = tx.shape.size() == 1 ? Shape{1, n_el} : Shape{n_el};
+      pool.push_back(g.add_node1(reshape_op(s), {x}, f32(s)));
+    } else {
+      pool.push_back(g.add_node1(exp_op(), {x}, f32({sizes[size_pick(gen)]})));  // a fresh size
+    }
+  }
+  const int num_outputs = 1 + static_cast<int>(gen() % 3);
+  for (int i = 0; i < num_outputs; ++i) g.outputs.push_back(pool[pool.size() - 1 - gen() % pool.size()]);
+  return g;
+}
+
+// Values whose buffer a node may legitimately take over: `later` is written by the
+// node that reads `earlier` (directly or through views) for the last time.
+bool may_share(const Graph& g, const MemoryPlan& plan, const std::vector<LiveRange>& r, ValueId earlier,
+               ValueId later) {
+  if (r[earlier].end != r[later].begin) return false;
+  const Node& node = g.nodes[static_cast<size_t>(g.value(later).node)];
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    ValueId in = node.inputs[i];
+    ValueId owner = plan.values[in].kind == Kind::View ? plan.values[in].source : in;
+    if (owner == earlier && g.type(in) == g.type(later) &&
+        node.primitive->can_write_in_place(static_cast<int>(i), g.value(later).output_index) &&
+        plan.values[earlier].offset == plan.values[later].offset) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void check_plan(const Graph& g, const MemoryPlan& plan, size_t alignment, const std::string& where) {
+  const auto r = live_ranges(g);
+  ASSERT_EQ(plan.values.size(), g.values.size()) << where;
+  std::vector<ValueId> arena;
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    const BufferAssignment& a = plan.values[v];
+    if (a.kind == Kind::Arena) {
+      arena.push_back(static_cast<ValueId>(v));
+      EXPECT_EQ(a.offset % alignment, 0u) << where;
+      EXPECT_LE(a.offset + a.bytes, plan.arena_bytes) << where;
+      EXPECT_EQ(a.bytes, g.type(static_cast<ValueId>(v)).nbytes()) << where;
+    }
+    if (a.kind == Kind::View) {
+      EXPECT_NE(plan.values[a.source].kind, Kind::View) << where;
+      EXPECT_GE(r[a.source].end, r[v].end) << where << " view %" << v;
+    }
+  }
+  for (ValueId out : g.outputs) {
+    const Kind k = plan.values[out].kind;
+    EXPECT_TRUE(k == Kind::Output || k == Kind::Parameter || k == Kind::Constant) << where << " output %" << out;
+  }
+  for (size_t i = 0; i < arena.size(); ++i) {
+    for (size_t j = i + 1; j < arena.size(); ++j) {
+      const ValueId u = arena[i], v = arena[j];
+      const bool live_together = r[u].begin <= r[v].end && r[v].begin <= r[u].end;
+      if (!live_together || !bytes_overlap(plan.values[u], plan.values[v])) continue;
+      EXPECT_TRUE(may_share(g, plan, r, u, v) || may_share(g, plan, r, v, u))
+          << where << ": %" << u << " [" << r[u].begin << ", " << r[u].end << "] and %" << v << " [" << r[v].begin
+          << ", " << r[v].end << "] overlap\n"
+          << plan.text(g) << g.text();
+    }
+  }
+  // Lower bound: values live across the gap after node t are pairwise distinct buffers.
+  size_t bound = 0;
+  for (int t = -1; t < static_cast<int>(g.nodes.size()); ++t) {
+    size_t live = 0;
+    for (ValueId v : arena)
+      if (r[v].begin <= t && t < r[v].end) live += plan.values[v].bytes;
+    bound = std::max(bound, live);
+  }
+  EXPECT_GE(plan.arena_bytes, bound) << where;
+}
+
+TEST(MemoryPlan, RandomGraphsNeverOverlapLiveBuffers) {
+  std::mt19937 gen(1234);
+  for (int trial = 0; trial < 400; ++trial) {
+    Graph g = random_graph(gen);
+    g.verify();
+    MemoryPlanOptions opts;
+    opts.in_place = trial % 2 == 0;
+    opts.alignment = (trial % 3 == 0) ? 1 : (trial % 3 == 1 ? 16 : 64);
+    opts.donated.assign(g.parameters.size(), trial % 5 == 0);
+    const std::string where = "trial " + std::to_string(trial);
+    MemoryPlan plan = plan_memory(g, opts);
+    check_plan(g, plan, opts.alignment, where);
+    // Scheduling keeps the graph valid and the plan sound.
+    SchedulePass().run(g);
+    g.verify();
+    check_plan(g, plan_memory(g, opts), opts.alignment, where + " scheduled");
+    if (HasFailure()) break;
+  }
+}
+
+// ---- schedule pass ----
+
+TEST(Schedule, MovesANodeToJustBeforeItsFirstUser) {
+  Graph g;
+  const TensorType t = f32({128});
+  ValueId p = g.add_parameter(t);
+  ValueId a = g.add_node1(exp_op(), {p}, t);  // node 0, read only by the last node
+  g.nodes[0].remat_name = "early";
+  ValueId b = g.add_node1(neg_op(), {p}, t);
+  ValueId c = g.add_node1(exp_op(), {b}, t);
+  ValueId d = g.add_node1(exp_op(), {c}, t);
+  ValueId unused = g.add_node1(neg_op(), {p}, t);  // no users: stays in order
+  ValueId e = g.add_node1(add_op(), {a, d}, t);
+  g.outputs = {e};
+  const int before = live_ranges(g)[a].end - live_ranges(g)[a].begin;
+  MemoryPlanOptions opts;
+  opts.in_place = false;
+  const size_t arena_before = plan_memory(g, opts).arena_bytes;
+
+  SchedulePass pass;
+  EXPECT_EQ(pass.name(), "schedule");
+  pass.run(g);
+  g.verify();
+  auto node_of = [&](ValueId v) { return g.value(v).node; };
+  EXPECT_EQ(node_of(unused), 0);  // anchored: the nodes after it moved past it
+  EXPECT_EQ(node_of(b), 1);
+  EXPECT_EQ(node_of(c), 2);
+  EXPECT_EQ(node_of(d), 3);
+  EXPECT_EQ(node_of(a), 4);
+  EXPECT_EQ(node_of(e), 5);
+  EXPECT_EQ(g.nodes[4].remat_name, "early");
+  const int after = live_ranges(g)[a].end - live_ranges(g)[a].begin;
+  EXPECT_LT(after, before);
+  EXPECT_LT(plan_memory(g, opts).arena_bytes, arena_before);
+
+  // Deterministic and idempotent.
+  const std::string text = g.text();
+  pass.run(g);
+  EXPECT_EQ(g.text(), text);
+}
+
+TEST(Schedule, KeepsOutputProducersInOrderAndRespectsDependencies) {
+  std::mt19937 gen(99);
+  for (int trial = 0; trial < 200; ++trial) {
+    Graph g = random_graph(gen);
+    // Remember each node by its first output and the anchored nodes' order.
+    std::vector<ValueId> anchors;
+    auto users = g.users();
+    for (const Node& node : g.nodes) {
+      bool anchored = true;
+      for (ValueId out : node.outputs) {
+        if (!users[static_cast<size_t>(out)].empty()) anchored = false;
+        if (std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end()) {
+          anchored = true;
+          break;
+        }
+      }
+      if (anchored) anchors.push_back(node.outputs[0]);
+    }
+    const size_t count = g.nodes.size();
+    SchedulePass().run(g);
+    ASSERT_EQ(g.nodes.size(), count);
+    ASSERT_NO_THROW(g.verify()) << g.text();
+    const std::string once = g.text();
+    Graph again = g;
+    SchedulePass().run(again);
+    EXPECT_EQ(again.text(), once) << "trial " << trial << ": not idempotent";
+    for (size_t i = 1; i < anchors.size(); ++i) EXPECT_LT(g.value(anchors[i - 1]).node, g.value(anchors[i]).node);
+    // Every non-anchored node sits immediately before... its first user, or before
+    // another producer its first user also needs (the run of its user's inputs).
+    users = g.users();
+    for (size_t n = 0; n < g.nodes.size(); ++n) {
+      int first_user = static_cast<int>(g.nodes.size());
+      for (ValueId out : g.nodes[n].outputs)
+        if (!users[static_cast<size_t>(out)].empty())
+          first_user = std::min(first_user, users[static_cast<size_t>(out)].front());
+      if (first_user == static_cast<int>(g.nodes.size())) continue;
+      // Nodes strictly between n and its first user all feed (transitively) that user.
+      for (int m = static_cast<int>(n) + 1; m < first_user; ++m) {
+        bool feeds = false;
+        std::vector<int> frontier = {first_user};
+        std::vector<bool> seen(g.nodes.size(), false);
+        while (!frontier.empty() && !feeds) {
+          int k = frontier.back();
+          frontier.pop_back();
+          for (ValueId in : g.nodes[static_cast<size_t>(k)].inputs) {
+            int pn = g.value(in).node;
+            if (g.value(in).kind != ValueKind::NodeOutput || seen[static_cast<size_t>(pn)]) continue;
+            seen[static_cast<size_t>(pn)] = true;
+            if (pn == m) feeds = true;
+            frontier.push_back(pn);
+          }
+        }
+        bool is_output = false;
+        for (ValueId out : g.nodes[n].outputs)
+          if (std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end()) is_output = true;
+        if (!is_output) {
+          EXPECT_TRUE(feeds) << "trial " << trial << " node " << n << " m " << m << "\n" << g.text();
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::compiler

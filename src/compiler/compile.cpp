@@ -9,6 +9,8 @@
 #include "tessera/compiler/passes/cse.h"
 #include "tessera/compiler/passes/dce.h"
 #include "tessera/compiler/passes/fusion.h"
+#include "tessera/compiler/passes/gemm_epilogue.h"
+#include "tessera/compiler/passes/layout.h"
 #include "tessera/compiler/passes/remat.h"
 #include "tessera/compiler/passes/schedule.h"
 #include "tessera/compiler/passes/simplify.h"
@@ -22,9 +24,11 @@ Pipeline default_pipeline(const CompileOptions& options) {
   Pipeline p;
   p.add(std::make_shared<DeadCodeElimination>());
   if (options.simplify) p.add(std::make_shared<AlgebraicSimplification>());
+  if (options.simplify) p.add(std::make_shared<LayoutSimplification>());
   if (options.fold_constants) p.add(std::make_shared<ConstantFolding>());
   if (options.simplify) p.add(std::make_shared<CommonSubexpressionElimination>());
   if (options.remat) p.add(std::make_shared<Rematerialization>());
+  if (options.fuse) p.add(std::make_shared<GemmEpiloguePass>());  // before fusion takes the epilogue ops
   if (options.fuse) p.add(std::make_shared<FusionPass>());
   if (options.schedule) p.add(std::make_shared<SchedulePass>());
   // TESSERA_DISABLE_PASSES=fusion,cse drops passes by name (bisecting a miscompile,

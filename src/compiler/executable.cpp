@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <sstream>
 
 #include "tessera/base/allocator.h"
@@ -84,6 +88,9 @@ Executable::Executable(Graph graph, MemoryPlan plan, std::vector<bool> donated)
     stats_.bytes_moved += c.bytes;
   }
   (void)ranges;
+  kernel_seconds_.assign(instructions_.size(), 0.0);
+  const char* profile = std::getenv("TESSERA_PROFILE");
+  profiling_ = profile != nullptr && std::string(profile) == "1";
   stats_.arena_bytes = plan_.arena_bytes;
   stats_.peak_bytes = plan_.peak_bytes;
   stats_.kernels = instructions_.size();
@@ -121,6 +128,7 @@ void Executable::bind(const std::vector<Array>& args, const std::vector<Array>* 
 }
 
 void Executable::execute() {
+  ++runs_;
   auto* base = static_cast<unsigned char*>(arena_.get());
   std::vector<LiveRange> ranges;
   if (poison_freed_) ranges = live_ranges(graph_);
@@ -153,11 +161,14 @@ void Executable::execute() {
         bound_view_output = inst.outputs[o].storage();
       }
     }
+    auto start = profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     try {
       inst.primitive->eval_cpu(inst.inputs, inst.outputs);
     } catch (const Error& e) {
       rethrow_with_op(e, inst.primitive->name());
     }
+    if (profiling_)
+      kernel_seconds_[position - 1] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (view_output >= 0) {
       // Views of parameters, constants or other outputs keep sharing (like eager
       // reshape); only bytes in the arena, which the next run overwrites, are copied.
@@ -170,6 +181,25 @@ void Executable::execute() {
       }
     }
   }
+}
+
+std::string Executable::profile_text() const {
+  std::map<std::string, std::pair<double, int64_t>> by_op;
+  double total = 0;
+  for (size_t i = 0; i < instructions_.size(); ++i) {
+    auto& [seconds, calls] = by_op[instructions_[i].primitive->name()];
+    seconds += kernel_seconds_[i];
+    ++calls;
+    total += kernel_seconds_[i];
+  }
+  std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(by_op.begin(), by_op.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::string s = fmt::format("{:<20} {:>8} {:>12} {:>7}\n", "op", "kernels", "ms/run", "share");
+  const double runs = static_cast<double>(std::max<int64_t>(runs_, 1));
+  for (const auto& [name, v] : rows)
+    s += fmt::format("{:<20} {:>8} {:>12.3f} {:>6.1f}%\n", name, v.second, 1e3 * v.first / runs,
+                     total > 0 ? 100 * v.first / total : 0.0);
+  return s;
 }
 
 void Executable::unbind() {

@@ -18,6 +18,7 @@
 #include "tessera/ir/primitives/indexing.h"
 #include "tessera/ir/primitives/layout.h"
 #include "tessera/ir/primitives/linalg.h"
+#include "tessera/ir/primitives/matmul_epilogue.h"
 #include "tessera/ir/primitives/nn.h"
 #include "tessera/ir/primitives/optim.h"
 #include "tessera/ir/primitives/random.h"
@@ -152,6 +153,7 @@ void register_builtins(std::map<std::string, PrimitiveFactory>& f) {
     bool trans_b = a.has("trans_b") && a.get_bool("trans_b");
     return std::make_shared<Matmul>(trans_a, trans_b);
   };
+  f["matmul_epilogue"] = [](const AttributeMap& a) { return parse_matmul_epilogue(a); };
 
   // ---- reductions ----
   const std::pair<const char*, ReduceKind> reductions[] = {{"reduce_sum", ReduceKind::Sum},

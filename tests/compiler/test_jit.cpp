@@ -14,6 +14,7 @@
 #include "tessera/base/allocator.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/tessera.h"
+#include "transformer_step.h"
 
 // Counts every operator new in this binary (the executable's runs must not allocate).
 namespace {
@@ -60,9 +61,10 @@ Tree mlp_params(int64_t in, int64_t hidden, int64_t out, uint32_t seed) {
 // One SGD step: (params, x, y) -> (params', loss).
 Tree sgd_step(const Tree& args) {
   const Tree& p = args.at("params");
-  auto [loss, g] = value_and_grad([&](const Tree& q) { return mlp_loss(q, args.at("x").leaf(), args.at("y").leaf()); })(p);
-  Tree updated = tree_map([](const Array& w, const Array& d) { return subtract(w, multiply(d, Array::scalar(0.1f))); },
-                          p, g);
+  auto [loss, g] =
+      value_and_grad([&](const Tree& q) { return mlp_loss(q, args.at("x").leaf(), args.at("y").leaf()); })(p);
+  Tree updated =
+      tree_map([](const Array& w, const Array& d) { return subtract(w, multiply(d, Array::scalar(0.1f))); }, p, g);
   Tree out;
   out["params"] = updated;
   out["loss"] = loss;
@@ -234,7 +236,36 @@ TEST(Jit, RunIntoAllocatesNothing) {
   Executable& exe = step.lowered(args).executable();
   std::vector<Array> leaves = args.leaves();
   std::vector<Array> outs;
-  for (compiler::ValueId v : exe.graph().outputs) outs.push_back(Array::empty(exe.graph().type(v).shape, exe.graph().type(v).dtype));
+  for (compiler::ValueId v : exe.graph().outputs)
+    outs.push_back(Array::empty(exe.graph().type(v).shape, exe.graph().type(v).dtype));
+  exe.run_into(leaves, outs);  // warm-up (thread pool, BLAS)
+  int64_t buffers_before = allocator_stats().allocations;
+  long news_before = g_news.load();
+  for (int i = 0; i < 3; ++i) exe.run_into(leaves, outs);
+  EXPECT_EQ(allocator_stats().allocations - buffers_before, 0) << "buffer allocations per call";
+  EXPECT_EQ(g_news.load() - news_before, 0) << "operator new calls per call";
+  std::vector<Array> reference = exe.run(leaves);
+  for (size_t i = 0; i < outs.size(); ++i) expect_bitwise(outs[i], reference[i], "run_into vs run");
+}
+
+// A small GPT training step (attention, layer norm, cross-entropy, AdamW, fusion).
+TEST(Jit, TransformerStepRunIntoAllocatesNothing) {
+  bench::TransformerConfig c;
+  c.vocab = 64;
+  c.dim = 32;
+  c.heads = 4;
+  c.layers = 2;
+  c.seq = 16;
+  c.batch = 2;
+  Tree params = bench::init_params(c, 11);
+  Tree opt = bench::init_opt_state(params);
+  Tree args = bench::step_args(params, opt, bench::random_tokens(c, 1), bench::random_tokens(c, 2));
+  Jitted step = jit(bench::transformer_step_fn(c, AdamWConfig{.lr = 3e-3, .weight_decay = 0.01}));
+  Executable& exe = step.lowered(args, {1}).executable();
+  std::vector<Array> leaves = args.leaves();
+  std::vector<Array> outs;
+  for (compiler::ValueId v : exe.graph().outputs)
+    outs.push_back(Array::empty(exe.graph().type(v).shape, exe.graph().type(v).dtype));
   exe.run_into(leaves, outs);  // warm-up (thread pool, BLAS)
   int64_t buffers_before = allocator_stats().allocations;
   long news_before = g_news.load();

@@ -58,6 +58,12 @@ class Executable {
   // planner that let two live buffers overlap then gives wrong results).
   void set_poison_freed(bool poison) { poison_freed_ = poison; }
 
+  // Per-kernel timing (off by default; TESSERA_PROFILE=1 turns it on for every
+  // executable). profile_text() sums seconds and calls by op name, largest first.
+  void set_profiling(bool on) { profiling_ = on; }
+  std::string profile_text() const;
+  void reset_profile() { kernel_seconds_.assign(kernel_seconds_.size(), 0.0); runs_ = 0; }
+
  private:
   void bind(const std::vector<Array>& args, const std::vector<Array>* outputs);
   void execute();
@@ -78,6 +84,9 @@ class Executable {
   };
   std::vector<Instruction> instructions_;
   bool poison_freed_ = false;
+  bool profiling_ = false;
+  std::vector<double> kernel_seconds_;  // per instruction, summed over runs
+  int64_t runs_ = 0;
   std::mutex mutex_;  // one run at a time (the handles are shared state)
 };
 

@@ -22,16 +22,22 @@ void Binary::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outp
   const Array& b = inputs[1];
   Array& out = outputs[0];
   out.allocate();
-  cpu::binary(static_cast<cpu::BinaryOp>(kind_), a.dtype(), a.raw_data(), broadcast_strides(a.shape(), out.shape()),
-              b.raw_data(), broadcast_strides(b.shape(), out.shape()), out.mutable_raw_data(), out.shape());
+  SmallDims sa, sb;
+  broadcast_strides_into(a.shape(), out.shape(), sa);
+  broadcast_strides_into(b.shape(), out.shape(), sb);
+  cpu::binary(static_cast<cpu::BinaryOp>(kind_), a.dtype(), a.raw_data(), sa, b.raw_data(), sb, out.mutable_raw_data(),
+              out.shape());
 }
 
 void Where::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
   Array& out = outputs[0];
   out.allocate();
   const Shape& s = out.shape();
-  cpu::where(inputs[0].raw_data(), broadcast_strides(inputs[0].shape(), s), out.dtype(), inputs[1].raw_data(),
-             broadcast_strides(inputs[1].shape(), s), inputs[2].raw_data(), broadcast_strides(inputs[2].shape(), s),
+  SmallDims sc, sa, sb;
+  broadcast_strides_into(inputs[0].shape(), s, sc);
+  broadcast_strides_into(inputs[1].shape(), s, sa);
+  broadcast_strides_into(inputs[2].shape(), s, sb);
+  cpu::where(inputs[0].raw_data(), sc, out.dtype(), inputs[1].raw_data(), sa, inputs[2].raw_data(), sb,
              out.mutable_raw_data(), s);
 }
 

@@ -16,7 +16,8 @@ void Transpose::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& o
   const Array& x = inputs[0];
   Array& out = outputs[0];
   out.allocate();
-  Strides in = contiguous_strides(x.shape()), src(perm_.size());
+  SmallDims in, src(perm_.size());
+  contiguous_strides_into(x.shape(), in);
   for (size_t i = 0; i < perm_.size(); ++i) src[i] = in[perm_[i]];
   cpu::strided_copy(x.dtype(), x.raw_data(), 0, src, out.shape(), out.mutable_raw_data());
 }
@@ -25,14 +26,17 @@ void BroadcastTo::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>&
   const Array& x = inputs[0];
   Array& out = outputs[0];
   out.allocate();
-  cpu::strided_copy(x.dtype(), x.raw_data(), 0, broadcast_strides(x.shape(), shape_), shape_, out.mutable_raw_data());
+  SmallDims src;
+  broadcast_strides_into(x.shape(), shape_, src);
+  cpu::strided_copy(x.dtype(), x.raw_data(), 0, src, shape_, out.mutable_raw_data());
 }
 
 void Slice::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
   const Array& x = inputs[0];
   Array& out = outputs[0];
   out.allocate();
-  Strides in = contiguous_strides(x.shape()), src(in.size());
+  SmallDims in, src(x.shape().size());
+  contiguous_strides_into(x.shape(), in);
   int64_t offset = 0;
   for (size_t i = 0; i < in.size(); ++i) {
     offset += start_[i] * in[i];
@@ -48,7 +52,8 @@ void SlicePad::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& ou
   out.allocate();
   cpu::fill(out.dtype(), 0.0, out.mutable_raw_data(), out.size());
   if (x.size() == 0) return;
-  Strides full = contiguous_strides(shape_), dst(full.size());
+  SmallDims full, dst(shape_.size());
+  contiguous_strides_into(shape_, full);
   int64_t offset = 0;
   for (size_t i = 0; i < full.size(); ++i) {
     offset += start_[i] * full[i];
@@ -60,7 +65,8 @@ void SlicePad::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& ou
 void Concatenate::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
   Array& out = outputs[0];
   out.allocate();
-  Strides dst = contiguous_strides(out.shape());
+  SmallDims dst;
+  contiguous_strides_into(out.shape(), dst);
   int64_t offset = 0;
   for (const Array& in : inputs) {
     if (in.size() > 0) cpu::strided_store(in.dtype(), in.raw_data(), in.shape(), out.mutable_raw_data(), offset, dst);

@@ -12,6 +12,7 @@ namespace tessera {
 class Reshape : public Primitive {
  public:
   explicit Reshape(Shape shape) : shape_(std::move(shape)) {}
+  const Shape& shape() const { return shape_; }
   std::string name() const override { return "reshape"; }
   int aliases_input(int) const override { return 0; }
   std::string attributes() const override;
@@ -27,6 +28,7 @@ class Reshape : public Primitive {
 class Transpose : public Primitive {
  public:
   explicit Transpose(std::vector<int> perm) : perm_(std::move(perm)) {}
+  const std::vector<int>& perm() const { return perm_; }
   std::string name() const override { return "transpose"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL
@@ -55,6 +57,9 @@ class Slice : public Primitive {
  public:
   Slice(std::vector<int64_t> start, std::vector<int64_t> stop, std::vector<int64_t> step)
       : start_(std::move(start)), stop_(std::move(stop)), step_(std::move(step)) {}
+  const std::vector<int64_t>& start() const { return start_; }
+  const std::vector<int64_t>& stop() const { return stop_; }
+  const std::vector<int64_t>& step() const { return step_; }
   std::string name() const override { return "slice"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL
@@ -70,6 +75,9 @@ class SlicePad : public Primitive {
  public:
   SlicePad(Shape shape, std::vector<int64_t> start, std::vector<int64_t> step)
       : shape_(std::move(shape)), start_(std::move(start)), step_(std::move(step)) {}
+  const Shape& shape() const { return shape_; }
+  const std::vector<int64_t>& start() const { return start_; }
+  const std::vector<int64_t>& step() const { return step_; }
   std::string name() const override { return "slice_pad"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL
@@ -84,6 +92,7 @@ class SlicePad : public Primitive {
 class Concatenate : public Primitive {
  public:
   explicit Concatenate(int axis) : axis_(axis) {}
+  int axis() const { return axis_; }
   std::string name() const override { return "concatenate"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL

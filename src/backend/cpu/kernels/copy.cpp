@@ -129,9 +129,8 @@ void copy_runs(const detail::Layout<2>& layout, const U* src, U* dst) {
   });
 }
 
-void copy_general(DType dtype, const void* src, const Strides& src_strides, void* dst, const Strides& dst_strides,
-                  const Shape& shape) {
-  auto layout = detail::collapse<2>(shape, {&src_strides, &dst_strides});
+void copy_general(DType dtype, const void* src, DimsRef src_strides, void* dst, DimsRef dst_strides, DimsRef shape) {
+  auto layout = detail::collapse<2>(shape, {src_strides, dst_strides});
   if (layout.numel == 0) return;
   detail::dispatch_bytes(dtype, [&](auto tag) {
     using U = typename decltype(tag)::type;
@@ -147,7 +146,7 @@ void copy_general(DType dtype, const void* src, const Strides& src_strides, void
   });
 }
 
-void check_rank(std::string_view op, const Shape& shape, const Strides& strides) {
+void check_rank(std::string_view op, const Shape& shape, DimsRef strides) {
   if (strides.size() != shape.size())
     fail<ShapeError>("{}: strides rank does not match shape {} (got {} strides)", op, to_string(shape), strides.size());
   for (int64_t d : shape)
@@ -156,18 +155,22 @@ void check_rank(std::string_view op, const Shape& shape, const Strides& strides)
 
 }  // namespace
 
-void strided_copy(DType dtype, const void* src, int64_t src_offset, const Strides& src_strides, const Shape& shape,
+void strided_copy(DType dtype, const void* src, int64_t src_offset, DimsRef src_strides, const Shape& shape,
                   void* dst) {
   check_rank("strided_copy", shape, src_strides);
   const auto* s = static_cast<const unsigned char*>(src) + src_offset * static_cast<int64_t>(itemsize(dtype));
-  copy_general(dtype, s, src_strides, dst, contiguous_strides(shape), shape);
+  SmallDims dst_strides;
+  contiguous_strides_into(shape, dst_strides);
+  copy_general(dtype, s, src_strides, dst, dst_strides, shape);
 }
 
 void strided_store(DType dtype, const void* src, const Shape& shape, void* dst, int64_t dst_offset,
-                   const Strides& dst_strides) {
+                   DimsRef dst_strides) {
   check_rank("strided_store", shape, dst_strides);
   auto* d = static_cast<unsigned char*>(dst) + dst_offset * static_cast<int64_t>(itemsize(dtype));
-  copy_general(dtype, src, contiguous_strides(shape), d, dst_strides, shape);
+  SmallDims src_strides;
+  contiguous_strides_into(shape, src_strides);
+  copy_general(dtype, src, src_strides, d, dst_strides, shape);
 }
 
 }  // namespace tessera::cpu

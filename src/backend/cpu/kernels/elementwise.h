@@ -12,6 +12,7 @@
 
 #include "tessera/base/dtype.h"
 #include "tessera/base/shape.h"
+#include "tessera/base/small_vector.h"
 
 namespace tessera::cpu {
 
@@ -71,12 +72,12 @@ void unary(UnaryOp op, DType dtype, const void* x, void* out, int64_t n);
 // out = op(a, b) over `out_shape`, contiguous. a and b have dtype `dtype` and are read
 // with the given strides (length == out_shape.size(); 0 where broadcast). Comparisons
 // write Bool. The innermost dim is vectorized when it is contiguous or broadcast.
-void binary(BinaryOp op, DType dtype, const void* a, const Strides& a_strides, const void* b, const Strides& b_strides,
-            void* out, const Shape& out_shape);
+void binary(BinaryOp op, DType dtype, const void* a, DimsRef a_strides, const void* b, DimsRef b_strides, void* out,
+            const Shape& out_shape);
 
 // out = cond ? a : b, broadcast like `binary`; cond is Bool.
-void where(const void* cond, const Strides& cond_strides, DType dtype, const void* a, const Strides& a_strides,
-           const void* b, const Strides& b_strides, void* out, const Shape& out_shape);
+void where(const void* cond, DimsRef cond_strides, DType dtype, const void* a, DimsRef a_strides, const void* b,
+           DimsRef b_strides, void* out, const Shape& out_shape);
 
 // Element conversion (see tessera::convert), parallel over n.
 void cast(DType from, const void* x, DType to, void* out, int64_t n);

@@ -293,7 +293,7 @@ void check_supported(BinaryOp op, DType dtype) {
   }
 }
 
-void check_strides(std::string_view what, const Shape& shape, const Strides& a, const Strides& b) {
+void check_strides(std::string_view what, const Shape& shape, DimsRef a, DimsRef b) {
   if (a.size() != shape.size() || b.size() != shape.size())
     fail<ShapeError>("{}: stride ranks do not match the output shape {} (got {} and {})", what, to_string(shape),
                      a.size(), b.size());
@@ -301,12 +301,13 @@ void check_strides(std::string_view what, const Shape& shape, const Strides& a, 
 
 }  // namespace
 
-void binary(BinaryOp op, DType dtype, const void* a, const Strides& a_strides, const void* b, const Strides& b_strides,
-            void* out, const Shape& out_shape) {
+void binary(BinaryOp op, DType dtype, const void* a, DimsRef a_strides, const void* b, DimsRef b_strides, void* out,
+            const Shape& out_shape) {
   check_strides(op_name(op), out_shape, a_strides, b_strides);
   check_supported(op, dtype);
-  Strides o_strides = contiguous_strides(out_shape);
-  auto layout = detail::collapse<3>(out_shape, {&a_strides, &b_strides, &o_strides});
+  SmallDims o_strides;
+  contiguous_strides_into(out_shape, o_strides);
+  auto layout = detail::collapse<3>(out_shape, {a_strides, b_strides, o_strides});
   if (layout.numel == 0) return;
   const size_t out_size = bool_output(op) ? 1 : itemsize(dtype);
   detail::dispatch(dtype, [&](auto tag) {
@@ -333,14 +334,15 @@ void binary_span(BinaryOp op, DType dtype, const void* a, int64_t a_stride, cons
   });
 }
 
-void where(const void* cond, const Strides& cond_strides, DType dtype, const void* a, const Strides& a_strides,
-           const void* b, const Strides& b_strides, void* out, const Shape& out_shape) {
+void where(const void* cond, DimsRef cond_strides, DType dtype, const void* a, DimsRef a_strides, const void* b,
+           DimsRef b_strides, void* out, const Shape& out_shape) {
   check_strides("where", out_shape, a_strides, b_strides);
   if (cond_strides.size() != out_shape.size())
     fail<ShapeError>("where: condition stride rank does not match the output shape {} (got {})", to_string(out_shape),
                      cond_strides.size());
-  Strides o_strides = contiguous_strides(out_shape);
-  auto layout = detail::collapse<4>(out_shape, {&cond_strides, &a_strides, &b_strides, &o_strides});
+  SmallDims o_strides;
+  contiguous_strides_into(out_shape, o_strides);
+  auto layout = detail::collapse<4>(out_shape, {cond_strides, a_strides, b_strides, o_strides});
   if (layout.numel == 0) return;
   detail::dispatch_bytes(dtype, [&](auto tag) {
     using U = typename decltype(tag)::type;

@@ -13,6 +13,7 @@
 #include "tessera/base/dtype.h"
 #include "tessera/base/error.h"
 #include "tessera/base/shape.h"
+#include "tessera/base/small_vector.h"
 #include "tessera/base/thread_pool.h"
 
 namespace tessera::cpu::detail {
@@ -94,28 +95,29 @@ inline T store(Compute<T> v) {
 }
 
 // A broadcast layout over K operands after collapsing: dims of size 1 are dropped and
-// adjacent dims merged when every operand walks them as one dim.
+// adjacent dims merged when every operand walks them as one dim. Inline storage for
+// the at most 16 dims collapse allows: building a layout allocates nothing.
 template <int K>
 struct Layout {
-  Shape shape;
-  std::array<Strides, K> strides;
+  SmallVec<int64_t, 16> shape;
+  std::array<SmallVec<int64_t, 16>, K> strides;
   int64_t numel = 1;
 };
 
 template <int K>
-Layout<K> collapse(const Shape& shape, const std::array<const Strides*, K>& strides) {
+Layout<K> collapse(DimsRef shape, const std::array<DimsRef, K>& strides) {
   Layout<K> out;
   for (size_t d = 0; d < shape.size(); ++d) {
     out.numel *= shape[d];
     if (shape[d] == 1) continue;
     bool merge = !out.shape.empty();
-    for (int k = 0; k < K && merge; ++k) merge = out.strides[k].back() == (*strides[k])[d] * shape[d];
+    for (int k = 0; k < K && merge; ++k) merge = out.strides[k].back() == strides[k][d] * shape[d];
     if (merge) {
       out.shape.back() *= shape[d];
-      for (int k = 0; k < K; ++k) out.strides[k].back() = (*strides[k])[d];
+      for (int k = 0; k < K; ++k) out.strides[k].back() = strides[k][d];
     } else {
       out.shape.push_back(shape[d]);
-      for (int k = 0; k < K; ++k) out.strides[k].push_back((*strides[k])[d]);
+      for (int k = 0; k < K; ++k) out.strides[k].push_back(strides[k][d]);
     }
   }
   if (out.shape.size() > 16)

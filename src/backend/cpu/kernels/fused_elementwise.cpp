@@ -132,7 +132,7 @@ Plan make_plan(const FusedProgram& p, const std::vector<Strides>& strides, const
   };
   plan.layouts.reserve(n_in);
   for (int i = 0; i < n_in; ++i) {
-    plan.layouts.push_back(detail::collapse<1>(shape, {&strides[i]}));
+    plan.layouts.push_back(detail::collapse<1>(shape, std::array<DimsRef, 1>{strides[i]}));
     const auto& layout = plan.layouts.back();
     bool contiguous = layout.shape.size() == 1 && layout.strides[0][0] == 1;
     bool all_zero = std::all_of(layout.strides[0].begin(), layout.strides[0].end(), [](int64_t s) { return s == 0; });
@@ -195,15 +195,27 @@ Plan make_plan(const FusedProgram& p, const std::vector<Strides>& strides, const
 }
 
 // Per-thread state: the slot buffers and each register's address for the current tile.
+// The buffers are per-thread and only grow, so steady-state runs allocate nothing; one
+// TileState per thread at a time (kernels do not nest their parallel_for).
 struct TileState {
-  std::unique_ptr<double[]> slots;
-  std::vector<const unsigned char*> ptr;
-  std::vector<int64_t> stride;  // 0 (Scalar) or 1
-  explicit TileState(const Plan& plan)
-      : slots(new double[std::max(1, plan.num_slots) * kFusedTile]),
-        ptr(plan.regs.size(), nullptr),
-        stride(plan.regs.size(), 1) {}
-  unsigned char* slot(int s) { return reinterpret_cast<unsigned char*>(slots.get() + s * kFusedTile); }
+  double* slots;
+  const unsigned char** ptr;
+  int64_t* stride;  // 0 (Scalar) or 1
+  explicit TileState(const Plan& plan) {
+    thread_local std::vector<double> slot_buffer;
+    thread_local std::vector<const unsigned char*> ptr_buffer;
+    thread_local std::vector<int64_t> stride_buffer;
+    const size_t slot_elems = static_cast<size_t>(std::max(1, plan.num_slots) * kFusedTile);
+    if (slot_buffer.size() < slot_elems) slot_buffer.resize(slot_elems);
+    if (ptr_buffer.size() < plan.regs.size()) ptr_buffer.resize(plan.regs.size());
+    if (stride_buffer.size() < plan.regs.size()) stride_buffer.resize(plan.regs.size());
+    std::fill(ptr_buffer.begin(), ptr_buffer.begin() + static_cast<std::ptrdiff_t>(plan.regs.size()), nullptr);
+    std::fill(stride_buffer.begin(), stride_buffer.begin() + static_cast<std::ptrdiff_t>(plan.regs.size()), 1);
+    slots = slot_buffer.data();
+    ptr = ptr_buffer.data();
+    stride = stride_buffer.data();
+  }
+  unsigned char* slot(int s) { return reinterpret_cast<unsigned char*>(slots + s * kFusedTile); }
 };
 
 // Gathers elements [begin, begin + n) of a broadcast input into dst.

@@ -85,8 +85,39 @@ Tiling choose_tiles(int64_t m, int64_t n) {
   return {std::min(m, tile_m), std::min(n, tile_n)};
 }
 
+// Applies the epilogue to rows [i0, i0 + rows) x columns [j0, j0 + cols) of C's batch
+// entry `bi` (C is [batch, m, n]).
+void apply_epilogue(DType dtype, const GemmEpilogue& e, const MatmulShape& s, void* c, int64_t bi, int64_t i0,
+                    int64_t rows, int64_t j0, int64_t cols) {
+  const size_t item = itemsize(dtype);
+  const auto* bias = static_cast<const unsigned char*>(e.bias) + static_cast<size_t>(j0) * item;
+  for (int64_t r = 0; r < rows; ++r) {
+    const size_t at = static_cast<size_t>(bi * s.m * s.n + (i0 + r) * s.n + j0) * item;
+    unsigned char* row = static_cast<unsigned char*>(c) + at;
+    unsigned char* sum = e.pre_activation ? static_cast<unsigned char*>(e.pre_activation) + at : row;
+    if (e.bias) {
+      if (e.bias_first)
+        binary_span(BinaryOp::Add, dtype, bias, 1, row, 1, sum, cols);
+      else
+        binary_span(BinaryOp::Add, dtype, row, 1, bias, 1, sum, cols);
+    } else if (sum != row) {
+      std::memcpy(sum, row, static_cast<size_t>(cols) * item);
+    }
+    if (e.has_activation) unary_span(e.activation, dtype, sum, row, cols);
+  }
+}
+
+// The epilogue over all of C, one task per few rows (dtypes without a tiled path).
+void apply_epilogue_all(DType dtype, const GemmEpilogue& e, const MatmulShape& s, void* c) {
+  parallel_for(s.batch * s.m, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, s.n)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t row = begin; row < end; ++row)
+                   apply_epilogue(dtype, e, s, c, row / s.m, row % s.m, 1, 0, s.n);
+               });
+}
+
 template <typename T>
-void blas_matmul(const MatmulShape& s, const T* a, const T* b, T* c) {
+void blas_matmul(const MatmulShape& s, const T* a, const T* b, T* c, const GemmEpilogue* epilogue = nullptr) {
   const Tiling tiling = choose_tiles(s.m, s.n);
   const int64_t tile_m = tiling.tile_m, tile_n = tiling.tile_n;
   const int64_t tiles_m = num_chunks(s.m, tile_m), tiles_n = num_chunks(s.n, tile_n);
@@ -102,6 +133,7 @@ void blas_matmul(const MatmulShape& s, const T* a, const T* b, T* c) {
       const T* at = a + bi * s.a_batch_stride + (s.trans_a ? i0 : i0 * s.k);
       const T* bt = b + bi * s.b_batch_stride + (s.trans_b ? j0 * s.k : j0);
       gemm_one(at, bt, c + bi * s.m * s.n + i0 * s.n + j0, sub, s);
+      if (epilogue) apply_epilogue(dtype_v<T>, *epilogue, s, c, bi, i0, sub.m, j0, sub.n);
     }
   });
 }
@@ -223,6 +255,24 @@ void matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b,
       break;
     default:
       fail<DTypeError>("matmul: unsupported dtype (got {})", static_cast<int>(dtype));
+  }
+}
+
+void matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* c,
+            const GemmEpilogue& epilogue) {
+  if (epilogue.pre_activation && !epilogue.has_activation)
+    fail<ValueError>("matmul epilogue: a pre-activation output needs an activation");
+  check_shape(shape);
+  const int64_t c_size = shape.batch * shape.m * shape.n;
+  if (c_size == 0) return;
+  if (shape.k != 0 && dtype == DType::Float32) {
+    blas_matmul(shape, static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(c), &epilogue);
+  } else if (shape.k != 0 && dtype == DType::Float64) {
+    blas_matmul(shape, static_cast<const double*>(a), static_cast<const double*>(b), static_cast<double*>(c),
+                &epilogue);
+  } else {
+    matmul(dtype, shape, a, b, c);
+    apply_epilogue_all(dtype, epilogue, shape, c);
   }
 }
 

@@ -1,0 +1,56 @@
+// MatmulEpilogue: a GEMM whose elementwise epilogue runs on each output tile while
+// the tile is in cache (built by the compiler's gemm-epilogue pass, after autodiff):
+//
+//   s = matmul(a, b)  (+ bias)        bias: the output's last dim, shape [N] or [1, ..., 1, N]
+//   y = activation(s)                 when an activation is set, else y = s
+//   outputs: y, and s as a second output when pre_activation is set (the gelu vjp reads it)
+//
+// Inputs are (a, b) or (a, b, bias); a and b as for Matmul (same transposes, 2-D or
+// batched). Each element is computed with the per-element code of the unfused
+// matmul, add and activation kernels, so results are bitwise those of the unfused graph.
+//
+// IR text: %5, %6 = matmul_epilogue(%0, %1, %2) {activation=gelu_tanh, pre_activation=true} : ...
+//   attributes (defaults omitted): trans_a, trans_b, bias=false (no bias input),
+//   bias_first=true (the graph computed add(bias, x)), activation=<unary>, pre_activation.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "tessera/ir/primitive.h"
+#include "tessera/ir/primitives/elementwise.h"
+
+namespace tessera {
+
+namespace compiler {
+class AttributeMap;
+}
+
+class MatmulEpilogue : public Primitive {
+ public:
+  struct Options {
+    bool trans_a = false, trans_b = false;
+    bool bias = true;
+    bool bias_first = false;  // add(bias, matmul) rather than add(matmul, bias)
+    std::optional<UnaryKind> activation;
+    bool pre_activation = false;  // also return matmul + bias (needs an activation)
+  };
+  explicit MatmulEpilogue(Options options);
+  const Options& options() const { return options_; }
+  std::string name() const override { return "matmul_epilogue"; }
+  std::string attributes() const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_COST
+
+  // The activations an epilogue may apply.
+  static bool supports_activation(UnaryKind kind);
+
+ private:
+  Options options_;
+};
+
+// Reads attributes() back (the primitive registry's factory for "matmul_epilogue").
+PrimitivePtr parse_matmul_epilogue(const compiler::AttributeMap& attributes);
+
+}  // namespace tessera

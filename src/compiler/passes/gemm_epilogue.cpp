@@ -1,0 +1,137 @@
+// GemmEpiloguePass (see the header): pattern matching on one matmul at a time and the
+// rewrite into a MatmulEpilogue node.
+#include "tessera/compiler/passes/gemm_epilogue.h"
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "tessera/ir/primitives/elementwise.h"
+#include "tessera/ir/primitives/layout.h"
+#include "tessera/ir/primitives/linalg.h"
+#include "tessera/ir/primitives/matmul_epilogue.h"
+
+namespace tessera::compiler {
+namespace {
+
+struct Match {
+  int matmul = -1, add = -1, activation = -1;  // node indices (-1: absent)
+  ValueId bias = kNoValue;                     // read by the fused node
+  int bias_broadcast = -1;                     // a broadcast_to read through
+  MatmulEpilogue::Options options;
+};
+
+bool is_returned(const Graph& g, ValueId v) {
+  return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
+}
+
+// [N] or [1, ..., 1, N] of at most `rank` dims.
+bool is_row_vector(const Shape& shape, int64_t n, size_t rank) {
+  if (shape.empty() || shape.size() > rank || shape.back() != n) return false;
+  return std::all_of(shape.begin(), shape.end() - 1, [](int64_t d) { return d == 1; });
+}
+
+class Matcher {
+ public:
+  explicit Matcher(const Graph& g) : g_(g), users_(g.users()) {}
+
+  std::optional<Match> match(int index) const {
+    const Node& mm = g_.nodes[index];
+    const auto* matmul = dynamic_cast<const Matmul*>(mm.primitive.get());
+    if (mm.dead || !matmul || mm.outputs.size() != 1 || !mm.remat_name.empty()) return std::nullopt;
+    Match m;
+    m.matmul = index;
+    m.options.trans_a = matmul->trans_a();
+    m.options.trans_b = matmul->trans_b();
+    const TensorType out = g_.type(mm.outputs[0]);
+    ValueId v = mm.outputs[0];
+    if (!match_bias(m, v, out)) m.options.bias = false;
+    for (int u : users_[v]) {
+      const Node& node = g_.nodes[u];
+      const auto* unary = dynamic_cast<const Unary*>(node.primitive.get());
+      if (!unary || !MatmulEpilogue::supports_activation(unary->kind()) || !fusable_with(node, mm)) continue;
+      m.activation = u;
+      m.options.activation = unary->kind();
+      m.options.pre_activation = users_[v].size() > 1 || is_returned(g_, v);
+      break;
+    }
+    if (!m.options.bias && !m.options.activation) return std::nullopt;
+    return m;
+  }
+
+ private:
+  bool fusable_with(const Node& node, const Node& mm) const {
+    return !node.dead && node.remat_name.empty() && node.remat_region == mm.remat_region && node.outputs.size() == 1;
+  }
+
+  // On success v becomes the add's output.
+  bool match_bias(Match& m, ValueId& v, const TensorType& out) const {
+    if (users_[v].size() != 1 || is_returned(g_, v)) return false;
+    const int a = users_[v][0];
+    const Node& add = g_.nodes[a];
+    const auto* binary = dynamic_cast<const Binary*>(add.primitive.get());
+    if (!binary || binary->kind() != BinaryKind::Add || !fusable_with(add, g_.nodes[m.matmul]) ||
+        add.inputs.size() != 2 || g_.type(add.outputs[0]) != out)
+      return false;
+    const bool bias_first = add.inputs[1] == v;
+    ValueId bias = bias_first ? add.inputs[0] : add.inputs[1];
+    if (bias == v || g_.type(bias).dtype != out.dtype) return false;
+    const Node* producer = g_.producer(bias);
+    if (producer && dynamic_cast<const BroadcastTo*>(producer->primitive.get()) && producer->inputs.size() == 1) {
+      m.bias_broadcast = static_cast<int>(producer - g_.nodes.data());
+      bias = producer->inputs[0];
+    }
+    if (!is_row_vector(g_.type(bias).shape, out.shape.back(), out.shape.size())) return false;
+    m.add = a;
+    m.bias = bias;
+    m.options.bias_first = bias_first;
+    v = add.outputs[0];
+    return true;
+  }
+
+  const Graph& g_;
+  std::vector<std::vector<int>> users_;
+};
+
+void rewrite(Graph& g, Match m) {
+  const Node& mm = g.nodes[m.matmul];
+  std::vector<ValueId> inputs = mm.inputs;
+  if (m.options.bias) inputs.push_back(m.bias);
+  const int region = mm.remat_region;
+  const int last = m.add >= 0 ? m.add : m.matmul;  // producer of the pre-activation value
+  const ValueId pre = g.nodes[last].outputs[0];
+  const ValueId y = m.activation >= 0 ? g.nodes[m.activation].outputs[0] : pre;
+  std::vector<TensorType> types = {g.type(y)};
+  if (m.options.pre_activation) types.push_back(g.type(pre));
+  // Every input is defined before `last`, and every reader of pre or y comes after it.
+  auto outs = g.insert_node(last + 1, std::make_shared<MatmulEpilogue>(m.options), inputs, types);
+  g.nodes[last + 1].remat_region = region;
+  auto shifted = [&](int index) { return index > last ? index + 1 : index; };
+  g.erase_node(shifted(m.matmul));
+  if (m.add >= 0) g.erase_node(shifted(m.add));
+  if (m.activation >= 0) g.erase_node(shifted(m.activation));
+  g.replace_uses(y, outs[0]);
+  if (m.options.pre_activation) g.replace_uses(pre, outs[1]);
+  if (m.bias_broadcast >= 0) {
+    const int b = shifted(m.bias_broadcast);
+    const ValueId v = g.nodes[b].outputs[0];
+    if (g.users()[v].empty() && !is_returned(g, v)) g.erase_node(b);
+  }
+}
+
+}  // namespace
+
+void GemmEpiloguePass::run(Graph& graph) {
+  // One rewrite at a time, then a fresh scan: each rewrite renumbers the nodes and
+  // changes reader counts. Rewrites are O(nodes) and there is one per matmul at most.
+  for (;;) {
+    Matcher matcher(graph);
+    std::optional<Match> found;
+    for (int n = 0; n < static_cast<int>(graph.nodes.size()) && !found; ++n) found = matcher.match(n);
+    if (!found) break;
+    rewrite(graph, *found);
+    graph.compact();
+  }
+}
+
+}  // namespace tessera::compiler

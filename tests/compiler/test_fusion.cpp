@@ -9,6 +9,7 @@
 
 #include "backend/cpu/kernels/elementwise.h"
 #include "backend/cpu/kernels/fused_elementwise.h"
+#include "compiler/graph_test_util.h"
 #include "core/test_util.h"
 #include "tessera/base/thread_pool.h"
 #include "tessera/compiler/graph.h"
@@ -22,31 +23,12 @@
 namespace tessera::compiler {
 namespace {
 
+using test_util::interpret;
+
 using test::random_array;
 
 PrimitivePtr unary(UnaryKind k) { return std::make_shared<Unary>(k); }
 PrimitivePtr binary(BinaryKind k) { return std::make_shared<Binary>(k); }
-
-// Runs the graph's nodes in order on `params`; returns the graph outputs.
-std::vector<Array> interpret(const Graph& g, const std::vector<Array>& params) {
-  std::map<ValueId, Array> env;
-  for (size_t i = 0; i < g.parameters.size(); ++i) env[g.parameters[i]] = params.at(i);
-  auto get = [&](ValueId v) {
-    if (g.value(v).kind == ValueKind::Constant) return g.value(v).constant;
-    return env.at(v);
-  };
-  for (const Node& node : g.nodes) {
-    if (node.dead) continue;
-    std::vector<Array> ins, outs;
-    for (ValueId v : node.inputs) ins.push_back(get(v));
-    for (ValueId v : node.outputs) outs.push_back(Array::placeholder(g.type(v).shape, g.type(v).dtype));
-    node.primitive->eval_cpu(ins, outs);
-    for (size_t i = 0; i < outs.size(); ++i) env[node.outputs[i]] = outs[i];
-  }
-  std::vector<Array> result;
-  for (ValueId v : g.outputs) result.push_back(get(v));
-  return result;
-}
 
 void expect_bitwise(const Array& a, const Array& b, const std::string& what) {
   ASSERT_EQ(a.shape(), b.shape()) << what;

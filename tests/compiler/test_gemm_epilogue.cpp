@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 
+#include "compiler/graph_test_util.h"
 #include "core/test_util.h"
 #include "tessera/base/thread_pool.h"
 #include "tessera/compiler/graph.h"
@@ -28,24 +29,9 @@
 namespace tessera::compiler {
 namespace {
 
-using test::random_array;
+using test_util::interpret;
 
-std::vector<Array> interpret(const Graph& g, const std::vector<Array>& params) {
-  std::map<ValueId, Array> env;
-  for (size_t i = 0; i < g.parameters.size(); ++i) env[g.parameters[i]] = params.at(i);
-  auto get = [&](ValueId v) { return g.value(v).kind == ValueKind::Constant ? g.value(v).constant : env.at(v); };
-  for (const Node& node : g.nodes) {
-    if (node.dead) continue;
-    std::vector<Array> ins, outs;
-    for (ValueId v : node.inputs) ins.push_back(get(v));
-    for (ValueId v : node.outputs) outs.push_back(Array::placeholder(g.type(v).shape, g.type(v).dtype));
-    node.primitive->eval_cpu(ins, outs);
-    for (size_t i = 0; i < outs.size(); ++i) env[node.outputs[i]] = outs[i];
-  }
-  std::vector<Array> result;
-  for (ValueId v : g.outputs) result.push_back(get(v));
-  return result;
-}
+using test::random_array;
 
 ::testing::AssertionResult bitwise_equal(const Array& a, const Array& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype())

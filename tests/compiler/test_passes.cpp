@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/graph_test_util.h"
 #include "core/test_util.h"
 #include "tessera/compiler/graph.h"
 #include "tessera/compiler/passes/constant_folding.h"
@@ -22,6 +23,9 @@
 
 namespace tessera::compiler {
 namespace {
+
+using test_util::interpret;
+using test_util::random_params;
 
 using test::make_array;
 using test::random_values;
@@ -47,36 +51,6 @@ class Opaque : public Primitive {
   }
   bool is_equivalent(const Primitive&) const override { return false; }
 };
-
-// Evaluates the graph node by node in schedule order.
-std::vector<Array> interpret(const Graph& g, const std::vector<Array>& params) {
-  std::map<ValueId, Array> env;
-  for (size_t i = 0; i < g.parameters.size(); ++i) env[g.parameters[i]] = params[i];
-  for (size_t v = 0; v < g.values.size(); ++v) {
-    if (g.values[v].kind == ValueKind::Constant && !g.values[v].dead)
-      env[static_cast<ValueId>(v)] = g.values[v].constant;
-  }
-  for (const Node& node : g.nodes) {
-    if (node.dead) continue;
-    std::vector<Array> inputs, outputs;
-    for (ValueId in : node.inputs) inputs.push_back(env.at(in));
-    for (ValueId out : node.outputs) outputs.push_back(Array::placeholder(g.type(out).shape, g.type(out).dtype));
-    node.primitive->eval_cpu(inputs, outputs);
-    for (size_t i = 0; i < outputs.size(); ++i) env[node.outputs[i]] = outputs[i];
-  }
-  std::vector<Array> result;
-  for (ValueId out : g.outputs) result.push_back(env.at(out));
-  return result;
-}
-
-std::vector<Array> random_params(const Graph& g, uint32_t seed) {
-  std::vector<Array> params;
-  for (ValueId p : g.parameters) {
-    const TensorType& t = g.type(p);
-    params.push_back(make_array(random_values(numel(t.shape), seed++), t.shape, t.dtype));
-  }
-  return params;
-}
 
 // Runs `pass` on g, verifies the result, checks the values are bitwise unchanged on
 // random inputs, and returns the text of the rewritten graph.

@@ -44,25 +44,6 @@ bool is_splat(const Graph& graph, ValueId v, double expected) {
   return s && *s == expected;
 }
 
-// Transpose keeps its permutation private; its attributes ("perm=[1, 0]") are the
-// stable printed form of it.
-std::vector<int> transpose_perm(const Transpose& t) {
-  std::string attrs = t.attributes();
-  std::vector<int> perm;
-  const char* p = std::strchr(attrs.c_str(), '[');
-  if (p == nullptr) fail<Error>("simplify: cannot read the permutation of transpose {{{}}}", attrs);
-  ++p;
-  while (*p != ']' && *p != '\0') {
-    char* end = nullptr;
-    long axis = std::strtol(p, &end, 10);
-    if (end == p) fail<Error>("simplify: cannot read the permutation of transpose {{{}}}", attrs);
-    perm.push_back(static_cast<int>(axis));
-    p = end;
-    while (*p == ',' || *p == ' ') ++p;
-  }
-  return perm;
-}
-
 class Simplifier {
  public:
   explicit Simplifier(Graph& graph) : g_(graph) {}
@@ -145,11 +126,11 @@ class Simplifier {
 
   // transpose(transpose(x, p), q)[i] reads x's axis p[q[i]].
   bool transpose(int n, const Transpose& outer) {
-    std::vector<int> perm = transpose_perm(outer);
+    std::vector<int> perm = outer.perm();
     ValueId source = node(n).inputs[0];
     bool changed = false;
     if (const auto* inner = producer_as<Transpose>(g_, source)) {
-      std::vector<int> first = transpose_perm(*inner);
+      std::vector<int> first = inner->perm();
       std::vector<int> composed(perm.size());
       for (size_t i = 0; i < perm.size(); ++i) composed[i] = first[static_cast<size_t>(perm[i])];
       perm = composed;

@@ -16,6 +16,8 @@
 //   ..., reduce=sum, axes=[1]
 #pragma once
 
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +32,9 @@ namespace tessera {
 
 namespace compiler {
 class AttributeMap;
+}
+namespace cpu {
+class FusedKernel;
 }
 
 struct FusionInstruction {
@@ -82,6 +87,10 @@ class Fusion : public Primitive {
 
  private:
   FusionProgram program_;
+  // The program lowered for the CPU kernel with its tile plans, built on the first
+  // eval_cpu (inputs always have the program's shapes), so later runs allocate nothing.
+  mutable std::mutex cpu_kernel_mutex_;
+  mutable std::shared_ptr<const cpu::FusedKernel> cpu_kernel_;
 };
 
 // Reads attributes() back (the primitive registry's factory for "fusion").

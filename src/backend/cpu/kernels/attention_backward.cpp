@@ -18,6 +18,7 @@
 
 #include "backend/cpu/kernels/attention.h"
 #include "backend/cpu/kernels/attention_tiles.h"
+#include "backend/cpu/kernels/scratch.h"
 #include "tessera/base/thread_pool.h"
 
 namespace tessera::cpu {
@@ -47,7 +48,7 @@ void backward_impl(const AttentionShape& sh, const In* q, const In* k, const In*
     return;
   }
 
-  std::vector<T> delta(static_cast<size_t>(rows));
+  T* delta = thread_scratch<T>(static_cast<size_t>(rows), Scratch::AttentionDelta);
   parallel_for(rows, 256, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       T sum = 0;
@@ -61,12 +62,17 @@ void backward_impl(const AttentionShape& sh, const In* q, const In* k, const In*
   const int64_t groups = B * Hkv;
   const int64_t splits = std::min(nkb, (kMinTasks + groups - 1) / groups);
   const int64_t dq_group_size = group * T_len * dp;  // one task's dQ accumulator
-  std::vector<T> dq_partial;
-  if (splits > 1) dq_partial.resize(static_cast<size_t>(groups * splits * dq_group_size));
+  // Each task zeroes its own dQ partial before accumulating into it.
+  T* dq_partial = splits > 1
+                      ? thread_scratch<T>(static_cast<size_t>(groups * splits * dq_group_size), Scratch::AttentionDq)
+                      : nullptr;
 
+  const int64_t tiles = 3 * dp * kBlockK + 2 * kBlockQ * dp + 2 * kBlockQ * kBlockK + 2 * kBlockK * dp;
+  const ChunkScratch chunk_scratch(sizeof(T) * static_cast<size_t>(tiles + (splits == 1 ? dq_group_size : 0)),
+                                   Scratch::AttentionChunks);
   parallel_for(groups * splits, 1, [&](int64_t begin, int64_t end) {
-    const int64_t tiles = 3 * dp * kBlockK + 2 * kBlockQ * dp + 2 * kBlockQ * kBlockK + 2 * kBlockK * dp;
-    T* kt = scratch<T>(static_cast<size_t>(tiles + (splits == 1 ? dq_group_size : 0)));
+    ChunkScratch::Lease lease(chunk_scratch);
+    T* kt = lease.as<T>();
     T* vt = kt + dp * kBlockK;      // [dp, kBlockK] V^T
     T* kr = vt + dp * kBlockK;      // [kBlockK, dp] K rows
     T* qs = kr + kBlockK * dp;      // [kBlockQ, dp] Q (when converted)
@@ -78,7 +84,7 @@ void backward_impl(const AttentionShape& sh, const In* q, const In* k, const In*
     for (int64_t task = begin; task < end; ++task) {
       const int64_t gi = task / splits, split = task % splits;
       const int64_t b = gi / Hkv;
-      T* dq_acc = splits == 1 ? dv_acc + kBlockK * dp : dq_partial.data() + task * dq_group_size;
+      T* dq_acc = splits == 1 ? dv_acc + kBlockK * dp : dq_partial + task * dq_group_size;
       std::fill(dq_acc, dq_acc + dq_group_size, T(0));
       const In* kp = k + gi * S_len * D;
       const In* vp = v + gi * S_len * D;

@@ -15,6 +15,7 @@
 
 #include "backend/cpu/kernels/attention.h"
 #include "backend/cpu/kernels/attention_tiles.h"
+#include "backend/cpu/kernels/scratch.h"
 #include "tessera/base/thread_pool.h"
 
 namespace tessera::cpu {
@@ -77,8 +78,12 @@ void forward_impl(const AttentionShape& sh, const In* q, const In* k, const In* 
 
   // Query blocks are visited last-first within each (b, h): under causal masking the
   // late blocks cost the most, and starting them early balances the dynamic schedule.
+  const ChunkScratch tiles(
+      sizeof(T) * static_cast<size_t>(dp * kBlockQ * 2 + 2 * kBlockK * dp + kBlockK * kBlockQ + 3 * kBlockQ),
+      Scratch::AttentionChunks);
   parallel_for(B * H * nqb, 1, [&](int64_t begin, int64_t end) {
-    T* qt = scratch<T>(static_cast<size_t>(dp * kBlockQ * 2 + 2 * kBlockK * dp + kBlockK * kBlockQ + 3 * kBlockQ));
+    ChunkScratch::Lease lease(tiles);
+    T* qt = lease.as<T>();
     T* acc = qt + dp * kBlockQ;     // [kBlockQ, dp] unnormalized output
     T* kr = acc + kBlockQ * dp;     // [kBlockK, dp] K block (when converted)
     T* vr = kr + kBlockK * dp;      // [kBlockK, dp] V block (when converted)

@@ -323,12 +323,4 @@ inline void validate(const char* op, DType dtype, const AttentionShape& sh) {
   if (!std::isfinite(sh.scale)) fail<ValueError>("{}: scale must be finite (got {})", op, sh.scale);
 }
 
-// Per-thread scratch of at least n elements, reused across calls.
-template <typename T>
-T* scratch(size_t n) {
-  thread_local std::vector<T> buffer;
-  if (buffer.size() < n) buffer.resize(n);
-  return buffer.data();
-}
-
 }  // namespace tessera::cpu::attention_detail

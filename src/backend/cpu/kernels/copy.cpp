@@ -146,17 +146,17 @@ void copy_general(DType dtype, const void* src, DimsRef src_strides, void* dst, 
   });
 }
 
-void check_rank(std::string_view op, const Shape& shape, DimsRef strides) {
+void check_rank(std::string_view op, DimsRef shape, DimsRef strides) {
   if (strides.size() != shape.size())
-    fail<ShapeError>("{}: strides rank does not match shape {} (got {} strides)", op, to_string(shape), strides.size());
+    fail<ShapeError>("{}: strides rank does not match shape {} (got {} strides)", op,
+                     to_string(Shape(shape.begin(), shape.end())), strides.size());
   for (int64_t d : shape)
-    if (d < 0) fail<ShapeError>("{}: negative dim in shape {}", op, to_string(shape));
+    if (d < 0) fail<ShapeError>("{}: negative dim in shape {}", op, to_string(Shape(shape.begin(), shape.end())));
 }
 
 }  // namespace
 
-void strided_copy(DType dtype, const void* src, int64_t src_offset, DimsRef src_strides, const Shape& shape,
-                  void* dst) {
+void strided_copy(DType dtype, const void* src, int64_t src_offset, DimsRef src_strides, DimsRef shape, void* dst) {
   check_rank("strided_copy", shape, src_strides);
   const auto* s = static_cast<const unsigned char*>(src) + src_offset * static_cast<int64_t>(itemsize(dtype));
   SmallDims dst_strides;

@@ -14,7 +14,7 @@ namespace tessera::cpu {
 // dst (contiguous, `shape`) [i0..in] = src[offset + sum_k i_k * src_strides[k]].
 // Strides are in elements and may be 0 (broadcast) or negative. Blocked for cache
 // when the innermost source stride is not 1 (transposes).
-void strided_copy(DType dtype, const void* src, int64_t src_offset, DimsRef src_strides, const Shape& shape, void* dst);
+void strided_copy(DType dtype, const void* src, int64_t src_offset, DimsRef src_strides, DimsRef shape, void* dst);
 
 // Writes a contiguous `src` of `shape` into dst (contiguous, `dst_shape`) at element
 // offset `dst_offset` with dst strides `dst_strides` (the inverse of strided_copy;

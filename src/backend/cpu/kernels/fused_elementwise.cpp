@@ -19,20 +19,14 @@
 
 #include "backend/cpu/kernels/elementwise.h"
 #include "backend/cpu/kernels/elementwise_detail.h"
+#include "backend/cpu/kernels/scratch.h"
+#include "tessera/base/small_vector.h"
 
 namespace tessera::cpu {
-namespace {
-
-using detail::Compute;
-
-// Elements per parallel chunk of the elementwise kernel (a whole number of tiles).
-constexpr int64_t kChunk = kFusedTile * 16;
-
-bool bool_result(BinaryOp op) { return is_comparison(op) || op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr; }
 
 enum class Home : uint8_t { Direct, Scalar, Slot, Output };
 
-struct Plan {
+struct FusedPlan {
   struct Register {
     Home home = Home::Slot;
     int index = 0;  // slot or output index
@@ -45,6 +39,17 @@ struct Plan {
   std::vector<int> gathered;                   // inputs copied into their slot each tile
   std::vector<std::pair<int, int>> copy_outs;  // (output, register) written by a copy
 };
+
+namespace {
+
+using Plan = FusedPlan;
+
+using detail::Compute;
+
+// Elements per parallel chunk of the elementwise kernel (a whole number of tiles).
+constexpr int64_t kChunk = kFusedTile * 16;
+
+bool bool_result(BinaryOp op) { return is_comparison(op) || op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr; }
 
 void check_program(const FusedProgram& p, size_t num_inputs, size_t num_strides) {
   const int n_in = static_cast<int>(p.input_dtypes.size());
@@ -97,7 +102,7 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 // output register is reduced from a slot). `aliased[i]`: input i shares memory with
 // an output, so it must be copied before the tile is written.
 Plan make_plan(const FusedProgram& p, const std::vector<Strides>& strides, const Shape& shape,
-               const std::vector<bool>& aliased, bool direct_outputs) {
+               const std::vector<uint8_t>& aliased, bool direct_outputs) {
   const int n_in = static_cast<int>(p.input_dtypes.size());
   const int n_regs = n_in + static_cast<int>(p.body.size());
   Plan plan;
@@ -194,26 +199,24 @@ Plan make_plan(const FusedProgram& p, const std::vector<Strides>& strides, const
   return plan;
 }
 
-// Per-thread state: the slot buffers and each register's address for the current tile.
-// The buffers are per-thread and only grow, so steady-state runs allocate nothing; one
-// TileState per thread at a time (kernels do not nest their parallel_for).
+// A chunk's state: the slot buffers and each register's address for the current tile,
+// in the chunk's lease of a ChunkScratch of tile_state_bytes(plan).
+size_t slot_bytes(const Plan& plan) { return sizeof(double) * std::max(1, plan.num_slots) * kFusedTile; }
+size_t tile_state_bytes(const Plan& plan) {
+  return slot_bytes(plan) + plan.regs.size() * (sizeof(const unsigned char*) + sizeof(int64_t));
+}
+
 struct TileState {
   double* slots;
   const unsigned char** ptr;
   int64_t* stride;  // 0 (Scalar) or 1
-  explicit TileState(const Plan& plan) {
-    thread_local std::vector<double> slot_buffer;
-    thread_local std::vector<const unsigned char*> ptr_buffer;
-    thread_local std::vector<int64_t> stride_buffer;
-    const size_t slot_elems = static_cast<size_t>(std::max(1, plan.num_slots) * kFusedTile);
-    if (slot_buffer.size() < slot_elems) slot_buffer.resize(slot_elems);
-    if (ptr_buffer.size() < plan.regs.size()) ptr_buffer.resize(plan.regs.size());
-    if (stride_buffer.size() < plan.regs.size()) stride_buffer.resize(plan.regs.size());
-    std::fill(ptr_buffer.begin(), ptr_buffer.begin() + static_cast<std::ptrdiff_t>(plan.regs.size()), nullptr);
-    std::fill(stride_buffer.begin(), stride_buffer.begin() + static_cast<std::ptrdiff_t>(plan.regs.size()), 1);
-    slots = slot_buffer.data();
-    ptr = ptr_buffer.data();
-    stride = stride_buffer.data();
+  TileState(const Plan& plan, const ChunkScratch::Lease& lease) {
+    const size_t n = plan.regs.size();
+    slots = lease.as<double>();
+    ptr = lease.as<const unsigned char*>(slot_bytes(plan));
+    stride = lease.as<int64_t>(slot_bytes(plan) + n * sizeof(const unsigned char*));
+    std::fill(ptr, ptr + n, nullptr);
+    std::fill(stride, stride + n, int64_t{1});
   }
   unsigned char* slot(int s) { return reinterpret_cast<unsigned char*>(slots + s * kFusedTile); }
 };
@@ -254,8 +257,8 @@ void select(const bool* c, int64_t sc, const U* x, int64_t sx, const U* y, int64
 }
 
 // Runs the program over elements [begin, begin + n) (n <= kFusedTile).
-void run_tile(const FusedProgram& p, const Plan& plan, const std::vector<const void*>& inputs,
-              const std::vector<void*>& outputs, int64_t begin, int64_t n, TileState& st) {
+void run_tile(const FusedProgram& p, const Plan& plan, const void* const* inputs, void* const* outputs, int64_t begin,
+              int64_t n, TileState& st) {
   const int n_in = static_cast<int>(p.input_dtypes.size());
   for (int i = 0; i < n_in; ++i) {
     const auto& reg = plan.regs[i];
@@ -316,30 +319,61 @@ void run_tile(const FusedProgram& p, const Plan& plan, const std::vector<const v
 
 }  // namespace
 
+FusedKernel::FusedKernel(FusedProgram program, std::vector<Strides> input_strides, Shape shape)
+    : program_(std::move(program)), strides_(std::move(input_strides)), shape_(std::move(shape)) {
+  check_program(program_, program_.input_dtypes.size(), strides_.size());
+  for (const Strides& s : strides_)
+    if (s.size() != shape_.size())
+      fail<ShapeError>("fused_elementwise: input stride rank {} does not match the shape {}", s.size(),
+                       to_string(shape_));
+}
+
+FusedKernel::~FusedKernel() = default;
+
+std::shared_ptr<const FusedPlan> FusedKernel::plan_for(const void* const* inputs, void* const* outputs,
+                                                       bool direct_outputs) const {
+  const int64_t total = numel(shape_);
+  const size_t n_in = program_.input_dtypes.size();
+  // Which inputs share memory with an output (decided per call: buffers may change).
+  SmallVec<uint8_t, 32> aliased(n_in, 0);
+  if (direct_outputs)
+    for (size_t i = 0; i < n_in; ++i)
+      for (size_t j = 0; j < program_.outputs.size(); ++j)
+        if (overlaps(inputs[i], total * itemsize(program_.input_dtypes[i]), outputs[j],
+                     total * itemsize(register_dtype(program_, program_.outputs[j]))))
+          aliased[i] = 1;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const CachedPlan& c : plans_)
+    if (c.direct_outputs == direct_outputs && std::equal(aliased.begin(), aliased.end(), c.aliased.begin()))
+      return c.plan;
+  CachedPlan c;
+  c.aliased.assign(aliased.begin(), aliased.end());
+  c.direct_outputs = direct_outputs;
+  c.plan = std::make_shared<const FusedPlan>(make_plan(program_, strides_, shape_, c.aliased, direct_outputs));
+  plans_.push_back(c);
+  return c.plan;
+}
+
+void FusedKernel::run(const void* const* inputs, void* const* outputs) const {
+  const int64_t total = numel(shape_);
+  if (total == 0) return;
+  const std::shared_ptr<const FusedPlan> plan = plan_for(inputs, outputs, /*direct_outputs=*/true);
+  const ChunkScratch scratch(tile_state_bytes(*plan), Scratch::FusedChunks);
+  parallel_for(total, kChunk, [&](int64_t b, int64_t e) {
+    ChunkScratch::Lease lease(scratch);
+    TileState st(*plan, lease);
+    for (int64_t t = b; t < e; t += kFusedTile)
+      run_tile(program_, *plan, inputs, outputs, t, std::min(kFusedTile, e - t), st);
+  });
+}
+
 void fused_elementwise(const FusedProgram& program, const std::vector<const void*>& inputs,
                        const std::vector<Strides>& input_strides, const std::vector<void*>& outputs,
                        const Shape& shape) {
   check_program(program, inputs.size(), input_strides.size());
   if (outputs.size() != program.outputs.size())
     fail<ValueError>("fused_elementwise: {} output buffers for {} outputs", outputs.size(), program.outputs.size());
-  for (const Strides& s : input_strides)
-    if (s.size() != shape.size())
-      fail<ShapeError>("fused_elementwise: input stride rank {} does not match the shape {}", s.size(),
-                       to_string(shape));
-  const int64_t total = numel(shape);
-  if (total == 0) return;
-  std::vector<bool> aliased(inputs.size(), false);
-  for (size_t i = 0; i < inputs.size(); ++i)
-    for (size_t j = 0; j < outputs.size(); ++j)
-      if (overlaps(inputs[i], total * itemsize(program.input_dtypes[i]), outputs[j],
-                   total * itemsize(register_dtype(program, program.outputs[j]))))
-        aliased[i] = true;
-  const Plan plan = make_plan(program, input_strides, shape, aliased, /*direct_outputs=*/true);
-  parallel_for(total, kChunk, [&](int64_t b, int64_t e) {
-    TileState st(plan);
-    for (int64_t t = b; t < e; t += kFusedTile)
-      run_tile(program, plan, inputs, outputs, t, std::min(kFusedTile, e - t), st);
-  });
+  FusedKernel(program, input_strides, shape).run(inputs.data(), outputs.data());
 }
 
 // ---- fused reduction ---------------------------------------------------------------
@@ -410,14 +444,16 @@ struct BlockState {
 };
 
 template <FusedReduceOp Op, typename T>
-void fused_reduce_typed(const FusedProgram& p, const Plan& plan, const std::vector<const void*>& inputs, int64_t rows,
-                        int64_t len, T* out) {
+void fused_reduce_typed(const FusedProgram& p, const Plan& plan, const void* const* inputs, int64_t rows, int64_t len,
+                        T* out) {
   using A = Acc<T>;
   const int reg = p.outputs[0];
-  const std::vector<void*> no_outputs;
+  void* const* no_outputs = nullptr;
   if (len == 1) {  // no combining at all (keeps -0.0 like cpu::reduce)
+    const ChunkScratch scratch(tile_state_bytes(plan), Scratch::FusedChunks);
     parallel_for(rows, kChunk, [&](int64_t b, int64_t e) {
-      TileState st(plan);
+      ChunkScratch::Lease lease(scratch);
+      TileState st(plan, lease);
       for (int64_t t = b; t < e; t += kFusedTile) {
         const int64_t n = std::min(kFusedTile, e - t);
         run_tile(p, plan, inputs, no_outputs, t, n, st);
@@ -432,10 +468,12 @@ void fused_reduce_typed(const FusedProgram& p, const Plan& plan, const std::vect
   // contiguous range of elements, computed tile by tile and fed to the blocks in order.
   const int64_t nb = (len + kReduceBlock - 1) / kReduceBlock;
   const int64_t units = rows * nb;
-  std::vector<A> partials(units);
+  A* partials = thread_scratch<A>(static_cast<size_t>(units), Scratch::FusedPartials);
   const int64_t grain = std::max<int64_t>(1, kChunk / std::min(len, kReduceBlock));
+  const ChunkScratch scratch(tile_state_bytes(plan), Scratch::FusedChunks);
   parallel_for(units, grain, [&](int64_t u0, int64_t u1) {
-    TileState st(plan);
+    ChunkScratch::Lease lease(scratch);
+    TileState st(plan, lease);
     BlockState<Op, T> block;
     block.reset();
     auto unit_begin = [&](int64_t u) { return (u / nb) * len + (u % nb) * kReduceBlock; };
@@ -459,45 +497,45 @@ void fused_reduce_typed(const FusedProgram& p, const Plan& plan, const std::vect
   });
   parallel_for(rows, 1024, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r)
-      out[r] = detail::store<T>(
-          static_cast<Compute<T>>(nb == 1 ? partials[r] : combine_tree<Op>(partials.data() + r * nb, 0, nb)));
+      out[r] =
+          detail::store<T>(static_cast<Compute<T>>(nb == 1 ? partials[r] : combine_tree<Op>(partials + r * nb, 0, nb)));
   });
 }
 
 }  // namespace
 
-void fused_reduce(const FusedProgram& program, const std::vector<const void*>& inputs,
-                  const std::vector<Strides>& input_strides, const Shape& shape, FusedReduceOp op, int64_t rows,
-                  int64_t len, void* out) {
-  check_program(program, inputs.size(), input_strides.size());
-  if (program.outputs.size() != 1)
-    fail<ValueError>("fused_reduce: the program must have one output (got {})", program.outputs.size());
-  if (rows < 0 || len < 0 || rows * len != numel(shape))
-    fail<ShapeError>("fused_reduce: {} rows of {} do not cover the shape {}", rows, len, to_string(shape));
-  for (const Strides& s : input_strides)
-    if (s.size() != shape.size())
-      fail<ShapeError>("fused_reduce: input stride rank {} does not match the shape {}", s.size(), to_string(shape));
-  const int reg = program.outputs[0];
-  const DType dtype = register_dtype(program, reg);
+void FusedKernel::reduce(const void* const* inputs, FusedReduceOp op, int64_t rows, int64_t len, void* out) const {
+  if (program_.outputs.size() != 1)
+    fail<ValueError>("fused_reduce: the program must have one output (got {})", program_.outputs.size());
+  if (rows < 0 || len < 0 || rows * len != numel(shape_))
+    fail<ShapeError>("fused_reduce: {} rows of {} do not cover the shape {}", rows, len, to_string(shape_));
+  const int reg = program_.outputs[0];
+  const DType dtype = register_dtype(program_, reg);
   if (rows == 0) return;
   if (len == 0) {
     if (op == FusedReduceOp::Max) fail<ValueError>("fused_reduce: max over an empty axis has no identity");
     fill(dtype, 0.0, out, rows);
     return;
   }
-  const Plan plan = make_plan(program, input_strides, shape, std::vector<bool>(inputs.size(), false),
-                              /*direct_outputs=*/false);
+  const std::shared_ptr<const FusedPlan> plan = plan_for(inputs, nullptr, /*direct_outputs=*/false);
   detail::dispatch(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, bool>) {
       fail<DTypeError>("fused_reduce: cannot reduce bool values (cast them first)");
     } else {
       if (op == FusedReduceOp::Sum)
-        fused_reduce_typed<FusedReduceOp::Sum, T>(program, plan, inputs, rows, len, static_cast<T*>(out));
+        fused_reduce_typed<FusedReduceOp::Sum, T>(program_, *plan, inputs, rows, len, static_cast<T*>(out));
       else
-        fused_reduce_typed<FusedReduceOp::Max, T>(program, plan, inputs, rows, len, static_cast<T*>(out));
+        fused_reduce_typed<FusedReduceOp::Max, T>(program_, *plan, inputs, rows, len, static_cast<T*>(out));
     }
   });
+}
+
+void fused_reduce(const FusedProgram& program, const std::vector<const void*>& inputs,
+                  const std::vector<Strides>& input_strides, const Shape& shape, FusedReduceOp op, int64_t rows,
+                  int64_t len, void* out) {
+  check_program(program, inputs.size(), input_strides.size());
+  FusedKernel(program, input_strides, shape).reduce(inputs.data(), op, rows, len, out);
 }
 
 }  // namespace tessera::cpu

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels/nn_common.h"
+#include "backend/cpu/kernels/scratch.h"
 #include "tessera/base/error.h"
 #include "tessera/base/thread_pool.h"
 
@@ -37,10 +38,11 @@ inline int64_t normalize(const char* op, int64_t v, int64_t pos, int64_t axis_le
   return i;
 }
 
-// Non-negative copies of n indices (throws on the first out-of-range one).
-std::vector<int64_t> normalized(const char* op, const int64_t* idx, int64_t n, int64_t axis_len) {
-  std::vector<int64_t> out(static_cast<size_t>(n));
-  for (int64_t p = 0; p < n; ++p) out[static_cast<size_t>(p)] = normalize(op, idx[p], p, axis_len);
+// Non-negative copies of n indices (throws on the first out-of-range one), in this
+// thread's scratch.
+const int64_t* normalized(const char* op, const int64_t* idx, int64_t n, int64_t axis_len) {
+  int64_t* out = thread_scratch<int64_t>(static_cast<size_t>(n), Scratch::GatherIndices);
+  for (int64_t p = 0; p < n; ++p) out[p] = normalize(op, idx[p], p, axis_len);
   return out;
 }
 
@@ -102,9 +104,8 @@ void dispatch_all(DType dtype, const char* op, Fn&& fn) {
 int64_t inner_block(int64_t inner) { return std::max<int64_t>(1, std::min<int64_t>(inner, 512)); }
 
 template <typename T>
-void scatter_add_impl(const T* upd, int64_t outer, int64_t axis_len, int64_t inner, const std::vector<int64_t>& idx,
+void scatter_add_impl(const T* upd, int64_t outer, int64_t axis_len, int64_t inner, const int64_t* idx, int64_t n_idx,
                       T* out) {
-  const int64_t n_idx = static_cast<int64_t>(idx.size());
   const int64_t block = inner_block(inner);
   const int64_t blocks = num_chunks(inner, block);
   const int64_t tasks = outer * blocks;
@@ -117,7 +118,7 @@ void scatter_add_impl(const T* upd, int64_t outer, int64_t axis_len, int64_t inn
       const int64_t r1 = std::min(inner, r0 + block);
       for (int64_t i = 0; i < n_idx; ++i) {
         const T* src = upd + (o * n_idx + i) * inner;
-        T* dst = out + (o * axis_len + idx[static_cast<size_t>(i)]) * inner;
+        T* dst = out + (o * axis_len + idx[i]) * inner;
         for (int64_t r = r0; r < r1; ++r) add_into(dst[r], src[r]);
       }
     }
@@ -177,7 +178,7 @@ void gather(DType dtype, const void* x, int64_t outer, int64_t axis_len, int64_t
             int64_t n_idx, void* out) {
   check_sizes("gather", outer, axis_len, inner, n_idx);
   if (n_idx > 0 && !idx) fail<ValueError>("gather: index buffer is null");
-  const std::vector<int64_t> ids = normalized("gather", idx, n_idx, axis_len);
+  const int64_t* ids = normalized("gather", idx, n_idx, axis_len);
   const size_t row_bytes = static_cast<size_t>(inner) * itemsize(dtype);
   if (row_bytes == 0 || outer == 0) return;
   const char* src = static_cast<const char*>(x);
@@ -187,7 +188,7 @@ void gather(DType dtype, const void* x, int64_t outer, int64_t axis_len, int64_t
                [&](int64_t begin, int64_t end) {
                  for (int64_t row = begin; row < end; ++row) {
                    const int64_t o = row / n_idx;
-                   const int64_t i = ids[static_cast<size_t>(row % n_idx)];
+                   const int64_t i = ids[row % n_idx];
                    std::memcpy(dst + row * row_bytes, src + (o * axis_len + i) * row_bytes, row_bytes);
                  }
                });
@@ -197,11 +198,11 @@ void scatter_add(DType dtype, const void* updates, int64_t outer, int64_t axis_l
                  int64_t n_idx, void* out) {
   check_sizes("scatter_add", outer, axis_len, inner, n_idx);
   if (n_idx > 0 && !idx) fail<ValueError>("scatter_add: index buffer is null");
-  const std::vector<int64_t> ids = normalized("scatter_add", idx, n_idx, axis_len);
+  const int64_t* ids = normalized("scatter_add", idx, n_idx, axis_len);
   if (inner == 0 || outer == 0 || n_idx == 0) return;
   dispatch_all(dtype, "scatter_add", [&](auto tag) {
     using T = decltype(tag);
-    scatter_add_impl(static_cast<const T*>(updates), outer, axis_len, inner, ids, static_cast<T*>(out));
+    scatter_add_impl(static_cast<const T*>(updates), outer, axis_len, inner, ids, n_idx, static_cast<T*>(out));
   });
 }
 

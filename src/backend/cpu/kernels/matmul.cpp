@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels/nn_common.h"
+#include "backend/cpu/kernels/scratch.h"
 #include "tessera/base/error.h"
 #include "tessera/base/thread_pool.h"
 
@@ -138,13 +139,13 @@ void blas_matmul(const MatmulShape& s, const T* a, const T* b, T* c, const GemmE
   });
 }
 
-// Copies `count` matrices of `size` elements (`stride` apart) into one contiguous float32 buffer.
+// Copies `count` matrices of `size` elements (`stride` apart) into one contiguous
+// float32 buffer (this thread's scratch `slot`).
 template <typename T>
-std::vector<float> widen_panels(const T* src, int64_t count, int64_t stride, int64_t size) {
-  std::vector<float> out(static_cast<size_t>(count * size));
+float* widen_panels(const T* src, int64_t count, int64_t stride, int64_t size, Scratch slot) {
+  float* out = thread_scratch<float>(static_cast<size_t>(count * size), slot);
   parallel_for(count * size, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
-    for (int64_t e = begin; e < end; ++e)
-      out[static_cast<size_t>(e)] = nn_detail::to_float(src[(e / size) * stride + e % size]);
+    for (int64_t e = begin; e < end; ++e) out[e] = nn_detail::to_float(src[(e / size) * stride + e % size]);
   });
   return out;
 }
@@ -152,47 +153,49 @@ std::vector<float> widen_panels(const T* src, int64_t count, int64_t stride, int
 template <typename T>
 void half_matmul(const MatmulShape& s, const T* a, const T* b, T* c) {
   const int64_t na = s.a_batch_stride == 0 ? 1 : s.batch, nb = s.b_batch_stride == 0 ? 1 : s.batch;
-  std::vector<float> af = widen_panels(a, na, s.a_batch_stride, s.m * s.k);
-  std::vector<float> bf = widen_panels(b, nb, s.b_batch_stride, s.k * s.n);
-  std::vector<float> cf(static_cast<size_t>(s.batch * s.m * s.n));
+  const float* af = widen_panels(a, na, s.a_batch_stride, s.m * s.k, Scratch::MatmulA);
+  const float* bf = widen_panels(b, nb, s.b_batch_stride, s.k * s.n, Scratch::MatmulB);
+  float* cf = thread_scratch<float>(static_cast<size_t>(s.batch * s.m * s.n), Scratch::MatmulC);
   MatmulShape f = s;
   f.a_batch_stride = na == 1 ? 0 : s.m * s.k;
   f.b_batch_stride = nb == 1 ? 0 : s.k * s.n;
-  blas_matmul(f, af.data(), bf.data(), cf.data());
+  blas_matmul(f, af, bf, cf);
   parallel_for(s.batch * s.m * s.n, int64_t{1} << 16,
-               [&](int64_t begin, int64_t end) { nn_detail::narrow(cf.data() + begin, c + begin, end - begin); });
+               [&](int64_t begin, int64_t end) { nn_detail::narrow(cf + begin, c + begin, end - begin); });
 }
 
 // Integer / bool GEMM: one output row per task, 64-bit wrapping accumulation.
 template <typename T>
 void int_matmul(const MatmulShape& s, const T* a, const T* b, T* c) {
   auto wide = [](T v) { return static_cast<uint64_t>(static_cast<int64_t>(v)); };
+  const ChunkScratch rows(sizeof(uint64_t) * static_cast<size_t>(s.n), Scratch::MatmulChunks);
   parallel_for(s.batch * s.m, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, s.n * s.k)),
                [&](int64_t begin, int64_t end) {
-                 std::vector<uint64_t> acc(static_cast<size_t>(s.n));
+                 ChunkScratch::Lease lease(rows);
+                 uint64_t* acc = lease.as<uint64_t>();
                  for (int64_t row = begin; row < end; ++row) {
                    const int64_t bi = row / s.m, i = row % s.m;
                    const T* A = a + bi * s.a_batch_stride;
                    const T* B = b + bi * s.b_batch_stride;
                    auto a_at = [&](int64_t p) { return wide(s.trans_a ? A[p * s.m + i] : A[i * s.k + p]); };
-                   std::fill(acc.begin(), acc.end(), 0);
+                   std::fill(acc, acc + s.n, 0);
                    if (s.trans_b) {
                      for (int64_t j = 0; j < s.n; ++j) {
                        uint64_t sum = 0;
                        for (int64_t p = 0; p < s.k; ++p) sum += a_at(p) * wide(B[j * s.k + p]);
-                       acc[static_cast<size_t>(j)] = sum;
+                       acc[j] = sum;
                      }
                    } else {
                      for (int64_t p = 0; p < s.k; ++p) {
                        const uint64_t av = a_at(p);
                        if (av == 0) continue;
                        const T* brow = B + p * s.n;
-                       for (int64_t j = 0; j < s.n; ++j) acc[static_cast<size_t>(j)] += av * wide(brow[j]);
+                       for (int64_t j = 0; j < s.n; ++j) acc[j] += av * wide(brow[j]);
                      }
                    }
                    T* crow = c + row * s.n;
                    for (int64_t j = 0; j < s.n; ++j) {
-                     crow[j] = static_cast<T>(static_cast<int64_t>(acc[static_cast<size_t>(j)]));
+                     crow[j] = static_cast<T>(static_cast<int64_t>(acc[j]));
                    }
                  }
                });

@@ -17,6 +17,7 @@
 
 #include "backend/cpu/kernels/nn.h"
 #include "backend/cpu/kernels/nn_common.h"
+#include "backend/cpu/kernels/scratch.h"
 #include "tessera/base/thread_pool.h"
 
 namespace tessera::cpu {
@@ -136,12 +137,12 @@ void norm_row_backward(const A* __restrict__ x, const A* __restrict__ w, A mu, A
 
 // Parameters (w, b) as A: the buffer itself for float32/float64, a widened copy otherwise.
 template <typename T>
-const Acc<T>* param_as_acc(const void* p, int64_t n, std::vector<float>& storage) {
+const Acc<T>* param_as_acc(const void* p, int64_t n, Scratch slot) {
   if (!p) return nullptr;
   if constexpr (kIsHalf<T>) {
-    storage.resize(static_cast<size_t>(n));
-    widen(static_cast<const T*>(p), storage.data(), n);
-    return storage.data();
+    float* storage = thread_scratch<float>(static_cast<size_t>(n), slot);
+    widen(static_cast<const T*>(p), storage, n);
+    return storage;
   } else {
     return static_cast<const T*>(p);
   }
@@ -152,9 +153,8 @@ template <typename T>
 void norm_forward(const void* xv, const void* wv, const void* bv, void* yv, void* meanv, void* rstdv, int64_t rows,
                   int64_t cols, double eps, bool centered) {
   using A = Acc<T>;
-  std::vector<float> w_store, b_store;
-  const A* w = param_as_acc<T>(wv, cols, w_store);
-  const A* b = param_as_acc<T>(bv, cols, b_store);
+  const A* w = param_as_acc<T>(wv, cols, Scratch::NormWeight);
+  const A* b = param_as_acc<T>(bv, cols, Scratch::NormBias);
   const T* x = static_cast<const T*>(xv);
   T* y = static_cast<T*>(yv);
   A* mean = static_cast<A*>(meanv);
@@ -189,12 +189,11 @@ template <typename T>
 void norm_backward(const void* xv, const void* wv, const void* meanv, const void* rstdv, const void* dyv, void* dxv,
                    void* dwv, void* dbv, int64_t rows, int64_t cols, bool centered) {
   using A = Acc<T>;
-  std::vector<float> w_store;
-  const A* w = param_as_acc<T>(wv, cols, w_store);
-  std::vector<A> ones;
+  const A* w = param_as_acc<T>(wv, cols, Scratch::NormWeight);
   if (!w) {  // a branch-free row loop vectorizes; the multiply by 1 is exact
-    ones.assign(static_cast<size_t>(cols), A(1));
-    w = ones.data();
+    A* ones = thread_scratch<A>(static_cast<size_t>(cols), Scratch::NormOnes);
+    std::fill(ones, ones + cols, A(1));
+    w = ones;
   }
   const T* x = static_cast<const T*>(xv);
   const T* dy = static_cast<const T*>(dyv);
@@ -206,13 +205,17 @@ void norm_backward(const void* xv, const void* wv, const void* meanv, const void
   // Chunking depends on rows and cols only (see the file comment).
   const int64_t grain = std::max(row_grain(cols), (rows + kMaxParamChunks - 1) / kMaxParamChunks);
   const int64_t chunks = num_chunks(rows, grain);
-  std::vector<A> dw_part(want_dw ? static_cast<size_t>(chunks * cols) : 0);
-  std::vector<A> db_part(want_db ? static_cast<size_t>(chunks * cols) : 0);
+  // Per-chunk partial sums (zeroed: rows accumulate into them).
+  const size_t part_size = static_cast<size_t>(chunks * cols);
+  A* dw_part = want_dw ? thread_scratch<A>(part_size, Scratch::NormWeightGrad) : nullptr;
+  A* db_part = want_db ? thread_scratch<A>(part_size, Scratch::NormBiasGrad) : nullptr;
+  if (dw_part) std::fill(dw_part, dw_part + part_size, A(0));
+  if (db_part) std::fill(db_part, db_part + part_size, A(0));
 
   parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
     const int64_t c = begin / grain;
-    A* dw = want_dw ? dw_part.data() + c * cols : nullptr;
-    A* db = want_db ? db_part.data() + c * cols : nullptr;
+    A* dw = want_dw ? dw_part + c * cols : nullptr;
+    A* db = want_db ? db_part + c * cols : nullptr;
     for (int64_t r = begin; r < end; ++r) {
       const A* xr;
       const A* dyr;
@@ -236,7 +239,7 @@ void norm_backward(const void* xv, const void* wv, const void* meanv, const void
   });
 
   // Sum the partials in chunk order; parallel over columns (each column's order is fixed).
-  auto combine = [&](const std::vector<A>& part, void* out) {
+  auto combine = [&](const A* part, void* out) {
     T* o = static_cast<T*>(out);
     parallel_for(cols, std::max<int64_t>(256, row_grain(chunks)), [&](int64_t begin, int64_t end) {
       for (int64_t j = begin; j < end; ++j) {

@@ -15,13 +15,13 @@
 // Threads only decide who computes which block/row; partials are combined in order.
 #include "backend/cpu/kernels/reduce.h"
 
-#include <functional>
+#include <bit>
 #include <limits>
-#include <memory>
-#include <numeric>
 
 #include "backend/cpu/kernels/copy.h"
 #include "backend/cpu/kernels/elementwise_detail.h"
+#include "backend/cpu/kernels/scratch.h"
+#include "tessera/base/small_vector.h"
 
 namespace tessera::cpu {
 namespace {
@@ -98,12 +98,11 @@ A combine_tree(const A* partials, int64_t lo, int64_t hi) {
 }
 
 template <ReduceOp Op, typename T>
-Acc<T> reduce_row(const T* x, int64_t n) {
+Acc<T> reduce_row(const T* x, int64_t n, Acc<T>* partials) {  // partials: ceil(n / kBlock)
   if (n <= kBlock) return reduce_block<Op>(x, n);
   const int64_t nb = (n + kBlock - 1) / kBlock;
-  std::vector<Acc<T>> partials(nb);
   for (int64_t b = 0; b < nb; ++b) partials[b] = reduce_block<Op>(x + b * kBlock, std::min(kBlock, n - b * kBlock));
-  return combine_tree<Op>(partials.data(), 0, nb);
+  return combine_tree<Op>(partials, 0, nb);
 }
 
 template <typename T, typename A>
@@ -115,14 +114,17 @@ template <ReduceOp Op, typename T, typename Out>
 void reduce_rows(const T* x, int64_t rows, int64_t len, Out* out) {
   if (rows >= 8 || rows * len < (1 << 16)) {
     const int64_t grain = std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, len));
+    const ChunkScratch row_partials(sizeof(Acc<T>) * static_cast<size_t>((len + kBlock - 1) / kBlock),
+                                    Scratch::ReduceChunks);
     parallel_for(rows, grain, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) store_out(out, r, reduce_row<Op>(x + r * len, len));
+      ChunkScratch::Lease lease(row_partials);
+      for (int64_t r = b; r < e; ++r) store_out(out, r, reduce_row<Op>(x + r * len, len, lease.as<Acc<T>>()));
     });
     return;
   }
   // Few long rows: blocks in parallel, then the same pairwise tree as reduce_row.
   const int64_t nb = (len + kBlock - 1) / kBlock;
-  std::vector<Acc<T>> partials(rows * nb);
+  Acc<T>* partials = thread_scratch<Acc<T>>(static_cast<size_t>(rows * nb), Scratch::ReducePartials);
   parallel_for(rows * nb, 16, [&](int64_t b, int64_t e) {
     for (int64_t u = b; u < e; ++u) {
       int64_t r = u / nb, blk = u % nb;
@@ -130,7 +132,7 @@ void reduce_rows(const T* x, int64_t rows, int64_t len, Out* out) {
     }
   });
   for (int64_t r = 0; r < rows; ++r)
-    store_out(out, r, nb == 1 ? partials[r] : combine_tree<Op>(partials.data() + r * nb, 0, nb));
+    store_out(out, r, nb == 1 ? partials[r] : combine_tree<Op>(partials + r * nb, 0, nb));
 }
 
 // out[o, c] = reduce_r x[o, r, c] for [outer, rows, cols].
@@ -142,43 +144,44 @@ void reduce_columns(const T* x, int64_t outer, int64_t rows, int64_t cols, Out* 
   // pages of each input row in one task, at least 4 chunks give the threads work.
   const int64_t chunk = std::clamp<int64_t>((cols / 4 + 63) / 64 * 64, kColChunk, 4096);
   const int64_t chunks = (cols + chunk - 1) / chunk;
+  // The stack is a binary counter over the row blocks: it never needs more levels than
+  // the block count has bits.
+  const int levels = std::bit_width(static_cast<uint64_t>((rows + kRowBlock - 1) / kRowBlock));
+  const ChunkScratch buffers(sizeof(A) * static_cast<size_t>((levels + 1) * chunk), Scratch::ReduceChunks);
   parallel_for(outer * chunks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<A> block(chunk);
-    std::vector<A> stack;  // level l at [l * chunk, (l + 1) * chunk)
-    std::vector<bool> used;
+    ChunkScratch::Lease lease(buffers);
+    A* block = lease.as<A>();
+    A* stack = block + chunk;  // level l at [l * chunk, (l + 1) * chunk)
+    bool used[64];
     for (int64_t u = begin; u < end; ++u) {
       const int64_t o = u / chunks, c0 = (u % chunks) * chunk, w = std::min(chunk, cols - c0);
       const T* base = x + o * rows * cols + c0;
-      used.assign(used.size(), false);
+      std::fill(used, used + levels, false);
       for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
-        std::fill(block.begin(), block.begin() + w, R::identity());
+        std::fill(block, block + w, R::identity());
         const int64_t r1 = std::min(rows, r0 + kRowBlock);
-        A* __restrict acc = block.data();  // never aliases x: lets the loop vectorize
+        A* __restrict acc = block;  // never aliases x: lets the loop vectorize
         for (int64_t r = r0; r < r1; ++r) {
           const T* __restrict row = base + r * cols;
           for (int64_t c = 0; c < w; ++c) acc[c] = R::combine(acc[c], acc_load(row[c]));
         }
-        size_t level = 0;
-        for (; level < used.size() && used[level]; ++level) {
-          A* s = stack.data() + level * chunk;
+        int level = 0;
+        for (; level < levels && used[level]; ++level) {
+          A* s = stack + level * chunk;
           for (int64_t c = 0; c < w; ++c) block[c] = R::combine(s[c], block[c]);
           used[level] = false;
         }
-        if (level == used.size()) {
-          used.push_back(false);
-          stack.resize(used.size() * chunk);
-        }
-        std::copy(block.begin(), block.begin() + w, stack.begin() + level * chunk);
+        std::copy(block, block + w, stack + level * chunk);
         used[level] = true;
       }
       bool have = false;
-      for (size_t level = 0; level < used.size(); ++level) {
+      for (int level = 0; level < levels; ++level) {
         if (!used[level]) continue;
-        A* s = stack.data() + level * chunk;
+        A* s = stack + level * chunk;
         for (int64_t c = 0; c < w; ++c) block[c] = have ? R::combine(s[c], block[c]) : s[c];
         have = true;
       }
-      if (!have) std::fill(block.begin(), block.begin() + w, R::identity());
+      if (!have) std::fill(block, block + w, R::identity());
       for (int64_t c = 0; c < w; ++c) store_out(out, o * cols + c0 + c, block[c]);
     }
   });
@@ -200,11 +203,8 @@ std::string_view op_name(ReduceOp op) {
 
 // Fallback: moves the reduced groups last ([kept..., reduced...]) and row-reduces.
 template <ReduceOp Op, typename T, typename Out>
-void reduce_permuted(const T* x, const std::vector<int64_t>& sizes, const std::vector<bool>& kinds, Out* out) {
-  const size_t g = sizes.size();
-  Shape perm_shape;
-  Strides perm_strides;
-  Strides strides(g);
+void reduce_permuted(const T* x, const int64_t* sizes, const bool* kinds, size_t g, Out* out) {
+  SmallDims perm_shape, perm_strides, strides(g);
   int64_t stride = 1, kept = 1, red = 1;
   for (size_t i = g; i-- > 0;) {
     strides[i] = stride;
@@ -217,19 +217,19 @@ void reduce_permuted(const T* x, const std::vector<int64_t>& sizes, const std::v
         perm_strides.push_back(strides[i]);
         (pass == 0 ? kept : red) *= sizes[i];
       }
-  auto tmp = std::make_unique<T[]>(kept * red);  // not std::vector: vector<bool> has no data()
-  strided_copy(dtype_v<T>, x, 0, perm_strides, perm_shape, tmp.get());
-  reduce_rows<Op>(tmp.get(), kept, red, out);
+  T* tmp = thread_scratch<T>(static_cast<size_t>(kept * red), Scratch::ReducePermuted);
+  strided_copy(dtype_v<T>, x, 0, perm_strides, perm_shape, tmp);
+  reduce_rows<Op>(tmp, kept, red, out);
 }
 
 template <ReduceOp Op, typename T, typename Out>
-void reduce_groups(const T* x, const std::vector<int64_t>& sizes, const std::vector<bool>& kinds, Out* out);
+void reduce_groups(const T* x, const int64_t* sizes, const bool* kinds, size_t g, Out* out);
 
 template <ReduceOp Op, typename T, typename Out>
-void reduce_typed(const T* x, const Shape& shape, const std::vector<bool>& reduced, Out* out) {
+void reduce_typed(const T* x, const Shape& shape, const SmallVec<bool, 8>& reduced, Out* out) {
   // Collapse to alternating groups of kept (false) / reduced (true) dims.
-  std::vector<int64_t> sizes;
-  std::vector<bool> kinds;
+  SmallDims sizes;
+  SmallVec<bool, 8> kinds;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
     if (!kinds.empty() && kinds.back() == reduced[d]) {
@@ -243,38 +243,37 @@ void reduce_typed(const T* x, const Shape& shape, const std::vector<bool>& reduc
     store_out(out, 0, acc_load(x[0]));
     return;
   }
-  reduce_groups<Op>(x, sizes, kinds, out);
+  reduce_groups<Op>(x, sizes.data(), kinds.data(), sizes.size(), out);
 }
 
 // sizes/kinds: alternating kept (false) / reduced (true) groups, row-major.
 template <ReduceOp Op, typename T, typename Out>
-void reduce_groups(const T* x, const std::vector<int64_t>& sizes, const std::vector<bool>& kinds, Out* out) {
-  const size_t g = sizes.size();
+void reduce_groups(const T* x, const int64_t* sizes, const bool* kinds, size_t g, Out* out) {
   if (g == 1 && !kinds[0]) {  // only size-1 dims reduced
     for (int64_t i = 0; i < sizes[0]; ++i) store_out(out, i, acc_load(x[i]));
-  } else if (kinds.back() && g <= 2) {
-    reduce_rows<Op>(x, g == 1 ? 1 : sizes[0], sizes.back(), out);
-  } else if (!kinds.back() && g == 2) {
+  } else if (kinds[g - 1] && g <= 2) {
+    reduce_rows<Op>(x, g == 1 ? 1 : sizes[0], sizes[g - 1], out);
+  } else if (!kinds[g - 1] && g == 2) {
     reduce_columns<Op>(x, 1, sizes[0], sizes[1], out);
-  } else if (!kinds.back() && g == 3) {
+  } else if (!kinds[g - 1] && g == 3) {
     reduce_columns<Op>(x, sizes[0], sizes[1], sizes[2], out);
-  } else if (kinds.back()) {
+  } else if (kinds[g - 1]) {
     // [..., K, R]: reduce the trailing group as rows into accumulator-typed partials,
-    // then reduce the rest (now ending in a kept group) from those.
-    const int64_t len = sizes.back(),
-                  rows_n = std::accumulate(sizes.begin(), sizes.end() - 1, int64_t{1}, std::multiplies<>());
-    std::vector<Acc<T>> partial(rows_n);
-    reduce_rows<Op>(x, rows_n, len, partial.data());
-    std::vector<int64_t> s2(sizes.begin(), sizes.end() - 1);
-    std::vector<bool> k2(kinds.begin(), kinds.end() - 1);
-    reduce_groups<Op>(partial.data(), s2, k2, out);
+    // then reduce the rest (now ending in a kept group, so this branch is not taken
+    // again and the slot is not reused while alive) from those.
+    const int64_t len = sizes[g - 1];
+    int64_t rows_n = 1;
+    for (size_t i = 0; i + 1 < g; ++i) rows_n *= sizes[i];
+    Acc<T>* partial = thread_scratch<Acc<T>>(static_cast<size_t>(rows_n), Scratch::ReduceGroupPartial);
+    reduce_rows<Op>(x, rows_n, len, partial);
+    reduce_groups<Op>(static_cast<const Acc<T>*>(partial), sizes, kinds, g - 1, out);
   } else {
-    reduce_permuted<Op>(x, sizes, kinds, out);
+    reduce_permuted<Op>(x, sizes, kinds, g, out);
   }
 }
 
 template <ReduceOp Op>
-void reduce_op(DType dtype, const void* x, const Shape& shape, const std::vector<bool>& reduced, void* out) {
+void reduce_op(DType dtype, const void* x, const Shape& shape, const SmallVec<bool, 8>& reduced, void* out) {
   detail::dispatch(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     reduce_typed<Op, T>(static_cast<const T*>(x), shape, reduced, static_cast<T*>(out));
@@ -284,7 +283,7 @@ void reduce_op(DType dtype, const void* x, const Shape& shape, const std::vector
 }  // namespace
 
 void reduce(ReduceOp op, DType dtype, const void* x, const Shape& shape, const std::vector<int>& axes, void* out) {
-  std::vector<bool> reduced(shape.size(), false);
+  SmallVec<bool, 8> reduced(shape.size(), false);
   for (size_t i = 0; i < axes.size(); ++i) {
     if (axes[i] < 0 || axes[i] >= static_cast<int>(shape.size()) || (i > 0 && axes[i] <= axes[i - 1]))
       fail<AxisError>("{}: axes must be sorted, unique and in [0, {}) (got axis {})", op_name(op), shape.size(),
@@ -348,9 +347,11 @@ void arg_reduce(bool is_max, DType dtype, const void* x, const Shape& shape, int
     using C = Compute<T>;
     const T* xs = static_cast<const T*>(x);
     const int64_t chunks = (inner + kColChunk - 1) / kColChunk;
+    const ChunkScratch scratch(sizeof(C) * static_cast<size_t>(std::min(inner, kColChunk)), Scratch::ReduceChunks);
     parallel_for(outer * chunks, std::max<int64_t>(1, (1 << 15) / (len * std::min(inner, kColChunk))),
                  [&](int64_t begin, int64_t end) {
-                   std::vector<C> best(std::min(inner, kColChunk));
+                   ChunkScratch::Lease lease(scratch);
+                   C* best = lease.as<C>();
                    for (int64_t u = begin; u < end; ++u) {
                      const int64_t o = u / chunks, c0 = (u % chunks) * kColChunk, w = std::min(kColChunk, inner - c0);
                      const T* base = xs + o * len * inner + c0;

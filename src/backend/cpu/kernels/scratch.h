@@ -3,6 +3,10 @@
 // A buffer grows (once, on the first call that needs the size) and is then reused by
 // every later call on the same thread; it is freed when the thread exits.
 //
+// Buffers used inside parallel_for bodies come from a ChunkScratch taken by the calling
+// thread: which pool thread runs which chunk changes from run to run, so a thread-local
+// buffer in a body could first grow in any later run.
+//
 // Slots: a buffer stays valid until the next thread_scratch call with the same slot on
 // the same thread, so buffers alive at the same time need distinct slots. The thread
 // calling parallel_for runs chunks too, so a buffer taken around a parallel_for and one
@@ -10,10 +14,15 @@
 // (listed below), so kernels calling each other never share one.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 #include <type_traits>
+
+#include "tessera/base/thread_pool.h"
 
 namespace tessera::cpu {
 
@@ -21,23 +30,22 @@ enum class Scratch : int {
   ReducePartials,      // reduce.cpp: block partials around a parallel_for
   ReduceGroupPartial,  // reduce.cpp: a trailing-group partial result
   ReducePermuted,      // reduce.cpp: the permuted copy
-  ReduceRow,           // reduce.cpp: block partials of one long row (inside parallel_for)
-  ReduceColumnBlock,   // reduce.cpp: column block accumulators (inside parallel_for)
-  ReduceColumnStack,   // reduce.cpp: column pairwise stack (inside parallel_for)
-  ArgReduceBest,       // reduce.cpp: arg max/min running best (inside parallel_for)
+  ReduceChunks,        // reduce.cpp: ChunkScratch of the row / column / arg reductions
   FusedPartials,       // fused_elementwise.cpp: fused reduction block partials
+  FusedChunks,         // fused_elementwise.cpp: ChunkScratch of the tile buffers
   NormWeight,          // norm.cpp: the weight widened to the accumulator type
   NormBias,            // norm.cpp: the bias widened to the accumulator type
   NormOnes,            // norm.cpp: a unit weight
   NormWeightGrad,      // norm.cpp: per-chunk weight-gradient partials
   NormBiasGrad,        // norm.cpp: per-chunk bias-gradient partials
-  AttentionDelta,      // attention_backward.cpp: rowwise delta (inside parallel_for)
-  AttentionDq,         // attention_backward.cpp: dq partials (inside parallel_for)
+  AttentionDelta,      // attention_backward.cpp: rowwise delta
+  AttentionDq,         // attention_backward.cpp: per-task dQ partials
+  AttentionChunks,     // attention_{forward,backward}.cpp: ChunkScratch of the tiles
   GatherIndices,       // gather.cpp: normalized indices
   MatmulA,             // matmul.cpp: widened 16-bit panels of a
   MatmulB,             // matmul.cpp: widened 16-bit panels of b
   MatmulC,             // matmul.cpp: float32 result of the widened product
-  MatmulAcc,           // matmul.cpp: integer row accumulators (inside parallel_for)
+  MatmulChunks,        // matmul.cpp: ChunkScratch of the integer row accumulators
   Misc0,               // free for a kernel that calls no other kernel while holding it
   Misc1,
   Count
@@ -79,5 +87,63 @@ T* thread_scratch(size_t n, Scratch slot) {
   static_assert(alignof(T) <= 64);
   return static_cast<T*>(detail::thread_scratch_bytes(n * sizeof(T), slot));
 }
+
+// Scratch for the bodies of one parallel_for, taken on the calling thread before it:
+// num_threads() buffers of `bytes`, one leased by each running chunk. Its size depends
+// only on the call, so runs after the first allocate nothing whichever threads run
+// which chunks. Usage:
+//   const ChunkScratch scratch(bytes, Scratch::X);
+//   parallel_for(n, grain, [&](int64_t b, int64_t e) {
+//     ChunkScratch::Lease lease(scratch);
+//     float* buf = lease.as<float>();
+//     ...
+class ChunkScratch {
+ public:
+  ChunkScratch(size_t bytes, Scratch slot)
+      : stride_(round_up(std::max<size_t>(bytes, 1))), count_(static_cast<size_t>(std::max(1, num_threads()))) {
+    const size_t flag_bytes = round_up(count_ * sizeof(uint32_t));
+    auto* base = static_cast<unsigned char*>(detail::thread_scratch_bytes(flag_bytes + count_ * stride_, slot));
+    flags_ = reinterpret_cast<uint32_t*>(base);
+    std::fill(flags_, flags_ + count_, 0u);
+    data_ = base + flag_bytes;
+  }
+  ChunkScratch(const ChunkScratch&) = delete;
+  ChunkScratch& operator=(const ChunkScratch&) = delete;
+
+  // A buffer of the scratch, held by one chunk until the lease ends. At most
+  // num_threads() chunks run at once, so a free one always exists.
+  class Lease {
+   public:
+    explicit Lease(const ChunkScratch& scratch) : scratch_(scratch) {
+      for (;;)
+        for (size_t i = 0; i < scratch.count_; ++i)
+          if (std::atomic_ref<uint32_t>(scratch.flags_[i]).exchange(1u, std::memory_order_acquire) == 0u) {
+            index_ = i;
+            return;
+          }
+    }
+    ~Lease() { std::atomic_ref<uint32_t>(scratch_.flags_[index_]).store(0u, std::memory_order_release); }
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+
+    // The buffer (64-byte aligned), as T, from byte `offset` (keep it T-aligned).
+    template <typename T>
+    T* as(size_t offset = 0) const {
+      return reinterpret_cast<T*>(scratch_.data_ + index_ * scratch_.stride_ + offset);
+    }
+
+   private:
+    const ChunkScratch& scratch_;
+    size_t index_ = 0;
+  };
+
+ private:
+  static size_t round_up(size_t n) { return (n + 63) / 64 * 64; }
+
+  size_t stride_;
+  size_t count_;
+  uint32_t* flags_;
+  unsigned char* data_;
+};
 
 }  // namespace tessera::cpu

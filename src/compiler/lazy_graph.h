@@ -19,7 +19,9 @@ struct OutputKey {
   bool operator==(const OutputKey& o) const { return op == o.op && index == o.index; }
 };
 struct OutputKeyHash {
-  size_t operator()(const OutputKey& k) const { return std::hash<const void*>()(k.op) * 31 + static_cast<size_t>(k.index); }
+  size_t operator()(const OutputKey& k) const {
+    return std::hash<const void*>()(k.op) * 31 + static_cast<size_t>(k.index);
+  }
 };
 
 struct LazyGraph {

@@ -73,8 +73,8 @@ ArrayFn checkpoint(ArrayFn fn, CheckpointPolicy policy) {
 }
 
 std::function<Array(const Array&)> checkpoint(std::function<Array(const Array&)> fn, CheckpointPolicy policy) {
-  ArrayFn wrapped = checkpoint([fn = std::move(fn)](const std::vector<Array>& a) { return std::vector<Array>{fn(a[0])}; },
-                               std::move(policy));
+  ArrayFn wrapped = checkpoint(
+      [fn = std::move(fn)](const std::vector<Array>& a) { return std::vector<Array>{fn(a[0])}; }, std::move(policy));
   return [wrapped](const Array& x) { return wrapped({x})[0]; };
 }
 

@@ -23,7 +23,7 @@ struct ExecutableStats {
   size_t peak_bytes = 0;   // arena + outputs + parameters live at the peak
   double flops = 0;        // sum of Primitive::cost over the program
   double bytes_moved = 0;
-  size_t kernels = 0;      // kernel calls per run
+  size_t kernels = 0;  // kernel calls per run
   double compile_seconds = 0;
 };
 
@@ -62,7 +62,10 @@ class Executable {
   // executable). profile_text() sums seconds and calls by op name, largest first.
   void set_profiling(bool on) { profiling_ = on; }
   std::string profile_text() const;
-  void reset_profile() { kernel_seconds_.assign(kernel_seconds_.size(), 0.0); runs_ = 0; }
+  void reset_profile() {
+    kernel_seconds_.assign(kernel_seconds_.size(), 0.0);
+    runs_ = 0;
+  }
 
  private:
   void bind(const std::vector<Array>& args, const std::vector<Array>* outputs);

@@ -50,7 +50,7 @@ struct Value {
   ValueKind kind = ValueKind::NodeOutput;
   int node = -1;  // producing node (NodeOutput); index into Graph::nodes
   int output_index = 0;
-  Array constant;  // the data of a Constant (evaluated)
+  Array constant;     // the data of a Constant (evaluated)
   bool dead = false;  // removed by a pass; compact() drops it
 };
 

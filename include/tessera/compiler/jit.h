@@ -119,6 +119,7 @@ Jitted jit(F fn, JitOptions options = {}) {
 }
 
 // Traces fn on placeholders of the argument tree's types into a Graph (no passes).
-compiler::Graph trace(const JitFn& fn, const Tree& args, const StaticArgs& statics = {}, Tree* output_structure = nullptr);
+compiler::Graph trace(const JitFn& fn, const Tree& args, const StaticArgs& statics = {},
+                      Tree* output_structure = nullptr);
 
 }  // namespace tessera

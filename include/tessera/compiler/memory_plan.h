@@ -28,7 +28,7 @@ struct BufferAssignment {
   size_t offset = 0;
   size_t bytes = 0;
   int index = -1;
-  int donor = -1;         // Output: the donated parameter whose buffer it reuses, or -1
+  int donor = -1;             // Output: the donated parameter whose buffer it reuses, or -1
   ValueId source = kNoValue;  // View
 };
 

@@ -40,11 +40,11 @@ class Pipeline {
 };
 
 struct CompileOptions {
-  bool fuse = true;           // elementwise / reduction / GEMM-epilogue fusion
+  bool fuse = true;  // elementwise / reduction / GEMM-epilogue fusion
   bool fold_constants = true;
-  bool simplify = true;       // algebraic simplification, CSE
-  bool remat = true;          // apply checkpoint policies
-  bool schedule = true;       // memory-aware reordering
+  bool simplify = true;  // algebraic simplification, CSE
+  bool remat = true;     // apply checkpoint policies
+  bool schedule = true;  // memory-aware reordering
 };
 
 // The default pipeline jit and eval use.

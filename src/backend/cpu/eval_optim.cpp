@@ -13,7 +13,8 @@ void AdamW::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outpu
   for (int i = 0; i < 3; ++i) {
     const Array& src = inputs[i == 0 ? 0 : i + 1];
     outputs[i].allocate();
-    if (src.nbytes() > 0 && outputs[i].mutable_raw_data() != src.raw_data()) std::memcpy(outputs[i].mutable_raw_data(), src.raw_data(), src.nbytes());
+    if (src.nbytes() > 0 && outputs[i].mutable_raw_data() != src.raw_data())
+      std::memcpy(outputs[i].mutable_raw_data(), src.raw_data(), src.nbytes());
   }
   cpu::AdamWConfig c;
   c.lr = config_.lr;

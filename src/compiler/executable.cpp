@@ -74,7 +74,6 @@ Executable::Executable(Graph graph, MemoryPlan plan, std::vector<bool> donated)
     }
     handles_.push_back(std::move(h));
   }
-  std::vector<LiveRange> ranges = live_ranges(graph_);
   for (size_t n = 0; n < graph_.nodes.size(); ++n) {
     const Node& node = graph_.nodes[n];
     if (node.dead) continue;
@@ -87,7 +86,6 @@ Executable::Executable(Graph graph, MemoryPlan plan, std::vector<bool> donated)
     stats_.flops += c.flops;
     stats_.bytes_moved += c.bytes;
   }
-  (void)ranges;
   kernel_seconds_.assign(instructions_.size(), 0.0);
   const char* profile = std::getenv("TESSERA_PROFILE");
   profiling_ = profile != nullptr && std::string(profile) == "1";

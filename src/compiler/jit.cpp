@@ -63,6 +63,7 @@ Jitted::Jitted(JitFn fn, JitOptions options) : state_(std::make_shared<State>())
 
 Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
   State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
   std::vector<std::string> paths = args.paths();
   if (!s.has_structure) {
     s.structure = args;

@@ -83,7 +83,6 @@ class Executable {
     Primitive* primitive;
     std::vector<Array> inputs;
     std::vector<Array> outputs;
-    std::vector<ValueId> dying;  // arena values whose last use is this instruction
   };
   std::vector<Instruction> instructions_;
   bool poison_freed_ = false;

@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -86,6 +87,7 @@ class Jitted {
     Tree structure;  // the first call's argument tree (structure only is compared)
     std::map<std::string, Entry> cache;
     int traces = 0;
+    std::mutex mutex;  // calls from several threads share the cache
   };
   Entry& entry_for(const Tree& args, const StaticArgs& statics);
   std::shared_ptr<State> state_;  // copies of a Jitted share the cache

@@ -6,8 +6,8 @@
 // machine load hits both alike. Figures are medians. Both start from the same
 // weights and take the same steps, so their losses must agree (printed as a check).
 //
-// AdamW's step count is a static argument of the step (it is baked into the update
-// primitive), so every timed step uses step 1: a new step count would re-trace.
+// AdamW's step count and learning rate are arrays (opt.step), so the timed steps are
+// consecutive training steps of one compiled program (one trace).
 //
 // The table goes to stdout; the last line is one JSON object with every figure, plus
 // jit_vs_eager_speed (jit tokens/s / eager tokens/s) and jit_vs_eager_memory (jit
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const tb::TransformerConfig& c = flags.config;
-  const ts::StaticArgs kStep = {1};
+  const ts::StaticArgs kStep = {};  // no static arguments: the step count is opt.step
   const double tokens_per_step = static_cast<double>(c.batch * c.seq);
 
   ts::Array tokens = tb::random_tokens(c, 1);

@@ -77,10 +77,12 @@ inline Tree init_params(const TransformerConfig& c, uint64_t seed) {
   return params;
 }
 
-// AdamW moments, zero, in the parameters' structure: {"m": ..., "v": ...}.
+// AdamW state: moments, zero, in the parameters' structure, and the number of steps
+// taken (an int64 scalar, so a jitted step compiles once for every step):
+// {"m": ..., "step": 0, "v": ...}.
 inline Tree init_opt_state(const Tree& params) {
   auto zero = [](const Array& p) { return zeros_like(p).eval(); };
-  return Tree{{"m", params.map(zero)}, {"v", params.map(zero)}};
+  return Tree{{"m", params.map(zero)}, {"v", params.map(zero)}, {"step", Array::scalar(0, DType::Int64)}};
 }
 
 // Random token ids in [0, vocab) of shape [batch, seq] (host RNG: deterministic).
@@ -136,35 +138,38 @@ struct StepResult {
   Array loss;
 };
 
-// AdamW applied leaf by leaf: new (params, {"m", "v"}) from the gradient tree.
+// AdamW applied leaf by leaf: new (params, {"m", "step", "v"}) from the gradient tree.
+// The step count and learning rate are arrays (config.step is ignored; config.lr is
+// the rate), so the update is the same program at every step.
 inline std::pair<Tree, Tree> adamw_tree(const Tree& params, const Tree& grads, const Tree& opt_state,
                                         const AdamWConfig& config) {
   std::vector<Array> p = params.leaves(), g = grads.leaves();
   std::vector<Array> m = opt_state.at("m").leaves(), v = opt_state.at("v").leaves();
+  Array step = add(opt_state.at("step").leaf(), Array::scalar(1, DType::Int64));
+  Array lr = Array::scalar(config.lr, DType::Float32);
   std::vector<Array> new_p, new_m, new_v;
   for (size_t i = 0; i < p.size(); ++i) {
-    std::vector<Array> updated = adamw_update(p[i], g[i], m[i], v[i], config);
+    std::vector<Array> updated = adamw_update(p[i], g[i], m[i], v[i], lr, step, config);
     new_p.push_back(updated[0]);
     new_m.push_back(updated[1]);
     new_v.push_back(updated[2]);
   }
-  Tree opt{{"m", opt_state.at("m").with_leaves(new_m)}, {"v", opt_state.at("v").with_leaves(new_v)}};
+  Tree opt{{"m", opt_state.at("m").with_leaves(new_m)}, {"v", opt_state.at("v").with_leaves(new_v)}, {"step", step}};
   return {params.with_leaves(new_p), std::move(opt)};
 }
 
-// One training step (lazy: nothing runs until the results are evaluated). `step` is
-// AdamW's 1-based step count (bias correction).
+// One training step (lazy: nothing runs until the results are evaluated).
 inline StepResult train_step(const TransformerConfig& c, const Tree& params, const Tree& opt_state, const Array& tokens,
-                             const Array& targets, int64_t step, AdamWConfig adamw = {}) {
+                             const Array& targets, const AdamWConfig& adamw = {}) {
   auto [value, grads] = value_and_grad([&](const Tree& p) { return loss(c, p, tokens, targets); })(params);
-  adamw.step = step;
   auto [new_params, new_opt] = adamw_tree(params, grads, opt_state, adamw);
   return {std::move(new_params), std::move(new_opt), value};
 }
 
 // ---- the step as one Tree -> Tree function (what jit takes) ----
 //
-// args = {"opt": ..., "params": ..., "targets": ..., "tokens": ...}; statics = {step}.
+// args = {"opt": ..., "params": ..., "targets": ..., "tokens": ...}; no static arguments
+// (the step count lives in opt.step).
 // Returns {"loss": ..., "opt": ..., "params": ...}.
 inline Tree step_args(const Tree& params, const Tree& opt_state, const Array& tokens, const Array& targets) {
   return Tree{{"params", params}, {"opt", opt_state}, {"tokens", tokens}, {"targets", targets}};
@@ -174,17 +179,17 @@ inline Tree step_args(const Tree& params, const Tree& opt_state, const Array& to
 template <typename Step>
 auto tree_step_fn(Step step) {
   return [step](const Tree& args, const std::vector<int64_t>& statics) -> Tree {
-    if (statics.size() != 1)
-      fail<ValueError>("train step: expected one static argument (the step), got {}", statics.size());
-    StepResult r =
-        step(args.at("params"), args.at("opt"), args.at("tokens").leaf(), args.at("targets").leaf(), statics[0]);
+    if (!statics.empty())
+      fail<ValueError>("train step: takes no static arguments (got {}; the step count is opt.step)", statics.size());
+    StepResult r = step(args.at("params"), args.at("opt"), args.at("tokens").leaf(), args.at("targets").leaf());
     return Tree{{"params", r.params}, {"opt", r.opt_state}, {"loss", r.loss}};
   };
 }
 
 inline auto transformer_step_fn(const TransformerConfig& c, AdamWConfig adamw = {}) {
-  return tree_step_fn([c, adamw](const Tree& p, const Tree& o, const Array& tokens, const Array& targets,
-                                 int64_t step) { return train_step(c, p, o, tokens, targets, step, adamw); });
+  return tree_step_fn([c, adamw](const Tree& p, const Tree& o, const Array& tokens, const Array& targets) {
+    return train_step(c, p, o, tokens, targets, adamw);
+  });
 }
 
 // Indices (in Tree::leaves() order of step_args) of the params and opt-state leaves:

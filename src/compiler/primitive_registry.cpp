@@ -230,13 +230,16 @@ void register_builtins(std::map<std::string, PrimitiveFactory>& f) {
   // ---- optim ----
   f["adamw_update"] = [](const AttributeMap& a) -> PrimitivePtr {
     AdamWConfig config;
-    config.lr = a.get_double("lr");
+    const bool dynamic = a.has("dynamic") && a.get_bool("dynamic");
+    if (!dynamic) {
+      config.lr = a.get_double("lr");
+      config.step = a.get_int("step");
+    }
     config.beta1 = a.get_double("beta1");
     config.beta2 = a.get_double("beta2");
     config.eps = a.get_double("eps");
     config.weight_decay = a.get_double("weight_decay");
-    config.step = a.get_int("step");
-    return std::make_shared<AdamW>(config);
+    return std::make_shared<AdamW>(config, dynamic);
   };
 
   // ---- random ----

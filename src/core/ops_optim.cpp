@@ -5,8 +5,11 @@
 
 namespace tessera {
 
-std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v,
-                                const AdamWConfig& config) {
+namespace {
+
+// Checks what both forms share; returns the moments' dtype.
+DType check_adamw(const Array& param, const Array& grad, const Array& m, const Array& v, const AdamWConfig& config,
+                  bool check_lr_and_step) {
   const char* op = "adamw_update";
   if (!is_floating(param.dtype()))
     fail<DTypeError>("{}: param has dtype {} (expected a floating dtype)", op, name(param.dtype()));
@@ -17,15 +20,35 @@ std::vector<Array> adamw_update(const Array& param, const Array& grad, const Arr
   if (grad.shape() != param.shape() || m.shape() != param.shape() || v.shape() != param.shape())
     fail<ShapeError>("{}: shapes param {}, grad {}, m {}, v {} (expected all equal)", op, to_string(param.shape()),
                      to_string(grad.shape()), to_string(m.shape()), to_string(v.shape()));
-  if (config.step < 1) fail<ValueError>("{}: step {} (expected >= 1, it is 1-based)", op, config.step);
-  if (!(config.lr >= 0) || !(config.eps > 0) || !(config.beta1 >= 0 && config.beta1 < 1) ||
+  if (check_lr_and_step && config.step < 1)
+    fail<ValueError>("{}: step {} (expected >= 1, it is 1-based)", op, config.step);
+  if ((check_lr_and_step && !(config.lr >= 0)) || !(config.eps > 0) || !(config.beta1 >= 0 && config.beta1 < 1) ||
       !(config.beta2 >= 0 && config.beta2 < 1) || !(config.weight_decay >= 0))
     fail<ValueError>(
         "{}: lr={}, beta1={}, beta2={}, eps={}, weight_decay={} (expected lr >= 0, 0 <= betas < 1, "
         "eps > 0, weight_decay >= 0)",
         op, config.lr, config.beta1, config.beta2, config.eps, config.weight_decay);
+  return state;
+}
+
+}  // namespace
+
+std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v,
+                                const AdamWConfig& config) {
+  DType state = check_adamw(param, grad, m, v, config, true);
   return Array::make({param.shape(), param.shape(), param.shape()}, {param.dtype(), state, state},
                      std::make_shared<AdamW>(config), {param, grad, m, v});
+}
+
+std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v, const Array& lr,
+                                const Array& step, const AdamWConfig& config) {
+  DType state = check_adamw(param, grad, m, v, config, false);
+  if (lr.ndim() != 0 || !is_floating(lr.dtype()))
+    fail<ValueError>("adamw_update: lr is {} (expected a floating scalar)", type_string(lr));
+  if (step.ndim() != 0 || is_floating(step.dtype()) || step.dtype() == DType::Bool)
+    fail<ValueError>("adamw_update: step is {} (expected an integer scalar)", type_string(step));
+  return Array::make({param.shape(), param.shape(), param.shape()}, {param.dtype(), state, state},
+                     std::make_shared<AdamW>(config, true), {param, grad, m, v, lr, step});
 }
 
 }  // namespace tessera

@@ -272,7 +272,7 @@ TEST(Jit, TransformerStepRunIntoAllocatesNothing) {
   Tree opt = bench::init_opt_state(params);
   Tree args = bench::step_args(params, opt, bench::random_tokens(c, 1), bench::random_tokens(c, 2));
   Jitted step = jit(bench::transformer_step_fn(c, AdamWConfig{.lr = 3e-3, .weight_decay = 0.01}));
-  Executable& exe = step.lowered(args, {1}).executable();
+  Executable& exe = step.lowered(args).executable();
   std::vector<Array> leaves = args.leaves();
   std::vector<Array> outs;
   for (compiler::ValueId v : exe.graph().outputs)

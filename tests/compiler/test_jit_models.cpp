@@ -54,6 +54,8 @@ void expect_trees_match(const Tree& got, const Tree& want, const std::string& wh
   for (size_t i = 0; i < w.size(); ++i) expect_matches(g[i], w[i], what + " " + paths[i]);
 }
 
+int64_t got_step_count(const Tree& opt) { return opt.at("step").leaf().item<int64_t>(); }
+
 // Runs `steps` training steps twice from the same state, eagerly and jitted (params and
 // optimizer state donated), comparing loss, params and moments after every step.
 void check_training_matches(const JitFn& step_fn, const Tree& params, const Tree& opt, const Array& inputs,
@@ -68,14 +70,14 @@ void check_training_matches(const JitFn& step_fn, const Tree& params, const Tree
   Jitted jitted = jit(step_fn, options);
   for (int64_t step = 1; step <= steps; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
-    Tree want = tb::run_eager([&] { return step_fn(tb::step_args(eager_params, eager_opt, inputs, targets), {step}); });
+    Tree want = tb::run_eager([&] { return step_fn(tb::step_args(eager_params, eager_opt, inputs, targets), {}); });
     Tree got;
     {
       // The donated state is held by the args tree only; it is invalid after the call.
       Tree args = tb::step_args(std::move(jit_params), std::move(jit_opt), inputs, targets);
       jit_params = Tree();
       jit_opt = Tree();
-      got = jitted(args, {step});
+      got = jitted(args);
     }
     expect_matches(got.at("loss").leaf(), want.at("loss").leaf(), "loss");
     expect_trees_match(got.at("params"), want.at("params"), "params");
@@ -86,8 +88,9 @@ void check_training_matches(const JitFn& step_fn, const Tree& params, const Tree
     jit_params = got.at("params");
     jit_opt = got.at("opt");
   }
-  // The step count is a static argument: one trace per step value.
-  EXPECT_EQ(jitted.trace_count(), steps);
+  // The step count is an array in the optimizer state: one trace serves every step.
+  EXPECT_EQ(jitted.trace_count(), 1);
+  EXPECT_EQ(got_step_count(jit_opt), steps);
 }
 
 // ---- (a) MLP ----
@@ -111,14 +114,11 @@ TEST(JitModels, MlpTrainingStepMatchesEager) {
   Array x = random::normal(key(5), {8, 16}).eval();
   Array y = test::make_array(std::vector<double>{0, 3, 9, 1, 1, 7, 2, 5}, {8}, DType::Int32);
   AdamWConfig adamw{.lr = 1e-2, .weight_decay = 0.1};
-  JitFn step_fn =
-      tb::tree_step_fn([adamw](const Tree& p, const Tree& o, const Array& xs, const Array& ys, int64_t step) {
-        auto [value, grads] = value_and_grad([&](const Tree& q) { return mlp_loss(q, xs, ys); })(p);
-        AdamWConfig config = adamw;
-        config.step = step;
-        auto [new_p, new_o] = tb::adamw_tree(p, grads, o, config);
-        return tb::StepResult{new_p, new_o, value};
-      });
+  JitFn step_fn = tb::tree_step_fn([adamw](const Tree& p, const Tree& o, const Array& xs, const Array& ys) {
+    auto [value, grads] = value_and_grad([&](const Tree& q) { return mlp_loss(q, xs, ys); })(p);
+    auto [new_p, new_o] = tb::adamw_tree(p, grads, o, adamw);
+    return tb::StepResult{new_p, new_o, value};
+  });
   check_training_matches(step_fn, params, opt, x, y);
 }
 

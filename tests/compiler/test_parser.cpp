@@ -96,6 +96,7 @@ std::vector<PrimitivePtr> all_primitives() {
 
   p.push_back(std::make_shared<AdamW>(AdamWConfig{}));
   p.push_back(std::make_shared<AdamW>(AdamWConfig{3e-4, 0.95, 0.9999, 1e-12, 0.1, 123456789012}));
+  p.push_back(std::make_shared<AdamW>(AdamWConfig{0, 0.95, 0.9999, 1e-12, 0.1, 1}, /*dynamic=*/true));
 
   p.push_back(std::make_shared<RandomSplit>(2));
   p.push_back(std::make_shared<RandomSplit>(0));

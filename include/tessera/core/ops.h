@@ -155,5 +155,10 @@ Array cross_entropy(const Array& logits, const Array& targets, int64_t ignore_in
 // full-precision state.
 std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v,
                                 const AdamWConfig& config);
+// The same with the learning rate and the step count as arrays (floating and integer
+// scalars; config.lr and config.step are ignored): a jitted training step then
+// compiles once for every step and learning-rate schedule.
+std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v,
+                                const Array& lr, const Array& step, const AdamWConfig& config);
 
 }  // namespace tessera

@@ -23,6 +23,13 @@ void AdamW::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outpu
   c.eps = config_.eps;
   c.weight_decay = config_.weight_decay;
   c.step = config_.step;
+  if (dynamic_) {
+    // Read in place (item() would allocate: compiled programs run allocation-free).
+    c.lr = load_as_double(inputs[4].dtype(), inputs[4].raw_data(), 0);
+    c.step = static_cast<int64_t>(load_as_double(inputs[5].dtype(), inputs[5].raw_data(), 0));
+    if (c.step < 1) fail<ValueError>("adamw_update: step {} (expected >= 1, it is 1-based)", c.step);
+    if (!(c.lr >= 0)) fail<ValueError>("adamw_update: lr {} (expected >= 0)", c.lr);
+  }
   cpu::adamw_update(inputs[0].dtype(), outputs[0].mutable_raw_data(), inputs[1].raw_data(),
                     outputs[1].mutable_raw_data(), outputs[2].mutable_raw_data(), inputs[0].size(), c);
 }

@@ -11,6 +11,9 @@
 namespace tessera {
 
 std::string AdamW::attributes() const {
+  if (dynamic_)
+    return fmt::format("beta1={}, beta2={}, eps={}, weight_decay={}, dynamic=true", config_.beta1, config_.beta2,
+                       config_.eps, config_.weight_decay);
   return fmt::format("lr={}, beta1={}, beta2={}, eps={}, weight_decay={}, step={}", config_.lr, config_.beta1,
                      config_.beta2, config_.eps, config_.weight_decay, config_.step);
 }
@@ -21,6 +24,14 @@ std::vector<Array> AdamW::composite(const std::vector<Array>& in) const {
   Array p = astype(in[0], state), g = astype(in[1], state);
   Array m = in[2] * c.beta1 + g * (1.0 - c.beta1);
   Array v = in[3] * c.beta2 + square(g) * (1.0 - c.beta2);
+  if (dynamic_) {
+    // Bias corrections from the traced step: 1 / (1 - beta^t).
+    Array t = astype(in[5], state), one = Array::scalar(1.0, state);
+    Array c1 = one / (one - power(Array::scalar(c.beta1, state), t));
+    Array c2 = one / (one - power(Array::scalar(c.beta2, state), t));
+    Array update = (m * c1) / (sqrt(v * c2) + c.eps) + p * c.weight_decay;
+    return {astype(p - update * astype(in[4], state), in[0].dtype()), m, v};
+  }
   double c1 = 1.0 / (1.0 - std::pow(c.beta1, static_cast<double>(c.step)));
   double c2 = 1.0 / (1.0 - std::pow(c.beta2, static_cast<double>(c.step)));
   Array update = (m * c1) / (sqrt(v * c2) + c.eps) + p * c.weight_decay;

@@ -15,10 +15,15 @@ struct AdamWConfig {
   int64_t step = 1;  // 1-based, for bias correction
 };
 
-// Inputs: param, grad, m, v. Outputs: param, m, v (m, v in the accumulation dtype).
+// Inputs: param, grad, m, v, and when `dynamic`: lr (a floating scalar) and step (an
+// integer scalar), which then replace config.lr and config.step, so one compiled
+// program serves every step and any learning-rate schedule. Outputs: param, m, v
+// (m, v in the accumulation dtype).
 class AdamW : public Primitive {
  public:
-  explicit AdamW(AdamWConfig config) : config_(config) {}
+  explicit AdamW(AdamWConfig config, bool dynamic = false) : config_(config), dynamic_(dynamic) {}
+  const AdamWConfig& config() const { return config_; }
+  bool dynamic() const { return dynamic_; }
   std::string name() const override { return "adamw_update"; }
   // param -> new param, m -> new m, v -> new v (the kernel is elementwise).
   bool can_write_in_place(int input, int output) const override { return input == (output == 0 ? 0 : output + 1); }
@@ -29,6 +34,7 @@ class AdamW : public Primitive {
 
  private:
   AdamWConfig config_;
+  bool dynamic_;
 };
 
 }  // namespace tessera

@@ -1,5 +1,6 @@
 #include "compiler/eager.h"
 
+#include <cstdlib>
 #include <list>
 #include <mutex>
 #include <string>
@@ -14,10 +15,19 @@ namespace tessera::compiler {
 
 namespace {
 
-// Least-recently-used cache of compiled eval graphs, keyed by their text.
+// Least-recently-used cache of compiled eval graphs, keyed by their text. Each entry
+// keeps its arena, so the cache also has a byte budget (TESSERA_EVAL_CACHE_MB,
+// default 256): eager code evaluating one big graph (a whole training step without
+// jit) must not pin its activations' arena after the step. An executable larger than
+// the budget is run once and not kept.
 class EvalCache {
  public:
   static constexpr size_t kCapacity = 2048;
+
+  EvalCache() {
+    const char* env = std::getenv("TESSERA_EVAL_CACHE_MB");
+    if (env != nullptr && *env != 0) budget_bytes_ = static_cast<size_t>(std::strtoull(env, nullptr, 10)) << 20;
+  }
 
   std::shared_ptr<Executable> get(const std::string& key) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -33,10 +43,24 @@ class EvalCache {
 
   void put(const std::string& key, std::shared_ptr<Executable> exe) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (index_.count(key)) return;
+    const size_t bytes = exe->stats().arena_bytes;
+    if (index_.count(key) || bytes > budget_bytes_) return;
     entries_.emplace_front(key, std::move(exe));
     index_[key] = entries_.begin();
-    if (entries_.size() > kCapacity) {
+    arena_bytes_ += bytes;
+    while (entries_.size() > kCapacity || arena_bytes_ > budget_bytes_) {
+      arena_bytes_ -= entries_.back().second->stats().arena_bytes;
+      index_.erase(entries_.back().first);
+      entries_.pop_back();
+    }
+  }
+
+  // Evicts down to the new budget at once.
+  void set_budget(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    budget_bytes_ = bytes;
+    while (!entries_.empty() && arena_bytes_ > budget_bytes_) {
+      arena_bytes_ -= entries_.back().second->stats().arena_bytes;
       index_.erase(entries_.back().first);
       entries_.pop_back();
     }
@@ -44,7 +68,7 @@ class EvalCache {
 
   EvalCacheStats stats() {
     std::lock_guard<std::mutex> lock(mutex_);
-    return {hits_, misses_, entries_.size()};
+    return {hits_, misses_, entries_.size(), arena_bytes_};
   }
 
  private:
@@ -52,6 +76,8 @@ class EvalCache {
   std::list<std::pair<std::string, std::shared_ptr<Executable>>> entries_;
   std::unordered_map<std::string, decltype(entries_)::iterator> index_;
   size_t hits_ = 0, misses_ = 0;
+  size_t arena_bytes_ = 0;
+  size_t budget_bytes_ = size_t{256} << 20;
 };
 
 EvalCache& eval_cache() {
@@ -80,6 +106,8 @@ using detail::OpNode;
 }  // namespace
 
 EvalCacheStats eval_cache_stats() { return eval_cache().stats(); }
+
+void set_eval_cache_budget(size_t bytes) { eval_cache().set_budget(bytes); }
 
 void eval_arrays(const std::vector<Array>& arrays) {
   // 1. The unevaluated ops behind `arrays` as a graph whose parameters are the

@@ -352,6 +352,28 @@ TEST(Eval, CompiledGraphsAreCachedByStructure) {
   EXPECT_GE(after.hits - before.hits, 2u);
 }
 
+TEST(Eval, CachedArenasStayWithinTheBudget) {
+  // A big eager graph (a whole step evaluated without jit) runs, but its arena is not
+  // pinned by the cache afterwards.
+  const size_t budget = size_t{4} << 20;
+  compiler::set_eval_cache_budget(budget);
+  Array x = random_array({1024, 1024}, 9, DType::Float32, -0.05, 0.05);
+  // Two GEMM results of 4 MiB live in the arena (8 MiB): more than the budget.
+  Array y = sum(matmul(tanh(matmul(x, x)), x), {1});
+  auto before_big = compiler::eval_cache_stats();
+  y.eval();
+  auto stats = compiler::eval_cache_stats();
+  EXPECT_EQ(stats.misses - before_big.misses, 1u) << "the big graph was compiled";
+  EXPECT_LE(stats.arena_bytes, budget) << "the big graph's arena must not stay cached";
+  std::vector<float> v = y.to_vector<float>();
+  EXPECT_TRUE(std::isfinite(v[0]) && std::isfinite(v[1023]));
+  // Small graphs are still cached.
+  auto before = compiler::eval_cache_stats();
+  for (int i = 0; i < 2; ++i) exp(random_array({8}, 1, DType::Float32)).eval();
+  EXPECT_GE(compiler::eval_cache_stats().hits - before.hits, 1u);
+  compiler::set_eval_cache_budget(size_t{256} << 20);
+}
+
 TEST(Eval, IntermediatesTheCallerHoldsGetValues) {
   Array x = random_array({8}, 1, DType::Float32);
   Array y = exp(x);

@@ -15,12 +15,16 @@ namespace tessera::compiler {
 std::unique_ptr<Executable> compile(Graph graph, const CompileOptions& options = {},
                                     const std::vector<bool>& donated = {});
 
-// The executables eval() compiled, keyed by graph text (least recently used dropped).
+// The executables eval() compiled, keyed by graph text (least recently used dropped
+// beyond 2048 entries or TESSERA_EVAL_CACHE_MB of arenas, default 256).
 struct EvalCacheStats {
   size_t hits = 0;
   size_t misses = 0;
   size_t entries = 0;
+  size_t arena_bytes = 0;  // held by the cached executables
 };
 EvalCacheStats eval_cache_stats();
+// Overrides TESSERA_EVAL_CACHE_MB (bytes of cached arenas); evicts down to it now.
+void set_eval_cache_budget(size_t bytes);
 
 }  // namespace tessera::compiler

@@ -289,6 +289,74 @@ TEST(Jit, TransformerStepRunIntoAllocatesNothing) {
   for (size_t i = 0; i < outs.size(); ++i) expect_bitwise(outs[i], reference[i], "run_into vs run");
 }
 
+// A bfloat16 training step (bf16 params and activations, float32 AdamW moments) sized
+// so the 16-bit kernels (layer norm, softmax, cross-entropy, AdamW) split into several
+// chunks: their widened-row scratch is taken inside parallel_for bodies.
+Tree half_precision_step(const Tree& args) {
+  const Array& x = args.at("x").leaf();
+  const Array& targets = args.at("targets").leaf();
+  auto loss_fn = [&](const Tree& p) {
+    Array h = layer_norm(matmul(x, p.at("w1").leaf()), p.at("ln_w").leaf(), p.at("ln_b").leaf());
+    Array attended = multiply(h, softmax(h));
+    return cross_entropy(matmul(attended, p.at("w2").leaf()), targets);
+  };
+  auto [loss, grads] = value_and_grad(loss_fn)(args.at("params"));
+  auto [params, opt] =
+      bench::adamw_tree(args.at("params"), grads, args.at("opt"), AdamWConfig{.lr = 1e-2, .weight_decay = 0.01});
+  return Tree{{"params", params}, {"opt", opt}, {"loss", loss}};
+}
+
+Tree half_precision_step_args(uint32_t seed) {
+  constexpr int64_t kRows = 1024, kIn = 64, kHidden = 512, kClasses = 64;
+  Tree params;
+  params["w1"] = random_array({kIn, kHidden}, seed, DType::BFloat16, -0.2, 0.2);
+  params["ln_w"] = random_array({kHidden}, seed + 1, DType::BFloat16, 0.5, 1.5);
+  params["ln_b"] = random_array({kHidden}, seed + 2, DType::BFloat16, -0.1, 0.1);
+  params["w2"] = random_array({kHidden, kClasses}, seed + 3, DType::BFloat16, -0.2, 0.2);
+  std::vector<int32_t> targets(static_cast<size_t>(kRows));
+  for (size_t i = 0; i < targets.size(); ++i) targets[i] = static_cast<int32_t>((i * 37 + seed) % kClasses);
+  Tree args;
+  args["params"] = params;
+  args["opt"] = bench::init_opt_state(params.map([](const Array& p) { return astype(p, DType::Float32).eval(); }));
+  args["x"] = random_array({kRows, kIn}, seed + 4, DType::BFloat16);
+  args["targets"] = Array::from_vector<int32_t>(targets, {kRows});
+  return args;
+}
+
+// Puts the pool back to its size at construction (also when an assertion returns early).
+struct ThreadCountRestorer {
+  int saved = num_threads();
+  ~ThreadCountRestorer() { set_num_threads(saved); }
+};
+
+// Resizing the pool starts fresh workers, whose first chunks of every kernel then run in
+// the counted calls: per-thread scratch grown inside a parallel_for body would show up.
+TEST(Jit, HalfPrecisionStepRunIntoAllocatesNothing) {
+  Tree args = half_precision_step_args(70);
+  auto step = jit(half_precision_step);
+  Executable& exe = step.lowered(args).executable();
+  std::vector<Array> leaves = args.leaves();
+  std::vector<Array> outs;
+  for (compiler::ValueId v : exe.graph().outputs)
+    outs.push_back(Array::empty(exe.graph().type(v).shape, exe.graph().type(v).dtype));
+  const ThreadCountRestorer restore_threads;
+  exe.run_into(leaves, outs);  // warm-up (thread pool, BLAS)
+  const std::vector<Array> reference = exe.run(leaves);
+  for (size_t i = 0; i < outs.size(); ++i) expect_bitwise(outs[i], reference[i], "run_into vs run");
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    int64_t buffers_before = allocator_stats().allocations;
+    long news_before = g_news.load();
+    for (int i = 0; i < 3; ++i) exe.run_into(leaves, outs);
+    EXPECT_EQ(allocator_stats().allocations - buffers_before, 0) << "buffer allocations, threads=" << threads;
+    if (kCountingNew) {
+      EXPECT_EQ(g_news.load() - news_before, 0) << "operator new calls, threads=" << threads;
+    }
+    for (size_t i = 0; i < outs.size(); ++i)
+      expect_bitwise(outs[i], reference[i], "output " + std::to_string(i) + ", threads=" + std::to_string(threads));
+  }
+}
+
 TEST(Jit, DonatedParametersAreUpdatedInPlace) {
   // AdamW over donated param and state: outputs reuse the argument buffers.
   auto update = jit(

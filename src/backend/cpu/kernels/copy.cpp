@@ -8,6 +8,8 @@
 #include "backend/cpu/kernels/copy.h"
 
 #include <cstring>
+#include <cstdlib>
+#include <vector>
 
 #ifdef __AVX2__
 #include <immintrin.h>
@@ -129,9 +131,102 @@ void copy_runs(const detail::Layout<2>& layout, const U* src, U* dst) {
   });
 }
 
+// Moves `bytes` bytes (no overlap). Runs of a transpose/slice are short (often 64..1024
+// bytes) and many, so an inline AVX loop beats a libc memcpy call per run; the tail
+// is one overlapping 32-byte move.
+inline void move_run(unsigned char* dst, const unsigned char* src, int64_t bytes) {
+#ifdef __AVX2__
+  if (bytes >= 32) {
+    int64_t i = 0;
+    for (; i + 128 <= bytes; i += 128) {
+      __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+      __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32));
+      __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 64));
+      __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 96));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), a);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i + 32), b);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i + 64), c);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i + 96), d);
+    }
+    for (; i + 32 <= bytes; i += 32)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    if (i < bytes)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + bytes - 32),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + bytes - 32)));
+    return;
+  }
+#endif
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
+
+// Copies whose innermost collapsed dim is unit-stride on both sides (head split/merge
+// permutations, slices, concatenate stores): whole rows of `inner` elements are moved
+// at once. Work is split in fixed units (a row, or a kStreamGrain-element piece of a
+// long row); row offsets are stepped like an odometer, so a row costs a few adds. The
+// source rows of the next steps are prefetched: short strided runs defeat the
+// hardware stream prefetcher.
+void copy_rows(const detail::Layout<2>& layout, const unsigned char* src, unsigned char* dst, int64_t item) {
+  const int nd = static_cast<int>(layout.shape.size());
+  const int64_t inner = layout.shape[nd - 1];
+  const int64_t rows = layout.numel / inner;
+  const int64_t pieces = (inner + detail::kStreamGrain - 1) / detail::kStreamGrain;
+  const int64_t piece = (inner + pieces - 1) / pieces;
+  const int64_t grain = std::max<int64_t>(1, detail::kStreamGrain / (pieces == 1 ? inner : piece));
+  static const int lookahead = std::getenv("H11_LA") ? std::atoi(std::getenv("H11_LA")) : 0;
+  parallel_for(rows * pieces, grain, [&](int64_t begin, int64_t end) {
+    int64_t idx[16] = {};
+    int64_t so = 0, dof = 0, rem = begin / pieces;
+    for (int d = nd - 2; d >= 0; --d) {
+      idx[d] = rem % layout.shape[d];
+      rem /= layout.shape[d];
+      so += idx[d] * layout.strides[0][d];
+      dof += idx[d] * layout.strides[1][d];
+    }
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t c0 = (u % pieces) * piece, n = std::min(inner, c0 + piece) - c0;
+      if (lookahead > 0 && pieces == 1 && nd >= 2) {
+        const unsigned char* p = src + (so + lookahead * layout.strides[0][nd - 2]) * item;
+        for (int64_t b = 0; b < n * item; b += 64) __builtin_prefetch(p + b);
+      }
+      move_run(dst + (dof + c0) * item, src + (so + c0) * item, n * item);
+      if ((u + 1) % pieces != 0) continue;
+      for (int d = nd - 2; d >= 0; --d) {
+        so += layout.strides[0][d];
+        dof += layout.strides[1][d];
+        if (++idx[d] < layout.shape[d]) break;
+        so -= idx[d] * layout.strides[0][d];
+        dof -= idx[d] * layout.strides[1][d];
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
 void copy_general(DType dtype, const void* src, DimsRef src_strides, void* dst, DimsRef dst_strides, DimsRef shape) {
   auto layout = detail::collapse<2>(shape, {src_strides, dst_strides});
   if (layout.numel == 0) return;
+  if (layout.strides[0].back() == 1 && layout.strides[1].back() == 1) {
+    if (std::getenv("H11_SRCORDER") && layout.shape.size() > 2) {
+      // reorder outer dims by descending src stride
+      const int nd = static_cast<int>(layout.shape.size());
+      std::vector<int> order(nd - 1);
+      for (int i = 0; i < nd - 1; ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return layout.strides[0][a] > layout.strides[0][b]; });
+      auto l2 = layout;
+      for (int i = 0; i < nd - 1; ++i) {
+        l2.shape[i] = layout.shape[order[i]];
+        l2.strides[0][i] = layout.strides[0][order[i]];
+        l2.strides[1][i] = layout.strides[1][order[i]];
+      }
+      copy_rows(l2, static_cast<const unsigned char*>(src), static_cast<unsigned char*>(dst),
+              static_cast<int64_t>(itemsize(dtype)));
+      return;
+    }
+    copy_rows(layout, static_cast<const unsigned char*>(src), static_cast<unsigned char*>(dst),
+              static_cast<int64_t>(itemsize(dtype)));
+    return;
+  }
   detail::dispatch_bytes(dtype, [&](auto tag) {
     using U = typename decltype(tag)::type;
     const U* s = static_cast<const U*>(src);

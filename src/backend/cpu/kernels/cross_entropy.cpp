@@ -80,51 +80,52 @@ template <typename T>
 void cross_entropy_impl(const T* logits, const int64_t* targets, int64_t rows, int64_t vocab, int64_t ignore_index,
                         Acc<T>* loss, Acc<T>* lse) {
   using A = Acc<T>;
-  parallel_for(rows, row_grain(vocab), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const A* x;
-      const A* next = nullptr;  // the next row of this chunk, prefetched during this one
-      if constexpr (kIsHalf<T>) {
-        float* xs = scratch(0, vocab);
-        widen(logits + r * vocab, xs, vocab);
-        x = xs;
-      } else {
-        x = logits + r * vocab;
-        if (r + 1 < end) next = x + vocab;
-      }
-      const MaxLogSum<A> l = row_lse(x, vocab, next);
-      const int64_t t = targets[r];
-      if (lse) lse[r] = l.m + l.log_s;
-      loss[r] = t == ignore_index ? A(0) : (l.m - x[t]) + l.log_s;
-    }
-  });
+  parallel_for_widened<T>(rows, row_grain(vocab), vocab, Scratch::CrossEntropyChunks,
+                          [&](int64_t begin, int64_t end, float* scratch) {
+                            for (int64_t r = begin; r < end; ++r) {
+                              const A* x;
+                              const A* next = nullptr;  // the next row of this chunk, prefetched during this one
+                              if constexpr (kIsHalf<T>) {
+                                widen(logits + r * vocab, scratch, vocab);
+                                x = scratch;
+                              } else {
+                                x = logits + r * vocab;
+                                if (r + 1 < end) next = x + vocab;
+                              }
+                              const MaxLogSum<A> l = row_lse(x, vocab, next);
+                              const int64_t t = targets[r];
+                              if (lse) lse[r] = l.m + l.log_s;
+                              loss[r] = t == ignore_index ? A(0) : (l.m - x[t]) + l.log_s;
+                            }
+                          });
 }
 
 template <typename T>
 void cross_entropy_backward_impl(const T* logits, const int64_t* targets, const Acc<T>* lse, const Acc<T>* dloss,
                                  T* dlogits, int64_t rows, int64_t vocab, int64_t ignore_index) {
   using A = Acc<T>;
-  parallel_for(rows, row_grain(vocab), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      T* out = dlogits + r * vocab;
-      const int64_t t = targets[r];
-      if (t == ignore_index) {
-        for (int64_t j = 0; j < vocab; ++j) out[j] = from_acc<T>(A(0));
-        continue;
-      }
-      if constexpr (kIsHalf<T>) {
-        float* xs = scratch(0, vocab);
-        float* ds = scratch(1, vocab);
-        widen(logits + r * vocab, xs, vocab);
-        scaled_exp(xs, lse[r], dloss[r], ds, vocab);
-        ds[t] -= dloss[r];
-        narrow(ds, out, vocab);
-      } else {
-        scaled_exp(logits + r * vocab, lse[r], dloss[r], out, vocab);
-        out[t] -= dloss[r];
-      }
-    }
-  });
+  parallel_for_widened<T>(rows, row_grain(vocab), 2 * vocab, Scratch::CrossEntropyChunks,
+                          [&](int64_t begin, int64_t end, float* scratch) {
+                            for (int64_t r = begin; r < end; ++r) {
+                              T* out = dlogits + r * vocab;
+                              const int64_t t = targets[r];
+                              if (t == ignore_index) {
+                                for (int64_t j = 0; j < vocab; ++j) out[j] = from_acc<T>(A(0));
+                                continue;
+                              }
+                              if constexpr (kIsHalf<T>) {
+                                float* xs = scratch;
+                                float* ds = scratch + vocab;
+                                widen(logits + r * vocab, xs, vocab);
+                                scaled_exp(xs, lse[r], dloss[r], ds, vocab);
+                                ds[t] -= dloss[r];
+                                narrow(ds, out, vocab);
+                              } else {
+                                scaled_exp(logits + r * vocab, lse[r], dloss[r], out, vocab);
+                                out[t] -= dloss[r];
+                              }
+                            }
+                          });
 }
 
 }  // namespace

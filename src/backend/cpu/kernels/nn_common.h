@@ -2,7 +2,7 @@
 // cross_entropy.cpp) and optim.cpp: float dtype dispatch, half <-> float row
 // conversion, 8-lane reductions with a fixed lane order, and row-chunk sizing.
 //
-// Low-precision rows (bfloat16, float16) are widened into a per-thread float32
+// Low-precision rows (bfloat16, float16) are widened into a per-chunk float32
 // scratch row, processed by the float32 kernel, and rounded back once, so every
 // dtype shares the float32 arithmetic (and its vectorization).
 #pragma once
@@ -11,10 +11,11 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
-#include <vector>
 
+#include "backend/cpu/kernels/scratch.h"
 #include "tessera/base/dtype.h"
 #include "tessera/base/error.h"
+#include "tessera/base/thread_pool.h"
 
 #ifdef __AVX2__
 #include <immintrin.h>
@@ -71,12 +72,21 @@ inline void narrow(const float* src, T* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = from_float<T>(src[i]);
 }
 
-// A per-thread float buffer (slot picks one of several independent buffers).
-inline float* scratch(int slot, int64_t n) {
-  thread_local std::vector<float> buffers[4];
-  auto& b = buffers[slot];
-  if (static_cast<int64_t>(b.size()) < n) b.resize(static_cast<size_t>(n));
-  return b.data();
+// parallel_for(n, grain, ...) whose chunks each get `floats` float32 scratch values of
+// their own for widened 16-bit rows: body(begin, end, scratch). The buffers come from a
+// ChunkScratch taken here, so nothing is allocated once warm, whichever thread runs
+// which chunk. float32 / float64 bodies work in place and get nullptr.
+template <typename T, typename Body>
+void parallel_for_widened(int64_t n, int64_t grain, int64_t floats, Scratch slot, Body&& body) {
+  if constexpr (kIsHalf<T>) {
+    const ChunkScratch scratch(sizeof(float) * static_cast<size_t>(floats), slot);
+    parallel_for(n, grain, [&](int64_t begin, int64_t end) {
+      ChunkScratch::Lease lease(scratch);
+      body(begin, end, lease.as<float>());
+    });
+  } else {
+    parallel_for(n, grain, [&](int64_t begin, int64_t end) { body(begin, end, static_cast<float*>(nullptr)); });
+  }
 }
 
 // Rows per parallel chunk: about 32k elements of work per chunk. Depends only on the

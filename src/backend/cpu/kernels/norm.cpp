@@ -159,30 +159,31 @@ void norm_forward(const void* xv, const void* wv, const void* bv, void* yv, void
   T* y = static_cast<T*>(yv);
   A* mean = static_cast<A*>(meanv);
   A* rstd = static_cast<A*>(rstdv);
-  parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const A* xr;
-      A* yr;
-      if constexpr (kIsHalf<T>) {
-        float* xs = scratch(0, cols);
-        widen(x + r * cols, xs, cols);
-        xr = xs;
-        yr = scratch(1, cols);
-      } else {
-        xr = x + r * cols;
-        yr = y + r * cols;
-      }
-      A mu = 0, rs = 0;
-      if (centered) {
-        layer_norm_row(xr, w, b, yr, cols, static_cast<A>(eps), mu, rs);
-      } else {
-        rms_norm_row(xr, w, yr, cols, static_cast<A>(eps), rs);
-      }
-      if constexpr (kIsHalf<T>) narrow(yr, y + r * cols, cols);
-      if (mean) mean[r] = mu;
-      if (rstd) rstd[r] = rs;
-    }
-  });
+  parallel_for_widened<T>(rows, row_grain(cols), 2 * cols, Scratch::NormChunks,
+                          [&](int64_t begin, int64_t end, float* scratch) {
+                            for (int64_t r = begin; r < end; ++r) {
+                              const A* xr;
+                              A* yr;
+                              if constexpr (kIsHalf<T>) {
+                                float* xs = scratch;
+                                widen(x + r * cols, xs, cols);
+                                xr = xs;
+                                yr = scratch + cols;
+                              } else {
+                                xr = x + r * cols;
+                                yr = y + r * cols;
+                              }
+                              A mu = 0, rs = 0;
+                              if (centered) {
+                                layer_norm_row(xr, w, b, yr, cols, static_cast<A>(eps), mu, rs);
+                              } else {
+                                rms_norm_row(xr, w, yr, cols, static_cast<A>(eps), rs);
+                              }
+                              if constexpr (kIsHalf<T>) narrow(yr, y + r * cols, cols);
+                              if (mean) mean[r] = mu;
+                              if (rstd) rstd[r] = rs;
+                            }
+                          });
 }
 
 template <typename T>
@@ -212,7 +213,7 @@ void norm_backward(const void* xv, const void* wv, const void* meanv, const void
   if (dw_part) std::fill(dw_part, dw_part + part_size, A(0));
   if (db_part) std::fill(db_part, db_part + part_size, A(0));
 
-  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+  parallel_for_widened<T>(rows, grain, 3 * cols, Scratch::NormChunks, [&](int64_t begin, int64_t end, float* scratch) {
     const int64_t c = begin / grain;
     A* dw = want_dw ? dw_part + c * cols : nullptr;
     A* db = want_db ? db_part + c * cols : nullptr;
@@ -221,13 +222,13 @@ void norm_backward(const void* xv, const void* wv, const void* meanv, const void
       const A* dyr;
       A* dxr;
       if constexpr (kIsHalf<T>) {
-        float* xs = scratch(0, cols);
-        float* ds = scratch(1, cols);
+        float* xs = scratch;
+        float* ds = scratch + cols;
         widen(x + r * cols, xs, cols);
         widen(dy + r * cols, ds, cols);
         xr = xs;
         dyr = ds;
-        dxr = scratch(2, cols);
+        dxr = scratch + 2 * cols;
       } else {
         xr = x + r * cols;
         dyr = dy + r * cols;

@@ -80,19 +80,20 @@ void adamw_span(float* p, const float* g, float* m, float* v, int64_t n, const C
 template <typename T>
 void adamw_impl(T* p, const T* g, Acc<T>* m, Acc<T>* v, int64_t n, const AdamWConfig& config) {
   const Coeffs<Acc<T>> k = coeffs<Acc<T>>(config);
-  parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
-    const int64_t len = end - begin;
-    if constexpr (kIsHalf<T>) {
-      float* ps = scratch(0, len);
-      float* gs = scratch(1, len);
-      widen(p + begin, ps, len);
-      widen(g + begin, gs, len);
-      adamw_span(ps, gs, m + begin, v + begin, len, k);
-      narrow(ps, p + begin, len);
-    } else {
-      adamw_span(p + begin, g + begin, m + begin, v + begin, len, k);
-    }
-  });
+  parallel_for_widened<T>(n, kGrain, 2 * std::min(n, kGrain), Scratch::OptimChunks,
+                          [&](int64_t begin, int64_t end, float* scratch) {
+                            const int64_t len = end - begin;
+                            if constexpr (kIsHalf<T>) {
+                              float* ps = scratch;
+                              float* gs = scratch + len;
+                              widen(p + begin, ps, len);
+                              widen(g + begin, gs, len);
+                              adamw_span(ps, gs, m + begin, v + begin, len, k);
+                              narrow(ps, p + begin, len);
+                            } else {
+                              adamw_span(p + begin, g + begin, m + begin, v + begin, len, k);
+                            }
+                          });
 }
 
 }  // namespace

@@ -46,6 +46,10 @@ enum class Scratch : int {
   MatmulB,             // matmul.cpp: widened 16-bit panels of b
   MatmulC,             // matmul.cpp: float32 result of the widened product
   MatmulChunks,        // matmul.cpp: ChunkScratch of the integer row accumulators
+  SoftmaxChunks,       // softmax.cpp: ChunkScratch of the widened 16-bit rows
+  CrossEntropyChunks,  // cross_entropy.cpp: ChunkScratch of the widened 16-bit rows
+  NormChunks,          // norm.cpp: ChunkScratch of the widened 16-bit rows
+  OptimChunks,         // optim.cpp: ChunkScratch of the widened 16-bit spans
   Misc0,               // free for a kernel that calls no other kernel while holding it
   Misc1,
   Count

@@ -109,44 +109,46 @@ void softmax_row_backward(const float* y, const float* dy, float* dx, int64_t n,
 
 template <typename T>
 void softmax_impl(const T* x, T* y, int64_t rows, int64_t cols, bool log) {
-  parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* xr = x + r * cols;
-      T* yr = y + r * cols;
-      if constexpr (kIsHalf<T>) {
-        float* xs = scratch(0, cols);
-        float* ys = scratch(1, cols);
-        widen(xr, xs, cols);
-        softmax_row(xs, ys, cols, log, static_cast<const float*>(nullptr));
-        narrow(ys, yr, cols);
-      } else {
-        // The next row of this chunk is prefetched while this one is exponentiated.
-        softmax_row(xr, yr, cols, log, r + 1 < end ? xr + cols : nullptr);
-      }
-    }
-  });
+  parallel_for_widened<T>(rows, row_grain(cols), 2 * cols, Scratch::SoftmaxChunks,
+                          [&](int64_t begin, int64_t end, float* scratch) {
+                            for (int64_t r = begin; r < end; ++r) {
+                              const T* xr = x + r * cols;
+                              T* yr = y + r * cols;
+                              if constexpr (kIsHalf<T>) {
+                                float* xs = scratch;
+                                float* ys = scratch + cols;
+                                widen(xr, xs, cols);
+                                softmax_row(xs, ys, cols, log, static_cast<const float*>(nullptr));
+                                narrow(ys, yr, cols);
+                              } else {
+                                // The next row of this chunk is prefetched while this one is exponentiated.
+                                softmax_row(xr, yr, cols, log, r + 1 < end ? xr + cols : nullptr);
+                              }
+                            }
+                          });
 }
 
 template <typename T>
 void softmax_backward_impl(const T* y, const T* dy, T* dx, int64_t rows, int64_t cols, bool log) {
-  parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* yr = y + r * cols;
-      const T* dyr = dy + r * cols;
-      T* dxr = dx + r * cols;
-      if constexpr (kIsHalf<T>) {
-        float* ys = scratch(0, cols);
-        float* ds = scratch(1, cols);
-        float* xs = scratch(2, cols);
-        widen(yr, ys, cols);
-        widen(dyr, ds, cols);
-        softmax_row_backward(ys, ds, xs, cols, log);
-        narrow(xs, dxr, cols);
-      } else {
-        softmax_row_backward(yr, dyr, dxr, cols, log);
-      }
-    }
-  });
+  parallel_for_widened<T>(rows, row_grain(cols), 3 * cols, Scratch::SoftmaxChunks,
+                          [&](int64_t begin, int64_t end, float* scratch) {
+                            for (int64_t r = begin; r < end; ++r) {
+                              const T* yr = y + r * cols;
+                              const T* dyr = dy + r * cols;
+                              T* dxr = dx + r * cols;
+                              if constexpr (kIsHalf<T>) {
+                                float* ys = scratch;
+                                float* ds = scratch + cols;
+                                float* xs = scratch + 2 * cols;
+                                widen(yr, ys, cols);
+                                widen(dyr, ds, cols);
+                                softmax_row_backward(ys, ds, xs, cols, log);
+                                narrow(xs, dxr, cols);
+                              } else {
+                                softmax_row_backward(yr, dyr, dxr, cols, log);
+                              }
+                            }
+                          });
 }
 
 }  // namespace

@@ -210,8 +210,15 @@ detail::Layout<2> order_for_streams(const detail::Layout<2>& layout) {
   if (outer < 2) return layout;
   SmallVec<int, 16> by_src;
   for (int d = 0; d < outer; ++d) by_src.push_back(d);
-  std::stable_sort(by_src.begin(), by_src.end(),
-                   [&](int a, int b) { return std::abs(layout.strides[0][a]) > std::abs(layout.strides[0][b]); });
+  // Stable insertion sort by decreasing |source stride| (std::stable_sort would
+  // allocate a buffer: compiled programs run allocation-free; at most 15 dims).
+  for (int i = 1; i < outer; ++i) {
+    const int d = by_src[i];
+    int j = i;
+    for (; j > 0 && std::abs(layout.strides[0][by_src[j - 1]]) < std::abs(layout.strides[0][d]); --j)
+      by_src[j] = by_src[j - 1];
+    by_src[j] = d;
+  }
   if (layout.shape[by_src[outer - 1]] >= layout.shape[outer - 1]) return layout;
   detail::Layout<2> out = layout;
   for (int d = 0; d < outer; ++d) {

@@ -158,7 +158,7 @@ std::vector<Array> adamw_update(const Array& param, const Array& grad, const Arr
 // The same with the learning rate and the step count as arrays (floating and integer
 // scalars; config.lr and config.step are ignored): a jitted training step then
 // compiles once for every step and learning-rate schedule.
-std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v,
-                                const Array& lr, const Array& step, const AdamWConfig& config);
+std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v, const Array& lr,
+                                const Array& step, const AdamWConfig& config);
 
 }  // namespace tessera

@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,10 +16,14 @@ void Pipeline::run(Graph& graph, const std::string& dump_dir) const {
     const char* env = std::getenv("TESSERA_DUMP");
     if (env != nullptr) dir = env;
   }
+  // Each compilation gets its own number, so successive eval() compiles (all named
+  // "eval") do not overwrite each other: dir/<graph>.<compile>.<NN>.<pass>.txt.
+  static std::atomic<int> compilations{0};
+  const int compilation = dir.empty() ? 0 : compilations.fetch_add(1);
   auto dump = [&](int index, const std::string& pass_name) {
     if (dir.empty()) return;
     std::filesystem::create_directories(dir);
-    std::string path = fmt::format("{}/{}.{:02d}.{}.txt", dir, graph.name, index, pass_name);
+    std::string path = fmt::format("{}/{}.{:04d}.{:02d}.{}.txt", dir, graph.name, compilation, index, pass_name);
     std::ofstream out(path);
     if (!out) fail<ValueError>("TESSERA_DUMP: cannot write {}", path);
     out << graph.text();

@@ -1,7 +1,8 @@
 // Passes and the pipeline that runs them. A pass is a class with one `run` that
 // rewrites a Graph in place; the pipeline runs passes in order, verifies the graph
 // after each, and with TESSERA_DUMP=dir writes every pass's output
-// (dir/<graph>.<NN>.<pass>.txt) so a miscompile can be bisected by reading text.
+// (dir/<graph>.<compilation>.<NN>.<pass>.txt) so a miscompile can be bisected by
+// reading text.
 #pragma once
 
 #include <memory>

@@ -79,12 +79,24 @@ Executable::Executable(Graph graph, MemoryPlan plan, std::vector<bool> donated)
     if (node.dead) continue;
     Instruction inst;
     inst.primitive = node.primitive.get();
+    inst.node = static_cast<int>(n);
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      if (node.primitive->aliases_input(static_cast<int>(o)) >= 0 &&
+          plan_.values[static_cast<size_t>(node.outputs[o])].kind == BufferAssignment::Kind::Output)
+        inst.view_output = static_cast<int>(o);
+    }
     for (ValueId in : node.inputs) inst.inputs.push_back(handles_[static_cast<size_t>(in)]);
     for (ValueId out : node.outputs) inst.outputs.push_back(handles_[static_cast<size_t>(out)]);
     instructions_.push_back(std::move(inst));
     Cost c = node.primitive->cost(instructions_.back().inputs, instructions_.back().outputs);
     stats_.flops += c.flops;
     stats_.bytes_moved += c.bytes;
+  }
+  parameter_index_.assign(graph_.values.size(), -1);
+  for (size_t p = 0; p < graph_.parameters.size(); ++p)
+    parameter_index_[static_cast<size_t>(graph_.parameters[p])] = static_cast<int>(p);
+  for (const BufferAssignment& b : plan_.values) {
+    if (b.kind == BufferAssignment::Kind::Output && b.donor >= 0) donors_.push_back(b.donor);
   }
   kernel_seconds_.assign(instructions_.size(), 0.0);
   const char* profile = std::getenv("TESSERA_PROFILE");
@@ -130,18 +142,16 @@ void Executable::execute() {
   auto* base = static_cast<unsigned char*>(arena_.get());
   std::vector<LiveRange> ranges;
   if (poison_freed_) ranges = live_ranges(graph_);
-  size_t position = 0;
-  for (size_t n = 0; n < graph_.nodes.size(); ++n) {
-    const Node& node = graph_.nodes[n];
-    if (node.dead) continue;
-    Instruction& inst = instructions_[position++];
+  for (size_t position = 0; position < instructions_.size(); ++position) {
+    Instruction& inst = instructions_[position];
+    const int n = inst.node;
     if (poison_freed_ && base != nullptr) {
       // Poison every arena byte no value live across this node occupies.
       std::vector<char> live(plan_.arena_bytes, 0);
       for (size_t v = 0; v < graph_.values.size(); ++v) {
         const BufferAssignment& b = plan_.values[v];
         if (b.kind != BufferAssignment::Kind::Arena) continue;
-        if (ranges[v].begin < static_cast<int>(n) && ranges[v].end >= static_cast<int>(n))
+        if (ranges[v].begin < n && ranges[v].end >= n)
           std::memset(live.data() + b.offset, 1, graph_.values[v].type.nbytes());
       }
       for (size_t i = 0; i < plan_.arena_bytes; ++i) {
@@ -151,14 +161,7 @@ void Executable::execute() {
     // A view returned to the caller must own its bytes: the kernel shares the input's
     // buffer, then it is copied into the output buffer bound for it.
     std::shared_ptr<Storage> bound_view_output;
-    int view_output = -1;
-    for (size_t o = 0; o < node.outputs.size(); ++o) {
-      if (node.primitive->aliases_input(static_cast<int>(o)) >= 0 &&
-          plan_.values[static_cast<size_t>(node.outputs[o])].kind == BufferAssignment::Kind::Output) {
-        view_output = static_cast<int>(o);
-        bound_view_output = inst.outputs[o].storage();
-      }
-    }
+    if (inst.view_output >= 0) bound_view_output = inst.outputs[static_cast<size_t>(inst.view_output)].storage();
     auto start = profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     try {
       inst.primitive->eval_cpu(inst.inputs, inst.outputs);
@@ -166,11 +169,11 @@ void Executable::execute() {
       rethrow_with_op(e, inst.primitive->name());
     }
     if (profiling_)
-      kernel_seconds_[position - 1] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (view_output >= 0) {
+      kernel_seconds_[position] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (inst.view_output >= 0) {
       // Views of parameters, constants or other outputs keep sharing (like eager
       // reshape); only bytes in the arena, which the next run overwrites, are copied.
-      const Array& out = inst.outputs[static_cast<size_t>(view_output)];
+      const Array& out = inst.outputs[static_cast<size_t>(inst.view_output)];
       const auto* shared = static_cast<const unsigned char*>(out.storage()->data);
       const bool in_arena = base != nullptr && shared >= base && shared < base + plan_.arena_bytes;
       if (out.storage() != bound_view_output && in_arena) {
@@ -220,9 +223,7 @@ std::vector<Array> Executable::run(const std::vector<Array>& args) {
       ValueId v = graph_.outputs[o];
       const Value& value = graph_.value(v);
       if (value.kind == ValueKind::Parameter) {
-        for (size_t p = 0; p < graph_.parameters.size(); ++p) {
-          if (graph_.parameters[p] == v) results.push_back(args[p]);
-        }
+        results.push_back(args[static_cast<size_t>(parameter_index_[static_cast<size_t>(v)])]);
       } else if (value.kind == ValueKind::Constant) {
         results.push_back(value.constant);
       } else {
@@ -232,11 +233,7 @@ std::vector<Array> Executable::run(const std::vector<Array>& args) {
       }
     }
     // Donated arguments whose buffers now hold outputs are no longer valid inputs.
-    for (size_t v = 0; v < plan_.values.size(); ++v) {
-      const BufferAssignment& b = plan_.values[v];
-      if (b.kind == BufferAssignment::Kind::Output && b.donor >= 0)
-        args[static_cast<size_t>(b.donor)].bind_storage(nullptr);
-    }
+    for (int donor : donors_) args[static_cast<size_t>(donor)].bind_storage(nullptr);
   } catch (...) {
     unbind();
     throw;
@@ -259,9 +256,7 @@ void Executable::run_into(const std::vector<Array>& args, const std::vector<Arra
       const Value& value = graph_.value(v);
       const void* from = nullptr;
       if (value.kind == ValueKind::Parameter) {
-        for (size_t p = 0; p < graph_.parameters.size(); ++p) {
-          if (graph_.parameters[p] == v) from = args[p].raw_data();
-        }
+        from = args[static_cast<size_t>(parameter_index_[static_cast<size_t>(v)])].raw_data();
       } else if (value.kind == ValueKind::Constant) {
         from = value.constant.raw_data();
       } else if (src.storage() != outputs[o].storage()) {

@@ -83,8 +83,12 @@ class Executable {
     Primitive* primitive;
     std::vector<Array> inputs;
     std::vector<Array> outputs;
+    int node = 0;          // index in graph_.nodes (schedule position)
+    int view_output = -1;  // an output that views an input but is returned (copied out of the arena)
   };
   std::vector<Instruction> instructions_;
+  std::vector<int> parameter_index_;  // per value: its position among the parameters, or -1
+  std::vector<int> donors_;           // parameters whose buffers hold outputs after a run
   bool poison_freed_ = false;
   bool profiling_ = false;
   std::vector<double> kernel_seconds_;  // per instruction, summed over runs

@@ -264,6 +264,23 @@ std::string_view name(DType dtype) {
   return kNames[idx(dtype)];
 }
 
+std::string_view short_name(DType dtype) {
+  check_dtype(dtype, "short_name");
+  static constexpr std::string_view kNames[kNumDTypes] = {"bool", "u8",  "i8",   "u32", "i32",
+                                                          "i64",  "f16", "bf16", "f32", "f64"};
+  return kNames[idx(dtype)];
+}
+
+bool dtype_from_name(std::string_view text, DType* dtype) {
+  for (int d = 0; d < kNumDTypes; ++d) {
+    if (text == short_name(static_cast<DType>(d)) || text == name(static_cast<DType>(d))) {
+      *dtype = static_cast<DType>(d);
+      return true;
+    }
+  }
+  return false;
+}
+
 bool is_floating(DType dtype) {
   check_dtype(dtype, "is_floating");
   return idx(dtype) >= idx(DType::Float16);

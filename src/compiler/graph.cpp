@@ -12,19 +12,6 @@ namespace tessera::compiler {
 
 namespace {
 
-const char* short_dtype(DType d) {
-  static const char* kShort[] = {"bool", "u8", "i8", "u32", "i32", "i64", "f16", "bf16", "f32", "f64"};
-  return kShort[static_cast<int>(d)];
-}
-
-// FNV-1a over the bytes: identifies a large constant in the text form.
-uint64_t fnv1a(const void* data, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 std::string constant_attributes(const Array& c) {
   const int64_t n = c.size();
   if (n <= 16) {
@@ -32,12 +19,22 @@ std::string constant_attributes(const Array& c) {
     if (c.ndim() == 0) return fmt::format("value={}", v[0]);
     return fmt::format("value=[{}]", fmt::join(v, ", "));
   }
-  return fmt::format("bytes={}, hash={:016x}", c.nbytes(), fnv1a(c.raw_data(), c.nbytes()));
+  return fmt::format("bytes={}, hash={:016x}", c.nbytes(), constant_fingerprint(c));
 }
 
 }  // namespace
 
-std::string to_string(const TensorType& type) { return short_dtype(type.dtype) + tessera::to_string(type.shape); }
+uint64_t constant_fingerprint(const Array& data) {
+  // FNV-1a over the bytes.
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = static_cast<const unsigned char*>(data.raw_data());
+  for (size_t i = 0; i < data.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+std::string to_string(const TensorType& type) {
+  return std::string(short_name(type.dtype)) + tessera::to_string(type.shape);
+}
 
 TensorType type_of(const Array& a) { return {a.shape(), a.dtype()}; }
 

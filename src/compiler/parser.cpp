@@ -17,14 +17,6 @@
 namespace tessera::compiler {
 namespace {
 
-// FNV-1a over the bytes, as Graph::text() prints for large constants.
-uint64_t fnv1a(const void* data, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 constexpr const char* kSpace = " \t\r\n";
 
 bool is_name_char(char c) {
@@ -60,6 +52,14 @@ class Parser {
     }
     graph_.verify();
     return std::move(graph_);
+  }
+
+  // The whole text is one type ("f32[4, 8]").
+  TensorType parse_type() {
+    TensorType type = tensor_type();
+    skip_space();
+    if (pos_ != text_.size()) error("expected the end of the type");
+    return type;
   }
 
  private:
@@ -155,19 +155,11 @@ class Parser {
 
   // ---- pieces ----
   TensorType tensor_type() {
-    static const char* kShort[] = {"bool", "u8", "i8", "u32", "i32", "i64", "f16", "bf16", "f32", "f64"};
     skip_space();
     size_t begin = pos_;
     std::string dtype_name = word("a type like f32[4, 8]");
     TensorType type;
-    bool found = false;
-    for (int i = 0; i < kNumDTypes; ++i) {
-      if (dtype_name == kShort[i]) {
-        type.dtype = static_cast<DType>(i);
-        found = true;
-      }
-    }
-    if (!found) {
+    if (!dtype_from_name(dtype_name, &type.dtype) || dtype_name != short_name(type.dtype)) {
       pos_ = begin;
       error("expected a type like f32[4, 8] (dtype one of bool, u8, i8, u32, i32, i64, f16, bf16, f32, f64)");
     }
@@ -370,7 +362,7 @@ class Parser {
       fail<ValueError>("constant: array #{} is {} ({} bytes) but the text expects {} ({} bytes)", next_constant_ - 1,
                        to_string(type_of(data)), data.nbytes(), to_string(type), bytes);
     }
-    std::string actual = fmt::format("{:016x}", fnv1a(data.raw_data(), data.nbytes()));
+    std::string actual = fmt::format("{:016x}", constant_fingerprint(data));
     if (actual != hash) {
       fail<ValueError>("constant: array #{} ({}) has hash {} but the text expects {}", next_constant_ - 1,
                        to_string(type), actual, hash);
@@ -410,6 +402,11 @@ class Parser {
 
 Graph parse_graph(const std::string& text, const std::vector<Array>& constants) {
   return Parser(text, constants).parse();
+}
+
+TensorType parse_type(const std::string& text) {
+  const std::vector<Array> none;
+  return Parser(text, none).parse_type();
 }
 
 }  // namespace tessera::compiler

@@ -164,8 +164,7 @@ Array Array::mean() const { return tessera::mean(*this); }
 void eval(const std::vector<Array>& arrays) { compiler::eval_arrays(arrays); }
 
 std::string type_string(const Array& a) {
-  static const char* kShort[] = {"bool", "u8", "i8", "u32", "i32", "i64", "f16", "bf16", "f32", "f64"};
-  std::string s = kShort[static_cast<int>(a.dtype())];
+  std::string s(short_name(a.dtype()));
   return s + to_string(a.shape());
 }
 

@@ -420,5 +420,20 @@ TEST(DType, BadArguments) {
   EXPECT_NO_THROW(convert(DType::Float32, nullptr, DType::Float16, nullptr, 0));
 }
 
+TEST(DType, ShortAndLongNamesRoundTrip) {
+  for (int d = 0; d < kNumDTypes; ++d) {
+    DType dtype = static_cast<DType>(d), back = DType::Bool;
+    ASSERT_TRUE(dtype_from_name(short_name(dtype), &back)) << short_name(dtype);
+    EXPECT_EQ(back, dtype);
+    ASSERT_TRUE(dtype_from_name(name(dtype), &back)) << name(dtype);
+    EXPECT_EQ(back, dtype);
+  }
+  EXPECT_EQ(short_name(DType::BFloat16), "bf16");
+  DType untouched = DType::Int8;
+  EXPECT_FALSE(dtype_from_name("f33", &untouched));
+  EXPECT_FALSE(dtype_from_name("", &untouched));
+  EXPECT_EQ(untouched, DType::Int8);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -50,6 +50,10 @@ inline constexpr int kNumDTypes = 10;
 
 size_t itemsize(DType dtype);
 std::string_view name(DType dtype);
+// The short spelling of the IR and type strings: "f32", "bf16", "i64", "bool".
+std::string_view short_name(DType dtype);
+// The dtype named by its short or long spelling, or false when there is none.
+bool dtype_from_name(std::string_view text, DType* dtype);
 bool is_floating(DType dtype);
 bool is_integral(DType dtype);  // integers, not bool
 bool is_signed(DType dtype);

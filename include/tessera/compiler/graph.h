@@ -42,6 +42,9 @@ struct TensorType {
 // "f32[4, 8]" (the same spelling as type_string(Array)).
 std::string to_string(const TensorType& type);
 TensorType type_of(const Array& a);
+// The hash a large constant prints in the text form (FNV-1a of its bytes); the parser
+// checks supplied constants against it.
+uint64_t constant_fingerprint(const Array& data);
 
 enum class ValueKind { Parameter, Constant, NodeOutput };
 

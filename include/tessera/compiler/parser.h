@@ -12,5 +12,7 @@
 namespace tessera::compiler {
 
 Graph parse_graph(const std::string& text, const std::vector<Array>& constants = {});
+// One type in the same spelling ("f32[4, 8]").
+TensorType parse_type(const std::string& text);
 
 }  // namespace tessera::compiler

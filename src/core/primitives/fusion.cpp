@@ -11,15 +11,10 @@
 namespace tessera {
 namespace {
 
-const char* short_dtype(DType dtype) {
-  static const char* kShort[] = {"bool", "u8", "i8", "u32", "i32", "i64", "f16", "bf16", "f32", "f64"};
-  return kShort[static_cast<int>(dtype)];
-}
-
 DType parse_dtype(const std::string& text) {
-  for (int d = 0; d < kNumDTypes; ++d)
-    if (text == short_dtype(static_cast<DType>(d)) || text == name(static_cast<DType>(d))) return static_cast<DType>(d);
-  fail<ValueError>("fusion: unknown dtype '{}'", text);
+  DType dtype;
+  if (!dtype_from_name(text, &dtype)) fail<ValueError>("fusion: unknown dtype '{}'", text);
+  return dtype;
 }
 
 bool bool_result(BinaryKind kind) { return kind >= BinaryKind::Equal && kind <= BinaryKind::LogicalOr; }
@@ -201,7 +196,7 @@ std::string Fusion::attributes() const {
   std::ostringstream os;
   os << "shape=" << to_string(p.shape) << ", inputs=[";
   for (size_t i = 0; i < p.inputs.size(); ++i)
-    os << (i ? ", " : "") << short_dtype(p.inputs[i].dtype) << to_string(p.inputs[i].shape);
+    os << (i ? ", " : "") << short_name(p.inputs[i].dtype) << to_string(p.inputs[i].shape);
   os << "], body={";
   const int n_in = static_cast<int>(p.inputs.size());
   for (size_t k = 0; k < p.body.size(); ++k) {
@@ -223,7 +218,7 @@ std::string Fusion::attributes() const {
     }
     os << "(";
     for (size_t a = 0; a < in.args.size(); ++a) os << (a ? ", " : "") << register_name(p, in.args[a]);
-    if (in.kind == FusionInstruction::Kind::Convert) os << ", " << short_dtype(in.dtype);
+    if (in.kind == FusionInstruction::Kind::Convert) os << ", " << short_name(in.dtype);
     os << "); ";
   }
   os << "out=[";

@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "compiler/passes/node_rewriter.h"
 #include "tessera/compiler/passes/dce.h"
 #include "tessera/ir/primitives/elementwise.h"
 #include "tessera/ir/primitives/layout.h"
@@ -33,33 +34,14 @@ int64_t slice_count(int64_t start, int64_t stop, int64_t step) {
   return stop <= start ? 0 : (stop - start + step - 1) / step;
 }
 
-class LayoutSimplifier {
+class LayoutSimplifier : public NodeRewriter {
  public:
   LayoutSimplifier(Graph& graph, bool fold_matmul_transposes)
-      : g_(graph), fold_matmul_transposes_(fold_matmul_transposes) {}
-
-  // One sweep over the schedule; true when anything changed.
-  bool sweep() {
-    bool changed = false;
-    for (size_t n = 0; n < g_.nodes.size(); ++n) {
-      if (g_.nodes[n].dead) continue;
-      changed = simplify(static_cast<int>(n)) || changed;
-    }
-    return changed;
-  }
+      : NodeRewriter(graph), fold_matmul_transposes_(fold_matmul_transposes) {}
 
  private:
-  Node& node(int n) { return g_.nodes[static_cast<size_t>(n)]; }
-
   // The live, untagged node producing v as a P (nullptr otherwise). Tagged
   // producers are left alone: remat reads their tags.
-  template <typename P>
-  const P* producer_as(ValueId v) const {
-    const Node* nd = g_.producer(v);
-    if (nd == nullptr || nd->dead || !nd->remat_name.empty()) return nullptr;
-    return dynamic_cast<const P*>(nd->primitive.get());
-  }
-
   // Reads of v by live nodes (each operand counts) and by the graph's outputs.
   int use_count(ValueId v) const {
     int count = static_cast<int>(std::count(g_.outputs.begin(), g_.outputs.end(), v));
@@ -69,16 +51,7 @@ class LayoutSimplifier {
     return count;
   }
 
-  // Replaces node n's single output by x and erases n.
-  bool forward(int n, ValueId x) {
-    Node& nd = node(n);
-    if (!nd.remat_name.empty() || nd.outputs.size() != 1 || g_.type(nd.outputs[0]) != g_.type(x)) return false;
-    g_.replace_uses(nd.outputs[0], x);
-    g_.erase_node(n);
-    return true;
-  }
-
-  bool simplify(int n) {
+  bool rewrite(int n) override {
     const Primitive* p = node(n).primitive.get();
     if (const auto* b = dynamic_cast<const Binary*>(p)) return b->kind() == BinaryKind::Add && pads_to_concat(n);
     if (const auto* m = dynamic_cast<const Matmul*>(p)) return fold_matmul_transposes_ && matmul_operands(n, *m);
@@ -257,16 +230,13 @@ class LayoutSimplifier {
     return false;
   }
 
-  Graph& g_;
   bool fold_matmul_transposes_;
 };
 
 }  // namespace
 
 void LayoutSimplification::run(Graph& graph) {
-  LayoutSimplifier simplifier(graph, fold_matmul_transposes_);
-  while (simplifier.sweep()) {
-  }
+  LayoutSimplifier(graph, fold_matmul_transposes_).run_to_fixed_point();
   DeadCodeElimination().run(graph);
 }
 

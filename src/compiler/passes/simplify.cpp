@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "compiler/passes/node_rewriter.h"
 #include "tessera/base/error.h"
 #include "tessera/compiler/passes/dce.h"
 #include "tessera/ir/primitives/elementwise.h"
@@ -44,34 +45,14 @@ bool is_splat(const Graph& graph, ValueId v, double expected) {
   return s && *s == expected;
 }
 
-class Simplifier {
+class Simplifier : public NodeRewriter {
  public:
-  explicit Simplifier(Graph& graph) : g_(graph) {}
-
-  // One sweep over the schedule; true when anything changed.
-  bool sweep() {
-    bool changed = false;
-    for (size_t n = 0; n < g_.nodes.size(); ++n) {
-      if (g_.nodes[n].dead) continue;
-      changed = simplify(static_cast<int>(n)) || changed;
-    }
-    return changed;
-  }
+  explicit Simplifier(Graph& graph) : NodeRewriter(graph) {}
 
  private:
-  Node& node(int n) { return g_.nodes[static_cast<size_t>(n)]; }
-
   // Replaces node n's single output by x and erases n. Tagged nodes stay: remat
   // reads their tags.
-  bool forward(int n, ValueId x) {
-    Node& nd = node(n);
-    if (!nd.remat_name.empty() || nd.outputs.size() != 1 || g_.type(nd.outputs[0]) != g_.type(x)) return false;
-    g_.replace_uses(nd.outputs[0], x);
-    g_.erase_node(n);
-    return true;
-  }
-
-  bool simplify(int n) {
+  bool rewrite(int n) override {
     const Primitive* p = node(n).primitive.get();
     if (const auto* b = dynamic_cast<const Binary*>(p)) return binary_identity(n, b->kind()) || fold_broadcasts(n);
     if (dynamic_cast<const Where*>(p)) return fold_broadcasts(n);
@@ -104,7 +85,7 @@ class Simplifier {
     bool changed = false;
     const Shape& out_shape = g_.type(node(n).outputs[0]).shape;
     for (size_t i = 0; i < node(n).inputs.size(); ++i) {
-      if (!producer_as<BroadcastTo>(g_, node(n).inputs[i])) continue;
+      if (!producer_as<BroadcastTo>(node(n).inputs[i], /*untagged=*/false)) continue;
       const ValueId source = g_.producer(node(n).inputs[i])->inputs[0];
       Shape shape = g_.type(source).shape;
       for (size_t j = 0; j < node(n).inputs.size(); ++j) {
@@ -119,7 +100,7 @@ class Simplifier {
 
   bool double_negation(int n, UnaryKind kind) {
     if (kind != UnaryKind::Neg) return false;
-    const auto* inner = producer_as<Unary>(g_, node(n).inputs[0]);
+    const auto* inner = producer_as<Unary>(node(n).inputs[0], /*untagged=*/false);
     if (!inner || inner->kind() != UnaryKind::Neg) return false;
     return forward(n, g_.producer(node(n).inputs[0])->inputs[0]);
   }
@@ -129,7 +110,7 @@ class Simplifier {
     std::vector<int> perm = outer.perm();
     ValueId source = node(n).inputs[0];
     bool changed = false;
-    if (const auto* inner = producer_as<Transpose>(g_, source)) {
+    if (const auto* inner = producer_as<Transpose>(source, /*untagged=*/false)) {
       std::vector<int> first = inner->perm();
       std::vector<int> composed(perm.size());
       for (size_t i = 0; i < perm.size(); ++i) composed[i] = first[static_cast<size_t>(perm[i])];
@@ -146,7 +127,7 @@ class Simplifier {
 
   bool reshape(int n) {
     bool changed = false;
-    if (producer_as<Reshape>(g_, node(n).inputs[0])) {
+    if (producer_as<Reshape>(node(n).inputs[0], /*untagged=*/false)) {
       node(n).inputs[0] = g_.producer(node(n).inputs[0])->inputs[0];
       changed = true;
     }
@@ -158,16 +139,12 @@ class Simplifier {
     const ValueId x = node(n).inputs[0];
     return g_.type(x) == g_.type(node(n).outputs[0]) && forward(n, x);
   }
-
-  Graph& g_;
 };
 
 }  // namespace
 
 void AlgebraicSimplification::run(Graph& graph) {
-  Simplifier simplifier(graph);
-  while (simplifier.sweep()) {
-  }
+  Simplifier(graph).run_to_fixed_point();
   DeadCodeElimination().run(graph);
 }
 

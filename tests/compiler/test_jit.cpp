@@ -13,6 +13,7 @@
 #include "core/test_util.h"
 #include "tessera/base/allocator.h"
 #include "tessera/compiler/compile.h"
+#include "tessera/compiler/parser.h"
 #include "tessera/tessera.h"
 #include "transformer_step.h"
 
@@ -153,6 +154,20 @@ TEST(Jit, AnotherTreeStructureIsAClearError) {
     EXPECT_NE(what.find("z"), std::string::npos) << what;
     EXPECT_NE(what.find("x"), std::string::npos) << what;
   }
+}
+
+TEST(Jit, BadCallsAreClearErrors) {
+  Array x = random_array({3}, 1, DType::Float32);
+  auto f = jit([](const Array& a) { return exp(a); }, JitOptions{{5}, {}, "donating"});
+  EXPECT_TRUE(throws_with<ValueError>([&] { f(x); }, {"donate_leaves", "5", "1 leaves"}));
+  auto g = jit([](const Array& a) { return exp(a); });
+  Executable& exe = g.lowered(std::vector<Array>{x}).executable();
+  EXPECT_TRUE(throws_with<ValueError>([&] { exe.run({random_array({4}, 1, DType::Float32)}); },
+                                      {"argument 0", "f32[4]", "f32[3]"}));
+  EXPECT_TRUE(throws_with<ValueError>([&] { exe.run({}); }, {"0 arguments", "expected 1"}));
+  EXPECT_TRUE(throws_with<ValueError>([&] { exe.run_into({x}, {}); }, {"run_into", "0 outputs"}));
+  EXPECT_TRUE(throws_with<ValueError>([&] { compiler::parse_type("f33[2]"); }, {"f32[4, 8]"}));
+  EXPECT_EQ(compiler::to_string(compiler::parse_type("bf16[2, 3]")), "bf16[2, 3]");
 }
 
 TEST(Jit, ReadingAValueWhileTracingNamesTheOp) {

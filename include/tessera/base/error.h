@@ -45,6 +45,20 @@ class TransformError : public Error {
   using Error::Error;
 };
 
+// A file or directory that cannot be read or written, or whose contents are corrupt
+// (bad magic, truncated, checksum mismatch). The message names the path.
+class IOError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A configuration problem: an unknown or mistyped key, a value of the wrong type or
+// out of range. The message names the file:line and the key.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Throws E with a fmt-formatted message.
 template <typename E = Error, typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {

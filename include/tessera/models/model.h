@@ -1,0 +1,92 @@
+// Decoder-only language models built from nn/ modules: `gpt2` (learned positions,
+// pre-LayerNorm, GELU MLP, tied embeddings) and `llama` (RoPE, RMSNorm, SwiGLU,
+// grouped-query attention, untied head). One Model class serves both; the family
+// picks the blocks. Parameters live in a Tree, so the same code runs eagerly, under
+// grad and under jit.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/core/tree.h"
+#include "tessera/nn/param.h"
+
+namespace tessera::models {
+
+struct ModelConfig {
+  std::string family = "gpt2";  // "gpt2" | "llama"
+  int64_t vocab = 256;
+  int64_t dim = 256;
+  int64_t layers = 4;
+  int64_t heads = 4;
+  int64_t kv_heads = 0;    // 0: = heads (multi-head); fewer: grouped-query attention
+  int64_t mlp_dim = 0;     // 0: gpt2 4*dim; llama 2/3 * 4*dim rounded up to a multiple of 256
+  int64_t context = 256;   // longest sequence (the gpt2 position table's size)
+  double dropout = 0.0;    // residual/attention-output/embedding dropout while training
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  std::optional<bool> tied_embeddings;  // unset: gpt2 true, llama false
+  double init_std = 0.02;
+
+  // Checks every field (positive sizes, dim % heads, heads % kv_heads, known family);
+  // a ConfigError-style ValueError names the field and the value.
+  void validate() const;
+  int64_t resolved_kv_heads() const;
+  int64_t resolved_mlp_dim() const;
+  bool resolved_tied() const;
+  int64_t head_dim() const { return dim / heads; }
+};
+
+// Named shapes: "tiny" (gpt2 V256 L4 H4 d256 T256), "small" (gpt2 V4096 L6 H6 d384
+// T256), "gpt2-124m", "gpt2-350m", "llama-tiny" (V256 L4 H4 kv2 d256 T256),
+// "llama-1b" (V32000 L16 H32 kv8 d2048 T2048, mlp 8192). Unknown names: ValueError
+// listing the known ones.
+ModelConfig preset(const std::string& name);
+std::vector<std::string> preset_names();
+
+// Per-layer attention keys and values of the tokens seen so far, for incremental
+// decoding: k[l], v[l] are [B, kv_heads, length, head_dim].
+struct KVCache {
+  std::vector<Array> k, v;
+  int64_t length = 0;
+};
+
+class Model {
+ public:
+  explicit Model(ModelConfig config);  // validates
+  const ModelConfig& config() const { return config_; }
+
+  // Parameters, deterministic in `seed` (GPT-2 / Llama initializers: normal(init_std),
+  // residual output projections scaled by 1/sqrt(2*layers), zero biases, unit norms).
+  Tree init(uint64_t seed) const;
+  // Shapes, logical axes, initializers and kinds of every parameter (no values).
+  const nn::ParamSpecs& specs() const { return specs_; }
+  int64_t parameter_count() const;
+
+  // Logits [B, T, vocab] of int32 tokens [B, T] (T <= context). With a dropout key,
+  // dropout (config.dropout) is applied as in training; without, it is inference.
+  Array logits(const Tree& params, const Array& tokens, const std::optional<Array>& dropout_key = std::nullopt) const;
+  // Mean next-token cross-entropy of logits(tokens) against int32 targets [B, T].
+  Array loss(const Tree& params, const Array& tokens, const Array& targets,
+             const std::optional<Array>& dropout_key = std::nullopt) const;
+
+  // An empty cache for `batch` sequences.
+  KVCache empty_cache(int64_t batch) const;
+  // Logits [B, T_new, vocab] of tokens [B, T_new] that follow the cache's tokens;
+  // appends their keys and values to the cache. cache.length + T_new must be
+  // <= context (else ValueError naming both). Inference only (no dropout).
+  Array logits_with_cache(const Tree& params, const Array& tokens, KVCache& cache) const;
+
+  // Training FLOPs per token, PaLM/nanoGPT convention (the peers use it):
+  // 6 * N + 12 * layers * T * dim, N = parameters without the position table
+  // (a tied embedding counted once). `seq` is the trained sequence length T.
+  double flops_per_token(int64_t seq) const;
+
+ private:
+  ModelConfig config_;
+  nn::ParamSpecs specs_;
+};
+
+}  // namespace tessera::models

@@ -1,0 +1,36 @@
+// Autoregressive sampling from a Model: temperature, top-k and nucleus (top-p)
+// filtering, with or without a KV cache (the two give the same tokens for the same
+// seed; the cache makes each new token cost one position instead of the whole prefix).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tessera/models/model.h"
+
+namespace tessera::models {
+
+struct SampleOptions {
+  int64_t max_tokens = 64;   // new tokens to generate (stops early at the context length)
+  double temperature = 1.0;  // 0: greedy (argmax)
+  int64_t top_k = 0;         // 0: off
+  double top_p = 1.0;        // 1: off
+  uint64_t seed = 0;         // host RNG seed (deterministic)
+  bool use_cache = true;
+};
+
+struct SampleResult {
+  std::vector<int32_t> tokens;  // the new tokens only
+  bool hit_context = false;     // stopped because prompt + generated reached the context
+};
+
+// Prompt token ids -> new tokens. An empty prompt, a prompt longer than the context,
+// token ids outside [0, vocab) or bad options (temperature < 0, top_p outside (0, 1])
+// are ValueErrors that say which and by how much.
+SampleResult sample(const Model& model, const Tree& params, const std::vector<int32_t>& prompt,
+                    const SampleOptions& options);
+
+// One token from logits (float32 [vocab]) with the options' filtering; `uniform` in [0, 1).
+int32_t sample_token(const float* logits, int64_t vocab, const SampleOptions& options, double uniform);
+
+}  // namespace tessera::models

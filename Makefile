@@ -5,7 +5,7 @@
 #   make deps         install missing Debian packages (no apt calls when all are present)
 #   make build        configure (Release, Ninja) and build into build/ (binaries in build/bin/)
 #   make test         build, run every test; then ASan+UBSan build (build-asan/) of the tests, small sizes
-#   make train        build and run the example training job
+#   make train        build and run the default training job (configs/fortunes.toml)
 #   make bench        build and run build/bin/bench_ops; output kept in bench/results/
 #   make format       clang-format -i every C++ file git knows of (tracked or new, not ignored)
 #   make format-check list C++ files that clang-format would change (fails if any)
@@ -75,8 +75,14 @@ test-asan: deps
 	echo "=== sanitizer half took $$(( $$(date +%s) - start )) s (configure + build + tests)"; \
 	exit $$rc
 
+# The embedded default job: prepares byte-level data from Debian's fortunes (installed by
+# `make deps`), trains a small GPT for about 9 minutes on 2 cores, prints samples and
+# the run summary. A second `make train` resumes from runs/fortunes (and, once it has
+# finished all its steps, only reports). TRAIN_ARGS adds options, e.g.
+#   make train TRAIN_ARGS="--set run.dir=runs/again"
+TRAIN_ARGS ?=
 train: build
-	$(BUILD_DIR)/bin/example_mlp
+	$(BUILD_DIR)/bin/tessera train --config configs/fortunes.toml --samples 3 $(TRAIN_ARGS)
 
 bench: build
 	@mkdir -p bench/results

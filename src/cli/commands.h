@@ -19,5 +19,11 @@ struct Command {
 };
 
 Command add_info_command(CLI::App& app);
+Command add_goodput_command(CLI::App& app);
+Command add_train_command(CLI::App& app);
+Command add_sample_command(CLI::App& app);
+Command add_eval_command(CLI::App& app);
+Command add_data_command(CLI::App& app);
+Command add_ckpt_command(CLI::App& app);
 
 }  // namespace tessera::cli

@@ -35,6 +35,12 @@ int main(int argc, char** argv) {
 
   std::vector<tessera::cli::Command> commands;
   commands.push_back(tessera::cli::add_info_command(app));
+  commands.push_back(tessera::cli::add_goodput_command(app));
+  commands.push_back(tessera::cli::add_train_command(app));
+  commands.push_back(tessera::cli::add_sample_command(app));
+  commands.push_back(tessera::cli::add_eval_command(app));
+  commands.push_back(tessera::cli::add_data_command(app));
+  commands.push_back(tessera::cli::add_ckpt_command(app));
 
   try {
     app.parse(argc, argv);

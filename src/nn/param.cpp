@@ -80,10 +80,16 @@ const char* to_string(ParamKind kind) {
 ParamScope::ParamScope(uint64_t seed, DType dtype)
     : seed_(seed), dtype_(dtype), specs_(std::make_shared<ParamSpecs>()) {}
 
+ParamScope ParamScope::specs_only(DType dtype) {
+  ParamScope scope(0, dtype);
+  scope.specs_only_ = true;
+  return scope;
+}
+
 ParamScope ParamScope::child(const std::string& name) const {
   if (name.empty() || name.find('.') != std::string::npos)
     fail<ValueError>("ParamScope::child: name '{}' must be non-empty and contain no '.' (under '{}')", name, path_);
-  return ParamScope(seed_, dtype_, path_.empty() ? name : path_ + "." + name, specs_);
+  return ParamScope(seed_, dtype_, path_.empty() ? name : path_ + "." + name, specs_, specs_only_);
 }
 
 Array ParamScope::param(const std::string& name, ParamInfo info) const {
@@ -95,7 +101,8 @@ Array ParamScope::param(const std::string& name, ParamInfo info) const {
                      full, tessera::to_string(info.shape), info.axes.size());
   if (specs_->contains(full)) fail<ValueError>("ParamScope::param: parameter '{}' declared twice", full);
   info.dtype = dtype_;
-  Array value = info.init(param_key(seed_, full), info.shape, dtype_).eval();
+  Array value = specs_only_ ? Array::placeholder(info.shape, dtype_)
+                            : info.init(param_key(seed_, full), info.shape, dtype_).eval();
   specs_->emplace(full, std::move(info));
   return value;
 }

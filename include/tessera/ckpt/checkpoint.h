@@ -12,17 +12,22 @@
 // Saving writes into "step_00000100.tmp-<pid>", fsyncs every file and the directory,
 // renames it into place and fsyncs the parent: a crash leaves either the old set of
 // checkpoints or the new one, never a half-written checkpoint under a final name.
-// Temporary directories left by a crash are removed by the next save.
+// Temporary directories left by a crash are removed by the next save. Saving a step
+// that already exists swaps the new directory in atomically (renameat2 RENAME_EXCHANGE).
+// One process saves into a run directory at a time.
+//
+// Tensor names are the Tree paths ("layers.0.weight"); a tree whose paths collide (a
+// dict key containing '.') cannot be saved (ValueError). load() verifies the checksums
+// first, so a corrupt checkpoint is never loaded.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tessera/core/tree.h"
 
@@ -84,5 +89,9 @@ class CheckpointManager {
 
 // Reads and parses manifest.json (IOError if missing or malformed).
 nlohmann::json read_manifest(const std::filesystem::path& checkpoint_dir);
+
+// The committed checkpoints (step_<digits> directories) in a checkpoints directory,
+// oldest first, without creating or verifying anything; an absent directory has none.
+std::vector<CheckpointInfo> list_checkpoints(const std::filesystem::path& checkpoints_dir);
 
 }  // namespace tessera::ckpt

@@ -3,10 +3,26 @@
 // shuffled by (seed, epoch); data-parallel rank r of w takes every w-th window of
 // that order. The position (epoch, next index) is all the state there is, so saving
 // it in a checkpoint and restoring it resumes the exact same stream.
+//
+// Exactly: with W windows and world w, every rank takes W / w windows per epoch (the
+// last W % w of the order are left for that epoch, a different few each epoch) and
+// batches_per_epoch = (W / w) / batch. Batch b of rank r in epoch e holds windows
+// order_e[(b * batch + j) * w + r] for j in [0, batch). Window i is tokens
+// [i * seq, i * seq + seq]; tokens are its first seq, targets its last seq.
+//
+// order_e is the identity without shuffle; with shuffle it is a Fisher-Yates shuffle
+// (i from W-1 down to 1, swap i with j uniform in [0, i] by rejection sampling) driven by
+// std::mt19937_64 seeded with splitmix64(seed ^ splitmix64(epoch)). Both are fully
+// specified by the standard and here, so the stream is the same on every platform
+// (std::shuffle's algorithm is implementation-defined, so it is not used).
+//
+// Validation: DataLoader(val_file, batch, seq, seed, rank, world, /*shuffle=*/false)
+// visits the windows in file order; batches_per_epoch() batches cover the split once.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "tessera/core/array.h"
 #include "tessera/data/token_file.h"
@@ -43,8 +59,9 @@ class DataLoader {
   int rank_, world_;
   bool shuffle_;
   LoaderPosition position_;
-  std::vector<uint64_t> order_;  // this epoch's window order
-  void shuffle_epoch();
+  std::vector<uint64_t> order_;  // the window order of order_epoch_
+  uint64_t order_epoch_ = 0;
+  void shuffle_epoch();  // order_ for position_.epoch
 };
 
 }  // namespace tessera::data

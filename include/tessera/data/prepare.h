@@ -1,5 +1,13 @@
 // `tessera data prepare`: text files -> train.bin and val.bin token files in an output
 // directory (plus meta.json: tokenizer, vocab, counts, sources).
+//
+// Each file is one document; documents are concatenated in path order, a '\n' added
+// after one that does not end with a newline. Directory walks skip hidden entries
+// (".git", ".cache"). A file is skipped (and listed in PrepareResult::skipped) when its
+// name matches an `exclude` glob, when it is empty, when it is binary (a NUL byte in the
+// first 8 KiB), or when it resolves to a file already taken (a symlink to it). On
+// Debian's /usr/share/games/fortunes that takes the 43 text files once each: the *.dat
+// indexes are binary and the *.u8 names are symlinks to the text files.
 #pragma once
 
 #include <cstdint>
@@ -12,19 +20,30 @@ namespace tessera::data {
 
 struct PrepareOptions {
   std::string tokenizer = "byte";
-  double val_fraction = 0.05;  // the last fraction of the token stream (whole documents where possible)
-  bool progress = true;        // a progress bar on stderr
+  double val_fraction = 0.05;        // the last fraction of the token stream (whole documents where possible)
+  bool progress = true;              // a progress bar on stderr
+  std::vector<std::string> exclude;  // fnmatch globs, matched against the file name and the whole path
+};
+
+struct SkippedFile {
+  std::filesystem::path path;
+  std::string reason;  // "binary (NUL byte at offset 12)", "empty", "excluded by '*.dat'", "same file as ..."
 };
 
 struct PrepareResult {
   uint64_t train_tokens = 0, val_tokens = 0;
   uint64_t bytes_read = 0;
   std::vector<std::filesystem::path> files;
+  std::vector<SkippedFile> skipped;
+  // True when val.bin starts at a document (file) boundary; else at a line start, or
+  // at the exact token when the document around the split point has no newline.
+  bool split_at_document = false;
 };
 
 // `inputs` are files or directories (directories are walked, files sorted by path so
 // the result is deterministic). Binary files (a NUL byte in the first 8 KiB) are
-// skipped and reported. No inputs, or no text in them, is a ValueError.
+// skipped and reported. No inputs, or no text in them, is a ValueError. val_fraction
+// must be in [0, 1); a positive fraction gives val.bin at least one token.
 PrepareResult prepare_dataset(const std::vector<std::filesystem::path>& inputs, const std::filesystem::path& out_dir,
                               const PrepareOptions& options);
 

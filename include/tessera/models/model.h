@@ -21,13 +21,13 @@ struct ModelConfig {
   int64_t dim = 256;
   int64_t layers = 4;
   int64_t heads = 4;
-  int64_t kv_heads = 0;    // 0: = heads (multi-head); fewer: grouped-query attention
-  int64_t mlp_dim = 0;     // 0: gpt2 4*dim; llama 2/3 * 4*dim rounded up to a multiple of 256
-  int64_t context = 256;   // longest sequence (the gpt2 position table's size)
-  double dropout = 0.0;    // residual/attention-output/embedding dropout while training
+  int64_t kv_heads = 0;   // 0: = heads (multi-head); fewer: grouped-query attention
+  int64_t mlp_dim = 0;    // 0: gpt2 4*dim; llama 2/3 * 4*dim rounded up to a multiple of 256
+  int64_t context = 256;  // longest sequence (the gpt2 position table's size)
+  double dropout = 0.0;   // residual/attention-output/embedding dropout while training
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
-  std::optional<bool> tied_embeddings;  // unset: gpt2 true, llama false
+  std::optional<bool> tied_embeddings = std::nullopt;  // unset: gpt2 true, llama false
   double init_std = 0.02;
 
   // Checks every field (positive sizes, dim % heads, heads % kv_heads, known family);

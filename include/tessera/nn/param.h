@@ -31,9 +31,9 @@ using AxisNames = std::vector<std::string>;
 struct Initializer {
   enum class Kind { Normal, TruncatedNormal, Uniform, Zeros, Ones, Constant };
   Kind kind = Kind::Normal;
-  double stddev = 0.02;  // Normal, TruncatedNormal (truncated at ±2 stddev)
+  double stddev = 0.02;      // Normal, TruncatedNormal (truncated at ±2 stddev)
   double low = 0, high = 0;  // Uniform
-  double value = 0;      // Constant
+  double value = 0;          // Constant
 
   static Initializer normal(double stddev) { return {Kind::Normal, stddev}; }
   static Initializer truncated_normal(double stddev) { return {Kind::TruncatedNormal, stddev}; }
@@ -68,6 +68,9 @@ using ParamSpecs = std::map<std::string, ParamInfo>;
 class ParamScope {
  public:
   explicit ParamScope(uint64_t seed, DType dtype = DType::Float32);
+  // A scope that records specs only: param() returns placeholders (no memory, no
+  // random draws), so the specs of a billion-parameter model cost nothing.
+  static ParamScope specs_only(DType dtype = DType::Float32);
 
   ParamScope child(const std::string& name) const;
   ParamScope child(size_t index) const { return child(std::to_string(index)); }
@@ -79,14 +82,17 @@ class ParamScope {
   const std::string& path() const { return path_; }
   uint64_t seed() const { return seed_; }
   const ParamSpecs& specs() const { return *specs_; }
+  DType dtype() const { return dtype_; }
+  bool is_specs_only() const { return specs_only_; }
 
  private:
-  ParamScope(uint64_t seed, DType dtype, std::string path, std::shared_ptr<ParamSpecs> specs)
-      : seed_(seed), dtype_(dtype), path_(std::move(path)), specs_(std::move(specs)) {}
+  ParamScope(uint64_t seed, DType dtype, std::string path, std::shared_ptr<ParamSpecs> specs, bool specs_only)
+      : seed_(seed), dtype_(dtype), path_(std::move(path)), specs_(std::move(specs)), specs_only_(specs_only) {}
   uint64_t seed_;
   DType dtype_;
   std::string path_;
   std::shared_ptr<ParamSpecs> specs_;
+  bool specs_only_ = false;
 };
 
 // The key of the parameter at `path` for `seed` (a stable hash of both).

@@ -1,0 +1,166 @@
+// bench_train: training throughput of tessera's trainer step (models/ + optim/ +
+// train/TrainStep: forward, backward, global-norm clip, AdamW, all one compiled
+// program with the state updated in place) on the shapes the peers are measured on.
+//
+// Same work as ../shared/peers/torch_gpt_cpu.py: pre-LN GPT-2 (learned positions,
+// tied head, tanh GELU), AdamW lr 3e-4 betas (0.9, 0.95) eps 1e-8, weight decay 0.1
+// on every 2-D parameter (embeddings included, as the peer does) and none on biases
+// and norms, clip 1.0; uniform random tokens, batches made before timing. The first
+// --warmup steps are not timed; then --steps steps are timed one by one and
+// tokens/s = batch * seq / median step time.
+//
+//   build/bin/bench_train --preset tiny|small [--steps 20] [--warmup 3] [--threads 2] [--batch 8] [--seq 256]
+//
+// A table goes to stdout; the last line is one JSON object (run_train_bench.py reads it).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tessera/base/thread_pool.h"
+#include "tessera/models/model.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/tessera.h"
+#include "tessera/train/train_step.h"
+#include "tessera/train/trainer.h"
+
+namespace ts = tessera;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  std::string preset = "tiny";
+  int64_t steps = 20, warmup = 3, batch = 8, seq = 256;
+  int threads = 2;
+  uint64_t seed = 0;
+};
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) ts::fail<ts::ValueError>("bench_train: {} needs a value", arg);
+    const std::string value = argv[++i];
+    auto integer = [&] {
+      char* end = nullptr;
+      const long long v = std::strtoll(value.c_str(), &end, 10);
+      if (*end != '\0' || v < 0)
+        ts::fail<ts::ValueError>("bench_train: {} wants a non-negative integer (got {})", arg, value);
+      return static_cast<int64_t>(v);
+    };
+    if (arg == "--preset")
+      f.preset = value;
+    else if (arg == "--steps")
+      f.steps = std::max<int64_t>(1, integer());
+    else if (arg == "--warmup")
+      f.warmup = integer();
+    else if (arg == "--batch")
+      f.batch = std::max<int64_t>(1, integer());
+    else if (arg == "--seq")
+      f.seq = std::max<int64_t>(1, integer());
+    else if (arg == "--threads")
+      f.threads = static_cast<int>(integer());
+    else if (arg == "--seed")
+      f.seed = static_cast<uint64_t>(integer());
+    else
+      ts::fail<ts::ValueError>(
+          "bench_train: unknown flag {} (flags: --preset --steps --warmup --batch --seq --threads --seed)", arg);
+  }
+  return f;
+}
+
+ts::data::Batch random_batch(int64_t vocab, int64_t batch, int64_t seq, std::mt19937_64& gen) {
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> window(static_cast<size_t>(batch * (seq + 1)));
+  for (auto& t : window) t = dist(gen);
+  std::vector<int32_t> tokens, targets;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < seq; ++t) {
+      tokens.push_back(window[static_cast<size_t>(b * (seq + 1) + t)]);
+      targets.push_back(window[static_cast<size_t>(b * (seq + 1) + t + 1)]);
+    }
+  return {ts::Array::from_vector(tokens, {batch, seq}), ts::Array::from_vector(targets, {batch, seq})};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int run(const Flags& f) {
+  if (f.threads > 0) ts::set_num_threads(f.threads);
+  ts::models::ModelConfig config = ts::models::preset(f.preset);
+  config.context = std::max(config.context, f.seq);
+  ts::models::Model model(config);
+  ts::optim::OptimizerConfig adamw;
+  adamw.no_decay = {ts::nn::ParamKind::Bias, ts::nn::ParamKind::Norm};
+  ts::optim::Optimizer optimizer(adamw, model.specs());
+  ts::Tree params = model.init(f.seed);
+  ts::Tree opt_state = optimizer.init(params);
+  ts::train::TrainStep step(model, optimizer, 1);
+
+  std::mt19937_64 gen(f.seed + 1);
+  std::vector<ts::data::Batch> batches;
+  for (int64_t i = 0; i < f.warmup + f.steps; ++i) batches.push_back(random_batch(config.vocab, f.batch, f.seq, gen));
+
+  const double lr = 3e-4;
+  std::vector<double> times, losses;
+  const auto run_start = Clock::now();
+  double first_step_s = 0;
+  for (int64_t i = 0; i < f.warmup + f.steps; ++i) {
+    const auto t0 = Clock::now();
+    const ts::train::StepStats s = step.run(params, opt_state, {batches[static_cast<size_t>(i)]}, lr, std::nullopt);
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (i == 0) first_step_s = dt;
+    losses.push_back(s.loss);
+    if (i >= f.warmup) times.push_back(dt);
+  }
+  const double total_s = std::chrono::duration<double>(Clock::now() - run_start).count();
+  const double step_s = median(times);
+  const double tokens_per_s = static_cast<double>(f.batch * f.seq) / step_s;
+  const double flops_per_token = model.flops_per_token(f.seq);
+  const double gflops = flops_per_token * tokens_per_s / 1e9;
+  const double peak = ts::train::calibrate_peak_flops().peak_flops;
+
+  fmt::print("bench_train: {} ({} {} layers, dim {}, heads {}, vocab {}), batch {} x seq {}, {} threads\n", f.preset,
+             config.family, config.layers, config.dim, config.heads, config.vocab, f.batch, f.seq, ts::num_threads());
+  fmt::print(
+      "| params | flops/token | step ms (median of {}) | tokens/s | GFLOP/s | MFU vs 200 GFLOP/s | vs GEMM {:.0f} |\n",
+      f.steps, peak / 1e9);
+  fmt::print("| --- | --- | --- | --- | --- | --- | --- |\n");
+  fmt::print("| {:.2f}M | {:.1f}M | {:.1f} | {:.0f} | {:.1f} | {:.1f}% | {:.1f}% |\n",
+             static_cast<double>(model.parameter_count()) / 1e6, flops_per_token / 1e6, 1e3 * step_s, tokens_per_s,
+             gflops, 100 * gflops / 200, 100 * gflops * 1e9 / peak);
+  std::string loss_list;
+  for (double l : losses) loss_list += fmt::format("{}{:.6f}", loss_list.empty() ? "" : ", ", l);
+  fmt::print(
+      "{{\"bench\": \"train\", \"peer\": \"tessera\", \"preset\": \"{}\", \"family\": \"{}\", \"layers\": {}, \"dim\": "
+      "{}, "
+      "\"heads\": {}, \"vocab\": {}, \"batch\": {}, \"seq\": {}, \"threads\": {}, \"params\": {}, \"flops_per_token\": "
+      "{:.0f}, "
+      "\"steps\": {}, \"warmup\": {}, \"step_ms\": {:.3f}, \"first_step_ms\": {:.3f}, \"tokens_per_s\": {:.1f}, "
+      "\"achieved_gflops\": {:.2f}, \"mfu_vs_200\": {:.4f}, \"calibration_gemm_gflops\": {:.1f}, \"traces\": {}, "
+      "\"compiled_flops_per_step\": {:.0f}, \"total_s\": {:.2f}, \"losses\": [{}]}}\n",
+      f.preset, config.family, config.layers, config.dim, config.heads, config.vocab, f.batch, f.seq, ts::num_threads(),
+      model.parameter_count(), flops_per_token, f.steps, f.warmup, 1e3 * step_s, 1e3 * first_step_s, tokens_per_s,
+      gflops, gflops / 200, peak / 1e9, step.trace_count(), step.compiled_flops(), total_s, loss_list);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse_flags(argc, argv));
+  } catch (const ts::Error& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return 1;
+  }
+}

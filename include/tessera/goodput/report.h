@@ -1,0 +1,39 @@
+// Reports of a GoodputReport: the short table (printed by `tessera goodput RUN_DIR` and
+// by the trainer at the end of every run), JSON (--json) and one self-contained HTML
+// file with inline SVG charts (--html FILE; no scripts or network).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/goodput/calculator.h"
+
+namespace tessera::goodput {
+
+// Goodput %, one row per badput category (seconds, % of total), MFU, tokens/s,
+// disruptions, then warnings and notes (at most a few lines each).
+std::string format_table(const GoodputReport& report);
+
+nlohmann::json report_to_json(const GoodputReport& report);
+
+struct MetricPoint {
+  int64_t step = 0;
+  double loss = 0;
+};
+
+// RUN_DIR/metrics.jsonl lines {"step":N,"loss":x,...}; bad lines are skipped with a
+// warning appended to *warnings. A missing file gives no points and no warning.
+std::vector<MetricPoint> read_metrics(const std::filesystem::path& path, std::vector<std::string>* warnings);
+
+// The HTML document: summary table, timeline of attempts and phases, badput breakdown,
+// step time over steps, loss curve (when there are metrics).
+std::string render_html(const GoodputReport& report, const std::vector<MetricPoint>& metrics, std::string_view title);
+
+// read_event_log(RUN_DIR/goodput/events.jsonl) + compute_goodput.
+GoodputReport report_for_run(const std::filesystem::path& run_dir, const CalculatorOptions& options = {});
+
+}  // namespace tessera::goodput

@@ -1,0 +1,46 @@
+// Causal self-attention, multi-head or grouped-query (kv_heads < heads), with an
+// optional RoPE and an optional KV cache for incremental decoding.
+//
+// One fused projection: x @ wqkv (+ bqkv), wqkv [dim, (heads + 2 kv_heads) head_dim],
+// columns [q heads | k heads | v heads]; the output is viewed as
+// [B, T, heads + 2 kv_heads, head_dim] and moved to [B, heads..., T, head_dim], from
+// which q, k, v are slices along the head axis (the layout bench/transformer_step.h
+// uses). Then scaled_dot_product_attention (GQA natively) and x @ wo (+ bo).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "tessera/core/tree.h"
+#include "tessera/nn/param.h"
+
+namespace tessera::nn {
+
+// Keys and values of earlier positions, [B, kv_heads, S, head_dim] each (S may be 0).
+struct KVState {
+  Array k, v;
+};
+
+struct Attention {
+  int64_t dim = 0, heads = 0;
+  int64_t kv_heads = 0;  // 0: = heads
+  bool bias = true;
+  bool rope = false;
+  double rope_theta = 10000.0;
+  double init_std = 0.02;
+  double out_std = 0.02;  // wo (GPT-2: init_std / sqrt(2 * layers))
+
+  int64_t resolved_kv_heads() const { return kv_heads == 0 ? heads : kv_heads; }
+  int64_t head_dim() const { return dim / heads; }
+  // Checks dim % heads, heads % kv_heads and an even head_dim with RoPE (ValueError).
+  void validate() const;
+
+  // {"wqkv", "wo"} and, with bias, {"bqkv", "bo"}.
+  Tree init(ParamScope scope) const;
+  // x [B, T, dim] -> [B, T, dim]. With `cache`, x follows the cache's S positions:
+  // positions (RoPE) start at S, queries see all cached keys plus the causal part of
+  // the new ones, and the new keys and values are appended to the cache.
+  Array operator()(const Tree& p, const Array& x, KVState* cache = nullptr) const;
+};
+
+}  // namespace tessera::nn

@@ -1,0 +1,97 @@
+// The training job's configuration: a TOML file (configs/*.toml) plus `--set
+// key=value` overrides. Every key is declared once in a schema (name, type, default,
+// help), so an unknown or mistyped key is an error that names the file:line and
+// suggests the nearest valid key, and `tessera train --print-config` can show them all.
+//
+//   [model]      preset, family, vocab, dim, layers, heads, kv_heads, mlp_dim, context, dropout, ...
+//   [data]       train, val, sources, fallback_sources, tokenizer, val_fraction
+//   [optimizer]  name, lr, beta1, beta2, eps, weight_decay, momentum, nesterov, clip_norm, no_decay
+//   [schedule]   decay, warmup_steps, min_lr_ratio
+//   [train]      steps, batch, micro_batch, seq, time_limit_s, log_interval, eval_interval, eval_batches
+//   [checkpoint] interval, keep_last, keep_every
+//   [run]        dir, seed, threads
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tessera/models/model.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/optim/schedule.h"
+
+namespace tessera::train {
+
+struct DataConfig {
+  std::string train = "data/train.bin";
+  std::string val = "data/val.bin";
+  // When train/val do not exist, they are prepared from these files or directories
+  // (the first list that exists; fallback_sources when none of `sources` does).
+  std::vector<std::string> sources;
+  std::vector<std::string> fallback_sources;
+  std::string tokenizer = "byte";
+  double val_fraction = 0.05;
+};
+
+struct LoopConfig {
+  int64_t steps = 1000;       // optimizer steps (the schedule's total)
+  int64_t batch = 8;          // sequences per optimizer step (all micro-batches)
+  int64_t micro_batch = 0;    // sequences per forward/backward (0: = batch; must divide batch)
+  int64_t seq = 256;          // tokens per sequence (<= model.context)
+  double time_limit_s = 0;    // stop (with a checkpoint) after this much training time; 0: none
+  int64_t log_interval = 10;  // steps between progress lines and metrics.jsonl records
+  int64_t eval_interval = 0;  // steps between validation passes (0: only at the end)
+  int64_t eval_batches = 16;  // validation batches per pass
+};
+
+struct CheckpointConfig {
+  int64_t interval = 0;  // steps between checkpoints (0: only at the end)
+  int keep_last = 3;
+  int keep_every = 0;
+};
+
+struct RunConfig {
+  std::string dir = "runs/default";
+  uint64_t seed = 1234;
+  int threads = 0;  // 0: all cores
+};
+
+struct TrainConfig {
+  models::ModelConfig model;
+  std::string model_preset;  // the preset the model section started from ("" = none)
+  DataConfig data;
+  optim::OptimizerConfig optimizer;
+  optim::ScheduleConfig schedule;  // schedule.total_steps = train.steps, peak_lr = optimizer lr
+  LoopConfig loop;
+  CheckpointConfig checkpoint;
+  RunConfig run;
+
+  int64_t micro_batches() const { return loop.batch / (loop.micro_batch > 0 ? loop.micro_batch : loop.batch); }
+  int64_t micro_batch_size() const { return loop.micro_batch > 0 ? loop.micro_batch : loop.batch; }
+
+  // Every key as JSON {"model": {...}, ...} (stored in checkpoint manifests).
+  nlohmann::json to_json() const;
+  // Cross-field checks (batch % micro_batch, seq <= context, ...): ConfigError.
+  void validate() const;
+};
+
+// Loads `path` (TOML), then applies overrides "section.key=value" (the value in TOML
+// syntax: 3e-4, "text", true, ["a", "b"]; a bare word is taken as a string). Errors
+// are ConfigErrors: "configs/x.toml:12: unknown key 'optimizer.lrr' (did you mean
+// 'optimizer.lr'?)", "--set train.steps=abc: expected an integer".
+TrainConfig load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides = {});
+// The same from TOML text (`origin` names it in errors).
+TrainConfig parse_config(const std::string& toml_text, const std::string& origin,
+                         const std::vector<std::string>& overrides = {});
+// Rebuilds a config from to_json() output (checkpoint manifests).
+TrainConfig config_from_json(const nlohmann::json& json);
+
+// Every valid key with its type and default, one per line ("optimizer.lr = 0.001  # float").
+std::string describe_config_keys();
+
+// Levenshtein distance (for "did you mean").
+size_t edit_distance(const std::string& a, const std::string& b);
+
+}  // namespace tessera::train

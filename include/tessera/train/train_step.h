@@ -1,0 +1,70 @@
+// The compiled training step: forward, backward, (accumulation over micro-batches),
+// global-norm clipping and the optimizer update, as jitted programs whose parameters
+// and optimizer state are updated in place (donated buffers).
+//
+// One micro-batch per step: a single program  (params, opt, tokens, targets, lr[, key])
+//   -> (params', opt', loss, grad_norm).
+// k > 1 micro-batches: a gradient program run k times (the first returns the
+// gradients, the others add theirs to the running sum in place) and an update program
+// that applies the mean. Both orders of summation are fixed, so results are bitwise
+// reproducible.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "tessera/compiler/jit.h"
+#include "tessera/data/loader.h"
+#include "tessera/models/model.h"
+#include "tessera/optim/optimizer.h"
+
+namespace tessera::train {
+
+struct StepStats {
+  double loss = 0;       // mean over the step's micro-batches
+  double grad_norm = 0;  // before clipping
+};
+
+class TrainStep {
+ public:
+  TrainStep(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches);
+
+  // Updates params and opt_state in place. `micro` holds micro_batches batches;
+  // `dropout_key` is required iff the model has dropout.
+  StepStats run(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr,
+                const std::optional<Array>& dropout_key);
+
+  // Traces and compiles the step's programs for these argument types without running
+  // them (so compile time can be told apart from the first step's). run() compiles on
+  // first use when this was not called.
+  void compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch,
+               const std::optional<Array>& dropout_key);
+
+  // How many times the programs were traced (1 per program once warm).
+  int trace_count() const;
+  // Model FLOPs of one program execution as the compiled program counts them.
+  double compiled_flops() const { return compiled_flops_; }
+
+ private:
+  const models::Model& model_;
+  const optim::Optimizer& optimizer_;
+  int64_t micro_batches_;
+  std::optional<Jitted> fused_;       // micro_batches == 1
+  std::optional<Jitted> grad_first_;  // micro_batches > 1
+  std::optional<Jitted> grad_add_;
+  std::optional<Jitted> update_;
+  double compiled_flops_ = 0;
+  Tree grad_sum_;
+
+  // The programs, created (traced and compiled) on first use.
+  Jitted& fused_program(const Tree& args);
+  Jitted& grad_program(bool first, const Tree& args);
+  Jitted& update_program(const Tree& args);
+};
+
+// Mean validation loss of `params` over the first `batches` windows-batches of `loader`
+// (which is reset to its start first); a jitted forward-only program.
+double evaluate(const models::Model& model, const Tree& params, data::DataLoader& loader, int64_t batches);
+
+}  // namespace tessera::train

@@ -1,0 +1,77 @@
+// The training job behind `tessera train`: prepares data if needed, builds the model
+// and optimizer, resumes from the newest valid checkpoint in the run directory, runs
+// the compiled step with a live progress line, validates, checkpoints, writes
+// metrics.jsonl and records goodput events, and reports what the run achieved.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "tessera/core/tree.h"
+#include "tessera/goodput/calibration.h"
+#include "tessera/train/config.h"
+
+namespace tessera::goodput {
+class Recorder;
+}
+
+namespace tessera::train {
+
+struct TrainSummary {
+  int64_t start_step = 0;  // > 0 when resumed
+  int64_t end_step = 0;
+  std::string stop_reason;   // "steps", "time limit"
+  double train_seconds = 0;  // this attempt's training loop (steps, evals, checkpoints)
+  double tokens_per_s = 0;   // over this attempt's steps (median step time)
+  double mfu = 0;            // model FLOP/s over the calibrated peak
+  double peak_flops = 0;     // the calibration GEMM's FLOP/s (CPU) this run measured
+  double last_loss = 0;
+  std::optional<double> val_loss;
+  std::filesystem::path last_checkpoint;
+  int64_t parameters = 0;
+  std::string goodput_table;  // where the run's time went (goodput/report.h), "" if not recorded
+};
+
+struct TrainerOptions {
+  bool progress = true;        // live progress line on stderr
+  bool record_goodput = true;  // RUN_DIR/goodput/events.jsonl
+  // Stop after this optimizer step (with a checkpoint), as if the job were preempted
+  // there; 0: run to train.steps. The schedule still spans train.steps, so a resumed
+  // run continues exactly where a straight one would be.
+  int64_t stop_at_step = 0;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainConfig config, TrainerOptions options = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains until train.steps, the time limit, stop_at_step, or SIGINT/SIGTERM (the
+  // current step finishes and a checkpoint is saved first). May be called once.
+  TrainSummary run();
+
+  // State after run() (tests compare resumed and straight runs bitwise).
+  const Tree& params() const;
+  const Tree& opt_state() const;
+  const TrainConfig& config() const;
+
+ private:
+  TrainSummary run_attempt(goodput::Recorder* recorder);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Makes sure config.data.train and .val exist: prepares them from data.sources (or
+// data.fallback_sources) when missing. Returns a note of what it did ("" if nothing).
+std::string ensure_data(const DataConfig& data);
+
+// FLOP/s of a float32 BLAS GEMM (1024^3) on this machine with the current thread
+// count, timed for about `seconds`: the CPU's practical peak, which MFU is measured
+// against (stated as such in every report).
+goodput::Calibration calibrate_peak_flops(double seconds = 0.4);
+
+}  // namespace tessera::train

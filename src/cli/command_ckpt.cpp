@@ -1,0 +1,158 @@
+// `tessera ckpt ls|verify|inspect`: what checkpoints a run has, whether they are
+// intact (checksums against manifest.json), and what one holds (manifest and tensors).
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "tessera/base/error.h"
+#include "tessera/ckpt/checkpoint.h"
+#include "tessera/ckpt/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace tessera::cli {
+namespace {
+
+struct CkptArgs {
+  std::string ls_path, verify_path, inspect_path;
+  bool no_verify = false;
+  bool full_manifest = false;
+};
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1000 && unit < 4) value /= 1000, ++unit;
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, units[unit]);
+}
+
+bool is_checkpoint_dir(const fs::path& path) { return fs::exists(path / "manifest.json"); }
+
+// The checkpoints directory of a run directory (RUN/checkpoints), or the path itself
+// when it already is one.
+fs::path checkpoints_dir(const fs::path& path) {
+  if (!fs::is_directory(path)) fail<IOError>("{} is not a directory", path.string());
+  return fs::is_directory(path / "checkpoints") ? path / "checkpoints" : path;
+}
+
+std::vector<ckpt::CheckpointInfo> checkpoints_of(const fs::path& path) {
+  const fs::path dir = checkpoints_dir(path);
+  std::vector<ckpt::CheckpointInfo> all = ckpt::list_checkpoints(dir);
+  if (all.empty()) fail<IOError>("no checkpoints (step_<N> directories) in {}", dir.string());
+  return all;
+}
+
+int run_ls(const CkptArgs& args) {
+  const std::vector<ckpt::CheckpointInfo> all = checkpoints_of(args.ls_path);
+  fmt::print("{:>10}  {:>9}  {:<20}  {}\n", "step", "size", "created", args.no_verify ? "" : "verified");
+  for (const ckpt::CheckpointInfo& info : all) {
+    std::string verified;
+    if (!args.no_verify) {
+      const ckpt::VerifyResult result = ckpt::CheckpointManager::verify(info.path);
+      verified = result.ok ? "ok" : "FAILED: " + result.problem;
+    }
+    fmt::print("{:>10}  {:>9}  {:<20}  {}\n", info.step, human_bytes(info.bytes),
+               info.created.empty() ? "?" : info.created, verified);
+  }
+  return 0;
+}
+
+int run_verify(const CkptArgs& args) {
+  const fs::path path = args.verify_path;
+  std::vector<fs::path> targets;
+  if (is_checkpoint_dir(path)) {
+    targets.push_back(path);
+  } else {
+    for (const ckpt::CheckpointInfo& info : checkpoints_of(path)) targets.push_back(info.path);
+  }
+  int failed = 0;
+  for (const fs::path& target : targets) {
+    const ckpt::VerifyResult result = ckpt::CheckpointManager::verify(target);
+    if (result.ok) {
+      fmt::print("ok      {}\n", target.string());
+    } else {
+      ++failed;
+      fmt::print("FAILED  {}: {}\n", target.string(), result.problem);
+    }
+  }
+  if (targets.size() > 1) fmt::print("{} of {} checkpoints verified\n", targets.size() - failed, targets.size());
+  return failed == 0 ? 0 : 1;
+}
+
+void print_tensors(const fs::path& file) {
+  const ckpt::SafetensorsHeader header = ckpt::read_safetensors_header(file);
+  size_t width = 4;
+  for (const auto& entry : header.tensors) width = std::max(width, entry.name.size());
+  fmt::print("\n{} ({} tensors)\n", file.filename().string(), header.tensors.size());
+  fmt::print("  {:<{}}  {:<5}  {:<18}  {:>10}\n", "name", width, "dtype", "shape", "bytes");
+  uint64_t total = 0, elements = 0;
+  for (const auto& entry : header.tensors) {
+    const uint64_t bytes = entry.end - entry.begin;
+    total += bytes;
+    elements += bytes / itemsize(entry.dtype);
+    fmt::print("  {:<{}}  {:<5}  {:<18}  {:>10}\n", entry.name, width, ckpt::safetensors_dtype(entry.dtype),
+               to_string(entry.shape), bytes);
+  }
+  fmt::print("  total: {} elements, {}\n", elements, human_bytes(total));
+}
+
+int run_inspect(const CkptArgs& args) {
+  fs::path path = args.inspect_path;
+  if (!is_checkpoint_dir(path)) path = checkpoints_of(path).back().path;  // a run: its newest checkpoint
+  const nlohmann::json manifest = ckpt::read_manifest(path);
+  if (args.full_manifest) {
+    fmt::print("{}\n", manifest.dump(2));
+    return 0;
+  }
+  fmt::print("checkpoint {}\n", path.string());
+  fmt::print("  format   {} v{}\n", manifest.value("format", "?"),
+             manifest.contains("version") ? manifest["version"].dump() : "?");
+  fmt::print("  step     {}\n", manifest.contains("step") ? manifest["step"].dump() : "?");
+  fmt::print("  created  {}\n", manifest.value("created", "?"));
+  if (manifest.contains("files") && manifest["files"].is_object())
+    for (const auto& [name, entry] : manifest["files"].items())
+      fmt::print("  file     {}  {} bytes  xxh3 {}\n", name, entry.value("bytes", uint64_t{0}),
+                 entry.value("xxh3", "?"));
+  if (manifest.contains("extra") && manifest["extra"].is_object()) {
+    for (const auto& [key, value] : manifest["extra"].items()) {
+      std::string text = value.dump();
+      if (text.size() > 90) text = text.substr(0, 87) + "...";
+      fmt::print("  extra    {}: {}\n", key, text);
+    }
+  }
+  for (const char* file : {"params.safetensors", "opt_state.safetensors"})
+    if (fs::exists(path / file)) print_tensors(path / file);
+  fmt::print("\n(--manifest prints the whole manifest.json; `tessera ckpt verify` checks the checksums)\n");
+  return 0;
+}
+
+}  // namespace
+
+Command add_ckpt_command(CLI::App& app) {
+  CLI::App* ckpt = app.add_subcommand("ckpt", "List, verify and inspect checkpoints");
+  ckpt->require_subcommand(1);
+  auto args = std::make_shared<CkptArgs>();
+  CLI::App* ls = ckpt->add_subcommand("ls", "List a run's checkpoints: step, size, created, verified");
+  ls->add_option("run_dir", args->ls_path, "Run directory (or its checkpoints/ directory)")->required();
+  ls->add_flag("--no-verify", args->no_verify, "Do not read the files to verify checksums");
+  CLI::App* verify =
+      ckpt->add_subcommand("verify", "Check checksums of one checkpoint or every one of a run; exit 1 if any fails");
+  verify->add_option("path", args->verify_path, "A checkpoint directory or a run directory")->required();
+  CLI::App* inspect =
+      ckpt->add_subcommand("inspect", "Show a checkpoint's manifest and its tensors (name, dtype, shape, bytes)");
+  inspect->add_option("path", args->inspect_path, "A checkpoint directory, or a run directory (its newest checkpoint)")
+      ->required();
+  inspect->add_flag("--manifest", args->full_manifest, "Print the whole manifest.json instead");
+  return Command{ckpt, [args, ls, verify] {
+                   if (ls->parsed()) return run_ls(*args);
+                   if (verify->parsed()) return run_verify(*args);
+                   return run_inspect(*args);
+                 }};
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,101 @@
+// `tessera train --config configs/x.toml [--set key=value ...]`: runs (or resumes) a
+// training job and prints its summary, a few samples and where the time went.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "tessera/data/tokenizer.h"
+#include "tessera/models/sample.h"
+#include "tessera/train/config.h"
+#include "tessera/train/progress.h"
+#include "tessera/train/trainer.h"
+
+namespace tessera::cli {
+namespace {
+
+struct TrainOptions {
+  std::string config;
+  std::vector<std::string> overrides;
+  bool list_keys = false;
+  bool print_config = false;
+  bool quiet = false;
+  int samples = 0;
+  int sample_tokens = 200;
+};
+
+void print_samples(const train::Trainer& trainer, int count, int tokens) {
+  const train::TrainConfig& cfg = trainer.config();
+  models::Model model(cfg.model);
+  std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(cfg.data.tokenizer);
+  // Each sample starts from a newline: for a corpus of short texts that is the start of a new one.
+  const std::vector<int32_t> prompt = tokenizer->encode("\n");
+  for (int i = 0; i < count; ++i) {
+    models::SampleOptions options;
+    options.max_tokens = tokens;
+    options.temperature = 0.8;
+    options.top_k = 40;
+    options.seed = static_cast<uint64_t>(i) + 1;
+    const models::SampleResult result = models::sample(model, trainer.params(), prompt, options);
+    fmt::print("--- sample {} (temperature 0.8, top-k 40, seed {}) ---\n{}\n", i + 1, options.seed,
+               tokenizer->decode(result.tokens));
+  }
+}
+
+int run_train(const TrainOptions& options) {
+  if (options.list_keys) {
+    fmt::print("{}", train::describe_config_keys());
+    return 0;
+  }
+  if (options.config.empty()) {
+    fmt::print(stderr, "tessera train: --config FILE is required (configs/ has examples)\n");
+    return 2;
+  }
+  train::TrainConfig config = train::load_config(options.config, options.overrides);
+  if (options.print_config) {
+    fmt::print("{}\n", config.to_json().dump(2));
+    return 0;
+  }
+  train::TrainerOptions trainer_options;
+  trainer_options.progress = !options.quiet;
+  train::Trainer trainer(config, trainer_options);
+  const train::TrainSummary s = trainer.run();
+
+  fmt::print("\n== run summary ({}) ==\n", config.run.dir);
+  fmt::print("  steps            {} -> {} ({}){}\n", s.start_step, s.end_step, s.stop_reason,
+             s.start_step > 0 ? ", resumed" : "");
+  fmt::print("  parameters       {:.2f}M\n", static_cast<double>(s.parameters) / 1e6);
+  fmt::print("  training time    {} ({:.1f} s)\n", train::format_duration(s.train_seconds), s.train_seconds);
+  fmt::print("  throughput       {:.0f} tokens/s (median step), MFU {:.1f}% of {:.1f} GFLOP/s (calibration GEMM)\n",
+             s.tokens_per_s, 100 * s.mfu, s.peak_flops / 1e9);
+  fmt::print("  last train loss  {:.4f}\n", s.last_loss);
+  if (s.val_loss)
+    fmt::print("  validation loss  {:.4f} nats/token (perplexity {:.2f}, {:.3f} bits/token)\n", *s.val_loss,
+               std::exp(*s.val_loss), *s.val_loss / std::log(2.0));
+  fmt::print("  checkpoint       {}\n", s.last_checkpoint.string());
+  if (!s.goodput_table.empty())
+    fmt::print("\n== goodput (tessera goodput {} for the detail, --html for charts) ==\n{}", config.run.dir,
+               s.goodput_table);
+  if (options.samples > 0) print_samples(trainer, options.samples, options.sample_tokens);
+  return 0;
+}
+
+}  // namespace
+
+Command add_train_command(CLI::App& app) {
+  auto options = std::make_shared<TrainOptions>();
+  CLI::App* sub = app.add_subcommand("train", "Train a model from a TOML config (resumes from the run directory)");
+  sub->add_option("--config,-c", options->config, "TOML config file (see configs/)");
+  sub->add_option("--set", options->overrides, "Override a key: --set optimizer.lr=3e-4 (repeatable)");
+  sub->add_flag("--list-keys", options->list_keys, "List every config key with its type and default");
+  sub->add_flag("--print-config", options->print_config, "Print the resolved config as JSON and exit");
+  sub->add_flag("--quiet,-q", options->quiet, "No progress line");
+  sub->add_option("--samples", options->samples, "Print this many samples from the trained model at the end");
+  sub->add_option("--sample-tokens", options->sample_tokens, "Tokens per sample");
+  return Command{sub, [options] { return run_train(*options); }};
+}
+
+}  // namespace tessera::cli

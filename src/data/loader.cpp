@@ -1,0 +1,92 @@
+#include "tessera/data/loader.h"
+
+#include <numeric>
+#include <random>
+
+#include "tessera/base/error.h"
+
+namespace tessera::data {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, bound] without modulo bias: reject draws from the incomplete last block.
+uint64_t uniform_upto(std::mt19937_64& rng, uint64_t bound) {
+  if (bound == UINT64_MAX) return rng();
+  const uint64_t range = bound + 1;
+  const uint64_t limit = UINT64_MAX - (UINT64_MAX % range + 1) % range;  // largest multiple of range, minus 1
+  uint64_t draw;
+  do {
+    draw = rng();
+  } while (draw > limit);
+  return draw % range;
+}
+
+}  // namespace
+
+DataLoader::DataLoader(std::shared_ptr<const TokenFile> file, int64_t batch, int64_t seq, uint64_t seed, int rank,
+                       int world, bool shuffle)
+    : file_(std::move(file)), batch_(batch), seq_(seq), seed_(seed), rank_(rank), world_(world), shuffle_(shuffle) {
+  if (!file_) fail<ValueError>("DataLoader: no token file");
+  if (batch_ <= 0 || seq_ <= 0)
+    fail<ValueError>("DataLoader {}: batch {} and seq {} must be positive", file_->path().string(), batch_, seq_);
+  if (world_ <= 0 || rank_ < 0 || rank_ >= world_)
+    fail<ValueError>("DataLoader {}: rank {} out of range for world size {}", file_->path().string(), rank_, world_);
+  if (batches_per_epoch() == 0)
+    fail<ValueError>(
+        "DataLoader {}: {} tokens make {} windows of {} tokens (seq {} + 1), too few for one batch of {} on each of {} "
+        "ranks (needs {} windows, {} tokens)",
+        file_->path().string(), file_->size(), windows(), seq_ + 1, seq_, batch_, world_,
+        static_cast<uint64_t>(batch_) * world_, static_cast<uint64_t>(batch_) * world_ * seq_ + 1);
+  shuffle_epoch();
+}
+
+uint64_t DataLoader::windows() const {
+  const uint64_t n = file_->size();
+  return n == 0 ? 0 : (n - 1) / static_cast<uint64_t>(seq_);
+}
+
+uint64_t DataLoader::batches_per_epoch() const {
+  return windows() / static_cast<uint64_t>(world_) / static_cast<uint64_t>(batch_);
+}
+
+void DataLoader::shuffle_epoch() {
+  order_.resize(windows());
+  std::iota(order_.begin(), order_.end(), uint64_t{0});
+  order_epoch_ = position_.epoch;
+  if (!shuffle_ || order_.size() < 2) return;
+  std::mt19937_64 rng(splitmix64(seed_ ^ splitmix64(position_.epoch)));
+  for (uint64_t i = order_.size() - 1; i > 0; --i) std::swap(order_[i], order_[uniform_upto(rng, i)]);
+}
+
+void DataLoader::set_position(LoaderPosition position) {
+  if (position.index >= batches_per_epoch())
+    fail<ValueError>("DataLoader {}: position index {} out of range ({} batches per epoch)", file_->path().string(),
+                     position.index, batches_per_epoch());
+  position_ = position;
+  if (order_epoch_ != position_.epoch) shuffle_epoch();
+}
+
+Batch DataLoader::next() {
+  const auto b = static_cast<size_t>(batch_), s = static_cast<size_t>(seq_), w = static_cast<size_t>(world_);
+  std::vector<int32_t> window(s + 1), tokens(b * s), targets(b * s);
+  for (size_t j = 0; j < b; ++j) {
+    const uint64_t slot = (position_.index * b + j) * w + static_cast<size_t>(rank_);
+    file_->read(order_[slot] * s, s + 1, window.data());
+    std::copy(window.begin(), window.end() - 1, tokens.begin() + j * s);
+    std::copy(window.begin() + 1, window.end(), targets.begin() + j * s);
+  }
+  if (++position_.index == batches_per_epoch()) {
+    position_ = LoaderPosition{position_.epoch + 1, 0};
+    shuffle_epoch();
+  }
+  const Shape shape{batch_, seq_};
+  return Batch{Array::from_vector(tokens, shape), Array::from_vector(targets, shape)};
+}
+
+}  // namespace tessera::data

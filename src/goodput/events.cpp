@@ -1,0 +1,71 @@
+// Event type names and typed field access for the goodput event log.
+#include "tessera/goodput/events.h"
+
+#include <array>
+#include <utility>
+
+namespace tessera::goodput {
+namespace {
+
+constexpr std::array<std::pair<EventType, std::string_view>, 23> kNames{{
+    {EventType::kJobStart, "job_start"},
+    {EventType::kJobEnd, "job_end"},
+    {EventType::kAttemptStart, "attempt_start"},
+    {EventType::kBackendInitStart, "backend_init_start"},
+    {EventType::kBackendInitEnd, "backend_init_end"},
+    {EventType::kCompileStart, "compile_start"},
+    {EventType::kCompileEnd, "compile_end"},
+    {EventType::kCheckpointRestoreStart, "checkpoint_restore_start"},
+    {EventType::kCheckpointRestoreEnd, "checkpoint_restore_end"},
+    {EventType::kCheckpointSaveStart, "checkpoint_save_start"},
+    {EventType::kCheckpointSaveEnd, "checkpoint_save_end"},
+    {EventType::kDataWaitStart, "data_wait_start"},
+    {EventType::kDataWaitEnd, "data_wait_end"},
+    {EventType::kStepStart, "step_start"},
+    {EventType::kStepEnd, "step_end"},
+    {EventType::kEvalStart, "eval_start"},
+    {EventType::kEvalEnd, "eval_end"},
+    {EventType::kFailure, "failure"},
+    {EventType::kCustomBadputStart, "custom_badput_start"},
+    {EventType::kCustomBadputEnd, "custom_badput_end"},
+    {EventType::kCalibration, "calibration"},
+    {EventType::kDevice, "device"},
+    {EventType::kLaunchWait, "launch_wait"},
+}};
+
+}  // namespace
+
+std::string_view event_type_name(EventType type) {
+  for (const auto& [t, name] : kNames)
+    if (t == type) return name;
+  return "unknown";
+}
+
+std::optional<EventType> event_type_from_name(std::string_view name) {
+  for (const auto& [t, n] : kNames)
+    if (n == name) return t;
+  return std::nullopt;
+}
+
+double Event::number(const char* key, double fallback) const {
+  const auto it = fields.find(key);
+  return it != fields.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+int64_t Event::integer(const char* key, int64_t fallback) const {
+  const auto it = fields.find(key);
+  if (it == fields.end() || !it->is_number()) return fallback;
+  return it->is_number_integer() ? it->get<int64_t>() : static_cast<int64_t>(it->get<double>());
+}
+
+std::string Event::text(const char* key, std::string fallback) const {
+  const auto it = fields.find(key);
+  return it != fields.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+bool Event::flag(const char* key, bool fallback) const {
+  const auto it = fields.find(key);
+  return it != fields.end() && it->is_boolean() ? it->get<bool>() : fallback;
+}
+
+}  // namespace tessera::goodput

@@ -1,0 +1,295 @@
+#include "tessera/models/model.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <utility>
+
+#include "tessera/base/error.h"
+#include "tessera/core/ops.h"
+#include "tessera/core/random.h"
+#include "tessera/nn/attention.h"
+#include "tessera/nn/dropout.h"
+#include "tessera/nn/layer_norm.h"
+#include "tessera/nn/mlp.h"
+#include "tessera/nn/rms_norm.h"
+
+namespace tessera::models {
+
+void ModelConfig::validate() const {
+  if (family != "gpt2" && family != "llama")
+    fail<ValueError>("ModelConfig: family '{}' is unknown (expected 'gpt2' or 'llama')", family);
+  auto positive = [](const char* field, int64_t value) {
+    if (value <= 0) fail<ValueError>("ModelConfig: {} = {} must be positive", field, value);
+  };
+  positive("vocab", vocab);
+  positive("dim", dim);
+  positive("layers", layers);
+  positive("heads", heads);
+  positive("context", context);
+  if (kv_heads < 0) fail<ValueError>("ModelConfig: kv_heads = {} must be >= 0 (0: = heads)", kv_heads);
+  if (mlp_dim < 0) fail<ValueError>("ModelConfig: mlp_dim = {} must be >= 0 (0: the family default)", mlp_dim);
+  if (vocab > (int64_t{1} << 31)) fail<ValueError>("ModelConfig: vocab = {} does not fit int32 token ids", vocab);
+  if (dim % heads != 0) fail<ValueError>("ModelConfig: dim = {} is not a multiple of heads = {}", dim, heads);
+  if (heads % resolved_kv_heads() != 0)
+    fail<ValueError>("ModelConfig: heads = {} is not a multiple of kv_heads = {}", heads, resolved_kv_heads());
+  if (family == "llama" && head_dim() % 2 != 0)
+    fail<ValueError>("ModelConfig: llama's RoPE needs an even head_dim (dim {} / heads {} = {})", dim, heads,
+                     head_dim());
+  if (!(dropout >= 0 && dropout < 1)) fail<ValueError>("ModelConfig: dropout = {} must be in [0, 1)", dropout);
+  if (!(norm_eps > 0)) fail<ValueError>("ModelConfig: norm_eps = {} must be positive", norm_eps);
+  if (!(rope_theta > 0)) fail<ValueError>("ModelConfig: rope_theta = {} must be positive", rope_theta);
+  if (!(init_std > 0) || !std::isfinite(init_std))
+    fail<ValueError>("ModelConfig: init_std = {} must be positive and finite", init_std);
+}
+
+int64_t ModelConfig::resolved_kv_heads() const { return kv_heads == 0 ? heads : kv_heads; }
+
+int64_t ModelConfig::resolved_mlp_dim() const {
+  if (mlp_dim > 0) return mlp_dim;
+  if (family == "llama") {
+    // Llama: int(2/3 * 4 dim), rounded up to a multiple of 256.
+    const int64_t hidden = 8 * dim / 3;
+    return (hidden + 255) / 256 * 256;
+  }
+  return 4 * dim;
+}
+
+bool ModelConfig::resolved_tied() const { return tied_embeddings.value_or(family == "gpt2"); }
+
+ModelConfig preset(const std::string& name) {
+  ModelConfig c;
+  if (name == "tiny") {
+    c = {.family = "gpt2", .vocab = 256, .dim = 256, .layers = 4, .heads = 4, .context = 256};
+  } else if (name == "small") {
+    c = {.family = "gpt2", .vocab = 4096, .dim = 384, .layers = 6, .heads = 6, .context = 256};
+  } else if (name == "gpt2-124m") {
+    c = {.family = "gpt2", .vocab = 50257, .dim = 768, .layers = 12, .heads = 12, .context = 1024};
+  } else if (name == "gpt2-350m") {
+    c = {.family = "gpt2", .vocab = 50257, .dim = 1024, .layers = 24, .heads = 16, .context = 1024};
+  } else if (name == "llama-tiny") {
+    c = {.family = "llama", .vocab = 256, .dim = 256, .layers = 4, .heads = 4, .kv_heads = 2, .context = 256};
+  } else if (name == "llama-1b") {
+    c = {.family = "llama",
+         .vocab = 32000,
+         .dim = 2048,
+         .layers = 16,
+         .heads = 32,
+         .kv_heads = 8,
+         .mlp_dim = 8192,
+         .context = 2048};
+  } else {
+    fail<ValueError>("preset: unknown model '{}' (known: {})", name, fmt::join(preset_names(), ", "));
+  }
+  return c;
+}
+
+std::vector<std::string> preset_names() {
+  return {"tiny", "small", "gpt2-124m", "gpt2-350m", "llama-tiny", "llama-1b"};
+}
+
+namespace {
+
+bool is_gpt2(const ModelConfig& c) { return c.family == "gpt2"; }
+
+double residual_std(const ModelConfig& c) { return c.init_std / std::sqrt(2.0 * static_cast<double>(c.layers)); }
+
+nn::Attention attention_of(const ModelConfig& c) {
+  return nn::Attention{.dim = c.dim,
+                       .heads = c.heads,
+                       .kv_heads = c.resolved_kv_heads(),
+                       .bias = is_gpt2(c),
+                       .rope = !is_gpt2(c),
+                       .rope_theta = c.rope_theta,
+                       .init_std = c.init_std,
+                       .out_std = residual_std(c)};
+}
+
+nn::GeluMLP gelu_mlp_of(const ModelConfig& c) {
+  return {
+      .dim = c.dim, .hidden = c.resolved_mlp_dim(), .bias = true, .init_std = c.init_std, .out_std = residual_std(c)};
+}
+
+nn::SwiGLU swiglu_of(const ModelConfig& c) {
+  return {.dim = c.dim, .hidden = c.resolved_mlp_dim(), .init_std = c.init_std, .out_std = residual_std(c)};
+}
+
+// gpt2: LayerNorm with bias; llama: RMSNorm. Both keep "scale" (and gpt2 "bias").
+Tree norm_init(const ModelConfig& c, nn::ParamScope scope) {
+  if (is_gpt2(c)) return nn::LayerNorm{c.dim, c.norm_eps, true}.init(std::move(scope));
+  return nn::RMSNorm{c.dim, c.norm_eps}.init(std::move(scope));
+}
+
+Array norm_apply(const ModelConfig& c, const Tree& p, const Array& x) {
+  if (is_gpt2(c)) return nn::LayerNorm{c.dim, c.norm_eps, true}(p, x);
+  return nn::RMSNorm{c.dim, c.norm_eps}(p, x);
+}
+
+// {"wte", ["wpe"], "layers": [{"ln1", "attn", "ln2", "mlp"}...], "lnf", ["head"]}.
+Tree build_params(const ModelConfig& c, const nn::ParamScope& scope) {
+  using nn::Initializer;
+  using nn::ParamKind;
+  Tree p;
+  p["wte"] = scope.param("wte", {.shape = {c.vocab, c.dim},
+                                 .axes = {"vocab", "embed"},
+                                 .init = Initializer::normal(c.init_std),
+                                 .kind = ParamKind::Embedding});
+  if (is_gpt2(c))
+    p["wpe"] = scope.param("wpe", {.shape = {c.context, c.dim},
+                                   .axes = {"position", "embed"},
+                                   .init = Initializer::normal(c.init_std),
+                                   .kind = ParamKind::Embedding});
+  const nn::Attention attention = attention_of(c);
+  std::vector<Tree> layers;
+  nn::ParamScope layer_scope = scope.child("layers");
+  for (int64_t l = 0; l < c.layers; ++l) {
+    nn::ParamScope s = layer_scope.child(static_cast<size_t>(l));
+    Tree layer;
+    layer["ln1"] = norm_init(c, s.child("ln1"));
+    layer["attn"] = attention.init(s.child("attn"));
+    layer["ln2"] = norm_init(c, s.child("ln2"));
+    layer["mlp"] = is_gpt2(c) ? gelu_mlp_of(c).init(s.child("mlp")) : swiglu_of(c).init(s.child("mlp"));
+    layers.push_back(std::move(layer));
+  }
+  p["layers"] = Tree::list(std::move(layers));
+  p["lnf"] = norm_init(c, scope.child("lnf"));
+  if (!c.resolved_tied())
+    p["head"] = scope.param("head", {.shape = {c.dim, c.vocab},
+                                     .axes = {"embed", "vocab"},
+                                     .init = Initializer::normal(c.init_std),
+                                     .kind = ParamKind::Weight});
+  return p;
+}
+
+void check_tokens(const ModelConfig& c, const Array& tokens, int64_t cached, const char* op) {
+  if (tokens.ndim() != 2 || !is_integral(tokens.dtype()))
+    fail<ShapeError>("Model::{}: tokens are {} (expected integer ids [batch, seq])", op, type_string(tokens));
+  const int64_t t = tokens.shape(1);
+  if (t < 1 || tokens.shape(0) < 1)
+    fail<ShapeError>("Model::{}: tokens of shape {} are empty", op, to_string(tokens.shape()));
+  if (cached + t > c.context) {
+    if (cached == 0) fail<ValueError>("Model::{}: {} tokens exceed the context of {}", op, t, c.context);
+    fail<ValueError>("Model::{}: cache length {} + {} new tokens = {} exceeds the context of {}", op, cached, t,
+                     cached + t, c.context);
+  }
+  // Values are checked when they are known (not while jit traces placeholders).
+  if (tokens.is_evaluated()) {
+    std::vector<int64_t> ids = tokens.to_vector<int64_t>();
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] < 0 || ids[i] >= c.vocab)
+        fail<ValueError>("Model::{}: token id {} at flat index {} is outside [0, vocab {})", op, ids[i], i, c.vocab);
+  }
+}
+
+}  // namespace
+
+Model::Model(ModelConfig config) : config_(std::move(config)) {
+  config_.validate();
+  nn::ParamScope scope = nn::ParamScope::specs_only();
+  build_params(config_, scope);
+  specs_ = scope.specs();
+}
+
+Tree Model::init(uint64_t seed) const { return build_params(config_, nn::ParamScope(seed)); }
+
+int64_t Model::parameter_count() const { return nn::parameter_count(specs_); }
+
+namespace {
+
+// The shared forward pass: logits of tokens at positions offset.. (offset = the
+// cache's length), with dropout when `dropout_key` is set.
+Array forward(const ModelConfig& c, const Tree& params, const Array& tokens, const std::optional<Array>& dropout_key,
+              KVCache* cache) {
+  const int64_t t = tokens.shape(1), offset = cache != nullptr ? cache->length : 0;
+  const nn::Dropout drop{c.dropout};
+  std::vector<Array> keys;
+  if (dropout_key && c.dropout > 0) keys = random::split_keys(*dropout_key, 1 + 2 * c.layers);
+  auto key_at = [&](size_t i) -> std::optional<Array> {
+    if (keys.empty()) return std::nullopt;
+    return keys[i];
+  };
+
+  Array x = take(params.at("wte").leaf(), tokens, 0);
+  if (is_gpt2(c)) x = x + slice_axis(params.at("wpe").leaf(), 0, offset, offset + t);
+  x = drop(x, key_at(0));
+  const nn::Attention attention = attention_of(c);
+  const std::vector<Tree>& layers = params.at("layers").elements();
+  if (static_cast<int64_t>(layers.size()) != c.layers)
+    fail<ValueError>("Model: params have {} layers (the config says {})", layers.size(), c.layers);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const Tree& layer = layers[l];
+    Array h = norm_apply(c, layer.at("ln1"), x);
+    if (cache != nullptr) {
+      nn::KVState state{cache->k[l], cache->v[l]};
+      h = attention(layer.at("attn"), h, &state);
+      cache->k[l] = state.k;
+      cache->v[l] = state.v;
+    } else {
+      h = attention(layer.at("attn"), h);
+    }
+    x = x + drop(h, key_at(1 + 2 * l));
+    h = norm_apply(c, layer.at("ln2"), x);
+    h = is_gpt2(c) ? gelu_mlp_of(c)(layer.at("mlp"), h) : swiglu_of(c)(layer.at("mlp"), h);
+    x = x + drop(h, key_at(2 + 2 * l));
+  }
+  x = norm_apply(c, params.at("lnf"), x);
+  if (c.resolved_tied()) return matmul(x, transpose(params.at("wte").leaf()));
+  return matmul(x, params.at("head").leaf());
+}
+
+}  // namespace
+
+Array Model::logits(const Tree& params, const Array& tokens, const std::optional<Array>& dropout_key) const {
+  check_tokens(config_, tokens, 0, "logits");
+  return forward(config_, params, tokens, dropout_key, nullptr);
+}
+
+Array Model::loss(const Tree& params, const Array& tokens, const Array& targets,
+                  const std::optional<Array>& dropout_key) const {
+  if (targets.shape() != tokens.shape())
+    fail<ShapeError>("Model::loss: targets {} do not match tokens {}", to_string(targets.shape()),
+                     to_string(tokens.shape()));
+  return cross_entropy(logits(params, tokens, dropout_key), targets);
+}
+
+KVCache Model::empty_cache(int64_t batch) const {
+  if (batch <= 0) fail<ValueError>("Model::empty_cache: batch {} must be positive", batch);
+  KVCache cache;
+  const Shape shape{batch, config_.resolved_kv_heads(), 0, config_.head_dim()};
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    cache.k.push_back(zeros(shape).eval());
+    cache.v.push_back(zeros(shape).eval());
+  }
+  return cache;
+}
+
+Array Model::logits_with_cache(const Tree& params, const Array& tokens, KVCache& cache) const {
+  check_tokens(config_, tokens, cache.length, "logits_with_cache");
+  if (static_cast<int64_t>(cache.k.size()) != config_.layers || cache.v.size() != cache.k.size())
+    fail<ValueError>("Model::logits_with_cache: cache has {} / {} layers (expected {}; use empty_cache)",
+                     cache.k.size(), cache.v.size(), config_.layers);
+  for (const Array& k : cache.k)
+    if (k.ndim() != 4 || k.shape(0) != tokens.shape(0) || k.shape(2) != cache.length)
+      fail<ValueError>("Model::logits_with_cache: cache keys {} do not match batch {} and length {}",
+                       to_string(k.shape()), tokens.shape(0), cache.length);
+  KVCache next = cache;
+  Array out = forward(config_, params, tokens, std::nullopt, &next);
+  std::vector<Array> results{out};
+  results.insert(results.end(), next.k.begin(), next.k.end());
+  results.insert(results.end(), next.v.begin(), next.v.end());
+  eval(results);
+  next.length = cache.length + tokens.shape(1);
+  cache = std::move(next);
+  return out;
+}
+
+double Model::flops_per_token(int64_t seq) const {
+  if (seq <= 0) fail<ValueError>("Model::flops_per_token: seq {} must be positive", seq);
+  int64_t n = parameter_count();
+  if (is_gpt2(config_)) n -= config_.context * config_.dim;
+  return 6.0 * static_cast<double>(n) +
+         12.0 * static_cast<double>(config_.layers) * static_cast<double>(seq) * static_cast<double>(config_.dim);
+}
+
+}  // namespace tessera::models

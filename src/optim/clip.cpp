@@ -1,0 +1,51 @@
+// Global-norm gradient clipping (optim/optimizer.h). Everything is built from array
+// ops, so it traces under jit: the clipping decision is a min(), not a branch.
+#include <cmath>
+
+#include "tessera/core/ops.h"
+#include "tessera/optim/optimizer.h"
+
+namespace tessera::optim {
+
+namespace {
+
+// The dtype the norm accumulates in: float64 when any leaf is float64, else float32
+// (bfloat16/float16 squares are summed in float32).
+DType norm_dtype(const std::vector<Array>& leaves) {
+  for (const Array& g : leaves)
+    if (g.dtype() == DType::Float64) return DType::Float64;
+  return DType::Float32;
+}
+
+// The norm in the accumulation dtype, so the clip scale of float64 gradients keeps full
+// precision.
+Array global_norm_wide(const Tree& grads) {
+  std::vector<Array> leaves = grads.leaves();
+  std::vector<std::string> paths = grads.paths();
+  DType acc = norm_dtype(leaves);
+  Array total = Array::scalar(0, acc);
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (!is_floating(leaves[i].dtype()))
+      fail<DTypeError>("global_norm: gradient \"{}\" is {} (expected a floating dtype)", paths[i],
+                       type_string(leaves[i]));
+    total = add(total, sum(square(astype(leaves[i], acc))));
+  }
+  return sqrt(total);
+}
+
+}  // namespace
+
+Array global_norm(const Tree& grads) { return astype(global_norm_wide(grads), DType::Float32); }
+
+std::pair<Tree, Array> clip_by_global_norm(const Tree& grads, double max_norm) {
+  if (!std::isfinite(max_norm) || max_norm <= 0)
+    fail<ValueError>("clip_by_global_norm: max_norm = {} (expected a finite value > 0)", max_norm);
+  Array norm = global_norm_wide(grads);
+  // scale = min(1, max_norm / (norm + 1e-6)): 1 (no change) while the norm is under the
+  // threshold; the epsilon keeps a zero gradient finite.
+  Array scale = minimum(scalar_like(1, norm), divide(scalar_like(max_norm, norm), add(norm, scalar_like(1e-6, norm))));
+  Tree clipped = grads.map([&](const Array& g) { return multiply(g, astype(scale, g.dtype())); });
+  return {std::move(clipped), astype(norm, DType::Float32)};
+}
+
+}  // namespace tessera::optim

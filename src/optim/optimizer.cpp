@@ -1,0 +1,162 @@
+// Optimizer (optim/optimizer.h): AdamW through the fused adamw_update kernel, SGD with
+// momentum from plain ops. The learning rate and step count are arrays and nothing
+// reads a value, so apply() traces under jit into one program for every step.
+#include "tessera/optim/optimizer.h"
+
+#include <algorithm>
+#include <iterator>
+
+#include "tessera/core/ops.h"
+
+namespace tessera::optim {
+
+namespace {
+
+// "a", "b", "c" (at most `limit`, then "...") for error messages.
+std::string some_paths(const std::vector<std::string>& paths, size_t limit = 4) {
+  std::string out;
+  for (size_t i = 0; i < paths.size() && i < limit; ++i) out += (i ? ", \"" : "\"") + paths[i] + "\"";
+  if (paths.size() > limit) out += ", ...";
+  return out.empty() ? "none" : out;
+}
+
+std::vector<std::string> spec_paths(const nn::ParamSpecs& specs) {
+  std::vector<std::string> paths;
+  for (const auto& [path, info] : specs) paths.push_back(path);
+  return paths;
+}
+
+// `other` must hold a leaf for every parameter, at the same path and of the same shape;
+// of the parameter's dtype, or of its accumulation dtype when `state` (moments).
+void check_like_params(const char* what, const Tree& params, const Tree& other, bool state) {
+  std::vector<std::string> p_paths = params.paths(), o_paths = other.paths();
+  if (p_paths != o_paths) {
+    std::vector<std::string> want = p_paths, got = o_paths, missing, extra;
+    std::sort(want.begin(), want.end());
+    std::sort(got.begin(), got.end());
+    std::set_difference(want.begin(), want.end(), got.begin(), got.end(), std::back_inserter(missing));
+    std::set_difference(got.begin(), got.end(), want.begin(), want.end(), std::back_inserter(extra));
+    if (missing.empty() && extra.empty())
+      fail<ValueError>("optimizer: {} holds the params' paths in another order {} (expected {})", what,
+                       some_paths(o_paths), some_paths(p_paths));
+    fail<ValueError>("optimizer: {} does not match the params: lacks {}; has extra {} (expected the same paths)", what,
+                     some_paths(missing), some_paths(extra));
+  }
+  std::vector<Array> p = params.leaves(), o = other.leaves();
+  for (size_t i = 0; i < p.size(); ++i) {
+    DType expected = state ? accumulation_dtype(p[i].dtype()) : p[i].dtype();
+    if (o[i].shape() != p[i].shape() || o[i].dtype() != expected)
+      fail<ValueError>("optimizer: {} \"{}\" is {} (expected {}{} like the parameter {})", what, o_paths[i],
+                       type_string(o[i]), short_name(expected), to_string(p[i].shape()), type_string(p[i]));
+  }
+}
+
+void check_state_keys(const Tree& state, const std::vector<std::string>& keys, const std::string& optimizer) {
+  std::vector<std::string> got;
+  if (state.is_dict())
+    for (const auto& [key, value] : state.items()) got.push_back(key);
+  if (got != keys)
+    fail<ValueError>("optimizer: {} state has keys {} (expected {}; make it with Optimizer::init)", optimizer,
+                     some_paths(got), some_paths(keys));
+  const Tree& step = state.at("step");
+  if (!step.is_leaf() || step.leaf().ndim() != 0 || step.leaf().dtype() != DType::Int64)
+    fail<ValueError>("optimizer: state \"step\" is {} (expected an int64 scalar)",
+                     step.is_leaf() ? type_string(step.leaf()) : std::string("not an array"));
+}
+
+Tree moments_like(const Tree& params) {
+  return params.map([](const Array& p) { return zeros(p.shape(), accumulation_dtype(p.dtype())); });
+}
+
+}  // namespace
+
+Optimizer::Optimizer(OptimizerConfig config, nn::ParamSpecs specs)
+    : config_(std::move(config)), specs_(std::move(specs)) {
+  config_.validate();
+}
+
+bool Optimizer::decays(const std::string& path) const {
+  auto it = specs_.find(path);
+  if (it == specs_.end())
+    fail<ValueError>("optimizer: parameter \"{}\" is not in the parameter specs (which hold {} paths: {})", path,
+                     specs_.size(), some_paths(spec_paths(specs_)));
+  const auto& no_decay = config_.no_decay;
+  return config_.weight_decay > 0 && std::find(no_decay.begin(), no_decay.end(), it->second.kind) == no_decay.end();
+}
+
+Tree Optimizer::init(const Tree& params) const {
+  std::vector<Array> leaves = params.leaves();
+  std::vector<std::string> paths = params.paths();
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    decays(paths[i]);  // every parameter must have a spec
+    if (!is_floating(leaves[i].dtype()))
+      fail<ValueError>("optimizer: parameter \"{}\" is {} (expected a floating dtype)", paths[i],
+                       type_string(leaves[i]));
+  }
+  Array step = zeros({}, DType::Int64);
+  if (config_.name == "adamw") return Tree{{"m", moments_like(params)}, {"v", moments_like(params)}, {"step", step}};
+  return Tree{{"momentum", moments_like(params)}, {"step", step}};
+}
+
+Optimizer::Update Optimizer::apply(const Tree& params, const Tree& grads, const Tree& state, const Array& lr) const {
+  const bool adamw = config_.name == "adamw";
+  check_like_params("grads", params, grads, false);
+  if (adamw) {
+    check_state_keys(state, {"m", "step", "v"}, "adamw");
+    check_like_params("state m", params, state.at("m"), true);
+    check_like_params("state v", params, state.at("v"), true);
+  } else {
+    check_state_keys(state, {"momentum", "step"}, "sgd");
+    check_like_params("state momentum", params, state.at("momentum"), true);
+  }
+  if (!lr.valid() || lr.ndim() != 0 || !is_floating(lr.dtype()))
+    fail<ValueError>("optimizer: lr is {} (expected a floating scalar)", lr.valid() ? type_string(lr) : "empty");
+  std::vector<std::string> paths = params.paths();
+  std::vector<bool> decay(paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) decay[i] = decays(paths[i]);
+
+  Update out;
+  Tree g_tree = grads;
+  if (config_.clip_norm > 0) {
+    std::tie(g_tree, out.grad_norm) = clip_by_global_norm(grads, config_.clip_norm);
+  } else {
+    out.grad_norm = global_norm(grads);
+  }
+  // The step count is 1-based in the update (bias correction): the state holds how
+  // many updates were applied before this one.
+  Array step = add(state.at("step").leaf(), Array::scalar(1, DType::Int64));
+  std::vector<Array> p = params.leaves(), g = g_tree.leaves(), new_p(p.size());
+
+  if (adamw) {
+    AdamWConfig with_decay{
+        .beta1 = config_.beta1, .beta2 = config_.beta2, .eps = config_.eps, .weight_decay = config_.weight_decay};
+    AdamWConfig without_decay = with_decay;
+    without_decay.weight_decay = 0;
+    std::vector<Array> m = state.at("m").leaves(), v = state.at("v").leaves();
+    for (size_t i = 0; i < p.size(); ++i) {
+      std::vector<Array> r = adamw_update(p[i], g[i], m[i], v[i], lr, step, decay[i] ? with_decay : without_decay);
+      new_p[i] = r[0];
+      m[i] = r[1];
+      v[i] = r[2];
+    }
+    out.state = Tree{{"m", state.at("m").with_leaves(m)}, {"v", state.at("v").with_leaves(v)}, {"step", step}};
+  } else {
+    // buf' = momentum buf + g;  d = buf' (or g + momentum buf' for Nesterov);
+    // p' = p - lr (d + wd p) with wd only on decayed leaves. Computed in the moments'
+    // dtype (float32 for low-precision parameters), rounded back to the parameter's.
+    std::vector<Array> buf = state.at("momentum").leaves();
+    for (size_t i = 0; i < p.size(); ++i) {
+      DType acc = buf[i].dtype();
+      Array gi = astype(g[i], acc), pi = astype(p[i], acc);
+      buf[i] = buf[i] * config_.momentum + gi;
+      Array d = config_.nesterov ? gi + buf[i] * config_.momentum : buf[i];
+      if (decay[i]) d = d + pi * config_.weight_decay;
+      new_p[i] = astype(subtract(pi, multiply(astype(lr, acc), d)), p[i].dtype());
+    }
+    out.state = Tree{{"momentum", state.at("momentum").with_leaves(buf)}, {"step", step}};
+  }
+  out.params = params.with_leaves(new_p);
+  return out;
+}
+
+}  // namespace tessera::optim

@@ -1,0 +1,43 @@
+// OptimizerConfig::validate (optim/optimizer.h).
+#include <cmath>
+
+#include "tessera/base/error.h"
+#include "tessera/optim/optimizer.h"
+
+namespace tessera::optim {
+
+namespace {
+
+void check_range(const char* field, double value, double low, bool low_open, double high, bool high_open) {
+  const bool ok =
+      std::isfinite(value) && (low_open ? value > low : value >= low) && (high_open ? value < high : value <= high);
+  if (!ok)
+    fail<ValueError>("optimizer: {} = {} (expected {} {} {} {} {})", field, value, low, low_open ? "<" : "<=", field,
+                     high_open ? "<" : "<=", high);
+}
+
+void check_at_least(const char* field, double value, double low, bool open) {
+  if (!std::isfinite(value) || (open ? value <= low : value < low))
+    fail<ValueError>("optimizer: {} = {} (expected a finite value {} {})", field, value, open ? ">" : ">=", low);
+}
+
+}  // namespace
+
+void OptimizerConfig::validate() const {
+  if (name != "adamw" && name != "sgd")
+    fail<ValueError>("optimizer: name = \"{}\" is unknown (expected one of: adamw, sgd)", name);
+  check_at_least("weight_decay", weight_decay, 0, false);
+  check_at_least("clip_norm", clip_norm, 0, false);
+  if (name == "adamw") {
+    check_range("beta1", beta1, 0, false, 1, true);
+    check_range("beta2", beta2, 0, false, 1, true);
+    check_at_least("eps", eps, 0, true);
+  } else {
+    check_range("momentum", momentum, 0, false, 1, true);
+    // Nesterov's look-ahead is g + momentum * buf: without momentum it is plain SGD,
+    // which is almost certainly not what was asked for.
+    if (nesterov && momentum == 0) fail<ValueError>("optimizer: nesterov = true needs momentum > 0 (got momentum = 0)");
+  }
+}
+
+}  // namespace tessera::optim

@@ -1,0 +1,441 @@
+#include "tessera/train/config.h"
+
+#include <fmt/format.h>
+
+#define TOML_EXCEPTIONS 1
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <sstream>
+
+#include "tessera/base/error.h"
+
+namespace tessera::train {
+
+namespace {
+
+// One configurable key: how to read it from a TOML node into the config, and how to
+// show its current value. `where` is "file:line" or "--set key=value" for errors.
+struct Field {
+  std::string key;
+  std::string type;  // "integer", "float", "boolean", "string", "string list"
+  std::string help;
+  std::function<void(TrainConfig&, const toml::node&, const std::string& where)> set;
+  std::function<nlohmann::json(const TrainConfig&)> get;
+};
+
+[[noreturn]] void type_error(const std::string& where, const std::string& key, const std::string& expected,
+                             const toml::node& node) {
+  std::ostringstream got;
+  got << node.type();
+  fail<ConfigError>("{}: '{}' expects {} (got a {})", where, key, expected, got.str());
+}
+
+int64_t read_integer(const toml::node& node, const std::string& where, const std::string& key) {
+  if (auto v = node.value_exact<int64_t>()) return *v;
+  type_error(where, key, "an integer", node);
+}
+
+double read_float(const toml::node& node, const std::string& where, const std::string& key) {
+  if (auto v = node.value_exact<double>()) return *v;
+  if (auto v = node.value_exact<int64_t>()) return static_cast<double>(*v);
+  type_error(where, key, "a number", node);
+}
+
+std::vector<std::string> read_string_list(const toml::node& node, const std::string& where, const std::string& key) {
+  std::vector<std::string> out;
+  if (auto s = node.value_exact<std::string>()) return {*s};
+  const toml::array* array = node.as_array();
+  if (!array) type_error(where, key, "a list of strings", node);
+  for (const toml::node& item : *array) {
+    auto s = item.value_exact<std::string>();
+    if (!s) type_error(where, key, "a list of strings", item);
+    out.push_back(*s);
+  }
+  return out;
+}
+
+template <typename T>
+Field field(std::string key, std::string help, std::function<T&(TrainConfig&)> ref) {
+  Field f{std::move(key), "", std::move(help), nullptr, nullptr};
+  auto get_ref = [ref](const TrainConfig& c) -> const T& { return ref(const_cast<TrainConfig&>(c)); };
+  f.get = [get_ref](const TrainConfig& c) { return nlohmann::json(get_ref(c)); };
+  if constexpr (std::is_same_v<T, bool>) {
+    f.type = "boolean";
+    f.set = [ref, k = f.key](TrainConfig& c, const toml::node& n, const std::string& where) {
+      auto v = n.value_exact<bool>();
+      if (!v) type_error(where, k, "true or false", n);
+      ref(c) = *v;
+    };
+  } else if constexpr (std::is_integral_v<T>) {
+    f.type = "integer";
+    f.set = [ref, k = f.key](TrainConfig& c, const toml::node& n, const std::string& where) {
+      const int64_t v = read_integer(n, where, k);
+      if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+          (v > 0 && static_cast<uint64_t>(v) > static_cast<uint64_t>(std::numeric_limits<T>::max())))
+        fail<ConfigError>("{}: '{}' = {} is out of range", where, k, v);
+      ref(c) = static_cast<T>(v);
+    };
+  } else if constexpr (std::is_same_v<T, double>) {
+    f.type = "float";
+    f.set = [ref, k = f.key](TrainConfig& c, const toml::node& n, const std::string& where) {
+      ref(c) = read_float(n, where, k);
+    };
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    f.type = "string";
+    f.set = [ref, k = f.key](TrainConfig& c, const toml::node& n, const std::string& where) {
+      auto v = n.value_exact<std::string>();
+      if (!v) type_error(where, k, "a string", n);
+      ref(c) = *v;
+    };
+  } else {
+    static_assert(std::is_same_v<T, std::vector<std::string>>);
+    f.type = "string list";
+    f.set = [ref, k = f.key](TrainConfig& c, const toml::node& n, const std::string& where) {
+      ref(c) = read_string_list(n, where, k);
+    };
+  }
+  return f;
+}
+
+nn::ParamKind param_kind_from_name(const std::string& name, const std::string& where) {
+  for (nn::ParamKind kind : {nn::ParamKind::Weight, nn::ParamKind::Bias, nn::ParamKind::Norm, nn::ParamKind::Embedding})
+    if (name == nn::to_string(kind)) return kind;
+  fail<ConfigError>("{}: 'optimizer.no_decay' has unknown parameter kind '{}' (kinds: weight, bias, norm, embedding)",
+                    where, name);
+}
+
+const std::vector<Field>& schema() {
+  static const std::vector<Field> fields = [] {
+    using C = TrainConfig;
+    std::vector<Field> f;
+    // [model] (model.preset is applied first: the other model keys override it)
+    f.push_back(field<std::string>("model.preset", "start from a named shape (tiny, small, gpt2-124m, llama-1b, ...)",
+                                   [](C& c) -> std::string& { return c.model_preset; }));
+    f.push_back(
+        field<std::string>("model.family", "gpt2 | llama", [](C& c) -> std::string& { return c.model.family; }));
+    f.push_back(field<int64_t>("model.vocab", "vocabulary size", [](C& c) -> int64_t& { return c.model.vocab; }));
+    f.push_back(field<int64_t>("model.dim", "model width", [](C& c) -> int64_t& { return c.model.dim; }));
+    f.push_back(field<int64_t>("model.layers", "transformer blocks", [](C& c) -> int64_t& { return c.model.layers; }));
+    f.push_back(field<int64_t>("model.heads", "attention heads", [](C& c) -> int64_t& { return c.model.heads; }));
+    f.push_back(field<int64_t>("model.kv_heads", "key/value heads (0: = heads; fewer: grouped-query)",
+                               [](C& c) -> int64_t& { return c.model.kv_heads; }));
+    f.push_back(field<int64_t>("model.mlp_dim", "MLP hidden size (0: family default)",
+                               [](C& c) -> int64_t& { return c.model.mlp_dim; }));
+    f.push_back(field<int64_t>("model.context", "longest sequence", [](C& c) -> int64_t& { return c.model.context; }));
+    f.push_back(
+        field<double>("model.dropout", "dropout while training", [](C& c) -> double& { return c.model.dropout; }));
+    f.push_back(
+        field<double>("model.norm_eps", "normalization epsilon", [](C& c) -> double& { return c.model.norm_eps; }));
+    f.push_back(
+        field<double>("model.rope_theta", "RoPE base (llama)", [](C& c) -> double& { return c.model.rope_theta; }));
+    f.push_back(field<double>("model.init_std", "weight init std", [](C& c) -> double& { return c.model.init_std; }));
+    {
+      Field tied{"model.tied_embeddings", "boolean", "LM head shares the token embedding (default: gpt2 yes, llama no)",
+                 nullptr, nullptr};
+      tied.set = [](C& c, const toml::node& n, const std::string& where) {
+        auto v = n.value_exact<bool>();
+        if (!v) type_error(where, "model.tied_embeddings", "true or false", n);
+        c.model.tied_embeddings = *v;
+      };
+      tied.get = [](const C& c) { return nlohmann::json(c.model.resolved_tied()); };
+      f.push_back(std::move(tied));
+    }
+    // [data]
+    f.push_back(
+        field<std::string>("data.train", "training token file", [](C& c) -> std::string& { return c.data.train; }));
+    f.push_back(
+        field<std::string>("data.val", "validation token file", [](C& c) -> std::string& { return c.data.val; }));
+    f.push_back(field<std::vector<std::string>>("data.sources", "text files/directories to prepare train/val from",
+                                                [](C& c) -> std::vector<std::string>& { return c.data.sources; }));
+    f.push_back(
+        field<std::vector<std::string>>("data.fallback_sources", "used when none of data.sources exists",
+                                        [](C& c) -> std::vector<std::string>& { return c.data.fallback_sources; }));
+    f.push_back(field<std::string>("data.tokenizer", "tokenizer id (byte)",
+                                   [](C& c) -> std::string& { return c.data.tokenizer; }));
+    f.push_back(field<double>("data.val_fraction", "share of prepared tokens kept for validation",
+                              [](C& c) -> double& { return c.data.val_fraction; }));
+    // [optimizer]
+    f.push_back(
+        field<std::string>("optimizer.name", "adamw | sgd", [](C& c) -> std::string& { return c.optimizer.name; }));
+    f.push_back(
+        field<double>("optimizer.lr", "peak learning rate", [](C& c) -> double& { return c.schedule.peak_lr; }));
+    f.push_back(field<double>("optimizer.beta1", "AdamW beta1", [](C& c) -> double& { return c.optimizer.beta1; }));
+    f.push_back(field<double>("optimizer.beta2", "AdamW beta2", [](C& c) -> double& { return c.optimizer.beta2; }));
+    f.push_back(field<double>("optimizer.eps", "AdamW epsilon", [](C& c) -> double& { return c.optimizer.eps; }));
+    f.push_back(field<double>("optimizer.weight_decay", "decoupled weight decay",
+                              [](C& c) -> double& { return c.optimizer.weight_decay; }));
+    f.push_back(
+        field<double>("optimizer.momentum", "SGD momentum", [](C& c) -> double& { return c.optimizer.momentum; }));
+    f.push_back(
+        field<bool>("optimizer.nesterov", "SGD Nesterov momentum", [](C& c) -> bool& { return c.optimizer.nesterov; }));
+    f.push_back(field<double>("optimizer.clip_norm", "global gradient-norm clip (0: off)",
+                              [](C& c) -> double& { return c.optimizer.clip_norm; }));
+    {
+      Field no_decay{"optimizer.no_decay", "string list",
+                     "parameter kinds without weight decay (weight, bias, norm, embedding)", nullptr, nullptr};
+      no_decay.set = [](C& c, const toml::node& n, const std::string& where) {
+        c.optimizer.no_decay.clear();
+        for (const std::string& name : read_string_list(n, where, "optimizer.no_decay"))
+          c.optimizer.no_decay.push_back(param_kind_from_name(name, where));
+      };
+      no_decay.get = [](const C& c) {
+        nlohmann::json names = nlohmann::json::array();
+        for (nn::ParamKind kind : c.optimizer.no_decay) names.push_back(nn::to_string(kind));
+        return names;
+      };
+      f.push_back(std::move(no_decay));
+    }
+    // [schedule]
+    f.push_back(field<std::string>("schedule.decay", "cosine | linear | constant",
+                                   [](C& c) -> std::string& { return c.schedule.decay; }));
+    f.push_back(field<int64_t>("schedule.warmup_steps", "linear warm-up steps",
+                               [](C& c) -> int64_t& { return c.schedule.warmup_steps; }));
+    f.push_back(field<double>("schedule.min_lr_ratio", "final learning rate / peak",
+                              [](C& c) -> double& { return c.schedule.min_lr_ratio; }));
+    // [train]
+    f.push_back(field<int64_t>("train.steps", "optimizer steps", [](C& c) -> int64_t& { return c.loop.steps; }));
+    f.push_back(
+        field<int64_t>("train.batch", "sequences per optimizer step", [](C& c) -> int64_t& { return c.loop.batch; }));
+    f.push_back(field<int64_t>("train.micro_batch", "sequences per forward/backward (0: = batch)",
+                               [](C& c) -> int64_t& { return c.loop.micro_batch; }));
+    f.push_back(field<int64_t>("train.seq", "tokens per sequence", [](C& c) -> int64_t& { return c.loop.seq; }));
+    f.push_back(field<double>("train.time_limit_s", "stop after this many seconds of training (0: none)",
+                              [](C& c) -> double& { return c.loop.time_limit_s; }));
+    f.push_back(field<int64_t>("train.log_interval", "steps between progress records",
+                               [](C& c) -> int64_t& { return c.loop.log_interval; }));
+    f.push_back(field<int64_t>("train.eval_interval", "steps between validation passes (0: at the end)",
+                               [](C& c) -> int64_t& { return c.loop.eval_interval; }));
+    f.push_back(field<int64_t>("train.eval_batches", "validation batches per pass",
+                               [](C& c) -> int64_t& { return c.loop.eval_batches; }));
+    // [checkpoint]
+    f.push_back(field<int64_t>("checkpoint.interval", "steps between checkpoints (0: at the end)",
+                               [](C& c) -> int64_t& { return c.checkpoint.interval; }));
+    f.push_back(field<int>("checkpoint.keep_last", "newest checkpoints kept",
+                           [](C& c) -> int& { return c.checkpoint.keep_last; }));
+    f.push_back(field<int>("checkpoint.keep_every", "also keep multiples of this step (0: none)",
+                           [](C& c) -> int& { return c.checkpoint.keep_every; }));
+    // [run]
+    f.push_back(field<std::string>("run.dir", "run directory (checkpoints, metrics, goodput)",
+                                   [](C& c) -> std::string& { return c.run.dir; }));
+    f.push_back(field<uint64_t>("run.seed", "seed of init, data order and dropout",
+                                [](C& c) -> uint64_t& { return c.run.seed; }));
+    f.push_back(field<int>("run.threads", "CPU threads (0: all cores)", [](C& c) -> int& { return c.run.threads; }));
+    return f;
+  }();
+  return fields;
+}
+
+const Field* find_field(const std::string& key) {
+  for (const Field& f : schema())
+    if (f.key == key) return &f;
+  return nullptr;
+}
+
+std::string suggestion(const std::string& key) {
+  const Field* best = nullptr;
+  size_t best_distance = std::numeric_limits<size_t>::max();
+  for (const Field& f : schema()) {
+    // Compare against the full key and against its last part (a key in the wrong section).
+    const std::string leaf = f.key.substr(f.key.find('.') + 1);
+    const std::string key_leaf = key.substr(key.find('.') + 1);
+    const size_t d = std::min(edit_distance(key, f.key), edit_distance(key_leaf, leaf) + (key_leaf == leaf ? 1 : 2));
+    if (d < best_distance) best_distance = d, best = &f;
+  }
+  if (!best || best_distance > std::max<size_t>(3, key.size() / 3)) return "";
+  return fmt::format(" (did you mean '{}'?)", best->key);
+}
+
+[[noreturn]] void unknown_key(const std::string& where, const std::string& key) {
+  fail<ConfigError>("{}: unknown key '{}'{}; `tessera train --list-keys` lists every key", where, key, suggestion(key));
+}
+
+std::string location(const std::string& origin, const toml::source_region& source) {
+  return fmt::format("{}:{}", origin, source.begin.line);
+}
+
+void apply_preset(TrainConfig& config, const std::string& name, const std::string& where) {
+  try {
+    config.model = models::preset(name);
+  } catch (const Error& e) {
+    fail<ConfigError>("{}: model.preset: {}", where, e.what());
+  }
+  config.model_preset = name;
+}
+
+// Walks the parsed document: every leaf must be a known "section.key".
+void apply_table(TrainConfig& config, const toml::table& root, const std::string& origin) {
+  // model.preset first, so the file's other model keys override the preset's.
+  if (const toml::table* model = root["model"].as_table())
+    if (const toml::node* preset = model->get("preset")) {
+      auto name = preset->value_exact<std::string>();
+      if (!name) type_error(location(origin, preset->source()), "model.preset", "a string", *preset);
+      apply_preset(config, *name, location(origin, preset->source()));
+    }
+  for (auto&& [section_key, section_node] : root) {
+    const std::string section(section_key.str());
+    const toml::table* section_table = section_node.as_table();
+    if (!section_table) {
+      const std::string key = section;
+      unknown_key(location(origin, section_key.source()), key + " (keys belong in a [section])");
+    }
+    for (auto&& [key, node] : *section_table) {
+      const std::string full = section + "." + std::string(key.str());
+      const std::string where = location(origin, key.source());
+      const Field* f = find_field(full);
+      if (!f) unknown_key(where, full);
+      if (full == "model.preset") continue;
+      f->set(config, node, where);
+    }
+  }
+}
+
+void apply_override(TrainConfig& config, const std::string& override_text) {
+  const std::string where = "--set " + override_text;
+  const size_t eq = override_text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    fail<ConfigError>("{}: expected section.key=value (e.g. --set optimizer.lr=3e-4)", where);
+  const std::string key = override_text.substr(0, eq);
+  const std::string value = override_text.substr(eq + 1);
+  const Field* f = find_field(key);
+  if (!f) unknown_key(where, key);
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    // A bare word (--set run.dir=runs/x) is a string.
+    parsed = toml::table{{"v", value}};
+  }
+  const toml::node& node = *parsed.get("v");
+  if (key == "model.preset") {
+    auto name = node.value_exact<std::string>();
+    if (!name) type_error(where, key, "a string", node);
+    apply_preset(config, *name, where);
+    return;
+  }
+  f->set(config, node, where);
+}
+
+}  // namespace
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+nlohmann::json TrainConfig::to_json() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const Field& f : schema()) {
+    const size_t dot = f.key.find('.');
+    out[f.key.substr(0, dot)][f.key.substr(dot + 1)] = f.get(*this);
+  }
+  return out;
+}
+
+void TrainConfig::validate() const {
+  try {
+    model.validate();
+    optimizer.validate();
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    fail<ConfigError>("config: {}", e.what());
+  }
+  auto positive = [](const char* key, int64_t v) {
+    if (v <= 0) fail<ConfigError>("config: '{}' must be positive (got {})", key, v);
+  };
+  positive("train.steps", loop.steps);
+  positive("train.batch", loop.batch);
+  positive("train.seq", loop.seq);
+  positive("train.log_interval", loop.log_interval);
+  positive("train.eval_batches", loop.eval_batches);
+  if (loop.micro_batch < 0 || (loop.micro_batch > 0 && loop.batch % loop.micro_batch != 0))
+    fail<ConfigError>("config: 'train.micro_batch' = {} must divide 'train.batch' = {}", loop.micro_batch, loop.batch);
+  if (loop.seq > model.context)
+    fail<ConfigError>("config: 'train.seq' = {} exceeds 'model.context' = {}", loop.seq, model.context);
+  if (loop.eval_interval < 0) fail<ConfigError>("config: 'train.eval_interval' must be >= 0");
+  if (loop.time_limit_s < 0) fail<ConfigError>("config: 'train.time_limit_s' must be >= 0");
+  if (checkpoint.interval < 0) fail<ConfigError>("config: 'checkpoint.interval' must be >= 0");
+  if (checkpoint.keep_last < 1)
+    fail<ConfigError>("config: 'checkpoint.keep_last' must be >= 1 (got {})", checkpoint.keep_last);
+  if (checkpoint.keep_every < 0) fail<ConfigError>("config: 'checkpoint.keep_every' must be >= 0");
+  if (run.threads < 0) fail<ConfigError>("config: 'run.threads' must be >= 0");
+  if (data.val_fraction <= 0 || data.val_fraction >= 1)
+    fail<ConfigError>("config: 'data.val_fraction' = {} must be in (0, 1)", data.val_fraction);
+  optim::ScheduleConfig s = schedule;
+  s.total_steps = loop.steps;
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    fail<ConfigError>("config: {}", e.what());
+  }
+}
+
+TrainConfig parse_config(const std::string& toml_text, const std::string& origin,
+                         const std::vector<std::string>& overrides) {
+  TrainConfig config;
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    fail<ConfigError>("{}:{}:{}: TOML syntax error: {}", origin, e.source().begin.line, e.source().begin.column,
+                      std::string(e.description()));
+  }
+  apply_table(config, root, origin);
+  for (const std::string& o : overrides) apply_override(config, o);
+  config.schedule.total_steps = config.loop.steps;
+  config.validate();
+  return config;
+}
+
+TrainConfig load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) fail<ConfigError>("{}: cannot read the config file ({})", path.string(), std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path.string(), overrides);
+}
+
+TrainConfig config_from_json(const nlohmann::json& json) {
+  // Through TOML so every key takes the same checked path as a config file.
+  std::vector<std::string> overrides;
+  TrainConfig config;
+  if (json.contains("model") && json["model"].contains("preset") && !json["model"]["preset"].get<std::string>().empty())
+    apply_preset(config, json["model"]["preset"].get<std::string>(), "checkpoint config");
+  for (const auto& [section, keys] : json.items())
+    for (const auto& [key, value] : keys.items()) {
+      const std::string full = section + "." + key;
+      if (full == "model.preset") continue;
+      const Field* f = find_field(full);
+      if (!f) fail<ConfigError>("checkpoint config: unknown key '{}'", full);
+      toml::table parsed = toml::parse("v = " + value.dump());
+      f->set(config, *parsed.get("v"), "checkpoint config");
+    }
+  config.model_preset = json.value("model", nlohmann::json::object()).value("preset", std::string());
+  config.schedule.total_steps = config.loop.steps;
+  config.validate();
+  return config;
+}
+
+std::string describe_config_keys() {
+  TrainConfig defaults;
+  std::string out;
+  for (const Field& f : schema())
+    out += fmt::format("{:<28} {:<12} default {:<24} {}\n", f.key, f.type, f.get(defaults).dump(), f.help);
+  return out;
+}
+
+}  // namespace tessera::train

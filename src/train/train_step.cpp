@@ -1,0 +1,190 @@
+#include "tessera/train/train_step.h"
+
+#include "tessera/base/error.h"
+#include "tessera/core/ops.h"
+#include "tessera/core/random.h"
+#include "tessera/core/transforms.h"
+
+namespace tessera::train {
+
+namespace {
+
+// Leaf indices (Tree::leaves() order) of the subtrees named in `prefixes`: the
+// arguments a program may overwrite with its outputs.
+std::vector<int> leaves_under(const Tree& args, const std::vector<std::string>& prefixes) {
+  std::vector<int> indices;
+  const std::vector<std::string> paths = args.paths();
+  for (size_t i = 0; i < paths.size(); ++i)
+    for (const std::string& prefix : prefixes)
+      if (paths[i].starts_with(prefix + ".") || paths[i] == prefix) indices.push_back(static_cast<int>(i));
+  return indices;
+}
+
+std::optional<Array> key_of(const Tree& args) {
+  if (args.items().contains("key")) return args.at("key").leaf();
+  return std::nullopt;
+}
+
+JitOptions jit_options(std::vector<int> donate, std::string name) {
+  JitOptions options;
+  options.donate_leaves = std::move(donate);
+  options.name = std::move(name);
+  return options;
+}
+
+Tree batch_args(const data::Batch& batch, const std::optional<Array>& key) {
+  Tree args{{"tokens", batch.tokens}, {"targets", batch.targets}};
+  if (key) args["key"] = *key;
+  return args;
+}
+
+}  // namespace
+
+TrainStep::TrainStep(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches)
+    : model_(model), optimizer_(optimizer), micro_batches_(micro_batches) {
+  if (micro_batches < 1) fail<ValueError>("TrainStep: micro_batches must be >= 1 (got {})", micro_batches);
+}
+
+Jitted& TrainStep::fused_program(const Tree& args) {
+  if (!fused_) {
+    const models::Model& model = model_;
+    const optim::Optimizer& optimizer = optimizer_;
+    auto step = [&model, &optimizer](const Tree& a) -> Tree {
+      const std::optional<Array> key = key_of(a);
+      auto loss_of = [&](const Tree& p) { return model.loss(p, a.at("tokens").leaf(), a.at("targets").leaf(), key); };
+      auto [loss, grads] = value_and_grad(loss_of)(a.at("params"));
+      optim::Optimizer::Update update = optimizer.apply(a.at("params"), grads, a.at("opt"), a.at("lr").leaf());
+      return Tree{{"params", update.params}, {"opt", update.state}, {"loss", loss}, {"grad_norm", update.grad_norm}};
+    };
+    fused_.emplace(jit(step, jit_options(leaves_under(args, {"params", "opt"}), "train_step")));
+    compiled_flops_ = fused_->lowered(args).executable().stats().flops;
+  }
+  return *fused_;
+}
+
+Jitted& TrainStep::grad_program(bool first, const Tree& args) {
+  std::optional<Jitted>& program = first ? grad_first_ : grad_add_;
+  if (!program) {
+    const models::Model& model = model_;
+    auto grad_step = [&model, first](const Tree& a) -> Tree {
+      const std::optional<Array> key = key_of(a);
+      auto loss_of = [&](const Tree& p) { return model.loss(p, a.at("tokens").leaf(), a.at("targets").leaf(), key); };
+      auto [loss, grads] = value_and_grad(loss_of)(a.at("params"));
+      if (!first) {
+        std::vector<Array> sum = a.at("grads").leaves(), g = grads.leaves();
+        for (size_t j = 0; j < sum.size(); ++j) sum[j] = sum[j] + g[j];
+        grads = grads.with_leaves(sum);
+      }
+      return Tree{{"grads", grads}, {"loss", loss}};
+    };
+    program.emplace(jit(grad_step, jit_options(first ? std::vector<int>{} : leaves_under(args, {"grads"}),
+                                               first ? "grad_first" : "grad_accumulate")));
+    compiled_flops_ += program->lowered(args).executable().stats().flops * (first ? 1.0 : micro_batches_ - 1.0);
+  }
+  return *program;
+}
+
+Jitted& TrainStep::update_program(const Tree& args) {
+  if (!update_) {
+    const optim::Optimizer& optimizer = optimizer_;
+    const double scale = 1.0 / static_cast<double>(micro_batches_);
+    auto update_step = [&optimizer, scale](const Tree& a) -> Tree {
+      Tree mean = a.at("grads").map([scale](const Array& g) { return g * scale; });
+      optim::Optimizer::Update update = optimizer.apply(a.at("params"), mean, a.at("opt"), a.at("lr").leaf());
+      return Tree{{"params", update.params}, {"opt", update.state}, {"grad_norm", update.grad_norm}};
+    };
+    update_.emplace(jit(update_step, jit_options(leaves_under(args, {"params", "opt", "grads"}), "update")));
+    compiled_flops_ += update_->lowered(args).executable().stats().flops;
+  }
+  return *update_;
+}
+
+void TrainStep::compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch,
+                        const std::optional<Array>& dropout_key) {
+  const Array lr = Array::scalar(0, DType::Float32);
+  if (micro_batches_ == 1) {
+    Tree args = batch_args(micro_batch, dropout_key);
+    args["params"] = params;
+    args["opt"] = opt_state;
+    args["lr"] = lr;
+    fused_program(args);
+    return;
+  }
+  // Gradients have the parameters' structure and types, so params stand in for them.
+  const std::optional<Array> key = dropout_key ? std::optional(random::split_keys(*dropout_key, 2)[0]) : std::nullopt;
+  Tree args = batch_args(micro_batch, key);
+  args["params"] = params;
+  grad_program(/*first=*/true, args);
+  args["grads"] = params;
+  grad_program(/*first=*/false, args);
+  update_program(Tree{{"params", params}, {"opt", opt_state}, {"grads", params}, {"lr", lr}});
+}
+
+StepStats TrainStep::run(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr,
+                         const std::optional<Array>& dropout_key) {
+  if (static_cast<int64_t>(micro.size()) != micro_batches_)
+    fail<ValueError>("TrainStep::run: {} micro-batches given, {} expected", micro.size(), micro_batches_);
+  const bool needs_key = model_.config().dropout > 0;
+  if (needs_key != dropout_key.has_value())
+    fail<ValueError>("TrainStep::run: the model {} dropout, so a dropout key must be {}", needs_key ? "has" : "has no",
+                     needs_key ? "given" : "omitted");
+  const Array lr_array = Array::scalar(lr, DType::Float32);
+
+  if (micro_batches_ == 1) {
+    Tree args = batch_args(micro[0], dropout_key);
+    args["params"] = params;
+    args["opt"] = opt_state;
+    args["lr"] = lr_array;
+    Tree out = fused_program(args)(args);
+    params = out.at("params");
+    opt_state = out.at("opt");
+    return {out.at("loss").leaf().item<double>(), out.at("grad_norm").leaf().item<double>()};
+  }
+
+  // Accumulation: grads summed over micro-batches in order, then one update with the mean.
+  std::vector<Array> keys;
+  if (dropout_key) keys = random::split_keys(*dropout_key, micro_batches_);
+  double loss_sum = 0;
+  for (int64_t i = 0; i < micro_batches_; ++i) {
+    const auto index = static_cast<size_t>(i);
+    Tree args = batch_args(micro[index], dropout_key ? std::optional(keys[index]) : std::nullopt);
+    args["params"] = params;
+    if (i > 0) args["grads"] = grad_sum_;
+    Tree out = grad_program(i == 0, args)(args);
+    grad_sum_ = out.at("grads");
+    loss_sum += out.at("loss").leaf().item<double>();
+  }
+  Tree args{{"params", params}, {"opt", opt_state}, {"grads", grad_sum_}, {"lr", lr_array}};
+  Tree out = update_program(args)(args);
+  grad_sum_ = Tree();
+  params = out.at("params");
+  opt_state = out.at("opt");
+  return {loss_sum / static_cast<double>(micro_batches_), out.at("grad_norm").leaf().item<double>()};
+}
+
+int TrainStep::trace_count() const {
+  int count = 0;
+  for (const auto* program : {&fused_, &grad_first_, &grad_add_, &update_})
+    if (*program) count += (*program)->trace_count();
+  return count;
+}
+
+double evaluate(const models::Model& model, const Tree& params, data::DataLoader& loader, int64_t batches) {
+  if (batches < 1) fail<ValueError>("evaluate: batches must be >= 1 (got {})", batches);
+  loader.set_position({});
+  auto forward = jit(
+      [&model](const Tree& a) -> Tree {
+        return Tree(model.loss(a.at("params"), a.at("tokens").leaf(), a.at("targets").leaf()));
+      },
+      jit_options({}, "eval"));
+  double total = 0;
+  const int64_t n = std::min<int64_t>(batches, static_cast<int64_t>(loader.batches_per_epoch()));
+  for (int64_t i = 0; i < n; ++i) {
+    data::Batch batch = loader.next();
+    total +=
+        forward(Tree{{"params", params}, {"tokens", batch.tokens}, {"targets", batch.targets}}).leaf().item<double>();
+  }
+  return total / static_cast<double>(n);
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,373 @@
+#include "tessera/train/trainer.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "tessera/base/error.h"
+#include "tessera/base/thread_pool.h"
+#include "tessera/ckpt/checkpoint.h"
+#include "tessera/core/ops.h"
+#include "tessera/core/random.h"
+#include "tessera/data/loader.h"
+#include "tessera/data/prepare.h"
+#include "tessera/data/tokenizer.h"
+#include "tessera/goodput/recorder.h"
+#include "tessera/goodput/report.h"
+#include "tessera/models/model.h"
+#include "tessera/nn/param.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/optim/schedule.h"
+#include "tessera/train/progress.h"
+#include "tessera/train/train_step.h"
+
+namespace tessera::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// The run directory must exist and take writes before any work is done: a run that
+// trains for an hour and then cannot save is the worst outcome.
+void check_writable(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail<IOError>("run directory '{}' cannot be created: {}", dir.string(), ec.message());
+  const fs::path probe = dir / fmt::format(".write-probe-{}", ::getpid());
+  std::FILE* f = std::fopen(probe.c_str(), "w");
+  if (!f) fail<IOError>("run directory '{}' cannot be written: {}", dir.string(), std::strerror(errno));
+  std::fclose(f);
+  fs::remove(probe, ec);
+}
+
+// The dropout key of optimizer step `step`: a pure function of (seed, step), so a
+// resumed run draws the same masks as a straight one.
+Array dropout_key(uint64_t seed, int64_t step) { return nn::param_key(seed, fmt::format("dropout/{}", step)); }
+
+// SIGINT/SIGTERM (a preemption notice, Ctrl-C): the loop finishes its step, saves a
+// checkpoint and returns, so the next attempt loses nothing.
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int signal) { g_stop_signal.store(signal); }
+
+class StopSignalScope {
+ public:
+  StopSignalScope() {
+    g_stop_signal.store(0);
+    struct sigaction action {};
+    action.sa_handler = on_stop_signal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~StopSignalScope() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+std::string ensure_data(const DataConfig& data) {
+  if (fs::exists(data.train) && fs::exists(data.val)) return "";
+  auto existing = [](const std::vector<std::string>& paths) {
+    std::vector<fs::path> found;
+    for (const std::string& p : paths)
+      if (fs::exists(p)) found.emplace_back(p);
+    return found;
+  };
+  std::vector<fs::path> inputs = existing(data.sources);
+  std::string which = "data.sources";
+  if (inputs.empty()) {
+    inputs = existing(data.fallback_sources);
+    which = "data.fallback_sources";
+  }
+  if (inputs.empty())
+    fail<ConfigError>(
+        "data: '{}' or '{}' does not exist and there is nothing to prepare it from (data.sources and "
+        "data.fallback_sources list no existing path); run `tessera data prepare` or set data.sources",
+        data.train, data.val);
+  const fs::path out_dir = fs::path(data.train).parent_path();
+  if (fs::path(data.val).parent_path() != out_dir || fs::path(data.train).filename() != "train.bin" ||
+      fs::path(data.val).filename() != "val.bin")
+    fail<ConfigError>(
+        "data: preparing from {} writes <dir>/train.bin and <dir>/val.bin; data.train '{}' and data.val "
+        "'{}' must name those two files of one directory",
+        which, data.train, data.val);
+  data::PrepareOptions options;
+  options.tokenizer = data.tokenizer;
+  options.val_fraction = data.val_fraction;
+  data::PrepareResult result = data::prepare_dataset(inputs, out_dir, options);
+  return fmt::format("prepared {} from {} ({} files, {} train + {} validation tokens)", out_dir.string(), which,
+                     result.files.size(), result.train_tokens, result.val_tokens);
+}
+
+goodput::Calibration calibrate_peak_flops(double seconds) {
+  auto gemm = [](int n, const float* a, const float* b, float* c) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+  };
+  return goodput::calibrate_cpu_gemm(gemm, "OpenBLAS sgemm 1024^3", 1024, seconds);
+}
+
+struct Trainer::Impl {
+  TrainConfig config;
+  TrainerOptions options;
+  Tree params, opt_state;
+  bool ran = false;
+};
+
+Trainer::Trainer(TrainConfig config, TrainerOptions options) : impl_(std::make_unique<Impl>()) {
+  config.validate();
+  impl_->config = std::move(config);
+  impl_->options = options;
+}
+
+Trainer::~Trainer() = default;
+
+const Tree& Trainer::params() const { return impl_->params; }
+const Tree& Trainer::opt_state() const { return impl_->opt_state; }
+const TrainConfig& Trainer::config() const { return impl_->config; }
+
+TrainSummary Trainer::run() {
+  if (impl_->ran) fail<ValueError>("Trainer::run: a Trainer runs once; make a new one to train again");
+  impl_->ran = true;
+  const TrainConfig& cfg = impl_->config;
+  // The run directory is checked before anything is recorded in it.
+  check_writable(cfg.run.dir);
+  std::unique_ptr<goodput::Recorder> recorder;
+  if (impl_->options.record_goodput) {
+    recorder = std::make_unique<goodput::Recorder>(cfg.run.dir);
+    recorder->job_start(cfg.run.dir);
+    recorder->attempt_start();
+  }
+  StopSignalScope signals;
+  try {
+    TrainSummary summary = run_attempt(recorder.get());
+    if (recorder) {
+      if (summary.end_step >= cfg.loop.steps)
+        recorder->job_end(true);
+      else if (summary.stop_reason.starts_with("signal"))
+        recorder->failure(g_stop_signal.load(), 0, "stopped by " + summary.stop_reason);
+      summary.goodput_table = goodput::format_table(goodput::report_for_run(cfg.run.dir));
+    }
+    return summary;
+  } catch (const std::exception& e) {
+    if (recorder) recorder->failure(0, 1, e.what());
+    throw;
+  }
+}
+
+TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
+  const TrainConfig& cfg = impl_->config;
+  const bool show = impl_->options.progress;
+  auto note = [&](const std::string& text) {
+    if (show) std::fprintf(stderr, "%s\n", text.c_str());
+  };
+  auto span = [&](goodput::Phase phase, int64_t step = -1) {
+    return recorder ? std::make_unique<goodput::Span>(*recorder, phase, std::string(), step) : nullptr;
+  };
+  const fs::path run_dir = cfg.run.dir;
+  TrainSummary summary;
+
+  // ---- init: threads, the calibration GEMM, data ----
+  auto init_span = span(goodput::Phase::kBackendInit);
+  if (cfg.run.threads > 0) set_num_threads(cfg.run.threads);
+  const goodput::Calibration calibration = calibrate_peak_flops();
+  if (recorder) recorder->calibration(calibration);
+  const double peak = calibration.peak_flops;
+  summary.peak_flops = peak;
+  if (std::string prepared = ensure_data(cfg.data); !prepared.empty()) note("data: " + prepared);
+  std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(cfg.data.tokenizer);
+  auto train_file = std::make_shared<const data::TokenFile>(cfg.data.train);
+  auto val_file = std::make_shared<const data::TokenFile>(cfg.data.val);
+  for (const auto* file : {train_file.get(), val_file.get()}) {
+    if (file->header().tokenizer != tokenizer->id())
+      fail<ConfigError>("data: '{}' was made with tokenizer '{}', but data.tokenizer is '{}'", file->path().string(),
+                        file->header().tokenizer, tokenizer->id());
+  }
+  if (tokenizer->vocab_size() > cfg.model.vocab)
+    fail<ConfigError>("config: model.vocab = {} is smaller than the tokenizer '{}' vocabulary ({})", cfg.model.vocab,
+                      tokenizer->id(), tokenizer->vocab_size());
+
+  // ---- model, optimizer, state ----
+  models::Model model(cfg.model);
+  optim::Optimizer optimizer(cfg.optimizer, model.specs());
+  Tree& params = impl_->params;
+  Tree& opt_state = impl_->opt_state;
+  params = model.init(cfg.run.seed);
+  opt_state = optimizer.init(params);
+  data::DataLoader loader(train_file, cfg.micro_batch_size(), cfg.loop.seq, cfg.run.seed);
+  data::DataLoader val_loader(val_file, cfg.micro_batch_size(), cfg.loop.seq, cfg.run.seed, 0, 1, /*shuffle=*/false);
+  ckpt::CheckpointManager checkpoints(run_dir, {cfg.checkpoint.keep_last, cfg.checkpoint.keep_every});
+  summary.parameters = model.parameter_count();
+  init_span.reset();
+
+  // ---- resume ----
+  int64_t step = 0;
+  double tokens_seen = 0;
+  {
+    auto restore_span = span(goodput::Phase::kCheckpointRestore);
+    auto restored = checkpoints.restore_latest(params, opt_state, [&](const std::string& w) { note("warning: " + w); });
+    if (restored) {
+      const nlohmann::json& extra = restored->extra;
+      if (extra.contains("config")) {
+        // Only the model's shape must match; other keys (steps, intervals) may change on resume.
+        const TrainConfig saved = config_from_json(extra["config"]);
+        if (saved.model.family != cfg.model.family || saved.model.dim != cfg.model.dim ||
+            saved.model.layers != cfg.model.layers || saved.model.vocab != cfg.model.vocab)
+          fail<ConfigError>("resume: the checkpoint in '{}' was trained with a different model ({}); use a new run.dir",
+                            run_dir.string(), extra["config"]["model"].dump());
+      }
+      params = std::move(restored->params);
+      opt_state = std::move(restored->opt_state);
+      step = restored->step;
+      loader.set_position({extra.at("data").at("epoch").get<uint64_t>(), extra.at("data").at("index").get<uint64_t>()});
+      tokens_seen = extra.value("tokens_seen", 0.0);
+      note(fmt::format("resumed from step {}", step));
+    }
+  }
+  summary.start_step = step;
+
+  const double flops_per_token = model.flops_per_token(cfg.loop.seq);
+  const double tokens_per_step = static_cast<double>(cfg.loop.batch * cfg.loop.seq);
+  note(fmt::format("model {} {:.2f}M parameters | steps {} -> {} x {} tokens | peak {:.1f} GFLOP/s ({})",
+                   cfg.model.family, static_cast<double>(summary.parameters) / 1e6, step, cfg.loop.steps,
+                   static_cast<int64_t>(tokens_per_step), peak / 1e9, calibration.method));
+
+  std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
+  if (!metrics) fail<IOError>("cannot append to '{}': {}", (run_dir / "metrics.jsonl").string(), std::strerror(errno));
+
+  auto save = [&](int64_t at_step) {
+    if (recorder) recorder->checkpoint_save_start(at_step, goodput::SavePart::kBlocking);
+    ckpt::CheckpointState state;
+    state.step = at_step;
+    state.params = params;
+    state.opt_state = opt_state;
+    const data::LoaderPosition pos = loader.position();
+    state.extra = {{"config", cfg.to_json()},
+                   {"data", {{"epoch", pos.epoch}, {"index", pos.index}}},
+                   {"rng", {{"seed", cfg.run.seed}, {"dropout_key", "param_key(seed, \"dropout/<step>\")"}}},
+                   {"tokenizer", tokenizer->id()},
+                   {"tokens_seen", tokens_seen}};
+    summary.last_checkpoint = checkpoints.save(state);
+    if (recorder) recorder->checkpoint_save_end(at_step, goodput::SavePart::kBlocking, /*committed=*/true);
+  };
+  auto validate = [&]() {
+    auto eval_span = span(goodput::Phase::kEval);
+    return evaluate(model, params, val_loader, cfg.loop.eval_batches);
+  };
+  auto next_batches = [&]() {
+    auto wait_span = span(goodput::Phase::kDataWait);
+    std::vector<data::Batch> micro;
+    for (int64_t i = 0; i < cfg.micro_batches(); ++i) micro.push_back(loader.next());
+    return micro;
+  };
+  auto key_for = [&](int64_t at_step) {
+    return cfg.model.dropout > 0 ? std::optional(dropout_key(cfg.run.seed, at_step)) : std::nullopt;
+  };
+
+  TrainStep train_step(model, optimizer, cfg.micro_batches());
+  {
+    // Compile before the first step, with the step's argument types, so compile time
+    // is its own phase. A batch of the right shape is all it needs (not the next one).
+    auto compile_span = span(goodput::Phase::kCompile);
+    data::DataLoader probe(val_file, cfg.micro_batch_size(), cfg.loop.seq, cfg.run.seed, 0, 1, /*shuffle=*/false);
+    train_step.compile(params, opt_state, probe.next(), key_for(step));
+  }
+
+  Progress progress(cfg.loop.steps, show);
+  std::vector<double> step_times;
+  const Clock::time_point loop_start = Clock::now();
+  summary.stop_reason = "steps";
+  int64_t last_saved = step;
+  while (step < cfg.loop.steps) {
+    if (cfg.loop.time_limit_s > 0 && seconds_since(loop_start) >= cfg.loop.time_limit_s) {
+      summary.stop_reason = "time limit";
+      break;
+    }
+    if (impl_->options.stop_at_step > 0 && step >= impl_->options.stop_at_step) {
+      summary.stop_reason = "stop_at_step";
+      break;
+    }
+    if (const int signal = g_stop_signal.load(); signal != 0) {
+      summary.stop_reason = fmt::format("signal {}", signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "?");
+      progress.message(fmt::format("{}: saving a checkpoint at step {} and stopping", summary.stop_reason, step));
+      break;
+    }
+    const Clock::time_point t0 = Clock::now();
+    const std::vector<data::Batch> micro = next_batches();
+    const double lr = optim::learning_rate(cfg.schedule, step);
+    if (recorder) recorder->step_start(step + 1);
+    const StepStats stats = train_step.run(params, opt_state, micro, lr, key_for(step));
+    ++step;
+    tokens_seen += tokens_per_step;
+    if (recorder) recorder->step_end(step, static_cast<int64_t>(tokens_per_step), train_step.compiled_flops());
+    const double dt = seconds_since(t0);
+    step_times.push_back(dt);
+    summary.last_loss = stats.loss;
+    if (!std::isfinite(stats.loss))
+      fail<ValueError>("step {}: the loss is {} (lr {:.3g}); lower optimizer.lr or raise schedule.warmup_steps", step,
+                       stats.loss, lr);
+
+    const double recent =
+        median(std::vector<double>(step_times.end() - std::min<size_t>(step_times.size(), 20), step_times.end()));
+    const double tps = tokens_per_step / recent;
+    const double mfu = flops_per_token * tps / peak;
+    progress.update({step, stats.loss, lr, tps, mfu, recent, cfg.loop.time_limit_s, seconds_since(loop_start)});
+
+    nlohmann::json record = {
+        {"step", step},          {"loss", stats.loss},  {"lr", lr},  {"grad_norm", stats.grad_norm}, {"step_s", dt},
+        {"tokens", tokens_seen}, {"tokens_per_s", tps}, {"mfu", mfu}};
+    const bool eval_now = cfg.loop.eval_interval > 0 && step % cfg.loop.eval_interval == 0 && step < cfg.loop.steps;
+    if (eval_now) {
+      const double v = validate();
+      record["val_loss"] = v;
+      summary.val_loss = v;
+      progress.message(fmt::format("step {}: validation loss {:.4f} (perplexity {:.2f})", step, v, std::exp(v)));
+    }
+    if (step % cfg.loop.log_interval == 0 || eval_now || step == cfg.loop.steps) metrics << record.dump() << "\n";
+    if (cfg.checkpoint.interval > 0 && step % cfg.checkpoint.interval == 0) {
+      metrics.flush();
+      save(step);
+      last_saved = step;
+    }
+  }
+  progress.finish();
+  summary.end_step = step;
+
+  const double v = validate();
+  summary.val_loss = v;
+  metrics << nlohmann::json{{"step", step}, {"val_loss", v}, {"final", true}}.dump() << "\n";
+  metrics.flush();
+  if (step != last_saved) save(step);
+  summary.train_seconds = seconds_since(loop_start);
+  if (!step_times.empty()) {
+    summary.tokens_per_s = tokens_per_step / median(step_times);
+    summary.mfu = flops_per_token * summary.tokens_per_s / peak;
+  }
+  return summary;
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,115 @@
+// The HTML report renders in headless Chromium (no network: the file has no external
+// references) with its four charts; the screenshot is kept in the build directory
+// (goodput_report.png next to goodput_report.html) for a person to look at.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tessera/goodput/calculator.h"
+#include "tessera/goodput/report.h"
+
+namespace tessera::goodput {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string run_command(const std::string& command, int* status) {
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) {
+    *status = -1;
+    return out;
+  }
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+  *status = ::pclose(pipe);
+  return out;
+}
+
+fs::path build_dir() { return fs::read_symlink("/proc/self/exe").parent_path().parent_path(); }
+
+size_t count(const std::string& haystack, const std::string& needle) {
+  size_t n = 0;
+  for (size_t pos = haystack.find(needle); pos != std::string::npos; pos = haystack.find(needle, pos + 1)) ++n;
+  return n;
+}
+
+TEST(GoodputHtml, RendersInHeadlessChromiumWithItsCharts) {
+  const char* chromium = "/usr/bin/chromium";
+  if (!fs::exists(chromium)) GTEST_SKIP() << "chromium not installed at /usr/bin/chromium (make deps installs it)";
+
+  const GoodputReport r =
+      compute_goodput(read_event_log(fs::path(TESSERA_SOURCE_DIR) / "tests/goodput/fixtures/restarts_run.jsonl"));
+  std::vector<MetricPoint> metrics;
+  for (int s = 0; s < 240; ++s) metrics.push_back({s, 10.0 / (1.0 + 0.05 * s) + 1.5});
+  const std::string html = render_html(r, metrics, "goodput: restarts_run fixture");
+  EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // only the SVG namespace
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+
+  const fs::path dir = build_dir();
+  const fs::path page = dir / "goodput_report.html", png = dir / "goodput_report.png";
+  const fs::path profile = fs::temp_directory_path() / ("tessera_chromium_" + std::to_string(::getpid()));
+  std::ofstream(page) << html;
+  fs::remove(png);
+  const std::string flags =
+      "--headless --no-sandbox --disable-gpu --no-first-run --disable-extensions "
+      "--proxy-server=127.0.0.1:9 --user-data-dir=" +
+      profile.string() + " ";
+  int status = 0;
+  run_command("timeout 60 " + std::string(chromium) + " " + flags +
+                  "--window-size=1200,1600 --screenshot=" + png.string() + " file://" + page.string() + " 2>&1",
+              &status);
+  ASSERT_EQ(status, 0) << "chromium --screenshot failed";
+  ASSERT_TRUE(fs::exists(png)) << png;
+  std::ifstream in(png, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 24u);
+  EXPECT_EQ(bytes.substr(1, 3), "PNG");
+  auto be32 = [&](size_t at) {
+    return (static_cast<uint32_t>(static_cast<unsigned char>(bytes[at])) << 24) |
+           (static_cast<uint32_t>(static_cast<unsigned char>(bytes[at + 1])) << 16) |
+           (static_cast<uint32_t>(static_cast<unsigned char>(bytes[at + 2])) << 8) |
+           static_cast<uint32_t>(static_cast<unsigned char>(bytes[at + 3]));
+  };
+  EXPECT_EQ(be32(16), 1200u);  // IHDR width, height
+  EXPECT_EQ(be32(20), 1600u);
+  // A blank 1200x1600 page compresses to under 10 KB; charts in many colours do not.
+  EXPECT_GT(bytes.size(), 30000u) << "screenshot looks blank";
+
+  const std::string dom = run_command(
+      "timeout 60 " + std::string(chromium) + " " + flags + "--dump-dom file://" + page.string() + " 2>/dev/null",
+      &status);
+  fs::remove_all(profile);
+  ASSERT_EQ(status, 0) << "chromium --dump-dom failed";
+  for (const char* id : {"id=\"timeline\"", "id=\"breakdown\"", "id=\"step-time\"", "id=\"loss\""})
+    EXPECT_NE(dom.find(id), std::string::npos) << id << " missing from the rendered DOM";
+  EXPECT_GT(count(dom, "class=\"seg\""), 10u);          // timeline segments
+  EXPECT_EQ(count(dom, "class=\"attempt\""), 3u);       // one bar per attempt
+  EXPECT_GT(count(dom, "class=\"bar\""), 5u);           // badput categories
+  EXPECT_GT(count(dom, "<circle"), 200u);               // step times
+  EXPECT_NE(dom.find("<polyline"), std::string::npos);  // loss curve
+  std::printf("[goodput html] screenshot: %s (%zu bytes)\n", png.c_str(), bytes.size());
+}
+
+TEST(GoodputHtml, MetricsReaderSkipsBadLines) {
+  const fs::path path = fs::temp_directory_path() / ("tessera_metrics_" + std::to_string(::getpid()) + ".jsonl");
+  std::ofstream(path) << "{\"step\":1,\"loss\":2.5,\"lr\":0.1}\nnot json\n{\"step\":2}\n{\"step\":3,\"loss\":2.0}\n";
+  std::vector<std::string> warnings;
+  const std::vector<MetricPoint> points = read_metrics(path, &warnings);
+  fs::remove(path);
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_EQ(points[1].step, 3);
+  EXPECT_DOUBLE_EQ(points[1].loss, 2.0);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find(":2: 2 lines"), std::string::npos) << warnings[0];
+  EXPECT_TRUE(read_metrics("/nonexistent/metrics.jsonl", &warnings).empty());
+}
+
+}  // namespace
+}  // namespace tessera::goodput

@@ -1,0 +1,143 @@
+// The training config: TOML + --set overrides, checked against one schema.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "tessera/base/error.h"
+#include "tessera/train/config.h"
+
+namespace tessera::train {
+namespace {
+
+std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_config(text, "configs/x.toml", overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(TrainConfig, DefaultsAndValues) {
+  TrainConfig c = parse_config(R"(
+[model]
+preset = "tiny"
+layers = 2
+[optimizer]
+lr = 3e-4
+no_decay = ["bias"]
+[train]
+steps = 50
+batch = 8
+micro_batch = 4
+)",
+                               "t.toml");
+  EXPECT_EQ(c.model.family, "gpt2");
+  EXPECT_EQ(c.model.dim, 256);   // from the preset
+  EXPECT_EQ(c.model.layers, 2);  // the file overrides the preset
+  EXPECT_DOUBLE_EQ(c.schedule.peak_lr, 3e-4);
+  EXPECT_EQ(c.schedule.total_steps, 50);
+  EXPECT_EQ(c.micro_batches(), 2);
+  EXPECT_EQ(c.micro_batch_size(), 4);
+  ASSERT_EQ(c.optimizer.no_decay.size(), 1u);
+  EXPECT_EQ(c.optimizer.no_decay[0], nn::ParamKind::Bias);
+}
+
+TEST(TrainConfig, OverridesApplyAfterTheFile) {
+  TrainConfig c = parse_config("[train]\nsteps = 10\n", "t.toml",
+                               {"train.steps=20", "optimizer.lr=1e-2", "run.dir=runs/other", "model.dropout=0.1",
+                                "data.sources=[\"a\", \"b\"]", "optimizer.nesterov=true"});
+  EXPECT_EQ(c.loop.steps, 20);
+  EXPECT_DOUBLE_EQ(c.schedule.peak_lr, 1e-2);
+  EXPECT_EQ(c.run.dir, "runs/other");  // a bare word is a string
+  EXPECT_DOUBLE_EQ(c.model.dropout, 0.1);
+  EXPECT_EQ(c.data.sources, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(c.optimizer.nesterov);
+}
+
+TEST(TrainConfig, UnknownKeyNamesFileLineAndSuggests) {
+  const std::string e = error_of("[train]\nsteps = 10\n\n[optimizer]\nlrr = 3e-4\n");
+  EXPECT_NE(e.find("configs/x.toml:5"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown key 'optimizer.lrr'"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'optimizer.lr'"), std::string::npos) << e;
+}
+
+TEST(TrainConfig, KeyInTheWrongSectionSuggestsTheRightOne) {
+  const std::string e = error_of("[optimizer]\nwarmup_steps = 10\n");
+  EXPECT_NE(e.find("configs/x.toml:2"), std::string::npos) << e;
+  EXPECT_NE(e.find("schedule.warmup_steps"), std::string::npos) << e;
+}
+
+TEST(TrainConfig, UnknownSectionAndTopLevelKey) {
+  EXPECT_NE(error_of("[optimiser]\nlr = 1\n").find("did you mean 'optimizer.lr'"), std::string::npos);
+  EXPECT_NE(error_of("steps = 3\n").find("configs/x.toml:1"), std::string::npos);
+}
+
+TEST(TrainConfig, WrongTypeNamesKeyAndLine) {
+  const std::string e = error_of("[train]\nbatch = \"eight\"\n");
+  EXPECT_NE(e.find("configs/x.toml:2"), std::string::npos) << e;
+  EXPECT_NE(e.find("'train.batch' expects an integer"), std::string::npos) << e;
+  EXPECT_NE(error_of("[train]\nsteps = 1.5\n").find("expects an integer"), std::string::npos);
+  EXPECT_NE(error_of("[model]\ndropout = true\n").find("expects a number"), std::string::npos);
+}
+
+TEST(TrainConfig, BadOverrides) {
+  EXPECT_NE(error_of("", {"train.stepz=3"})
+                .find("--set train.stepz=3: unknown key 'train.stepz' (did you mean "
+                      "'train.steps'?)"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"train.steps=abc"}).find("--set train.steps=abc: 'train.steps' expects an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"train.steps"}).find("expected section.key=value"), std::string::npos);
+}
+
+TEST(TrainConfig, SyntaxErrorHasLineAndColumn) {
+  const std::string e = error_of("[train]\nsteps = = 3\n");
+  EXPECT_NE(e.find("configs/x.toml:2:"), std::string::npos) << e;
+  EXPECT_NE(e.find("TOML syntax error"), std::string::npos) << e;
+}
+
+TEST(TrainConfig, CrossFieldChecks) {
+  EXPECT_NE(error_of("[train]\nbatch = 8\nmicro_batch = 3\n").find("must divide 'train.batch'"), std::string::npos);
+  EXPECT_NE(error_of("[train]\nseq = 512\n").find("exceeds 'model.context'"), std::string::npos);
+  EXPECT_NE(error_of("[model]\npreset = \"huge\"\n").find("model.preset"), std::string::npos);
+  EXPECT_NE(error_of("[model]\ndim = 250\nheads = 4\n").find("config:"), std::string::npos);
+}
+
+TEST(TrainConfig, MissingFileIsAConfigError) {
+  try {
+    load_config("/nonexistent/x.toml");
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/x.toml"), std::string::npos);
+  }
+}
+
+TEST(TrainConfig, JsonRoundTrip) {
+  TrainConfig c = parse_config("[model]\npreset = \"llama-tiny\"\n[train]\nsteps = 7\n", "t.toml",
+                               {"optimizer.no_decay=[\"norm\"]", "data.sources=[\"x\"]"});
+  TrainConfig back = config_from_json(c.to_json());
+  EXPECT_EQ(back.to_json(), c.to_json());
+  EXPECT_EQ(back.model.family, "llama");
+  EXPECT_EQ(back.loop.steps, 7);
+}
+
+TEST(TrainConfig, EveryShippedConfigLoads) {
+  int loaded = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(TESSERA_SOURCE_DIR) / "configs")) {
+    if (entry.path().extension() != ".toml" || entry.path().filename() == "devices.toml") continue;
+    EXPECT_NO_THROW(load_config(entry.path())) << entry.path();
+    ++loaded;
+  }
+  EXPECT_GE(loaded, 4);
+}
+
+TEST(TrainConfig, EditDistance) {
+  EXPECT_EQ(edit_distance("lrr", "lr"), 1u);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+}
+
+}  // namespace
+}  // namespace tessera::train

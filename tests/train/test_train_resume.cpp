@@ -1,0 +1,167 @@
+// The trainer end to end on a tiny model: loss falls; N steps, a stop, and M more
+// from the checkpoint give bitwise the weights of N+M straight (with micro-batches
+// and dropout too); a corrupt newest checkpoint is reported and the previous one
+// used; a run directory that cannot be written fails before any work.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "tessera/base/error.h"
+#include "tessera/data/token_file.h"
+#include "tessera/train/trainer.h"
+
+namespace tessera::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tessera_trainer_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "data");
+    // A learnable stream: short repeated phrases with random choices between them.
+    std::mt19937 gen(7);
+    const std::vector<std::string> words = {"the cat ", "a dog ", "sat on ", "the mat. ", "ran far. "};
+    std::string text;
+    while (text.size() < 40000) text += words[gen() % words.size()];
+    std::vector<int32_t> tokens(text.begin(), text.end());
+    data::write_token_file(dir_ / "data/train.bin", std::vector<int32_t>(tokens.begin(), tokens.begin() + 36000),
+                           "byte", 256);
+    data::write_token_file(dir_ / "data/val.bin", std::vector<int32_t>(tokens.begin() + 36000, tokens.end()), "byte",
+                           256);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  TrainConfig config(const std::string& run, const std::vector<std::string>& extra = {}) const {
+    std::vector<std::string> overrides = {"model.family=\"gpt2\"",
+                                          "model.vocab=256",
+                                          "model.dim=32",
+                                          "model.layers=2",
+                                          "model.heads=2",
+                                          "model.context=32",
+                                          "train.seq=32",
+                                          "train.batch=4",
+                                          "train.eval_batches=2",
+                                          "train.log_interval=1",
+                                          "schedule.warmup_steps=2",
+                                          "optimizer.lr=3e-3",
+                                          "run.threads=2",
+                                          "run.seed=11",
+                                          "data.train=\"" + (dir_ / "data/train.bin").string() + "\"",
+                                          "data.val=\"" + (dir_ / "data/val.bin").string() + "\"",
+                                          "run.dir=\"" + (dir_ / run).string() + "\""};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    return parse_config("", "test", overrides);
+  }
+
+  static TrainerOptions quiet(int64_t stop_at = 0) {
+    TrainerOptions o;
+    o.progress = false;
+    o.stop_at_step = stop_at;
+    return o;
+  }
+
+  static void expect_bitwise_equal(const Tree& a, const Tree& b) {
+    ASSERT_TRUE(a.same_structure(b));
+    const std::vector<Array> x = a.leaves(), y = b.leaves();
+    const std::vector<std::string> paths = a.paths();
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(x[i].nbytes(), y[i].nbytes()) << paths[i];
+      EXPECT_EQ(std::memcmp(x[i].raw_data(), y[i].raw_data(), x[i].nbytes()), 0) << paths[i] << " differs";
+    }
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(TrainerTest, LossFalls) {
+  Trainer trainer(config("run", {"train.steps=40", "train.eval_interval=20"}), quiet());
+  const TrainSummary s = trainer.run();
+  EXPECT_EQ(s.end_step, 40);
+  ASSERT_TRUE(s.val_loss.has_value());
+  EXPECT_LT(*s.val_loss, 0.6 * std::log(256.0)) << "validation loss after 40 steps";
+  EXPECT_TRUE(fs::exists(dir_ / "run/metrics.jsonl"));
+  EXPECT_FALSE(s.last_checkpoint.empty());
+  EXPECT_GT(s.tokens_per_s, 0);
+}
+
+TEST_F(TrainerTest, ResumeIsBitwiseIdenticalToAStraightRun) {
+  const std::vector<std::string> extra = {"train.steps=6", "checkpoint.interval=2"};
+  Trainer straight(config("straight", extra), quiet());
+  straight.run();
+
+  Trainer first(config("resumed", extra), quiet(/*stop_at=*/3));
+  const TrainSummary a = first.run();
+  EXPECT_EQ(a.end_step, 3);
+  Trainer second(config("resumed", extra), quiet());
+  const TrainSummary b = second.run();
+  EXPECT_EQ(b.start_step, 3);
+  EXPECT_EQ(b.end_step, 6);
+  expect_bitwise_equal(straight.params(), second.params());
+  expect_bitwise_equal(straight.opt_state(), second.opt_state());
+}
+
+TEST_F(TrainerTest, ResumeWithMicroBatchesAndDropoutIsBitwiseIdentical) {
+  const std::vector<std::string> extra = {"train.steps=5", "train.micro_batch=2", "model.dropout=0.1"};
+  Trainer straight(config("straight", extra), quiet());
+  straight.run();
+  Trainer first(config("resumed", extra), quiet(/*stop_at=*/2));
+  first.run();
+  Trainer second(config("resumed", extra), quiet());
+  EXPECT_EQ(second.run().start_step, 2);
+  expect_bitwise_equal(straight.params(), second.params());
+  expect_bitwise_equal(straight.opt_state(), second.opt_state());
+}
+
+TEST_F(TrainerTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
+  const std::vector<std::string> extra = {"train.steps=4", "checkpoint.interval=2"};
+  Trainer first(config("run", extra), quiet());
+  first.run();
+  // Flip one byte in the middle of step 4's parameters.
+  const fs::path params = dir_ / "run/checkpoints/step_00000004/params.safetensors";
+  ASSERT_TRUE(fs::exists(params));
+  {
+    std::fstream f(params, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(fs::file_size(params) / 2));
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(params) / 2));
+    f.write(&c, 1);
+  }
+  Trainer second(config("run", extra), quiet());
+  const TrainSummary s = second.run();
+  EXPECT_EQ(s.start_step, 2) << "resumed from the last valid checkpoint";
+  EXPECT_EQ(s.end_step, 4);
+}
+
+TEST_F(TrainerTest, UnwritableRunDirectoryFailsUpFront) {
+  std::ofstream(dir_ / "a_file") << "not a directory";
+  try {
+    Trainer trainer(config("a_file/run", {"train.steps=2"}), quiet());
+    trainer.run();
+    FAIL() << "no error";
+  } catch (const IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("a_file/run"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(TrainerTest, MissingDataWithNothingToPrepareIsAConfigError) {
+  try {
+    Trainer trainer(config("run", {"data.train=\"/nonexistent/train.bin\"", "train.steps=2"}), quiet());
+    trainer.run();
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/train.bin"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tessera::train

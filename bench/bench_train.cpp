@@ -138,6 +138,8 @@ int run(const Flags& f) {
   fmt::print("| {:.2f}M | {:.1f}M | {:.1f} | {:.0f} | {:.1f} | {:.1f}% | {:.1f}% |\n",
              static_cast<double>(model.parameter_count()) / 1e6, flops_per_token / 1e6, 1e3 * step_s, tokens_per_s,
              gflops, 100 * gflops / 200, 100 * gflops * 1e9 / peak);
+  if (const char* profile = std::getenv("TESSERA_PROFILE"); profile != nullptr && std::string(profile) != "0")
+    fmt::print("kernel profile (TESSERA_PROFILE=1, all {} steps):\n{}", f.warmup + f.steps, step.profile_text());
   std::string loss_list;
   for (double l : losses) loss_list += fmt::format("{}{:.6f}", loss_list.empty() ? "" : ", ", l);
   fmt::print(

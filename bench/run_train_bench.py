@@ -146,6 +146,8 @@ def main():
                          "--target bench_train); peers only")
             log("warning: " + notes[-1])
         contenders.remove("tessera")
+    if not contenders:
+        sys.exit("nothing to run: --contenders/--peers-only left no contender")
     py = peers_python() if any(c in PEERS for c in contenders) else None
 
     load_before = os.getloadavg()
@@ -227,7 +229,12 @@ def main():
 
 
 def write_markdown(table, ratio_txt, final):
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    info = {}
+    for ln in open("/proc/cpuinfo"):
+        key, _, val = ln.partition(":")
+        info.setdefault(key.strip(), val.strip())
+    simd = "AVX-512" if "avx512f" in info.get("flags", "").split() else "AVX2, no AVX-512"
+    cpu = f"{info.get('model name', '?')} (family {info.get('cpu family', '?')} model {info.get('model', '?')}, {simd})"
     versions = subprocess.run(
         [peers_python(), "-c", "import torch, jax, optax, numpy; print(f'torch {torch.__version__}, "
          "jax/jaxlib {jax.__version__}, optax {optax.__version__}, numpy {numpy.__version__}')"],

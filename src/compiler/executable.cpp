@@ -100,7 +100,7 @@ Executable::Executable(Graph graph, MemoryPlan plan, std::vector<bool> donated)
   }
   kernel_seconds_.assign(instructions_.size(), 0.0);
   const char* profile = std::getenv("TESSERA_PROFILE");
-  profiling_ = profile != nullptr && std::string(profile) == "1";
+  profiling_ = profile != nullptr && (std::string(profile) == "1" || std::string(profile) == "2");
   stats_.arena_bytes = plan_.arena_bytes;
   stats_.peak_bytes = plan_.peak_bytes;
   stats_.kernels = instructions_.size();
@@ -196,6 +196,22 @@ std::string Executable::profile_text() const {
   std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(by_op.begin(), by_op.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
   std::string s = fmt::format("{:<20} {:>8} {:>12} {:>7}\n", "op", "kernels", "ms/run", "share");
+  if (const char* level = std::getenv("TESSERA_PROFILE"); level != nullptr && std::string(level) == "2") {
+    // One row per instruction: where a family's time goes, shape by shape, with GFLOP/s.
+    std::vector<size_t> order(instructions_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return kernel_seconds_[a] > kernel_seconds_[b]; });
+    const double n = static_cast<double>(std::max<int64_t>(runs_, 1));
+    for (size_t i : order) {
+      const Instruction& in = instructions_[i];
+      std::string types;
+      for (const Array& a : in.inputs) types += (types.empty() ? "" : ", ") + type_string(a);
+      const double flops = in.primitive->cost(in.inputs, in.outputs).flops;
+      const double sec = kernel_seconds_[i] / n;
+      s += fmt::format("  {:>8.3f} ms {:>7.1f} GFLOP/s  {}({}) -> {}\n", 1e3 * sec, sec > 0 ? flops / sec / 1e9 : 0.0,
+                       in.primitive->name(), types, type_string(in.outputs.at(0)));
+    }
+  }
   const double runs = static_cast<double>(std::max<int64_t>(runs_, 1));
   for (const auto& [name, v] : rows)
     s += fmt::format("{:<20} {:>8} {:>12.3f} {:>6.1f}%\n", name, v.second, 1e3 * v.first / runs,

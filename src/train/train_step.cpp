@@ -57,7 +57,9 @@ Jitted& TrainStep::fused_program(const Tree& args) {
       return Tree{{"params", update.params}, {"opt", update.state}, {"loss", loss}, {"grad_norm", update.grad_norm}};
     };
     fused_.emplace(jit(step, jit_options(leaves_under(args, {"params", "opt"}), "train_step")));
-    compiled_flops_ = fused_->lowered(args).executable().stats().flops;
+    const Lowered lowered = fused_->lowered(args);
+    compiled_flops_ = lowered.executable().stats().flops;
+    executables_.push_back(lowered.executable_ptr());
   }
   return *fused_;
 }
@@ -79,7 +81,9 @@ Jitted& TrainStep::grad_program(bool first, const Tree& args) {
     };
     program.emplace(jit(grad_step, jit_options(first ? std::vector<int>{} : leaves_under(args, {"grads"}),
                                                first ? "grad_first" : "grad_accumulate")));
-    compiled_flops_ += program->lowered(args).executable().stats().flops * (first ? 1.0 : micro_batches_ - 1.0);
+    const Lowered lowered = program->lowered(args);
+    compiled_flops_ += lowered.executable().stats().flops * (first ? 1.0 : micro_batches_ - 1.0);
+    executables_.push_back(lowered.executable_ptr());
   }
   return *program;
 }
@@ -94,7 +98,9 @@ Jitted& TrainStep::update_program(const Tree& args) {
       return Tree{{"params", update.params}, {"opt", update.state}, {"grad_norm", update.grad_norm}};
     };
     update_.emplace(jit(update_step, jit_options(leaves_under(args, {"params", "opt", "grads"}), "update")));
-    compiled_flops_ += update_->lowered(args).executable().stats().flops;
+    const Lowered lowered = update_->lowered(args);
+    compiled_flops_ += lowered.executable().stats().flops;
+    executables_.push_back(lowered.executable_ptr());
   }
   return *update_;
 }
@@ -160,6 +166,12 @@ StepStats TrainStep::run(Tree& params, Tree& opt_state, const std::vector<data::
   params = out.at("params");
   opt_state = out.at("opt");
   return {loss_sum / static_cast<double>(micro_batches_), out.at("grad_norm").leaf().item<double>()};
+}
+
+std::string TrainStep::profile_text() const {
+  std::string text;
+  for (const auto& executable : executables_) text += executable->profile_text();
+  return text;
 }
 
 int TrainStep::trace_count() const {

@@ -1,6 +1,5 @@
 #include "tessera/train/trainer.h"
 
-#include <cblas.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -125,10 +124,17 @@ std::string ensure_data(const DataConfig& data) {
 }
 
 goodput::Calibration calibrate_peak_flops(double seconds) {
-  auto gemm = [](int n, const float* a, const float* b, float* c) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+  // tessera's own matmul (the kernel path training uses: OpenBLAS tiles split over
+  // tessera's thread pool). The pointers calibrate_cpu_gemm passes are ignored: the
+  // operands are made once here, so the timing holds no copies.
+  constexpr int kN = 1024;
+  const Array a = random::normal(key(1), {kN, kN}).eval();
+  const Array b = random::normal(key(2), {kN, kN}).eval();
+  auto gemm = [&](int n, const float*, const float*, float*) {
+    if (n != kN) fail<ValueError>("calibrate_peak_flops: asked for n = {}, prepared {}", n, kN);
+    matmul(a, b).eval();
   };
-  return goodput::calibrate_cpu_gemm(gemm, "OpenBLAS sgemm 1024^3", 1024, seconds);
+  return goodput::calibrate_cpu_gemm(gemm, fmt::format("tessera matmul f32 {}^3", kN), kN, seconds);
 }
 
 struct Trainer::Impl {

@@ -53,6 +53,7 @@ class Lowered {
   std::string optimized_text() const { return executable_->text(); }
   const compiler::Graph& graph() const { return traced_; }
   compiler::Executable& executable() const { return *executable_; }
+  const std::shared_ptr<compiler::Executable>& executable_ptr() const { return executable_; }
 
  private:
   compiler::Graph traced_;

@@ -43,6 +43,9 @@ class TrainStep {
 
   // How many times the programs were traced (1 per program once warm).
   int trace_count() const;
+  // Per-kernel times of the step's programs (when TESSERA_PROFILE=1 was set).
+  std::string profile_text() const;
+
   // Model FLOPs of one program execution as the compiled program counts them.
   double compiled_flops() const { return compiled_flops_; }
 
@@ -56,6 +59,7 @@ class TrainStep {
   std::optional<Jitted> update_;
   double compiled_flops_ = 0;
   Tree grad_sum_;
+  std::vector<std::shared_ptr<compiler::Executable>> executables_;
 
   // The programs, created (traced and compiled) on first use.
   Jitted& fused_program(const Tree& args);

@@ -1,5 +1,7 @@
 // Batched GEMM: C[b] = op(A[b]) op(B[b]).
 //
+// Large float32 tiles go to oneDNN's sgemm, the rest to OpenBLAS (see gemm_one).
+//
 // Threading policy: one pool on the cores (ARCHITECTURE.md: two pools fighting halve
 // the speed). OpenBLAS is always called single-threaded (openblas_set_num_threads(1))
 // and our pool runs the calls: C is cut into shape-dependent tiles (choose_tiles) for every
@@ -21,6 +23,8 @@
 #include "backend/cpu/kernels/matmul.h"
 
 #include <cblas.h>
+#include <dnnl.h>
+#include <omp.h>
 
 #include <cstring>
 #include <mutex>
@@ -47,8 +51,33 @@ void set_blas_threads(int n) {
   }
 }
 
+// oneDNN's sgemm runs its OpenMP team on the calling thread; each pool thread asks for
+// a team of one (the per-thread nthreads ICV), so every call is single-threaded like
+// OpenBLAS's and the tiling above stays the only source of parallelism.
+void single_threaded_dnnl() {
+  thread_local bool set = false;
+  if (!set) {
+    omp_set_num_threads(1);
+    set = true;
+  }
+}
+
+// Tiles with at least this many multiply-adds go to oneDNN: on the Zen 4 / AVX-512 and
+// AVX2 machines measured (bench/results/blas_choice.md, 2026-11-22-bench_train.md) its
+// single-threaded sgemm is 3-17% faster than OpenBLAS's on the transformer tiles
+// (512x384x1536: 111 vs 100 GFLOP/s); small products (attention heads) stay on OpenBLAS,
+// whose per-call overhead is lower.
+constexpr double kDnnlMinMacs = 1 << 22;
+
 // One BLAS call for the sub-problem `s` of the full problem `full` (leading dimensions).
 void gemm_one(const float* a, const float* b, float* c, const MatmulShape& s, const MatmulShape& full) {
+  if (static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k) >= kDnnlMinMacs) {
+    single_threaded_dnnl();
+    const dnnl_status_t status = dnnl_sgemm(s.trans_a ? 'T' : 'N', s.trans_b ? 'T' : 'N', s.m, s.n, s.k, 1.0f, a,
+                                            s.trans_a ? full.m : s.k, b, s.trans_b ? s.k : full.n, 0.0f, c, full.n);
+    if (status != dnnl_success) fail<Error>("matmul: oneDNN sgemm failed (status {})", static_cast<int>(status));
+    return;
+  }
   cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(s.m), static_cast<blasint>(s.n), static_cast<blasint>(s.k), 1.0f, a,
               static_cast<blasint>(s.trans_a ? full.m : s.k), b, static_cast<blasint>(s.trans_b ? s.k : full.n), 0.0f,

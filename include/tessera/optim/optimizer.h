@@ -14,12 +14,12 @@
 namespace tessera::optim {
 
 struct OptimizerConfig {
-  std::string name = "adamw";  // "adamw" | "sgd"
+  std::string name = "adamw";                    // "adamw" | "sgd"
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;  // adamw
-  double weight_decay = 0.1;   // decoupled (adamw) / L2-free decoupled form for sgd too
-  double momentum = 0.9;       // sgd
-  bool nesterov = false;       // sgd
-  double clip_norm = 1.0;      // global-norm clipping threshold; 0 = off
+  double weight_decay = 0.1;                     // decoupled (adamw) / L2-free decoupled form for sgd too
+  double momentum = 0.9;                         // sgd
+  bool nesterov = false;                         // sgd
+  double clip_norm = 1.0;                        // global-norm clipping threshold; 0 = off
   // Parameter kinds that get no weight decay (default: norms, biases, embeddings).
   std::vector<nn::ParamKind> no_decay = {nn::ParamKind::Norm, nn::ParamKind::Bias, nn::ParamKind::Embedding};
 

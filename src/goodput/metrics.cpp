@@ -18,6 +18,9 @@ std::vector<MetricPoint> read_metrics(const std::filesystem::path& path, std::ve
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    // Validation-only records ({"step", "val_loss"}, the trainer's last line) are not
+    // part of the training-loss curve, and not malformed either.
+    if (j.is_object() && !j.contains("loss") && j.contains("val_loss") && j["val_loss"].is_number()) continue;
     if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number() || !j.contains("loss") ||
         !j["loss"].is_number() || !std::isfinite(j["loss"].get<double>())) {
       if (bad++ == 0) first_bad = line_no;

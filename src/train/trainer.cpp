@@ -359,9 +359,21 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
       save(step);
       last_saved = step;
     }
+    if (impl_->options.after_step) impl_->options.after_step(step);
   }
   progress.finish();
   summary.end_step = step;
+  summary.train_seconds = seconds_since(loop_start);
+  if (!step_times.empty()) {
+    summary.tokens_per_s = tokens_per_step / median(step_times);
+    summary.mfu = flops_per_token * summary.tokens_per_s / peak;
+  }
+  if (summary.stop_reason.starts_with("signal")) {
+    // A preemption notice leaves little time: save first, and skip the final evaluation.
+    metrics.flush();
+    if (step != last_saved) save(step);
+    return summary;
+  }
 
   const double v = validate();
   summary.val_loss = v;
@@ -369,10 +381,6 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   metrics.flush();
   if (step != last_saved) save(step);
   summary.train_seconds = seconds_since(loop_start);
-  if (!step_times.empty()) {
-    summary.tokens_per_s = tokens_per_step / median(step_times);
-    summary.mfu = flops_per_token * summary.tokens_per_s / peak;
-  }
   return summary;
 }
 

@@ -99,7 +99,9 @@ TEST(GoodputHtml, RendersInHeadlessChromiumWithItsCharts) {
 
 TEST(GoodputHtml, MetricsReaderSkipsBadLines) {
   const fs::path path = fs::temp_directory_path() / ("tessera_metrics_" + std::to_string(::getpid()) + ".jsonl");
-  std::ofstream(path) << "{\"step\":1,\"loss\":2.5,\"lr\":0.1}\nnot json\n{\"step\":2}\n{\"step\":3,\"loss\":2.0}\n";
+  // The validation-only record (what the trainer writes last) is neither a point nor a warning.
+  std::ofstream(path) << "{\"step\":1,\"loss\":2.5,\"lr\":0.1}\nnot json\n{\"step\":2}\n{\"step\":3,\"loss\":2.0}\n"
+                      << "{\"step\":3,\"val_loss\":2.1,\"final\":true}\n";
   std::vector<std::string> warnings;
   const std::vector<MetricPoint> points = read_metrics(path, &warnings);
   fs::remove(path);

@@ -4,9 +4,11 @@
 // used; a run directory that cannot be written fails before any work.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 
@@ -140,6 +142,30 @@ TEST_F(TrainerTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   const TrainSummary s = second.run();
   EXPECT_EQ(s.start_step, 2) << "resumed from the last valid checkpoint";
   EXPECT_EQ(s.end_step, 4);
+}
+
+TEST_F(TrainerTest, SigtermFinishesTheStepSavesAndResumesExactly) {
+  const std::vector<std::string> extra = {"train.steps=6", "checkpoint.interval=0"};
+  Trainer straight(config("straight", extra), quiet());
+  straight.run();
+
+  TrainerOptions preempted = quiet();
+  preempted.after_step = [](int64_t step) {
+    if (step == 3) std::raise(SIGTERM);  // a preemption notice arriving during step 3
+  };
+  Trainer first(config("resumed", extra), preempted);
+  const TrainSummary a = first.run();
+  EXPECT_EQ(a.stop_reason, "signal SIGTERM");
+  EXPECT_EQ(a.end_step, 3);
+  EXPECT_TRUE(fs::exists(dir_ / "resumed/checkpoints/step_00000003")) << "a checkpoint is saved before stopping";
+  EXPECT_FALSE(a.val_loss.has_value()) << "no final evaluation after a preemption notice";
+  // The failure is in the goodput log, and the next attempt resumes where it stopped.
+  std::ifstream events(dir_ / "resumed/goodput/events.jsonl");
+  const std::string log((std::istreambuf_iterator<char>(events)), std::istreambuf_iterator<char>());
+  EXPECT_NE(log.find("stopped by signal SIGTERM"), std::string::npos);
+  Trainer second(config("resumed", extra), quiet());
+  EXPECT_EQ(second.run().start_step, 3);
+  expect_bitwise_equal(straight.params(), second.params());
 }
 
 TEST_F(TrainerTest, UnwritableRunDirectoryFailsUpFront) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -41,6 +42,8 @@ struct TrainerOptions {
   // there; 0: run to train.steps. The schedule still spans train.steps, so a resumed
   // run continues exactly where a straight one would be.
   int64_t stop_at_step = 0;
+  // Called after every optimizer step with the step number (user hooks, tests).
+  std::function<void(int64_t step)> after_step;
 };
 
 class Trainer {

@@ -69,9 +69,14 @@ int run_train(const TrainOptions& options) {
              s.start_step > 0 ? ", resumed" : "");
   fmt::print("  parameters       {:.2f}M\n", static_cast<double>(s.parameters) / 1e6);
   fmt::print("  training time    {} ({:.1f} s)\n", train::format_duration(s.train_seconds), s.train_seconds);
-  fmt::print("  throughput       {:.0f} tokens/s (median step), MFU {:.1f}% of {:.1f} GFLOP/s (calibration GEMM)\n",
-             s.tokens_per_s, 100 * s.mfu, s.peak_flops / 1e9);
-  fmt::print("  last train loss  {:.4f}\n", s.last_loss);
+  if (s.end_step > s.start_step) {
+    fmt::print("  throughput       {:.0f} tokens/s (median step), MFU {:.1f}% of {:.1f} GFLOP/s (calibration GEMM)\n",
+               s.tokens_per_s, 100 * s.mfu, s.peak_flops / 1e9);
+    fmt::print("  last train loss  {:.4f}\n", s.last_loss);
+  } else {
+    fmt::print("  (no steps left: train.steps = {} was already reached; raise it or use a new run.dir)\n",
+               config.loop.steps);
+  }
   if (s.val_loss)
     fmt::print("  validation loss  {:.4f} nats/token (perplexity {:.2f}, {:.3f} bits/token)\n", *s.val_loss,
                std::exp(*s.val_loss), *s.val_loss / std::log(2.0));

@@ -81,6 +81,13 @@ class StopSignalScope {
   struct sigaction old_term_ {};
 };
 
+// The directory of the committed checkpoint of `step` (restore_latest returns its state only).
+fs::path restored_path_of(const ckpt::CheckpointManager& checkpoints, int64_t step) {
+  for (const ckpt::CheckpointInfo& info : checkpoints.list())
+    if (info.step == step) return info.path;
+  return {};
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
@@ -162,8 +169,12 @@ TrainSummary Trainer::run() {
   const TrainConfig& cfg = impl_->config;
   // The run directory is checked before anything is recorded in it.
   check_writable(cfg.run.dir);
+  // A job whose last checkpoint already reached train.steps has nothing left to do:
+  // rerunning it only reports, and is not a new attempt in the goodput log.
+  const std::vector<ckpt::CheckpointInfo> existing = ckpt::list_checkpoints(fs::path(cfg.run.dir) / "checkpoints");
+  const bool already_done = !existing.empty() && existing.back().step >= cfg.loop.steps;
   std::unique_ptr<goodput::Recorder> recorder;
-  if (impl_->options.record_goodput) {
+  if (impl_->options.record_goodput && !already_done) {
     recorder = std::make_unique<goodput::Recorder>(cfg.run.dir);
     recorder->job_start(cfg.run.dir);
     recorder->attempt_start();
@@ -176,8 +187,9 @@ TrainSummary Trainer::run() {
         recorder->job_end(true);
       else if (summary.stop_reason.starts_with("signal"))
         recorder->failure(g_stop_signal.load(), 0, "stopped by " + summary.stop_reason);
-      summary.goodput_table = goodput::format_table(goodput::report_for_run(cfg.run.dir));
     }
+    if (impl_->options.record_goodput && fs::exists(fs::path(cfg.run.dir) / "goodput" / "events.jsonl"))
+      summary.goodput_table = goodput::format_table(goodput::report_for_run(cfg.run.dir));
     return summary;
   } catch (const std::exception& e) {
     if (recorder) recorder->failure(0, 1, e.what());
@@ -251,6 +263,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
       step = restored->step;
       loader.set_position({extra.at("data").at("epoch").get<uint64_t>(), extra.at("data").at("index").get<uint64_t>()});
       tokens_seen = extra.value("tokens_seen", 0.0);
+      summary.last_checkpoint = restored_path_of(checkpoints, step);
       note(fmt::format("resumed from step {}", step));
     }
   }

@@ -168,6 +168,22 @@ TEST_F(TrainerTest, SigtermFinishesTheStepSavesAndResumesExactly) {
   expect_bitwise_equal(straight.params(), second.params());
 }
 
+TEST_F(TrainerTest, RerunOfAFinishedJobOnlyReports) {
+  const std::vector<std::string> extra = {"train.steps=2"};
+  Trainer(config("run", extra), quiet()).run();
+  Trainer again(config("run", extra), quiet());
+  const TrainSummary s = again.run();
+  EXPECT_EQ(s.start_step, 2);
+  EXPECT_EQ(s.end_step, 2);
+  EXPECT_EQ(s.last_checkpoint.filename(), "step_00000002");
+  EXPECT_FALSE(s.goodput_table.empty());
+  // Not a new attempt: the goodput log still holds exactly one.
+  std::ifstream events(dir_ / "run/goodput/events.jsonl");
+  int attempts = 0;
+  for (std::string line; std::getline(events, line);) attempts += line.find("\"attempt_start\"") != std::string::npos;
+  EXPECT_EQ(attempts, 1);
+}
+
 TEST_F(TrainerTest, UnwritableRunDirectoryFailsUpFront) {
   std::ofstream(dir_ / "a_file") << "not a directory";
   try {

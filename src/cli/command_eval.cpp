@@ -20,8 +20,7 @@ struct EvalOptions {
 };
 
 int run_eval(const EvalOptions& options) {
-  train::RestoredModel restored =
-      train::restore_model(options.checkpoint, [](const std::string& w) { fmt::print(stderr, "warning: {}\n", w); });
+  train::RestoredModel restored = train::restore_model(options.checkpoint, print_warning);
   const train::TrainConfig& cfg = restored.config;
   const std::string path = options.data.empty() ? cfg.data.val : options.data;
   auto file = std::make_shared<const data::TokenFile>(path);

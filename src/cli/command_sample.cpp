@@ -23,8 +23,7 @@ struct SampleCliOptions {
 };
 
 int run_sample(SampleCliOptions options) {
-  train::RestoredModel restored =
-      train::restore_model(options.checkpoint, [](const std::string& w) { fmt::print(stderr, "warning: {}\n", w); });
+  train::RestoredModel restored = train::restore_model(options.checkpoint, print_warning);
   std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(restored.tokenizer);
   const std::vector<int32_t> prompt = tokenizer->encode(options.prompt);
   options.sample.use_cache = !options.no_cache;

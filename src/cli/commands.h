@@ -18,6 +18,9 @@ struct Command {
   std::function<int()> run;
 };
 
+// Prints "warning: <text>" on stderr (skipped checkpoints and the like).
+void print_warning(const std::string& text);
+
 Command add_info_command(CLI::App& app);
 Command add_goodput_command(CLI::App& app);
 Command add_train_command(CLI::App& app);

@@ -11,6 +11,10 @@
 #include "tessera/base/error.h"
 #include "tessera/version.h"
 
+namespace tessera::cli {
+void print_warning(const std::string& text) { std::fprintf(stderr, "warning: %s\n", text.c_str()); }
+}  // namespace tessera::cli
+
 namespace {
 
 std::string command_names(const std::vector<tessera::cli::Command>& commands) {

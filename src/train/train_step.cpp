@@ -181,22 +181,28 @@ int TrainStep::trace_count() const {
   return count;
 }
 
-double evaluate(const models::Model& model, const Tree& params, data::DataLoader& loader, int64_t batches) {
+Evaluator::Evaluator(const models::Model& model)
+    : forward_(jit(
+          [&model](const Tree& a) -> Tree {
+            return Tree(model.loss(a.at("params"), a.at("tokens").leaf(), a.at("targets").leaf()));
+          },
+          jit_options({}, "eval"))) {}
+
+double Evaluator::operator()(const Tree& params, data::DataLoader& loader, int64_t batches) {
   if (batches < 1) fail<ValueError>("evaluate: batches must be >= 1 (got {})", batches);
   loader.set_position({});
-  auto forward = jit(
-      [&model](const Tree& a) -> Tree {
-        return Tree(model.loss(a.at("params"), a.at("tokens").leaf(), a.at("targets").leaf()));
-      },
-      jit_options({}, "eval"));
   double total = 0;
   const int64_t n = std::min<int64_t>(batches, static_cast<int64_t>(loader.batches_per_epoch()));
   for (int64_t i = 0; i < n; ++i) {
     data::Batch batch = loader.next();
     total +=
-        forward(Tree{{"params", params}, {"tokens", batch.tokens}, {"targets", batch.targets}}).leaf().item<double>();
+        forward_(Tree{{"params", params}, {"tokens", batch.tokens}, {"targets", batch.targets}}).leaf().item<double>();
   }
   return total / static_cast<double>(n);
+}
+
+double evaluate(const models::Model& model, const Tree& params, data::DataLoader& loader, int64_t batches) {
+  return Evaluator(model)(params, loader, batches);
 }
 
 }  // namespace tessera::train

@@ -293,9 +293,10 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
     summary.last_checkpoint = checkpoints.save(state);
     if (recorder) recorder->checkpoint_save_end(at_step, goodput::SavePart::kBlocking, /*committed=*/true);
   };
+  Evaluator evaluator(model);
   auto validate = [&]() {
     auto eval_span = span(goodput::Phase::kEval);
-    return evaluate(model, params, val_loader, cfg.loop.eval_batches);
+    return evaluator(params, val_loader, cfg.loop.eval_batches);
   };
   auto next_batches = [&]() {
     auto wait_span = span(goodput::Phase::kDataWait);

@@ -67,8 +67,19 @@ class TrainStep {
   Jitted& update_program(const Tree& args);
 };
 
-// Mean validation loss of `params` over the first `batches` windows-batches of `loader`
-// (which is reset to its start first); a jitted forward-only program.
+// Validation: the mean loss of `params` over the first `batches` batches of `loader`
+// (reset to its start first), with a jitted forward-only program traced once and
+// reused by every later pass.
+class Evaluator {
+ public:
+  explicit Evaluator(const models::Model& model);
+  double operator()(const Tree& params, data::DataLoader& loader, int64_t batches);
+
+ private:
+  Jitted forward_;
+};
+
+// One-off form of Evaluator.
 double evaluate(const models::Model& model, const Tree& params, data::DataLoader& loader, int64_t batches);
 
 }  // namespace tessera::train

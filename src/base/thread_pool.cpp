@@ -16,6 +16,7 @@ namespace tessera {
 namespace {
 
 thread_local bool t_inside_pool = false;
+thread_local int t_serial_depth = 0;  // live SerialKernelsScopes on this thread
 
 class ThreadPool {
  public:
@@ -132,6 +133,9 @@ void set_num_threads(int n) {
   if (n != pool().size()) pool().resize(n);
 }
 
+SerialKernelsScope::SerialKernelsScope() { ++t_serial_depth; }
+SerialKernelsScope::~SerialKernelsScope() { --t_serial_depth; }
+
 int64_t default_grain(int64_t n, int64_t min_grain) {
   // Independent of the thread count on purpose (see the header): 8 chunks at most per
   // 64k-element block keeps scheduling overhead small and results reproducible.
@@ -142,7 +146,7 @@ void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> 
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   int64_t chunks = num_chunks(n, grain);
-  if (chunks == 1 || t_inside_pool || pool().size() == 1) {
+  if (chunks == 1 || t_inside_pool || t_serial_depth > 0 || pool().size() == 1) {
     for (int64_t c = 0; c < chunks; ++c) fn(c * grain, std::min(n, (c + 1) * grain));
     return;
   }

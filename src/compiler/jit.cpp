@@ -7,6 +7,9 @@
 #include "compiler/lazy_graph.h"
 #include "core/trace_state.h"
 #include "tessera/compiler/compile.h"
+#include "tessera/dist/api.h"
+#include "tessera/dist/partitioner.h"
+#include "tessera/dist/spmd_executable.h"
 
 namespace tessera {
 
@@ -14,7 +17,11 @@ namespace {
 
 std::string signature(const std::vector<Array>& leaves, const StaticArgs& statics) {
   std::string key;
-  for (const Array& a : leaves) key += type_string(a) + ";";
+  for (const Array& a : leaves) {
+    key += type_string(a);
+    if (const dist::Sharding* s = dist::sharding_of(a)) key += "@" + s->mesh().to_string() + s->to_string();
+    key += ";";
+  }
   key += "static=";
   for (int64_t s : statics) key += std::to_string(s) + ",";
   return key;
@@ -27,7 +34,47 @@ std::string join_paths(const std::vector<std::string>& paths) {
   return "[" + s + "]";
 }
 
+// The layouts of an SPMD call: the options' in_shardings, else each sharded
+// argument's own layout, else replicated. nullopt when the call is not SPMD.
+std::optional<std::vector<std::optional<dist::Sharding>>> spmd_input_shardings(const JitOptions& options,
+                                                                               const std::vector<Array>& leaves) {
+  bool spmd = false;
+  std::vector<std::optional<dist::Sharding>> in(leaves.size());
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (i < options.in_shardings.size() && options.in_shardings[i]) {
+      in[i] = options.in_shardings[i];
+      spmd = true;
+    } else if (const dist::Sharding* s = dist::sharding_of(leaves[i])) {
+      in[i] = *s;
+      spmd = true;
+    }
+  }
+  for (const auto& o : options.out_shardings) spmd = spmd || o.has_value();
+  if (!spmd) return std::nullopt;
+  return in;
+}
+
+// The one mesh every layout of a call names (an error naming both when two differ).
+dist::Mesh spmd_mesh(const std::vector<std::optional<dist::Sharding>>& in,
+                     const std::vector<std::optional<dist::Sharding>>& out) {
+  std::optional<dist::Mesh> mesh;
+  auto visit = [&](const std::optional<dist::Sharding>& s, const char* what, size_t i) {
+    if (!s) return;
+    if (!mesh) {
+      mesh = s->mesh();
+    } else if (*mesh != s->mesh()) {
+      fail<dist::ShardingError>("jit: {} {} is on mesh {} but other layouts of the call use mesh {}", what, i,
+                                s->mesh().to_string(), mesh->to_string());
+    }
+  };
+  for (size_t i = 0; i < in.size(); ++i) visit(in[i], "argument", i);
+  for (size_t i = 0; i < out.size(); ++i) visit(out[i], "output", i);
+  return *mesh;
+}
+
 }  // namespace
+
+std::string Lowered::text() const { return spmd_ ? spmd_->program().text() : traced_.text(); }
 
 compiler::Graph trace(const JitFn& fn, const Tree& args, const StaticArgs& statics, Tree* output_structure) {
   std::vector<Array> leaves = args.leaves();
@@ -91,8 +138,21 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
                        leaves.size());
     donated[static_cast<size_t>(d)] = true;
   }
-  entry.executable =
-      std::shared_ptr<compiler::Executable>(compiler::compile(entry.traced, s.options.compile, donated).release());
+  if (auto in = spmd_input_shardings(s.options, leaves)) {
+    std::vector<std::string> names = args.paths();
+    dist::PartitionOptions partition_options;
+    partition_options.parameter_names = names;
+    std::vector<std::optional<dist::Sharding>> out = s.options.out_shardings;
+    size_t n_out = entry.traced.outputs.size();
+    if (!out.empty()) out.resize(n_out);
+    dist::PartitionedProgram program = dist::partition(entry.traced, spmd_mesh(*in, out), *in, out, partition_options);
+    entry.spmd = std::make_shared<dist::SpmdExecutable>(std::move(program), s.options.compile, donated);
+    // Device 0's executable stands for the program (stats, profile); owned by spmd.
+    entry.executable = std::shared_ptr<compiler::Executable>(entry.spmd, &entry.spmd->executable(0));
+  } else {
+    entry.executable =
+        std::shared_ptr<compiler::Executable>(compiler::compile(entry.traced, s.options.compile, donated).release());
+  }
   entry.executable->mutable_stats().compile_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return s.cache.emplace(key, std::move(entry)).first->second;
@@ -100,7 +160,7 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
 
 Tree Jitted::operator()(const Tree& args, const StaticArgs& statics) {
   Entry& entry = entry_for(args, statics);
-  std::vector<Array> outs = entry.executable->run(args.leaves());
+  std::vector<Array> outs = entry.spmd ? entry.spmd->run(args.leaves()) : entry.executable->run(args.leaves());
   return entry.output_structure.with_leaves(outs);
 }
 
@@ -113,7 +173,7 @@ Array Jitted::operator()(const Array& x) { return (*this)(Tree(x)).leaves().at(0
 
 Lowered Jitted::lowered(const Tree& args, const StaticArgs& statics) {
   Entry& entry = entry_for(args, statics);
-  return Lowered(entry.traced, entry.executable);
+  return Lowered(entry.traced, entry.executable, entry.spmd);
 }
 
 Lowered Jitted::lowered(const std::vector<Array>& args, const StaticArgs& statics) {

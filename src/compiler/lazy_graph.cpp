@@ -2,6 +2,8 @@
 
 #include <unordered_set>
 
+#include "dist/assemble.h"
+
 namespace tessera::compiler {
 
 using detail::ArrayImpl;
@@ -29,6 +31,7 @@ LazyGraph build_lazy_graph(const std::vector<Array>& roots, const std::vector<Ar
   auto visit_leaf = [&](const Array& root, const Array& a) {
     ArrayImpl* impl = a.impl();
     if (lg.leaf_ids.count(impl)) return;
+    if (!impl->storage && impl->shards) dist::assemble_on_host(a);  // a sharded array read eagerly
     if (!impl->storage) {
       on_unknown_leaf(root, a);
       return;

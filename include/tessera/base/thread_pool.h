@@ -49,4 +49,16 @@ inline int64_t num_chunks(int64_t n, int64_t grain) { return n <= 0 ? 0 : (n + g
 // A grain that gives about `per_thread` chunks per thread for n items, at least `min_grain`.
 int64_t default_grain(int64_t n, int64_t min_grain = 1024);
 
+// While alive on a thread, parallel_for called on that thread runs inline (chunk
+// order unchanged, so results stay bitwise the same). The in-process SPMD runtime
+// puts one around each virtual device's thread: N device threads sharing one pool
+// would serialize on it, and the devices already keep the cores busy.
+class SerialKernelsScope {
+ public:
+  SerialKernelsScope();
+  ~SerialKernelsScope();
+  SerialKernelsScope(const SerialKernelsScope&) = delete;
+  SerialKernelsScope& operator=(const SerialKernelsScope&) = delete;
+};
+
 }  // namespace tessera

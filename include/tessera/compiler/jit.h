@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -27,6 +28,11 @@
 #include "tessera/compiler/graph.h"
 #include "tessera/compiler/pass.h"
 #include "tessera/core/tree.h"
+#include "tessera/dist/sharding.h"
+
+namespace tessera::dist {
+class SpmdExecutable;
+}
 
 namespace tessera {
 
@@ -40,15 +46,27 @@ struct JitOptions {
   std::vector<int> donate_leaves;
   compiler::CompileOptions compile;
   std::string name = "main";
+  // SPMD (dist/): layouts of the argument and output leaves (Tree::leaves() order).
+  // Missing or empty entries: a sharded argument keeps its own layout, a host
+  // argument is replicated, an output follows propagation (partial sums reduced).
+  // A call runs as an SPMD program when any argument is sharded or any entry is set.
+  std::vector<std::optional<dist::Sharding>> in_shardings;
+  std::vector<std::optional<dist::Sharding>> out_shardings;
 };
 
 // The traced program for one signature, before and after optimization.
 class Lowered {
  public:
-  Lowered(compiler::Graph traced, std::shared_ptr<compiler::Executable> executable)
-      : traced_(std::move(traced)), executable_(std::move(executable)) {}
-  // The traced IR (what the function computes, before any pass).
-  std::string text() const { return traced_.text(); }
+  Lowered(compiler::Graph traced, std::shared_ptr<compiler::Executable> executable,
+          std::shared_ptr<dist::SpmdExecutable> spmd = nullptr)
+      : traced_(std::move(traced)), executable_(std::move(executable)), spmd_(std::move(spmd)) {}
+  // The traced IR (what the function computes, before any pass); for an SPMD program
+  // the per-device program with its collectives and their bytes.
+  std::string text() const;
+  // The global traced program (also for SPMD programs).
+  std::string global_text() const { return traced_.text(); }
+  // The SPMD program, or nullptr when the call was not sharded.
+  dist::SpmdExecutable* spmd() const { return spmd_.get(); }
   // The optimized program with its buffer assignment.
   std::string optimized_text() const { return executable_->text(); }
   const compiler::Graph& graph() const { return traced_; }
@@ -58,6 +76,7 @@ class Lowered {
  private:
   compiler::Graph traced_;
   std::shared_ptr<compiler::Executable> executable_;
+  std::shared_ptr<dist::SpmdExecutable> spmd_;
 };
 
 class Jitted {
@@ -78,8 +97,9 @@ class Jitted {
  private:
   struct Entry {
     compiler::Graph traced;
-    std::shared_ptr<compiler::Executable> executable;
-    Tree output_structure;  // leaves are placeholders; rebuilt with the outputs
+    std::shared_ptr<compiler::Executable> executable;  // device 0's for SPMD programs
+    std::shared_ptr<dist::SpmdExecutable> spmd;        // set for SPMD programs
+    Tree output_structure;                             // leaves are placeholders; rebuilt with the outputs
   };
   struct State {
     JitFn fn;

@@ -19,6 +19,10 @@
 
 namespace tessera {
 
+namespace dist {
+struct ShardedData;  // dist/api.h
+}
+
 // A 64-byte aligned host buffer shared by the arrays that view it (from the
 // caching allocator in base/allocator.h), or a view of memory owned elsewhere (a
 // compiled executable's arena): then nothing is freed.
@@ -59,6 +63,9 @@ struct ArrayImpl {
   int output_index = 0;
   std::shared_ptr<Storage> storage;  // set once evaluated
   uint64_t id = 0;                   // creation order: unique, deterministic
+  // A sharded array (dist/api.h): a leaf whose data lives in per-device shards;
+  // storage is filled with the assembled global value when someone reads it.
+  std::shared_ptr<const dist::ShardedData> shards;
 };
 }  // namespace detail
 

@@ -11,6 +11,7 @@ namespace tessera {
 class Take : public Primitive {
  public:
   explicit Take(int axis) : axis_(axis) {}
+  int axis() const { return axis_; }
   std::string name() const override { return "take"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL
@@ -26,6 +27,7 @@ class Take : public Primitive {
 class TakeScatterAdd : public Primitive {
  public:
   TakeScatterAdd(Shape shape, int axis) : shape_(std::move(shape)), axis_(axis) {}
+  int axis() const { return axis_; }
   std::string name() const override { return "scatter_add"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL
@@ -42,6 +44,7 @@ class TakeScatterAdd : public Primitive {
 class TakeAlong : public Primitive {
  public:
   explicit TakeAlong(int axis) : axis_(axis) {}
+  int axis() const { return axis_; }
   std::string name() const override { return "take_along_axis"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL
@@ -56,6 +59,7 @@ class TakeAlong : public Primitive {
 class TakeAlongScatterAdd : public Primitive {
  public:
   TakeAlongScatterAdd(Shape shape, int axis) : shape_(std::move(shape)), axis_(axis) {}
+  int axis() const { return axis_; }
   std::string name() const override { return "scatter_add_along_axis"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL

@@ -45,6 +45,9 @@ class Norm : public Primitive {
  public:
   Norm(bool rms, bool has_weight, bool has_bias, double eps)
       : rms_(rms), has_weight_(has_weight), has_bias_(has_bias), eps_(eps) {}
+  bool rms() const { return rms_; }
+  bool has_weight() const { return has_weight_; }
+  bool has_bias() const { return has_bias_; }
   std::string name() const override { return rms_ ? "rms_norm" : "layer_norm"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL
@@ -62,6 +65,9 @@ class Norm : public Primitive {
 class NormGrad : public Primitive {
  public:
   NormGrad(bool rms, bool has_weight, bool has_bias) : rms_(rms), has_weight_(has_weight), has_bias_(has_bias) {}
+  bool rms() const { return rms_; }
+  bool has_weight() const { return has_weight_; }
+  bool has_bias() const { return has_bias_; }
   std::string name() const override { return rms_ ? "rms_norm_grad" : "layer_norm_grad"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL
@@ -99,6 +105,7 @@ class Attention : public Primitive {
 class AttentionGrad : public Primitive {
  public:
   explicit AttentionGrad(AttentionConfig config) : config_(config) {}
+  const AttentionConfig& config() const { return config_; }
   std::string name() const override { return "attention_grad"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL

@@ -31,6 +31,7 @@ class Reduce : public Primitive {
 class ArgReduce : public Primitive {
  public:
   ArgReduce(bool is_max, int axis) : is_max_(is_max), axis_(axis) {}
+  int axis() const { return axis_; }
   std::string name() const override { return is_max_ ? "argmax" : "argmin"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL

@@ -1,0 +1,75 @@
+// Sharding rules: how one primitive runs on sharded operands.
+//
+// Given the shardings its inputs arrive with, a rule decides
+//   * the sharding each input must have (the partitioner reshards to it, inserting
+//     collectives from the resharding table, see reshard.h),
+//   * the sharding of each output,
+//   * the primitive to run on the local shards (null: the same primitive; ops whose
+//     attributes hold shapes, e.g. reshape, get local attributes),
+//   * or, for ops that need communication inside (vocab-parallel cross-entropy,
+//     vocab-parallel embedding), an `expand` function that writes the local
+//     computation with ops and collective builders.
+// Rules are deterministic functions of the primitive and the input shardings.
+// Where the right layout cannot be derived (two operands split the same mesh axis
+// over different dimensions), a rule throws ShardingError asking for an explicit
+// with_sharding_constraint, never guesses.
+//
+// Built-in primitives get their rule from the registry (register_sharding_rule,
+// keyed by primitive name; rules_*.cpp); a custom primitive may instead override
+// Primitive::sharding_rule().
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/base/error.h"
+#include "tessera/compiler/graph.h"
+#include "tessera/dist/sharding.h"
+
+namespace tessera {
+
+class ShardingRule {
+ public:
+  virtual ~ShardingRule() = default;
+  struct Context {
+    const Primitive& primitive;
+    const dist::Mesh& mesh;
+    std::vector<compiler::TensorType> in_types;   // global
+    std::vector<compiler::TensorType> out_types;  // global
+    std::vector<dist::Sharding> in;               // as the inputs arrive
+    std::string where;                            // "%12 = matmul(%3, %7)" for messages
+  };
+  struct Decision {
+    std::vector<dist::Sharding> inputs;
+    std::vector<dist::Sharding> outputs;
+    PrimitivePtr local;  // null: the same primitive on local shapes
+    // Optional: the local computation (local input arrays -> local outputs).
+    std::function<std::vector<Array>(const std::vector<Array>& local_inputs)> expand;
+  };
+  virtual Decision decide(const Context& context) const = 0;
+};
+
+}  // namespace tessera
+
+namespace tessera::dist {
+
+void register_sharding_rule(const std::string& primitive_name, std::shared_ptr<const ShardingRule> rule);
+// The primitive's own rule, else the registered one, else nullptr.
+const ShardingRule* find_sharding_rule(const Primitive& primitive);
+
+// Helpers for rules.
+namespace rules {
+// The merged sharding of several same-rank inputs for an elementwise op: per mesh
+// axis, the dimension any input splits it on (conflicts throw ShardingError naming
+// `where`); partial axes survive only when `keep_partial` (linear ops whose every
+// input is partial on them).
+Sharding elementwise_target(const ShardingRule::Context& c, const std::vector<int>& inputs, bool keep_partial);
+// A rule for ops that need every input and output replicated on the mesh axes that
+// split dimensions in `unsplittable` (e.g. the normalized last dim of softmax):
+// those inputs are gathered.
+Sharding without_dims(const Sharding& s, const std::vector<int>& dims);
+}  // namespace rules
+
+}  // namespace tessera::dist

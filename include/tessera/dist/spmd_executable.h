@@ -1,0 +1,41 @@
+// SpmdExecutable: a partitioned program compiled once per device of the mesh that
+// this process drives, and run on all of them at once (a thread per device
+// in-process; one device per rank under MPI). jit builds one for a call whose
+// arguments are sharded (or that names in/out shardings).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/compiler/executable.h"
+#include "tessera/compiler/pass.h"
+#include "tessera/dist/partitioner.h"
+
+namespace tessera::dist {
+
+class SpmdExecutable {
+ public:
+  SpmdExecutable(PartitionedProgram program, const compiler::CompileOptions& options, std::vector<bool> donated);
+
+  // Global arguments (sharded arrays, or host arrays that are split on the fly) ->
+  // global sharded outputs laid out as program().output_shardings.
+  std::vector<Array> run(const std::vector<Array>& args);
+
+  const PartitionedProgram& program() const { return program_; }
+  // The mesh devices this process runs, and the executable of each.
+  const std::vector<int>& devices() const { return devices_; }
+  compiler::Executable& executable(size_t slot = 0) const { return *per_device_.at(slot); }
+  // Communication of the last run, per device slot (measured by the communicator).
+  const std::vector<CommStats>& last_comm_stats() const { return last_stats_; }
+  // Peak bytes one device holds while running (arena + live parameters + outputs).
+  size_t peak_bytes_per_device() const { return executable(0).stats().peak_bytes; }
+
+ private:
+  PartitionedProgram program_;
+  std::vector<int> devices_;
+  std::vector<std::unique_ptr<compiler::Executable>> per_device_;
+  std::vector<CommStats> last_stats_;
+};
+
+}  // namespace tessera::dist

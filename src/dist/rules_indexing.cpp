@@ -1,0 +1,104 @@
+// Sharding rules for gathers and their transposes (embedding lookup and its
+// gradient). The gathered axis of the table is whole on every device; the other
+// table dims and the index dims keep their splits. The scatter-add transpose sums
+// updates from every split index position: its output is a partial sum over the
+// axes that split the indices.
+#include <fmt/format.h>
+
+#include "dist/rules.h"
+#include "tessera/ir/primitives/indexing.h"
+
+namespace tessera::dist::rules {
+
+namespace {
+
+bool overlaps(const std::vector<int>& a, const std::vector<int>& b) {
+  for (int x : a)
+    if (std::find(b.begin(), b.end(), x) != b.end()) return true;
+  return false;
+}
+
+Decision take_rule(const Context& c) {
+  int axis = static_cast<const Take&>(c.primitive).axis();
+  Sharding table = c.in[0].without_partial().with_dim_axes(axis, {});
+  Sharding idx = c.in[1].without_partial();
+  std::vector<int> table_axes;
+  for (int d = 0; d < table.rank(); ++d)
+    table_axes.insert(table_axes.end(), table.dim_axes(d).begin(), table.dim_axes(d).end());
+  for (int d = 0; d < idx.rank(); ++d)
+    if (overlaps(idx.dim_axes(d), table_axes)) idx = idx.with_dim_axes(d, {});
+  Sharding out = Sharding::replicated(c.mesh, static_cast<int>(c.out_types[0].shape.size()));
+  int o = 0;
+  for (int d = 0; d < axis; ++d) out = out.with_dim_axes(o++, table.dim_axes(d));
+  for (int d = 0; d < idx.rank(); ++d) out = out.with_dim_axes(o++, idx.dim_axes(d));
+  for (int d = axis + 1; d < table.rank(); ++d) out = out.with_dim_axes(o++, table.dim_axes(d));
+  Decision dec;
+  dec.inputs = {table, idx};
+  dec.outputs = {out};
+  return dec;
+}
+
+Decision scatter_add_rule(const Context& c) {
+  // Inputs (indices, updates); updates = shape[:axis] + indices.shape + shape[axis+1:].
+  int axis = static_cast<const TakeScatterAdd&>(c.primitive).axis();
+  const Shape& out_shape = c.out_types[0].shape;
+  int idx_rank = static_cast<int>(c.in_types[0].shape.size());
+  Sharding upd = c.in[1].without_partial();
+  Sharding idx = c.in[0].without_partial();
+  // Index dims: split like the updates' (merged, updates first).
+  for (int d = 0; d < idx_rank; ++d) {
+    std::vector<int> axes = upd.dim_axes(axis + d);
+    if (axes.empty()) axes = idx.dim_axes(d);
+    idx = idx.with_dim_axes(d, axes);
+    upd = upd.with_dim_axes(axis + d, axes);
+  }
+  Sharding out = Sharding::replicated(c.mesh, static_cast<int>(out_shape.size()));
+  std::vector<int> partial;
+  for (int d = 0; d < axis; ++d) out = out.with_dim_axes(d, upd.dim_axes(d));
+  for (int d = 0; d < idx_rank; ++d) partial.insert(partial.end(), idx.dim_axes(d).begin(), idx.dim_axes(d).end());
+  for (int d = axis + 1; d < static_cast<int>(out_shape.size()); ++d)
+    out = out.with_dim_axes(d, upd.dim_axes(d - 1 + idx_rank));
+  out = out.with_partial(partial);
+  Decision dec;
+  dec.inputs = {idx, upd};
+  dec.outputs = {out};
+  dec.local = std::make_shared<TakeScatterAdd>(out.local_shape(out_shape), axis);
+  return dec;
+}
+
+Decision take_along_rule(const Context& c) {
+  int axis = static_cast<const TakeAlong&>(c.primitive).axis();
+  Context whole = c;
+  for (Sharding& s : whole.in) s = s.without_partial().with_dim_axes(axis, {});
+  for (auto& t : whole.in_types) t.shape[static_cast<size_t>(axis)] = c.out_types[0].shape[static_cast<size_t>(axis)];
+  Sharding target = elementwise_target(whole, {0, 1}, false);
+  Decision dec;
+  dec.inputs = {target, target};
+  dec.outputs = {target};
+  return dec;
+}
+
+Decision scatter_add_along_rule(const Context& c) {
+  // Inputs (indices, updates), both shaped like the output except along axis.
+  int axis = static_cast<const TakeAlongScatterAdd&>(c.primitive).axis();
+  Context whole = c;
+  for (Sharding& s : whole.in) s = s.without_partial().with_dim_axes(axis, {});
+  for (auto& t : whole.in_types) t.shape[static_cast<size_t>(axis)] = c.out_types[0].shape[static_cast<size_t>(axis)];
+  Sharding target = elementwise_target(whole, {0, 1}, false);
+  Decision dec;
+  dec.inputs = {target, target};
+  dec.outputs = {target};
+  dec.local = std::make_shared<TakeAlongScatterAdd>(target.local_shape(c.out_types[0].shape), axis);
+  return dec;
+}
+
+}  // namespace
+
+void register_indexing() {
+  add("take", take_rule);
+  add("scatter_add", scatter_add_rule);
+  add("take_along_axis", take_along_rule);
+  add("scatter_add_along_axis", scatter_add_along_rule);
+}
+
+}  // namespace tessera::dist::rules

@@ -1,0 +1,50 @@
+// Shared helpers for the SPMD tests: random host arrays, tolerance checks, and
+// "run f sharded and unsharded, compare".
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tessera/compiler/jit.h"
+#include "tessera/core/ops.h"
+#include "tessera/dist/api.h"
+#include "tessera/dist/runtime.h"
+
+namespace tessera::testing {
+
+inline Array random_array(const Shape& shape, uint64_t seed, double scale = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(numel(shape)));
+  for (float& x : v) x = static_cast<float>(u(rng) * scale);
+  return Array::from_vector(v, shape);
+}
+
+// max |a-b| / (max |b| + 1e-30) <= rtol.
+inline void expect_close(const Array& actual, const Array& expected, double rtol, const std::string& what) {
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  std::vector<double> a = dist::gather(actual).to_vector<double>();
+  std::vector<double> b = dist::gather(expected).to_vector<double>();
+  double err = 0, mag = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    err = std::max(err, std::abs(a[i] - b[i]));
+    mag = std::max(mag, std::abs(b[i]));
+  }
+  EXPECT_LE(err, rtol * (mag + 1e-30)) << what << ": max abs error " << err << " (max |expected| " << mag << ")";
+}
+
+// Switches the in-process runtime to n virtual devices for the test's lifetime.
+class VirtualDevices {
+ public:
+  explicit VirtualDevices(int n) : previous_(dist::device_count()) { dist::set_cpu_devices(n); }
+  ~VirtualDevices() { dist::set_cpu_devices(previous_); }
+
+ private:
+  int previous_;
+};
+
+}  // namespace tessera::testing

@@ -98,11 +98,13 @@ inline Array random_tokens(const TransformerConfig& c, uint32_t seed) {
 inline Array attention_block(const TransformerConfig& c, const Tree& layer, const Array& x) {
   const int64_t b = x.shape(0), t = x.shape(1), d = c.dim, h = c.heads, dh = d / h;
   Array qkv = matmul(x, layer.at("qkv_w").leaf()) + layer.at("qkv_b").leaf();  // [B, T, 3D]
-  // [B, T, 3H, Dh] -> [B, 3H, T, Dh]: heads 0..H-1 are q, H..2H-1 k, 2H..3H-1 v.
-  Array heads = transpose(reshape(qkv, {b, t, 3 * h, dh}), {0, 2, 1, 3});
-  Array q = slice_axis(heads, 1, 0, h);
-  Array k = slice_axis(heads, 1, h, 2 * h);
-  Array v = slice_axis(heads, 1, 2 * h, 3 * h);
+  // Columns grouped per head, [H, 3, Dh] (q, k, v of head 0, then of head 1, ...): the
+  // layout nn::Attention uses, which tensor parallelism splits by whole heads.
+  Array groups = reshape(qkv, {b, t, h, 3, dh});
+  auto part = [&](int64_t i) {
+    return transpose(reshape(slice_axis(groups, 3, i, i + 1), {b, t, h, dh}), {0, 2, 1, 3});  // [B, H, T, Dh]
+  };
+  Array q = part(0), k = part(1), v = part(2);
   Array out = scaled_dot_product_attention(q, k, v, /*causal=*/true);  // [B, H, T, Dh]
   Array merged = reshape(transpose(out, {0, 2, 1, 3}), {b, t, d});
   return matmul(merged, layer.at("attn_out_w").leaf()) + layer.at("attn_out_b").leaf();

@@ -177,6 +177,8 @@ void Collective::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& 
         "dist::run_on_devices, e.g. through a jitted sharded function)",
         name(), attributes(), n);
   }
+  // Every member has the same local shapes: all skip an empty collective together.
+  if (x.size() == 0 || out.size() == 0) return;
   const int device = context->device;
   if (device >= mesh_.size())
     fail<ValueError>("{} {{{}}}: device {} is not in mesh {} ({} devices)", name(), attributes(), device,

@@ -17,6 +17,11 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// memcpy that accepts empty copies of null pointers (zero-size arrays).
+void copy_bytes(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
 bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
   return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
@@ -31,7 +36,7 @@ void ordered_sum(void* dst, const std::vector<const char*>& srcs, size_t count, 
   char* out = static_cast<char*>(dst);
   for (size_t begin = 0; begin < count; begin += kTile) {
     const size_t len = std::min(kTile, count - begin);
-    std::memcpy(out + begin * item, srcs[0] + begin * item, len * item);
+    copy_bytes(out + begin * item, srcs[0] + begin * item, len * item);
     for (size_t j = 1; j < srcs.size(); ++j) add_into(out + begin * item, srcs[j] + begin * item, len, dtype);
   }
 }
@@ -79,13 +84,15 @@ std::vector<int> LocalCommunicator::local_devices() const {
 
 void LocalCommunicator::begin_run(const std::vector<int>& devices) {
   std::lock_guard<std::mutex> lock(mutex_);
-  running_.assign(static_cast<size_t>(devices_), 0);
-  for (int d : devices) running_.at(static_cast<size_t>(d)) = 1;
+  running_.resize(static_cast<size_t>(devices_));
+  for (int d : devices) ++running_.at(static_cast<size_t>(d));
+  ++runs_;
 }
 
-void LocalCommunicator::end_run() {
+void LocalCommunicator::end_run(const std::vector<int>& devices) {
   std::lock_guard<std::mutex> lock(mutex_);
-  running_.clear();
+  for (int d : devices) --running_.at(static_cast<size_t>(d));
+  --runs_;
 }
 
 void LocalCommunicator::check_group(int device, const std::vector<int>& group, const char* op) const {
@@ -100,9 +107,9 @@ void LocalCommunicator::check_group(int device, const std::vector<int>& group, c
   if (std::find(group.begin(), group.end(), device) == group.end())
     fail<ValueError>("{}: device {} is not a member of group {}", op, device, group);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (running_.empty()) return;
+  if (runs_ == 0) return;
   for (int d : group)
-    if (!running_[static_cast<size_t>(d)])
+    if (running_[static_cast<size_t>(d)] == 0)
       fail<ValueError>(
           "{}: group {} includes device {}, which is not running in this run_on_devices call (it would wait forever)",
           op, group, d);
@@ -192,10 +199,10 @@ void LocalCommunicator::all_gather(int device, const std::vector<int>& group, co
   char* out = static_cast<char*>(staged ? scratch(n * bytes, 0) : recv);
   for (int j = 0; j < call.n; ++j) {
     if (j == call.index && own_block) continue;
-    std::memcpy(out + static_cast<size_t>(j) * bytes, call.rendezvous->slots[static_cast<size_t>(j)].send, bytes);
+    copy_bytes(out + static_cast<size_t>(j) * bytes, call.rendezvous->slots[static_cast<size_t>(j)].send, bytes);
   }
   leave(call, CommKind::AllGather, static_cast<double>(n * bytes));
-  if (staged) std::memcpy(recv, out, n * bytes);
+  if (staged) copy_bytes(recv, out, n * bytes);
 }
 
 void LocalCommunicator::reduce_scatter(int device, const std::vector<int>& group, const void* send, void* recv,
@@ -211,7 +218,7 @@ void LocalCommunicator::reduce_scatter(int device, const std::vector<int>& group
   void* out = staged ? scratch(block, 0) : recv;
   ordered_sum(out, srcs, count, dtype);
   leave(call, CommKind::ReduceScatter, static_cast<double>(n * block));
-  if (staged) std::memcpy(recv, out, block);
+  if (staged) copy_bytes(recv, out, block);
 }
 
 void LocalCommunicator::all_reduce(int device, const std::vector<int>& group, const void* send, void* recv,
@@ -241,13 +248,13 @@ void LocalCommunicator::all_reduce(int device, const std::vector<int>& group, co
     ordered_sum(mine_out, srcs, hi - lo, dtype);
     for (size_t j = 0; j < n; ++j)
       if (j != static_cast<size_t>(call.index) && hi > lo)
-        std::memcpy(static_cast<char*>(slots[j].recv) + lo * item, mine_out, (hi - lo) * item);
+        copy_bytes(static_cast<char*>(slots[j].recv) + lo * item, mine_out, (hi - lo) * item);
   } else {
     ordered_sum(mine.scratch, srcs, hi - lo, dtype);
     sync(call);
     for (size_t j = 0; j < n; ++j) {
       const auto [jlo, jhi] = range(j);
-      if (jhi > jlo) std::memcpy(static_cast<char*>(recv) + jlo * item, slots[j].scratch, (jhi - jlo) * item);
+      if (jhi > jlo) copy_bytes(static_cast<char*>(recv) + jlo * item, slots[j].scratch, (jhi - jlo) * item);
     }
   }
   leave(call, CommKind::AllReduce, static_cast<double>(count * item));
@@ -261,17 +268,17 @@ void LocalCommunicator::all_to_all(int device, const std::vector<int>& group, co
   Call call = enter(device, group, mine);
   char* out = static_cast<char*>(staged ? scratch(n * bytes, 0) : recv);
   for (size_t j = 0; j < n; ++j)
-    std::memcpy(out + j * bytes,
-                static_cast<const char*>(call.rendezvous->slots[j].send) + static_cast<size_t>(call.index) * bytes,
-                bytes);
+    copy_bytes(out + j * bytes,
+               static_cast<const char*>(call.rendezvous->slots[j].send) + static_cast<size_t>(call.index) * bytes,
+               bytes);
   leave(call, CommKind::AllToAll, static_cast<double>(n * bytes));
-  if (staged) std::memcpy(recv, out, n * bytes);
+  if (staged) copy_bytes(recv, out, n * bytes);
 }
 
 void LocalCommunicator::broadcast(int device, const std::vector<int>& group, void* buffer, size_t bytes) {
   Slot mine{.op = "broadcast", .size = bytes, .send = buffer, .recv = buffer};
   Call call = enter(device, group, mine);
-  if (call.index != 0 && bytes > 0) std::memcpy(buffer, call.rendezvous->slots[0].send, bytes);
+  if (call.index != 0 && bytes > 0) copy_bytes(buffer, call.rendezvous->slots[0].send, bytes);
   leave(call, CommKind::Other, 0);
 }
 

@@ -54,7 +54,7 @@ class LocalCommunicator : public Communicator {
   // names a device that is not running fails at once instead of waiting forever.
   // Without a run (threads driven by hand) every device counts as running.
   void begin_run(const std::vector<int>& devices);
-  void end_run();
+  void end_run(const std::vector<int>& devices);
 
   // What one member posted for one collective.
   struct Slot {
@@ -97,7 +97,8 @@ class LocalCommunicator : public Communicator {
   std::map<std::vector<int>, std::unique_ptr<Rendezvous>> groups_;
   std::atomic<bool> aborted_{false};
   std::string reason_;
-  std::vector<char> running_;  // empty: no run registered
+  std::vector<int> running_;  // per device: the runs in flight that include it
+  int runs_ = 0;              // runs in flight (0: every device counts as running)
   mutable std::mutex stats_mutex_;
   std::vector<CommStats> stats_;
 };

@@ -52,6 +52,14 @@ class Partitioner {
   // value and layout).
   Array value_as(ValueId v, const Sharding& to, const std::string& why);
   void apply(const Node& node);
+  // Layout hints for partial sums, propagated backward from where their layout is
+  // known: the optimizer update wants a gradient laid out like its parameter, an
+  // output its requested layout; elementwise ops pass hints to same-shaped operands.
+  void compute_hints(const std::vector<std::optional<Sharding>>& out);
+  // A partial sum read by several ops is reduced once, where first read, to its hint
+  // (reduce-scatter when the hint splits it) or else replicated; all later readers
+  // see the reduced value. Single readers keep it partial (linear ops pass it on).
+  void settle_partial(ValueId v);
 
   const Graph& g_;
   Mesh mesh_;
@@ -61,7 +69,78 @@ class Partitioner {
   std::map<std::pair<ValueId, std::string>, Array> resharded_;
   std::vector<Array> placeholders_;
   CollectiveSummary summary_;
+  std::vector<std::optional<Sharding>> hint_;
+  std::vector<int> readers_;
 };
+
+bool passes_hint(const std::string& name) {
+  static const char* const linear[] = {"add", "subtract", "multiply", "divide",        "negative",
+                                       "neg", "convert",  "identity", "stop_gradient", "copy"};
+  for (const char* n : linear)
+    if (name == n) return true;
+  return false;
+}
+
+void Partitioner::compute_hints(const std::vector<std::optional<Sharding>>& out) {
+  hint_.assign(g_.values.size(), std::nullopt);
+  readers_.assign(g_.values.size(), 0);
+  for (const Node& n : g_.nodes)
+    if (!n.dead)
+      for (ValueId v : n.inputs) ++readers_[static_cast<size_t>(v)];
+  for (size_t o = 0; o < g_.outputs.size(); ++o) {
+    ++readers_[static_cast<size_t>(g_.outputs[o])];
+    if (o < out.size() && out[o]) hint_[static_cast<size_t>(g_.outputs[o])] = out[o];
+  }
+  // The parameter a value is a renamed copy of (identity, stop_gradient), or -1.
+  auto parameter_sharding = [&](ValueId v) -> std::optional<Sharding> {
+    for (int guard = 0; guard < 16; ++guard) {
+      const Node* p = g_.producer(v);
+      if (p == nullptr) break;
+      std::string name = p->primitive->name();
+      if (name != "identity" && name != "stop_gradient") break;
+      v = p->inputs[0];
+    }
+    if (g_.value(v).kind == compiler::ValueKind::Parameter) return sharding_[static_cast<size_t>(v)];
+    return std::nullopt;
+  };
+  for (auto it = g_.nodes.rbegin(); it != g_.nodes.rend(); ++it) {
+    const Node& n = *it;
+    if (n.dead) continue;
+    std::string name = n.primitive->name();
+    if (name == "adamw_update") {
+      std::optional<Sharding> param = parameter_sharding(n.inputs[0]);
+      if (param)
+        for (size_t i = 1; i < 4 && i < n.inputs.size(); ++i) {
+          auto& h = hint_[static_cast<size_t>(n.inputs[i])];
+          if (!h) h = param->without_partial();
+        }
+      continue;
+    }
+    const auto& out_hint = hint_[static_cast<size_t>(n.outputs[0])];
+    if (!out_hint || n.outputs.size() != 1 || !passes_hint(name)) continue;
+    for (ValueId v : n.inputs) {
+      auto& h = hint_[static_cast<size_t>(v)];
+      if (!h && g_.type(v).shape == g_.type(n.outputs[0]).shape) h = out_hint->without_partial();
+    }
+  }
+}
+
+void Partitioner::settle_partial(ValueId v) {
+  const Sharding& s = sharding_[static_cast<size_t>(v)];
+  if (!s.is_partial() || readers_[static_cast<size_t>(v)] < 2) return;
+  Sharding to = s.without_partial();
+  if (const auto& h = hint_[static_cast<size_t>(v)]; h && h->rank() == s.rank()) {
+    // The hint's splits, where they do not fight the value's own.
+    to = *h;
+    bool compatible = true;
+    for (int d = 0; d < s.rank(); ++d)
+      if (!s.dim_axes(d).empty() && s.dim_axes(d) != h->dim_axes(d)) compatible = false;
+    if (!compatible) to = s.without_partial();
+  }
+  Array reduced = value_as(v, to, "partial sum read by several ops");
+  local_[static_cast<size_t>(v)] = reduced;
+  sharding_[static_cast<size_t>(v)] = to;
+}
 
 Array Partitioner::value_as(ValueId v, const Sharding& to, const std::string& why) {
   const Sharding& from = sharding_[static_cast<size_t>(v)];
@@ -92,6 +171,21 @@ Array Partitioner::value_as(ValueId v, const Sharding& to, const std::string& wh
                            {local_[static_cast<size_t>(producer->inputs[0])]});
     }
   }
+  // A transposed (or renamed) value is resharded before the layout op, so a parameter
+  // used both ways (a tied embedding) is gathered once.
+  if (!result.valid() && producer != nullptr && !from.is_partial() && !to.is_partial()) {
+    std::string name = producer->primitive->name();
+    if (name == "transpose") {
+      const auto& perm = static_cast<const Transpose&>(*producer->primitive).perm();
+      Sharding before = Sharding::replicated(mesh_, to.rank());
+      for (int d = 0; d < to.rank(); ++d) before = before.with_dim_axes(perm[static_cast<size_t>(d)], to.dim_axes(d));
+      Array in = value_as(producer->inputs[0], before, why);
+      result = Array::make(to.local_shape(global, why), g_.type(v).dtype, producer->primitive, {in});
+    } else if ((name == "identity" || name == "stop_gradient") &&
+               sharding_[static_cast<size_t>(producer->inputs[0])] == from) {
+      result = value_as(producer->inputs[0], to, why);
+    }
+  }
   if (!result.valid()) {
     std::vector<ReshardStep> steps;
     result = reshard_local(local_[static_cast<size_t>(v)], global, from, to, &steps);
@@ -104,6 +198,7 @@ Array Partitioner::value_as(ValueId v, const Sharding& to, const std::string& wh
 void Partitioner::apply(const Node& node) {
   const Primitive& prim = *node.primitive;
   std::string where = node_text(g_, node);
+  for (ValueId v : node.inputs) settle_partial(v);
   std::vector<Sharding> in;
   for (ValueId v : node.inputs) in.push_back(sharding_[static_cast<size_t>(v)]);
 
@@ -203,6 +298,7 @@ PartitionedProgram Partitioner::run(const std::vector<std::optional<Sharding>>& 
     local_[v] = value.constant;
     sharding_[v] = Sharding::replicated(mesh_, static_cast<int>(value.type.shape.size()));
   }
+  compute_hints(out);
   for (const Node& node : g_.nodes)
     if (!node.dead) apply(node);
 

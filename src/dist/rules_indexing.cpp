@@ -19,14 +19,15 @@ bool overlaps(const std::vector<int>& a, const std::vector<int>& b) {
 }
 
 Decision take_rule(const Context& c) {
+  // The indices are activations (a batch split): their splits win; a table split on
+  // the same mesh axis (an FSDP-sharded embedding) is gathered, the gathered axis too.
   int axis = static_cast<const Take&>(c.primitive).axis();
-  Sharding table = c.in[0].without_partial().with_dim_axes(axis, {});
   Sharding idx = c.in[1].without_partial();
-  std::vector<int> table_axes;
+  std::vector<int> idx_axes;
+  for (int d = 0; d < idx.rank(); ++d) idx_axes.insert(idx_axes.end(), idx.dim_axes(d).begin(), idx.dim_axes(d).end());
+  Sharding table = c.in[0].without_partial().with_dim_axes(axis, {});
   for (int d = 0; d < table.rank(); ++d)
-    table_axes.insert(table_axes.end(), table.dim_axes(d).begin(), table.dim_axes(d).end());
-  for (int d = 0; d < idx.rank(); ++d)
-    if (overlaps(idx.dim_axes(d), table_axes)) idx = idx.with_dim_axes(d, {});
+    if (overlaps(table.dim_axes(d), idx_axes)) table = table.with_dim_axes(d, {});
   Sharding out = Sharding::replicated(c.mesh, static_cast<int>(c.out_types[0].shape.size()));
   int o = 0;
   for (int d = 0; d < axis; ++d) out = out.with_dim_axes(o++, table.dim_axes(d));

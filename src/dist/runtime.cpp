@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -63,6 +64,12 @@ Communicator& active_communicator() {
       rt.mpi = true;
       return *rt.active;
     }
+#endif
+#if !TESSERA_HAS_MPI
+    if (launched_by_mpi())
+      std::fprintf(stderr,
+                   "tessera: started by mpirun, but this build has no MPI: every process runs the in-process "
+                   "runtime on its own\n");
 #endif
     rt.local = std::make_unique<LocalCommunicator>(devices_from_env());
     rt.active = rt.local.get();
@@ -187,7 +194,7 @@ void run_on_devices(const std::vector<int>& devices, const std::function<void(in
   }
   {
     std::lock_guard<std::mutex> lock(rt.mutex);
-    if (local) local->end_run();
+    if (local) local->end_run(devices);
     if (error) comm.reset();
     --rt.runs_in_flight;
   }

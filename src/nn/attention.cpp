@@ -44,11 +44,15 @@ Array Attention::operator()(const Tree& p, const Array& x, KVState* cache) const
   const int64_t b = x.shape(0), t = x.shape(1), h = heads, hkv = resolved_kv_heads(), dh = head_dim();
   Array qkv = matmul(x, p.at("wqkv").leaf());
   if (bias) qkv = qkv + p.at("bqkv").leaf();
-  // [B, T, H + 2 Hkv, Dh] -> [B, H + 2 Hkv, T, Dh]; q, k, v are head ranges.
-  Array all = transpose(reshape(qkv, {b, t, h + 2 * hkv, dh}), {0, 2, 1, 3});
-  Array q = slice_axis(all, 1, 0, h);
-  Array k = slice_axis(all, 1, h, h + hkv);
-  Array v = slice_axis(all, 1, h + hkv, h + 2 * hkv);
+  // Columns are grouped by kv head: [Hkv, G + 2, Dh] with G = H / Hkv query heads,
+  // then that group's k and v. Splitting the columns over devices (tensor
+  // parallelism on "heads") then gives each device whole groups: its own q, k and v.
+  const int64_t g = h / hkv;
+  Array groups = reshape(qkv, {b, t, hkv, g + 2, dh});
+  auto heads_first = [&](const Array& a, int64_t n) { return transpose(reshape(a, {b, t, n, dh}), {0, 2, 1, 3}); };
+  Array q = heads_first(slice_axis(groups, 3, 0, g), h);
+  Array k = heads_first(slice_axis(groups, 3, g, g + 1), hkv);
+  Array v = heads_first(slice_axis(groups, 3, g + 1, g + 2), hkv);
 
   int64_t offset = 0;
   if (cache != nullptr && cache->k.valid()) {

@@ -25,12 +25,17 @@ std::optional<Array> key_of(const Tree& args) {
   return std::nullopt;
 }
 
-JitOptions jit_options(std::vector<int> donate, std::string name) {
+// `outputs`: a tree shaped like the program's result (its leaves' layouts are pinned
+// under a layout).
+JitOptions jit_options(std::vector<int> donate, std::string name, const Layout* layout, const Tree& outputs) {
   JitOptions options;
   options.donate_leaves = std::move(donate);
   options.name = std::move(name);
+  if (layout != nullptr) options.out_shardings = layout->shardings_for(outputs);
   return options;
 }
+
+Array scalar_like() { return Array::placeholder({}, DType::Float32); }
 
 Tree batch_args(const data::Batch& batch, const std::optional<Array>& key) {
   Tree args{{"tokens", batch.tokens}, {"targets", batch.targets}};
@@ -40,8 +45,9 @@ Tree batch_args(const data::Batch& batch, const std::optional<Array>& key) {
 
 }  // namespace
 
-TrainStep::TrainStep(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches)
-    : model_(model), optimizer_(optimizer), micro_batches_(micro_batches) {
+TrainStep::TrainStep(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches,
+                     const Layout* layout)
+    : model_(model), optimizer_(optimizer), micro_batches_(micro_batches), layout_(layout) {
   if (micro_batches < 1) fail<ValueError>("TrainStep: micro_batches must be >= 1 (got {})", micro_batches);
 }
 
@@ -56,10 +62,13 @@ Jitted& TrainStep::fused_program(const Tree& args) {
       optim::Optimizer::Update update = optimizer.apply(a.at("params"), grads, a.at("opt"), a.at("lr").leaf());
       return Tree{{"params", update.params}, {"opt", update.state}, {"loss", loss}, {"grad_norm", update.grad_norm}};
     };
-    fused_.emplace(jit(step, jit_options(leaves_under(args, {"params", "opt"}), "train_step")));
+    Tree outputs{
+        {"params", args.at("params")}, {"opt", args.at("opt")}, {"loss", scalar_like()}, {"grad_norm", scalar_like()}};
+    fused_.emplace(jit(step, jit_options(leaves_under(args, {"params", "opt"}), "train_step", layout_, outputs)));
     const Lowered lowered = fused_->lowered(args);
     compiled_flops_ = lowered.executable().stats().flops;
     executables_.push_back(lowered.executable_ptr());
+    if (lowered.spmd_ptr()) spmd_.push_back(lowered.spmd_ptr());
   }
   return *fused_;
 }
@@ -79,11 +88,13 @@ Jitted& TrainStep::grad_program(bool first, const Tree& args) {
       }
       return Tree{{"grads", grads}, {"loss", loss}};
     };
+    Tree outputs{{"grads", args.at("params")}, {"loss", scalar_like()}};
     program.emplace(jit(grad_step, jit_options(first ? std::vector<int>{} : leaves_under(args, {"grads"}),
-                                               first ? "grad_first" : "grad_accumulate")));
+                                               first ? "grad_first" : "grad_accumulate", layout_, outputs)));
     const Lowered lowered = program->lowered(args);
     compiled_flops_ += lowered.executable().stats().flops * (first ? 1.0 : micro_batches_ - 1.0);
     executables_.push_back(lowered.executable_ptr());
+    if (lowered.spmd_ptr()) spmd_.push_back(lowered.spmd_ptr());
   }
   return *program;
 }
@@ -97,10 +108,13 @@ Jitted& TrainStep::update_program(const Tree& args) {
       optim::Optimizer::Update update = optimizer.apply(a.at("params"), mean, a.at("opt"), a.at("lr").leaf());
       return Tree{{"params", update.params}, {"opt", update.state}, {"grad_norm", update.grad_norm}};
     };
-    update_.emplace(jit(update_step, jit_options(leaves_under(args, {"params", "opt", "grads"}), "update")));
+    Tree outputs{{"params", args.at("params")}, {"opt", args.at("opt")}, {"grad_norm", scalar_like()}};
+    update_.emplace(
+        jit(update_step, jit_options(leaves_under(args, {"params", "opt", "grads"}), "update", layout_, outputs)));
     const Lowered lowered = update_->lowered(args);
     compiled_flops_ += lowered.executable().stats().flops;
     executables_.push_back(lowered.executable_ptr());
+    if (lowered.spmd_ptr()) spmd_.push_back(lowered.spmd_ptr());
   }
   return *update_;
 }
@@ -181,12 +195,13 @@ int TrainStep::trace_count() const {
   return count;
 }
 
-Evaluator::Evaluator(const models::Model& model)
+Evaluator::Evaluator(const models::Model& model, const Layout* layout)
     : forward_(jit(
           [&model](const Tree& a) -> Tree {
             return Tree(model.loss(a.at("params"), a.at("tokens").leaf(), a.at("targets").leaf()));
           },
-          jit_options({}, "eval"))) {}
+          jit_options({}, "eval", nullptr, Tree()))),
+      layout_(layout) {}
 
 double Evaluator::operator()(const Tree& params, data::DataLoader& loader, int64_t batches) {
   if (batches < 1) fail<ValueError>("evaluate: batches must be >= 1 (got {})", batches);
@@ -195,6 +210,7 @@ double Evaluator::operator()(const Tree& params, data::DataLoader& loader, int64
   const int64_t n = std::min<int64_t>(batches, static_cast<int64_t>(loader.batches_per_epoch()));
   for (int64_t i = 0; i < n; ++i) {
     data::Batch batch = loader.next();
+    if (layout_ != nullptr) batch = layout_->shard_batch(batch);
     total +=
         forward_(Tree{{"params", params}, {"tokens", batch.tokens}, {"targets", batch.targets}}).leaf().item<double>();
   }

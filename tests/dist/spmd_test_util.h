@@ -24,17 +24,22 @@ inline Array random_array(const Shape& shape, uint64_t seed, double scale = 1.0)
   return Array::from_vector(v, shape);
 }
 
-// max |a-b| / (max |b| + 1e-30) <= rtol.
+// Relative error in the 2-norm, ||a - b|| / ||b|| <= rtol (the usual measure for a
+// whole tensor: one element near zero does not dominate it).
 inline void expect_close(const Array& actual, const Array& expected, double rtol, const std::string& what) {
   ASSERT_EQ(actual.shape(), expected.shape()) << what;
   std::vector<double> a = dist::gather(actual).to_vector<double>();
   std::vector<double> b = dist::gather(expected).to_vector<double>();
-  double err = 0, mag = 0;
+  double err = 0, mag = 0, worst = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    err = std::max(err, std::abs(a[i] - b[i]));
-    mag = std::max(mag, std::abs(b[i]));
+    err += (a[i] - b[i]) * (a[i] - b[i]);
+    mag += b[i] * b[i];
+    worst = std::max(worst, std::abs(a[i] - b[i]));
   }
-  EXPECT_LE(err, rtol * (mag + 1e-30)) << what << ": max abs error " << err << " (max |expected| " << mag << ")";
+  err = std::sqrt(err);
+  mag = std::sqrt(mag);
+  EXPECT_LE(err, rtol * mag + 1e-30) << what << ": relative error " << err / (mag + 1e-30) << " (largest element error "
+                                     << worst << ")";
 }
 
 // Switches the in-process runtime to n virtual devices for the test's lifetime.

@@ -71,15 +71,23 @@ inline void rope(double* v, int64_t d, int64_t position, double theta) {
 }
 
 // Self-attention of x [B, T, D] with a fused projection wqkv [D, (H + 2 Hkv) Dh]
-// (columns q | k | v, head-major), optional RoPE starting at position 0, a causal
-// mask, GQA (query head h uses kv head h / (H / Hkv)) and wo [D, D].
+// (columns grouped by kv head: [Hkv, G + 2, Dh], G = H / Hkv query heads then the
+// group's k and v), optional RoPE starting at position 0, a causal mask, GQA (query
+// head h uses kv head h / G) and wo [D, D].
 inline Vec attention(const Vec& x, int64_t b_n, int64_t t_n, int64_t d, int64_t h_n, int64_t hkv, const Vec& wqkv,
                      const Vec* bqkv, const Vec& wo, const Vec* bo, bool rope_on, double theta) {
   const int64_t dh = d / h_n, width = (h_n + 2 * hkv) * dh;
   Vec qkv = linear(x, b_n * t_n, d, wqkv, width, bqkv);  // [B*T, width]
-  auto q_at = [&](int64_t b, int64_t t, int64_t h) { return &qkv[at((b * t_n + t) * width + h * dh)]; };
-  auto k_at = [&](int64_t b, int64_t t, int64_t g) { return &qkv[at((b * t_n + t) * width + (h_n + g) * dh)]; };
-  auto v_at = [&](int64_t b, int64_t t, int64_t g) { return &qkv[at((b * t_n + t) * width + (h_n + hkv + g) * dh)]; };
+  const int64_t group = h_n / hkv;
+  auto q_at = [&](int64_t b, int64_t t, int64_t h) {
+    return &qkv[at((b * t_n + t) * width + ((h / group) * (group + 2) + h % group) * dh)];
+  };
+  auto k_at = [&](int64_t b, int64_t t, int64_t g) {
+    return &qkv[at((b * t_n + t) * width + (g * (group + 2) + group) * dh)];
+  };
+  auto v_at = [&](int64_t b, int64_t t, int64_t g) {
+    return &qkv[at((b * t_n + t) * width + (g * (group + 2) + group + 1) * dh)];
+  };
   if (rope_on)
     for (int64_t b = 0; b < b_n; ++b)
       for (int64_t t = 0; t < t_n; ++t) {

@@ -67,6 +67,7 @@ class Lowered {
   std::string global_text() const { return traced_.text(); }
   // The SPMD program, or nullptr when the call was not sharded.
   dist::SpmdExecutable* spmd() const { return spmd_.get(); }
+  const std::shared_ptr<dist::SpmdExecutable>& spmd_ptr() const { return spmd_; }
   // The optimized program with its buffer assignment.
   std::string optimized_text() const { return executable_->text(); }
   const compiler::Graph& graph() const { return traced_; }

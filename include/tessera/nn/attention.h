@@ -2,10 +2,12 @@
 // optional RoPE and an optional KV cache for incremental decoding.
 //
 // One fused projection: x @ wqkv (+ bqkv), wqkv [dim, (heads + 2 kv_heads) head_dim],
-// columns [q heads | k heads | v heads]; the output is viewed as
-// [B, T, heads + 2 kv_heads, head_dim] and moved to [B, heads..., T, head_dim], from
-// which q, k, v are slices along the head axis (the layout bench/transformer_step.h
-// uses). Then scaled_dot_product_attention (GQA natively) and x @ wo (+ bo).
+// columns grouped by kv head (Megatron's layout): [kv_heads, G + 2, head_dim] with
+// G = heads / kv_heads, i.e. per kv head its G query heads, then its k, then its v.
+// Splitting the columns over devices (tensor parallelism on the "heads" axis) gives
+// every device whole groups, so attention runs locally on its heads. q, k, v are
+// slices of the [B, T, kv_heads, G + 2, head_dim] view; then
+// scaled_dot_product_attention (GQA natively) and x @ wo (+ bo).
 #pragma once
 
 #include <cstdint>

@@ -16,8 +16,10 @@
 
 #include "tessera/compiler/jit.h"
 #include "tessera/data/loader.h"
+#include "tessera/dist/spmd_executable.h"
 #include "tessera/models/model.h"
 #include "tessera/optim/optimizer.h"
+#include "tessera/train/parallel.h"
 
 namespace tessera::train {
 
@@ -28,7 +30,11 @@ struct StepStats {
 
 class TrainStep {
  public:
-  TrainStep(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches);
+  // With a layout (train/parallel.h) the programs run SPMD over its mesh: arguments
+  // must be placed with it (Layout::shard_params / shard_opt_state / shard_batch);
+  // outputs keep the same layouts (gradients of the accumulation path included).
+  TrainStep(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches,
+            const Layout* layout = nullptr);
 
   // Updates params and opt_state in place. `micro` holds micro_batches batches;
   // `dropout_key` is required iff the model has dropout.
@@ -48,11 +54,15 @@ class TrainStep {
 
   // Model FLOPs of one program execution as the compiled program counts them.
   double compiled_flops() const { return compiled_flops_; }
+  // Under a layout: the SPMD programs (collectives per step, communication of the
+  // last run, per-device memory); empty otherwise.
+  const std::vector<std::shared_ptr<dist::SpmdExecutable>>& spmd_programs() const { return spmd_; }
 
  private:
   const models::Model& model_;
   const optim::Optimizer& optimizer_;
   int64_t micro_batches_;
+  const Layout* layout_;
   std::optional<Jitted> fused_;       // micro_batches == 1
   std::optional<Jitted> grad_first_;  // micro_batches > 1
   std::optional<Jitted> grad_add_;
@@ -60,6 +70,7 @@ class TrainStep {
   double compiled_flops_ = 0;
   Tree grad_sum_;
   std::vector<std::shared_ptr<compiler::Executable>> executables_;
+  std::vector<std::shared_ptr<dist::SpmdExecutable>> spmd_;
 
   // The programs, created (traced and compiled) on first use.
   Jitted& fused_program(const Tree& args);
@@ -72,11 +83,13 @@ class TrainStep {
 // reused by every later pass.
 class Evaluator {
  public:
-  explicit Evaluator(const models::Model& model);
+  // With a layout, validation batches are split over its batch axes.
+  explicit Evaluator(const models::Model& model, const Layout* layout = nullptr);
   double operator()(const Tree& params, data::DataLoader& loader, int64_t batches);
 
  private:
   Jitted forward_;
+  const Layout* layout_;
 };
 
 // One-off form of Evaluator.

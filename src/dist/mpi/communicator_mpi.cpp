@@ -36,6 +36,7 @@ namespace tessera::dist {
 namespace {
 
 constexpr int kAbortTag = 7001;
+constexpr int kHandshakeTag = 7002;
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -88,6 +89,8 @@ class MpiCommunicator : public Communicator {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &abort_comm_), "MPI_Comm_dup");
+    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &control_comm_), "MPI_Comm_dup");
+    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &world_comm_), "MPI_Comm_dup");
     stats_ = {};
   }
 
@@ -247,6 +250,8 @@ class MpiCommunicator : public Communicator {
       if (comm != MPI_COMM_SELF && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
     comms_.clear();
     MPI_Comm_free(&abort_comm_);
+    MPI_Comm_free(&control_comm_);
+    MPI_Comm_free(&world_comm_);
     MPI_Finalize();
   }
 
@@ -303,17 +308,38 @@ class MpiCommunicator : public Communicator {
     if (group.size() == 1) return MPI_COMM_SELF;
     auto it = comms_.find(group);
     if (it != comms_.end()) return it->second;
+    if (static_cast<int>(group.size()) == size_ && std::is_sorted(group.begin(), group.end()))
+      return world_comm_;  // the whole world in rank order
+    // MPI_Comm_create_group blocks until every member calls it and knows nothing of
+    // abort notes: meet first (a handshake the abort-aware wait watches), so a member
+    // that failed before getting here makes the others throw instead of hanging.
+    handshake(group);
     MPI_Group world_group, sub_group;
-    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    MPI_Comm_group(world_comm_, &world_group);
     MPI_Group_incl(world_group, static_cast<int>(group.size()), group.data(), &sub_group);
     MPI_Comm comm = MPI_COMM_NULL;
-    const int code = MPI_Comm_create_group(MPI_COMM_WORLD, sub_group, 0, &comm);
+    const int code = MPI_Comm_create_group(world_comm_, sub_group, 0, &comm);
     MPI_Group_free(&sub_group);
     MPI_Group_free(&world_group);
     check_mpi(code, "MPI_Comm_create_group");
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     comms_.emplace(group, comm);
     return comm;
+  }
+
+  // Zero-byte messages to and from every other member on the control communicator
+  // (pairs match in program order, which is the same on every member).
+  void handshake(const std::vector<int>& group) {
+    std::vector<MPI_Request> requests;
+    char token = 0;
+    for (int member : group) {
+      if (member == rank_) continue;
+      requests.emplace_back();
+      check_mpi(MPI_Irecv(nullptr, 0, MPI_BYTE, member, kHandshakeTag, control_comm_, &requests.back()), "MPI_Irecv");
+      requests.emplace_back();
+      check_mpi(MPI_Isend(&token, 0, MPI_BYTE, member, kHandshakeTag, control_comm_, &requests.back()), "MPI_Isend");
+    }
+    for (MPI_Request& request : requests) wait(&request, "creating the group communicator", group);
   }
 
   // Waits for `request`, watching for a peer's abort note meanwhile. Spins briefly,
@@ -359,7 +385,9 @@ class MpiCommunicator : public Communicator {
 
   int rank_ = 0, size_ = 1;
   bool owns_mpi_ = false;
-  MPI_Comm abort_comm_ = MPI_COMM_NULL;
+  MPI_Comm abort_comm_ = MPI_COMM_NULL;    // abort notes
+  MPI_Comm control_comm_ = MPI_COMM_NULL;  // handshakes before creating group communicators
+  MPI_Comm world_comm_ = MPI_COMM_NULL;    // the parent of every group communicator
   std::map<std::vector<int>, MPI_Comm> comms_;
   mutable std::mutex mutex_;  // stats_, reason_
   std::atomic<bool> aborted_{false};

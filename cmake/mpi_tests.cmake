@@ -1,0 +1,30 @@
+# Multi-process tests (included at the end of CMakeLists.txt's test section): the MPI
+# test program under mpirun. Built when CMake found MPI; registered when mpirun is
+# there too (otherwise skipped with a message).
+if(TESSERA_HAS_MPI)
+  add_executable(mpi_collectives tests/dist/mpi/mpi_collectives_main.cpp)
+  target_include_directories(mpi_collectives PRIVATE src tests)
+  target_link_libraries(mpi_collectives PRIVATE tessera tessera_warnings)
+  add_dependencies(tessera_tests mpi_collectives)
+  if(TESSERA_MPIEXEC)
+    # Containers often run tests as root, which mpirun refuses unless told; more ranks
+    # than cores (-n 4 on 2 cores) needs --oversubscribe; vader's single-copy (CMA)
+    # needs ptrace rights that containers usually lack.
+    set(mpi_test_env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+                     OMPI_MCA_btl_vader_single_copy_mechanism=none)
+    foreach(np 2 4)
+      add_test(NAME dist.mpi_collectives_np${np}
+               COMMAND ${TESSERA_MPIEXEC} -n ${np} --oversubscribe $<TARGET_FILE:mpi_collectives>)
+      set_tests_properties(dist.mpi_collectives_np${np} PROPERTIES LABELS dist TIMEOUT 120
+                                                                   ENVIRONMENT "${mpi_test_env}")
+    endforeach()
+    # A failing rank makes the others throw instead of hanging; the job then ends with
+    # MPI_Abort (nonzero status), so the test looks for rank 0's report instead.
+    add_test(NAME dist.mpi_abort_np2 COMMAND ${TESSERA_MPIEXEC} -n 2 --oversubscribe
+                                             $<TARGET_FILE:mpi_collectives> abort)
+    set_tests_properties(dist.mpi_abort_np2 PROPERTIES LABELS dist TIMEOUT 60 ENVIRONMENT "${mpi_test_env}"
+                         PASS_REGULAR_EXPRESSION "rank 0 caught after [0-9.]+ s: all_reduce on devices \\[0, 1\\]: aborted: rank 1: device 1 failed: rank 1 fails on purpose")
+  else()
+    message(STATUS "tessera: mpirun not found; the MPI tests (dist.mpi_*) are not registered")
+  endif()
+endif()

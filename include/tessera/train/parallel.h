@@ -1,0 +1,88 @@
+// Parallel layouts for training (MaxText's logical axis rules over a named mesh).
+//
+// Every parameter declares one logical axis name per dimension ("embed", "heads",
+// "mlp", "vocab", ... see nn/param.h). A rule maps a logical axis to mesh axes; a
+// parameter dimension is split over the mesh axes its logical axis maps to (axes
+// absent from the mesh, of size 1, or already used by an earlier dimension of the
+// same parameter are skipped). Batches are split over the "batch" rule's axes.
+//
+// With the default rules and the MaxText axis names:
+//   data=N     data parallel: parameters replicated, gradients all-reduced
+//   fsdp=N     FSDP / ZeRO-3: parameters, gradients and optimizer state split over
+//              fsdp ("embed" and "norm" dims), all-gathered before use, gradients
+//              reduce-scattered
+//   tensor=N   Megatron tensor parallel: attention heads and the MLP hidden dim split
+//   and any product of them, e.g. data=2,fsdp=2,tensor=2.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/core/tree.h"
+#include "tessera/data/loader.h"
+#include "tessera/dist/sharding.h"
+#include "tessera/nn/param.h"
+
+namespace tessera::train {
+
+// Logical axis -> mesh axes (major first).
+using AxisRules = std::map<std::string, std::vector<std::string>>;
+
+// batch -> (data, fsdp); embed, norm -> fsdp; heads, kv_heads, mlp -> tensor;
+// vocab, position, head_dim -> not split.
+AxisRules default_axis_rules();
+// "embed=fsdp,heads=tensor,batch=data+fsdp" (entries override the defaults; an empty
+// right side, "vocab=", means not split). Throws ConfigError naming the entry.
+AxisRules parse_axis_rules(const std::string& text, const AxisRules& base = default_axis_rules());
+
+class Layout {
+ public:
+  Layout(dist::Mesh mesh, AxisRules rules, nn::ParamSpecs specs);
+
+  const dist::Mesh& mesh() const { return mesh_; }
+  const AxisRules& rules() const { return rules_; }
+  // The sharding of parameter `path` (ConfigError if unknown or not divisible).
+  const dist::Sharding& param(const std::string& path) const;
+  // Batches [B, ...]: dim 0 over the batch axes.
+  dist::Sharding batch(int rank) const;
+  // Devices that each hold a different slice of the batch.
+  int64_t data_parallel_size() const;
+
+  // Layouts for the leaves of a tree with keys params.* / grads.* (parameters),
+  // opt.<slot>.* (optimizer moments, like their parameter), opt.step (replicated),
+  // tokens / targets (batch); other leaves: nullopt (follow propagation).
+  std::vector<std::optional<dist::Sharding>> shardings_for(const Tree& tree) const;
+
+  Tree shard_params(const Tree& params) const;
+  Tree shard_opt_state(const Tree& opt_state) const;
+  data::Batch shard_batch(const data::Batch& batch) const;
+  // Host copies (checkpoints): every leaf gathered.
+  static Tree gather(const Tree& tree);
+
+  // One line per parameter: path, shape, layout.
+  std::string describe() const;
+
+  // Bytes each device should send per optimizer step (one micro-batch) for a GPT of
+  // `layers` blocks and width `dim` on batches [batch, seq] (ring counts, see
+  // dist::CommStats), from the layouts alone:
+  //   parameter p of b bytes, split over tensor axes into b_t per device:
+  //     split over batch axes F (FSDP): all-gather F + reduce-scatter F of b_t, then
+  //       all-reduce over the other batch axes of b_t / |F|;
+  //     else: all-reduce of the gradient over the batch axes;
+  //   tensor parallel (t devices): 4 all-reduces per block of the [batch / dp, seq,
+  //   dim] activations (attention and MLP outputs forward, their inputs' gradients
+  //   backward).
+  // Scalar reductions (the loss and its token count) are not counted.
+  double analytic_step_bytes(int64_t layers, int64_t dim, int64_t batch, int64_t seq) const;
+
+ private:
+  std::optional<dist::Sharding> leaf_sharding(const std::string& path, const Array& leaf) const;
+  dist::Mesh mesh_;
+  AxisRules rules_;
+  nn::ParamSpecs specs_;
+  std::map<std::string, dist::Sharding> params_;
+};
+
+}  // namespace tessera::train

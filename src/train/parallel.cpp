@@ -1,0 +1,189 @@
+#include "tessera/train/parallel.h"
+
+#include <fmt/format.h>
+
+#include "tessera/base/error.h"
+#include "tessera/dist/api.h"
+
+namespace tessera::train {
+
+AxisRules default_axis_rules() {
+  return {{"batch", {"data", "fsdp"}},
+          {"embed", {"fsdp"}},
+          {"norm", {"fsdp"}},
+          {"heads", {"tensor"}},
+          {"kv_heads", {"tensor"}},
+          {"mlp", {"tensor"}},
+          {"vocab", {}},
+          {"position", {}},
+          {"head_dim", {}}};
+}
+
+AxisRules parse_axis_rules(const std::string& text, const AxisRules& base) {
+  AxisRules rules = base;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string entry = text.substr(start, comma - start);
+    start = comma + 1;
+    if (entry.empty()) continue;
+    size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0)
+      fail<ConfigError>("parallel.rules: entry '{}' is not logical=mesh_axis[+mesh_axis...] (e.g. embed=fsdp)", entry);
+    std::string logical = entry.substr(0, eq);
+    std::vector<std::string> axes;
+    std::string rest = entry.substr(eq + 1);
+    size_t p = 0;
+    while (p < rest.size()) {
+      size_t plus = rest.find('+', p);
+      if (plus == std::string::npos) plus = rest.size();
+      if (plus > p) axes.push_back(rest.substr(p, plus - p));
+      p = plus + 1;
+    }
+    rules[logical] = axes;
+  }
+  return rules;
+}
+
+Layout::Layout(dist::Mesh mesh, AxisRules rules, nn::ParamSpecs specs)
+    : mesh_(std::move(mesh)), rules_(std::move(rules)), specs_(std::move(specs)) {
+  for (const auto& [path, info] : specs_) {
+    dist::PartitionSpec spec;
+    std::vector<std::string> used;
+    for (size_t d = 0; d < info.axes.size(); ++d) {
+      dist::Axes axes;
+      auto it = rules_.find(info.axes[d]);
+      if (it != rules_.end()) {
+        for (const std::string& a : it->second) {
+          if (!mesh_.has_axis(a) || mesh_.axis_size(a) == 1) continue;
+          if (std::find(used.begin(), used.end(), a) != used.end()) continue;
+          axes.push_back(a);
+          used.push_back(a);
+        }
+      }
+      spec.dims.push_back(axes);
+    }
+    dist::Sharding s = dist::Sharding::from_spec(mesh_, spec, static_cast<int>(info.shape.size()), path);
+    try {
+      s.check_divisible(info.shape, "parameter " + path);
+    } catch (const ShapeError& e) {
+      fail<ConfigError>("parallel: {} (logical axes [{}]); change the mesh or parallel.rules", e.what(),
+                        fmt::join(info.axes, ", "));
+    }
+    params_.emplace(path, s);
+  }
+}
+
+const dist::Sharding& Layout::param(const std::string& path) const {
+  auto it = params_.find(path);
+  if (it == params_.end()) fail<ValueError>("parallel: no parameter '{}' in the model", path);
+  return it->second;
+}
+
+dist::Sharding Layout::batch(int rank) const {
+  dist::Axes axes;
+  auto it = rules_.find("batch");
+  if (it != rules_.end())
+    for (const std::string& a : it->second)
+      if (mesh_.has_axis(a) && mesh_.axis_size(a) > 1) axes.push_back(a);
+  dist::PartitionSpec spec;
+  spec.dims.push_back(axes);
+  return dist::Sharding::from_spec(mesh_, spec, rank, "batch");
+}
+
+int64_t Layout::data_parallel_size() const { return batch(1).num_shards(0); }
+
+std::optional<dist::Sharding> Layout::leaf_sharding(const std::string& path, const Array& leaf) const {
+  auto after = [&](const std::string& prefix) -> std::optional<std::string> {
+    if (path.starts_with(prefix)) return path.substr(prefix.size());
+    return std::nullopt;
+  };
+  for (const char* prefix : {"params.", "grads."})
+    if (auto p = after(prefix)) return param(*p);
+  if (path == "opt.step") return dist::Sharding::replicated(mesh_, leaf.ndim());
+  if (auto rest = after("opt.")) {
+    size_t dot = rest->find('.');
+    if (dot != std::string::npos && params_.count(rest->substr(dot + 1))) return param(rest->substr(dot + 1));
+    return dist::Sharding::replicated(mesh_, leaf.ndim());
+  }
+  if (path == "tokens" || path == "targets") return batch(leaf.ndim());
+  return std::nullopt;
+}
+
+std::vector<std::optional<dist::Sharding>> Layout::shardings_for(const Tree& tree) const {
+  std::vector<std::optional<dist::Sharding>> out;
+  std::vector<Array> leaves = tree.leaves();
+  std::vector<std::string> paths = tree.paths();
+  for (size_t i = 0; i < leaves.size(); ++i) out.push_back(leaf_sharding(paths[i], leaves[i]));
+  return out;
+}
+
+Tree Layout::shard_params(const Tree& params) const {
+  std::vector<Array> leaves = params.leaves();
+  std::vector<std::string> paths = params.paths();
+  for (size_t i = 0; i < leaves.size(); ++i) leaves[i] = dist::device_put(leaves[i], param(paths[i]), paths[i]);
+  return params.with_leaves(leaves);
+}
+
+Tree Layout::shard_opt_state(const Tree& opt_state) const {
+  std::vector<Array> leaves = opt_state.leaves();
+  std::vector<std::string> paths = opt_state.paths();
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    std::optional<dist::Sharding> s = leaf_sharding("opt." + paths[i], leaves[i]);
+    leaves[i] = dist::device_put(leaves[i], s ? *s : dist::Sharding::replicated(mesh_, leaves[i].ndim()), paths[i]);
+  }
+  return opt_state.with_leaves(leaves);
+}
+
+data::Batch Layout::shard_batch(const data::Batch& batch) const {
+  data::Batch out = batch;
+  out.tokens = dist::device_put(batch.tokens, this->batch(batch.tokens.ndim()), "batch tokens");
+  out.targets = dist::device_put(batch.targets, this->batch(batch.targets.ndim()), "batch targets");
+  return out;
+}
+
+Tree Layout::gather(const Tree& tree) {
+  return tree.map([](const Array& a) { return dist::gather(a); });
+}
+
+std::string Layout::describe() const {
+  std::string s = fmt::format("mesh {}; batch {}\n", mesh_.to_string(), batch(1).to_string());
+  for (const auto& [path, sharding] : params_)
+    s += fmt::format("  {:<32} {:<14} {}\n", path, to_string(specs_.at(path).shape), sharding.to_string());
+  return s;
+}
+
+double Layout::analytic_step_bytes(int64_t layers, int64_t dim, int64_t batch, int64_t seq) const {
+  std::vector<int> batch_axes = this->batch(1).dim_axes(0);
+  auto is_batch_axis = [&](int a) { return std::find(batch_axes.begin(), batch_axes.end(), a) != batch_axes.end(); };
+  auto ring = [](double n) { return (n - 1) / n; };
+  double bytes = 0;
+  for (const auto& [path, s] : params_) {
+    const nn::ParamInfo& info = specs_.at(path);
+    double local = static_cast<double>(numel(info.shape)) * static_cast<double>(itemsize(info.dtype));
+    double fsdp = 1, other = 1;
+    std::vector<int> split;
+    for (int d = 0; d < s.rank(); ++d) split.insert(split.end(), s.dim_axes(d).begin(), s.dim_axes(d).end());
+    for (int a : split)
+      if (!is_batch_axis(a)) local /= mesh_.axis_size(a);
+    for (int a : batch_axes) {
+      bool sharded = std::find(split.begin(), split.end(), a) != split.end();
+      (sharded ? fsdp : other) *= mesh_.axis_size(a);
+    }
+    if (fsdp > 1) bytes += 2 * ring(fsdp) * local;           // all-gather + reduce-scatter
+    if (other > 1) bytes += 2 * ring(other) * local / fsdp;  // all-reduce of the (scattered) gradient
+  }
+  double tensor = 1;
+  auto it = rules_.find("heads");
+  if (it != rules_.end())
+    for (const std::string& a : it->second)
+      if (mesh_.has_axis(a)) tensor *= mesh_.axis_size(a);
+  if (tensor > 1) {
+    double activation = static_cast<double>(batch / data_parallel_size() * seq * dim) * 4.0;
+    bytes += 4.0 * static_cast<double>(layers) * 2 * ring(tensor) * activation;
+  }
+  return bytes;
+}
+
+}  // namespace tessera::train

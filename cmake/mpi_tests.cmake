@@ -6,6 +6,10 @@ if(TESSERA_HAS_MPI)
   target_include_directories(mpi_collectives PRIVATE src tests)
   target_link_libraries(mpi_collectives PRIVATE tessera tessera_warnings)
   add_dependencies(tessera_tests mpi_collectives)
+  add_executable(mpi_train tests/dist/mpi/mpi_train_main.cpp)
+  target_include_directories(mpi_train PRIVATE src tests)
+  target_link_libraries(mpi_train PRIVATE tessera_trainer tessera_warnings)
+  add_dependencies(tessera_tests mpi_train)
   if(TESSERA_MPIEXEC)
     # Containers often run tests as root, which mpirun refuses unless told; more ranks
     # than cores (-n 4 on 2 cores) needs --oversubscribe; vader's single-copy (CMA)
@@ -17,6 +21,9 @@ if(TESSERA_HAS_MPI)
                COMMAND ${TESSERA_MPIEXEC} -n ${np} --oversubscribe $<TARGET_FILE:mpi_collectives>)
       set_tests_properties(dist.mpi_collectives_np${np} PROPERTIES LABELS dist TIMEOUT 120
                                                                    ENVIRONMENT "${mpi_test_env}")
+      # The GPT step of tests/dist/test_parallel_train.cpp, a process per device.
+      add_test(NAME dist.mpi_train_np${np} COMMAND ${TESSERA_MPIEXEC} -n ${np} --oversubscribe $<TARGET_FILE:mpi_train>)
+      set_tests_properties(dist.mpi_train_np${np} PROPERTIES LABELS dist TIMEOUT 300 ENVIRONMENT "${mpi_test_env}")
     endforeach()
     # A failing rank makes the others throw instead of hanging; the job then ends with
     # MPI_Abort (nonzero status), so the test looks for rank 0's report instead.

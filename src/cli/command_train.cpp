@@ -20,6 +20,7 @@ namespace {
 struct TrainOptions {
   std::string config;
   std::vector<std::string> overrides;
+  std::string mesh;
   bool list_keys = false;
   bool print_config = false;
   bool quiet = false;
@@ -54,7 +55,9 @@ int run_train(const TrainOptions& options) {
     fmt::print(stderr, "tessera train: --config FILE is required (configs/ has examples)\n");
     return 2;
   }
-  train::TrainConfig config = train::load_config(options.config, options.overrides);
+  std::vector<std::string> overrides = options.overrides;
+  if (!options.mesh.empty()) overrides.push_back("parallel.mesh=\"" + options.mesh + "\"");
+  train::TrainConfig config = train::load_config(options.config, overrides);
   if (options.print_config) {
     fmt::print("{}\n", config.to_json().dump(2));
     return 0;
@@ -81,6 +84,7 @@ int run_train(const TrainOptions& options) {
     fmt::print("  validation loss  {:.4f} nats/token (perplexity {:.2f}, {:.3f} bits/token)\n", *s.val_loss,
                std::exp(*s.val_loss), *s.val_loss / std::log(2.0));
   fmt::print("  checkpoint       {}\n", s.last_checkpoint.string());
+  if (!s.parallel_summary.empty()) fmt::print("\n== parallel ==\n{}", s.parallel_summary);
   if (!s.goodput_table.empty())
     fmt::print("\n== goodput (tessera goodput {} for the detail, --html for charts) ==\n{}", config.run.dir,
                s.goodput_table);
@@ -95,6 +99,9 @@ Command add_train_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("train", "Train a model from a TOML config (resumes from the run directory)");
   sub->add_option("--config,-c", options->config, "TOML config file (see configs/)");
   sub->add_option("--set", options->overrides, "Override a key: --set optimizer.lr=3e-4 (repeatable)");
+  sub->add_option("--mesh", options->mesh,
+                  "Train SPMD over a device mesh, e.g. data=2,fsdp=2,tensor=2 (= --set parallel.mesh=...); "
+                  "in-process it uses that many virtual CPU devices, under mpirun one per rank");
   sub->add_flag("--list-keys", options->list_keys, "List every config key with its type and default");
   sub->add_flag("--print-config", options->print_config, "Print the resolved config as JSON and exit");
   sub->add_flag("--quiet,-q", options->quiet, "No progress line");

@@ -120,6 +120,17 @@ Array device_put(const Array& x, const NamedSharding& sharding, const std::strin
 void assemble_on_host(const Array& x) {
   const auto& data = x.impl()->shards;
   const Sharding& s = data->sharding;
+  if (s.is_replicated()) {
+    // Every shard is the whole value: any one this process holds will do (under MPI
+    // a rank holds only its own).
+    for (const Array& shard : data->shards)
+      if (shard.valid()) {
+        auto storage = std::make_shared<Storage>(x.nbytes());
+        if (x.nbytes() > 0) std::memcpy(storage->data, shard.raw_data(), x.nbytes());
+        x.bind_storage(std::move(storage));
+        return;
+      }
+  }
   Shape local = s.local_shape(x.shape());
   auto storage = std::make_shared<Storage>(x.nbytes());
   for (int d = 0; d < s.mesh().size(); ++d) {
@@ -139,8 +150,11 @@ Array gather(const Array& x) {
   const auto& data = x.impl()->shards;
   if (!data) return x;
   if (x.is_evaluated()) return x;
-  bool all_local = true;
-  for (const Array& shard : data->shards) all_local = all_local && shard.valid();
+  bool all_local = data->sharding.is_replicated();
+  if (!all_local) {
+    all_local = true;
+    for (const Array& shard : data->shards) all_local = all_local && shard.valid();
+  }
   if (!all_local) {
     // Multi-process: every device's shard goes to everyone (shards have equal sizes).
     const Sharding& s = data->sharding;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "tessera/dist/mesh.h"
+
 #define TOML_EXCEPTIONS 1
 #include <toml++/toml.h>
 
@@ -224,6 +226,12 @@ const std::vector<Field>& schema() {
     f.push_back(field<uint64_t>("run.seed", "seed of init, data order and dropout",
                                 [](C& c) -> uint64_t& { return c.run.seed; }));
     f.push_back(field<int>("run.threads", "CPU threads (0: all cores)", [](C& c) -> int& { return c.run.threads; }));
+    // [parallel]
+    f.push_back(field<std::string>("parallel.mesh", "device mesh, e.g. data=2,fsdp=2,tensor=2 (empty: one device)",
+                                   [](C& c) -> std::string& { return c.parallel.mesh; }));
+    f.push_back(field<std::string>("parallel.rules",
+                                   "logical axis rules over the defaults, e.g. embed=fsdp,heads=tensor,vocab=",
+                                   [](C& c) -> std::string& { return c.parallel.rules; }));
     return f;
   }();
   return fields;
@@ -373,6 +381,13 @@ void TrainConfig::validate() const {
     fail<ConfigError>("config: 'checkpoint.keep_last' must be >= 1 (got {})", checkpoint.keep_last);
   if (checkpoint.keep_every < 0) fail<ConfigError>("config: 'checkpoint.keep_every' must be >= 0");
   if (run.threads < 0) fail<ConfigError>("config: 'run.threads' must be >= 0");
+  if (!parallel.mesh.empty()) {
+    try {
+      dist::Mesh::parse(parallel.mesh);
+    } catch (const Error& e) {
+      fail<ConfigError>("config: 'parallel.mesh': {}", e.what());
+    }
+  }
   if (data.val_fraction <= 0 || data.val_fraction >= 1)
     fail<ConfigError>("config: 'data.val_fraction' = {} must be in (0, 1)", data.val_fraction);
   optim::ScheduleConfig s = schedule;

@@ -20,12 +20,14 @@
 #include "tessera/data/loader.h"
 #include "tessera/data/prepare.h"
 #include "tessera/data/tokenizer.h"
+#include "tessera/dist/runtime.h"
 #include "tessera/goodput/recorder.h"
 #include "tessera/goodput/report.h"
 #include "tessera/models/model.h"
 #include "tessera/nn/param.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/optim/schedule.h"
+#include "tessera/train/parallel.h"
 #include "tessera/train/progress.h"
 #include "tessera/train/train_step.h"
 
@@ -236,6 +238,24 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   Tree& opt_state = impl_->opt_state;
   params = model.init(cfg.run.seed);
   opt_state = optimizer.init(params);
+  // ---- SPMD layout (parallel.mesh) ----
+  std::optional<Layout> layout;
+  if (!cfg.parallel.mesh.empty()) {
+    dist::Mesh mesh = dist::Mesh::parse(cfg.parallel.mesh);
+    // In-process, the mesh gets its own virtual devices unless the user chose a count.
+    if (!dist::is_multi_process() && dist::device_count() < mesh.size() &&
+        std::getenv("TESSERA_CPU_DEVICES") == nullptr)
+      dist::set_cpu_devices(mesh.size());
+    dist::check_mesh(mesh);
+    layout.emplace(mesh, parse_axis_rules(cfg.parallel.rules), model.specs());
+    if (cfg.micro_batch_size() % layout->data_parallel_size() != 0)
+      fail<ConfigError>(
+          "parallel: the micro-batch of {} sequences does not split over {} data-parallel devices (mesh {})",
+          cfg.micro_batch_size(), layout->data_parallel_size(), mesh.to_string());
+    note(fmt::format("parallel: mesh {} on {}; batch split {} ways", mesh.to_string(), dist::runtime_description(),
+                     layout->data_parallel_size()));
+  }
+  const Layout* layout_ptr = layout ? &*layout : nullptr;
   data::DataLoader loader(train_file, cfg.micro_batch_size(), cfg.loop.seq, cfg.run.seed);
   data::DataLoader val_loader(val_file, cfg.micro_batch_size(), cfg.loop.seq, cfg.run.seed, 0, 1, /*shuffle=*/false);
   ckpt::CheckpointManager checkpoints(run_dir, {cfg.checkpoint.keep_last, cfg.checkpoint.keep_every});
@@ -268,6 +288,11 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
     }
   }
   summary.start_step = step;
+  if (layout) {
+    // Checkpoints hold whole arrays, so any mesh restores any checkpoint.
+    params = layout->shard_params(params);
+    opt_state = layout->shard_opt_state(opt_state);
+  }
 
   const double flops_per_token = model.flops_per_token(cfg.loop.seq);
   const double tokens_per_step = static_cast<double>(cfg.loop.batch * cfg.loop.seq);
@@ -282,8 +307,8 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
     if (recorder) recorder->checkpoint_save_start(at_step, goodput::SavePart::kBlocking);
     ckpt::CheckpointState state;
     state.step = at_step;
-    state.params = params;
-    state.opt_state = opt_state;
+    state.params = layout ? Layout::gather(params) : params;
+    state.opt_state = layout ? Layout::gather(opt_state) : opt_state;
     const data::LoaderPosition pos = loader.position();
     state.extra = {{"config", cfg.to_json()},
                    {"data", {{"epoch", pos.epoch}, {"index", pos.index}}},
@@ -293,7 +318,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
     summary.last_checkpoint = checkpoints.save(state);
     if (recorder) recorder->checkpoint_save_end(at_step, goodput::SavePart::kBlocking, /*committed=*/true);
   };
-  Evaluator evaluator(model);
+  Evaluator evaluator(model, layout_ptr);
   auto validate = [&]() {
     auto eval_span = span(goodput::Phase::kEval);
     return evaluator(params, val_loader, cfg.loop.eval_batches);
@@ -301,20 +326,22 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   auto next_batches = [&]() {
     auto wait_span = span(goodput::Phase::kDataWait);
     std::vector<data::Batch> micro;
-    for (int64_t i = 0; i < cfg.micro_batches(); ++i) micro.push_back(loader.next());
+    for (int64_t i = 0; i < cfg.micro_batches(); ++i)
+      micro.push_back(layout ? layout->shard_batch(loader.next()) : loader.next());
     return micro;
   };
   auto key_for = [&](int64_t at_step) {
     return cfg.model.dropout > 0 ? std::optional(dropout_key(cfg.run.seed, at_step)) : std::nullopt;
   };
 
-  TrainStep train_step(model, optimizer, cfg.micro_batches());
+  TrainStep train_step(model, optimizer, cfg.micro_batches(), layout_ptr);
   {
     // Compile before the first step, with the step's argument types, so compile time
     // is its own phase. A batch of the right shape is all it needs (not the next one).
     auto compile_span = span(goodput::Phase::kCompile);
     data::DataLoader probe(val_file, cfg.micro_batch_size(), cfg.loop.seq, cfg.run.seed, 0, 1, /*shuffle=*/false);
-    train_step.compile(params, opt_state, probe.next(), key_for(step));
+    const data::Batch shape_batch = probe.next();
+    train_step.compile(params, opt_state, layout ? layout->shard_batch(shape_batch) : shape_batch, key_for(step));
   }
 
   Progress progress(cfg.loop.steps, show);
@@ -381,6 +408,20 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   if (!step_times.empty()) {
     summary.tokens_per_s = tokens_per_step / median(step_times);
     summary.mfu = flops_per_token * summary.tokens_per_s / peak;
+  }
+  if (layout) {
+    std::string text = fmt::format("mesh {} ({}), batch split {} ways\n", layout->mesh().to_string(),
+                                   dist::runtime_description(), layout->data_parallel_size());
+    for (const auto& program : train_step.spmd_programs()) {
+      const dist::CollectiveSummary& c = program->program().summary;
+      text += fmt::format("  {}: {}", program->program().local.name, c.text().substr(0, c.text().find('\n') + 1));
+      text += fmt::format("    peak memory per device {:.1f} MiB\n",
+                          static_cast<double>(program->peak_bytes_per_device()) / (1024.0 * 1024.0));
+    }
+    text +=
+        fmt::format("  analytic bytes per step and device {:.0f} (train/parallel.h)\n",
+                    layout->analytic_step_bytes(cfg.model.layers, cfg.model.dim, cfg.micro_batch_size(), cfg.loop.seq));
+    summary.parallel_summary = text;
   }
   if (summary.stop_reason.starts_with("signal")) {
     // A preemption notice leaves little time: save first, and skip the final evaluation.

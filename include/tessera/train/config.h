@@ -58,6 +58,12 @@ struct RunConfig {
   int threads = 0;  // 0: all cores
 };
 
+// SPMD training over a device mesh (train/parallel.h). An empty mesh: one device.
+struct ParallelConfig {
+  std::string mesh;   // "data=2,fsdp=2,tensor=2" (MaxText axis names)
+  std::string rules;  // logical axis rules overriding the defaults: "embed=fsdp,heads=tensor"
+};
+
 struct TrainConfig {
   models::ModelConfig model;
   std::string model_preset;  // the preset the model section started from ("" = none)
@@ -67,6 +73,7 @@ struct TrainConfig {
   LoopConfig loop;
   CheckpointConfig checkpoint;
   RunConfig run;
+  ParallelConfig parallel;
 
   int64_t micro_batches() const { return loop.batch / (loop.micro_batch > 0 ? loop.micro_batch : loop.batch); }
   int64_t micro_batch_size() const { return loop.micro_batch > 0 ? loop.micro_batch : loop.batch; }

@@ -33,6 +33,9 @@ struct TrainSummary {
   std::filesystem::path last_checkpoint;
   int64_t parameters = 0;
   std::string goodput_table;  // where the run's time went (goodput/report.h), "" if not recorded
+  // SPMD runs (parallel.mesh): the mesh, the collectives of one step and their bytes
+  // per device, the peak memory of one device; "" on one device.
+  std::string parallel_summary;
 };
 
 struct TrainerOptions {

@@ -1,0 +1,10 @@
+# Examples run as tests (ctest). Include from the top-level CMakeLists.txt inside
+# if(TESSERA_BUILD_TESTS), after the example_* targets are defined:
+#   include(cmake/example_tests.cmake)
+if(TARGET example_parallel_matmul)
+  # The SPMD hello world at a small size: 8 virtual devices, exits 1 when the sharded
+  # product differs from the float64 reference.
+  add_test(NAME example.parallel_matmul COMMAND example_parallel_matmul --size 512)
+  set_tests_properties(example.parallel_matmul PROPERTIES LABELS "dist;examples" TIMEOUT 60
+                                                          ENVIRONMENT "TESSERA_CPU_DEVICES=8")
+endif()

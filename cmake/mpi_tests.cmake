@@ -31,6 +31,16 @@ if(TESSERA_HAS_MPI)
                                              $<TARGET_FILE:mpi_collectives> abort)
     set_tests_properties(dist.mpi_abort_np2 PROPERTIES LABELS dist TIMEOUT 60 ENVIRONMENT "${mpi_test_env}"
                          PASS_REGULAR_EXPRESSION "rank 0 caught after [0-9.]+ s: all_reduce on devices \\[0, 1\\]: aborted: rank 1: device 1 failed: rank 1 fails on purpose")
+    # The command line end to end: `mpirun -n 2 tessera train --mesh fsdp=2` on a small
+    # model (rank 0 prints the summary and writes the run directory).
+    add_test(NAME dist.mpi_cli_train_np2
+             COMMAND ${TESSERA_MPIEXEC} -n 2 --oversubscribe $<TARGET_FILE:tessera_cli> train --config
+                     ${CMAKE_SOURCE_DIR}/configs/tiny.toml --mesh fsdp=2 -q --set model.dim=64 --set model.layers=2
+                     --set train.seq=32 --set train.steps=4 --set train.eval_batches=1
+                     --set run.dir=\"${CMAKE_BINARY_DIR}/mpi_cli_run\" --set data.train=\"${CMAKE_BINARY_DIR}/mpi_cli_data/train.bin\"
+                     --set data.val=\"${CMAKE_BINARY_DIR}/mpi_cli_data/val.bin\")
+    set_tests_properties(dist.mpi_cli_train_np2 PROPERTIES LABELS dist TIMEOUT 300 ENVIRONMENT "${mpi_test_env}"
+                         PASS_REGULAR_EXPRESSION "mesh \\(fsdp=2\\) \\(mpi \\(rank 0 of 2\\)\\)")
   else()
     message(STATUS "tessera: mpirun not found; the MPI tests (dist.mpi_*) are not registered")
   endif()

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "tessera/data/tokenizer.h"
+#include "tessera/dist/runtime.h"
 #include "tessera/models/sample.h"
 #include "tessera/train/config.h"
 #include "tessera/train/progress.h"
@@ -66,6 +67,7 @@ int run_train(const TrainOptions& options) {
   trainer_options.progress = !options.quiet;
   train::Trainer trainer(config, trainer_options);
   const train::TrainSummary s = trainer.run();
+  if (!dist::is_primary_process()) return 0;  // under mpirun rank 0 reports
 
   fmt::print("\n== run summary ({}) ==\n", config.run.dir);
   fmt::print("  steps            {} -> {} ({}){}\n", s.start_step, s.end_step, s.stop_reason,

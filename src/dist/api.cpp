@@ -66,7 +66,7 @@ Array make_sharded(const Shape& global, DType dtype, const Sharding& sharding, s
                      sharding.mesh().size());
   for (size_t d = 0; d < shards.size(); ++d)
     if (shards[d].valid() && (shards[d].shape() != local || shards[d].dtype() != dtype))
-      fail<ShapeError>("make_sharded: shard {} is {} but {} under {} needs {}[{}]", d, type_string(shards[d]),
+      fail<ShapeError>("make_sharded: shard {} is {} but {} under {} needs {}{}", d, type_string(shards[d]),
                        tessera::to_string(global), sharding.to_string(), short_name(dtype), tessera::to_string(local));
   Array x = Array::placeholder(global, dtype);
   auto data = std::make_shared<ShardedData>();

@@ -46,10 +46,18 @@ Decision scatter_add_rule(const Context& c) {
   int idx_rank = static_cast<int>(c.in_types[0].shape.size());
   Sharding upd = c.in[1].without_partial();
   Sharding idx = c.in[0].without_partial();
-  // Index dims: split like the updates' (merged, updates first).
+  // Axes the updates' table dims (before and after the index dims) already use.
+  std::vector<int> table_axes;
+  for (int d = 0; d < upd.rank(); ++d)
+    if (d < axis || d >= axis + idx_rank)
+      table_axes.insert(table_axes.end(), upd.dim_axes(d).begin(), upd.dim_axes(d).end());
+  // Index dims: split like the updates' (merged, updates first), minus axes a table
+  // dim uses (those index dims are gathered).
   for (int d = 0; d < idx_rank; ++d) {
     std::vector<int> axes = upd.dim_axes(axis + d);
     if (axes.empty()) axes = idx.dim_axes(d);
+    if (overlaps(axes, table_axes)) axes.clear();
+    table_axes.insert(table_axes.end(), axes.begin(), axes.end());
     idx = idx.with_dim_axes(d, axes);
     upd = upd.with_dim_axes(axis + d, axes);
   }

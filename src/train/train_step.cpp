@@ -1,5 +1,7 @@
 #include "tessera/train/train_step.h"
 
+#include <algorithm>
+
 #include "tessera/base/error.h"
 #include "tessera/core/ops.h"
 #include "tessera/core/random.h"
@@ -193,6 +195,12 @@ int TrainStep::trace_count() const {
   for (const auto* program : {&fused_, &grad_first_, &grad_add_, &update_})
     if (*program) count += (*program)->trace_count();
   return count;
+}
+
+size_t TrainStep::peak_bytes() const {
+  size_t peak = 0;
+  for (const auto& e : executables_) peak = std::max(peak, e->stats().peak_bytes);
+  return peak;
 }
 
 Evaluator::Evaluator(const models::Model& model, const Layout* layout)

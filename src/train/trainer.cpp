@@ -176,7 +176,8 @@ TrainSummary Trainer::run() {
   const std::vector<ckpt::CheckpointInfo> existing = ckpt::list_checkpoints(fs::path(cfg.run.dir) / "checkpoints");
   const bool already_done = !existing.empty() && existing.back().step >= cfg.loop.steps;
   std::unique_ptr<goodput::Recorder> recorder;
-  if (impl_->options.record_goodput && !already_done) {
+  // Under mpirun every rank trains; rank 0 alone records, prints and writes files.
+  if (impl_->options.record_goodput && !already_done && dist::is_primary_process()) {
     recorder = std::make_unique<goodput::Recorder>(cfg.run.dir);
     recorder->job_start(cfg.run.dir);
     recorder->attempt_start();
@@ -201,7 +202,8 @@ TrainSummary Trainer::run() {
 
 TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   const TrainConfig& cfg = impl_->config;
-  const bool show = impl_->options.progress;
+  const bool primary = dist::is_primary_process();
+  const bool show = impl_->options.progress && primary;
   auto note = [&](const std::string& text) {
     if (show) std::fprintf(stderr, "%s\n", text.c_str());
   };
@@ -216,9 +218,23 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   if (cfg.run.threads > 0) set_num_threads(cfg.run.threads);
   const goodput::Calibration calibration = calibrate_peak_flops();
   if (recorder) recorder->calibration(calibration);
-  const double peak = calibration.peak_flops;
+  double peak = calibration.peak_flops;
+  if (dist::is_multi_process()) {
+    // Every rank measured its own share of the machine(s): the job's peak is their sum.
+    std::vector<int> world(static_cast<size_t>(dist::device_count()));
+    for (size_t i = 0; i < world.size(); ++i) world[i] = static_cast<int>(i);
+    dist::communicator().all_reduce(dist::local_devices().at(0), world, &peak, &peak, 1, DType::Float64);
+  }
   summary.peak_flops = peak;
-  if (std::string prepared = ensure_data(cfg.data); !prepared.empty()) note("data: " + prepared);
+  if (primary) {
+    if (std::string prepared = ensure_data(cfg.data); !prepared.empty()) note("data: " + prepared);
+  }
+  if (dist::is_multi_process()) {
+    // The other ranks read the data rank 0 may just have prepared.
+    std::vector<int> world(static_cast<size_t>(dist::device_count()));
+    for (size_t i = 0; i < world.size(); ++i) world[i] = static_cast<int>(i);
+    dist::communicator().barrier(dist::local_devices().at(0), world);
+  }
   std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(cfg.data.tokenizer);
   auto train_file = std::make_shared<const data::TokenFile>(cfg.data.train);
   auto val_file = std::make_shared<const data::TokenFile>(cfg.data.val);
@@ -300,8 +316,10 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
                    cfg.model.family, static_cast<double>(summary.parameters) / 1e6, step, cfg.loop.steps,
                    static_cast<int64_t>(tokens_per_step), peak / 1e9, calibration.method));
 
-  std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
-  if (!metrics) fail<IOError>("cannot append to '{}': {}", (run_dir / "metrics.jsonl").string(), std::strerror(errno));
+  std::ofstream metrics;
+  if (primary) metrics.open(run_dir / "metrics.jsonl", std::ios::app);
+  if (primary && !metrics)
+    fail<IOError>("cannot append to '{}': {}", (run_dir / "metrics.jsonl").string(), std::strerror(errno));
 
   auto save = [&](int64_t at_step) {
     if (recorder) recorder->checkpoint_save_start(at_step, goodput::SavePart::kBlocking);
@@ -315,7 +333,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
                    {"rng", {{"seed", cfg.run.seed}, {"dropout_key", "param_key(seed, \"dropout/<step>\")"}}},
                    {"tokenizer", tokenizer->id()},
                    {"tokens_seen", tokens_seen}};
-    summary.last_checkpoint = checkpoints.save(state);
+    if (primary) summary.last_checkpoint = checkpoints.save(state);
     if (recorder) recorder->checkpoint_save_end(at_step, goodput::SavePart::kBlocking, /*committed=*/true);
   };
   Evaluator evaluator(model, layout_ptr);

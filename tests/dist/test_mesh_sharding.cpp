@@ -413,9 +413,6 @@ TEST(MakeSharded, WrapsShardsAndChecksThem) {
 }
 
 TEST(MakeSharded, ShapeMismatchMessageSpellsTheNeededType) {
-  GTEST_SKIP() << "BUG: make_sharded (src/dist/api.cpp) formats the needed shard type as '{}[{}]' with "
-                  "short_name(dtype) and to_string(local), which already has brackets: the message reads "
-                  "'needs f32[[2, 2]]' instead of 'needs f32[2, 2]'";
   VirtualDevices devices(2);
   Sharding s = Sharding::from_spec(Mesh::parse("data=2"), P(None, "data"), 2);
   std::vector<Array> shards = {Array::from_vector(std::vector<float>{0, 1, 4, 5}, {2, 2}),

@@ -45,7 +45,8 @@ struct Program {
   std::vector<Array> args;
   std::vector<PartitionSpec> in, out;
   std::vector<int> out_ranks;
-  bool run = false;  // small enough to also run (8192^2 is only lowered)
+  std::vector<std::string> in_names, out_names;  // as in the JSON
+  bool run = false;                              // small enough to also run (8192^2 is only lowered)
   std::function<std::vector<Array>(const std::vector<Array>&)> fn;
 };
 
@@ -56,6 +57,8 @@ Program parallel_matmul(const PartitionSpec& out) {
   p.in = {P("data", "model")};
   p.out = {out};
   p.out_ranks = {2};
+  p.in_names = {"x"};
+  p.out_names = {"y"};
   p.fn = [](const std::vector<Array>& a) { return std::vector<Array>{matmul(a[0], a[0].T())}; };
   return p;
 }
@@ -74,6 +77,8 @@ Program mlp(const std::string& axis, const std::vector<PartitionSpec>& param_spe
   p.out = {P()};
   p.out.insert(p.out.end(), param_specs.begin(), param_specs.end());
   p.out_ranks = {0, 2, 1, 2, 1};
+  p.in_names = {"w1", "b1", "w2", "b2", "x"};
+  p.out_names = {"loss", "grad_w1", "grad_b1", "grad_w2", "grad_b2"};
   p.run = true;
   p.fn = [](const std::vector<Array>& a) {
     auto loss = [](const std::vector<Array>& v) {
@@ -146,6 +151,22 @@ TEST_P(XlaComparison, TesseraSendsNoMoreThanXla) {
     EXPECT_EQ(p.mesh.axis_size(axis), size.get<int>()) << c.name;
   }
   EXPECT_EQ(names.size(), static_cast<size_t>(p.mesh.ndim()));
+  // And so are the layouts (a JSON spec: one entry per dim, null / an axis / a list of axes).
+  auto spec_of = [](const nlohmann::json& j) {
+    PartitionSpec spec;
+    for (const auto& e : j) {
+      dist::Axes axes;
+      if (e.is_string()) axes.push_back(e.get<std::string>());
+      if (e.is_array())
+        for (const auto& a : e) axes.push_back(a.get<std::string>());
+      spec.dims.push_back(axes);
+    }
+    return spec;
+  };
+  for (size_t i = 0; i < p.in.size(); ++i)
+    EXPECT_EQ(spec_of(xla.at("in_shardings").at(p.in_names[i])), p.in[i]) << p.in_names[i];
+  for (size_t i = 0; i < p.out.size(); ++i)
+    EXPECT_EQ(spec_of(xla.at("out_shardings").at(p.out_names[i])), p.out[i]) << p.out_names[i];
 
   VirtualDevices devices(p.mesh.size());
   JitOptions options;

@@ -50,8 +50,8 @@ struct JitOptions {
   // Missing or empty entries: a sharded argument keeps its own layout, a host
   // argument is replicated, an output follows propagation (partial sums reduced).
   // A call runs as an SPMD program when any argument is sharded or any entry is set.
-  std::vector<std::optional<dist::Sharding>> in_shardings;
-  std::vector<std::optional<dist::Sharding>> out_shardings;
+  std::vector<std::optional<dist::Sharding>> in_shardings = {};
+  std::vector<std::optional<dist::Sharding>> out_shardings = {};
 };
 
 // The traced program for one signature, before and after optimization.

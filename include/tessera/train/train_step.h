@@ -57,6 +57,8 @@ class TrainStep {
   // Under a layout: the SPMD programs (collectives per step, communication of the
   // last run, per-device memory); empty otherwise.
   const std::vector<std::shared_ptr<dist::SpmdExecutable>>& spmd_programs() const { return spmd_; }
+  // The largest peak memory of the step's programs (one device's, under a layout).
+  size_t peak_bytes() const;
 
  private:
   const models::Model& model_;

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include "dist/rules.h"
+#include "tessera/core/ops.h"
+#include "tessera/dist/collectives.h"
 #include "tessera/ir/primitives/indexing.h"
 
 namespace tessera::dist::rules {
@@ -20,14 +22,17 @@ bool overlaps(const std::vector<int>& a, const std::vector<int>& b) {
 
 Decision take_rule(const Context& c) {
   // The indices are activations (a batch split): their splits win; a table split on
-  // the same mesh axis (an FSDP-sharded embedding) is gathered, the gathered axis too.
+  // the same mesh axis (an FSDP-sharded embedding) is gathered. A table split along the
+  // gathered axis (vocabulary-parallel embedding) stays split: each device looks up
+  // the ids in its range (zeros elsewhere) and the output is a partial sum.
   int axis = static_cast<const Take&>(c.primitive).axis();
   Sharding idx = c.in[1].without_partial();
   std::vector<int> idx_axes;
   for (int d = 0; d < idx.rank(); ++d) idx_axes.insert(idx_axes.end(), idx.dim_axes(d).begin(), idx.dim_axes(d).end());
-  Sharding table = c.in[0].without_partial().with_dim_axes(axis, {});
+  Sharding table = c.in[0].without_partial();
   for (int d = 0; d < table.rank(); ++d)
     if (overlaps(table.dim_axes(d), idx_axes)) table = table.with_dim_axes(d, {});
+  std::vector<int> vocab_axes = table.dim_axes(axis);
   Sharding out = Sharding::replicated(c.mesh, static_cast<int>(c.out_types[0].shape.size()));
   int o = 0;
   for (int d = 0; d < axis; ++d) out = out.with_dim_axes(o++, table.dim_axes(d));
@@ -35,7 +40,24 @@ Decision take_rule(const Context& c) {
   for (int d = axis + 1; d < table.rank(); ++d) out = out.with_dim_axes(o++, table.dim_axes(d));
   Decision dec;
   dec.inputs = {table, idx};
-  dec.outputs = {out};
+  dec.outputs = {out.with_partial(vocab_axes)};
+  if (!vocab_axes.empty()) {
+    const Mesh mesh = c.mesh;
+    const int64_t vocab = c.in_types[0].shape[static_cast<size_t>(axis)];
+    dec.expand = [mesh, vocab_axes, vocab, axis](const std::vector<Array>& in) -> std::vector<Array> {
+      const int64_t local = in[0].shape(axis);
+      // The first id this device holds: element 0 of its slice of arange(V).
+      Array first = reshape(slice(shard_slice(arange(vocab, DType::Int64), mesh, vocab_axes, 0), {0}, {1}), Shape{});
+      Array ids = astype(in[1], DType::Int64) - first;
+      Array mine = logical_and(greater_equal(ids, zeros({}, DType::Int64)),
+                               less(ids, full({}, static_cast<double>(local), DType::Int64)));
+      Array rows = take(in[0], where(mine, ids, zeros({}, DType::Int64)), axis);
+      // Broadcast the mask over the table's trailing dims.
+      Array mask = astype(mine, rows.dtype());
+      for (int d = axis + 1; d < in[0].ndim(); ++d) mask = expand_dims(mask, -1);
+      return {rows * mask};
+    };
+  }
   return dec;
 }
 

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 
 #include "dist/rules.h"
+#include "tessera/core/ops.h"
+#include "tessera/dist/collectives.h"
 #include "tessera/ir/primitives/nn.h"
 
 namespace tessera::dist::rules {
@@ -130,20 +132,74 @@ Decision attention_grad_rule(const Context& c) {
   return dec;
 }
 
+// This device's vocabulary ids, [V / n]: a slice of arange(V) along the vocab axes.
+Array local_vocab_ids(const Mesh& mesh, const std::vector<int>& axes, int64_t vocab) {
+  return shard_slice(arange(vocab, DType::Int64), mesh, axes, 0);
+}
+
+// Vocabulary-parallel cross-entropy (Megatron): the logits stay split over the
+// vocabulary; each device reduces its slice and three small collectives over the
+// vocab axes finish the job: the row maxima (all-gather of [rows]), the sums of
+// exponentials and the target logit (all-reduces of [rows]). The gradient needs no
+// communication: softmax - onehot on the local slice, with the global lse.
+std::vector<Array> vocab_parallel_loss(const std::vector<Array>& in, const Mesh& mesh, const std::vector<int>& axes,
+                                       int64_t vocab, int64_t ignore_index) {
+  Array logits = astype(in[0], accumulation_dtype(in[0].dtype()));
+  Array targets = astype(in[1], DType::Int64);
+  const int64_t rows = logits.shape(0);
+  Array m_local = max(stop_gradient(logits), {-1});
+  Array m = max(all_gather(reshape(m_local, {1, rows}), mesh, axes, 0), {0});
+  Array sum_exp = all_reduce(sum(exp(logits - expand_dims(m, -1)), {-1}), mesh, axes);
+  Array lse = m + log(sum_exp);
+  Array ids = local_vocab_ids(mesh, axes, vocab);
+  Array onehot = astype(equal(expand_dims(targets, -1), expand_dims(ids, 0)), logits.dtype());
+  Array picked = all_reduce(sum(logits * onehot, {-1}), mesh, axes);
+  Array valid = not_equal(targets, full({}, static_cast<double>(ignore_index), DType::Int64));
+  return {where(valid, lse - picked, zeros({}, logits.dtype())), lse};
+}
+
+std::vector<Array> vocab_parallel_grad(const std::vector<Array>& in, const Mesh& mesh, const std::vector<int>& axes,
+                                       int64_t vocab, int64_t ignore_index) {
+  DType acc = accumulation_dtype(in[0].dtype());
+  Array logits = astype(in[0], acc);
+  Array targets = astype(in[1], DType::Int64);
+  Array p = exp(logits - expand_dims(in[2], -1));
+  Array ids = local_vocab_ids(mesh, axes, vocab);
+  Array onehot = astype(equal(expand_dims(targets, -1), expand_dims(ids, 0)), acc);
+  Array valid = not_equal(targets, full({}, static_cast<double>(ignore_index), DType::Int64));
+  Array scale = where(valid, in[3], zeros({}, acc));
+  return {astype((p - onehot) * expand_dims(scale, -1), in[0].dtype())};
+}
+
 Decision cross_entropy_rule(const Context& c) {
   // logits [N, V], targets [N] (grad: logits, targets, lse, dloss): rows follow the
-  // logits (or the targets when the logits' rows are whole); the vocabulary is whole.
+  // logits (or the targets when the logits' rows are whole). A vocabulary split on
+  // other axes stays (vocabulary-parallel); otherwise the vocabulary is gathered.
   std::vector<int> rows = c.in[0].dim_axes(0);
   if (rows.empty()) rows = c.in[1].dim_axes(0);
-  Sharding logits = Sharding::replicated(c.mesh, 2).with_dim_axes(0, rows);
+  std::vector<int> vocab_axes = c.in[0].dim_axes(1);
+  for (int a : vocab_axes)
+    if (std::find(rows.begin(), rows.end(), a) != rows.end()) vocab_axes.clear();
+  const bool grad = c.out_types.size() == 1 && c.out_types[0].shape.size() == 2;
+  Sharding logits = Sharding::replicated(c.mesh, 2).with_dim_axes(0, rows).with_dim_axes(1, vocab_axes);
   Sharding row = Sharding::replicated(c.mesh, 1).with_dim_axes(0, rows);
   Decision dec;
   dec.inputs.push_back(logits);
   for (size_t i = 1; i < c.in.size(); ++i) dec.inputs.push_back(row);
-  if (c.out_types.size() == 1 && c.out_types[0].shape.size() == 2) {
-    dec.outputs = {logits};  // cross_entropy_grad
+  if (grad) {
+    dec.outputs = {logits};
   } else {
     dec.outputs.assign(c.out_types.size(), row);
+  }
+  if (!vocab_axes.empty()) {
+    const Mesh mesh = c.mesh;
+    const int64_t vocab = c.in_types[0].shape[1];
+    const int64_t ignore = grad ? static_cast<const CrossEntropyGrad&>(c.primitive).ignore_index()
+                                : static_cast<const CrossEntropy&>(c.primitive).ignore_index();
+    dec.expand = [mesh, vocab_axes, vocab, ignore, grad](const std::vector<Array>& in) {
+      return grad ? vocab_parallel_grad(in, mesh, vocab_axes, vocab, ignore)
+                  : vocab_parallel_loss(in, mesh, vocab_axes, vocab, ignore);
+    };
   }
   return dec;
 }

@@ -136,6 +136,30 @@ TEST(FusionPass, RefusesGroupsThatWouldCloseACycle) {
       << fused.text();
 }
 
+TEST(FusionPass, TwoGroupsThatWouldNeedEachOtherAreNotBothFused) {
+  // Group A {x*2, +1} and group B {neg, *} are each convex, but A feeds B through a
+  // transpose and B feeds A through another: fused together the program would be a
+  // cycle (found in a vocabulary-parallel cross-entropy). One group must stay unfused.
+  const Shape shape{16, 16};
+  const DType f = DType::Float64;
+  Graph g;
+  ValueId x = g.add_parameter({shape, f});
+  ValueId y = g.add_parameter({shape, f});
+  ValueId two = g.add_constant(Array::scalar(2.0, f));
+  auto transpose = [&](ValueId v) {
+    return g.add_node1(std::make_shared<Transpose>(std::vector<int>{1, 0}), {v}, {shape, f});
+  };
+  ValueId a1 = g.add_node1(binary(BinaryKind::Mul), {x, two}, {shape, f});  // A
+  ValueId ta = transpose(a1);
+  ValueId b1 = g.add_node1(unary(UnaryKind::Neg), {y}, {shape, f});         // B
+  ValueId b2 = g.add_node1(binary(BinaryKind::Mul), {b1, ta}, {shape, f});  // B, reads A through ta
+  ValueId tb = transpose(b1);
+  ValueId a2 = g.add_node1(binary(BinaryKind::Add), {a1, tb}, {shape, f});  // A, reads B through tb
+  g.outputs = {a2, b2};
+  Graph fused = fuse_and_compare(g, {random_array(shape, 6, f), random_array(shape, 7, f)}, "two groups");
+  EXPECT_EQ(count_nodes(fused, "fusion"), 1u) << fused.text();
+}
+
 TEST(FusionPass, SingleOpsAndOtherShapesStayUnfused) {
   const DType f = DType::Float32;
   Graph g;

@@ -44,6 +44,7 @@ class Fuser {
       if (plan.ops < 2 && plan.reduce_node < 0) continue;
       plans.push_back(std::move(plan));
     }
+    drop_cyclic_plans(plans);
     if (plans.empty()) return;
     // Insert from the back, so that earlier positions stay valid.
     std::sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) { return a.position > b.position; });
@@ -168,6 +169,56 @@ class Fuser {
       if (outside) plan.outputs.push_back(v);
     }
     return plan;
+  }
+
+  // Each group is convex on its own, but two fused groups can still need each other
+  // (group A feeds an outside op that feeds group B, and B feeds one that feeds A):
+  // contracted, the graph would have a cycle. Kahn's algorithm over the contracted
+  // graph finds the groups stuck on a cycle; the last-scheduled of them is left
+  // unfused, until none is.
+  void drop_cyclic_plans(std::vector<Plan>& plans) const {
+    const int n = static_cast<int>(g_.nodes.size());
+    for (;;) {
+      std::vector<int> vertex(n);
+      for (int i = 0; i < n; ++i) vertex[i] = static_cast<int>(plans.size()) + i;
+      for (size_t p = 0; p < plans.size(); ++p) {
+        for (int m : plans[p].members) vertex[m] = static_cast<int>(p);
+        if (plans[p].reduce_node >= 0) vertex[plans[p].reduce_node] = static_cast<int>(p);
+      }
+      const int vertices = static_cast<int>(plans.size()) + n;
+      std::vector<int> producer(g_.values.size(), -1);
+      for (int i = 0; i < n; ++i)
+        if (!g_.nodes[i].dead)
+          for (ValueId out : g_.nodes[i].outputs) producer[out] = i;
+      std::vector<std::vector<int>> next(vertices);
+      std::vector<int> pending(vertices, 0);
+      std::vector<char> present(vertices, 0);
+      for (int i = 0; i < n; ++i) {
+        if (g_.nodes[i].dead) continue;
+        present[vertex[i]] = 1;
+        for (ValueId in : g_.nodes[i].inputs) {
+          const int p = producer[in];
+          if (p < 0 || vertex[p] == vertex[i]) continue;
+          next[vertex[p]].push_back(vertex[i]);
+          ++pending[vertex[i]];
+        }
+      }
+      std::vector<int> ready;
+      for (int v = 0; v < vertices; ++v)
+        if (present[v] && pending[v] == 0) ready.push_back(v);
+      while (!ready.empty()) {
+        const int v = ready.back();
+        ready.pop_back();
+        for (int w : next[v])
+          if (--pending[w] == 0) ready.push_back(w);
+      }
+      int stuck = -1;
+      for (size_t p = 0; p < plans.size(); ++p)
+        if (pending[p] > 0 && (stuck < 0 || plans[p].position > plans[static_cast<size_t>(stuck)].position))
+          stuck = static_cast<int>(p);
+      if (stuck < 0) return;
+      plans.erase(plans.begin() + stuck);
+    }
   }
 
   // A group whose only outside value feeds one trailing-axes sum/max becomes a fused

@@ -121,6 +121,7 @@ class AttentionGrad : public Primitive {
 class CrossEntropy : public Primitive {
  public:
   explicit CrossEntropy(int64_t ignore_index) : ignore_index_(ignore_index) {}
+  int64_t ignore_index() const { return ignore_index_; }
   std::string name() const override { return "cross_entropy"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL
@@ -137,6 +138,7 @@ class CrossEntropy : public Primitive {
 class CrossEntropyGrad : public Primitive {
  public:
   explicit CrossEntropyGrad(int64_t ignore_index) : ignore_index_(ignore_index) {}
+  int64_t ignore_index() const { return ignore_index_; }
   std::string name() const override { return "cross_entropy_grad"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL

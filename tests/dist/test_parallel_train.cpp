@@ -48,7 +48,7 @@ struct TrainRun {
 
 constexpr int64_t kBatch = 8, kSeq = 16, kSteps = 3;
 
-TrainRun train(const std::string& mesh_text, int64_t micro_batches = 1) {
+TrainRun train(const std::string& mesh_text, int64_t micro_batches = 1, const std::string& rules = "") {
   models::Model model(tiny_gpt());
   optim::OptimizerConfig oc;
   oc.weight_decay = 0.1;
@@ -62,7 +62,7 @@ TrainRun train(const std::string& mesh_text, int64_t micro_batches = 1) {
   Tree opt = optimizer.init(params);
   std::optional<Layout> layout;
   if (!mesh_text.empty()) {
-    layout.emplace(dist::Mesh::parse(mesh_text), default_axis_rules(), model.specs());
+    layout.emplace(dist::Mesh::parse(mesh_text), parse_axis_rules(rules), model.specs());
     params = layout->shard_params(params);
     opt = layout->shard_opt_state(opt);
   }
@@ -132,6 +132,21 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ParallelTrain,
                              if (ch == '=' || ch == ',') ch = '_';
                            return name;
                          });
+
+TEST(ParallelTrain, VocabularyParallelEmbeddingAndLossMatchOneDevice) {
+  // vocab=tensor: the tied embedding is split over the vocabulary, the lookup is a
+  // masked local take plus an all-reduce, and the loss is vocabulary-parallel.
+  const TrainRun& want = single_device();
+  VirtualDevices devices(4);
+  TrainRun got = train("data=2,tensor=2", 1, "vocab=tensor");
+  for (int64_t s = 0; s < kSteps; ++s)
+    EXPECT_NEAR(got.losses[static_cast<size_t>(s)], want.losses[static_cast<size_t>(s)],
+                1e-5 * std::abs(want.losses[static_cast<size_t>(s)]));
+  std::vector<Array> g = got.params.leaves(), w = want.params.leaves();
+  std::vector<std::string> paths = want.params.paths();
+  for (size_t i = 0; i < g.size(); ++i) expect_close(g[i], w[i], 1e-5, paths[i]);
+  EXPECT_EQ(dist::sharding_of(got.params.at("wte").leaf())->to_string(), "P('tensor')");
+}
 
 TEST(ParallelTrain, GradientAccumulationKeepsFsdpLayouts) {
   VirtualDevices devices(4);

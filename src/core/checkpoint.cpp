@@ -56,6 +56,7 @@ const CheckpointPolicy& checkpoint_policy(int region) {
     fail<ValueError>("checkpoint: unknown region {}", region);
   return regions()[static_cast<size_t>(region)];
 }
+int new_checkpoint_region(const CheckpointPolicy& policy) { return open_region(policy); }
 }  // namespace detail
 
 ArrayFn checkpoint(ArrayFn fn, CheckpointPolicy policy) {

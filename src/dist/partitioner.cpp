@@ -5,6 +5,7 @@
 #include <map>
 
 #include "compiler/lazy_graph.h"
+#include "tessera/core/checkpoint.h"
 #include "tessera/dist/api.h"
 #include "tessera/dist/collectives.h"
 #include "tessera/dist/reshard.h"
@@ -60,6 +61,10 @@ class Partitioner {
   // (reduce-scatter when the hint splits it) or else replicated; all later readers
   // see the reduced value. Single readers keep it partial (linear ops pass it on).
   void settle_partial(ValueId v);
+  // The local op keeps the node's rematerialization region and name (collectives the
+  // partitioner inserts stay outside regions: they are never recomputed).
+  void stamp_remat(const Node& node, const std::vector<Array>& outs);
+  std::map<int, int> remat_regions_;  // graph region -> region id of the local ops
 
   const Graph& g_;
   Mesh mesh_;
@@ -122,6 +127,26 @@ void Partitioner::compute_hints(const std::vector<std::optional<Sharding>>& out)
       auto& h = hint_[static_cast<size_t>(v)];
       if (!h && g_.type(v).shape == g_.type(n.outputs[0]).shape) h = out_hint->without_partial();
     }
+  }
+}
+
+void Partitioner::stamp_remat(const Node& node, const std::vector<Array>& outs) {
+  if (node.remat_region < 0 && node.remat_name.empty()) return;
+  int region = -1;
+  if (node.remat_region >= 0) {
+    auto it = remat_regions_.find(node.remat_region);
+    if (it == remat_regions_.end())
+      it = remat_regions_
+               .emplace(node.remat_region, tessera::detail::new_checkpoint_region(
+                                               g_.remat_regions.at(static_cast<size_t>(node.remat_region))))
+               .first;
+    region = it->second;
+  }
+  for (const Array& o : outs) {
+    const auto& op = o.impl()->op;
+    if (!op) continue;
+    op->remat_region = region;
+    op->remat_name = node.remat_name;
   }
 }
 
@@ -223,6 +248,7 @@ void Partitioner::apply(const Node& node) {
     std::vector<DType> dtypes;
     for (ValueId o : node.outputs) shapes.push_back(g_.type(o).shape), dtypes.push_back(g_.type(o).dtype);
     std::vector<Array> outs = Array::make(shapes, dtypes, node.primitive, local_in);
+    stamp_remat(node, outs);
     for (size_t o = 0; o < outs.size(); ++o) {
       local_[static_cast<size_t>(node.outputs[o])] = outs[o];
       sharding_[static_cast<size_t>(node.outputs[o])] = Sharding::replicated(mesh_, static_cast<int>(shapes[o].size()));
@@ -257,6 +283,7 @@ void Partitioner::apply(const Node& node) {
   }
   std::vector<Array> outs =
       d.expand ? d.expand(local_in) : Array::make(shapes, dtypes, d.local ? d.local : node.primitive, local_in);
+  stamp_remat(node, outs);
   for (size_t o = 0; o < outs.size(); ++o) {
     if (outs[o].shape() != shapes[o] || outs[o].dtype() != dtypes[o])
       fail<ShardingError>("sharding {}: local output {} is {} but the layout {} needs {}", where, o,

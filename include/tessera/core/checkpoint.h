@@ -41,6 +41,9 @@ Array checkpoint_name(const Array& x, const std::string& name);
 namespace detail {
 // The policy of a region id stamped on OpNode::remat_region.
 const CheckpointPolicy& checkpoint_policy(int region);
+// A new region id with `policy` (graph rewriters that rebuild traced ops, e.g. the
+// SPMD partitioner, re-stamp them with it).
+int new_checkpoint_region(const CheckpointPolicy& policy);
 }  // namespace detail
 
 }  // namespace tessera

@@ -72,20 +72,26 @@ void DataLoader::set_position(LoaderPosition position) {
   if (order_epoch_ != position_.epoch) shuffle_epoch();
 }
 
-Batch DataLoader::next() {
+Batch DataLoader::next() { return next_rows(0, batch_); }
+
+Batch DataLoader::next_rows(int64_t begin, int64_t end) {
+  if (begin < 0 || end > batch_ || begin >= end)
+    fail<ValueError>("DataLoader::next_rows: rows [{}, {}) of a batch of {}", begin, end, batch_);
   const auto b = static_cast<size_t>(batch_), s = static_cast<size_t>(seq_), w = static_cast<size_t>(world_);
-  std::vector<int32_t> window(s + 1), tokens(b * s), targets(b * s);
-  for (size_t j = 0; j < b; ++j) {
+  const auto rows = static_cast<size_t>(end - begin);
+  std::vector<int32_t> window(s + 1), tokens(rows * s), targets(rows * s);
+  for (size_t r = 0; r < rows; ++r) {
+    const size_t j = static_cast<size_t>(begin) + r;
     const uint64_t slot = (position_.index * b + j) * w + static_cast<size_t>(rank_);
     file_->read(order_[slot] * s, s + 1, window.data());
-    std::copy(window.begin(), window.end() - 1, tokens.begin() + j * s);
-    std::copy(window.begin() + 1, window.end(), targets.begin() + j * s);
+    std::copy(window.begin(), window.end() - 1, tokens.begin() + r * s);
+    std::copy(window.begin() + 1, window.end(), targets.begin() + r * s);
   }
   if (++position_.index == batches_per_epoch()) {
     position_ = LoaderPosition{position_.epoch + 1, 0};
     shuffle_epoch();
   }
-  const Shape shape{batch_, seq_};
+  const Shape shape{end - begin, seq_};
   return Batch{Array::from_vector(tokens, shape), Array::from_vector(targets, shape)};
 }
 

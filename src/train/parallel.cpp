@@ -4,6 +4,7 @@
 
 #include "tessera/base/error.h"
 #include "tessera/dist/api.h"
+#include "tessera/dist/runtime.h"
 
 namespace tessera::train {
 
@@ -141,6 +142,21 @@ data::Batch Layout::shard_batch(const data::Batch& batch) const {
   out.tokens = dist::device_put(batch.tokens, this->batch(batch.tokens.ndim()), "batch tokens");
   out.targets = dist::device_put(batch.targets, this->batch(batch.targets.ndim()), "batch targets");
   return out;
+}
+
+data::Batch Layout::next_batch(data::DataLoader& loader, int64_t batch_size) const {
+  const std::vector<int> devices = dist::local_devices();
+  if (!dist::is_multi_process() || devices.size() != 1) return shard_batch(loader.next());
+  const dist::Sharding s = batch(2);
+  const int device = devices[0];
+  const int64_t shards = s.num_shards(0), rows = batch_size / shards, index = s.shard_index(0, device);
+  data::Batch local = loader.next_rows(index * rows, (index + 1) * rows);
+  auto place = [&](const Array& a) {
+    std::vector<Array> per_device(static_cast<size_t>(mesh_.size()));
+    per_device[static_cast<size_t>(device)] = a;
+    return dist::make_sharded({batch_size, a.shape(1)}, a.dtype(), s, std::move(per_device));
+  };
+  return {place(local.tokens), place(local.targets)};
 }
 
 Tree Layout::gather(const Tree& tree) {

@@ -217,8 +217,7 @@ double Evaluator::operator()(const Tree& params, data::DataLoader& loader, int64
   double total = 0;
   const int64_t n = std::min<int64_t>(batches, static_cast<int64_t>(loader.batches_per_epoch()));
   for (int64_t i = 0; i < n; ++i) {
-    data::Batch batch = loader.next();
-    if (layout_ != nullptr) batch = layout_->shard_batch(batch);
+    data::Batch batch = layout_ != nullptr ? layout_->next_batch(loader, loader.batch_size()) : loader.next();
     total +=
         forward_(Tree{{"params", params}, {"tokens", batch.tokens}, {"targets", batch.targets}}).leaf().item<double>();
   }

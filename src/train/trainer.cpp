@@ -345,7 +345,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
     auto wait_span = span(goodput::Phase::kDataWait);
     std::vector<data::Batch> micro;
     for (int64_t i = 0; i < cfg.micro_batches(); ++i)
-      micro.push_back(layout ? layout->shard_batch(loader.next()) : loader.next());
+      micro.push_back(layout ? layout->next_batch(loader, cfg.micro_batch_size()) : loader.next());
     return micro;
   };
   auto key_for = [&](int64_t at_step) {

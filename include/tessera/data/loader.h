@@ -47,10 +47,15 @@ class DataLoader {
              int world = 1, bool shuffle = true);
 
   Batch next();  // wraps into the next epoch when this one is exhausted
+  // Rows [begin, end) of what next() would return (and the same advance): a
+  // data-parallel process reads only its own slice of the global batch.
+  Batch next_rows(int64_t begin, int64_t end);
   LoaderPosition position() const { return position_; }
   void set_position(LoaderPosition position);  // ValueError if out of range
   uint64_t batches_per_epoch() const;
   uint64_t windows() const;  // windows in the file (all ranks)
+  int64_t batch_size() const { return batch_; }
+  int64_t seq() const { return seq_; }
 
  private:
   std::shared_ptr<const TokenFile> file_;

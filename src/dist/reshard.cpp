@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "tessera/base/error.h"
+#include "tessera/core/ops.h"
 #include "tessera/dist/collectives.h"
 
 namespace tessera::dist {
@@ -32,12 +33,26 @@ Array reshard_local(const Array& local, const Shape& global, const Sharding& fro
   if (from.rank() != to.rank())
     fail<ShardingError>("reshard: rank {} sharding {} cannot become rank {} sharding {}", from.rank(), from.to_string(),
                         to.rank(), to.to_string());
-  for (int a : to.partial_axes())
-    if (std::find(from.partial_axes().begin(), from.partial_axes().end(), a) == from.partial_axes().end())
-      fail<ShardingError>("reshard: {} cannot become partial on axis '{}' ({}): nothing produces unreduced sums",
-                          from.to_string(), mesh.axis_name(a), to.to_string());
   Array x = local;
   Sharding cur = from;
+  // 0. Replicate -> Partial: the first member of each group keeps the value, the others
+  //    hold zeros, so the sum over the group is exactly the value (a linear op can then
+  //    combine it with partial sums, and one reduction serves both).
+  for (int a : to.partial_axes()) {
+    if (std::find(from.partial_axes().begin(), from.partial_axes().end(), a) != from.partial_axes().end()) continue;
+    if (from.sharded_dim(a) >= 0)
+      fail<ShardingError>("reshard: {} splits a dimension over axis '{}', so it cannot become partial on it ({})",
+                          from.to_string(), mesh.axis_name(a), to.to_string());
+    std::vector<bool> first(static_cast<size_t>(mesh.axis_size(a)), false);
+    first[0] = true;
+    Array mine = reshape(shard_slice(Array::from_vector(first), mesh, {a}, 0), Shape{});
+    Array y = where(mine, x, zeros({}, x.dtype()));
+    record(steps, "partial_from_replicated", x, y, mesh, {a}, "");
+    x = y;
+    std::vector<int> partial = cur.partial_axes();
+    partial.push_back(a);
+    cur = cur.with_partial(partial);
+  }
 
   // 1. Partial axes the target does not keep: reduce-scatter onto the dim the target
   //    splits next on that axis, else all-reduce (all such axes in one call).

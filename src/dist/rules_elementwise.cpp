@@ -31,9 +31,21 @@ Decision elementwise(const Context& c, Linearity linearity) {
   // Partial axes the output may keep.
   std::vector<int> keep;
   if (linearity == Linearity::AllPartial) {
-    keep = c.in.at(0).partial_axes();
+    // Partial operands that agree stay partial; the others (not split on those axes)
+    // are made partial for free (zeros off the group's first member), so a sum of
+    // partial and replicated terms needs one reduction at the end, not one per term.
+    for (const Sharding& s : c.in) {
+      if (!s.is_partial()) continue;
+      if (keep.empty()) {
+        keep = s.partial_axes();
+      } else if (s.partial_axes() != keep) {
+        keep.clear();
+        break;
+      }
+    }
     for (const Sharding& s : c.in)
-      if (s.partial_axes() != keep) keep.clear();
+      for (int a : keep)
+        if (s.sharded_dim(a) >= 0) keep.clear();
   } else if (linearity == Linearity::OnePartialFactor && c.in.size() == 2) {
     const Sharding& a = c.in[0];
     const Sharding& b = c.in[1];
@@ -46,8 +58,8 @@ Decision elementwise(const Context& c, Linearity linearity) {
     if (target.sharded_dim(a) >= 0) keep.clear();
   for (size_t i = 0; i < c.in.size(); ++i) {
     Sharding want = project(target, c.in_types[i].shape, out);
-    bool stays_partial = !keep.empty() && c.in[i].partial_axes() == keep;
-    d.inputs.push_back(stays_partial ? want.with_partial(keep) : want.without_partial());
+    bool partial = !keep.empty() && (linearity == Linearity::AllPartial || c.in[i].partial_axes() == keep);
+    d.inputs.push_back(partial ? want.with_partial(keep) : want.without_partial());
   }
   d.outputs.assign(c.out_types.size(), target.with_partial(keep));
   return d;

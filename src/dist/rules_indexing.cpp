@@ -97,8 +97,10 @@ Decision scatter_add_rule(const Context& c) {
   return dec;
 }
 
-Decision take_along_rule(const Context& c) {
-  int axis = static_cast<const TakeAlong&>(c.primitive).axis();
+// take_along_axis (a, indices) and its transpose (indices, updates): both operands
+// shaped like the output except along `axis`, which is whole on every device; the
+// other dims are merged like an elementwise op's.
+Decision along_axis_rule(const Context& c, int axis, bool scatter) {
   Context whole = c;
   for (Sharding& s : whole.in) s = s.without_partial().with_dim_axes(axis, {});
   for (auto& t : whole.in_types) t.shape[static_cast<size_t>(axis)] = c.out_types[0].shape[static_cast<size_t>(axis)];
@@ -106,20 +108,7 @@ Decision take_along_rule(const Context& c) {
   Decision dec;
   dec.inputs = {target, target};
   dec.outputs = {target};
-  return dec;
-}
-
-Decision scatter_add_along_rule(const Context& c) {
-  // Inputs (indices, updates), both shaped like the output except along axis.
-  int axis = static_cast<const TakeAlongScatterAdd&>(c.primitive).axis();
-  Context whole = c;
-  for (Sharding& s : whole.in) s = s.without_partial().with_dim_axes(axis, {});
-  for (auto& t : whole.in_types) t.shape[static_cast<size_t>(axis)] = c.out_types[0].shape[static_cast<size_t>(axis)];
-  Sharding target = elementwise_target(whole, {0, 1}, false);
-  Decision dec;
-  dec.inputs = {target, target};
-  dec.outputs = {target};
-  dec.local = std::make_shared<TakeAlongScatterAdd>(target.local_shape(c.out_types[0].shape), axis);
+  if (scatter) dec.local = std::make_shared<TakeAlongScatterAdd>(target.local_shape(c.out_types[0].shape), axis);
   return dec;
 }
 
@@ -128,8 +117,11 @@ Decision scatter_add_along_rule(const Context& c) {
 void register_indexing() {
   add("take", take_rule);
   add("scatter_add", scatter_add_rule);
-  add("take_along_axis", take_along_rule);
-  add("scatter_add_along_axis", scatter_add_along_rule);
+  add("take_along_axis",
+      [](const Context& c) { return along_axis_rule(c, static_cast<const TakeAlong&>(c.primitive).axis(), false); });
+  add("scatter_add_along_axis", [](const Context& c) {
+    return along_axis_rule(c, static_cast<const TakeAlongScatterAdd&>(c.primitive).axis(), true);
+  });
 }
 
 }  // namespace tessera::dist::rules

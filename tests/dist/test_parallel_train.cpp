@@ -7,6 +7,7 @@
 #include <iostream>
 #include <random>
 
+#include "parallel_train_util.h"
 #include "spmd_test_util.h"
 #include "tessera/models/model.h"
 #include "tessera/optim/optimizer.h"
@@ -19,44 +20,17 @@ namespace {
 using testing::expect_close;
 using testing::VirtualDevices;
 
-models::ModelConfig tiny_gpt() {
-  models::ModelConfig c;
-  c.family = "gpt2";
-  c.vocab = 64;
-  c.dim = 32;
-  c.layers = 2;
-  c.heads = 4;
-  c.context = 16;
-  c.init_std = 0.1;
-  return c;
-}
-
-data::Batch random_batch(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> tokens(static_cast<size_t>(b * t)), targets(tokens.size());
-  for (auto& x : tokens) x = u(rng);
-  for (auto& x : targets) x = u(rng);
-  return {Array::from_vector(tokens, {b, t}), Array::from_vector(targets, {b, t})};
-}
-
 struct TrainRun {
   std::vector<double> losses;
   Tree params;
   double summary_bytes = 0, measured_bytes = 0;
 };
 
-constexpr int64_t kBatch = 8, kSeq = 16, kSteps = 3;
+constexpr int64_t kBatch = testing::kTrainBatch, kSeq = testing::kTrainSeq, kSteps = testing::kTrainSteps;
 
 TrainRun train(const std::string& mesh_text, int64_t micro_batches = 1, const std::string& rules = "") {
-  models::Model model(tiny_gpt());
-  optim::OptimizerConfig oc;
-  oc.weight_decay = 0.1;
-  // The gradient of the attention key bias is zero up to rounding (softmax ignores a
-  // constant shift); with a tiny eps AdamW turns that rounding noise into full-size
-  // updates, which differ between any two summation orders. eps = 1e-3 keeps the
-  // comparison about the math, not the noise.
-  oc.eps = 1e-3;
+  models::Model model(testing::tiny_gpt());
+  optim::OptimizerConfig oc = testing::test_adamw();
   optim::Optimizer optimizer(oc, model.specs());
   Tree params = model.init(7);
   Tree opt = optimizer.init(params);
@@ -71,7 +45,7 @@ TrainRun train(const std::string& mesh_text, int64_t micro_batches = 1, const st
   for (int64_t s = 0; s < kSteps; ++s) {
     std::vector<data::Batch> micro;
     for (int64_t m = 0; m < micro_batches; ++m) {
-      data::Batch b = random_batch(kBatch / micro_batches, kSeq, 64, static_cast<uint64_t>(100 * s + m));
+      data::Batch b = testing::random_batch(kBatch / micro_batches, kSeq, 64, static_cast<uint64_t>(100 * s + m));
       micro.push_back(layout ? layout->shard_batch(b) : b);
     }
     run.losses.push_back(step.run(params, opt, micro, 1e-2, std::nullopt).loss);
@@ -114,9 +88,9 @@ TEST_P(ParallelTrain, MatchesOneDeviceAndSendsTheAnalyticBytes) {
   std::vector<std::string> paths = want.params.paths();
   for (size_t i = 0; i < g.size(); ++i) expect_close(g[i], w[i], 1e-5, paths[i]);
 
-  models::Model model(tiny_gpt());
+  models::Model model(testing::tiny_gpt());
   Layout layout(mesh, default_axis_rules(), model.specs());
-  double analytic = layout.analytic_step_bytes(tiny_gpt().layers, tiny_gpt().dim, kBatch, kSeq);
+  double analytic = layout.analytic_step_bytes(testing::tiny_gpt().layers, testing::tiny_gpt().dim, kBatch, kSeq);
   // Scalar reductions (loss, token count, gradient norm) are not in the analytic count.
   EXPECT_GE(got.summary_bytes, analytic);
   EXPECT_LE(got.summary_bytes, analytic + 256) << "analytic " << analytic;

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/parallel_train_util.h"
 #include "tessera/dist/api.h"
 #include "tessera/dist/runtime.h"
 #include "tessera/models/model.h"
@@ -42,28 +43,7 @@ void expect(bool ok, const std::string& what) {
   std::fprintf(stderr, "rank %d: FAILED %s\n", g_rank, what.c_str());
 }
 
-models::ModelConfig tiny_gpt() {
-  models::ModelConfig c;
-  c.family = "gpt2";
-  c.vocab = 64;
-  c.dim = 32;
-  c.layers = 2;
-  c.heads = 4;
-  c.context = 16;
-  c.init_std = 0.1;
-  return c;
-}
-
-data::Batch random_batch(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> tokens(static_cast<size_t>(b * t)), targets(tokens.size());
-  for (auto& x : tokens) x = u(rng);
-  for (auto& x : targets) x = u(rng);
-  return {Array::from_vector(tokens, {b, t}), Array::from_vector(targets, {b, t})};
-}
-
-constexpr int64_t kBatch = 8, kSeq = 16, kSteps = 3;
+constexpr int64_t kBatch = testing::kTrainBatch, kSeq = testing::kTrainSeq, kSteps = testing::kTrainSteps;
 
 struct TrainRun {
   std::vector<double> losses;
@@ -74,14 +54,8 @@ struct TrainRun {
 
 // 3 AdamW steps, on one device (empty mesh_text) or SPMD under the mesh's layout.
 TrainRun run_layout(const std::string& mesh_text) {
-  models::Model model(tiny_gpt());
-  optim::OptimizerConfig oc;
-  oc.weight_decay = 0.1;
-  // The gradient of the attention key bias is zero up to rounding (softmax ignores a
-  // constant shift); with a tiny eps AdamW turns that rounding noise into full-size
-  // updates, which differ between any two summation orders. eps = 1e-3 keeps the
-  // comparison about the math, not the noise.
-  oc.eps = 1e-3;
+  models::Model model(testing::tiny_gpt());
+  optim::OptimizerConfig oc = testing::test_adamw();
   optim::Optimizer optimizer(oc, model.specs());
   Tree params = model.init(7);
   Tree opt = optimizer.init(params);
@@ -94,7 +68,7 @@ TrainRun run_layout(const std::string& mesh_text) {
   TrainStep step(model, optimizer, 1, layout ? &*layout : nullptr);
   TrainRun run;
   for (int64_t s = 0; s < kSteps; ++s) {
-    data::Batch b = random_batch(kBatch, kSeq, 64, static_cast<uint64_t>(100 * s));
+    data::Batch b = testing::random_batch(kBatch, kSeq, 64, static_cast<uint64_t>(100 * s));
     run.losses.push_back(step.run(params, opt, {layout ? layout->shard_batch(b) : b}, 1e-2, std::nullopt).loss);
   }
   for (const auto& p : step.spmd_programs()) {
@@ -157,9 +131,9 @@ void check_layout(const std::string& mesh_text, const TrainRun& want) {
     param_err = std::max(param_err, e);
     expect(e <= 1e-5, fmt::format("{}: {} relative error {:.3g} (expected <= 1e-5)", mesh_text, want.paths[i], e));
   }
-  models::Model model(tiny_gpt());
+  models::Model model(testing::tiny_gpt());
   Layout layout(dist::Mesh::parse(mesh_text), default_axis_rules(), model.specs());
-  const double analytic = layout.analytic_step_bytes(tiny_gpt().layers, tiny_gpt().dim, kBatch, kSeq);
+  const double analytic = layout.analytic_step_bytes(testing::tiny_gpt().layers, testing::tiny_gpt().dim, kBatch, kSeq);
   // Scalar reductions (loss, token count, gradient norm) are not in the analytic count.
   expect(got.summary_bytes >= analytic && got.summary_bytes <= analytic + 256,
          fmt::format("{}: {} bytes per step, analytic {} (+ at most 256)", mesh_text, got.summary_bytes, analytic));

@@ -1,0 +1,50 @@
+// The tiny GPT, batches and optimizer the SPMD training tests share (in-process in
+// test_parallel_train.cpp, one process per device in mpi/mpi_train_main.cpp), so both
+// compare the same run.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "tessera/data/loader.h"
+#include "tessera/models/model.h"
+#include "tessera/optim/optimizer.h"
+
+namespace tessera::testing {
+
+inline constexpr int64_t kTrainBatch = 8, kTrainSeq = 16, kTrainSteps = 3;
+
+inline models::ModelConfig tiny_gpt() {
+  models::ModelConfig c;
+  c.family = "gpt2";
+  c.vocab = 64;
+  c.dim = 32;
+  c.layers = 2;
+  c.heads = 4;
+  c.context = 16;
+  c.init_std = 0.1;
+  return c;
+}
+
+inline data::Batch random_batch(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> tokens(static_cast<size_t>(b * t)), targets(tokens.size());
+  for (auto& x : tokens) x = u(rng);
+  for (auto& x : targets) x = u(rng);
+  return {Array::from_vector(tokens, {b, t}), Array::from_vector(targets, {b, t})};
+}
+
+inline optim::OptimizerConfig test_adamw() {
+  optim::OptimizerConfig oc;
+  oc.weight_decay = 0.1;
+  // The gradient of the attention key bias is zero up to rounding (softmax ignores a
+  // constant shift); with a tiny eps AdamW turns that rounding noise into full-size
+  // updates, which differ between any two summation orders. eps = 1e-3 keeps the
+  // comparison about the math, not the noise.
+  oc.eps = 1e-3;
+  return oc;
+}
+
+}  // namespace tessera::testing

@@ -11,6 +11,7 @@
 #include "spmd_test_util.h"
 #include "tessera/data/token_file.h"
 #include "tessera/train/trainer.h"
+#include "train/tiny_corpus.h"
 
 namespace tessera::train {
 namespace {
@@ -25,16 +26,7 @@ class ParallelTrainer : public ::testing::Test {
     dir_ = fs::temp_directory_path() /
            ("tessera_parallel_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
-    fs::create_directories(dir_ / "data");
-    std::mt19937 gen(7);
-    const std::vector<std::string> words = {"the cat ", "a dog ", "sat on ", "the mat. ", "ran far. "};
-    std::string text;
-    while (text.size() < 20000) text += words[gen() % words.size()];
-    std::vector<int32_t> tokens(text.begin(), text.end());
-    data::write_token_file(dir_ / "data/train.bin", std::vector<int32_t>(tokens.begin(), tokens.begin() + 18000),
-                           "byte", 256);
-    data::write_token_file(dir_ / "data/val.bin", std::vector<int32_t>(tokens.begin() + 18000, tokens.end()), "byte",
-                           256);
+    test::write_tiny_corpus(dir_, 20000, 18000);
   }
   void TearDown() override { fs::remove_all(dir_); }
 

@@ -1,0 +1,28 @@
+// A learnable byte stream for trainer tests: short phrases in a random order, written
+// as train/val token files (byte tokenizer) under `dir`/data.
+#pragma once
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tessera/data/token_file.h"
+
+namespace tessera::test {
+
+// `chars` bytes of text; the first `train_chars` go to data/train.bin, the rest to
+// data/val.bin.
+inline void write_tiny_corpus(const std::filesystem::path& dir, size_t chars, size_t train_chars) {
+  std::filesystem::create_directories(dir / "data");
+  std::mt19937 gen(7);
+  const std::vector<std::string> words = {"the cat ", "a dog ", "sat on ", "the mat. ", "ran far. "};
+  std::string text;
+  while (text.size() < chars) text += words[gen() % words.size()];
+  std::vector<int32_t> tokens(text.begin(), text.end());
+  const auto split = tokens.begin() + static_cast<std::ptrdiff_t>(train_chars);
+  data::write_token_file(dir / "data/train.bin", std::vector<int32_t>(tokens.begin(), split), "byte", 256);
+  data::write_token_file(dir / "data/val.bin", std::vector<int32_t>(split, tokens.end()), "byte", 256);
+}
+
+}  // namespace tessera::test

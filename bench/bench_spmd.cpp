@@ -5,6 +5,7 @@
 // (parameters + optimizer state held, and the compiled program's peak).
 //
 //   build/bin/bench_spmd [--preset small] [--steps 3] [--batch 8] [--seq 128] [--layouts data=2,fsdp=2;...]
+//                        [--rules vocab=tensor]
 //
 // The virtual devices share this machine's cores, so step time shows the partitioned
 // program's overheads, not a multi-device speed-up. A table goes to stdout; the last
@@ -35,6 +36,7 @@ using Clock = std::chrono::steady_clock;
 struct Flags {
   std::string preset = "small";
   int64_t steps = 3, batch = 8, seq = 128;
+  std::string rules;  // logical axis rules over the defaults (train/parallel.h)
   std::vector<std::string> layouts = {"",       "data=2",          "fsdp=2",          "tensor=2",
                                       "fsdp=4", "data=2,tensor=2", "fsdp=2,tensor=2", "data=2,fsdp=2,tensor=2"};
 };
@@ -51,6 +53,8 @@ Flags parse_flags(int argc, char** argv) {
       f.batch = std::stoll(value);
     } else if (arg == "--seq") {
       f.seq = std::stoll(value);
+    } else if (arg == "--rules") {
+      f.rules = value;
     } else if (arg == "--layouts") {
       f.layouts.clear();
       size_t start = 0;
@@ -109,7 +113,7 @@ Result run_layout(const Flags& f, const std::string& mesh_text) {
   if (!mesh_text.empty()) {
     ts::dist::Mesh mesh = ts::dist::Mesh::parse(mesh_text);
     ts::dist::set_cpu_devices(mesh.size());
-    layout.emplace(mesh, ts::train::default_axis_rules(), model.specs());
+    layout.emplace(mesh, ts::train::parse_axis_rules(f.rules), model.specs());
     params = layout->shard_params(params);
     opt = layout->shard_opt_state(opt);
     r.analytic_bytes = layout->analytic_step_bytes(mc.layers, mc.dim, f.batch, f.seq);
@@ -173,9 +177,9 @@ int main(int argc, char** argv) {
           r.analytic_bytes, r.comm_ms, r.state_bytes, r.peak_bytes);
     }
     fmt::print(
-        "{{\"bench\":\"spmd\",\"preset\":\"{}\",\"batch\":{},\"seq\":{},\"steps\":{},\"layouts\":[{}],"
-        "\"comm_bytes_vs_analytic_max\":{:.6f}}}\n",
-        f.preset, f.batch, f.seq, f.steps, json_layouts, worst);
+        "{{\"bench\":\"spmd\",\"preset\":\"{}\",\"rules\":\"{}\",\"batch\":{},\"seq\":{},\"steps\":{},"
+        "\"layouts\":[{}],\"comm_bytes_vs_analytic_max\":{:.6f}}}\n",
+        f.preset, f.rules, f.batch, f.seq, f.steps, json_layouts, worst);
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_spmd: {}\n", e.what());

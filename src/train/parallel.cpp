@@ -15,7 +15,7 @@ AxisRules default_axis_rules() {
           {"heads", {"tensor"}},
           {"kv_heads", {"tensor"}},
           {"mlp", {"tensor"}},
-          {"vocab", {}},
+          {"vocab", {"tensor"}},
           {"position", {}},
           {"head_dim", {}}};
 }
@@ -195,9 +195,19 @@ double Layout::analytic_step_bytes(int64_t layers, int64_t dim, int64_t batch, i
   if (it != rules_.end())
     for (const std::string& a : it->second)
       if (mesh_.has_axis(a)) tensor *= mesh_.axis_size(a);
-  if (tensor > 1) {
-    double activation = static_cast<double>(batch / data_parallel_size() * seq * dim) * 4.0;
-    bytes += 4.0 * static_cast<double>(layers) * 2 * ring(tensor) * activation;
+  const double rows = static_cast<double>(batch / data_parallel_size() * seq);
+  const double activation = rows * static_cast<double>(dim) * 4.0;
+  if (tensor > 1) bytes += 4.0 * static_cast<double>(layers) * 2 * ring(tensor) * activation;
+  double vocab = 1;
+  if (auto v = rules_.find("vocab"); v != rules_.end())
+    for (const std::string& a : v->second)
+      if (mesh_.has_axis(a)) vocab *= mesh_.axis_size(a);
+  if (vocab > 1) {
+    // The lookup's partial sum and the head's input gradient ([rows, dim] all-reduces),
+    // and the vocabulary-parallel loss: an all-gather of the row maxima and all-reduces
+    // of the sums of exponentials and of the target logits ([rows] floats each).
+    bytes += 2 * 2 * ring(vocab) * activation;
+    bytes += (vocab - 1) * rows * 4.0 + 2 * 2 * ring(vocab) * rows * 4.0;
   }
   return bytes;
 }

@@ -107,19 +107,24 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ParallelTrain,
                            return name;
                          });
 
-TEST(ParallelTrain, VocabularyParallelEmbeddingAndLossMatchOneDevice) {
-  // vocab=tensor: the tied embedding is split over the vocabulary, the lookup is a
-  // masked local take plus an all-reduce, and the loss is vocabulary-parallel.
+TEST(ParallelTrain, VocabularyReplicatedTensorParallelMatchesOneDevice) {
+  // vocab= (not split): the tied embedding, the head and the loss run whole on every
+  // tensor-parallel device; the default (vocab=tensor) is covered by the layouts above.
   const TrainRun& want = single_device();
   VirtualDevices devices(4);
-  TrainRun got = train("data=2,tensor=2", 1, "vocab=tensor");
+  TrainRun got = train("data=2,tensor=2", 1, "vocab=");
   for (int64_t s = 0; s < kSteps; ++s)
     EXPECT_NEAR(got.losses[static_cast<size_t>(s)], want.losses[static_cast<size_t>(s)],
                 1e-5 * std::abs(want.losses[static_cast<size_t>(s)]));
   std::vector<Array> g = got.params.leaves(), w = want.params.leaves();
   std::vector<std::string> paths = want.params.paths();
   for (size_t i = 0; i < g.size(); ++i) expect_close(g[i], w[i], 1e-5, paths[i]);
-  EXPECT_EQ(dist::sharding_of(got.params.at("wte").leaf())->to_string(), "P('tensor')");
+  EXPECT_EQ(dist::sharding_of(got.params.at("wte").leaf())->to_string(), "replicated");
+  models::Model model(testing::tiny_gpt());
+  Layout layout(dist::Mesh::parse("data=2,tensor=2"), parse_axis_rules("vocab="), model.specs());
+  double analytic = layout.analytic_step_bytes(testing::tiny_gpt().layers, testing::tiny_gpt().dim, kBatch, kSeq);
+  EXPECT_GE(got.summary_bytes, analytic);
+  EXPECT_LE(got.summary_bytes, analytic + 256) << "analytic " << analytic;
 }
 
 TEST(ParallelTrain, GradientAccumulationKeepsFsdpLayouts) {

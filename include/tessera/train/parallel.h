@@ -11,7 +11,8 @@
 //   fsdp=N     FSDP / ZeRO-3: parameters, gradients and optimizer state split over
 //              fsdp ("embed" and "norm" dims), all-gathered before use, gradients
 //              reduce-scattered
-//   tensor=N   Megatron tensor parallel: attention heads and the MLP hidden dim split
+//   tensor=N   Megatron tensor parallel: attention heads, the MLP hidden dim and the
+//              vocabulary (embedding, output head, loss) split
 //   and any product of them, e.g. data=2,fsdp=2,tensor=2.
 #pragma once
 
@@ -30,8 +31,8 @@ namespace tessera::train {
 // Logical axis -> mesh axes (major first).
 using AxisRules = std::map<std::string, std::vector<std::string>>;
 
-// batch -> (data, fsdp); embed, norm -> fsdp; heads, kv_heads, mlp -> tensor;
-// vocab, position, head_dim -> not split.
+// batch -> (data, fsdp); embed, norm -> fsdp; heads, kv_heads, mlp, vocab -> tensor
+// (Megatron: vocabulary-parallel embedding and loss); position, head_dim -> not split.
 AxisRules default_axis_rules();
 // "embed=fsdp,heads=tensor,batch=data+fsdp" (entries override the defaults; an empty
 // right side, "vocab=", means not split). Throws ConfigError naming the entry.
@@ -76,7 +77,10 @@ class Layout {
   //     else: all-reduce of the gradient over the batch axes;
   //   tensor parallel (t devices): 4 all-reduces per block of the [batch / dp, seq,
   //   dim] activations (attention and MLP outputs forward, their inputs' gradients
-  //   backward).
+  //   backward);
+  //   vocabulary split over v devices: 2 more such all-reduces (the lookup, the head's
+  //   input gradient) and the loss's all-gather of [rows] maxima and 2 all-reduces of
+  //   [rows] sums.
   // Scalar reductions (the loss and its token count) are not counted.
   double analytic_step_bytes(int64_t layers, int64_t dim, int64_t batch, int64_t seq) const;
 

@@ -12,6 +12,7 @@
 #include "tessera/dist/runtime.h"
 #include "tessera/models/sample.h"
 #include "tessera/train/config.h"
+#include "tessera/train/parallel.h"
 #include "tessera/train/progress.h"
 #include "tessera/train/trainer.h"
 
@@ -29,8 +30,7 @@ struct TrainOptions {
   int sample_tokens = 200;
 };
 
-void print_samples(const train::Trainer& trainer, int count, int tokens) {
-  const train::TrainConfig& cfg = trainer.config();
+void print_samples(const train::TrainConfig& cfg, const Tree& params, int count, int tokens) {
   models::Model model(cfg.model);
   std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(cfg.data.tokenizer);
   // Each sample starts from a newline: for a corpus of short texts that is the start of a new one.
@@ -41,7 +41,7 @@ void print_samples(const train::Trainer& trainer, int count, int tokens) {
     options.temperature = 0.8;
     options.top_k = 40;
     options.seed = static_cast<uint64_t>(i) + 1;
-    const models::SampleResult result = models::sample(model, trainer.params(), prompt, options);
+    const models::SampleResult result = models::sample(model, params, prompt, options);
     fmt::print("--- sample {} (temperature 0.8, top-k 40, seed {}) ---\n{}\n", i + 1, options.seed,
                tokenizer->decode(result.tokens));
   }
@@ -67,6 +67,10 @@ int run_train(const TrainOptions& options) {
   trainer_options.progress = !options.quiet;
   train::Trainer trainer(config, trainer_options);
   const train::TrainSummary s = trainer.run();
+  // Sampling reads whole parameters: under mpirun every rank takes part in gathering them
+  // (in-process, sharded arrays are assembled when read).
+  const Tree params =
+      options.samples > 0 && dist::is_multi_process() ? train::Layout::gather(trainer.params()) : trainer.params();
   if (!dist::is_primary_process()) return 0;  // under mpirun rank 0 reports
 
   fmt::print("\n== run summary ({}) ==\n", config.run.dir);
@@ -90,7 +94,7 @@ int run_train(const TrainOptions& options) {
   if (!s.goodput_table.empty())
     fmt::print("\n== goodput (tessera goodput {} for the detail, --html for charts) ==\n{}", config.run.dir,
                s.goodput_table);
-  if (options.samples > 0) print_samples(trainer, options.samples, options.sample_tokens);
+  if (options.samples > 0) print_samples(config, params, options.samples, options.sample_tokens);
   return 0;
 }
 

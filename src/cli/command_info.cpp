@@ -7,12 +7,16 @@
 #include "cli/commands.h"
 #include "cli/cpu_check.h"
 #include "tessera/base/thread_pool.h"
+#include "tessera/dist/runtime.h"
 #include "tessera/version.h"
 
 #if __has_include(<cblas.h>)
 #include <cblas.h>
 #endif
 
+#ifndef TESSERA_HAS_MPI
+#define TESSERA_HAS_MPI 0
+#endif
 #ifndef TESSERA_HAS_CUDA
 #define TESSERA_HAS_CUDA 0
 #endif
@@ -38,6 +42,10 @@ int run_info() {
   fmt::print("  BLAS           {}\n", blas_description());
   fmt::print("  CPU features   avx2={} fma={} f16c={}\n", yes_no(cpu.avx2), yes_no(cpu.fma), yes_no(cpu.f16c));
   fmt::print("  kernels built  {}\n", kernels_need_avx2() ? "AVX2+FMA+F16C (x86-64-v3)" : "generic (no AVX2)");
+  fmt::print("  devices        {} (TESSERA_CPU_DEVICES=N for N virtual devices; mpirun for one per process)\n",
+             dist::runtime_description());
+  fmt::print("  MPI            {}\n",
+             TESSERA_HAS_MPI ? "yes (mpirun -n N runs one device per rank)" : "no (not built)");
   fmt::print("  CUDA           {}\n",
              TESSERA_HAS_CUDA ? "yes (CUDA toolkit found at build time)" : "no (CPU-only build)");
   return 0;

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "compiler/lazy_graph.h"
+#include "dist/combine_all_reduces.h"
 #include "tessera/core/checkpoint.h"
 #include "tessera/dist/api.h"
 #include "tessera/dist/collectives.h"
@@ -348,6 +349,9 @@ PartitionedProgram Partitioner::run(const std::vector<std::optional<Sharding>>& 
   for (const Array& o : outputs) lg.graph.outputs.push_back(lg.value_of(o));
   lg.graph.name = g_.name;
   program.local = std::move(lg.graph);
+  if (int combined = combine_all_reduces(program.local); combined > 0)
+    summary_.lines.push_back(
+        fmt::format("({} groups of small independent all-reduces combined into one call each)", combined));
   // Count the collectives of the local program (the summary's per-step figures).
   for (const Node& n : program.local.nodes) {
     const auto* c = dynamic_cast<const Collective*>(n.primitive.get());

@@ -140,3 +140,39 @@ TEST(SpmdJit, RematerializationRegionsAreKept) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Independent small all-reduces (the loss and the gradients of small parameters under
+// data parallelism) become one call; the values are those of one device.
+TEST(SpmdJit, SmallIndependentAllReducesAreCombined) {
+  testing::VirtualDevices devices(4);
+  dist::Mesh mesh = dist::Mesh::parse("data=4");
+  std::vector<Array> args = {testing::random_array({8, 16}, 1)};
+  for (int i = 0; i < 5; ++i) args.push_back(testing::random_array({16}, 10 + static_cast<uint64_t>(i)));
+  auto step = [](const std::vector<Array>& a) {
+    auto loss = [](const std::vector<Array>& p) {
+      Array total = Array::scalar(0.0);
+      for (size_t i = 1; i < p.size(); ++i) total = total + mean(square(tanh(p[0] * p[i])));
+      return total;
+    };
+    auto [value, grads] = value_and_grad(loss, {1, 2, 3, 4, 5})(a);
+    std::vector<Array> out = {value};
+    out.insert(out.end(), grads.begin(), grads.end());
+    return out;
+  };
+  std::vector<Array> want = jit(step)(args);
+  std::vector<Array> sharded = args;
+  sharded[0] = dist::device_put(args[0], dist::NamedSharding(mesh, dist::P("data")));
+  auto f = jit(step);
+  std::vector<Array> got = f(sharded);
+  for (size_t i = 0; i < got.size(); ++i) testing::expect_close(got[i], want[i], 1e-6, "output " + std::to_string(i));
+  const dist::CommStats& s =
+      f.lowered(Tree::list({sharded.begin(), sharded.end()})).spmd()->program().summary.per_device;
+  EXPECT_EQ(s.all_reduce_calls, 1) << "6 independent all-reduces should be one call";
+  EXPECT_EQ(s.total_calls(), 1);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -20,7 +20,9 @@ void accumulate(std::unordered_map<uint64_t, Array>& cts, const Array& target, A
   if (it == cts.end()) {
     cts.emplace(target.id(), ct);
   } else {
-    it->second = it->second + ct;
+    // A value read more than once: its cotangents (same shape and dtype as the value,
+    // checked above) are summed with AccumulateAdd (ir/primitives/elementwise.h).
+    it->second = Array::make(target.shape(), target.dtype(), std::make_shared<AccumulateAdd>(), {it->second, ct});
   }
 }
 

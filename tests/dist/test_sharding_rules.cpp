@@ -308,18 +308,12 @@ std::vector<Case> partial_cases() {
                    {{{4, 16, 8}, P("a", "b")}, {{4, 16, 8}, P("a")}, {{16, 8}, P("b")}}, layout_ops));
   {
     // A value used twice whose two cotangents arrive split differently: the vjp's
-    // accumulation adds them, and the add refuses to choose.
+    // accumulation add (AccumulateAdd) keeps the first cotangent's layout and
+    // reshards the other (a plain add would ask for a constraint the user cannot place).
     Case c = make("grad_accumulation_conflict", "x=2", {{{8, 8}, P("x")}, {{8, 8}, P(None, "x")}},
                   [](const std::vector<Array>& a) {
                     return std::vector<Array>{a[0] * 2.0, concatenate({a[0], a[1]}, 0)};
                   });
-    c.bug =
-        "gradient accumulation: x f32[8,8] P('x') used by x*2 (cotangent P('x')) and by concatenate({x, y}, 0) "
-        "with y P(None,'x') (the concat's layout is P(None,'x'), so x's cotangent slice arrives P(None,'x')). "
-        "The backward pass adds the two cotangents and the add rule throws 'operands of equal size split the "
-        "output differently'. The forward runs; the user cannot pin the hidden accumulation (a "
-        "with_sharding_constraint on x pins only the sum). Expected: the partitioner picks a layout for "
-        "cotangent accumulation (e.g. the primal's, P('x')) and all-to-alls the other term";
     v.push_back(c);
   }
   Fn matmul_partial = [psum](const std::vector<Array>& a) {

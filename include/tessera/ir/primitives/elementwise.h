@@ -87,6 +87,17 @@ class Binary : public Primitive {
   BinaryKind kind_;
 };
 
+// The add a reverse-mode transform uses to sum the cotangents of a value read more than
+// once (JAX's add_any). It computes and prints as `add`; it differs only in its sharding
+// rule: the cotangents of one value may arrive laid out differently, and since the user
+// never wrote this add (and cannot pin it), the first cotangent's layout wins where a
+// plain add would ask for a constraint.
+class AccumulateAdd : public Binary {
+ public:
+  AccumulateAdd() : Binary(BinaryKind::Add) {}
+  const ShardingRule* sharding_rule() const override;
+};
+
 // where(cond, a, b), broadcasting all three.
 class Where : public Primitive {
  public:

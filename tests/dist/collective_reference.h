@@ -200,4 +200,27 @@ inline std::vector<char> fractional_f32(int device, size_t count) {
   return bytes;
 }
 
+// Every collective kind over every axis set of `mesh` (one axis; on 2-axis meshes each
+// axis, both, and both reversed) along every dim of f32 `shape` that allows it, as
+// (case, shape, dtype, salt) calls of `check` (in-process test and MPI program alike).
+inline void for_each_case(const Mesh& mesh, const Shape& shape,
+                          const std::function<void(const Case&, const Shape&, DType, int)>& check) {
+  std::vector<std::vector<int>> axis_sets{{0}};
+  if (mesh.ndim() == 2) axis_sets = {{0}, {1}, {0, 1}, {1, 0}};
+  const int rank = static_cast<int>(shape.size());
+  for (const auto& axes : axis_sets) {
+    const int n = mesh.group_size(axes);
+    for (int dim = 0; dim < rank; ++dim) {
+      check({CollectiveKind::AllGather, axes, dim}, shape, DType::Float32, dim);
+      check({CollectiveKind::ShardPad, axes, dim}, shape, DType::Float32, dim);
+      if (shape[static_cast<size_t>(dim)] % n != 0) continue;
+      check({CollectiveKind::ReduceScatter, axes, dim}, shape, DType::Float32, dim);
+      check({CollectiveKind::ShardSlice, axes, dim}, shape, DType::Float32, dim);
+      for (int concat = 0; concat < rank; ++concat)
+        check({CollectiveKind::AllToAll, axes, dim, concat}, shape, DType::Float32, dim + concat);
+    }
+    check({CollectiveKind::AllReduce, axes}, shape, DType::Float32, 5);
+  }
+}
+
 }  // namespace tessera::dist::testing

@@ -42,6 +42,26 @@ inline void expect_close(const Array& actual, const Array& expected, double rtol
                                      << worst << ")";
 }
 
+// The message of the E that fn throws; a test failure when it throws nothing or
+// another exception type.
+template <typename E, typename F>
+std::string error_of(F&& fn) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw another exception type: " << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception";
+  return "";
+}
+
+inline void expect_contains(const std::string& text, const std::vector<std::string>& parts) {
+  for (const std::string& p : parts) EXPECT_NE(text.find(p), std::string::npos) << "'" << p << "' not in: " << text;
+}
+
 // Switches the in-process runtime to n virtual devices for the test's lifetime.
 class VirtualDevices {
  public:

@@ -23,23 +23,9 @@ using dist::PartitionSpec;
 using dist::Placement;
 using dist::PlacementKind;
 using dist::Sharding;
+using testing::error_of;
+using testing::expect_contains;
 using testing::VirtualDevices;
-
-// Runs fn and returns the message of the E it throws ("" and a failure when it does not).
-template <typename E, typename F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
-
-void expect_contains(const std::string& text, const std::vector<std::string>& parts) {
-  for (const std::string& p : parts) EXPECT_NE(text.find(p), std::string::npos) << "'" << p << "' not in: " << text;
-}
 
 // ---- Mesh ------------------------------------------------------------------------
 

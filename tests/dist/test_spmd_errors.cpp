@@ -20,23 +20,8 @@ using dist::ShardingError;
 using testing::random_array;
 using testing::VirtualDevices;
 
-template <typename E, typename F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw another exception type: " << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
-
-void expect_contains(const std::string& text, const std::vector<std::string>& parts) {
-  for (const std::string& p : parts) EXPECT_NE(text.find(p), std::string::npos) << "'" << p << "' not in: " << text;
-}
+using testing::error_of;
+using testing::expect_contains;
 
 Array matmul_t(const Array& x) { return matmul(x, x.T()); }
 

@@ -66,21 +66,9 @@ void check_primitives() {
   const Shape shape{8, 4, 3};
   for (const char* spec : meshes) {
     const Mesh mesh = Mesh::parse(spec);
-    std::vector<std::vector<int>> axis_sets{{0}};
-    if (mesh.ndim() == 2) axis_sets = {{0}, {1}, {0, 1}, {1, 0}};
-    for (const auto& axes : axis_sets) {
-      const int n = mesh.group_size(axes);
-      for (int dim = 0; dim < 3; ++dim) {
-        check_case(mesh, {CollectiveKind::AllGather, axes, dim}, shape, DType::Float32, dim);
-        check_case(mesh, {CollectiveKind::ShardPad, axes, dim}, shape, DType::Float32, dim);
-        if (shape[static_cast<size_t>(dim)] % n != 0) continue;
-        check_case(mesh, {CollectiveKind::ReduceScatter, axes, dim}, shape, DType::Float32, dim);
-        check_case(mesh, {CollectiveKind::ShardSlice, axes, dim}, shape, DType::Float32, dim);
-        for (int concat = 0; concat < 3; ++concat)
-          check_case(mesh, {CollectiveKind::AllToAll, axes, dim, concat}, shape, DType::Float32, dim + concat);
-      }
-      check_case(mesh, {CollectiveKind::AllReduce, axes}, shape, DType::Float32, 5);
-    }
+    testing::for_each_case(mesh, shape, [&](const testing::Case& c, const Shape& s, DType dt, int salt) {
+      check_case(mesh, c, s, dt, salt);
+    });
     for (DType dt : {DType::Float64, DType::BFloat16, DType::Float16, DType::Int32, DType::Int64})
       check_case(mesh, {CollectiveKind::AllReduce, {0}}, Shape{5, 3}, dt, 1);
     check_case(mesh, {CollectiveKind::AllGather, {0}, 1}, Shape{2, 3}, DType::Bool, 2);

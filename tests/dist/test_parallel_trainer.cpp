@@ -23,9 +23,7 @@ using testing::VirtualDevices;
 class ParallelTrainer : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tessera_parallel_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
+    dir_ = test::fresh_test_dir("tessera_parallel_");
     test::write_tiny_corpus(dir_, 20000, 18000);
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -25,9 +25,7 @@ namespace fs = std::filesystem;
 class TrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tessera_trainer_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
+    dir_ = test::fresh_test_dir("tessera_trainer_");
     // A learnable stream: short repeated phrases with random choices between them.
     test::write_tiny_corpus(dir_, 40000, 36000);
   }

@@ -2,6 +2,8 @@
 // as train/val token files (byte tokenizer) under `dir`/data.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <random>
 #include <string>
@@ -10,6 +12,15 @@
 #include "tessera/data/token_file.h"
 
 namespace tessera::test {
+
+// An empty directory under the system temp dir named after the running test.
+inline std::filesystem::path fresh_test_dir(const std::string& prefix) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      (prefix + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+  std::filesystem::remove_all(dir);
+  return dir;
+}
 
 // `chars` bytes of text; the first `train_chars` go to data/train.bin, the rest to
 // data/val.bin.

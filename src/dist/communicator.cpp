@@ -82,4 +82,18 @@ void record_call(CommStats& stats, CommKind kind, int n, double full_bytes, doub
   stats.seconds += seconds;
 }
 
+CommStats operator-(const CommStats& after, const CommStats& before) {
+  CommStats d;
+  d.all_gather_calls = after.all_gather_calls - before.all_gather_calls;
+  d.all_reduce_calls = after.all_reduce_calls - before.all_reduce_calls;
+  d.reduce_scatter_calls = after.reduce_scatter_calls - before.reduce_scatter_calls;
+  d.all_to_all_calls = after.all_to_all_calls - before.all_to_all_calls;
+  d.all_gather_bytes = after.all_gather_bytes - before.all_gather_bytes;
+  d.all_reduce_bytes = after.all_reduce_bytes - before.all_reduce_bytes;
+  d.reduce_scatter_bytes = after.reduce_scatter_bytes - before.reduce_scatter_bytes;
+  d.all_to_all_bytes = after.all_to_all_bytes - before.all_to_all_bytes;
+  d.seconds = after.seconds - before.seconds;
+  return d;
+}
+
 }  // namespace tessera::dist

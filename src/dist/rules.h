@@ -25,10 +25,6 @@ void register_indexing();
 using Decision = ShardingRule::Decision;
 using Context = ShardingRule::Context;
 [[noreturn]] void fail_rule(const Context& c, const std::string& message);
-// Input i's sharding with the listed dims unsplit (their axes freed) and no partial.
-Sharding gathered(const Sharding& s, const std::vector<int>& dims);
-// The input shardings with partial axes dropped (the partitioner then reduces them).
-std::vector<Sharding> without_partial(const std::vector<Sharding>& in);
 // A decision that keeps every input as it arrives and gives each output `out`.
 Decision same_everywhere(const Context& c, const Sharding& out);
 

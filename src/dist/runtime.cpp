@@ -92,6 +92,12 @@ bool is_multi_process() {
   return runtime().mpi;
 }
 
+std::vector<int> world_group() {
+  std::vector<int> group(static_cast<size_t>(device_count()));
+  for (size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
+  return group;
+}
+
 bool is_primary_process() {
   Communicator& comm = communicator();
   return !runtime().mpi || comm.local_devices().front() == 0;

@@ -74,12 +74,6 @@ Sharding gathered(const Sharding& s, const std::vector<int>& dims) {
   return out;
 }
 
-std::vector<Sharding> without_partial(const std::vector<Sharding>& in) {
-  std::vector<Sharding> out;
-  for (const Sharding& s : in) out.push_back(s.without_partial());
-  return out;
-}
-
 Decision same_everywhere(const Context& c, const Sharding& out) {
   Decision d;
   d.inputs = c.in;
@@ -148,7 +142,5 @@ Sharding rules::elementwise_target(const ShardingRule::Context& c, const std::ve
   }
   return target;
 }
-
-Sharding rules::without_dims(const Sharding& s, const std::vector<int>& dims) { return gathered(s, dims); }
 
 }  // namespace tessera::dist

@@ -221,9 +221,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   double peak = calibration.peak_flops;
   if (dist::is_multi_process()) {
     // Every rank measured its own share of the machine(s): the job's peak is their sum.
-    std::vector<int> world(static_cast<size_t>(dist::device_count()));
-    for (size_t i = 0; i < world.size(); ++i) world[i] = static_cast<int>(i);
-    dist::communicator().all_reduce(dist::local_devices().at(0), world, &peak, &peak, 1, DType::Float64);
+    dist::communicator().all_reduce(dist::local_devices().at(0), dist::world_group(), &peak, &peak, 1, DType::Float64);
   }
   summary.peak_flops = peak;
   if (primary) {
@@ -231,9 +229,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   }
   if (dist::is_multi_process()) {
     // The other ranks read the data rank 0 may just have prepared.
-    std::vector<int> world(static_cast<size_t>(dist::device_count()));
-    for (size_t i = 0; i < world.size(); ++i) world[i] = static_cast<int>(i);
-    dist::communicator().barrier(dist::local_devices().at(0), world);
+    dist::communicator().barrier(dist::local_devices().at(0), dist::world_group());
   }
   std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(cfg.data.tokenizer);
   auto train_file = std::make_shared<const data::TokenFile>(cfg.data.train);

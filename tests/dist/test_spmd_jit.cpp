@@ -176,3 +176,25 @@ TEST(SpmdJit, SmallIndependentAllReducesAreCombined) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Replicated host arguments are shared by the devices (read-only); an output that is
+// such an argument still gets one buffer per device, so donating it later is safe.
+TEST(SpmdJit, OutputsThatAreSharedInputsGetABufferPerDevice) {
+  testing::VirtualDevices devices(2);
+  dist::Mesh mesh = dist::Mesh::parse("data=2");
+  Array w = testing::random_array({4, 4}, 3);
+  Array x = dist::device_put(testing::random_array({4, 4}, 4), dist::NamedSharding(mesh, dist::P("data")));
+  auto f = jit([](const std::vector<Array>& a) { return std::vector<Array>{a[0], matmul(a[1], a[0])}; });
+  std::vector<Array> out = f({w, x});
+  const std::vector<Array>& shards = dist::addressable_shards(out[0]);
+  ASSERT_EQ(shards.size(), 2u);
+  EXPECT_NE(shards[0].storage(), shards[1].storage());
+  testing::expect_close(out[0], w, 0, "w passed through");
+  testing::expect_close(out[1], matmul(dist::gather(x), w), 1e-6, "x @ w");
+}
+
+}  // namespace
+}  // namespace tessera

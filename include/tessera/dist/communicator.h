@@ -33,6 +33,8 @@ struct CommStats {
   double total_bytes() const { return all_gather_bytes + all_reduce_bytes + reduce_scatter_bytes + all_to_all_bytes; }
   int64_t total_calls() const { return all_gather_calls + all_reduce_calls + reduce_scatter_calls + all_to_all_calls; }
 };
+// What happened between two snapshots of one device's statistics.
+CommStats operator-(const CommStats& after, const CommStats& before);
 
 class Communicator {
  public:

@@ -32,6 +32,8 @@ const DeviceContext* current_device();
 int device_count();
 // Devices this process drives.
 std::vector<int> local_devices();
+// Every device of the world, 0 .. device_count()-1 (the group of a world-wide collective).
+std::vector<int> world_group();
 bool is_multi_process();
 // Rank 0 (or the in-process runtime): the process that prints and writes files.
 bool is_primary_process();

@@ -61,15 +61,15 @@ const ShardingRule* find_sharding_rule(const Primitive& primitive);
 
 // Helpers for rules.
 namespace rules {
-// The merged sharding of several same-rank inputs for an elementwise op: per mesh
-// axis, the dimension any input splits it on (conflicts throw ShardingError naming
-// `where`); partial axes survive only when `keep_partial` (linear ops whose every
-// input is partial on them).
+// The output layout of an elementwise op over `inputs` (numpy broadcasting): their
+// splits merged from the largest operand down; a smaller operand whose split conflicts
+// is left to be gathered, equal-sized operands that conflict throw ShardingError naming
+// `where`. Partial axes survive only when `keep_partial` and every input is partial
+// on the same axes.
 Sharding elementwise_target(const ShardingRule::Context& c, const std::vector<int>& inputs, bool keep_partial);
-// A rule for ops that need every input and output replicated on the mesh axes that
-// split dimensions in `unsplittable` (e.g. the normalized last dim of softmax):
-// those inputs are gathered.
-Sharding without_dims(const Sharding& s, const std::vector<int>& dims);
+// `s` with the listed dims whole (their axes freed) and no partial sums: what an op
+// that reduces or normalizes over those dims needs.
+Sharding gathered(const Sharding& s, const std::vector<int>& dims);
 }  // namespace rules
 
 }  // namespace tessera::dist

@@ -33,6 +33,7 @@ class SpmdExecutable {
 
  private:
   PartitionedProgram program_;
+  std::vector<bool> donated_;  // per parameter
   std::vector<int> devices_;
   std::vector<std::unique_ptr<compiler::Executable>> per_device_;
   std::vector<CommStats> last_stats_;

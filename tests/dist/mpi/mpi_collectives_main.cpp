@@ -34,12 +34,6 @@ void expect(bool ok, const std::string& what) {
   std::fprintf(stderr, "rank %d: FAILED %s\n", g_rank, what.c_str());
 }
 
-std::vector<int> world_group() {
-  std::vector<int> g(static_cast<size_t>(device_count()));
-  for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<int>(i);
-  return g;
-}
-
 void check_case(const Mesh& mesh, const Case& c, const Shape& shape, DType dtype, int salt) {
   if (g_rank >= mesh.size()) return;  // this device is not in the mesh
   std::vector<double> got;

@@ -172,10 +172,9 @@ int main() {
     for (const std::string& l : layouts) check_layout(l, want);
     // Every rank learns the total, so they all exit with the same status.
     int64_t failures = g_failures;
-    std::vector<int> world(static_cast<size_t>(n));
-    for (int d = 0; d < n; ++d) world[static_cast<size_t>(d)] = d;
-    dist::run_on_devices(
-        {g_rank}, [&](int d) { dist::communicator().all_reduce(d, world, &failures, &failures, 1, DType::Int64); });
+    dist::run_on_devices({g_rank}, [&](int d) {
+      dist::communicator().all_reduce(d, dist::world_group(), &failures, &failures, 1, DType::Int64);
+    });
     if (g_rank == 0)
       std::printf("mpi_train: %d ranks, %zu layouts, %lld failed checks\n", n, layouts.size(),
                   static_cast<long long>(failures));

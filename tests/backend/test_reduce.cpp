@@ -157,6 +157,17 @@ TEST(Reduce, MaxMinPropagateNaN) {
   EXPECT_EQ(col[49], 1.0f);
 }
 
+TEST(Reduce, MaxOfInfinitiesIsInfinite) {
+  // The identity of max/min is -inf/+inf for floats, not the largest finite value.
+  std::vector<float> x(2 * 9, -INFINITY);
+  for (int i = 9; i < 18; ++i) x[static_cast<size_t>(i)] = INFINITY;
+  float mx[2], mn[2];
+  reduce(ReduceOp::Max, DType::Float32, x.data(), {2, 9}, {1}, mx);
+  reduce(ReduceOp::Min, DType::Float32, x.data(), {2, 9}, {1}, mn);
+  EXPECT_EQ(mx[0], -INFINITY);
+  EXPECT_EQ(mn[1], INFINITY);
+}
+
 TEST(Reduce, BitwiseIdenticalAcrossThreadCounts) {
   std::mt19937 rng(9);
   std::normal_distribution<float> dist;

@@ -328,6 +328,20 @@ TEST(FusedElementwiseKernel, MatchesFloat64ReferenceWithBroadcasts) {
   EXPECT_EQ(0, std::memcmp(out0b.data(), out0.data(), sizeof(double) * R * C));
 }
 
+TEST(FusedElementwiseKernel, ZeroDimInputSharedWithAnEarlierOutputIsReadBeforeItIsWritten) {
+  // A 0-d program out0 = a + b, out1 = a * b with out0 written over a (a donated scalar
+  // whose buffer the planner gave to out0): out1 must use a's old value.
+  cpu::FusedProgram p;
+  p.input_dtypes = {DType::Float32, DType::Float32};
+  p.body.push_back({cpu::FusedOpKind::Binary, static_cast<int>(cpu::BinaryOp::Add), DType::Float32, {0, 1, -1}});
+  p.body.push_back({cpu::FusedOpKind::Binary, static_cast<int>(cpu::BinaryOp::Mul), DType::Float32, {0, 1, -1}});
+  p.outputs = {2, 3};
+  float a = 3.0f, b = 5.0f, product = 0.0f;
+  cpu::fused_elementwise(p, {&a, &b}, {{}, {}}, {&a, &product}, {});
+  EXPECT_EQ(a, 8.0f);
+  EXPECT_EQ(product, 15.0f) << "the product read the sum written over its input";
+}
+
 TEST(FusedElementwiseKernel, FusedReduceMatchesFloat64Reference) {
   cpu::FusedProgram p;
   p.input_dtypes = {DType::Float64};

@@ -144,7 +144,7 @@ Plan make_plan(const FusedProgram& p, const std::vector<Strides>& strides, const
     auto& reg = plan.regs[i];
     if (contiguous && !aliased[i]) {
       reg.home = Home::Direct;
-    } else if (all_zero && only_binary_uses[i] && !is_output[i]) {
+    } else if (all_zero && only_binary_uses[i] && !is_output[i] && !aliased[i]) {
       reg.home = Home::Scalar;
     } else {
       reg.home = Home::Slot;
@@ -394,8 +394,9 @@ struct Combine {
   static A identity() {
     if constexpr (Op == FusedReduceOp::Sum)
       return A(0);
-    else
-      return std::numeric_limits<A>::lowest();
+    else  // -inf for floats: the max of an all -inf row is -inf
+      return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
+                                                  : std::numeric_limits<A>::lowest();
   }
   static A apply(A a, A b) {
     if constexpr (Op == FusedReduceOp::Sum) {

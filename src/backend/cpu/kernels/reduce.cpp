@@ -49,10 +49,11 @@ struct Reducer {
       return A(0);
     else if constexpr (Op == ReduceOp::Prod)
       return A(1);
-    else if constexpr (Op == ReduceOp::Max)
-      return std::numeric_limits<A>::lowest();
+    else if constexpr (Op == ReduceOp::Max)  // -inf for floats: the max of an all -inf row is -inf
+      return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
+                                                  : std::numeric_limits<A>::lowest();
     else
-      return std::numeric_limits<A>::max();
+      return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max();
   }
   // NaN in either operand wins for Max/Min; integers wrap (computed unsigned).
   static A combine(A a, A b) {

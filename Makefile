@@ -61,12 +61,13 @@ test-release: build
 	@echo "=== tests: Release, full size ($(BUILD_DIR)/)"
 	ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j2
 
-# Sanitizer half: only the test binaries, shrunk with TESSERA_TEST_SIZE=small.
+# Sanitizer half: only the test binaries, shrunk with TESSERA_TEST_SIZE=small. It is the
+# CPU-only build (TESSERA_ENABLE_CUDA=OFF): the Release half compiles the CUDA backend.
 test-asan: deps
 	@echo "=== tests: ASan+UBSan, small sizes ($(ASAN_DIR)/)"
 	@start=$$(date +%s); \
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DTESSERA_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DTESSERA_BUILD_BENCH=OFF $(CMAKE_ARGS); \
+	  -DTESSERA_BUILD_BENCH=OFF -DTESSERA_ENABLE_CUDA=OFF $(CMAKE_ARGS); \
 	cmake --build $(ASAN_DIR) -j $(JOBS) --target tessera_tests; \
 	rc=0; \
 	TESSERA_TEST_SIZE=small \

@@ -27,6 +27,7 @@
 #include "tessera/tessera.h"
 #include "tessera/train/train_step.h"
 #include "tessera/train/trainer.h"
+#include "train_bench_util.h"
 
 namespace ts = tessera;
 
@@ -75,25 +76,6 @@ Flags parse_flags(int argc, char** argv) {
   return f;
 }
 
-ts::data::Batch random_batch(int64_t vocab, int64_t batch, int64_t seq, std::mt19937_64& gen) {
-  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> window(static_cast<size_t>(batch * (seq + 1)));
-  for (auto& t : window) t = dist(gen);
-  std::vector<int32_t> tokens, targets;
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t t = 0; t < seq; ++t) {
-      tokens.push_back(window[static_cast<size_t>(b * (seq + 1) + t)]);
-      targets.push_back(window[static_cast<size_t>(b * (seq + 1) + t + 1)]);
-    }
-  return {ts::Array::from_vector(tokens, {batch, seq}), ts::Array::from_vector(targets, {batch, seq})};
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 int run(const Flags& f) {
   if (f.threads > 0) ts::set_num_threads(f.threads);
   ts::models::ModelConfig config = ts::models::preset(f.preset);
@@ -108,7 +90,8 @@ int run(const Flags& f) {
 
   std::mt19937_64 gen(f.seed + 1);
   std::vector<ts::data::Batch> batches;
-  for (int64_t i = 0; i < f.warmup + f.steps; ++i) batches.push_back(random_batch(config.vocab, f.batch, f.seq, gen));
+  for (int64_t i = 0; i < f.warmup + f.steps; ++i)
+    batches.push_back(ts::bench::random_batch(config.vocab, f.batch, f.seq, gen));
 
   const double lr = 3e-4;
   std::vector<double> times, losses;
@@ -123,7 +106,7 @@ int run(const Flags& f) {
     if (i >= f.warmup) times.push_back(dt);
   }
   const double total_s = std::chrono::duration<double>(Clock::now() - run_start).count();
-  const double step_s = median(times);
+  const double step_s = ts::bench::median(times);
   const double tokens_per_s = static_cast<double>(f.batch * f.seq) / step_s;
   const double flops_per_token = model.flops_per_token(f.seq);
   const double gflops = flops_per_token * tokens_per_s / 1e9;

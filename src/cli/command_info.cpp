@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/cpu_check.h"
+#include "tessera/backend/cuda.h"
 #include "tessera/base/thread_pool.h"
 #include "tessera/dist/runtime.h"
 #include "tessera/version.h"
@@ -46,8 +47,22 @@ int run_info() {
              dist::runtime_description());
   fmt::print("  MPI            {}\n",
              TESSERA_HAS_MPI ? "yes (mpirun -n N runs one device per rank)" : "no (not built)");
-  fmt::print("  CUDA           {}\n",
-             TESSERA_HAS_CUDA ? "yes (CUDA toolkit found at build time)" : "no (CPU-only build)");
+  if (!TESSERA_HAS_CUDA) {
+    fmt::print("  CUDA           no (CPU-only build)\n");
+  } else if (!cuda::available()) {
+    fmt::print("  CUDA           built, but {}\n", cuda::unavailable_reason());
+  } else {
+    for (int d = 0; d < cuda::device_count(); ++d) {
+      const cuda::DeviceInfo info = cuda::device_info(d);
+      fmt::print(
+          "  GPU {}          {} (sm_{}{}, {} SMs, {:.1f} GiB, driver {}.{}, runtime {}.{}, peak bf16 {:.0f} "
+          "TFLOP/s)\n",
+          d, info.name, info.sm_major, info.sm_minor, info.multiprocessors,
+          static_cast<double>(info.memory_bytes) / (1 << 30), info.driver_version / 1000,
+          info.driver_version % 1000 / 10, info.runtime_version / 1000, info.runtime_version % 1000 / 10,
+          info.peak_bf16_flops / 1e12);
+    }
+  }
   return 0;
 }
 

@@ -23,6 +23,7 @@ struct TrainOptions {
   std::string config;
   std::vector<std::string> overrides;
   std::string mesh;
+  std::string device;
   bool list_keys = false;
   bool print_config = false;
   bool quiet = false;
@@ -58,6 +59,7 @@ int run_train(const TrainOptions& options) {
   }
   std::vector<std::string> overrides = options.overrides;
   if (!options.mesh.empty()) overrides.push_back("parallel.mesh=\"" + options.mesh + "\"");
+  if (!options.device.empty()) overrides.push_back("run.device=\"" + options.device + "\"");
   train::TrainConfig config = train::load_config(options.config, overrides);
   if (options.print_config) {
     fmt::print("{}\n", config.to_json().dump(2));
@@ -108,6 +110,9 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--mesh", options->mesh,
                   "Train SPMD over a device mesh, e.g. data=2,fsdp=2,tensor=2 (= --set parallel.mesh=...); "
                   "in-process it uses that many virtual CPU devices, under mpirun one per rank");
+  sub->add_option("--device", options->device,
+                  "Where the step runs: cpu, cuda or cuda:N (= --set run.device=...); on a GPU use "
+                  "--set model.compute_dtype=bfloat16 for mixed precision");
   sub->add_flag("--list-keys", options->list_keys, "List every config key with its type and default");
   sub->add_flag("--print-config", options->print_config, "Print the resolved config as JSON and exit");
   sub->add_flag("--quiet,-q", options->quiet, "No progress line");

@@ -153,6 +153,12 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
     entry.executable =
         std::shared_ptr<compiler::Executable>(compiler::compile(entry.traced, s.options.compile, donated).release());
   }
+  if (const compiler::DeviceSpec device = compiler::DeviceSpec::parse(s.options.device); device.cuda) {
+    if (entry.spmd)
+      fail<ValueError>("jit @{}: sharded programs on GPUs are not supported yet (device {}); run SPMD on the CPU",
+                       s.options.name, device.to_string());
+    entry.device_program = compiler::make_device_program(entry.executable, device);
+  }
   entry.executable->mutable_stats().compile_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return s.cache.emplace(key, std::move(entry)).first->second;
@@ -160,7 +166,9 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
 
 Tree Jitted::operator()(const Tree& args, const StaticArgs& statics) {
   Entry& entry = entry_for(args, statics);
-  std::vector<Array> outs = entry.spmd ? entry.spmd->run(args.leaves()) : entry.executable->run(args.leaves());
+  std::vector<Array> outs = entry.spmd             ? entry.spmd->run(args.leaves())
+                            : entry.device_program ? entry.device_program->run(args.leaves())
+                                                   : entry.executable->run(args.leaves());
   return entry.output_structure.with_leaves(outs);
 }
 

@@ -42,6 +42,15 @@ void ModelConfig::validate() const {
   if (!(rope_theta > 0)) fail<ValueError>("ModelConfig: rope_theta = {} must be positive", rope_theta);
   if (!(init_std > 0) || !std::isfinite(init_std))
     fail<ValueError>("ModelConfig: init_std = {} must be positive and finite", init_std);
+  compute();
+}
+
+DType ModelConfig::compute() const {
+  if (compute_dtype == "float32") return DType::Float32;
+  if (compute_dtype == "bfloat16") return DType::BFloat16;
+  if (compute_dtype == "float16") return DType::Float16;
+  fail<ValueError>("ModelConfig: compute_dtype = '{}' is unknown (expected one of: float32, bfloat16, float16)",
+                   compute_dtype);
 }
 
 int64_t ModelConfig::resolved_kv_heads() const { return kv_heads == 0 ? heads : kv_heads; }
@@ -197,11 +206,36 @@ int64_t Model::parameter_count() const { return nn::parameter_count(specs_); }
 
 namespace {
 
+// The dtype the forward pass casts parameters to: none for "float32" (the default:
+// activations follow the parameters' dtype, so the float32 graph is unchanged and
+// float64 parameters still compute in float64), else the low-precision dtype.
+std::optional<DType> cast_dtype(const ModelConfig& c) {
+  const DType dtype = c.compute();
+  if (dtype == DType::Float32) return std::nullopt;
+  return dtype;
+}
+
+Array cast(const Array& a, std::optional<DType> dtype) { return dtype ? astype(a, *dtype) : a; }
+
+// The parameters as the blocks use them: every leaf cast to the compute dtype except
+// the embedding tables, whose gathered rows are cast instead (a cast of the whole
+// table would make the lookup's gradient a scatter-add in low precision).
+Tree compute_params(const Tree& params, std::optional<DType> dtype) {
+  if (!dtype) return params;
+  Tree out = params;
+  for (const auto& [key, value] : params.items())
+    if (key != "wte" && key != "wpe") out[key] = value.map([dtype](const Array& p) { return astype(p, *dtype); });
+  return out;
+}
+
 // The shared forward pass: logits of tokens at positions offset.. (offset = the
-// cache's length), with dropout when `dropout_key` is set.
-Array forward(const ModelConfig& c, const Tree& params, const Array& tokens, const std::optional<Array>& dropout_key,
+// cache's length), with dropout when `dropout_key` is set. Activations (the residual
+// stream included, as in MaxText) are in the compute dtype.
+Array forward(const ModelConfig& c, const Tree& master, const Array& tokens, const std::optional<Array>& dropout_key,
               KVCache* cache) {
   const int64_t t = tokens.shape(1), offset = cache != nullptr ? cache->length : 0;
+  const std::optional<DType> dtype = cast_dtype(c);
+  const Tree params = compute_params(master, dtype);
   const nn::Dropout drop{c.dropout};
   std::vector<Array> keys;
   if (dropout_key && c.dropout > 0) keys = random::split_keys(*dropout_key, 1 + 2 * c.layers);
@@ -210,8 +244,8 @@ Array forward(const ModelConfig& c, const Tree& params, const Array& tokens, con
     return keys[i];
   };
 
-  Array x = take(params.at("wte").leaf(), tokens, 0);
-  if (is_gpt2(c)) x = x + slice_axis(params.at("wpe").leaf(), 0, offset, offset + t);
+  Array x = cast(take(params.at("wte").leaf(), tokens, 0), dtype);
+  if (is_gpt2(c)) x = x + cast(slice_axis(params.at("wpe").leaf(), 0, offset, offset + t), dtype);
   x = drop(x, key_at(0));
   const nn::Attention attention = attention_of(c);
   const std::vector<Tree>& layers = params.at("layers").elements();
@@ -234,7 +268,7 @@ Array forward(const ModelConfig& c, const Tree& params, const Array& tokens, con
     x = x + drop(h, key_at(2 + 2 * l));
   }
   x = norm_apply(c, params.at("lnf"), x);
-  if (c.resolved_tied()) return matmul(x, transpose(params.at("wte").leaf()));
+  if (c.resolved_tied()) return matmul(x, transpose(cast(params.at("wte").leaf(), dtype)));
   return matmul(x, params.at("head").leaf());
 }
 
@@ -258,8 +292,8 @@ KVCache Model::empty_cache(int64_t batch) const {
   KVCache cache;
   const Shape shape{batch, config_.resolved_kv_heads(), 0, config_.head_dim()};
   for (int64_t l = 0; l < config_.layers; ++l) {
-    cache.k.push_back(zeros(shape).eval());
-    cache.v.push_back(zeros(shape).eval());
+    cache.k.push_back(zeros(shape, config_.compute()).eval());
+    cache.v.push_back(zeros(shape, config_.compute()).eval());
   }
   return cache;
 }

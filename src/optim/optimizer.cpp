@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <limits>
 
 #include "tessera/core/ops.h"
 
@@ -51,18 +52,40 @@ void check_like_params(const char* what, const Tree& params, const Tree& other, 
   }
 }
 
-void check_state_keys(const Tree& state, const std::vector<std::string>& keys, const std::string& optimizer) {
+void check_state_keys(const Tree& state, std::vector<std::string> keys, const std::string& optimizer, bool loss_scale) {
+  if (loss_scale) {
+    keys.push_back("loss_scale");
+    std::sort(keys.begin(), keys.end());
+  }
   std::vector<std::string> got;
   if (state.is_dict())
     for (const auto& [key, value] : state.items()) got.push_back(key);
   if (got != keys)
     fail<ValueError>("optimizer: {} state has keys {} (expected {}; make it with Optimizer::init)", optimizer,
                      some_paths(got), some_paths(keys));
-  const Tree& step = state.at("step");
-  if (!step.is_leaf() || step.leaf().ndim() != 0 || step.leaf().dtype() != DType::Int64)
-    fail<ValueError>("optimizer: state \"step\" is {} (expected an int64 scalar)",
-                     step.is_leaf() ? type_string(step.leaf()) : std::string("not an array"));
+  auto check_scalar = [](const Tree& node, const char* path, DType dtype) {
+    if (!node.is_leaf() || node.leaf().ndim() != 0 || node.leaf().dtype() != dtype)
+      fail<ValueError>("optimizer: state \"{}\" is {} (expected a {} scalar)", path,
+                       node.is_leaf() ? type_string(node.leaf()) : std::string("not an array"), name(dtype));
+  };
+  check_scalar(state.at("step"), "step", DType::Int64);
+  if (loss_scale) {
+    const Tree& ls = state.at("loss_scale");
+    std::vector<std::string> ls_keys;
+    if (ls.is_dict())
+      for (const auto& [key, value] : ls.items()) ls_keys.push_back(key);
+    if (ls_keys != std::vector<std::string>{"good_steps", "scale"})
+      fail<ValueError>(
+          "optimizer: state \"loss_scale\" has keys {} (expected \"good_steps\", \"scale\"; make it with "
+          "Optimizer::init)",
+          some_paths(ls_keys));
+    check_scalar(ls.at("scale"), "loss_scale.scale", DType::Float32);
+    check_scalar(ls.at("good_steps"), "loss_scale.good_steps", DType::Int64);
+  }
 }
+
+// x is finite (not inf, not NaN): |x| < inf is false for both.
+Array is_finite(const Array& x) { return less(abs(x), scalar_like(std::numeric_limits<double>::infinity(), x)); }
 
 Tree moments_like(const Tree& params) {
   return params.map([](const Array& p) { return zeros(p.shape(), accumulation_dtype(p.dtype())); });
@@ -94,19 +117,35 @@ Tree Optimizer::init(const Tree& params) const {
                        type_string(leaves[i]));
   }
   Array step = zeros({}, DType::Int64);
-  if (config_.name == "adamw") return Tree{{"m", moments_like(params)}, {"v", moments_like(params)}, {"step", step}};
-  return Tree{{"momentum", moments_like(params)}, {"step", step}};
+  Tree state = config_.name == "adamw" ? Tree{{"m", moments_like(params)}, {"v", moments_like(params)}, {"step", step}}
+                                       : Tree{{"momentum", moments_like(params)}, {"step", step}};
+  if (scales_loss())
+    state["loss_scale"] = Tree{{"scale", full({}, config_.loss_scale.initial(), DType::Float32)},
+                               {"good_steps", zeros({}, DType::Int64)}};
+  return state;
+}
+
+Array Optimizer::loss_scale(const Tree& state) const {
+  if (!scales_loss())
+    fail<ValueError>("optimizer: loss_scale() without loss scaling (config loss_scale is {})",
+                     loss_scaling_name(config_.loss_scale.mode));
+  check_state_keys(state,
+                   config_.name == "adamw" ? std::vector<std::string>{"m", "step", "v"}
+                                           : std::vector<std::string>{"momentum", "step"},
+                   config_.name, true);
+  return state.at("loss_scale").at("scale").leaf();
 }
 
 Optimizer::Update Optimizer::apply(const Tree& params, const Tree& grads, const Tree& state, const Array& lr) const {
   const bool adamw = config_.name == "adamw";
+  const bool scaling = scales_loss();
   check_like_params("grads", params, grads, false);
   if (adamw) {
-    check_state_keys(state, {"m", "step", "v"}, "adamw");
+    check_state_keys(state, {"m", "step", "v"}, "adamw", scaling);
     check_like_params("state m", params, state.at("m"), true);
     check_like_params("state v", params, state.at("v"), true);
   } else {
-    check_state_keys(state, {"momentum", "step"}, "sgd");
+    check_state_keys(state, {"momentum", "step"}, "sgd", scaling);
     check_like_params("state momentum", params, state.at("momentum"), true);
   }
   if (!lr.valid() || lr.ndim() != 0 || !is_floating(lr.dtype()))
@@ -116,11 +155,20 @@ Optimizer::Update Optimizer::apply(const Tree& params, const Tree& grads, const 
   for (size_t i = 0; i < paths.size(); ++i) decay[i] = decays(paths[i]);
 
   Update out;
-  Tree g_tree = grads;
+  Tree unscaled = grads;
+  Array scale;
+  if (scaling) {
+    // Gradients of the scaled loss: divide by the scale (a power of two for the
+    // dynamic scaler, so exactly), in the gradients' dtype.
+    scale = state.at("loss_scale").at("scale").leaf();
+    const Array inverse = divide(scalar_like(1, scale), scale);
+    unscaled = grads.map([&](const Array& g) { return multiply(g, astype(inverse, g.dtype())); });
+  }
+  Tree g_tree = unscaled;
   if (config_.clip_norm > 0) {
-    std::tie(g_tree, out.grad_norm) = clip_by_global_norm(grads, config_.clip_norm);
+    std::tie(g_tree, out.grad_norm) = clip_by_global_norm(unscaled, config_.clip_norm);
   } else {
-    out.grad_norm = global_norm(grads);
+    out.grad_norm = global_norm(unscaled);
   }
   // The step count is 1-based in the update (bias correction): the state holds how
   // many updates were applied before this one.
@@ -156,7 +204,41 @@ Optimizer::Update Optimizer::apply(const Tree& params, const Tree& grads, const 
     out.state = Tree{{"momentum", state.at("momentum").with_leaves(buf)}, {"step", step}};
   }
   out.params = params.with_leaves(new_p);
+  if (scaling) apply_loss_scale(params, state, scale, out);
   return out;
+}
+
+// Loss scaling's second half: the norm of the unscaled gradients is finite iff every
+// gradient is (a sum of squares past float32's range counts as an overflow too). On a
+// non-finite step every updated leaf (params, moments, step) keeps its old value, the
+// scale backs off and the good-step count restarts; after growth_interval good steps
+// in a row the scale grows (when the grown scale is still finite) and the count restarts.
+void Optimizer::apply_loss_scale(const Tree& params, const Tree& state, const Array& scale, Update& out) const {
+  const LossScaleConfig& ls = config_.loss_scale;
+  const Array finite = is_finite(out.grad_norm);
+  out.skipped = logical_not(finite);
+  std::vector<Array> old_p = params.leaves(), new_p = out.params.leaves();
+  for (size_t i = 0; i < new_p.size(); ++i) new_p[i] = where(finite, new_p[i], old_p[i]);
+  out.params = out.params.with_leaves(new_p);
+  // The optimizer's own state (moments, step): the same selection, leaf by leaf.
+  Tree new_state = out.state;
+  for (const auto& [key, subtree] : out.state.items()) {
+    std::vector<Array> before = state.at(key).leaves(), after = subtree.leaves();
+    for (size_t i = 0; i < after.size(); ++i) after[i] = where(finite, after[i], before[i]);
+    new_state[key] = subtree.with_leaves(after);
+  }
+  const Array good = state.at("loss_scale").at("good_steps").leaf();
+  const Array zero = zeros({}, DType::Int64);
+  Array new_scale = scale, new_good = where(finite, add(good, Array::scalar(1, DType::Int64)), zero);
+  if (ls.mode == LossScaling::Dynamic) {
+    const Array grow = logical_and(finite, greater_equal(new_good, Array::scalar(ls.growth_interval, DType::Int64)));
+    const Array grown = multiply(scale, scalar_like(ls.growth_factor, scale));
+    const Array backed_off = multiply(scale, scalar_like(ls.backoff_factor, scale));
+    new_scale = where(finite, where(logical_and(grow, is_finite(grown)), grown, scale), backed_off);
+    new_good = where(grow, zero, new_good);
+  }
+  new_state["loss_scale"] = Tree{{"scale", new_scale}, {"good_steps", new_good}};
+  out.state = new_state;
 }
 
 }  // namespace tessera::optim

@@ -1,5 +1,6 @@
 // OptimizerConfig::validate (optim/optimizer.h).
 #include <cmath>
+#include <limits>
 
 #include "tessera/base/error.h"
 #include "tessera/optim/optimizer.h"
@@ -23,6 +24,20 @@ void check_at_least(const char* field, double value, double low, bool open) {
 
 }  // namespace
 
+const char* loss_scaling_name(LossScaling mode) {
+  switch (mode) {
+    case LossScaling::Off:
+      return "none";
+    case LossScaling::Static:
+      return "static";
+    case LossScaling::Dynamic:
+      return "dynamic";
+    case LossScaling::Auto:
+      return "auto";
+  }
+  return "?";
+}
+
 void OptimizerConfig::validate() const {
   if (name != "adamw" && name != "sgd")
     fail<ValueError>("optimizer: name = \"{}\" is unknown (expected one of: adamw, sgd)", name);
@@ -38,6 +53,22 @@ void OptimizerConfig::validate() const {
     // which is almost certainly not what was asked for.
     if (nesterov && momentum == 0) fail<ValueError>("optimizer: nesterov = true needs momentum > 0 (got momentum = 0)");
   }
+  if (loss_scale.mode == LossScaling::Auto)
+    fail<ValueError>(
+        "optimizer: loss_scale = auto is resolved from the model's compute dtype by the trainer "
+        "(TrainConfig::optimizer_config); an Optimizer needs none, static or dynamic");
+  if (loss_scale.mode == LossScaling::Static) check_at_least("loss_scale", loss_scale.static_scale, 0, true);
+  check_at_least("loss_scale_init", loss_scale.init_scale, 0, true);
+  // The scale is a float32 in the state.
+  for (double scale : {loss_scale.static_scale, loss_scale.init_scale})
+    if (scale > static_cast<double>(std::numeric_limits<float>::max()))
+      fail<ValueError>("optimizer: loss scale {} does not fit float32 (expected at most {})", scale,
+                       std::numeric_limits<float>::max());
+  if (loss_scale.growth_interval < 1)
+    fail<ValueError>("optimizer: loss_scale_growth_interval = {} (expected an integer >= 1)",
+                     loss_scale.growth_interval);
+  check_at_least("loss_scale_growth_factor", loss_scale.growth_factor, 1, true);
+  check_range("loss_scale_backoff_factor", loss_scale.backoff_factor, 0, true, 1, true);
 }
 
 }  // namespace tessera::optim

@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 
+#include "tessera/compiler/device_program.h"
 #include "tessera/dist/mesh.h"
 
 #define TOML_EXCEPTIONS 1
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -110,6 +112,12 @@ nn::ParamKind param_kind_from_name(const std::string& name, const std::string& w
                     where, name);
 }
 
+void check_compute_dtype(const std::string& dtype, const std::string& where) {
+  if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16")
+    fail<ConfigError>("{}: 'model.compute_dtype' = \"{}\" is unknown (expected one of: float32, bfloat16, float16)",
+                      where, dtype);
+}
+
 const std::vector<Field>& schema() {
   static const std::vector<Field> fields = [] {
     using C = TrainConfig;
@@ -145,6 +153,19 @@ const std::vector<Field>& schema() {
       };
       tied.get = [](const C& c) { return nlohmann::json(c.model.resolved_tied()); };
       f.push_back(std::move(tied));
+    }
+    {
+      Field dtype = field<std::string>("model.compute_dtype",
+                                       "dtype of activations and matmuls: float32 | bfloat16 | float16 (parameters and "
+                                       "optimizer state stay float32)",
+                                       [](C& c) -> std::string& { return c.model.compute_dtype; });
+      dtype.set = [](C& c, const toml::node& n, const std::string& where) {
+        auto v = n.value_exact<std::string>();
+        if (!v) type_error(where, "model.compute_dtype", "a string", n);
+        check_compute_dtype(*v, where);
+        c.model.compute_dtype = *v;
+      };
+      f.push_back(std::move(dtype));
     }
     // [data]
     f.push_back(
@@ -191,6 +212,50 @@ const std::vector<Field>& schema() {
       };
       f.push_back(std::move(no_decay));
     }
+    {
+      Field loss_scale{"optimizer.loss_scale", "string/float",
+                       "loss scaling: auto (dynamic for float16 compute, else none) | dynamic | none | a static scale "
+                       "(0: none)",
+                       nullptr, nullptr};
+      loss_scale.set = [](C& c, const toml::node& n, const std::string& where) {
+        optim::LossScaleConfig& ls = c.optimizer.loss_scale;
+        if (auto text = n.value_exact<std::string>()) {
+          if (*text == "auto") {
+            ls.mode = optim::LossScaling::Auto;
+          } else if (*text == "dynamic") {
+            ls.mode = optim::LossScaling::Dynamic;
+          } else if (*text == "none") {
+            ls.mode = optim::LossScaling::Off;
+          } else {
+            fail<ConfigError>(
+                "{}: 'optimizer.loss_scale' = \"{}\" is unknown (expected auto, dynamic, none or a number)", where,
+                *text);
+          }
+          return;
+        }
+        const double scale = read_float(n, where, "optimizer.loss_scale");
+        if (!(scale >= 0) || !std::isfinite(scale))
+          fail<ConfigError>("{}: 'optimizer.loss_scale' = {} (expected a finite scale >= 0; 0: none)", where, scale);
+        ls.mode = scale == 0 ? optim::LossScaling::Off : optim::LossScaling::Static;
+        if (scale > 0) ls.static_scale = scale;
+      };
+      loss_scale.get = [](const C& c) {
+        const optim::LossScaleConfig& ls = c.optimizer.loss_scale;
+        if (ls.mode == optim::LossScaling::Static) return nlohmann::json(ls.static_scale);
+        return nlohmann::json(optim::loss_scaling_name(ls.mode));
+      };
+      f.push_back(std::move(loss_scale));
+    }
+    f.push_back(field<double>("optimizer.loss_scale_init", "dynamic loss scaling: the first scale (2^16)",
+                              [](C& c) -> double& { return c.optimizer.loss_scale.init_scale; }));
+    f.push_back(field<int64_t>("optimizer.loss_scale_growth_interval",
+                               "dynamic loss scaling: good steps in a row before the scale grows",
+                               [](C& c) -> int64_t& { return c.optimizer.loss_scale.growth_interval; }));
+    f.push_back(field<double>("optimizer.loss_scale_growth_factor", "dynamic loss scaling: growth factor",
+                              [](C& c) -> double& { return c.optimizer.loss_scale.growth_factor; }));
+    f.push_back(field<double>("optimizer.loss_scale_backoff_factor",
+                              "dynamic loss scaling: factor on a step with non-finite gradients (skipped)",
+                              [](C& c) -> double& { return c.optimizer.loss_scale.backoff_factor; }));
     // [schedule]
     f.push_back(field<std::string>("schedule.decay", "cosine | linear | constant",
                                    [](C& c) -> std::string& { return c.schedule.decay; }));
@@ -226,6 +291,8 @@ const std::vector<Field>& schema() {
     f.push_back(field<uint64_t>("run.seed", "seed of init, data order and dropout",
                                 [](C& c) -> uint64_t& { return c.run.seed; }));
     f.push_back(field<int>("run.threads", "CPU threads (0: all cores)", [](C& c) -> int& { return c.run.threads; }));
+    f.push_back(field<std::string>("run.device", "where the training step runs: cpu, cuda or cuda:N",
+                                   [](C& c) -> std::string& { return c.run.device; }));
     // [parallel]
     f.push_back(field<std::string>("parallel.mesh", "device mesh, e.g. data=2,fsdp=2,tensor=2 (empty: one device)",
                                    [](C& c) -> std::string& { return c.parallel.mesh; }));
@@ -344,6 +411,13 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+optim::OptimizerConfig TrainConfig::optimizer_config() const {
+  optim::OptimizerConfig out = optimizer;
+  if (out.loss_scale.mode == optim::LossScaling::Auto)
+    out.loss_scale.mode = model.compute_dtype == "float16" ? optim::LossScaling::Dynamic : optim::LossScaling::Off;
+  return out;
+}
+
 nlohmann::json TrainConfig::to_json() const {
   nlohmann::json out = nlohmann::json::object();
   for (const Field& f : schema()) {
@@ -354,9 +428,10 @@ nlohmann::json TrainConfig::to_json() const {
 }
 
 void TrainConfig::validate() const {
+  check_compute_dtype(model.compute_dtype, "config");
   try {
     model.validate();
-    optimizer.validate();
+    optimizer_config().validate();
   } catch (const ConfigError&) {
     throw;
   } catch (const Error& e) {
@@ -365,6 +440,16 @@ void TrainConfig::validate() const {
   auto positive = [](const char* key, int64_t v) {
     if (v <= 0) fail<ConfigError>("config: '{}' must be positive (got {})", key, v);
   };
+  try {
+    compiler::DeviceSpec::parse(run.device);
+  } catch (const ValueError& e) {
+    fail<ConfigError>("config: 'run.device': {}", e.what());
+  }
+  if (compiler::DeviceSpec::parse(run.device).cuda && !parallel.mesh.empty())
+    fail<ConfigError>(
+        "config: 'parallel.mesh' = \"{}\" with 'run.device' = \"{}\": sharded training on GPUs is not "
+        "supported yet (one GPU per run)",
+        parallel.mesh, run.device);
   positive("train.steps", loop.steps);
   positive("train.batch", loop.batch);
   positive("train.seq", loop.seq);

@@ -37,7 +37,7 @@ RestoredModel restore_model(const fs::path& path, const std::function<void(const
   out.model = std::make_unique<models::Model>(out.config.model);
   // The params template only fixes structure and types; values come from the file.
   Tree params_like = out.model->init(out.config.run.seed);
-  optim::Optimizer optimizer(out.config.optimizer, out.model->specs());
+  optim::Optimizer optimizer(out.config.optimizer_config(), out.model->specs());
   ckpt::CheckpointState state = ckpt::CheckpointManager::load(checkpoint, params_like, optimizer.init(params_like));
   out.params = std::move(state.params);
   out.step = state.step;

@@ -29,8 +29,10 @@ std::optional<Array> key_of(const Tree& args) {
 
 // `outputs`: a tree shaped like the program's result (its leaves' layouts are pinned
 // under a layout).
-JitOptions jit_options(std::vector<int> donate, std::string name, const Layout* layout, const Tree& outputs) {
+JitOptions jit_options(std::vector<int> donate, std::string name, const Layout* layout, const Tree& outputs,
+                       const std::string& device) {
   JitOptions options;
+  options.device = device;
   options.donate_leaves = std::move(donate);
   options.name = std::move(name);
   if (layout != nullptr) options.out_shardings = layout->shardings_for(outputs);
@@ -45,11 +47,26 @@ Tree batch_args(const data::Batch& batch, const std::optional<Array>& key) {
   return args;
 }
 
+// The loss and its gradients for the parameters. With loss scaling the backward pass
+// starts from `scale` instead of 1: the gradients of loss * scale, while the value
+// returned is the unscaled loss.
+std::pair<Array, Tree> loss_and_grads(const models::Model& model, const optim::Optimizer& optimizer, const Tree& a,
+                                      const std::optional<Array>& scale) {
+  const std::optional<Array> key = key_of(a);
+  auto loss_of = [&](const Tree& p) { return model.loss(p, a.at("tokens").leaf(), a.at("targets").leaf(), key); };
+  const Tree& params = a.at("params");
+  if (!optimizer.scales_loss()) return value_and_grad(loss_of)(params);
+  auto [outputs, grads] =
+      vjp([&](const std::vector<Array>& leaves) { return std::vector<Array>{loss_of(params.with_leaves(leaves))}; },
+          params.leaves(), {astype(*scale, DType::Float32)});
+  return {outputs[0], params.with_leaves(grads)};
+}
+
 }  // namespace
 
 TrainStep::TrainStep(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches,
-                     const Layout* layout)
-    : model_(model), optimizer_(optimizer), micro_batches_(micro_batches), layout_(layout) {
+                     const Layout* layout, std::string device)
+    : model_(model), optimizer_(optimizer), micro_batches_(micro_batches), layout_(layout), device_(std::move(device)) {
   if (micro_batches < 1) fail<ValueError>("TrainStep: micro_batches must be >= 1 (got {})", micro_batches);
 }
 
@@ -58,15 +75,19 @@ Jitted& TrainStep::fused_program(const Tree& args) {
     const models::Model& model = model_;
     const optim::Optimizer& optimizer = optimizer_;
     auto step = [&model, &optimizer](const Tree& a) -> Tree {
-      const std::optional<Array> key = key_of(a);
-      auto loss_of = [&](const Tree& p) { return model.loss(p, a.at("tokens").leaf(), a.at("targets").leaf(), key); };
-      auto [loss, grads] = value_and_grad(loss_of)(a.at("params"));
+      std::optional<Array> scale;
+      if (optimizer.scales_loss()) scale = optimizer.loss_scale(a.at("opt"));
+      auto [loss, grads] = loss_and_grads(model, optimizer, a, scale);
       optim::Optimizer::Update update = optimizer.apply(a.at("params"), grads, a.at("opt"), a.at("lr").leaf());
-      return Tree{{"params", update.params}, {"opt", update.state}, {"loss", loss}, {"grad_norm", update.grad_norm}};
+      Tree out{{"params", update.params}, {"opt", update.state}, {"loss", loss}, {"grad_norm", update.grad_norm}};
+      if (update.skipped.valid()) out["skipped"] = update.skipped;
+      return out;
     };
     Tree outputs{
         {"params", args.at("params")}, {"opt", args.at("opt")}, {"loss", scalar_like()}, {"grad_norm", scalar_like()}};
-    fused_.emplace(jit(step, jit_options(leaves_under(args, {"params", "opt"}), "train_step", layout_, outputs)));
+    if (optimizer.scales_loss()) outputs["skipped"] = Array::placeholder({}, DType::Bool);
+    fused_.emplace(
+        jit(step, jit_options(leaves_under(args, {"params", "opt"}), "train_step", layout_, outputs, device_)));
     const Lowered lowered = fused_->lowered(args);
     compiled_flops_ = lowered.executable().stats().flops;
     executables_.push_back(lowered.executable_ptr());
@@ -79,10 +100,11 @@ Jitted& TrainStep::grad_program(bool first, const Tree& args) {
   std::optional<Jitted>& program = first ? grad_first_ : grad_add_;
   if (!program) {
     const models::Model& model = model_;
-    auto grad_step = [&model, first](const Tree& a) -> Tree {
-      const std::optional<Array> key = key_of(a);
-      auto loss_of = [&](const Tree& p) { return model.loss(p, a.at("tokens").leaf(), a.at("targets").leaf(), key); };
-      auto [loss, grads] = value_and_grad(loss_of)(a.at("params"));
+    const optim::Optimizer& optimizer = optimizer_;
+    auto grad_step = [&model, &optimizer, first](const Tree& a) -> Tree {
+      std::optional<Array> scale;
+      if (optimizer.scales_loss()) scale = a.at("scale").leaf();
+      auto [loss, grads] = loss_and_grads(model, optimizer, a, scale);
       if (!first) {
         std::vector<Array> sum = a.at("grads").leaves(), g = grads.leaves();
         for (size_t j = 0; j < sum.size(); ++j) sum[j] = sum[j] + g[j];
@@ -92,7 +114,7 @@ Jitted& TrainStep::grad_program(bool first, const Tree& args) {
     };
     Tree outputs{{"grads", args.at("params")}, {"loss", scalar_like()}};
     program.emplace(jit(grad_step, jit_options(first ? std::vector<int>{} : leaves_under(args, {"grads"}),
-                                               first ? "grad_first" : "grad_accumulate", layout_, outputs)));
+                                               first ? "grad_first" : "grad_accumulate", layout_, outputs, device_)));
     const Lowered lowered = program->lowered(args);
     compiled_flops_ += lowered.executable().stats().flops * (first ? 1.0 : micro_batches_ - 1.0);
     executables_.push_back(lowered.executable_ptr());
@@ -108,11 +130,14 @@ Jitted& TrainStep::update_program(const Tree& args) {
     auto update_step = [&optimizer, scale](const Tree& a) -> Tree {
       Tree mean = a.at("grads").map([scale](const Array& g) { return g * scale; });
       optim::Optimizer::Update update = optimizer.apply(a.at("params"), mean, a.at("opt"), a.at("lr").leaf());
-      return Tree{{"params", update.params}, {"opt", update.state}, {"grad_norm", update.grad_norm}};
+      Tree out{{"params", update.params}, {"opt", update.state}, {"grad_norm", update.grad_norm}};
+      if (update.skipped.valid()) out["skipped"] = update.skipped;
+      return out;
     };
     Tree outputs{{"params", args.at("params")}, {"opt", args.at("opt")}, {"grad_norm", scalar_like()}};
-    update_.emplace(
-        jit(update_step, jit_options(leaves_under(args, {"params", "opt", "grads"}), "update", layout_, outputs)));
+    if (optimizer.scales_loss()) outputs["skipped"] = Array::placeholder({}, DType::Bool);
+    update_.emplace(jit(
+        update_step, jit_options(leaves_under(args, {"params", "opt", "grads"}), "update", layout_, outputs, device_)));
     const Lowered lowered = update_->lowered(args);
     compiled_flops_ += lowered.executable().stats().flops;
     executables_.push_back(lowered.executable_ptr());
@@ -136,6 +161,7 @@ void TrainStep::compile(const Tree& params, const Tree& opt_state, const data::B
   const std::optional<Array> key = dropout_key ? std::optional(random::split_keys(*dropout_key, 2)[0]) : std::nullopt;
   Tree args = batch_args(micro_batch, key);
   args["params"] = params;
+  if (optimizer_.scales_loss()) args["scale"] = optimizer_.loss_scale(opt_state);
   grad_program(/*first=*/true, args);
   args["grads"] = params;
   grad_program(/*first=*/false, args);
@@ -160,7 +186,7 @@ StepStats TrainStep::run(Tree& params, Tree& opt_state, const std::vector<data::
     Tree out = fused_program(args)(args);
     params = out.at("params");
     opt_state = out.at("opt");
-    return {out.at("loss").leaf().item<double>(), out.at("grad_norm").leaf().item<double>()};
+    return stats_of(out, out.at("loss").leaf().item<double>());
   }
 
   // Accumulation: grads summed over micro-batches in order, then one update with the mean.
@@ -171,6 +197,7 @@ StepStats TrainStep::run(Tree& params, Tree& opt_state, const std::vector<data::
     const auto index = static_cast<size_t>(i);
     Tree args = batch_args(micro[index], dropout_key ? std::optional(keys[index]) : std::nullopt);
     args["params"] = params;
+    if (optimizer_.scales_loss()) args["scale"] = optimizer_.loss_scale(opt_state);
     if (i > 0) args["grads"] = grad_sum_;
     Tree out = grad_program(i == 0, args)(args);
     grad_sum_ = out.at("grads");
@@ -181,7 +208,16 @@ StepStats TrainStep::run(Tree& params, Tree& opt_state, const std::vector<data::
   grad_sum_ = Tree();
   params = out.at("params");
   opt_state = out.at("opt");
-  return {loss_sum / static_cast<double>(micro_batches_), out.at("grad_norm").leaf().item<double>()};
+  return stats_of(out, loss_sum / static_cast<double>(micro_batches_));
+}
+
+StepStats TrainStep::stats_of(const Tree& out, double loss) const {
+  StepStats stats{.loss = loss, .grad_norm = out.at("grad_norm").leaf().item<double>()};
+  if (optimizer_.scales_loss()) {
+    stats.skipped = out.at("skipped").leaf().item<double>() != 0;
+    stats.loss_scale = out.at("opt").at("loss_scale").at("scale").leaf().item<double>();
+  }
+  return stats;
 }
 
 std::string TrainStep::profile_text() const {
@@ -203,12 +239,12 @@ size_t TrainStep::peak_bytes() const {
   return peak;
 }
 
-Evaluator::Evaluator(const models::Model& model, const Layout* layout)
+Evaluator::Evaluator(const models::Model& model, const Layout* layout, const std::string& device)
     : forward_(jit(
           [&model](const Tree& a) -> Tree {
             return Tree(model.loss(a.at("params"), a.at("tokens").leaf(), a.at("targets").leaf()));
           },
-          jit_options({}, "eval", nullptr, Tree()))),
+          jit_options({}, "eval", nullptr, Tree(), device))),
       layout_(layout) {}
 
 double Evaluator::operator()(const Tree& params, data::DataLoader& loader, int64_t batches) {

@@ -12,9 +12,11 @@
 #include <cstring>
 #include <fstream>
 
+#include "tessera/backend/cuda.h"
 #include "tessera/base/error.h"
 #include "tessera/base/thread_pool.h"
 #include "tessera/ckpt/checkpoint.h"
+#include "tessera/compiler/device_program.h"
 #include "tessera/core/ops.h"
 #include "tessera/core/random.h"
 #include "tessera/data/loader.h"
@@ -89,6 +91,10 @@ fs::path restored_path_of(const ckpt::CheckpointManager& checkpoints, int64_t st
     if (info.step == step) return info.path;
   return {};
 }
+
+// Loss scaling: this many skipped steps in a row stop the run (a dynamic scale has
+// then backed off by 0.5^100: the gradients are not finite at any scale).
+constexpr int64_t kMaxSkippedStepsInARow = 100;
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -216,7 +222,15 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   // ---- init: threads, the calibration GEMM, data ----
   auto init_span = span(goodput::Phase::kBackendInit);
   if (cfg.run.threads > 0) set_num_threads(cfg.run.threads);
-  const goodput::Calibration calibration = calibrate_peak_flops();
+  goodput::Calibration calibration;
+  if (const compiler::DeviceSpec device = compiler::DeviceSpec::parse(cfg.run.device); device.cuda) {
+    // On a GPU, MFU is against the device's dense bf16 peak (the convention).
+    const cuda::DeviceInfo info = cuda::device_info(device.index);
+    calibration.peak_flops = info.peak_bf16_flops;
+    calibration.method = fmt::format("{} dense bf16 peak (datasheet)", info.name);
+  } else {
+    calibration = calibrate_peak_flops();
+  }
   if (recorder) recorder->calibration(calibration);
   double peak = calibration.peak_flops;
   if (dist::is_multi_process()) {
@@ -245,7 +259,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
 
   // ---- model, optimizer, state ----
   models::Model model(cfg.model);
-  optim::Optimizer optimizer(cfg.optimizer, model.specs());
+  optim::Optimizer optimizer(cfg.optimizer_config(), model.specs());
   Tree& params = impl_->params;
   Tree& opt_state = impl_->opt_state;
   params = model.init(cfg.run.seed);
@@ -332,7 +346,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
     if (primary) summary.last_checkpoint = checkpoints.save(state);
     if (recorder) recorder->checkpoint_save_end(at_step, goodput::SavePart::kBlocking, /*committed=*/true);
   };
-  Evaluator evaluator(model, layout_ptr);
+  Evaluator evaluator(model, layout_ptr, cfg.run.device);
   auto validate = [&]() {
     auto eval_span = span(goodput::Phase::kEval);
     return evaluator(params, val_loader, cfg.loop.eval_batches);
@@ -348,7 +362,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
     return cfg.model.dropout > 0 ? std::optional(dropout_key(cfg.run.seed, at_step)) : std::nullopt;
   };
 
-  TrainStep train_step(model, optimizer, cfg.micro_batches(), layout_ptr);
+  TrainStep train_step(model, optimizer, cfg.micro_batches(), layout_ptr, cfg.run.device);
   {
     // Compile before the first step, with the step's argument types, so compile time
     // is its own phase. A batch of the right shape is all it needs (not the next one).
@@ -363,6 +377,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   const Clock::time_point loop_start = Clock::now();
   summary.stop_reason = "steps";
   int64_t last_saved = step;
+  int64_t skipped_in_a_row = 0;  // loss scaling: steps skipped for non-finite gradients
   while (step < cfg.loop.steps) {
     if (cfg.loop.time_limit_s > 0 && seconds_since(loop_start) >= cfg.loop.time_limit_s) {
       summary.stop_reason = "time limit";
@@ -388,7 +403,15 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
     const double dt = seconds_since(t0);
     step_times.push_back(dt);
     summary.last_loss = stats.loss;
-    if (!std::isfinite(stats.loss))
+    // With loss scaling a non-finite step is skipped (the scale backs off) and training
+    // goes on; only a long run of them means the model itself diverged.
+    skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
+    if (skipped_in_a_row >= kMaxSkippedStepsInARow)
+      fail<ValueError>(
+          "step {}: {} steps in a row had non-finite gradients and were skipped (loss {}, loss scale {:g}); lower "
+          "optimizer.lr, raise schedule.warmup_steps or use model.compute_dtype = \"bfloat16\"",
+          step, skipped_in_a_row, stats.loss, stats.loss_scale);
+    if (!std::isfinite(stats.loss) && !stats.skipped)
       fail<ValueError>("step {}: the loss is {} (lr {:.3g}); lower optimizer.lr or raise schedule.warmup_steps", step,
                        stats.loss, lr);
 
@@ -401,6 +424,10 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
     nlohmann::json record = {
         {"step", step},          {"loss", stats.loss},  {"lr", lr},  {"grad_norm", stats.grad_norm}, {"step_s", dt},
         {"tokens", tokens_seen}, {"tokens_per_s", tps}, {"mfu", mfu}};
+    if (optimizer.scales_loss()) {
+      record["loss_scale"] = stats.loss_scale;
+      record["skipped"] = stats.skipped;
+    }
     const bool eval_now = cfg.loop.eval_interval > 0 && step % cfg.loop.eval_interval == 0 && step < cfg.loop.steps;
     if (eval_now) {
       const double v = validate();

@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tessera/compiler/device_program.h"
 #include "tessera/compiler/executable.h"
 #include "tessera/compiler/graph.h"
 #include "tessera/compiler/pass.h"
@@ -52,6 +53,9 @@ struct JitOptions {
   // A call runs as an SPMD program when any argument is sharded or any entry is set.
   std::vector<std::optional<dist::Sharding>> in_shardings = {};
   std::vector<std::optional<dist::Sharding>> out_shardings = {};
+  // Where the program runs: "cpu", "cuda" or "cuda:N" (compiler/device_program.h). On a
+  // GPU, outputs stay in device memory until read on the host.
+  std::string device = "cpu";
 };
 
 // The traced program for one signature, before and after optimization.
@@ -98,9 +102,10 @@ class Jitted {
  private:
   struct Entry {
     compiler::Graph traced;
-    std::shared_ptr<compiler::Executable> executable;  // device 0's for SPMD programs
-    std::shared_ptr<dist::SpmdExecutable> spmd;        // set for SPMD programs
-    Tree output_structure;                             // leaves are placeholders; rebuilt with the outputs
+    std::shared_ptr<compiler::Executable> executable;         // device 0's for SPMD programs
+    std::shared_ptr<dist::SpmdExecutable> spmd;               // set for SPMD programs
+    std::shared_ptr<compiler::DeviceProgram> device_program;  // set when the program runs on a GPU
+    Tree output_structure;                                    // leaves are placeholders; rebuilt with the outputs
   };
   struct State {
     JitFn fn;

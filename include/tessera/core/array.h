@@ -22,6 +22,9 @@ namespace tessera {
 namespace dist {
 struct ShardedData;  // dist/api.h
 }
+namespace backend {
+struct DeviceData;  // backend/device_data.h
+}
 
 // A 64-byte aligned host buffer shared by the arrays that view it (from the
 // caching allocator in base/allocator.h), or a view of memory owned elsewhere (a
@@ -66,6 +69,9 @@ struct ArrayImpl {
   // A sharded array (dist/api.h): a leaf whose data lives in per-device shards;
   // storage is filled with the assembled global value when someone reads it.
   std::shared_ptr<const dist::ShardedData> shards;
+  // A value in accelerator memory (backend/device_data.h): a GPU program's output.
+  // storage is filled with a host copy when someone reads it; the device copy stays.
+  std::shared_ptr<const backend::DeviceData> device_data;
 };
 }  // namespace detail
 

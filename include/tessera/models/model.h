@@ -29,6 +29,15 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   std::optional<bool> tied_embeddings = std::nullopt;  // unset: gpt2 true, llama false
   double init_std = 0.02;
+  // Mixed precision: the dtype activations flow in, "float32" | "bfloat16" | "float16".
+  // Parameters stay float32 (the master weights the optimizer updates); with bfloat16
+  // or float16 the forward pass casts them to that dtype where they are used (matmul
+  // weights, biases, norm scales, the gathered embedding rows), like MaxText's dtype
+  // vs weight_dtype or PyTorch autocast. Norm statistics, softmax/attention statistics
+  // and the cross-entropy loss accumulate in float32 (the fused kernels), so the loss
+  // is float32 and gradients reach the float32 parameters through the casts' vjps (as
+  // float32). "float32" casts nothing: activations take the parameters' dtype.
+  std::string compute_dtype = "float32";
 
   // Checks every field (positive sizes, dim % heads, heads % kv_heads, known family);
   // a ConfigError-style ValueError names the field and the value.
@@ -37,6 +46,8 @@ struct ModelConfig {
   int64_t resolved_mlp_dim() const;
   bool resolved_tied() const;
   int64_t head_dim() const { return dim / heads; }
+  // compute_dtype as a DType (ValueError naming the allowed values when unknown).
+  DType compute() const;
 };
 
 // Named shapes: "tiny" (gpt2 V256 L4 H4 d256 T256), "small" (gpt2 V4096 L6 H6 d384
@@ -65,14 +76,18 @@ class Model {
   const nn::ParamSpecs& specs() const { return specs_; }
   int64_t parameter_count() const;
 
-  // Logits [B, T, vocab] of int32 tokens [B, T] (T <= context). With a dropout key,
+  // Logits [B, T, vocab] of int32 tokens [B, T] (T <= context), in the compute dtype
+  // (float32 unless config.compute_dtype says otherwise). With a dropout key,
   // dropout (config.dropout) is applied as in training; without, it is inference.
   Array logits(const Tree& params, const Array& tokens, const std::optional<Array>& dropout_key = std::nullopt) const;
-  // Mean next-token cross-entropy of logits(tokens) against int32 targets [B, T].
+  // Mean next-token cross-entropy of logits(tokens) against int32 targets [B, T]:
+  // a float32 scalar whatever the compute dtype (the kernel reads low-precision logits
+  // and accumulates the log-sum-exp and the loss in float32).
   Array loss(const Tree& params, const Array& tokens, const Array& targets,
              const std::optional<Array>& dropout_key = std::nullopt) const;
 
-  // An empty cache for `batch` sequences.
+  // An empty cache for `batch` sequences (float32 keys and values, or the compute
+  // dtype when it is bfloat16/float16).
   KVCache empty_cache(int64_t batch) const;
   // Logits [B, T_new, vocab] of tokens [B, T_new] that follow the cache's tokens;
   // appends their keys and values to the cache. cache.length + T_new must be

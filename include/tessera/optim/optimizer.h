@@ -2,6 +2,15 @@
 // norms, biases and embeddings) and SGD with momentum, both with global-norm gradient
 // clipping. Every update is traceable: the learning rate and step count are arrays, so
 // a jitted training step compiles once for the whole schedule.
+//
+// Loss scaling (for float16 compute, where small gradients underflow): the caller
+// multiplies the loss by the scale before differentiating (TrainStep seeds the
+// backward pass with it), apply() divides the gradients by it and, when any gradient
+// is not finite, skips the update (params, moments and the step count unchanged).
+// Dynamic scaling follows PyTorch's GradScaler: start at 2^16, halve on every skipped
+// step, double after `growth_interval` (2000) good steps in a row. The scale and the
+// good-step count live in the optimizer state ("loss_scale": {"scale", "good_steps"}),
+// so everything runs inside the compiled step and checkpoints resume it bitwise.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +22,26 @@
 
 namespace tessera::optim {
 
+enum class LossScaling {
+  Off,      // no scaling (float32 and bfloat16 compute need none)
+  Static,   // a constant scale (static_scale); non-finite steps are still skipped
+  Dynamic,  // GradScaler's: init_scale, x backoff_factor on overflow, x growth_factor after growth_interval good steps
+  Auto,     // the trainer's default: Dynamic for float16 compute, else Off (TrainConfig::optimizer_config resolves
+            // it; an Optimizer rejects it)
+};
+const char* loss_scaling_name(LossScaling mode);
+
+struct LossScaleConfig {
+  LossScaling mode = LossScaling::Off;
+  double static_scale = 1.0;       // Static
+  double init_scale = 65536.0;     // Dynamic: the first scale (2^16)
+  int64_t growth_interval = 2000;  // Dynamic: good steps in a row before the scale grows
+  double growth_factor = 2.0;      // Dynamic
+  double backoff_factor = 0.5;     // Dynamic: on a step with non-finite gradients
+  bool enabled() const { return mode == LossScaling::Static || mode == LossScaling::Dynamic; }
+  double initial() const { return mode == LossScaling::Static ? static_scale : init_scale; }
+};
+
 struct OptimizerConfig {
   std::string name = "adamw";                    // "adamw" | "sgd"
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;  // adamw
@@ -22,6 +51,7 @@ struct OptimizerConfig {
   double clip_norm = 1.0;                        // global-norm clipping threshold; 0 = off
   // Parameter kinds that get no weight decay (default: norms, biases, embeddings).
   std::vector<nn::ParamKind> no_decay = {nn::ParamKind::Norm, nn::ParamKind::Bias, nn::ParamKind::Embedding};
+  LossScaleConfig loss_scale;  // off by default
 
   void validate() const;  // ValueError naming the bad field
 };
@@ -40,21 +70,32 @@ class Optimizer {
   const OptimizerConfig& config() const { return config_; }
 
   // State: adamw {"m": like params, "v": like params, "step": int64 0};
-  // sgd {"momentum": like params, "step": int64 0}. Moments are float32.
+  // sgd {"momentum": like params, "step": int64 0}. Moments are float32. With loss
+  // scaling also "loss_scale": {"scale": float32 initial scale, "good_steps": int64 0}.
   Tree init(const Tree& params) const;
 
   struct Update {
     Tree params;
     Tree state;
-    Array grad_norm;  // before clipping (0-d float32)
+    Array grad_norm;  // before clipping, of the unscaled gradients (0-d float32)
+    Array skipped;    // with loss scaling: bool 0-d, true when the update was skipped; invalid without
   };
   // Clips (if configured), then applies one step with learning rate `lr` (0-d float).
+  // With loss scaling, `grads` are those of the scaled loss: they are divided by the
+  // state's scale first, and a non-finite one skips the step (see the header comment).
   Update apply(const Tree& params, const Tree& grads, const Tree& state, const Array& lr) const;
+
+  // Whether the loss is scaled (config.loss_scale Static or Dynamic).
+  bool scales_loss() const { return config_.loss_scale.enabled(); }
+  // The scale to multiply the loss by: the state's "loss_scale.scale" (0-d float32).
+  // ValueError without loss scaling.
+  Array loss_scale(const Tree& state) const;
 
   // Whether the parameter at `path` gets weight decay.
   bool decays(const std::string& path) const;
 
  private:
+  void apply_loss_scale(const Tree& params, const Tree& state, const Array& scale, Update& out) const;
   OptimizerConfig config_;
   nn::ParamSpecs specs_;
 };

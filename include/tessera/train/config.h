@@ -3,9 +3,12 @@
 // help), so an unknown or mistyped key is an error that names the file:line and
 // suggests the nearest valid key, and `tessera train --print-config` can show them all.
 //
-//   [model]      preset, family, vocab, dim, layers, heads, kv_heads, mlp_dim, context, dropout, ...
+//   [model]      preset, family, vocab, dim, layers, heads, kv_heads, mlp_dim, context, dropout, ...,
+//                compute_dtype (float32 | bfloat16 | float16; parameters stay float32)
 //   [data]       train, val, sources, fallback_sources, tokenizer, val_fraction
-//   [optimizer]  name, lr, beta1, beta2, eps, weight_decay, momentum, nesterov, clip_norm, no_decay
+//   [optimizer]  name, lr, beta1, beta2, eps, weight_decay, momentum, nesterov, clip_norm, no_decay,
+//                loss_scale ("auto" | "dynamic" | "none" | a number), loss_scale_init,
+//                loss_scale_growth_interval, loss_scale_growth_factor, loss_scale_backoff_factor
 //   [schedule]   decay, warmup_steps, min_lr_ratio
 //   [train]      steps, batch, micro_batch, seq, time_limit_s, log_interval, eval_interval, eval_batches
 //   [checkpoint] interval, keep_last, keep_every
@@ -55,7 +58,8 @@ struct CheckpointConfig {
 struct RunConfig {
   std::string dir = "runs/default";
   uint64_t seed = 1234;
-  int threads = 0;  // 0: all cores
+  int threads = 0;             // 0: all cores
+  std::string device = "cpu";  // where the step runs: "cpu", "cuda" or "cuda:N"
 };
 
 // SPMD training over a device mesh (train/parallel.h). An empty mesh: one device.
@@ -68,7 +72,9 @@ struct TrainConfig {
   models::ModelConfig model;
   std::string model_preset;  // the preset the model section started from ("" = none)
   DataConfig data;
-  optim::OptimizerConfig optimizer;
+  // optimizer.loss_scale defaults to Auto: dynamic loss scaling for float16 compute,
+  // none for float32 and bfloat16 (optimizer_config() resolves it).
+  optim::OptimizerConfig optimizer{.loss_scale = {.mode = optim::LossScaling::Auto}};
   optim::ScheduleConfig schedule;  // schedule.total_steps = train.steps, peak_lr = optimizer lr
   LoopConfig loop;
   CheckpointConfig checkpoint;
@@ -77,6 +83,9 @@ struct TrainConfig {
 
   int64_t micro_batches() const { return loop.batch / (loop.micro_batch > 0 ? loop.micro_batch : loop.batch); }
   int64_t micro_batch_size() const { return loop.micro_batch > 0 ? loop.micro_batch : loop.batch; }
+  // `optimizer` with loss_scale Auto resolved against model.compute_dtype (what the
+  // trainer builds its Optimizer from).
+  optim::OptimizerConfig optimizer_config() const;
 
   // Every key as JSON {"model": {...}, ...} (stored in checkpoint manifests).
   nlohmann::json to_json() const;

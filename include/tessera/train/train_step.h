@@ -8,10 +8,16 @@
 // gradients, the others add theirs to the running sum in place) and an update program
 // that applies the mean. Both orders of summation are fixed, so results are bitwise
 // reproducible.
+//
+// With loss scaling (Optimizer::scales_loss) the backward pass is seeded with the
+// optimizer state's scale instead of 1 (the gradients of loss * scale; the reported
+// loss stays unscaled), the programs also take/return the scale, and the optimizer
+// unscales, skips non-finite steps and updates the scale inside the same program.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "tessera/compiler/jit.h"
@@ -24,8 +30,12 @@
 namespace tessera::train {
 
 struct StepStats {
-  double loss = 0;       // mean over the step's micro-batches
-  double grad_norm = 0;  // before clipping
+  double loss = 0;       // mean over the step's micro-batches (unscaled)
+  double grad_norm = 0;  // before clipping (of the unscaled gradients)
+  // Loss scaling (optimizer.loss_scale): whether the update was skipped for non-finite
+  // gradients, and the scale after this step (halved on a skipped step); 0 without.
+  bool skipped = false;
+  double loss_scale = 0;
 };
 
 class TrainStep {
@@ -33,8 +43,11 @@ class TrainStep {
   // With a layout (train/parallel.h) the programs run SPMD over its mesh: arguments
   // must be placed with it (Layout::shard_params / shard_opt_state / shard_batch);
   // outputs keep the same layouts (gradients of the accumulation path included).
+  // `device`: where the programs run ("cpu", "cuda", "cuda:N"). On a GPU the parameters
+  // and optimizer state stay in device memory between steps (donated buffers); reading
+  // the loss is the step's only synchronization.
   TrainStep(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches,
-            const Layout* layout = nullptr);
+            const Layout* layout = nullptr, std::string device = "cpu");
 
   // Updates params and opt_state in place. `micro` holds micro_batches batches;
   // `dropout_key` is required iff the model has dropout.
@@ -65,6 +78,7 @@ class TrainStep {
   const optim::Optimizer& optimizer_;
   int64_t micro_batches_;
   const Layout* layout_;
+  std::string device_;
   std::optional<Jitted> fused_;       // micro_batches == 1
   std::optional<Jitted> grad_first_;  // micro_batches > 1
   std::optional<Jitted> grad_add_;
@@ -78,6 +92,7 @@ class TrainStep {
   Jitted& fused_program(const Tree& args);
   Jitted& grad_program(bool first, const Tree& args);
   Jitted& update_program(const Tree& args);
+  StepStats stats_of(const Tree& out, double loss) const;
 };
 
 // Validation: the mean loss of `params` over the first `batches` batches of `loader`
@@ -86,7 +101,7 @@ class TrainStep {
 class Evaluator {
  public:
   // With a layout, validation batches are split over its batch axes.
-  explicit Evaluator(const models::Model& model, const Layout* layout = nullptr);
+  explicit Evaluator(const models::Model& model, const Layout* layout = nullptr, const std::string& device = "cpu");
   double operator()(const Tree& params, data::DataLoader& loader, int64_t batches);
 
  private:

@@ -1,0 +1,250 @@
+// bench_gpu_train: GPT-2 training throughput and MFU on one GPU, against PyTorch and
+// JAX on the same GPU in the same call.
+//
+// tessera's trainer step (forward, backward, clipping, AdamW, one compiled program,
+// parameters and optimizer state resident on the GPU, bf16 compute with f32 master
+// weights) on the GPT-2 124M shape: vocab 50257, 12 layers, 12 heads, dim 768,
+// seq 1024. Batches of uniform random tokens are made before timing; --warmup steps
+// are not timed (compilation, autotuning, CUDA graph capture); each timed step ends
+// when its loss is on the host, and tokens/s = batch * seq / median step time.
+//
+// MFU = model FLOPs per token * tokens/s / peak, with model FLOPs per token
+// = 6 N + 6 L T d (N = every parameter, the causal-attention convention of llm.c and
+// MaxText) and peak = the device's dense bf16 peak (989 TFLOP/s on H100 / H200).
+//
+// The peers (bench/peers/gpt2_torch_gpu.py: torch.compile + SDPA flash attention;
+// bench/peers/gpt2_jax_gpu.py: jax.jit, same model) run afterwards with the same
+// shape and steps; their last output line is a JSON object with tokens_per_s.
+//
+//   build/bin/bench_gpu_train [--preset gpt2-124m] [--batch 16] [--seq 1024] [--steps 20] [--warmup 5]
+//                             [--dtype bfloat16] [--peers torch,jax|none] [--python python3]
+//
+// A table goes to stdout; the last line is one JSON object with every figure, `mfu`
+// and `vs_best_peer` (tessera tokens/s over the faster peer's).
+#include <fmt/format.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tessera/backend/cuda.h"
+#include "tessera/models/model.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/tessera.h"
+#include "tessera/train/train_step.h"
+#include "train_bench_util.h"
+
+namespace ts = tessera;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  std::string preset = "gpt2-124m";
+  int64_t steps = 20, warmup = 5, batch = 16, seq = 1024;
+  std::string dtype = "bfloat16";
+  std::string peers = "torch,jax";
+  std::string python = "python3";
+  std::string device = "cuda";
+};
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) ts::fail<ts::ValueError>("bench_gpu_train: {} needs a value", arg);
+    const std::string value = argv[++i];
+    auto integer = [&] {
+      char* end = nullptr;
+      const long long v = std::strtoll(value.c_str(), &end, 10);
+      if (*end != '\0' || v < 0)
+        ts::fail<ts::ValueError>("bench_gpu_train: {} wants a non-negative integer (got {})", arg, value);
+      return static_cast<int64_t>(v);
+    };
+    if (arg == "--preset")
+      f.preset = value;
+    else if (arg == "--steps")
+      f.steps = std::max<int64_t>(1, integer());
+    else if (arg == "--warmup")
+      f.warmup = integer();
+    else if (arg == "--batch")
+      f.batch = std::max<int64_t>(1, integer());
+    else if (arg == "--seq")
+      f.seq = std::max<int64_t>(1, integer());
+    else if (arg == "--dtype")
+      f.dtype = value;
+    else if (arg == "--peers")
+      f.peers = value;
+    else if (arg == "--python")
+      f.python = value;
+    else if (arg == "--device")
+      f.device = value;
+    else
+      ts::fail<ts::ValueError>(
+          "bench_gpu_train: unknown flag {} (flags: --preset --steps --warmup --batch --seq --dtype --peers --python "
+          "--device)",
+          arg);
+  }
+  return f;
+}
+
+struct PeerResult {
+  std::string name;
+  std::optional<nlohmann::json> json;
+  std::string error;
+};
+
+// Runs a peer script and returns its last JSON line (stderr is passed through).
+PeerResult run_peer(const Flags& f, const std::string& name, const std::string& script) {
+  PeerResult r{name, std::nullopt, ""};
+  const std::string command = fmt::format("{} {} --batch {} --seq {} --steps {} --warmup {}", f.python, script, f.batch,
+                                          f.seq, f.steps, f.warmup);
+  fmt::print("running peer {}: {}\n", name, command);
+  std::fflush(stdout);
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    r.error = "could not start: " + command;
+    return r;
+  }
+  std::string last_json;
+  std::array<char, 4096> line{};
+  while (std::fgets(line.data(), static_cast<int>(line.size()), pipe) != nullptr) {
+    std::string text(line.data());
+    fmt::print("  [{}] {}", name, text);
+    if (!text.empty() && text[0] == '{') last_json = text;
+  }
+  const int status = pclose(pipe);
+  if (status != 0) r.error = fmt::format("exited with status {}", status);
+  if (!last_json.empty()) {
+    try {
+      r.json = nlohmann::json::parse(last_json);
+    } catch (const std::exception& e) {
+      r.error = std::string("unreadable JSON line: ") + e.what();
+    }
+  } else if (r.error.empty()) {
+    r.error = "printed no JSON line";
+  }
+  return r;
+}
+
+int run(const Flags& f) {
+  if (!ts::cuda::available()) {
+    fmt::print(stderr, "bench_gpu_train: no GPU: {}\n", ts::cuda::unavailable_reason());
+    return 2;
+  }
+  const ts::compiler::DeviceSpec device = ts::compiler::DeviceSpec::parse(f.device);
+  const ts::cuda::DeviceInfo info = ts::cuda::device_info(device.index);
+  ts::models::ModelConfig config = ts::models::preset(f.preset);
+  config.context = std::max(config.context, f.seq);
+  config.compute_dtype = f.dtype;
+  ts::models::Model model(config);
+  ts::optim::OptimizerConfig adamw;  // lr 3e-4, betas (0.9, 0.95), wd 0.1, clip 1.0: the peers' settings
+  adamw.no_decay = {ts::nn::ParamKind::Bias, ts::nn::ParamKind::Norm};
+  ts::optim::Optimizer optimizer(adamw, model.specs());
+  ts::Tree params = model.init(0);
+  ts::Tree opt_state = optimizer.init(params);
+  ts::train::TrainStep step(model, optimizer, 1, nullptr, f.device);
+
+  std::mt19937_64 gen(1);
+  std::vector<ts::data::Batch> batches;
+  for (int64_t i = 0; i < f.warmup + f.steps; ++i)
+    batches.push_back(ts::bench::random_batch(config.vocab, f.batch, f.seq, gen));
+
+  std::vector<double> times, losses;
+  double first_step_s = 0;
+  for (int64_t i = 0; i < f.warmup + f.steps; ++i) {
+    const auto t0 = Clock::now();
+    const ts::train::StepStats s = step.run(params, opt_state, {batches[static_cast<size_t>(i)]}, 3e-4, std::nullopt);
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (i == 0) first_step_s = dt;
+    losses.push_back(s.loss);
+    if (i >= f.warmup) times.push_back(dt);
+  }
+  const ts::cuda::MemoryStats mem = ts::cuda::memory_stats(device.index);
+  const double step_s = ts::bench::median(times);
+  const double tokens_per_s = static_cast<double>(f.batch * f.seq) / step_s;
+  const double n_params = static_cast<double>(model.parameter_count());
+  const double flops_per_token = 6.0 * n_params + 6.0 * static_cast<double>(config.layers * f.seq * config.dim);
+  const double mfu = flops_per_token * tokens_per_s / info.peak_bf16_flops;
+
+  std::vector<PeerResult> peers;
+  std::stringstream names(f.peers);
+  for (std::string name; std::getline(names, name, ',');) {
+    if (name == "none" || name.empty()) continue;
+    if (name != "torch" && name != "jax")
+      ts::fail<ts::ValueError>("bench_gpu_train: unknown peer '{}' (torch, jax or none)", name);
+    peers.push_back(run_peer(f, name, fmt::format("bench/peers/gpt2_{}_gpu.py", name)));
+  }
+  double best_peer = 0;
+  std::string best_name;
+  for (const PeerResult& p : peers)
+    if (p.json && p.json->contains("tokens_per_s") && (*p.json)["tokens_per_s"].get<double>() > best_peer) {
+      best_peer = (*p.json)["tokens_per_s"].get<double>();
+      best_name = p.name;
+    }
+
+  fmt::print("\nbench_gpu_train: {} ({} layers, dim {}, heads {}, vocab {}), batch {} x seq {}, {} compute, {}\n",
+             f.preset, config.layers, config.dim, config.heads, config.vocab, f.batch, f.seq, f.dtype, info.name);
+  fmt::print("| runner | step ms (median of {}) | tokens/s | MFU | vs tessera |\n| --- | --- | --- | --- | --- |\n",
+             f.steps);
+  fmt::print("| tessera | {:.2f} | {:.0f} | {:.1f}% | 1.00 |\n", 1e3 * step_s, tokens_per_s, 100 * mfu);
+  for (const PeerResult& p : peers) {
+    if (!p.json || !p.json->contains("tokens_per_s")) {
+      fmt::print("| {} | failed: {} | | | |\n", p.name, p.error);
+      continue;
+    }
+    const double tps = (*p.json)["tokens_per_s"].get<double>();
+    fmt::print("| {} | {:.2f} | {:.0f} | {:.1f}% | {:.2f} |\n", p.name, 1e3 * f.batch * f.seq / tps, tps,
+               100 * flops_per_token * tps / info.peak_bf16_flops, tps / tokens_per_s);
+  }
+  nlohmann::json out;
+  out["bench"] = "gpu_train";
+  out["device"] = info.name;
+  out["driver_version"] = info.driver_version;
+  out["runtime_version"] = info.runtime_version;
+  out["preset"] = f.preset;
+  out["batch"] = f.batch;
+  out["seq"] = f.seq;
+  out["dtype"] = f.dtype;
+  out["params"] = model.parameter_count();
+  out["flops_per_token"] = flops_per_token;
+  out["peak_flops"] = info.peak_bf16_flops;
+  out["steps"] = f.steps;
+  out["warmup"] = f.warmup;
+  out["step_ms"] = 1e3 * step_s;
+  out["first_step_ms"] = 1e3 * first_step_s;
+  out["tokens_per_s"] = tokens_per_s;
+  out["mfu"] = mfu;
+  out["peak_allocated_bytes"] = mem.peak_allocated_bytes;
+  out["losses"] = losses;
+  for (const PeerResult& p : peers) {
+    if (p.json)
+      out["peers"][p.name] = *p.json;
+    else
+      out["peers"][p.name] = {{"error", p.error}};
+  }
+  out["best_peer"] = best_name;
+  out["vs_best_peer"] = best_peer > 0 ? nlohmann::json(tokens_per_s / best_peer) : nlohmann::json(nullptr);
+  fmt::print("{}\n", out.dump());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse_flags(argc, argv));
+  } catch (const ts::Error& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,36 @@
+// Shared by the training benchmarks (bench_train on the CPU, bench_gpu_train on a GPU):
+// random token batches made before timing, and the median of step times.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "tessera/core/array.h"
+#include "tessera/data/loader.h"
+
+namespace tessera::bench {
+
+// Uniform random tokens; targets are the tokens shifted by one (one window of seq + 1).
+inline data::Batch random_batch(int64_t vocab, int64_t batch, int64_t seq, std::mt19937_64& gen) {
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> window(static_cast<size_t>(batch * (seq + 1)));
+  for (auto& t : window) t = dist(gen);
+  std::vector<int32_t> tokens, targets;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < seq; ++t) {
+      tokens.push_back(window[static_cast<size_t>(b * (seq + 1) + t)]);
+      targets.push_back(window[static_cast<size_t>(b * (seq + 1) + t + 1)]);
+    }
+  return {Array::from_vector(tokens, {batch, seq}), Array::from_vector(targets, {batch, seq})};
+}
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace tessera::bench

@@ -1,0 +1,137 @@
+// CUDA kernels of the linear-algebra primitives: matmul and matmul_epilogue, both
+// through gemm() (backend/cuda/kernels/gemm.h: cuBLASLt with a fused bias / activation
+// epilogue). Shapes and attributes are read exactly as the CPU evals read them
+// (backend/cpu/eval_linalg.cpp, eval_matmul_epilogue.cpp).
+#include <string>
+
+#include "backend/cuda/kernel_registry.h"
+#include "backend/cuda/kernels/gemm.h"
+#include "tessera/base/error.h"
+#include "tessera/ir/primitives/linalg.h"
+#include "tessera/ir/primitives/matmul_epilogue.h"
+
+namespace tessera::cuda {
+
+namespace {
+
+std::string type_of(const DeviceTensor& t) { return fmt::format("{}{}", short_name(t.dtype), to_string(t.shape)); }
+
+int64_t dim(const DeviceTensor& t, int axis) {
+  return t.shape[static_cast<size_t>(static_cast<int>(t.shape.size()) + axis)];
+}
+
+GemmContext gemm_context(KernelContext& ctx, bool needs_workspace) {
+  GemmContext g;
+  g.handle = ctx.cublaslt;
+  g.stream = ctx.stream;
+  g.sm_major = ctx.sm_major;
+  g.sm_minor = ctx.sm_minor;
+  if (needs_workspace && ctx.scratch) {
+    g.workspace = ctx.scratch(kGemmWorkspaceBytes);
+    g.workspace_bytes = g.workspace != nullptr ? kGemmWorkspaceBytes : 0;
+  }
+  return g;
+}
+
+// The GEMM shape of `out` = op(a) op(b), with the CPU eval's batch rule: a rank > 2
+// operand has the output's batch dims (stride m*k or k*n), a rank-2 one is shared.
+GemmShape gemm_shape(const char* op, const DeviceTensor& a, const DeviceTensor& b, const DeviceTensor& out,
+                     bool trans_a, bool trans_b) {
+  if (a.shape.size() < 2 || b.shape.size() < 2 || out.shape.size() < 2)
+    fail<ShapeError>("{}: operands and output must have rank >= 2 (got {}, {} -> {})", op, type_of(a), type_of(b),
+                     type_of(out));
+  GemmShape s;
+  s.m = dim(out, -2);
+  s.n = dim(out, -1);
+  s.k = dim(a, trans_a ? -2 : -1);
+  s.trans_a = trans_a;
+  s.trans_b = trans_b;
+  if (dim(a, trans_a ? -1 : -2) != s.m || dim(b, trans_b ? -1 : -2) != s.k || dim(b, trans_b ? -2 : -1) != s.n ||
+      a.dtype != out.dtype || b.dtype != out.dtype)
+    fail<ShapeError>("{}: operands {} and {} do not give {}", op, type_of(a), type_of(b), type_of(out));
+  const int64_t total = out.numel();
+  s.batch = total == 0 ? 0 : total / (s.m * s.n);
+  s.a_batch_stride = a.shape.size() > 2 ? s.m * s.k : 0;
+  s.b_batch_stride = b.shape.size() > 2 ? s.k * s.n : 0;
+  if ((a.shape.size() > 2 && a.numel() != s.batch * s.m * s.k) ||
+      (b.shape.size() > 2 && b.numel() != s.batch * s.k * s.n))
+    fail<ShapeError>("{}: batch dims of {} and {} do not match the output {}", op, type_of(a), type_of(b),
+                     type_of(out));
+  return s;
+}
+
+void matmul_kernel(const Primitive& primitive, const std::vector<DeviceTensor>& inputs,
+                   const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
+  const auto& mm = dynamic_cast<const Matmul&>(primitive);
+  if (inputs.size() != 2 || outputs.size() != 1)
+    fail<ValueError>("matmul: called with {} inputs and {} outputs (expected 2 and 1)", inputs.size(), outputs.size());
+  const DeviceTensor& a = inputs[0];
+  const DeviceTensor& b = inputs[1];
+  const DeviceTensor& out = outputs[0];
+  const GemmShape s = gemm_shape("matmul", a, b, out, mm.trans_a(), mm.trans_b());
+  if (out.numel() == 0) return;
+  gemm(out.dtype, s, a.data, b.data, out.data, GemmEpilogue{}, gemm_context(ctx, s.k > 0 && is_floating(out.dtype)));
+}
+
+GemmActivation gemm_activation(UnaryKind kind) {
+  switch (kind) {
+    case UnaryKind::GeluTanh:
+      return GemmActivation::GeluTanh;
+    case UnaryKind::GeluErf:
+      return GemmActivation::GeluErf;
+    case UnaryKind::Relu:
+      return GemmActivation::Relu;
+    case UnaryKind::Silu:
+      return GemmActivation::Silu;
+    case UnaryKind::Tanh:
+      return GemmActivation::Tanh;
+    case UnaryKind::Sigmoid:
+      return GemmActivation::Sigmoid;
+    default:
+      fail<ValueError>(
+          "matmul_epilogue: activation '{}' is not supported (expected gelu_tanh, gelu_erf, relu, silu, tanh or "
+          "sigmoid)",
+          unary_name(kind));
+  }
+}
+
+void matmul_epilogue_kernel(const Primitive& primitive, const std::vector<DeviceTensor>& inputs,
+                            const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
+  const auto& me = dynamic_cast<const MatmulEpilogue&>(primitive);
+  const MatmulEpilogue::Options& o = me.options();
+  const size_t want_inputs = o.bias ? 3 : 2, want_outputs = o.pre_activation ? 2 : 1;
+  if (inputs.size() != want_inputs || outputs.size() != want_outputs)
+    fail<ValueError>("matmul_epilogue: called with {} inputs and {} outputs (expected {} and {})", inputs.size(),
+                     outputs.size(), want_inputs, want_outputs);
+  const DeviceTensor& a = inputs[0];
+  const DeviceTensor& b = inputs[1];
+  const DeviceTensor& out = outputs[0];
+  const GemmShape s = gemm_shape("matmul_epilogue", a, b, out, o.trans_a, o.trans_b);
+  GemmEpilogue e;
+  if (o.bias) {
+    const DeviceTensor& bias = inputs[2];
+    bool row_vector = !bias.shape.empty() && bias.shape.size() <= out.shape.size() && dim(bias, -1) == s.n;
+    for (size_t d = 0; d + 1 < bias.shape.size(); ++d) row_vector = row_vector && bias.shape[d] == 1;
+    if (!row_vector || bias.dtype != out.dtype)
+      fail<ShapeError>("matmul_epilogue: bias must be {}[{}] or [1, ..., {}] (got {})", name(out.dtype), s.n, s.n,
+                       type_of(bias));
+    e.bias = bias.data;
+  }
+  if (o.activation) e.activation = gemm_activation(*o.activation);
+  if (o.pre_activation) {
+    if (outputs[1].shape != out.shape || outputs[1].dtype != out.dtype)
+      fail<ShapeError>("matmul_epilogue: pre-activation output is {} (expected {})", type_of(outputs[1]), type_of(out));
+    e.pre_activation = outputs[1].data;
+  }
+  if (out.numel() == 0) return;
+  gemm(out.dtype, s, a.data, b.data, out.data, e, gemm_context(ctx, s.k > 0 && is_floating(out.dtype)));
+}
+
+}  // namespace
+
+void register_linalg_kernels() {
+  register_kernel("matmul", matmul_kernel);
+  register_kernel("matmul_epilogue", matmul_epilogue_kernel);
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,100 @@
+// CUDA kernel of the optimizer update primitive (ir/primitives/optim.h): adamw_update.
+// Inputs param, grad, m, v (and lr, step when dynamic); outputs param, m, v, as in the
+// CPU eval (backend/cpu/eval_optim.cpp). The kernel reads the inputs and writes the
+// outputs, so it needs no copies whether or not the executable donated the buffers
+// (AdamW::can_write_in_place). A dynamic lr/step stays on the device: the kernel reads
+// it, so one captured step serves every step of a schedule.
+#include "backend/cuda/kernel_registry.h"
+#include "backend/cuda/kernels/optim.h"
+#include "tessera/base/error.h"
+#include "tessera/ir/primitives/optim.h"
+
+namespace tessera::cuda {
+namespace {
+
+// Checks one application's operands and returns its hyperparameters.
+AdamWHyper checked_hyper(const AdamW& p, const std::vector<DeviceTensor>& inputs,
+                         const std::vector<DeviceTensor>& outputs) {
+  const size_t want_in = p.dynamic() ? 6 : 4;
+  if (inputs.size() != want_in || outputs.size() != 3)
+    fail<ValueError>("adamw_update: called with {} inputs and {} outputs (expected {} and 3)", inputs.size(),
+                     outputs.size(), want_in);
+  const DeviceTensor& param = inputs[0];
+  const DType state = accumulation_dtype(param.dtype);
+  for (int i = 0; i < 4; ++i) {
+    const DType want = i < 2 ? param.dtype : state;
+    if (inputs[i].numel() != param.numel() || inputs[i].dtype != want)
+      fail<ShapeError>("adamw_update: input {} has {} elements of {} (expected {} of {})", i, inputs[i].numel(),
+                       name(inputs[i].dtype), param.numel(), name(want));
+  }
+  for (int o = 0; o < 3; ++o) {
+    const DType want = o == 0 ? param.dtype : state;
+    if (outputs[o].numel() != param.numel() || outputs[o].dtype != want)
+      fail<ShapeError>("adamw_update: output {} has {} elements of {} (expected {} of {})", o, outputs[o].numel(),
+                       name(outputs[o].dtype), param.numel(), name(want));
+  }
+  const AdamWConfig& c = p.config();
+  AdamWHyper h;
+  h.lr = c.lr;
+  h.beta1 = c.beta1;
+  h.beta2 = c.beta2;
+  h.eps = c.eps;
+  h.weight_decay = c.weight_decay;
+  h.step = c.step;
+  if (p.dynamic()) {
+    const DeviceTensor& lr = inputs[4];
+    const DeviceTensor& step = inputs[5];
+    if (lr.numel() != 1 || !is_floating(lr.dtype) || step.numel() != 1 || is_floating(step.dtype))
+      fail<ValueError>("adamw_update: lr is {}[{}] and step {}[{}] (expected a floating and an integer scalar)",
+                       name(lr.dtype), lr.numel(), name(step.dtype), step.numel());
+    h.lr_device = lr.data;
+    h.lr_dtype = lr.dtype;
+    h.step_device = step.data;
+    h.step_dtype = step.dtype;
+  }
+  return h;
+}
+
+const AdamW& as_adamw(const Primitive& primitive) { return primitive_as<AdamW>(primitive, "adamw_update"); }
+
+void adamw_kernel(const Primitive& primitive, const std::vector<DeviceTensor>& inputs,
+                  const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
+  const AdamWHyper h = checked_hyper(as_adamw(primitive), inputs, outputs);
+  adamw_update(inputs[0].dtype, inputs[0].data, inputs[1].data, inputs[2].data, inputs[3].data, outputs[0].data,
+               outputs[1].data, outputs[2].data, inputs[0].numel(), h, ctx.stream);
+}
+
+// Every parameter's update in one multi-tensor launch (apex's multi_tensor_apply) when
+// the memory plan updated them all in place (donated parameters and state: the training
+// step) with one parameter dtype; otherwise one launch per tensor. Bitwise the same.
+void adamw_group_kernel(const Primitive& primitive, const std::vector<std::vector<DeviceTensor>>& inputs,
+                        const std::vector<std::vector<DeviceTensor>>& outputs, KernelContext& ctx) {
+  const AdamW& p = as_adamw(primitive);
+  bool in_place = true;
+  std::vector<AdamWTensor> tensors;
+  AdamWHyper h;
+  for (size_t t = 0; t < inputs.size(); ++t) {
+    h = checked_hyper(p, inputs[t], outputs[t]);
+    const auto& in = inputs[t];
+    const auto& out = outputs[t];
+    in_place = in_place && out[0].data == in[0].data && out[1].data == in[2].data && out[2].data == in[3].data &&
+               in[0].dtype == inputs[0][0].dtype &&
+               (in[0].dtype == DType::Float32 || in[0].dtype == DType::BFloat16 || in[0].dtype == DType::Float16);
+    tensors.push_back({in[0].data, in[1].data, in[2].data, in[3].data, in[0].numel()});
+  }
+  if (in_place) {
+    adamw_multi_tensor(inputs[0][0].dtype, tensors, h, ctx.stream);
+    return;
+  }
+  for (size_t t = 0; t < inputs.size(); ++t) adamw_kernel(primitive, inputs[t], outputs[t], ctx);
+}
+
+}  // namespace
+
+void register_optim_kernels() {
+  register_kernel("adamw_update", adamw_kernel);
+  // Inputs from 4 on (a dynamic lr and step) must be the same values across the group.
+  register_group_kernel("adamw_update", adamw_group_kernel, 4);
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,56 @@
+#include "backend/cuda/kernel_registry.h"
+
+#include <map>
+#include <mutex>
+
+namespace tessera::cuda {
+
+namespace {
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, KernelFn, std::less<>> kernels;
+  std::map<std::string, std::pair<GroupKernelFn, int>, std::less<>> group_kernels;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+}  // namespace
+
+void register_kernel(std::string_view op, KernelFn fn) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.kernels[std::string(op)] = std::move(fn);
+}
+
+const KernelFn* find_kernel(std::string_view op) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.kernels.find(op);
+  return it == r.kernels.end() ? nullptr : &it->second;  // std::map nodes are stable
+}
+
+void register_group_kernel(std::string_view op, GroupKernelFn fn, int shared_inputs_from) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.group_kernels[std::string(op)] = {std::move(fn), shared_inputs_from};
+}
+
+const GroupKernelFn* find_group_kernel(std::string_view op, int* shared_inputs_from) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.group_kernels.find(op);
+  if (it == r.group_kernels.end()) return nullptr;
+  *shared_inputs_from = it->second.second;
+  return &it->second.first;
+}
+
+std::vector<std::string> kernel_names() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto& [name, fn] : r.kernels) names.push_back(name);
+  return names;
+}
+
+}  // namespace tessera::cuda

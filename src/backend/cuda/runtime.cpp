@@ -1,0 +1,168 @@
+// Device discovery, per-device streams and library handles, and the public
+// functions of tessera/backend/cuda.h.
+#include "backend/cuda/runtime.h"
+
+#include <cublasLt.h>
+
+#include <array>
+#include <mutex>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_allocator.h"
+
+namespace tessera::cuda {
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+struct DeviceState {
+  std::once_flag once;
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t cublaslt = nullptr;
+};
+
+std::array<DeviceState, kMaxDevices>& states() {
+  static std::array<DeviceState, kMaxDevices> s;
+  return s;
+}
+
+struct Discovery {
+  int count = 0;
+  std::string reason;
+};
+
+const Discovery& discovery() {
+  static const Discovery d = [] {
+    Discovery out;
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      out.reason = std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(status) + ")";
+    } else if (count == 0) {
+      out.reason = "no CUDA device (cudaGetDeviceCount returned 0)";
+    } else {
+      out.count = count;
+    }
+    return out;
+  }();
+  return d;
+}
+
+DeviceState& state(int device) {
+  require_device(device);
+  DeviceState& s = states()[static_cast<size_t>(device)];
+  std::call_once(s.once, [&] {
+    set_device(device);
+    TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+    const cublasStatus_t st = cublasLtCreate(&s.cublaslt);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      fail<Error>("cuda: cublasLtCreate failed on device {} (status {})", device, static_cast<int>(st));
+  });
+  return s;
+}
+
+// Dense bf16 tensor-core peaks (FLOP/s). Hopper: the 989 TFLOP/s for H100 and
+// H200 (SXM); others from the vendor datasheets, else estimated per SM and clock.
+double peak_bf16(const cudaDeviceProp& p, int device) {
+  const std::string name = p.name;
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) {
+    if (name.find("PCIe") != std::string::npos) return 756e12;
+    return 989e12;
+  }
+  if (name.find("A100") != std::string::npos) return 312e12;
+  if (name.find("L40S") != std::string::npos) return 362e12;
+  // Per SM per clock: Ampere 1024 bf16 FMA (2048 FLOP), Hopper 2048 FMA (4096 FLOP).
+  int clock_khz = 0;
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device) != cudaSuccess) (void)cudaGetLastError();
+  const double flop_per_sm_clock = p.major >= 9 ? 4096.0 : 2048.0;
+  return flop_per_sm_clock * p.multiProcessorCount * (clock_khz > 0 ? clock_khz * 1e3 : 1.5e9);
+}
+
+}  // namespace
+
+bool available() { return discovery().count > 0; }
+std::string unavailable_reason() { return discovery().reason; }
+int device_count() { return discovery().count; }
+
+void require_device(int device) {
+  const Discovery& d = discovery();
+  if (d.count == 0) fail<Error>("cuda: {}", d.reason);
+  if (device < 0 || device >= d.count || device >= kMaxDevices)
+    fail<ValueError>("cuda: device {} does not exist ({} CUDA device(s): 0..{})", device, d.count, d.count - 1);
+}
+
+void set_device(int device) { TESSERA_CUDA_CHECK(cudaSetDevice(device)); }
+
+cudaStream_t stream(int device) { return state(device).stream; }
+cublasLtHandle_t cublaslt(int device) { return state(device).cublaslt; }
+
+DeviceInfo device_info(int device) {
+  require_device(device);
+  cudaDeviceProp p{};
+  TESSERA_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  DeviceInfo info;
+  info.ordinal = device;
+  info.name = p.name;
+  info.sm_major = p.major;
+  info.sm_minor = p.minor;
+  info.multiprocessors = p.multiProcessorCount;
+  info.memory_bytes = p.totalGlobalMem;
+  info.l2_bytes = static_cast<size_t>(p.l2CacheSize);
+  TESSERA_CUDA_CHECK(cudaDriverGetVersion(&info.driver_version));
+  TESSERA_CUDA_CHECK(cudaRuntimeGetVersion(&info.runtime_version));
+  info.peak_bf16_flops = peak_bf16(p, device);
+  return info;
+}
+
+KernelContext make_context(int device) {
+  DeviceState& s = state(device);
+  static std::array<std::once_flag, kMaxDevices> info_once;
+  static std::array<DeviceInfo, kMaxDevices> infos;
+  std::call_once(info_once[static_cast<size_t>(device)],
+                 [&] { infos[static_cast<size_t>(device)] = device_info(device); });
+  const DeviceInfo& info = infos[static_cast<size_t>(device)];
+  KernelContext ctx;
+  ctx.stream = s.stream;
+  ctx.device = device;
+  ctx.sm_major = info.sm_major;
+  ctx.sm_minor = info.sm_minor;
+  ctx.multiprocessors = info.multiprocessors;
+  ctx.cublaslt = s.cublaslt;
+  return ctx;
+}
+
+MemoryStats memory_stats(int device) {
+  require_device(device);
+  return DeviceAllocator::get(device).stats();
+}
+void reset_peak_memory(int device) {
+  require_device(device);
+  DeviceAllocator::get(device).reset_peak();
+}
+void empty_cache(int device) {
+  require_device(device);
+  DeviceAllocator::get(device).empty_cache();
+}
+void synchronize(int device) {
+  require_device(device);
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream(device)));
+}
+
+void ensure_kernels_registered() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_elementwise_kernels();
+    register_layout_kernels();
+    register_reduce_kernels();
+    register_linalg_kernels();
+    register_nn_kernels();
+    register_indexing_kernels();
+    register_optim_kernels();
+    register_random_kernels();
+  });
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,474 @@
+// Flash attention on the GPU (backend/cuda/kernels/flash_attention*.cu,
+// backend/cuda/eval_attention.cpp) against the CPU backend's flash kernels, forward (out,
+// lse) and backward (dq, dk, dv), on fresh random inputs:
+//  * launcher level: sequence lengths 1, 7, 65, 200, 1024 (not multiples of the 64-row
+//    tiles), head_dim 64, 128 (tensor-core kernels for bf16/f16) and 32, 80 (fp32
+//    kernels), causal and not, T != S, grouped-query attention (H = 8, Hkv = 2), masks
+//    (per head and broadcast, with fully masked rows), no keys; float32 (1e-5), bfloat16
+//    and float16 (1e-2; the CPU reference reads the same rounded inputs). 16-bit dtypes run
+//    both the tensor-core kernels (Auto) and the fp32 kernels (Generic), so a failure
+//    names the kernel. The backward's inputs (out, lse) are the CPU forward's, so the two
+//    directions are checked separately. Outputs are poisoned with NaN first.
+//  * op level (run_on_gpu): the registered "attention" / "attention_grad" kernels.
+//  * the backward is deterministic: two runs are bitwise equal.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/kernels/attention.h"
+#include "backend/cuda/kernels/flash_attention.h"
+#include "backend/cuda/run_on_gpu.h"
+#include "cuda/cuda_test_util.h"
+#include "tessera/core/ops.h"
+#include "tessera/ir/primitives/nn.h"
+
+namespace tessera::cuda {
+void register_attention_kernels();  // eval_attention.cpp
+}  // namespace tessera::cuda
+
+namespace ts = tessera;
+using ts::Array;
+using ts::DType;
+using ts::Shape;
+using ts::cuda::FlashAttentionPath;
+using ts::cuda_test::DeviceBuffer;
+
+namespace {
+
+uint64_t next_seed() {
+  static uint64_t seed = 7000;
+  return ++seed;
+}
+
+bool is_half(DType d) { return d == DType::BFloat16 || d == DType::Float16; }
+double tolerance(DType d) { return is_half(d) ? ts::cuda_test::kBf16Tolerance : ts::cuda_test::kF32Tolerance; }
+
+// Host values stored in `dtype` (raw bytes, what both backends read).
+struct Host {
+  DType dtype = DType::Float32;
+  std::vector<unsigned char> bytes;
+};
+
+Host to_host(const std::vector<float>& v, DType dtype) {
+  Host h;
+  h.dtype = dtype;
+  h.bytes.resize(v.size() * ts::itemsize(dtype));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dtype == DType::Float32) {
+      std::memcpy(h.bytes.data() + 4 * i, &v[i], 4);
+    } else if (dtype == DType::BFloat16) {
+      const ts::bfloat16 b = ts::float_to_bf16(v[i]);
+      std::memcpy(h.bytes.data() + 2 * i, &b, 2);
+    } else {
+      const ts::float16 f = ts::float_to_f16(v[i]);
+      std::memcpy(h.bytes.data() + 2 * i, &f, 2);
+    }
+  }
+  return h;
+}
+
+std::vector<float> to_floats(const std::vector<unsigned char>& bytes, DType dtype) {
+  const size_t n = bytes.size() / ts::itemsize(dtype);
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (dtype == DType::Float32) {
+      std::memcpy(&out[i], bytes.data() + 4 * i, 4);
+    } else if (dtype == DType::BFloat16) {
+      ts::bfloat16 b;
+      std::memcpy(&b, bytes.data() + 2 * i, 2);
+      out[i] = ts::bf16_to_float(b);
+    } else {
+      ts::float16 f;
+      std::memcpy(&f, bytes.data() + 2 * i, 2);
+      out[i] = ts::f16_to_float(f);
+    }
+  }
+  return out;
+}
+
+Host random_host(int64_t n, DType dtype) {
+  return to_host(ts::cuda_test::random_floats(static_cast<size_t>(n), next_seed()), dtype);
+}
+
+// rel_error, except that infinite reference entries (lse of rows with no visible key)
+// must be matched exactly and are left out of the norm.
+double rel_error_inf(const std::vector<float>& out, const std::vector<float>& ref) {
+  if (out.size() != ref.size()) return INFINITY;
+  std::vector<float> o, r;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (std::isinf(ref[i])) {
+      if (out[i] != ref[i]) return INFINITY;
+      continue;
+    }
+    o.push_back(out[i]);
+    r.push_back(ref[i]);
+  }
+  return ts::cuda_test::rel_error(o, r);
+}
+
+double max_abs(const std::vector<float>& x) {
+  double m = 0;
+  for (float v : x) m = std::isfinite(v) ? std::max(m, static_cast<double>(std::fabs(v))) : INFINITY;
+  return m;
+}
+
+enum class Mask { None, PerHead, Broadcast };
+
+struct Problem {
+  int64_t B = 1, H = 2, Hkv = 2, T = 1, S = 1, D = 64;
+  bool causal = true;
+  Mask mask = Mask::None;
+
+  std::string str(DType dtype) const {
+    return std::string(ts::name(dtype)) + " B=" + std::to_string(B) + " H=" + std::to_string(H) +
+           " Hkv=" + std::to_string(Hkv) + " T=" + std::to_string(T) + " S=" + std::to_string(S) +
+           " D=" + std::to_string(D) + (causal ? " causal" : "") +
+           (mask == Mask::PerHead     ? " mask[B,H,T,S]"
+            : mask == Mask::Broadcast ? " mask[1,1,T,S]"
+                                      : "");
+  }
+};
+
+// One problem's inputs, the CPU results, and device copies of the inputs.
+struct Case {
+  Problem pr;
+  DType dtype;
+  Host q, k, v, dout;
+  std::vector<uint8_t> mask;
+  int64_t mask_b_stride = 0, mask_h_stride = 0;
+  std::vector<unsigned char> out;  // CPU forward (dtype)
+  std::vector<float> lse;          // CPU forward
+  std::vector<unsigned char> dq, dk, dv;
+
+  ts::cpu::AttentionShape cpu_shape() const {
+    ts::cpu::AttentionShape s;
+    s.batch = pr.B;
+    s.heads = pr.H;
+    s.kv_heads = pr.Hkv;
+    s.q_len = pr.T;
+    s.kv_len = pr.S;
+    s.head_dim = pr.D;
+    s.causal = pr.causal;
+    s.scale = pr.D > 0 ? 1.0 / std::sqrt(static_cast<double>(pr.D)) : 1.0;
+    s.mask = mask.empty() ? nullptr : mask.data();
+    s.mask_b_stride = mask_b_stride;
+    s.mask_h_stride = mask_h_stride;
+    return s;
+  }
+  ts::cuda::FlashAttentionShape gpu_shape(const void* device_mask) const {
+    const ts::cpu::AttentionShape c = cpu_shape();
+    ts::cuda::FlashAttentionShape s;
+    s.batch = c.batch;
+    s.heads = c.heads;
+    s.kv_heads = c.kv_heads;
+    s.q_len = c.q_len;
+    s.kv_len = c.kv_len;
+    s.head_dim = c.head_dim;
+    s.causal = c.causal;
+    s.scale = c.scale;
+    s.mask = device_mask;
+    s.mask_b_stride = c.mask_b_stride;
+    s.mask_h_stride = c.mask_h_stride;
+    return s;
+  }
+};
+
+Case make_case(const Problem& pr, DType dtype) {
+  Case c;
+  c.pr = pr;
+  c.dtype = dtype;
+  const int64_t q_n = pr.B * pr.H * pr.T * pr.D, kv_n = pr.B * pr.Hkv * pr.S * pr.D;
+  c.q = random_host(q_n, dtype);
+  c.k = random_host(kv_n, dtype);
+  c.v = random_host(kv_n, dtype);
+  c.dout = random_host(q_n, dtype);
+  if (pr.mask != Mask::None) {
+    const int64_t plane = pr.T * pr.S;
+    const int64_t n = pr.mask == Mask::PerHead ? pr.B * pr.H * plane : plane;
+    const std::vector<float> r = ts::cuda_test::random_floats(static_cast<size_t>(n), next_seed());
+    c.mask.resize(static_cast<size_t>(n));
+    for (size_t i = 0; i < c.mask.size(); ++i) c.mask[i] = r[i] > -0.5f;  // ~70% visible
+    if (pr.T > 1)  // query row 1 of the first plane sees nothing: out 0, lse -inf, no gradient
+      for (int64_t s = 0; s < pr.S; ++s) c.mask[static_cast<size_t>(pr.S + s)] = 0;
+    if (pr.mask == Mask::PerHead) {
+      c.mask_h_stride = plane;
+      c.mask_b_stride = pr.H * plane;
+    }
+  }
+  const ts::cpu::AttentionShape s = c.cpu_shape();
+  c.out.resize(c.q.bytes.size());
+  c.lse.resize(static_cast<size_t>(pr.B * pr.H * pr.T));
+  ts::cpu::attention_forward(dtype, s, c.q.bytes.data(), c.k.bytes.data(), c.v.bytes.data(), c.out.data(),
+                             c.lse.data());
+  c.dq.resize(c.q.bytes.size());
+  c.dk.resize(c.k.bytes.size());
+  c.dv.resize(c.v.bytes.size());
+  ts::cpu::attention_backward(dtype, s, c.q.bytes.data(), c.k.bytes.data(), c.v.bytes.data(), c.out.data(),
+                              c.lse.data(), c.dout.bytes.data(), c.dq.data(), c.dk.data(), c.dv.data());
+  return c;
+}
+
+struct GpuGrads {
+  std::vector<unsigned char> dq, dk, dv;
+};
+
+// Runs forward and backward on the GPU with `path` and compares with the CPU.
+GpuGrads check_case(const Case& c, FlashAttentionPath path) {
+  const std::string what = c.pr.str(c.dtype) + (path == FlashAttentionPath::Generic ? " [generic]" : " [auto]");
+  DeviceBuffer<unsigned char> q(c.q.bytes), k(c.k.bytes), v(c.v.bytes), dout(c.dout.bytes);
+  DeviceBuffer<uint8_t> mask(c.mask);
+  const ts::cuda::FlashAttentionShape s = c.gpu_shape(c.mask.empty() ? nullptr : mask.get());
+
+  DeviceBuffer<unsigned char> out(c.out.size());
+  DeviceBuffer<float> lse(c.lse.size());
+  out.poison();
+  lse.poison();
+  ts::cuda::flash_attention_forward(c.dtype, s, q.get(), k.get(), v.get(), out.get(), lse.get(), nullptr, path);
+  EXPECT_LT(rel_error_inf(to_floats(out.download(), c.dtype), to_floats(c.out, c.dtype)), tolerance(c.dtype))
+      << what << ": out";
+  // lse is float32 from identical inputs on both sides.
+  EXPECT_LT(rel_error_inf(lse.download(), c.lse), ts::cuda_test::kF32Tolerance) << what << ": lse";
+
+  // Backward from the CPU's out and lse.
+  DeviceBuffer<unsigned char> out_in(c.out);
+  DeviceBuffer<float> lse_in(c.lse);
+  DeviceBuffer<unsigned char> dq(c.dq.size()), dk(c.dk.size()), dv(c.dv.size());
+  dq.poison();
+  dk.poison();
+  dv.poison();
+  DeviceBuffer<float> scratch(ts::cuda::flash_attention_backward_scratch_bytes(s) / sizeof(float) + 1);
+  scratch.poison();
+  ts::cuda::flash_attention_backward(c.dtype, s, q.get(), k.get(), v.get(), out_in.get(), lse_in.get(), dout.get(),
+                                     dq.get(), dk.get(), dv.get(), scratch.get(), nullptr, path);
+  GpuGrads g{dq.download(), dk.download(), dv.download()};
+  // A query that sees a single key has P = 1 and dq = dk = 0 in exact arithmetic (dP and
+  // delta cancel); both sides then hold rounding noise, checked to be tiny instead.
+  const bool single_key = c.pr.mask == Mask::None && (c.pr.S == 1 || (c.pr.causal && c.pr.T == 1));
+  if (single_key) {
+    EXPECT_LT(max_abs(to_floats(g.dq, c.dtype)), 1e-4) << what << ": dq (= 0)";
+    EXPECT_LT(max_abs(to_floats(g.dk, c.dtype)), 1e-4) << what << ": dk (= 0)";
+  } else {
+    EXPECT_LT(ts::cuda_test::rel_error(to_floats(g.dq, c.dtype), to_floats(c.dq, c.dtype)), tolerance(c.dtype))
+        << what << ": dq";
+    EXPECT_LT(ts::cuda_test::rel_error(to_floats(g.dk, c.dtype), to_floats(c.dk, c.dtype)), tolerance(c.dtype))
+        << what << ": dk";
+  }
+  EXPECT_LT(ts::cuda_test::rel_error(to_floats(g.dv, c.dtype), to_floats(c.dv, c.dtype)), tolerance(c.dtype))
+      << what << ": dv";
+  return g;
+}
+
+// Every path that applies: Auto, and for 16-bit dtypes also the fp32 kernels.
+void check_problem(const Problem& pr, DType dtype) {
+  const Case c = make_case(pr, dtype);
+  check_case(c, FlashAttentionPath::Auto);
+  if (is_half(dtype)) check_case(c, FlashAttentionPath::Generic);
+}
+
+}  // namespace
+
+TEST(CudaAttention, SequenceLengthsHeadDim64) {
+  TESSERA_REQUIRE_GPU();
+  for (DType dtype : {DType::Float32, DType::BFloat16})
+    for (int64_t t : {1, 7, 65, 200, 1024})
+      for (bool causal : {true, false}) {
+        Problem pr;
+        pr.T = pr.S = t;
+        pr.causal = causal;
+        check_problem(pr, dtype);
+      }
+}
+
+TEST(CudaAttention, HeadDims) {
+  TESSERA_REQUIRE_GPU();
+  for (DType dtype : {DType::Float32, DType::BFloat16})
+    for (int64_t d : {128, 32, 80})
+      for (int64_t t : {7, 65, 200})
+        for (bool causal : {true, false}) {
+          Problem pr;
+          pr.T = pr.S = t;
+          pr.D = d;
+          pr.causal = causal;
+          check_problem(pr, dtype);
+        }
+}
+
+TEST(CudaAttention, GroupedQueryAttention) {
+  TESSERA_REQUIRE_GPU();
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16})
+    for (int64_t d : {64, 128})
+      for (bool causal : {true, false}) {
+        Problem pr;
+        pr.B = 2;
+        pr.H = 8;
+        pr.Hkv = 2;
+        pr.T = pr.S = 130;
+        pr.D = d;
+        pr.causal = causal;
+        check_problem(pr, dtype);
+      }
+}
+
+TEST(CudaAttention, QueryAndKeyLengthsDiffer) {
+  TESSERA_REQUIRE_GPU();
+  // Causal is top-left aligned (query t sees keys s <= t): S < T leaves late queries
+  // with all keys, S > T leaves late keys unseen (zero dK, dV).
+  const int64_t lengths[][2] = {{7, 200}, {200, 7}, {65, 130}, {130, 65}, {1, 64}, {64, 1}};
+  for (DType dtype : {DType::Float32, DType::BFloat16})
+    for (const auto& ts_pair : lengths)
+      for (bool causal : {true, false}) {
+        Problem pr;
+        pr.T = ts_pair[0];
+        pr.S = ts_pair[1];
+        pr.causal = causal;
+        check_problem(pr, dtype);
+      }
+}
+
+TEST(CudaAttention, Masked) {
+  TESSERA_REQUIRE_GPU();
+  for (DType dtype : {DType::Float32, DType::BFloat16})
+    for (Mask mask : {Mask::PerHead, Mask::Broadcast})
+      for (int64_t d : {64, 80})
+        for (bool causal : {true, false}) {
+          Problem pr;
+          pr.B = 2;
+          pr.H = 4;
+          pr.Hkv = 2;
+          pr.T = 65;
+          pr.S = 70;
+          pr.D = d;
+          pr.causal = causal;
+          pr.mask = mask;
+          check_problem(pr, dtype);
+        }
+}
+
+TEST(CudaAttention, NoKeys) {
+  TESSERA_REQUIRE_GPU();
+  // S = 0: out = 0, lse = -inf, dq = 0 (and nothing to write for dk, dv).
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    Problem pr;
+    pr.T = 9;
+    pr.S = 0;
+    pr.causal = false;
+    check_problem(pr, dtype);
+  }
+}
+
+TEST(CudaAttention, TensorCoresApply) {
+  TESSERA_REQUIRE_GPU();
+  // The fast kernels are the ones the sweeps above exercise under Auto.
+  ts::cuda::FlashAttentionShape s;
+  s.head_dim = 64;
+  EXPECT_TRUE(ts::cuda::flash_attention_uses_tensor_cores(DType::BFloat16, s));
+  EXPECT_TRUE(ts::cuda::flash_attention_uses_tensor_cores(DType::Float16, s));
+  EXPECT_FALSE(ts::cuda::flash_attention_uses_tensor_cores(DType::Float32, s));
+  s.head_dim = 128;
+  EXPECT_TRUE(ts::cuda::flash_attention_uses_tensor_cores(DType::BFloat16, s));
+  s.head_dim = 80;
+  EXPECT_FALSE(ts::cuda::flash_attention_uses_tensor_cores(DType::BFloat16, s));
+}
+
+TEST(CudaAttention, BackwardIsDeterministic) {
+  TESSERA_REQUIRE_GPU();
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    Problem pr;
+    pr.B = 2;
+    pr.H = 8;
+    pr.Hkv = 2;
+    pr.T = pr.S = 300;
+    const Case c = make_case(pr, dtype);
+    const GpuGrads a = check_case(c, FlashAttentionPath::Auto);
+    const GpuGrads b = check_case(c, FlashAttentionPath::Auto);
+    EXPECT_TRUE(a.dq == b.dq && a.dk == b.dk && a.dv == b.dv) << pr.str(dtype);
+  }
+}
+
+TEST(CudaAttention, UnsupportedArguments) {
+  TESSERA_REQUIRE_GPU();
+  ts::cuda::FlashAttentionShape s;
+  s.q_len = s.kv_len = 4;
+  s.head_dim = 300;
+  EXPECT_THROW(
+      ts::cuda::flash_attention_forward(DType::Float32, s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+      ts::ValueError);
+  s.head_dim = 64;
+  EXPECT_THROW(
+      ts::cuda::flash_attention_forward(DType::Float64, s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+      ts::DTypeError);
+}
+
+// ---- op level: the registered kernels through run_on_gpu ----
+
+namespace {
+
+Array random_array(const Shape& shape, DType dtype) {
+  std::vector<float> v = ts::cuda_test::random_floats(static_cast<size_t>(ts::numel(shape)), next_seed());
+  Array x = Array::from_vector(v, shape);
+  if (dtype != DType::Float32) x = ts::astype(x, dtype);
+  x.eval();  // the GPU and the CPU read the same rounded values
+  return x;
+}
+
+std::vector<float> values(const Array& a) { return a.to_vector<float>(); }
+
+}  // namespace
+
+TEST(CudaAttention, OpLevelForwardAndBackward) {
+  TESSERA_REQUIRE_GPU();
+  ts::cuda::register_attention_kernels();  // also links eval_attention.o into this binary
+  struct OpCase {
+    DType dtype;
+    int64_t h, hkv, t, s, d;
+    bool causal, mask;
+  };
+  const OpCase cases[] = {{DType::BFloat16, 8, 2, 200, 200, 64, true, false},
+                          {DType::Float32, 4, 2, 65, 65, 64, true, false},
+                          {DType::BFloat16, 2, 2, 33, 47, 128, false, false},
+                          {DType::Float32, 2, 1, 40, 40, 80, true, true},
+                          {DType::BFloat16, 2, 2, 40, 50, 64, false, true}};
+  for (const OpCase& oc : cases) {
+    const std::string what = std::string(ts::name(oc.dtype)) + " H=" + std::to_string(oc.h) +
+                             " Hkv=" + std::to_string(oc.hkv) + " T=" + std::to_string(oc.t) +
+                             " S=" + std::to_string(oc.s) + " D=" + std::to_string(oc.d) +
+                             (oc.causal ? " causal" : "") + (oc.mask ? " mask" : "");
+    Array q = random_array({2, oc.h, oc.t, oc.d}, oc.dtype);
+    Array k = random_array({2, oc.hkv, oc.s, oc.d}, oc.dtype);
+    Array v = random_array({2, oc.hkv, oc.s, oc.d}, oc.dtype);
+    std::optional<Array> mask;
+    if (oc.mask) {
+      mask = ts::greater(random_array({1, oc.h, oc.t, oc.s}, DType::Float32), ts::zeros({}, DType::Float32));
+      mask->eval();
+    }
+    Array y = ts::scaled_dot_product_attention(q, k, v, oc.causal, mask);
+    std::vector<Array> fwd = y.siblings();  // out, lse (CPU reference)
+    std::vector<Array> gpu = ts::cuda::run_on_gpu(y);
+    ts::eval(fwd);
+    ASSERT_EQ(gpu.size(), 2u) << what;
+    EXPECT_LT(rel_error_inf(values(gpu[0]), values(fwd[0])), tolerance(oc.dtype)) << what << ": out";
+    EXPECT_LT(rel_error_inf(values(gpu[1]), values(fwd[1])), ts::cuda_test::kF32Tolerance) << what << ": lse";
+
+    // attention_grad with the inputs the vjp rule gives it: q, k, v, [mask], out, lse, dout.
+    const auto& config = dynamic_cast<const ts::Attention&>(*y.primitive()).config();
+    Array dout = random_array(q.shape(), oc.dtype);
+    std::vector<Array> in = y.inputs();
+    in.push_back(fwd[0]);
+    in.push_back(fwd[1]);
+    in.push_back(dout);
+    std::vector<Array> grads = Array::make({q.shape(), k.shape(), v.shape()}, {oc.dtype, oc.dtype, oc.dtype},
+                                           std::make_shared<ts::AttentionGrad>(config), in);
+    std::vector<Array> gpu_grads = ts::cuda::run_on_gpu(grads[0]);
+    ts::eval(grads);
+    ASSERT_EQ(gpu_grads.size(), 3u) << what;
+    for (int i = 0; i < 3; ++i)
+      EXPECT_LT(ts::cuda_test::rel_error(values(gpu_grads[i]), values(grads[i])), tolerance(oc.dtype)) << what << ": d"
+                                                                                                       << "qkv"[i];
+  }
+}

@@ -293,6 +293,9 @@ const std::vector<Field>& schema() {
     f.push_back(field<int>("run.threads", "CPU threads (0: all cores)", [](C& c) -> int& { return c.run.threads; }));
     f.push_back(field<std::string>("run.device", "where the training step runs: cpu, cuda or cuda:N",
                                    [](C& c) -> std::string& { return c.run.device; }));
+    f.push_back(field<bool>("run.tensorboard",
+                            "write the metrics.jsonl scalars as TensorBoard events (RUN_DIR/tensorboard)",
+                            [](C& c) -> bool& { return c.run.tensorboard; }));
     // [parallel]
     f.push_back(field<std::string>("parallel.mesh", "device mesh, e.g. data=2,fsdp=2,tensor=2 (empty: one device)",
                                    [](C& c) -> std::string& { return c.parallel.mesh; }));

@@ -31,6 +31,7 @@
 #include "tessera/optim/schedule.h"
 #include "tessera/train/parallel.h"
 #include "tessera/train/progress.h"
+#include "tessera/train/tensorboard.h"
 #include "tessera/train/train_step.h"
 
 namespace tessera::train {
@@ -54,6 +55,20 @@ void check_writable(const fs::path& dir) {
   if (!f) fail<IOError>("run directory '{}' cannot be written: {}", dir.string(), std::strerror(errno));
   std::fclose(f);
   fs::remove(probe, ec);
+}
+
+// The TensorBoard scalars of a metrics.jsonl record: val_loss -> "val/loss", every
+// other number or flag -> "train/<key>"; "step" is the events' step, "final" a marker.
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& record) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& [key, value] : record.items()) {
+    if (key == "step" || key == "final") continue;
+    if (value.is_boolean())
+      out.emplace_back("train/" + key, value.get<bool>() ? 1.0 : 0.0);
+    else if (value.is_number())
+      out.emplace_back(key == "val_loss" ? std::string("val/loss") : "train/" + key, value.get<double>());
+  }
+  return out;
 }
 
 // The dropout key of optimizer step `step`: a pure function of (seed, step), so a
@@ -157,6 +172,7 @@ struct Trainer::Impl {
   TrainerOptions options;
   Tree params, opt_state;
   bool ran = false;
+  std::unique_ptr<TensorBoardWriter> tensorboard;  // primary process with run.tensorboard
 };
 
 Trainer::Trainer(TrainConfig config, TrainerOptions options) : impl_(std::make_unique<Impl>()) {
@@ -197,11 +213,21 @@ TrainSummary Trainer::run() {
       else if (summary.stop_reason.starts_with("signal"))
         recorder->failure(g_stop_signal.load(), 0, "stopped by " + summary.stop_reason);
     }
-    if (impl_->options.record_goodput && fs::exists(fs::path(cfg.run.dir) / "goodput" / "events.jsonl"))
-      summary.goodput_table = goodput::format_table(goodput::report_for_run(cfg.run.dir));
+    if (impl_->options.record_goodput && fs::exists(fs::path(cfg.run.dir) / "goodput" / "events.jsonl")) {
+      const goodput::GoodputReport report = goodput::report_for_run(cfg.run.dir);
+      summary.goodput_table = goodput::format_table(report);
+      if (impl_->tensorboard)
+        impl_->tensorboard->add_scalars(summary.end_step, {{"goodput/goodput", report.goodput},
+                                                           {"goodput/runtime_goodput", report.runtime_goodput}});
+    }
+    if (impl_->tensorboard) {
+      impl_->tensorboard->close();
+      impl_->tensorboard.reset();
+    }
     return summary;
   } catch (const std::exception& e) {
     if (recorder) recorder->failure(0, 1, e.what());
+    impl_->tensorboard.reset();  // flushed and fsynced; a close error is not the one to report
     throw;
   }
 }
@@ -330,6 +356,14 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   if (primary) metrics.open(run_dir / "metrics.jsonl", std::ios::app);
   if (primary && !metrics)
     fail<IOError>("cannot append to '{}': {}", (run_dir / "metrics.jsonl").string(), std::strerror(errno));
+  // Every metrics.jsonl record also goes to TensorBoard (a new event file per attempt).
+  if (primary && cfg.run.tensorboard) impl_->tensorboard = std::make_unique<TensorBoardWriter>(run_dir / "tensorboard");
+  auto write_metrics = [&](const nlohmann::json& record) {
+    if (!primary) return;
+    metrics << record.dump() << "\n";
+    if (impl_->tensorboard)
+      impl_->tensorboard->add_scalars(record.at("step").get<int64_t>(), tensorboard_scalars(record));
+  };
 
   auto save = [&](int64_t at_step) {
     if (recorder) recorder->checkpoint_save_start(at_step, goodput::SavePart::kBlocking);
@@ -435,7 +469,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
       summary.val_loss = v;
       progress.message(fmt::format("step {}: validation loss {:.4f} (perplexity {:.2f})", step, v, std::exp(v)));
     }
-    if (step % cfg.loop.log_interval == 0 || eval_now || step == cfg.loop.steps) metrics << record.dump() << "\n";
+    if (step % cfg.loop.log_interval == 0 || eval_now || step == cfg.loop.steps) write_metrics(record);
     if (cfg.checkpoint.interval > 0 && step % cfg.checkpoint.interval == 0) {
       metrics.flush();
       save(step);
@@ -473,7 +507,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
 
   const double v = validate();
   summary.val_loss = v;
-  metrics << nlohmann::json{{"step", step}, {"val_loss", v}, {"final", true}}.dump() << "\n";
+  write_metrics(nlohmann::json{{"step", step}, {"val_loss", v}, {"final", true}});
   metrics.flush();
   if (step != last_saved) save(step);
   summary.train_seconds = seconds_since(loop_start);

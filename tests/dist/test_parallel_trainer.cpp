@@ -50,12 +50,7 @@ class ParallelTrainer : public ::testing::Test {
                                           "run.dir=\"" + (dir_ / run).string() + "\""};
     return parse_config("", "test", overrides);
   }
-  static TrainerOptions quiet(int64_t stop_at = 0) {
-    TrainerOptions o;
-    o.progress = false;
-    o.stop_at_step = stop_at;
-    return o;
-  }
+  static TrainerOptions quiet(int64_t stop_at = 0) { return test::quiet_trainer(stop_at); }
   static void expect_trees_close(const Tree& a, const Tree& b, double rtol) {
     std::vector<Array> x = a.leaves(), y = b.leaves();
     std::vector<std::string> paths = a.paths();

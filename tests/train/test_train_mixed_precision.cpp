@@ -274,12 +274,7 @@ class MixedPrecisionTrainer : public ::testing::Test {
     return parse_config("", "test", overrides);
   }
 
-  static TrainerOptions quiet(int64_t stop_at = 0) {
-    TrainerOptions o;
-    o.progress = false;
-    o.stop_at_step = stop_at;
-    return o;
-  }
+  static TrainerOptions quiet(int64_t stop_at = 0) { return test::quiet_trainer(stop_at); }
 
   fs::path dir_;
 };

@@ -53,12 +53,7 @@ class TrainerTest : public ::testing::Test {
     return parse_config("", "test", overrides);
   }
 
-  static TrainerOptions quiet(int64_t stop_at = 0) {
-    TrainerOptions o;
-    o.progress = false;
-    o.stop_at_step = stop_at;
-    return o;
-  }
+  static TrainerOptions quiet(int64_t stop_at = 0) { return test::quiet_trainer(stop_at); }
 
   static void expect_bitwise_equal(const Tree& a, const Tree& b) {
     ASSERT_TRUE(a.same_structure(b));

@@ -10,8 +10,17 @@
 #include <vector>
 
 #include "tessera/data/token_file.h"
+#include "tessera/train/trainer.h"
 
 namespace tessera::test {
+
+// Trainer options for tests: no progress line; stop after `stop_at` steps (0: run to the end).
+inline train::TrainerOptions quiet_trainer(int64_t stop_at = 0) {
+  train::TrainerOptions o;
+  o.progress = false;
+  o.stop_at_step = stop_at;
+  return o;
+}
 
 // An empty directory under the system temp dir named after the running test.
 inline std::filesystem::path fresh_test_dir(const std::string& prefix) {

@@ -60,6 +60,7 @@ struct RunConfig {
   uint64_t seed = 1234;
   int threads = 0;             // 0: all cores
   std::string device = "cpu";  // where the step runs: "cpu", "cuda" or "cuda:N"
+  bool tensorboard = true;     // RUN_DIR/tensorboard/ event files of the metrics.jsonl scalars
 };
 
 // SPMD training over a device mesh (train/parallel.h). An empty mesh: one device.

@@ -61,15 +61,8 @@ Flags parse_flags(int argc, char** argv) {
   Flags f;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (i + 1 >= argc) ts::fail<ts::ValueError>("bench_gpu_train: {} needs a value", arg);
-    const std::string value = argv[++i];
-    auto integer = [&] {
-      char* end = nullptr;
-      const long long v = std::strtoll(value.c_str(), &end, 10);
-      if (*end != '\0' || v < 0)
-        ts::fail<ts::ValueError>("bench_gpu_train: {} wants a non-negative integer (got {})", arg, value);
-      return static_cast<int64_t>(v);
-    };
+    const std::string value = ts::bench::flag_value("bench_gpu_train", argc, argv, i);
+    auto integer = [&] { return ts::bench::flag_integer("bench_gpu_train", arg, value); };
     if (arg == "--preset")
       f.preset = value;
     else if (arg == "--steps")

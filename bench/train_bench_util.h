@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "tessera/base/error.h"
 #include "tessera/core/array.h"
 #include "tessera/data/loader.h"
 
@@ -24,6 +27,23 @@ inline data::Batch random_batch(int64_t vocab, int64_t batch, int64_t seq, std::
       targets.push_back(window[static_cast<size_t>(b * (seq + 1) + t + 1)]);
     }
   return {Array::from_vector(tokens, {batch, seq}), Array::from_vector(targets, {batch, seq})};
+}
+
+// The value of flag argv[i] ("--steps 20"): advances i; a ValueError naming the program
+// and flag when it is missing.
+inline std::string flag_value(const char* program, int argc, char** argv, int& i) {
+  const std::string flag = argv[i];
+  if (i + 1 >= argc) fail<ValueError>("{}: {} needs a value", program, flag);
+  return argv[++i];
+}
+
+// A non-negative integer flag value; a ValueError naming the program and flag otherwise.
+inline int64_t flag_integer(const char* program, const std::string& flag, const std::string& value) {
+  char* end = nullptr;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || v < 0)
+    fail<ValueError>("{}: {} wants a non-negative integer (got {})", program, flag, value);
+  return static_cast<int64_t>(v);
 }
 
 inline double median(std::vector<double> v) {

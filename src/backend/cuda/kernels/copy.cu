@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/copy.h"
 #include "backend/cuda/kernels/launch_config.h"
+#include "backend/cuda/kernels/word_of.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -28,30 +29,6 @@ namespace {
 constexpr int kTile = 32;
 constexpr int kTileRows = 8;  // a 32x32 tile is moved by 32x8 threads, 4 elements each
 constexpr int kMaxConcatInputs = 32;
-
-// An unsigned word of N bytes: copies move bits, never values.
-template <size_t N>
-struct WordOf;
-template <>
-struct WordOf<1> {
-  using type = uint8_t;
-};
-template <>
-struct WordOf<2> {
-  using type = uint16_t;
-};
-template <>
-struct WordOf<4> {
-  using type = uint32_t;
-};
-template <>
-struct WordOf<8> {
-  using type = unsigned long long;
-};
-template <>
-struct WordOf<16> {
-  using type = uint4;
-};
 
 struct CopyPlan {
   int rank = 0;

@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/gather.h"
 #include "backend/cuda/kernels/launch_config.h"
+#include "backend/cuda/kernels/word_of.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -38,29 +39,6 @@ __device__ __forceinline__ T splat(unsigned char b) {
     return static_cast<T>(static_cast<T>(~T{0}) / 0xFF * b);
   }
 }
-
-template <size_t N>
-struct WordOf;
-template <>
-struct WordOf<1> {
-  using type = uint8_t;
-};
-template <>
-struct WordOf<2> {
-  using type = uint16_t;
-};
-template <>
-struct WordOf<4> {
-  using type = uint32_t;
-};
-template <>
-struct WordOf<8> {
-  using type = unsigned long long;
-};
-template <>
-struct WordOf<16> {
-  using type = uint4;
-};
 
 // Addition in an element type's own arithmetic, with an accumulator type: integers wrap
 // (two's complement), bool is logical or, half types accumulate in float32.

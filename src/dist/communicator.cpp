@@ -1,6 +1,10 @@
-// add_into: the one elementwise sum every communicator reduces with, so the
-// in-process, MPI and NCCL reductions round identically.
+// What every communicator shares: add_into (the one elementwise sum, so the in-process,
+// MPI and NCCL reductions round identically), the group checks and the call statistics.
 #include "tessera/dist/communicator.h"
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "dist/communicator_local.h"
 #include "tessera/base/error.h"
@@ -53,6 +57,19 @@ void add_into(void* dst, const void* src, size_t count, DType dtype) {
       fail<DTypeError>("add_into: cannot sum {} values (expected float32, float64, bfloat16, float16, int32 or int64)",
                        name(dtype));
   }
+}
+
+void check_group_members(const char* op, int device, const std::vector<int>& group, int world,
+                         const std::string& world_name) {
+  if (group.empty()) fail<ValueError>("{}: empty group (device {})", op, device);
+  std::vector<int> sorted = group;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    fail<ValueError>("{}: group {} lists a device twice", op, group);
+  if (sorted.front() < 0 || sorted.back() >= world)
+    fail<ValueError>("{}: group {} names a device outside 0..{} ({})", op, group, world - 1, world_name);
+  if (std::find(group.begin(), group.end(), device) == group.end())
+    fail<ValueError>("{}: device {} is not a member of group {}", op, device, group);
 }
 
 void record_call(CommStats& stats, CommKind kind, int n, double full_bytes, double seconds) {

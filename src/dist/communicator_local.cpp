@@ -96,16 +96,7 @@ void LocalCommunicator::end_run(const std::vector<int>& devices) {
 }
 
 void LocalCommunicator::check_group(int device, const std::vector<int>& group, const char* op) const {
-  if (group.empty()) fail<ValueError>("{}: empty group (device {})", op, device);
-  std::vector<int> sorted = group;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
-    fail<ValueError>("{}: group {} lists a device twice", op, group);
-  if (sorted.front() < 0 || sorted.back() >= devices_)
-    fail<ValueError>("{}: group {} names a device outside 0..{} (the local world has {} devices)", op, group,
-                     devices_ - 1, devices_);
-  if (std::find(group.begin(), group.end(), device) == group.end())
-    fail<ValueError>("{}: device {} is not a member of group {}", op, device, group);
+  check_group_members(op, device, group, devices_, fmt::format("the local world has {} devices", devices_));
   std::lock_guard<std::mutex> lock(mutex_);
   if (runs_ == 0) return;
   for (int d : group)

@@ -26,6 +26,12 @@ namespace tessera::dist {
 enum class CommKind { AllGather, AllReduce, ReduceScatter, AllToAll, Other };
 void record_call(CommStats& stats, CommKind kind, int n, double full_bytes, double seconds);
 
+// Checks a collective's group for every communicator: not empty, no device twice,
+// every device in 0..world-1, and `device` a member. ValueErrors name `op`; `world_name`
+// says what the world is in the message ("the local world has 4 devices").
+void check_group_members(const char* op, int device, const std::vector<int>& group, int world,
+                         const std::string& world_name);
+
 class LocalCommunicator : public Communicator {
  public:
   explicit LocalCommunicator(int devices);

@@ -260,15 +260,7 @@ class MpiCommunicator : public Communicator {
     const double start = now_seconds();
     if (aborted_) throw_aborted(op, group);
     if (device != rank_) fail<ValueError>("{}: device {} is not driven by this process (rank {})", op, device, rank_);
-    if (group.empty()) fail<ValueError>("{}: empty group (device {})", op, device);
-    std::vector<int> sorted = group;
-    std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
-      fail<ValueError>("{}: group {} lists a device twice", op, group);
-    if (sorted.front() < 0 || sorted.back() >= size_)
-      fail<ValueError>("{}: group {} names a device outside 0..{} (mpirun -n {})", op, group, size_ - 1, size_);
-    if (std::find(group.begin(), group.end(), rank_) == group.end())
-      fail<ValueError>("{}: device {} is not a member of group {}", op, rank_, group);
+    check_group_members(op, rank_, group, size_, fmt::format("mpirun -n {}", size_));
     return start;
   }
 

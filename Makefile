@@ -28,7 +28,7 @@ export CCACHE_BASEDIR ?= $(CURDIR)
 DEB_PACKAGES := build-essential g++ cmake ninja-build ccache pkg-config \
   libopenblas-dev libdnnl-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev \
   libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libxxhash-dev clang-format fortunes chromium \
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin libicu-dev libsentencepiece-dev
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

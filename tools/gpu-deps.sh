@@ -38,6 +38,8 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev                                         # header-only
   libtomlplusplus-dev libtomlplusplus3
   libxxhash-dev libxxhash0
+  libicu-dev libicu72 icu-devtools                                        # tokenizers: Unicode properties
+  libsentencepiece-dev libsentencepiece0                                  # tokenizers: SentencePiece models
   pkgconf-bin libpkgconf3                                                 # the pkg-config program
 )
 if [[ "${GPU_DEPS_MPI:-0}" == 1 ]]; then

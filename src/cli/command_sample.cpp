@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "tessera/base/error.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/models/sample.h"
 #include "tessera/train/restore.h"
@@ -24,7 +25,10 @@ struct SampleCliOptions {
 
 int run_sample(SampleCliOptions options) {
   train::RestoredModel restored = train::restore_model(options.checkpoint, print_warning);
-  std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(restored.tokenizer);
+  std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(restored.tokenizer_spec);
+  if (tokenizer->id() != restored.tokenizer)
+    fail<ValueError>("{}: the checkpoint was trained with tokenizer {} ({}), but those files now give {}",
+                     restored.checkpoint.string(), restored.tokenizer, restored.tokenizer_spec, tokenizer->id());
   const std::vector<int32_t> prompt = tokenizer->encode(options.prompt);
   options.sample.use_cache = !options.no_cache;
   fmt::print(stderr, "{} (step {}), prompt {} tokens\n", restored.checkpoint.string(), restored.step, prompt.size());

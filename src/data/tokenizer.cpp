@@ -1,6 +1,10 @@
 #include "tessera/data/tokenizer.h"
 
+#include <filesystem>
+
 #include "tessera/base/error.h"
+#include "tessera/data/bpe_tokenizer.h"
+#include "tessera/data/sentencepiece_tokenizer.h"
 
 namespace tessera::data {
 
@@ -20,9 +24,55 @@ std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
   return text;
 }
 
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& id) {
-  if (id == "byte") return std::make_unique<ByteTokenizer>();
-  fail<ValueError>("unknown tokenizer '{}' (known: byte)", id);
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kSpecHelp =
+    "expected 'byte', 'gpt2:PATH', 'hf:PATH', 'spm:PATH', or the path of tokenizer files (tokenizer.json, "
+    "vocab.json + merges.txt, encoder.json + vocab.bpe, a SentencePiece .model)";
+
+// The kind of tokenizer files at `path` ("gpt2", "hf", "spm"), or "" when none fits.
+std::string guess_kind(const fs::path& path) {
+  if (fs::is_directory(path)) {
+    if (fs::exists(path / "tokenizer.json")) return "hf";
+    if ((fs::exists(path / "vocab.json") && fs::exists(path / "merges.txt")) ||
+        (fs::exists(path / "encoder.json") && fs::exists(path / "vocab.bpe")))
+      return "gpt2";
+    if (fs::exists(path / "tokenizer.model")) return "spm";
+    return "";
+  }
+  const std::string name = path.filename().string();
+  if (name == "vocab.json" || name == "encoder.json") return "gpt2";
+  if (path.extension() == ".json") return "hf";
+  if (path.extension() == ".model") return "spm";
+  return "";
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
+  if (spec == "byte") return std::make_unique<ByteTokenizer>();
+  std::string kind;
+  fs::path path;
+  if (const size_t colon = spec.find(':'); colon != std::string::npos && colon > 1) {
+    kind = spec.substr(0, colon);
+    path = spec.substr(colon + 1);
+    if (kind != "gpt2" && kind != "hf" && kind != "spm")
+      fail<ValueError>("tokenizer '{}': unknown kind '{}' ({})", spec, kind, kSpecHelp);
+  } else {
+    path = spec;
+  }
+  if (path.empty()) fail<ValueError>("tokenizer '{}': no path ({})", spec, kSpecHelp);
+  if (!fs::exists(path)) fail<IOError>("tokenizer '{}': {} does not exist ({})", spec, path.string(), kSpecHelp);
+  path = fs::absolute(path).lexically_normal();
+  if (kind.empty()) {
+    kind = guess_kind(path);
+    if (kind.empty()) fail<ValueError>("tokenizer '{}': cannot tell what tokenizer {} holds ({})", spec, path.string(), kSpecHelp);
+  }
+  if (kind == "gpt2") return load_gpt2_bpe(path);
+  if (kind == "hf") return load_tokenizer_json(fs::is_directory(path) ? path / "tokenizer.json" : path);
+  return load_sentencepiece(fs::is_directory(path) ? path / "tokenizer.model" : path);
 }
 
 }  // namespace tessera::data

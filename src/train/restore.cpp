@@ -43,6 +43,7 @@ RestoredModel restore_model(const fs::path& path, const std::function<void(const
   out.step = state.step;
   out.checkpoint = checkpoint;
   out.tokenizer = extra.value("tokenizer", out.config.data.tokenizer);
+  out.tokenizer_spec = extra.value("tokenizer_spec", out.tokenizer);
   return out;
 }
 

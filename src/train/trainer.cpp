@@ -376,6 +376,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
                    {"data", {{"epoch", pos.epoch}, {"index", pos.index}}},
                    {"rng", {{"seed", cfg.run.seed}, {"dropout_key", "param_key(seed, \"dropout/<step>\")"}}},
                    {"tokenizer", tokenizer->id()},
+                   {"tokenizer_spec", tokenizer->spec()},
                    {"tokens_seen", tokens_seen}};
     if (primary) summary.last_checkpoint = checkpoints.save(state);
     if (recorder) recorder->checkpoint_save_end(at_step, goodput::SavePart::kBlocking, /*committed=*/true);

@@ -19,7 +19,8 @@ struct RestoredModel {
   Tree params;
   int64_t step = 0;
   std::filesystem::path checkpoint;
-  std::string tokenizer;
+  std::string tokenizer;       // the tokenizer's id (token files and checkpoints match on it)
+  std::string tokenizer_spec;  // how to load it (make_tokenizer); = tokenizer for "byte"
 };
 
 // `path` is one checkpoint directory (verified; an IOError if it fails) or a run

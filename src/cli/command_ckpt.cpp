@@ -1,7 +1,10 @@
-// `tessera ckpt ls|verify|inspect`: what checkpoints a run has, whether they are
-// intact (checksums against manifest.json), and what one holds (manifest and tensors).
+// `tessera ckpt ls|verify|inspect|import-hf|export-hf`: what checkpoints a run has,
+// whether they are intact (checksums against manifest.json), what one holds (manifest
+// and tensors), and Hugging Face model directories in and out (interop/pretrained.h).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -11,6 +14,8 @@
 #include "tessera/base/error.h"
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/ckpt/safetensors.h"
+#include "tessera/interop/hf_checkpoint.h"
+#include "tessera/interop/pretrained.h"
 
 namespace fs = std::filesystem;
 
@@ -21,6 +26,9 @@ struct CkptArgs {
   std::string ls_path, verify_path, inspect_path;
   bool no_verify = false;
   bool full_manifest = false;
+  std::string import_source, import_out, export_source, export_out;
+  std::string export_dtype = "float32";
+  std::string max_shard_size = "5GB";
 };
 
 std::string human_bytes(uint64_t bytes) {
@@ -131,6 +139,40 @@ int run_inspect(const CkptArgs& args) {
   return 0;
 }
 
+int run_import_hf(const CkptArgs& args) {
+  const interop::ImportResult result = interop::import_hf(args.import_source, args.import_out, print_warning);
+  const models::ModelConfig& c = result.config;
+  fmt::print(
+      "imported {} ({} model: vocab {}, dim {}, layers {}, heads {}, kv_heads {}, context {}, {:.2f}M parameters)\n",
+      args.import_source, c.family, c.vocab, c.dim, c.layers, c.heads, c.resolved_kv_heads(), c.context,
+      static_cast<double>(models::Model(c).parameter_count()) / 1e6);
+  fmt::print("  checkpoint {}\n", result.checkpoint.string());
+  if (result.tokenizer)
+    fmt::print("  tokenizer  {} ({})\n", result.tokenizer->id, result.tokenizer->spec);
+  else
+    fmt::print("  tokenizer  none in {} (pass one to `tessera sample --tokenizer`)\n", args.import_source);
+  fmt::print("  use: tessera sample --ckpt {} | tessera train --init-from {} ...\n", args.import_out, args.import_out);
+  return 0;
+}
+
+int run_export_hf(const CkptArgs& args) {
+  interop::ExportOptions options;
+  if (args.export_dtype == "float32")
+    options.dtype = DType::Float32;
+  else if (args.export_dtype == "bfloat16")
+    options.dtype = DType::BFloat16;
+  else
+    fail<ValueError>("--dtype {} is not supported (float32 or bfloat16)", args.export_dtype);
+  options.max_shard_bytes = interop::parse_byte_size(args.max_shard_size);
+  interop::export_hf(args.export_source, args.export_out, options, print_warning);
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(args.export_out)) files.push_back(entry.path().filename().string());
+  std::sort(files.begin(), files.end());
+  fmt::print("exported {} to {} ({}): {}\n", args.export_source, args.export_out, args.export_dtype,
+             fmt::join(files, ", "));
+  return 0;
+}
+
 }  // namespace
 
 Command add_ckpt_command(CLI::App& app) {
@@ -148,9 +190,23 @@ Command add_ckpt_command(CLI::App& app) {
   inspect->add_option("path", args->inspect_path, "A checkpoint directory, or a run directory (its newest checkpoint)")
       ->required();
   inspect->add_flag("--manifest", args->full_manifest, "Print the whole manifest.json instead");
-  return Command{ckpt, [args, ls, verify] {
+  CLI::App* import_hf = ckpt->add_subcommand(
+      "import-hf", "Hugging Face model directory (GPT-2 or Llama, safetensors) -> a tessera run directory");
+  import_hf->add_option("hf_dir", args->import_source, "Directory with config.json and model*.safetensors")->required();
+  import_hf->add_option("out_dir", args->import_out, "New run directory (gets checkpoints/step_00000000)")->required();
+  CLI::App* export_hf = ckpt->add_subcommand(
+      "export-hf", "A checkpoint or run -> a Hugging Face model directory (config.json, safetensors, tokenizer)");
+  export_hf->add_option("source", args->export_source, "Checkpoint, run directory (newest valid checkpoint)")
+      ->required();
+  export_hf->add_option("out_dir", args->export_out, "New directory to write")->required();
+  export_hf->add_option("--dtype", args->export_dtype, "Tensor dtype: float32 (default) or bfloat16");
+  export_hf->add_option("--max-shard-size", args->max_shard_size,
+                        "Start a new model-0000k-of-0000n.safetensors shard past this size (default 5GB)");
+  return Command{ckpt, [args, ls, verify, import_hf, export_hf] {
                    if (ls->parsed()) return run_ls(*args);
                    if (verify->parsed()) return run_verify(*args);
+                   if (import_hf->parsed()) return run_import_hf(*args);
+                   if (export_hf->parsed()) return run_export_hf(*args);
                    return run_inspect(*args);
                  }};
 }

@@ -39,12 +39,14 @@ int run_prepare(DataPrepareArgs& args) {
   for (const auto& [kind, count] : kinds)
     skipped_summary += fmt::format("{}{} {}", skipped_summary.empty() ? "" : ", ", count, kind);
   const double total = static_cast<double>(result.train_tokens + result.val_tokens);
-  fmt::print("prepared {} (tokenizer {})\n", args.out, args.options.tokenizer);
+  fmt::print("prepared {} (tokenizer {}, separator {})\n", args.out, args.options.tokenizer, result.separator);
   fmt::print("  files  {} read, {:.2f} MB", result.files.size(), static_cast<double>(result.bytes_read) / 1e6);
   if (!result.skipped.empty())
     fmt::print("; {} skipped ({}){}", result.skipped.size(), skipped_summary,
                args.verbose ? "" : " [--verbose lists them]");
-  fmt::print("\n  train  {} tokens -> train.bin\n", result.train_tokens);
+  fmt::print("\n  encode {:.2f} s, {:.1f} MB/s on {} thread{}\n", result.seconds, result.megabytes_per_second,
+             result.threads, result.threads == 1 ? "" : "s");
+  fmt::print("  train  {} tokens -> train.bin\n", result.train_tokens);
   fmt::print("  val    {} tokens -> val.bin ({:.1f}%, {})\n", result.val_tokens,
              total > 0 ? 100.0 * static_cast<double>(result.val_tokens) / total : 0.0,
              result.val_tokens == 0     ? "no validation split"
@@ -75,7 +77,20 @@ Command add_data_command(CLI::App& app) {
                    "The last fraction of the token stream that becomes val.bin (at a file boundary when possible)")
       ->check(CLI::Range(0.0, 0.999999))
       ->capture_default_str();
-  prepare->add_option("--tokenizer", args->options.tokenizer, "Tokenizer id")->capture_default_str();
+  prepare
+      ->add_option("--tokenizer", args->options.tokenizer,
+                   "Tokenizer spec: byte, gpt2:PATH (vocab.json + merges.txt), hf:PATH (tokenizer.json), spm:PATH "
+                   "(SentencePiece .model), or a path whose kind is guessed")
+      ->capture_default_str();
+  prepare
+      ->add_option("--separator", args->options.separator,
+                   "Between documents: eos (the tokenizer's end-of-text token), newline (a '\\n' after a document "
+                   "without one), none, or auto (eos when the tokenizer has one, else newline)")
+      ->check(CLI::IsMember({"auto", "eos", "newline", "none"}))
+      ->capture_default_str();
+  prepare->add_option("--threads", args->options.threads, "Encoding threads (0: all cores)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   prepare->add_option("--exclude", args->options.exclude,
                       "Skip files whose name or path matches this glob (repeatable)");
   prepare->add_flag("--no-progress", args->no_progress, "No progress bar on stderr");

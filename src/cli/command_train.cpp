@@ -24,6 +24,7 @@ struct TrainOptions {
   std::vector<std::string> overrides;
   std::string mesh;
   std::string device;
+  std::string init_from;
   bool list_keys = false;
   bool print_config = false;
   bool quiet = false;
@@ -60,6 +61,7 @@ int run_train(const TrainOptions& options) {
   std::vector<std::string> overrides = options.overrides;
   if (!options.mesh.empty()) overrides.push_back("parallel.mesh=\"" + options.mesh + "\"");
   if (!options.device.empty()) overrides.push_back("run.device=\"" + options.device + "\"");
+  if (!options.init_from.empty()) overrides.push_back("run.init_from=\"" + options.init_from + "\"");
   train::TrainConfig config = train::load_config(options.config, overrides);
   if (options.print_config) {
     fmt::print("{}\n", config.to_json().dump(2));
@@ -96,7 +98,7 @@ int run_train(const TrainOptions& options) {
   if (!s.goodput_table.empty())
     fmt::print("\n== goodput (tessera goodput {} for the detail, --html for charts) ==\n{}", config.run.dir,
                s.goodput_table);
-  if (options.samples > 0) print_samples(config, params, options.samples, options.sample_tokens);
+  if (options.samples > 0) print_samples(trainer.config(), params, options.samples, options.sample_tokens);
   return 0;
 }
 
@@ -113,6 +115,9 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--device", options->device,
                   "Where the step runs: cpu, cuda or cuda:N (= --set run.device=...); on a GPU use "
                   "--set model.compute_dtype=bfloat16 for mixed precision");
+  sub->add_option("--init-from", options->init_from,
+                  "Start from pretrained weights: a Hugging Face directory (GPT-2/Llama safetensors), a checkpoint "
+                  "or a run; the model shape comes from there (= --set run.init_from=...)");
   sub->add_flag("--list-keys", options->list_keys, "List every config key with its type and default");
   sub->add_flag("--print-config", options->print_config, "Print the resolved config as JSON and exit");
   sub->add_flag("--quiet,-q", options->quiet, "No progress line");

@@ -27,6 +27,7 @@ Command add_train_command(CLI::App& app);
 Command add_sample_command(CLI::App& app);
 Command add_eval_command(CLI::App& app);
 Command add_data_command(CLI::App& app);
+Command add_tokenize_command(CLI::App& app);
 Command add_ckpt_command(CLI::App& app);
 
 }  // namespace tessera::cli

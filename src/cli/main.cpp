@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   commands.push_back(tessera::cli::add_sample_command(app));
   commands.push_back(tessera::cli::add_eval_command(app));
   commands.push_back(tessera::cli::add_data_command(app));
+  commands.push_back(tessera::cli::add_tokenize_command(app));
   commands.push_back(tessera::cli::add_ckpt_command(app));
 
   try {

@@ -5,14 +5,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "data/file_io.h"
 #include "tessera/base/error.h"
+#include "tessera/base/thread_pool.h"
 #include "tessera/data/token_file.h"
 #include "tessera/data/tokenizer.h"
 
@@ -22,6 +26,49 @@ namespace tessera::data {
 namespace {
 
 constexpr size_t kBinaryProbeBytes = 8192;
+// A file this big is encoded alone through Tokenizer::encode_parallel; smaller ones are
+// encoded several at a time, in batches of at most kBatchBytes (what is held in memory
+// as text besides the token stream).
+constexpr uint64_t kParallelFileBytes = uint64_t{4} << 20;
+constexpr uint64_t kBatchBytes = uint64_t{64} << 20;
+
+enum class Separator { kNone, kNewline, kEos };
+
+const char* separator_name(Separator separator) {
+  switch (separator) {
+    case Separator::kNone:
+      return "none";
+    case Separator::kNewline:
+      return "newline";
+    case Separator::kEos:
+      return "eos";
+  }
+  return "?";
+}
+
+Separator choose_separator(const std::string& option, const Tokenizer& tokenizer) {
+  if (option == "auto") return tokenizer.eos_id() ? Separator::kEos : Separator::kNewline;
+  if (option == "newline") return Separator::kNewline;
+  if (option == "none") return Separator::kNone;
+  if (option == "eos") {
+    if (!tokenizer.eos_id())
+      fail<ValueError>(
+          "data prepare: separator 'eos', but tokenizer {} has no end-of-text token (use 'newline', "
+          "'none' or 'auto')",
+          tokenizer.id());
+    return Separator::kEos;
+  }
+  fail<ValueError>("data prepare: unknown separator '{}' (expected auto, eos, newline or none)", option);
+}
+
+// The id a '\n' at the end of a line becomes, or -1 when the tokenizer has no such
+// single token ("a\n" must encode as "a" plus one id: a SentencePiece model with byte
+// fallback gives <0x0A>, where "\n" alone would be "▁" <0x0A>).
+int32_t newline_id(const Tokenizer& tokenizer) {
+  const std::vector<int32_t> line = tokenizer.encode("a"), with_newline = tokenizer.encode("a\n");
+  if (with_newline.size() != line.size() + 1 || !std::equal(line.begin(), line.end(), with_newline.begin())) return -1;
+  return with_newline.back();
+}
 
 // "[#######.....]  1.2 / 2.6 MB  48%  35.1 MB/s" on stderr: redrawn in place on a
 // terminal (at most 10 times a second), a line every 5 s otherwise (logs).
@@ -102,6 +149,46 @@ std::string read_whole(const fs::path& path) {
   return bytes;
 }
 
+// One file after reading and encoding: its tokens with the separator, or why it was skipped.
+struct Document {
+  std::vector<int32_t> ids;
+  uint64_t text_bytes = 0;  // encoded, the newline the separator added included
+  std::string skip_reason;
+  std::exception_ptr error;
+};
+
+Document encode_document(const fs::path& path, const Tokenizer& tokenizer, Separator separator, int threads) {
+  Document doc;
+  std::string text = read_whole(path);
+  const size_t probe = std::min(text.size(), kBinaryProbeBytes);
+  if (const size_t nul = text.find('\0'); nul < probe) {
+    doc.skip_reason = fmt::format("binary (NUL byte at offset {})", nul);
+    return doc;
+  }
+  if (text.empty()) {
+    doc.skip_reason = "empty";
+    return doc;
+  }
+  if (separator == Separator::kNewline && text.back() != '\n') text.push_back('\n');
+  doc.text_bytes = text.size();
+  doc.ids = threads > 1 ? tokenizer.encode_parallel(text, threads) : tokenizer.encode(text);
+  if (separator == Separator::kEos) doc.ids.push_back(*tokenizer.eos_id());
+  return doc;
+}
+
+// Calls fn(i) for i in [0, n) on `threads` threads (the caller's included), each taking
+// the next index; an exception stays with its index (Document::error).
+void for_each_index(size_t n, int threads, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i);
+  };
+  std::vector<std::thread> workers;
+  for (int t = 1; t < std::min<int64_t>(threads, static_cast<int64_t>(n)); ++t) workers.emplace_back(work);
+  work();
+  for (std::thread& worker : workers) worker.join();
+}
+
 // Where val.bin starts: the document boundary nearest the exact split point when the
 // validation split it gives is within a factor 2 of the requested size, else the
 // first line start at or after the split point inside its document, else the exact
@@ -135,12 +222,18 @@ PrepareResult prepare_dataset(const std::vector<fs::path>& inputs, const fs::pat
   if (inputs.empty()) fail<ValueError>("data prepare: no inputs (give text files or directories)");
   if (!(options.val_fraction >= 0.0 && options.val_fraction < 1.0))
     fail<ValueError>("data prepare: val_fraction {} out of range (expected 0 <= f < 1)", options.val_fraction);
+  if (options.threads < 0)
+    fail<ValueError>("data prepare: threads = {} (expected >= 0; 0: all cores)", options.threads);
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(options.tokenizer);
-  const std::vector<int32_t> newline_ids = tokenizer->encode("\n");
-  const int32_t newline = newline_ids.size() == 1 ? newline_ids[0] : -1;
+  const Separator separator = choose_separator(options.separator, *tokenizer);
+  const int32_t newline = newline_id(*tokenizer);
+  const int threads = options.threads > 0 ? options.threads : std::max(1, tessera::num_threads());
 
   PrepareResult result;
+  result.separator = separator_name(separator);
+  result.threads = threads;
   std::vector<fs::path> files;
+  std::vector<uint64_t> sizes;
   std::map<fs::path, fs::path> taken;  // canonical path -> the name it was taken under
   uint64_t total_bytes = 0;
   for (const fs::path& path : collect_candidates(inputs)) {
@@ -157,32 +250,57 @@ PrepareResult prepare_dataset(const std::vector<fs::path>& inputs, const fs::pat
     }
     taken.emplace(canonical, path);
     files.push_back(path);
-    total_bytes += fs::file_size(path, ec);
+    sizes.push_back(fs::file_size(path, ec));
+    total_bytes += sizes.back();
   }
 
+  // Batches in path order: a big file alone (encode_parallel), else consecutive small
+  // files encoded a file per thread. Documents join the stream in path order, so the
+  // tokens do not depend on the thread count.
+  const auto start = std::chrono::steady_clock::now();
   ProgressBar progress(options.progress, total_bytes);
   std::vector<int32_t> tokens;
   std::vector<uint64_t> doc_starts;
   uint64_t done = 0;
-  for (const fs::path& path : files) {
-    std::string text = read_whole(path);
-    done += text.size();
-    const size_t probe = std::min(text.size(), kBinaryProbeBytes);
-    if (const size_t nul = text.find('\0'); nul < probe) {
-      result.skipped.push_back({path, fmt::format("binary (NUL byte at offset {})", nul)});
-    } else if (text.empty()) {
-      result.skipped.push_back({path, "empty"});
-    } else {
-      if (text.back() != '\n') text.push_back('\n');
-      const std::vector<int32_t> ids = tokenizer->encode(text);
+  const std::thread::id main_thread = std::this_thread::get_id();  // the one that draws the progress bar
+  for (size_t first = 0; first < files.size();) {
+    size_t end = first + 1;
+    uint64_t batch_bytes = sizes[first];
+    const bool big = sizes[first] >= kParallelFileBytes;
+    while (!big && end < files.size() && sizes[end] < kParallelFileBytes && batch_bytes + sizes[end] <= kBatchBytes)
+      batch_bytes += sizes[end++];
+    std::vector<Document> docs(end - first);
+    std::atomic<uint64_t> batch_done{0};
+    for_each_index(docs.size(), big ? 1 : threads, [&](size_t i) {
+      try {
+        docs[i] = encode_document(files[first + i], *tokenizer, separator, big ? threads : 1);
+      } catch (...) {
+        docs[i].error = std::current_exception();
+      }
+      batch_done += sizes[first + i];
+      if (std::this_thread::get_id() == main_thread) progress.update(done + batch_done);
+    });
+    for (size_t i = 0; i < docs.size(); ++i) {
+      Document& doc = docs[i];
+      if (doc.error) std::rethrow_exception(doc.error);
+      const fs::path& path = files[first + i];
+      if (!doc.skip_reason.empty()) {
+        result.skipped.push_back({path, std::move(doc.skip_reason)});
+        continue;
+      }
       doc_starts.push_back(tokens.size());
-      tokens.insert(tokens.end(), ids.begin(), ids.end());
+      tokens.insert(tokens.end(), doc.ids.begin(), doc.ids.end());
+      std::vector<int32_t>().swap(doc.ids);
       result.files.push_back(path);
-      result.bytes_read += text.size();
+      result.bytes_read += doc.text_bytes;
     }
+    done += batch_bytes;
     progress.update(done);
+    first = end;
   }
   progress.update(done, /*final=*/true);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.megabytes_per_second = static_cast<double>(result.bytes_read) / 1e6 / std::max(result.seconds, 1e-9);
   if (tokens.empty())
     fail<ValueError>("data prepare: no text in the inputs ({} files considered, {} skipped)", files.size(),
                      result.skipped.size());
@@ -211,12 +329,15 @@ PrepareResult prepare_dataset(const std::vector<fs::path>& inputs, const fs::pat
   nlohmann::json meta = {{"format", "tessera-dataset"},
                          {"version", 1},
                          {"tokenizer", tokenizer->id()},
+                         {"tokenizer_spec", tokenizer->spec()},
                          {"vocab_size", tokenizer->vocab_size()},
+                         {"separator", result.separator},
                          {"train", {{"file", "train.bin"}, {"tokens", result.train_tokens}}},
                          {"val", {{"file", "val.bin"}, {"tokens", result.val_tokens}}},
                          {"val_fraction", options.val_fraction},
                          {"split_at_document", result.split_at_document},
                          {"bytes_read", result.bytes_read}};
+  if (separator == Separator::kEos) meta["eos_id"] = *tokenizer->eos_id();
   meta["files"] = nlohmann::json::array();
   for (const fs::path& path : result.files) meta["files"].push_back(path.string());
   meta["skipped"] = nlohmann::json::array();

@@ -68,7 +68,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
   path = fs::absolute(path).lexically_normal();
   if (kind.empty()) {
     kind = guess_kind(path);
-    if (kind.empty()) fail<ValueError>("tokenizer '{}': cannot tell what tokenizer {} holds ({})", spec, path.string(), kSpecHelp);
+    if (kind.empty())
+      fail<ValueError>("tokenizer '{}': cannot tell what tokenizer {} holds ({})", spec, path.string(), kSpecHelp);
   }
   if (kind == "gpt2") return load_gpt2_bpe(path);
   if (kind == "hf") return load_tokenizer_json(fs::is_directory(path) ? path / "tokenizer.json" : path);

@@ -92,6 +92,10 @@ SampleResult sample(const Model& model, const Tree& params, const std::vector<in
   if (prompt_len > c.context)
     fail<ValueError>("sample: the prompt has {} tokens, {} more than the context of {}", prompt_len,
                      prompt_len - c.context, c.context);
+  if (options.vocab_limit < 0 || options.vocab_limit > c.vocab)
+    fail<ValueError>("sample: vocab_limit {} is outside [0, vocab {}] (0: the whole vocabulary)", options.vocab_limit,
+                     c.vocab);
+  const int64_t sampled_vocab = options.vocab_limit > 0 ? options.vocab_limit : c.vocab;
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= c.vocab)
       fail<ValueError>("sample: prompt token {} at position {} is outside [0, vocab {})", prompt[i], i, c.vocab);
@@ -121,7 +125,12 @@ SampleResult sample(const Model& model, const Tree& params, const std::vector<in
       row = last_row(model.logits(params, tokens));
     }
     const double u = next_uniform(gen);
-    const int32_t token = sample_token(row.data(), c.vocab, options, u);
+    const int32_t token = sample_token(row.data(), sampled_vocab, options, u);
+    if (token == options.stop_token) {
+      result.hit_stop = true;
+      result.hit_context = false;
+      break;
+    }
     result.tokens.push_back(token);
     sequence.push_back(token);
   }

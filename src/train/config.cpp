@@ -177,7 +177,9 @@ const std::vector<Field>& schema() {
     f.push_back(
         field<std::vector<std::string>>("data.fallback_sources", "used when none of data.sources exists",
                                         [](C& c) -> std::vector<std::string>& { return c.data.fallback_sources; }));
-    f.push_back(field<std::string>("data.tokenizer", "tokenizer id (byte)",
+    f.push_back(field<std::string>("data.tokenizer",
+                                   "tokenizer spec: byte, gpt2:PATH, hf:PATH, spm:PATH, or a path (relative to the "
+                                   "current directory, like data.train)",
                                    [](C& c) -> std::string& { return c.data.tokenizer; }));
     f.push_back(field<double>("data.val_fraction", "share of prepared tokens kept for validation",
                               [](C& c) -> double& { return c.data.val_fraction; }));
@@ -296,6 +298,10 @@ const std::vector<Field>& schema() {
     f.push_back(field<bool>("run.tensorboard",
                             "write the metrics.jsonl scalars as TensorBoard events (RUN_DIR/tensorboard)",
                             [](C& c) -> bool& { return c.run.tensorboard; }));
+    f.push_back(field<std::string>("run.init_from",
+                                   "start from these weights: a Hugging Face directory, a checkpoint or a run (the "
+                                   "model shape comes from there)",
+                                   [](C& c) -> std::string& { return c.run.init_from; }));
     // [parallel]
     f.push_back(field<std::string>("parallel.mesh", "device mesh, e.g. data=2,fsdp=2,tensor=2 (empty: one device)",
                                    [](C& c) -> std::string& { return c.parallel.mesh; }));

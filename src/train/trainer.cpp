@@ -25,6 +25,7 @@
 #include "tessera/dist/runtime.h"
 #include "tessera/goodput/recorder.h"
 #include "tessera/goodput/report.h"
+#include "tessera/interop/pretrained.h"
 #include "tessera/models/model.h"
 #include "tessera/nn/param.h"
 #include "tessera/optim/optimizer.h"
@@ -176,6 +177,13 @@ struct Trainer::Impl {
 };
 
 Trainer::Trainer(TrainConfig config, TrainerOptions options) : impl_(std::make_unique<Impl>()) {
+  // run.init_from: the model's shape is the stored model's (its weights load in run_attempt);
+  // once the run has checkpoints of its own, theirs (a resume needs no init_from).
+  if (!config.run.init_from.empty()) {
+    const fs::path run_dir = config.run.dir;
+    const bool resuming = !ckpt::list_checkpoints(run_dir / "checkpoints").empty();
+    config.model = interop::init_from_model_config(config.model, resuming ? run_dir : fs::path(config.run.init_from));
+  }
   config.validate();
   impl_->config = std::move(config);
   impl_->options = options;
@@ -337,6 +345,11 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
       tokens_seen = extra.value("tokens_seen", 0.0);
       summary.last_checkpoint = restored_path_of(checkpoints, step);
       note(fmt::format("resumed from step {}", step));
+    } else if (!cfg.run.init_from.empty()) {
+      params =
+          interop::load_init_params(cfg.run.init_from, cfg.model, [&](const std::string& w) { note("warning: " + w); });
+      opt_state = optimizer.init(params);
+      note(fmt::format("initialized from {}", cfg.run.init_from));
     }
   }
   summary.start_step = step;

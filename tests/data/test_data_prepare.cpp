@@ -135,8 +135,10 @@ TEST(PrepareDataset, Errors) {
   options.val_fraction = 1.0;
   EXPECT_THROW(prepare_dataset({dir / "t.txt"}, dir / "out", options), ValueError);
   options.val_fraction = 0.1;
-  options.tokenizer = "nope";
+  options.tokenizer = "nope:x";  // an unknown kind
   EXPECT_THROW(prepare_dataset({dir / "t.txt"}, dir / "out", options), ValueError);
+  options.tokenizer = "nope";  // a bare spec is a path: missing
+  EXPECT_THROW(prepare_dataset({dir / "t.txt"}, dir / "out", options), IOError);
   options.tokenizer = "byte";
   write_bytes(dir / "file", "x");
   EXPECT_THROW(prepare_dataset({dir / "t.txt"}, dir / "file/out", options), IOError);  // output under a file

@@ -37,13 +37,24 @@ TEST(ByteTokenizer, RejectsIdsOutsideTheVocabulary) {
   EXPECT_THROW(tokenizer.decode({-1}), ValueError);
 }
 
-TEST(MakeTokenizer, UnknownIdListsTheKnownOnes) {
+// A spec that is neither a known kind nor an existing path names itself and lists
+// the spellings that are accepted.
+TEST(MakeTokenizer, UnknownSpecListsTheKnownForms) {
   try {
     make_tokenizer("gpt2-typo");
-    FAIL() << "expected ValueError";
+    FAIL() << "expected IOError (no such path)";
+  } catch (const IOError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("gpt2-typo"), std::string::npos) << what;
+    EXPECT_NE(what.find("does not exist"), std::string::npos) << what;
+    for (const char* form : {"'byte'", "'gpt2:PATH'", "'hf:PATH'", "'spm:PATH'"})
+      EXPECT_NE(what.find(form), std::string::npos) << form << " missing from: " << what;
+  }
+  try {
+    make_tokenizer("wordpiece:/tmp");
+    FAIL() << "expected ValueError (unknown kind)";
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("gpt2-typo"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("byte"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unknown kind 'wordpiece'"), std::string::npos) << e.what();
   }
 }
 

@@ -120,6 +120,36 @@ TEST(Sample, StopsAtTheContext) {
   EXPECT_EQ(sample(model, p, std::vector<int32_t>(24, 1), {.max_tokens = 3}).tokens.size(), 1u);
 }
 
+// vocab_limit keeps padded ids (past the tokenizer's vocabulary) out of the samples;
+// stop_token ends the sequence at the first occurrence and is not returned.
+TEST(Sample, VocabLimitAndStopToken) {
+  Model model(sample_config("gpt2"));
+  Tree p = model.init(2);
+  const SampleOptions wide{.max_tokens = 20, .temperature = 2.0, .seed = 5};
+  const std::vector<int32_t> unlimited = sample(model, p, {1}, wide).tokens;
+  ASSERT_TRUE(std::any_of(unlimited.begin(), unlimited.end(), [](int32_t t) { return t >= 10; }))
+      << "the unlimited samples should use ids >= 10 for the limit to be tested";
+  SampleOptions limited = wide;
+  limited.vocab_limit = 10;
+  for (bool cache : {true, false}) {
+    limited.use_cache = cache;
+    const std::vector<int32_t> tokens = sample(model, p, {1}, limited).tokens;
+    EXPECT_EQ(tokens.size(), 20u);
+    for (int32_t t : tokens) EXPECT_LT(t, 10);
+  }
+  // Stop at the 4th token of the unlimited run (its first occurrence there).
+  const int32_t stop = unlimited[3];
+  const auto first = std::find(unlimited.begin(), unlimited.end(), stop);
+  SampleOptions stopping = wide;
+  stopping.stop_token = stop;
+  const SampleResult r = sample(model, p, {1}, stopping);
+  EXPECT_TRUE(r.hit_stop);
+  EXPECT_FALSE(r.hit_context);
+  EXPECT_EQ(r.tokens, std::vector<int32_t>(unlimited.begin(), first));
+  EXPECT_THROW(sample(model, p, {1}, {.vocab_limit = 51}), ValueError);
+  EXPECT_THROW(sample(model, p, {1}, {.vocab_limit = -1}), ValueError);
+}
+
 TEST(Sample, RejectsBadPromptsAndOptions) {
   Model model(sample_config("gpt2"));
   Tree p = model.init(2);

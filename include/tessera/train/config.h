@@ -12,7 +12,7 @@
 //   [schedule]   decay, warmup_steps, min_lr_ratio
 //   [train]      steps, batch, micro_batch, seq, time_limit_s, log_interval, eval_interval, eval_batches
 //   [checkpoint] interval, keep_last, keep_every
-//   [run]        dir, seed, threads
+//   [run]        dir, seed, threads, device, tensorboard, init_from
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,8 @@ struct DataConfig {
   // (the first list that exists; fallback_sources when none of `sources` does).
   std::vector<std::string> sources;
   std::vector<std::string> fallback_sources;
+  // A make_tokenizer spec: "byte", "gpt2:PATH", "hf:PATH", "spm:PATH" or a path; like
+  // train/val, a relative path is taken from the current directory.
   std::string tokenizer = "byte";
   double val_fraction = 0.05;
 };
@@ -61,6 +63,10 @@ struct RunConfig {
   int threads = 0;             // 0: all cores
   std::string device = "cpu";  // where the step runs: "cpu", "cuda" or "cuda:N"
   bool tensorboard = true;     // RUN_DIR/tensorboard/ event files of the metrics.jsonl scalars
+  // Start from pretrained weights: a Hugging Face directory, a checkpoint or a run. The
+  // model's shape comes from there (compute_dtype and dropout stay), the optimizer state
+  // is fresh and the step 0; a checkpoint of the run itself takes precedence (resume).
+  std::string init_from;
 };
 
 // SPMD training over a device mesh (train/parallel.h). An empty mesh: one device.

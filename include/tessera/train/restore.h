@@ -24,7 +24,9 @@ struct RestoredModel {
 };
 
 // `path` is one checkpoint directory (verified; an IOError if it fails) or a run
-// directory (its newest valid checkpoint; skipped ones are reported through `warn`).
+// directory (its newest valid checkpoint; skipped ones are reported through `warn`),
+// or a Hugging Face model directory (interop/pretrained.h: step 0; tokenizer and
+// tokenizer_spec empty when the directory has no tokenizer files).
 RestoredModel restore_model(const std::filesystem::path& path, const std::function<void(const std::string&)>& warn);
 
 }  // namespace tessera::train

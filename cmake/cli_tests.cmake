@@ -1,0 +1,10 @@
+# The command line end to end (included at the end of CMakeLists.txt's test section):
+# tests/cli/tokenize_cli_test.sh runs the `tessera` binary on the byte tokenizer and the
+# SentencePiece fixture (tokenize round trips, bad ids, --info/--stats, data prepare
+# with several threads), one ctest per case.
+add_dependencies(tessera_tests tessera_cli)
+foreach(case byte_round_trip spm_round_trip bad_ids info_and_stats prepare_threads)
+  add_test(NAME cli.tokenize_${case} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/cli/tokenize_cli_test.sh
+                                             $<TARGET_FILE:tessera_cli> ${CMAKE_SOURCE_DIR} ${case})
+  set_tests_properties(cli.tokenize_${case} PROPERTIES LABELS cli TIMEOUT 60)
+endforeach()

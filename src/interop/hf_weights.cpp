@@ -1,0 +1,350 @@
+#include "tessera/interop/hf_weights.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <set>
+
+#include "tessera/base/error.h"
+#include "tessera/core/ops.h"
+
+namespace tessera::interop {
+namespace {
+
+// A row-major float32 matrix on the host: the layout changes are index shuffles.
+struct Matrix {
+  int64_t rows = 0, cols = 0;
+  std::vector<float> values;
+
+  float at(int64_t r, int64_t c) const { return values[static_cast<size_t>(r * cols + c)]; }
+  float& at(int64_t r, int64_t c) { return values[static_cast<size_t>(r * cols + c)]; }
+};
+
+Matrix matrix_of(const Array& a) {
+  Matrix m{a.ndim() == 2 ? a.shape(0) : 1, a.shape(-1), a.to_vector<float>()};
+  return m;
+}
+
+Matrix transposed(const Matrix& m) {
+  Matrix t{m.cols, m.rows, std::vector<float>(m.values.size())};
+  for (int64_t r = 0; r < m.rows; ++r)
+    for (int64_t c = 0; c < m.cols; ++c) t.at(c, r) = m.at(r, c);
+  return t;
+}
+
+// Columns [begin, end).
+Matrix columns(const Matrix& m, int64_t begin, int64_t end) {
+  Matrix out{m.rows, end - begin, std::vector<float>(static_cast<size_t>(m.rows * (end - begin)))};
+  for (int64_t r = 0; r < m.rows; ++r)
+    for (int64_t c = begin; c < end; ++c) out.at(r, c - begin) = m.at(r, c);
+  return out;
+}
+
+Matrix concat_columns(const std::vector<Matrix>& parts) {
+  Matrix out{parts.at(0).rows, 0, {}};
+  for (const Matrix& p : parts) out.cols += p.cols;
+  out.values.resize(static_cast<size_t>(out.rows * out.cols));
+  int64_t offset = 0;
+  for (const Matrix& p : parts) {
+    for (int64_t r = 0; r < p.rows; ++r)
+      for (int64_t c = 0; c < p.cols; ++c) out.at(r, offset + c) = p.at(r, c);
+    offset += p.cols;
+  }
+  return out;
+}
+
+// Attention heads of a model: H query heads in kv groups of G, head size Dh.
+struct Heads {
+  int64_t h, hkv, dh;
+  int64_t g() const { return h / hkv; }
+};
+
+Heads heads_of(const models::ModelConfig& c) { return {c.heads, c.resolved_kv_heads(), c.head_dim()}; }
+
+// Source column in q / k / v ([in, out] layout, heads in order) of tessera's fused
+// column `col` = (kv * (G + 2) + slot) * Dh + j; which = 0 q, 1 k, 2 v.
+std::pair<int, int64_t> qkv_source(const Heads& hd, int64_t col) {
+  const int64_t j = col % hd.dh, slot = (col / hd.dh) % (hd.g() + 2), kv = col / hd.dh / (hd.g() + 2);
+  if (slot < hd.g()) return {0, (kv * hd.g() + slot) * hd.dh + j};
+  return {slot == hd.g() ? 1 : 2, kv * hd.dh + j};
+}
+
+Matrix fuse_qkv(const Heads& hd, const Matrix& q, const Matrix& k, const Matrix& v) {
+  const Matrix* parts[] = {&q, &k, &v};
+  const int64_t width = (hd.h + 2 * hd.hkv) * hd.dh;
+  Matrix out{q.rows, width, std::vector<float>(static_cast<size_t>(q.rows * width))};
+  for (int64_t c = 0; c < width; ++c) {
+    const auto [which, source] = qkv_source(hd, c);
+    for (int64_t r = 0; r < out.rows; ++r) out.at(r, c) = parts[which]->at(r, source);
+  }
+  return out;
+}
+
+// The inverse of fuse_qkv: {q, k, v} in [in, out] layout.
+std::vector<Matrix> split_qkv(const Heads& hd, const Matrix& fused) {
+  std::vector<Matrix> parts;
+  for (int64_t width : {hd.h * hd.dh, hd.hkv * hd.dh, hd.hkv * hd.dh})
+    parts.push_back({fused.rows, width, std::vector<float>(static_cast<size_t>(fused.rows * width))});
+  for (int64_t c = 0; c < fused.cols; ++c) {
+    const auto [which, source] = qkv_source(hd, c);
+    for (int64_t r = 0; r < fused.rows; ++r) parts[static_cast<size_t>(which)].at(r, source) = fused.at(r, c);
+  }
+  return parts;
+}
+
+Array array_of(const Matrix& m, const Shape& shape) { return Array::from_vector(m.values, shape).eval(); }
+
+// Hands out the expected tensors one by one (checking shape and dtype) and reports
+// what is missing or left over.
+class TensorTaker {
+ public:
+  TensorTaker(const HfTensors& tensors, std::string origin) : tensors_(tensors), origin_(std::move(origin)) {}
+
+  const Array& take(const std::string& name, const Shape& shape) {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end())
+      fail<ValueError>("{}: tensor '{}' is missing (expected shape {})", origin_, name, to_string(shape));
+    const HfTensor& t = it->second;
+    if (t.array.shape() != shape)
+      fail<ValueError>("{}: tensor '{}' has shape {} (expected {})", t.file, name, to_string(t.array.shape()),
+                       to_string(shape));
+    const DType dtype = t.array.dtype();
+    if (dtype != DType::Float32 && dtype != DType::BFloat16 && dtype != DType::Float16)
+      fail<ValueError>("{}: tensor '{}' has dtype {} (supported: F32, BF16, F16)", t.file, name, tessera::name(dtype));
+    taken_.insert(name);
+    return t.array;
+  }
+  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+  Array take_f32(const std::string& name, const Shape& shape) {
+    const Array& a = take(name, shape);
+    return a.dtype() == DType::Float32 ? a : astype(a, DType::Float32).eval();
+  }
+  Matrix take_matrix(const std::string& name, const Shape& shape) { return matrix_of(take(name, shape)); }
+  // Marks a tensor as known but unused (non-persistent buffers saved by old versions).
+  void ignore(const std::string& name) { taken_.insert(name); }
+
+  void check_all_taken() const {
+    std::vector<std::string> unexpected;
+    for (const auto& [name, t] : tensors_)
+      if (!taken_.count(name)) unexpected.push_back(fmt::format("'{}' ({})", name, t.file));
+    if (!unexpected.empty())
+      fail<ValueError>("{}: unexpected tensor{} {} (not part of the model the config describes)", origin_,
+                       unexpected.size() > 1 ? "s" : "", fmt::join(unexpected, ", "));
+  }
+
+ private:
+  const HfTensors& tensors_;
+  std::string origin_;
+  std::set<std::string> taken_;
+};
+
+// The lm_head of a tied model: absent, or a copy of the embedding.
+void check_tied_head(TensorTaker& taker, const HfTensors& tensors, const Array& wte, const models::ModelConfig& c) {
+  if (!taker.contains("lm_head.weight")) return;
+  const Array head = taker.take_f32("lm_head.weight", {c.vocab, c.dim});
+  if (head.to_vector<float>() != wte.to_vector<float>())
+    fail<ValueError>(
+        "{}: tensor 'lm_head.weight' differs from the token embedding, but the config says tie_word_embeddings = "
+        "true",
+        tensors.at("lm_head.weight").file);
+}
+
+Tree gpt2_from_hf(const models::ModelConfig& c, const HfTensors& tensors, TensorTaker& taker) {
+  // Hub GPT-2 files name tensors without the "transformer." of GPT2LMHeadModel's state dict.
+  const std::string p = tensors.count("transformer.wte.weight") ? "transformer." : "";
+  const int64_t d = c.dim, m = c.resolved_mlp_dim();
+  const Heads hd = heads_of(c);
+  Tree params;
+  params["wte"] = taker.take_f32(p + "wte.weight", {c.vocab, d});
+  params["wpe"] = taker.take_f32(p + "wpe.weight", {c.context, d});
+  auto layer_norm = [&](const std::string& name) {
+    return Tree{{"scale", taker.take_f32(name + ".weight", {d})}, {"bias", taker.take_f32(name + ".bias", {d})}};
+  };
+  auto linear = [&](const std::string& name, int64_t in, int64_t out) {
+    return Tree{{"w", taker.take_f32(name + ".weight", {in, out})}, {"b", taker.take_f32(name + ".bias", {out})}};
+  };
+  std::vector<Tree> layers;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string h = fmt::format("{}h.{}.", p, l);
+    Tree layer;
+    layer["ln1"] = layer_norm(h + "ln_1");
+    const Matrix w = taker.take_matrix(h + "attn.c_attn.weight", {d, 3 * d});
+    const Matrix b = taker.take_matrix(h + "attn.c_attn.bias", {3 * d});
+    auto fuse = [&](const Matrix& qkv) {
+      return fuse_qkv(hd, columns(qkv, 0, d), columns(qkv, d, 2 * d), columns(qkv, 2 * d, 3 * d));
+    };
+    Tree attn;
+    attn["wqkv"] = array_of(fuse(w), {d, 3 * d});
+    attn["bqkv"] = array_of(fuse(b), {3 * d});
+    attn["wo"] = taker.take_f32(h + "attn.c_proj.weight", {d, d});
+    attn["bo"] = taker.take_f32(h + "attn.c_proj.bias", {d});
+    layer["attn"] = attn;
+    for (const char* buffer : {"attn.bias", "attn.masked_bias"})
+      if (taker.contains(h + buffer)) taker.ignore(h + buffer);
+    layer["ln2"] = layer_norm(h + "ln_2");
+    layer["mlp"] = Tree{{"fc", linear(h + "mlp.c_fc", d, m)}, {"proj", linear(h + "mlp.c_proj", m, d)}};
+    layers.push_back(std::move(layer));
+  }
+  params["layers"] = Tree::list(std::move(layers));
+  params["lnf"] = layer_norm(p + "ln_f");
+  if (c.resolved_tied()) {
+    check_tied_head(taker, tensors, params.at("wte").leaf(), c);
+  } else {
+    params["head"] = array_of(transposed(taker.take_matrix("lm_head.weight", {c.vocab, d})), {d, c.vocab});
+  }
+  return params;
+}
+
+Tree llama_from_hf(const models::ModelConfig& c, const HfTensors& tensors, TensorTaker& taker) {
+  const int64_t d = c.dim, m = c.resolved_mlp_dim();
+  const Heads hd = heads_of(c);
+  // nn.Linear stores [out, in]; tessera's w is [in, out].
+  auto linear_t = [&](const std::string& name, int64_t in, int64_t out) {
+    return transposed(taker.take_matrix(name, {out, in}));
+  };
+  auto rms = [&](const std::string& name) { return Tree{{"scale", taker.take_f32(name, {d})}}; };
+  Tree params;
+  params["wte"] = taker.take_f32("model.embed_tokens.weight", {c.vocab, d});
+  std::vector<Tree> layers;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string h = fmt::format("model.layers.{}.", l);
+    Tree layer;
+    layer["ln1"] = rms(h + "input_layernorm.weight");
+    const Matrix q = linear_t(h + "self_attn.q_proj.weight", d, hd.h * hd.dh);
+    const Matrix k = linear_t(h + "self_attn.k_proj.weight", d, hd.hkv * hd.dh);
+    const Matrix v = linear_t(h + "self_attn.v_proj.weight", d, hd.hkv * hd.dh);
+    const int64_t width = (hd.h + 2 * hd.hkv) * hd.dh;
+    Tree attn;
+    attn["wqkv"] = array_of(fuse_qkv(hd, q, k, v), {d, width});
+    attn["wo"] = array_of(linear_t(h + "self_attn.o_proj.weight", d, d), {d, d});
+    layer["attn"] = attn;
+    if (taker.contains(h + "self_attn.rotary_emb.inv_freq")) taker.ignore(h + "self_attn.rotary_emb.inv_freq");
+    layer["ln2"] = rms(h + "post_attention_layernorm.weight");
+    Tree mlp;
+    mlp["gate"] = Tree{{"w", array_of(linear_t(h + "mlp.gate_proj.weight", d, m), {d, m})}};
+    mlp["up"] = Tree{{"w", array_of(linear_t(h + "mlp.up_proj.weight", d, m), {d, m})}};
+    mlp["down"] = Tree{{"w", array_of(linear_t(h + "mlp.down_proj.weight", m, d), {m, d})}};
+    layer["mlp"] = mlp;
+    layers.push_back(std::move(layer));
+  }
+  params["layers"] = Tree::list(std::move(layers));
+  params["lnf"] = rms("model.norm.weight");
+  if (c.resolved_tied()) {
+    check_tied_head(taker, tensors, params.at("wte").leaf(), c);
+  } else {
+    params["head"] = array_of(transposed(taker.take_matrix("lm_head.weight", {c.vocab, d})), {d, c.vocab});
+  }
+  return params;
+}
+
+// Collects (name, array) in order, cast to the export dtype.
+struct TensorList {
+  DType dtype;
+  std::vector<std::pair<std::string, Array>> items;
+
+  void add(const std::string& name, const Array& a) {
+    Array f32 = a.dtype() == DType::Float32 ? a : astype(a, DType::Float32);
+    items.emplace_back(name, (dtype == DType::Float32 ? f32 : astype(f32, dtype)).eval());
+  }
+  void add(const std::string& name, const Matrix& m, const Shape& shape) { add(name, array_of(m, shape)); }
+};
+
+const Array& leaf(const Tree& t, std::initializer_list<const char*> path) {
+  const Tree* node = &t;
+  for (const char* key : path) node = &node->at(key);
+  return node->leaf();
+}
+
+void gpt2_to_hf(const models::ModelConfig& c, const Tree& params, TensorList& out) {
+  const int64_t d = c.dim;
+  const Heads hd = heads_of(c);
+  out.add("transformer.wte.weight", params.at("wte").leaf());
+  out.add("transformer.wpe.weight", params.at("wpe").leaf());
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const Tree& layer = params.at("layers").at(static_cast<size_t>(l));
+    const std::string h = fmt::format("transformer.h.{}.", l);
+    out.add(h + "ln_1.weight", leaf(layer, {"ln1", "scale"}));
+    out.add(h + "ln_1.bias", leaf(layer, {"ln1", "bias"}));
+    out.add(h + "attn.c_attn.weight", concat_columns(split_qkv(hd, matrix_of(leaf(layer, {"attn", "wqkv"})))),
+            {d, 3 * d});
+    out.add(h + "attn.c_attn.bias", concat_columns(split_qkv(hd, matrix_of(leaf(layer, {"attn", "bqkv"})))), {3 * d});
+    out.add(h + "attn.c_proj.weight", leaf(layer, {"attn", "wo"}));
+    out.add(h + "attn.c_proj.bias", leaf(layer, {"attn", "bo"}));
+    out.add(h + "ln_2.weight", leaf(layer, {"ln2", "scale"}));
+    out.add(h + "ln_2.bias", leaf(layer, {"ln2", "bias"}));
+    out.add(h + "mlp.c_fc.weight", leaf(layer, {"mlp", "fc", "w"}));
+    out.add(h + "mlp.c_fc.bias", leaf(layer, {"mlp", "fc", "b"}));
+    out.add(h + "mlp.c_proj.weight", leaf(layer, {"mlp", "proj", "w"}));
+    out.add(h + "mlp.c_proj.bias", leaf(layer, {"mlp", "proj", "b"}));
+  }
+  out.add("transformer.ln_f.weight", leaf(params, {"lnf", "scale"}));
+  out.add("transformer.ln_f.bias", leaf(params, {"lnf", "bias"}));
+  if (!c.resolved_tied()) out.add("lm_head.weight", transposed(matrix_of(params.at("head").leaf())), {c.vocab, d});
+}
+
+void llama_to_hf(const models::ModelConfig& c, const Tree& params, TensorList& out) {
+  const int64_t d = c.dim;
+  const Heads hd = heads_of(c);
+  auto add_t = [&](const std::string& name, const Array& w) {
+    const Matrix t = transposed(matrix_of(w));
+    out.add(name, t, {t.rows, t.cols});
+  };
+  out.add("model.embed_tokens.weight", params.at("wte").leaf());
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const Tree& layer = params.at("layers").at(static_cast<size_t>(l));
+    const std::string h = fmt::format("model.layers.{}.", l);
+    out.add(h + "input_layernorm.weight", leaf(layer, {"ln1", "scale"}));
+    const std::vector<Matrix> qkv = split_qkv(hd, matrix_of(leaf(layer, {"attn", "wqkv"})));
+    out.add(h + "self_attn.q_proj.weight", transposed(qkv[0]), {hd.h * hd.dh, d});
+    out.add(h + "self_attn.k_proj.weight", transposed(qkv[1]), {hd.hkv * hd.dh, d});
+    out.add(h + "self_attn.v_proj.weight", transposed(qkv[2]), {hd.hkv * hd.dh, d});
+    add_t(h + "self_attn.o_proj.weight", leaf(layer, {"attn", "wo"}));
+    out.add(h + "post_attention_layernorm.weight", leaf(layer, {"ln2", "scale"}));
+    add_t(h + "mlp.gate_proj.weight", leaf(layer, {"mlp", "gate", "w"}));
+    add_t(h + "mlp.up_proj.weight", leaf(layer, {"mlp", "up", "w"}));
+    add_t(h + "mlp.down_proj.weight", leaf(layer, {"mlp", "down", "w"}));
+  }
+  out.add("model.norm.weight", leaf(params, {"lnf", "scale"}));
+  if (!c.resolved_tied()) out.add("lm_head.weight", transposed(matrix_of(params.at("head").leaf())), {c.vocab, d});
+}
+
+}  // namespace
+
+Tree params_from_hf(const models::ModelConfig& config, const HfTensors& tensors, const std::string& origin) {
+  config.validate();
+  TensorTaker taker(tensors, origin);
+  Tree params = config.family == "gpt2" ? gpt2_from_hf(config, tensors, taker) : llama_from_hf(config, tensors, taker);
+  taker.check_all_taken();
+  return params;
+}
+
+std::vector<std::pair<std::string, Array>> hf_tensors_from_params(const models::ModelConfig& config, const Tree& params,
+                                                                  DType dtype) {
+  config.validate();
+  if (dtype != DType::Float32 && dtype != DType::BFloat16)
+    fail<ValueError>("hf export: dtype {} is not supported (float32 or bfloat16)", name(dtype));
+  // The same structure and shapes as the model's own parameters, else a clear error.
+  const models::Model model(config);
+  const nn::ParamSpecs& specs = model.specs();
+  const std::vector<std::string> paths = params.paths();
+  const std::vector<Array> leaves = params.leaves();
+  if (paths.size() != specs.size())
+    fail<ValueError>("hf export: the parameters have {} tensors (the {} model has {})", paths.size(), config.family,
+                     specs.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    auto it = specs.find(paths[i]);
+    if (it == specs.end())
+      fail<ValueError>("hf export: parameter '{}' is not part of the {} model", paths[i], config.family);
+    if (leaves[i].shape() != it->second.shape)
+      fail<ValueError>("hf export: parameter '{}' has shape {} (the config says {})", paths[i],
+                       to_string(leaves[i].shape()), to_string(it->second.shape));
+  }
+  TensorList out{dtype, {}};
+  if (config.family == "gpt2")
+    gpt2_to_hf(config, params, out);
+  else
+    llama_to_hf(config, params, out);
+  return out.items;
+}
+
+}  // namespace tessera::interop

@@ -1,0 +1,175 @@
+// Importing Hugging Face models: tessera's logits of the committed fixtures against
+// the logits transformers computed from the same files (tests/oracles/hf_models.py ->
+// goldens/hf_models.json), sharded vs single-file, and the config checks.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "hf_test_util.h"
+#include "tessera/base/error.h"
+#include "tessera/interop/hf_checkpoint.h"
+#include "tessera/interop/hf_config.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+using test::hf_golden;
+using test::kHfFixtures;
+
+// Both sides compute in float32 with different summation orders (tessera's blocked
+// GEMMs and fused attention/norm kernels vs torch's); at d = 32 and |logits| of a few
+// units the differences are a few float32 ulps (observed <= 4e-6), while any mapping
+// mistake (a swapped head, a missed transpose) moves logits by O(0.1 .. 1).
+constexpr double kLogitTolerance = 5e-5;
+
+double max_logit_error(const std::string& fixture) {
+  const interop::HfModel hf = interop::load_hf_model(kHfFixtures / fixture);
+  const models::Model model(hf.config);
+  const Array logits = model.logits(hf.params, test::golden_tokens()).eval();
+  const json* found = nullptr;
+  for (const json& c : hf_golden().at("cases"))
+    if (c.at("name") == fixture) found = &c;
+  if (found == nullptr) ADD_FAILURE() << "no golden case " << fixture;
+  const json& want = found != nullptr ? *found : hf_golden();
+  const std::vector<int64_t> shape = want.at("shape").get<std::vector<int64_t>>();
+  EXPECT_EQ(logits.shape(), Shape(shape.begin(), shape.end()));
+  const std::vector<float> got = logits.to_vector<float>();
+  const json& values = want.at("logits");
+  EXPECT_EQ(got.size(), values.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size() && i < values.size(); ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(got[i]) - values[i].get<double>()));
+  return worst;
+}
+
+TEST(HfImport, Gpt2LogitsMatchTransformers) {
+  const double err = max_logit_error("hf_gpt2");
+  EXPECT_LE(err, kLogitTolerance);
+  RecordProperty("max_abs_error", fmt::format("{:.3g}", err));
+}
+
+TEST(HfImport, LlamaGqaLogitsMatchTransformers) {
+  const double err = max_logit_error("hf_llama");
+  EXPECT_LE(err, kLogitTolerance);
+  RecordProperty("max_abs_error", fmt::format("{:.3g}", err));
+}
+
+TEST(HfImport, TiedLlamaLogitsMatchTransformers) {
+  const double err = max_logit_error("hf_llama_tied");
+  EXPECT_LE(err, kLogitTolerance);
+  RecordProperty("max_abs_error", fmt::format("{:.3g}", err));
+}
+
+TEST(HfImport, ConfigsMapToModelConfigs) {
+  const interop::HfModel gpt2 = interop::load_hf_model(kHfFixtures / "hf_gpt2");
+  EXPECT_EQ(gpt2.config.family, "gpt2");
+  EXPECT_EQ(gpt2.config.vocab, 96);
+  EXPECT_EQ(gpt2.config.dim, 32);
+  EXPECT_EQ(gpt2.config.layers, 2);
+  EXPECT_EQ(gpt2.config.heads, 4);
+  EXPECT_EQ(gpt2.config.context, 32);
+  EXPECT_EQ(gpt2.config.resolved_mlp_dim(), 128);
+  EXPECT_TRUE(gpt2.config.resolved_tied());
+  EXPECT_FALSE(gpt2.params.items().count("head"));
+  const interop::HfModel llama = interop::load_hf_model(kHfFixtures / "hf_llama");
+  EXPECT_EQ(llama.config.family, "llama");
+  EXPECT_EQ(llama.config.resolved_kv_heads(), 2);
+  EXPECT_EQ(llama.config.resolved_mlp_dim(), 64);
+  EXPECT_EQ(llama.config.rope_theta, 10000.0);
+  EXPECT_EQ(llama.config.norm_eps, 1e-5);
+  EXPECT_FALSE(llama.config.resolved_tied());
+  EXPECT_EQ(llama.params.at("head").leaf().shape(), Shape({32, 96}));
+}
+
+TEST(HfImport, ShardedEqualsSingleFileBitwise) {
+  ASSERT_TRUE(std::filesystem::exists(kHfFixtures / "hf_llama_sharded/model.safetensors.index.json"));
+  const interop::HfModel single = interop::load_hf_model(kHfFixtures / "hf_llama");
+  const interop::HfModel sharded = interop::load_hf_model(kHfFixtures / "hf_llama_sharded");
+  test::expect_trees_bitwise_equal(single.params, sharded.params);
+}
+
+TEST(HfImport, HubStyleNamesWithoutTransformerPrefix) {
+  // Hub GPT-2 files name tensors "h.0.attn..." (GPT2Model's state dict) and may hold the
+  // attn.bias causal-mask buffers; both import to the same parameters.
+  interop::HfTensors tensors = interop::read_hf_tensors(kHfFixtures / "hf_gpt2");
+  interop::HfTensors hub;
+  for (auto& [name, t] : tensors) hub[name.substr(std::string("transformer.").size())] = t;
+  hub["h.0.attn.bias"] = {Array::from_vector(std::vector<float>(16, 1.0f), {1, 1, 4, 4}), "x"};
+  const interop::HfModel reference = interop::load_hf_model(kHfFixtures / "hf_gpt2");
+  test::expect_trees_bitwise_equal(interop::params_from_hf(reference.config, hub, "hub"), reference.params);
+}
+
+json fixture_config(const std::string& name) { return test::read_json_file(kHfFixtures / name / "config.json"); }
+
+std::string config_error(const json& config) {
+  try {
+    interop::model_config_from_hf(config, "x/config.json");
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(HfConfig, UnsupportedSettingsAreErrorsNamingKeyAndValue) {
+  json c = fixture_config("hf_gpt2");
+  c["model_type"] = "mistral";
+  std::string e = config_error(c);
+  EXPECT_NE(e.find("model_type \"mistral\" is not supported"), std::string::npos) << e;
+  EXPECT_NE(e.find("gpt2 (GPT2LMHeadModel)"), std::string::npos) << e;
+  EXPECT_NE(e.find("llama (LlamaForCausalLM)"), std::string::npos) << e;
+
+  c = fixture_config("hf_gpt2");
+  c["activation_function"] = "relu";
+  e = config_error(c);
+  EXPECT_NE(e.find("'activation_function' = \"relu\" is not supported"), std::string::npos) << e;
+  EXPECT_NE(e.find("gelu_new"), std::string::npos) << e;
+
+  c = fixture_config("hf_gpt2");
+  c["scale_attn_by_inverse_layer_idx"] = true;
+  e = config_error(c);
+  EXPECT_NE(e.find("'scale_attn_by_inverse_layer_idx' = true is not supported"), std::string::npos) << e;
+
+  c = fixture_config("hf_llama");
+  c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  e = config_error(c);
+  EXPECT_NE(e.find("'rope_scaling' = {\"factor\":2.0,\"rope_type\":\"linear\"} is not supported"), std::string::npos)
+      << e;
+
+  c = fixture_config("hf_llama");
+  c["rope_parameters"]["rope_type"] = "yarn";
+  e = config_error(c);
+  EXPECT_NE(e.find("'rope_type' = \"yarn\" is not supported"), std::string::npos) << e;
+
+  c = fixture_config("hf_llama");
+  c["hidden_act"] = "gelu";
+  EXPECT_NE(config_error(c).find("'hidden_act' = \"gelu\""), std::string::npos);
+
+  c = fixture_config("hf_llama");
+  c["attention_bias"] = true;
+  EXPECT_NE(config_error(c).find("'attention_bias' = true is not supported"), std::string::npos);
+
+  c = fixture_config("hf_llama");
+  c["head_dim"] = 16;
+  EXPECT_NE(config_error(c).find("'head_dim' = 16 is not supported"), std::string::npos);
+
+  c = fixture_config("hf_llama");
+  c.erase("hidden_size");
+  EXPECT_NE(config_error(c).find("'hidden_size' is missing"), std::string::npos);
+
+  c = fixture_config("hf_llama");
+  c["architectures"] = {"LlamaForSequenceClassification"};
+  EXPECT_NE(config_error(c).find("architectures"), std::string::npos);
+}
+
+TEST(HfConfig, TransformersFourRopeKeysAreAccepted) {
+  json c = fixture_config("hf_llama");
+  c.erase("rope_parameters");
+  c["rope_theta"] = 500000.0;
+  c["rope_scaling"] = nullptr;
+  EXPECT_EQ(interop::model_config_from_hf(c, "x").rope_theta, 500000.0);
+}
+
+}  // namespace
+}  // namespace tessera

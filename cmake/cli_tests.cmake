@@ -8,3 +8,11 @@ foreach(case byte_round_trip spm_round_trip bad_ids info_and_stats prepare_threa
                                              $<TARGET_FILE:tessera_cli> ${CMAKE_SOURCE_DIR} ${case})
   set_tests_properties(cli.tokenize_${case} PROPERTIES LABELS cli TIMEOUT 60)
 endforeach()
+
+# tests/cli/interop_cli_test.sh: a BPE-tokenized training run sampled back, and the
+# Hugging Face import/export round trip with its error cases.
+foreach(case bpe_train_sample hf_round_trip)
+  add_test(NAME cli.interop_${case} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/cli/interop_cli_test.sh
+                                            $<TARGET_FILE:tessera_cli> ${CMAKE_SOURCE_DIR} ${case})
+  set_tests_properties(cli.interop_${case} PROPERTIES LABELS cli TIMEOUT 120)
+endforeach()

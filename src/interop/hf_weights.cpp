@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <array>
 #include <set>
 
 #include "tessera/base/error.h"
@@ -25,32 +27,16 @@ Matrix matrix_of(const Array& a) {
   return m;
 }
 
+// In 64 x 64 tiles: a plain row loop writes the transpose one column at a time, a cache
+// (and TLB) miss per element on the large matrices (Llama's 2048 x 8192 projections).
 Matrix transposed(const Matrix& m) {
+  constexpr int64_t kTile = 64;
   Matrix t{m.cols, m.rows, std::vector<float>(m.values.size())};
-  for (int64_t r = 0; r < m.rows; ++r)
-    for (int64_t c = 0; c < m.cols; ++c) t.at(c, r) = m.at(r, c);
+  for (int64_t r0 = 0; r0 < m.rows; r0 += kTile)
+    for (int64_t c0 = 0; c0 < m.cols; c0 += kTile)
+      for (int64_t r = r0; r < std::min(r0 + kTile, m.rows); ++r)
+        for (int64_t c = c0; c < std::min(c0 + kTile, m.cols); ++c) t.at(c, r) = m.at(r, c);
   return t;
-}
-
-// Columns [begin, end).
-Matrix columns(const Matrix& m, int64_t begin, int64_t end) {
-  Matrix out{m.rows, end - begin, std::vector<float>(static_cast<size_t>(m.rows * (end - begin)))};
-  for (int64_t r = 0; r < m.rows; ++r)
-    for (int64_t c = begin; c < end; ++c) out.at(r, c - begin) = m.at(r, c);
-  return out;
-}
-
-Matrix concat_columns(const std::vector<Matrix>& parts) {
-  Matrix out{parts.at(0).rows, 0, {}};
-  for (const Matrix& p : parts) out.cols += p.cols;
-  out.values.resize(static_cast<size_t>(out.rows * out.cols));
-  int64_t offset = 0;
-  for (const Matrix& p : parts) {
-    for (int64_t r = 0; r < p.rows; ++r)
-      for (int64_t c = 0; c < p.cols; ++c) out.at(r, offset + c) = p.at(r, c);
-    offset += p.cols;
-  }
-  return out;
 }
 
 // Attention heads of a model: H query heads in kv groups of G, head size Dh.
@@ -69,27 +55,89 @@ std::pair<int, int64_t> qkv_source(const Heads& hd, int64_t col) {
   return {slot == hd.g() ? 1 : 2, kv * hd.dh + j};
 }
 
-Matrix fuse_qkv(const Heads& hd, const Matrix& q, const Matrix& k, const Matrix& v) {
-  const Matrix* parts[] = {&q, &k, &v};
-  const int64_t width = (hd.h + 2 * hd.hkv) * hd.dh;
-  Matrix out{q.rows, width, std::vector<float>(static_cast<size_t>(q.rows * width))};
-  for (int64_t c = 0; c < width; ++c) {
-    const auto [which, source] = qkv_source(hd, c);
-    for (int64_t r = 0; r < out.rows; ++r) out.at(r, c) = parts[which]->at(r, source);
-  }
-  return out;
+// qkv_source of each fused head block (Dh consecutive columns, which map to Dh
+// consecutive source columns): the shuffles below copy rows block by block, in memory
+// order (a column-by-column loop strides a whole row per element).
+std::vector<std::pair<int, int64_t>> qkv_blocks(const Heads& hd) {
+  std::vector<std::pair<int, int64_t>> blocks;
+  for (int64_t c = 0; c < (hd.h + 2 * hd.hkv) * hd.dh; c += hd.dh) blocks.push_back(qkv_source(hd, c));
+  return blocks;
 }
 
-// The inverse of fuse_qkv: {q, k, v} in [in, out] layout.
+// Where the rows of q, k and v lie: row r of part `which` (0 q, 1 k, 2 v) starts at
+// base[which] + r * stride[which]. Separate matrices (Llama's projections) or column
+// ranges of one [q | k | v] matrix (GPT-2's c_attn), without copying them apart.
+template <typename T>
+struct QkvRows {
+  std::array<T*, 3> base;
+  std::array<int64_t, 3> stride;
+  T* row(int which, int64_t r) const {
+    return base[static_cast<size_t>(which)] + r * stride[static_cast<size_t>(which)];
+  }
+};
+
+// The [q | k | v] column ranges of a concatenated [rows, cols] buffer (q: H * Dh
+// columns, k and v: Hkv * Dh).
+template <typename T>
+QkvRows<T> concatenated_rows(T* base, int64_t cols, const Heads& hd) {
+  return {{base, base + hd.h * hd.dh, base + (hd.h + hd.hkv) * hd.dh}, {cols, cols, cols}};
+}
+
+QkvRows<const float> separate_rows(const Matrix& q, const Matrix& k, const Matrix& v) {
+  return {{q.values.data(), k.values.data(), v.values.data()}, {q.cols, k.cols, v.cols}};
+}
+
+// tessera's fused [rows, (H + 2 Hkv) Dh] from q, k, v, into `out`.
+void fuse_qkv(const Heads& hd, int64_t rows, const QkvRows<const float>& parts, float* out) {
+  const int64_t width = (hd.h + 2 * hd.hkv) * hd.dh;
+  const std::vector<std::pair<int, int64_t>> blocks = qkv_blocks(hd);
+  for (int64_t r = 0; r < rows; ++r)
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      const auto [which, source] = blocks[b];
+      const float* from = parts.row(which, r) + source;
+      std::copy(from, from + hd.dh, out + r * width + static_cast<int64_t>(b) * hd.dh);
+    }
+}
+
+// The inverse of fuse_qkv: writes q, k, v ([in, out] layout) where `parts` says.
+void split_qkv(const Heads& hd, const float* fused, int64_t rows, const QkvRows<float>& parts) {
+  const int64_t width = (hd.h + 2 * hd.hkv) * hd.dh;
+  const std::vector<std::pair<int, int64_t>> blocks = qkv_blocks(hd);
+  for (int64_t r = 0; r < rows; ++r)
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      const auto [which, source] = blocks[b];
+      const float* from = fused + r * width + static_cast<int64_t>(b) * hd.dh;
+      std::copy(from, from + hd.dh, parts.row(which, r) + source);
+    }
+}
+
+// {q, k, v} as separate matrices.
 std::vector<Matrix> split_qkv(const Heads& hd, const Matrix& fused) {
   std::vector<Matrix> parts;
   for (int64_t width : {hd.h * hd.dh, hd.hkv * hd.dh, hd.hkv * hd.dh})
     parts.push_back({fused.rows, width, std::vector<float>(static_cast<size_t>(fused.rows * width))});
-  for (int64_t c = 0; c < fused.cols; ++c) {
-    const auto [which, source] = qkv_source(hd, c);
-    for (int64_t r = 0; r < fused.rows; ++r) parts[static_cast<size_t>(which)].at(r, source) = fused.at(r, c);
-  }
+  split_qkv(hd, fused.values.data(), fused.rows,
+            QkvRows<float>{{parts[0].values.data(), parts[1].values.data(), parts[2].values.data()},
+                           {parts[0].cols, parts[1].cols, parts[2].cols}});
   return parts;
+}
+
+// GPT-2's c_attn ([in, 3d] weight or [3d] bias, float32) <-> tessera's fused wqkv / bqkv,
+// straight between the arrays' buffers: at 124M parameters, temporary copies (each a
+// fresh allocation faulted in page by page) cost more than the shuffle itself.
+Array fused_from_concatenated(const Heads& hd, const Array& qkv) {
+  const int64_t cols = qkv.shape(-1), rows = qkv.size() / cols;
+  Array out = Array::empty(qkv.shape(), DType::Float32);
+  fuse_qkv(hd, rows, concatenated_rows(qkv.data<float>(), cols, hd), out.mutable_data<float>());
+  return out;
+}
+
+Array concatenated_from_fused(const Heads& hd, const Array& fused) {
+  const Array f32 = fused.dtype() == DType::Float32 ? fused : astype(fused, DType::Float32).eval();
+  const int64_t cols = fused.shape(-1), rows = fused.size() / cols;
+  Array out = Array::empty(fused.shape(), DType::Float32);
+  split_qkv(hd, f32.data<float>(), rows, concatenated_rows(out.mutable_data<float>(), cols, hd));
+  return out;
 }
 
 Array array_of(const Matrix& m, const Shape& shape) { return Array::from_vector(m.values, shape).eval(); }
@@ -168,14 +216,9 @@ Tree gpt2_from_hf(const models::ModelConfig& c, const HfTensors& tensors, Tensor
     const std::string h = fmt::format("{}h.{}.", p, l);
     Tree layer;
     layer["ln1"] = layer_norm(h + "ln_1");
-    const Matrix w = taker.take_matrix(h + "attn.c_attn.weight", {d, 3 * d});
-    const Matrix b = taker.take_matrix(h + "attn.c_attn.bias", {3 * d});
-    auto fuse = [&](const Matrix& qkv) {
-      return fuse_qkv(hd, columns(qkv, 0, d), columns(qkv, d, 2 * d), columns(qkv, 2 * d, 3 * d));
-    };
     Tree attn;
-    attn["wqkv"] = array_of(fuse(w), {d, 3 * d});
-    attn["bqkv"] = array_of(fuse(b), {3 * d});
+    attn["wqkv"] = fused_from_concatenated(hd, taker.take_f32(h + "attn.c_attn.weight", {d, 3 * d}));
+    attn["bqkv"] = fused_from_concatenated(hd, taker.take_f32(h + "attn.c_attn.bias", {3 * d}));
     attn["wo"] = taker.take_f32(h + "attn.c_proj.weight", {d, d});
     attn["bo"] = taker.take_f32(h + "attn.c_proj.bias", {d});
     layer["attn"] = attn;
@@ -215,7 +258,9 @@ Tree llama_from_hf(const models::ModelConfig& c, const HfTensors& tensors, Tenso
     const Matrix v = linear_t(h + "self_attn.v_proj.weight", d, hd.hkv * hd.dh);
     const int64_t width = (hd.h + 2 * hd.hkv) * hd.dh;
     Tree attn;
-    attn["wqkv"] = array_of(fuse_qkv(hd, q, k, v), {d, width});
+    Array wqkv = Array::empty({d, width}, DType::Float32);
+    fuse_qkv(hd, d, separate_rows(q, k, v), wqkv.mutable_data<float>());
+    attn["wqkv"] = wqkv;
     attn["wo"] = array_of(linear_t(h + "self_attn.o_proj.weight", d, d), {d, d});
     layer["attn"] = attn;
     if (taker.contains(h + "self_attn.rotary_emb.inv_freq")) taker.ignore(h + "self_attn.rotary_emb.inv_freq");
@@ -265,9 +310,8 @@ void gpt2_to_hf(const models::ModelConfig& c, const Tree& params, TensorList& ou
     const std::string h = fmt::format("transformer.h.{}.", l);
     out.add(h + "ln_1.weight", leaf(layer, {"ln1", "scale"}));
     out.add(h + "ln_1.bias", leaf(layer, {"ln1", "bias"}));
-    out.add(h + "attn.c_attn.weight", concat_columns(split_qkv(hd, matrix_of(leaf(layer, {"attn", "wqkv"})))),
-            {d, 3 * d});
-    out.add(h + "attn.c_attn.bias", concat_columns(split_qkv(hd, matrix_of(leaf(layer, {"attn", "bqkv"})))), {3 * d});
+    out.add(h + "attn.c_attn.weight", concatenated_from_fused(hd, leaf(layer, {"attn", "wqkv"})));
+    out.add(h + "attn.c_attn.bias", concatenated_from_fused(hd, leaf(layer, {"attn", "bqkv"})));
     out.add(h + "attn.c_proj.weight", leaf(layer, {"attn", "wo"}));
     out.add(h + "attn.c_proj.bias", leaf(layer, {"attn", "bo"}));
     out.add(h + "ln_2.weight", leaf(layer, {"ln2", "scale"}));

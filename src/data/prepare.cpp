@@ -176,17 +176,16 @@ Document encode_document(const fs::path& path, const Tokenizer& tokenizer, Separ
   return doc;
 }
 
-// Calls fn(i) for i in [0, n) on `threads` threads (the caller's included), each taking
-// the next index; an exception stays with its index (Document::error).
+// Calls fn(i) for i in [0, n) on up to `threads` lanes of the process's thread pool
+// (persistent workers: the tokenizers' per-thread caches stay warm across batches),
+// each lane taking the next index; an exception stays with its index (Document::error).
 void for_each_index(size_t n, int threads, const std::function<void(size_t)>& fn) {
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i);
   };
-  std::vector<std::thread> workers;
-  for (int t = 1; t < std::min<int64_t>(threads, static_cast<int64_t>(n)); ++t) workers.emplace_back(work);
-  work();
-  for (std::thread& worker : workers) worker.join();
+  const int64_t lanes = std::min<int64_t>(threads, static_cast<int64_t>(n));
+  parallel_for(lanes, 1, [&](int64_t, int64_t) { work(); });
 }
 
 // Where val.bin starts: the document boundary nearest the exact split point when the
@@ -227,7 +226,9 @@ PrepareResult prepare_dataset(const std::vector<fs::path>& inputs, const fs::pat
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(options.tokenizer);
   const Separator separator = choose_separator(options.separator, *tokenizer);
   const int32_t newline = newline_id(*tokenizer);
-  const int threads = options.threads > 0 ? options.threads : std::max(1, tessera::num_threads());
+  // Lanes of the thread pool: --threads beyond its size (TESSERA_NUM_THREADS, run.threads) add nothing.
+  const int threads =
+      std::max(1, std::min(options.threads > 0 ? options.threads : tessera::num_threads(), tessera::num_threads()));
 
   PrepareResult result;
   result.separator = separator_name(separator);

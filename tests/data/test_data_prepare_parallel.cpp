@@ -8,6 +8,7 @@
 
 #include "data/temp_dir.h"
 #include "tessera/base/error.h"
+#include "tessera/base/thread_pool.h"
 #include "tessera/data/prepare.h"
 #include "tessera/data/token_file.h"
 #include "tessera/data/tokenizer.h"
@@ -64,7 +65,15 @@ PrepareResult prepare(const fs::path& in, const fs::path& out, const std::string
   return prepare_dataset({in}, out, options);
 }
 
+// Sets the process's thread pool size for one scope (prepare runs on the pool).
+struct PoolSize {
+  explicit PoolSize(int n) : saved(num_threads()) { set_num_threads(n); }
+  ~PoolSize() { set_num_threads(saved); }
+  int saved;
+};
+
 void expect_same_output_for_thread_counts(const std::string& tokenizer, int documents) {
+  const PoolSize pool(8);  // 8 lanes really run at once, whatever the machine has
   TempDir dir;
   const fs::path in = write_documents(dir, make_documents(documents));
   const PrepareResult one = prepare(in, dir / "t1", tokenizer, 1);
@@ -73,6 +82,8 @@ void expect_same_output_for_thread_counts(const std::string& tokenizer, int docu
     const fs::path out = dir / fmt::format("t{}", threads);
     const PrepareResult many = prepare(in, out, tokenizer, threads);
     EXPECT_EQ(many.threads, threads);
+    const PoolSize smaller(2);  // lanes beyond the pool's size are not claimed
+    EXPECT_EQ(prepare(in, out / "capped", tokenizer, threads).threads, 2);
     EXPECT_EQ(many.train_tokens, one.train_tokens) << threads;
     EXPECT_EQ(many.files, one.files) << threads;
     for (const char* file : {"train.bin", "val.bin", "meta.json"})

@@ -2,6 +2,8 @@
 
 #include <xxhash.h>
 
+#include <atomic>
+#include <cstring>
 #include <limits>
 #include <mutex>
 #include <queue>
@@ -44,6 +46,48 @@ class PieceCache {
 
 namespace {
 
+// The per-thread cache in front of the shared one: direct-mapped, one 64-byte entry (a
+// cache line) per slot holding a short piece and its ids, so a hit costs the hash and
+// one line, with no lock. Most pieces (a word with its leading space) fit. A collision
+// overwrites the slot; the table belongs to one BpeModel at a time (by serial number,
+// so a new model at a freed model's address never sees stale entries).
+struct FrontEntry {
+  uint64_t hash = 0;
+  uint8_t size = 0;  // 0: empty (pieces of one byte never reach the cache)
+  uint8_t count = 0;
+  char bytes[22] = {};
+  int32_t ids[8] = {};
+};
+static_assert(sizeof(FrontEntry) == 64);
+constexpr size_t kFrontSlots = size_t{1} << 16;  // 4 MiB per thread
+
+struct FrontCache {
+  uint64_t owner = 0;
+  std::vector<FrontEntry> entries;
+  FrontEntry& slot(uint64_t model_serial, size_t hash) {
+    if (owner != model_serial) {
+      entries.assign(kFrontSlots, FrontEntry{});
+      owner = model_serial;
+    }
+    return entries[hash & (kFrontSlots - 1)];
+  }
+};
+thread_local FrontCache front_cache;
+std::atomic<uint64_t> next_model_serial{1};
+
+bool front_hit(const FrontEntry& e, std::string_view piece, size_t hash) {
+  return e.hash == hash && e.size == piece.size() && std::memcmp(e.bytes, piece.data(), piece.size()) == 0;
+}
+
+void front_fill(FrontEntry& e, std::string_view piece, size_t hash, const int32_t* ids, size_t count) {
+  if (count > std::size(e.ids)) return;
+  e.hash = hash;
+  e.size = static_cast<uint8_t>(piece.size());
+  e.count = static_cast<uint8_t>(count);
+  std::memcpy(e.bytes, piece.data(), piece.size());
+  std::memcpy(e.ids, ids, count * sizeof(int32_t));
+}
+
 uint64_t merge_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
@@ -60,7 +104,7 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, int64_t>>& vocab,
                    const std::function<std::string(const std::string&)>& vocab_where,
                    const std::vector<std::pair<std::string, std::string>>& merges,
                    const std::function<std::string(size_t)>& merge_where, bool ignore_merges)
-    : ignore_merges_(ignore_merges), cache_(std::make_unique<PieceCache>()) {
+    : ignore_merges_(ignore_merges), serial_(next_model_serial++), cache_(std::make_unique<PieceCache>()) {
   std::unordered_map<std::string, int32_t> text_to_id;
   std::vector<const std::string*> id_text;
   for (const auto& [text, id] : vocab) {
@@ -202,15 +246,31 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>& out) c
     out.push_back(byte_id_[static_cast<unsigned char>(piece[0])]);
     return;
   }
-  if (ignore_merges_) {
-    if (const int32_t id = find(piece); id >= 0) {
-      out.push_back(id);
+  const bool cached = piece.size() <= kMaxCached;
+  const size_t hash = cached ? BytesHash{}(piece) : 0;
+  FrontEntry* front = nullptr;
+  if (piece.size() <= sizeof(FrontEntry::bytes)) {
+    front = &front_cache.slot(serial_, hash);
+    if (front_hit(*front, piece, hash)) {
+      out.insert(out.end(), front->ids, front->ids + front->count);
       return;
     }
   }
-  const bool cached = piece.size() <= kMaxCached;
-  const size_t hash = cached ? BytesHash{}(piece) : 0;
-  if (cached && cache_->find(piece, hash, out)) return;
+  const size_t start = out.size();
+  auto remember = [&] {
+    if (front != nullptr) front_fill(*front, piece, hash, out.data() + start, out.size() - start);
+  };
+  if (ignore_merges_) {
+    if (const int32_t id = find(piece); id >= 0) {
+      out.push_back(id);
+      remember();
+      return;
+    }
+  }
+  if (cached && cache_->find(piece, hash, out)) {
+    remember();
+    return;
+  }
   std::vector<int32_t> ids(piece.size());
   for (size_t k = 0; k < piece.size(); ++k) ids[k] = byte_id_[static_cast<unsigned char>(piece[k])];
   if (piece.size() > kLongPiece)
@@ -219,6 +279,7 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>& out) c
     merge_short(ids);
   if (cached) cache_->insert(piece, hash, ids.data(), ids.size());
   out.insert(out.end(), ids.begin(), ids.end());
+  remember();
 }
 
 }  // namespace tessera::data::bpe

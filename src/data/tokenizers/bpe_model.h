@@ -1,7 +1,8 @@
 // The BPE model: each pre-tokenized piece (raw bytes) starts as one token per byte, and
 // the adjacent pair with the lowest merge rank is merged, leftmost first on ties, until
 // no pair has a merge (Hugging Face's BPE, and tiktoken when ranks are merge order).
-// Results are cached per piece; the cache is shared by threads.
+// Results are cached per piece: a lock-free per-thread cache of short pieces in front of
+// a sharded cache shared by threads.
 #pragma once
 
 #include <array>
@@ -69,6 +70,7 @@ class BpeModel {
   std::vector<bool> has_id_;
   BytesToId bytes_to_id_;
   bool ignore_merges_ = false;
+  uint64_t serial_ = 0;  // names this model to the per-thread front caches
   std::unique_ptr<PieceCache> cache_;
 };
 

@@ -10,9 +10,9 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
-#include <thread>
 
 #include "tessera/base/error.h"
+#include "tessera/base/thread_pool.h"
 
 namespace tessera::data::bpe {
 
@@ -109,11 +109,10 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
           encode_chunk(items[i].text, items[i].segment_start, results[i]);
       }
     };
-    std::vector<std::thread> pool;
-    const auto workers = static_cast<size_t>(std::min<int64_t>(threads, static_cast<int64_t>(items.size())));
-    for (size_t t = 1; t < workers; ++t) pool.emplace_back(work);
-    work();
-    for (std::thread& t : pool) t.join();
+    // `threads` lanes on the process's thread pool: its workers persist, so their
+    // per-thread piece caches stay warm from one call to the next.
+    const int64_t lanes = std::min<int64_t>(threads, static_cast<int64_t>(items.size()));
+    parallel_for(lanes, 1, [&](int64_t, int64_t) { work(); });
     size_t total = 0;
     for (const auto& r : results) total += r.size();
     std::vector<int32_t> ids;

@@ -1,6 +1,8 @@
 #include "tessera/data/tokenizer.h"
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "tessera/base/error.h"
 #include "tessera/data/bpe_tokenizer.h"
@@ -33,8 +35,20 @@ constexpr const char* kSpecHelp =
     "vocab.json + merges.txt, encoder.json + vocab.bpe, a SentencePiece .model)";
 
 // The kind of tokenizer files at `path` ("gpt2", "hf", "spm"), or "" when none fits.
+// Whether a tokenizer.json is byte-level (the kind load_tokenizer_json reads): a
+// SentencePiece model converted to tokenizer.json (Llama 2, Mistral) uses Metaspace and
+// byte fallback instead, and ships its tokenizer.model beside it.
+bool is_byte_level_json(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return text.find("\"ByteLevel\"") != std::string::npos;
+}
+
 std::string guess_kind(const fs::path& path) {
   if (fs::is_directory(path)) {
+    if (fs::exists(path / "tokenizer.json") && fs::exists(path / "tokenizer.model") &&
+        !is_byte_level_json(path / "tokenizer.json"))
+      return "spm";
     if (fs::exists(path / "tokenizer.json")) return "hf";
     if ((fs::exists(path / "vocab.json") && fs::exists(path / "merges.txt")) ||
         (fs::exists(path / "encoder.json") && fs::exists(path / "vocab.bpe")))

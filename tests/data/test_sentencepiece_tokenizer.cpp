@@ -95,6 +95,20 @@ TEST(SentencePieceTokenizer, MakeTokenizerSpellings) {
   EXPECT_EQ(relative->spec(), "spm:" + kModel.string());
 }
 
+// A Hugging Face directory of a SentencePiece model (Llama 2, Mistral) ships a converted
+// tokenizer.json (Metaspace, byte fallback: not byte-level) beside tokenizer.model: the
+// directory means the SentencePiece model. A byte-level tokenizer.json still wins.
+TEST(SentencePieceTokenizer, DirectoryWithBothFilesPicksByJsonKind) {
+  TempDir dir;
+  fs::copy_file(kModel, dir.path() / "tokenizer.model");
+  write_bytes(dir.path() / "tokenizer.json",
+              R"({"model": {"type": "BPE", "byte_fallback": true}, "pre_tokenizer": {"type": "Metaspace"}})");
+  EXPECT_EQ(make_tokenizer(dir.path().string())->id(), load_sentencepiece(kModel)->id());
+  const fs::path byte_level = fs::path(TESSERA_SOURCE_DIR) / "tests/data/fixtures/tokenizers/gpt2_style/tokenizer.json";
+  fs::copy_file(byte_level, dir.path() / "tokenizer.json", fs::copy_options::overwrite_existing);
+  EXPECT_EQ(make_tokenizer(dir.path().string())->id(), make_tokenizer("hf:" + byte_level.string())->id());
+}
+
 TEST(SentencePieceTokenizer, RejectsFilesThatAreNotModels) {
   TempDir dir;
   write_bytes(dir / "text.model", "this is not a protobuf, just some text\n");

@@ -56,6 +56,8 @@ class ByteTokenizer final : public Tokenizer {
 //   "spm:PATH"             a SentencePiece .model (or a directory with tokenizer.model)
 //   PATH                   the kind guessed from the files: tokenizer.json, vocab.json +
 //                          merges.txt, encoder.json + vocab.bpe, *.model / tokenizer.model
+//                          (a directory with both tokenizer.json and tokenizer.model
+//                          takes the SentencePiece model unless the JSON is byte-level)
 // Unknown specs and missing files are ValueErrors/IOErrors saying what was expected.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "tessera/base/thread_pool.h"
 #include "tessera/data/prepare.h"
 
 namespace tessera::cli {
@@ -30,6 +31,8 @@ std::string reason_kind(const std::string& reason) {
 
 int run_prepare(DataPrepareArgs& args) {
   args.options.progress = !args.no_progress;
+  // The encoding runs on the process's thread pool: --threads N sizes it.
+  if (args.options.threads > 0) set_num_threads(args.options.threads);
   const std::vector<std::filesystem::path> inputs(args.inputs.begin(), args.inputs.end());
   const data::PrepareResult result = data::prepare_dataset(inputs, args.out, args.options);
 

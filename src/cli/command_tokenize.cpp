@@ -121,8 +121,7 @@ void run_whole(std::istream& in, const data::Tokenizer& tokenizer, const Tokeniz
   if (in.bad()) fail<IOError>("tokenize: cannot read {}", args.input);
   const std::string text = buffer.str();
   Stopwatch watch;
-  const std::vector<int32_t> ids =
-      tokenizer.encode_parallel(text, args.threads > 0 ? args.threads : std::max(1, tessera::num_threads()));
+  const std::vector<int32_t> ids = tokenizer.encode_parallel(text, std::max(1, tessera::num_threads()));
   totals.seconds = watch.seconds();
   totals.bytes = text.size();
   totals.tokens = ids.size();
@@ -130,6 +129,7 @@ void run_whole(std::istream& in, const data::Tokenizer& tokenizer, const Tokeniz
 }
 
 int run_tokenize(const TokenizeArgs& args) {
+  if (args.threads > 0) set_num_threads(args.threads);  // --whole encodes on the process's thread pool
   const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(args.tokenizer);
   if (args.info) {
     print_info(*tokenizer);

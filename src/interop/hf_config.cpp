@@ -34,13 +34,14 @@ class Reader {
   }
   int64_t integer_or(const char* key, int64_t fallback) const { return has(key) ? integer(key) : fallback; }
 
-  double number_or(const char* key, double fallback) const {
-    if (!has(key)) return fallback;
+  double number(const char* key) const {
+    if (!has(key)) fail<ValueError>("{}: '{}' is missing (a positive number is required)", origin_, key);
     const json& v = config_[key];
     if (!v.is_number() || !(v.get<double>() > 0))
       fail<ValueError>("{}: '{}' = {} (expected a positive number)", origin_, key, v.dump());
     return v.get<double>();
   }
+  double number_or(const char* key, double fallback) const { return has(key) ? number(key) : fallback; }
 
   bool boolean_or(const char* key, bool fallback) const {
     if (!has(key)) return fallback;
@@ -95,25 +96,47 @@ models::ModelConfig gpt2_from_hf(const Reader& r) {
   return c;
 }
 
-// RoPE: rope_theta at the top level with rope_scaling null (transformers 4), or
-// rope_parameters {"rope_type": "default", "rope_theta": ...} (transformers 5).
-double llama_rope_theta(const Reader& r) {
-  if (r.has("rope_scaling"))
-    fail<ValueError>("{}: 'rope_scaling' = {} is not supported (tessera's RoPE has no scaling: null)", r.origin(),
-                     r.raw("rope_scaling").dump());
-  double theta = r.number_or("rope_theta", 10000.0);
-  if (r.has("rope_parameters")) {
-    const json& p = r.raw("rope_parameters");
-    if (!p.is_object()) fail<ValueError>("{}: 'rope_parameters' = {} (expected an object)", r.origin(), p.dump());
-    const Reader rope(p, r.origin() + ": rope_parameters");
-    rope.require_string("rope_type", "default", {"default"});
-    for (const auto& [key, value] : p.items())
-      if (key != "rope_type" && key != "rope_theta" && !value.is_null())
-        fail<ValueError>("{}: 'rope_parameters.{}' = {} is not supported (tessera's RoPE takes only rope_theta)",
-                         r.origin(), key, value.dump());
-    theta = rope.number_or("rope_theta", theta);
+// RoPE, in either transformers' form:
+//   4: rope_theta at the top level, rope_scaling null or {"rope_type" (or "type"): ..., parameters}
+//   5: rope_parameters {"rope_type": ..., "rope_theta": ..., parameters}
+// (transformers 5 reads either object the same way: a rope_theta inside wins).
+// rope_type "default" is plain RoPE; "llama3" takes factor, low_freq_factor,
+// high_freq_factor and original_max_position_embeddings (default: max_position_embeddings,
+// overridden by a top-level original_max_position_embeddings, as transformers does).
+// Any other type or parameter is refused: the model would compute something else.
+void read_llama_rope(const Reader& r, models::ModelConfig& c) {
+  c.rope_theta = r.number_or("rope_theta", 10000.0);
+  if (r.has("rope_scaling") && r.has("rope_parameters"))
+    fail<ValueError>("{}: both 'rope_scaling' and 'rope_parameters' are set (expected one of them)", r.origin());
+  const char* section = r.has("rope_scaling") ? "rope_scaling" : "rope_parameters";
+  if (!r.has(section)) return;
+  const json& p = r.raw(section);
+  if (!p.is_object()) fail<ValueError>("{}: '{}' = {} (expected an object)", r.origin(), section, p.dump());
+  const Reader rope(p, fmt::format("{}: {}", r.origin(), section));
+  const char* type_key = rope.has("rope_type") || !rope.has("type") ? "rope_type" : "type";
+  rope.require_string(type_key, "default", {"default", "llama3"});
+  const bool llama3 = rope.has(type_key) && rope.raw(type_key) == "llama3";
+  for (const auto& [key, value] : p.items()) {
+    const bool known = key == "rope_type" || key == "type" || key == "rope_theta" ||
+                       (llama3 && (key == "factor" || key == "low_freq_factor" || key == "high_freq_factor" ||
+                                   key == "original_max_position_embeddings"));
+    if (!known && !value.is_null())
+      fail<ValueError>(
+          "{}: '{}.{}' = {} is not supported (tessera's rope_type \"{}\" takes {})", r.origin(), section, key,
+          value.dump(), llama3 ? "llama3" : "default",
+          llama3 ? "factor, low_freq_factor, high_freq_factor, original_max_position_embeddings" : "only rope_theta");
   }
-  return theta;
+  c.rope_theta = rope.number_or("rope_theta", c.rope_theta);
+  if (!llama3) return;
+  c.rope_scaling = "llama3";
+  c.rope_factor = rope.number("factor");
+  c.rope_low_freq_factor = rope.number("low_freq_factor");
+  c.rope_high_freq_factor = rope.number("high_freq_factor");
+  if (!(c.rope_high_freq_factor > c.rope_low_freq_factor))
+    fail<ValueError>("{}: 'high_freq_factor' = {} must be greater than 'low_freq_factor' = {}", rope.origin(),
+                     c.rope_high_freq_factor, c.rope_low_freq_factor);
+  c.rope_original_context =
+      r.integer_or("original_max_position_embeddings", rope.integer_or("original_max_position_embeddings", c.context));
 }
 
 models::ModelConfig llama_from_hf(const Reader& r) {
@@ -127,7 +150,7 @@ models::ModelConfig llama_from_hf(const Reader& r) {
   c.kv_heads = r.integer_or("num_key_value_heads", c.heads);
   c.context = r.integer("max_position_embeddings");
   c.norm_eps = r.number_or("rms_norm_eps", 1e-6);  // LlamaConfig's default
-  c.rope_theta = llama_rope_theta(r);
+  read_llama_rope(r, c);
   c.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
   r.require_string("hidden_act", "silu", {"silu"});
   r.require_bool("attention_bias", false, false, "no q/k/v/o biases");
@@ -208,7 +231,14 @@ json hf_config_from_model(const models::ModelConfig& c, const HfConfigOptions& o
     out["max_position_embeddings"] = c.context;
     out["rms_norm_eps"] = c.norm_eps;
     out["rope_theta"] = c.rope_theta;
+    // transformers 4's form (Meta's Llama 3.1 configs), which transformers 5 reads too.
     out["rope_scaling"] = nullptr;
+    if (c.rope_scaling == "llama3")
+      out["rope_scaling"] = {{"rope_type", "llama3"},
+                             {"factor", c.rope_factor},
+                             {"low_freq_factor", c.rope_low_freq_factor},
+                             {"high_freq_factor", c.rope_high_freq_factor},
+                             {"original_max_position_embeddings", c.rope_original_context}};
     out["hidden_act"] = "silu";
     out["attention_bias"] = false;
     out["mlp_bias"] = false;

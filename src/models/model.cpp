@@ -40,6 +40,19 @@ void ModelConfig::validate() const {
   if (!(dropout >= 0 && dropout < 1)) fail<ValueError>("ModelConfig: dropout = {} must be in [0, 1)", dropout);
   if (!(norm_eps > 0)) fail<ValueError>("ModelConfig: norm_eps = {} must be positive", norm_eps);
   if (!(rope_theta > 0)) fail<ValueError>("ModelConfig: rope_theta = {} must be positive", rope_theta);
+  if (rope_scaling != "none" && rope_scaling != "llama3")
+    fail<ValueError>("ModelConfig: rope_scaling = '{}' is unknown (expected 'none' or 'llama3')", rope_scaling);
+  if (rope_scaling != "none" && family != "llama")
+    fail<ValueError>("ModelConfig: rope_scaling = '{}' needs family 'llama' (family '{}' has no RoPE)", rope_scaling,
+                     family);
+  if (!(rope_factor > 0)) fail<ValueError>("ModelConfig: rope_factor = {} must be positive", rope_factor);
+  if (!(rope_low_freq_factor > 0))
+    fail<ValueError>("ModelConfig: rope_low_freq_factor = {} must be positive", rope_low_freq_factor);
+  if (!(rope_high_freq_factor > rope_low_freq_factor))
+    fail<ValueError>("ModelConfig: rope_high_freq_factor = {} must be greater than rope_low_freq_factor = {}",
+                     rope_high_freq_factor, rope_low_freq_factor);
+  if (rope_original_context <= 0)
+    fail<ValueError>("ModelConfig: rope_original_context = {} must be positive", rope_original_context);
   if (!(init_std > 0) || !std::isfinite(init_std))
     fail<ValueError>("ModelConfig: init_std = {} must be positive and finite", init_std);
   compute();
@@ -66,6 +79,14 @@ int64_t ModelConfig::resolved_mlp_dim() const {
 }
 
 bool ModelConfig::resolved_tied() const { return tied_embeddings.value_or(family == "gpt2"); }
+
+std::optional<nn::Llama3RopeScaling> ModelConfig::rope_llama3() const {
+  if (rope_scaling != "llama3") return std::nullopt;
+  return nn::Llama3RopeScaling{.factor = rope_factor,
+                               .low_freq_factor = rope_low_freq_factor,
+                               .high_freq_factor = rope_high_freq_factor,
+                               .original_context = rope_original_context};
+}
 
 ModelConfig preset(const std::string& name) {
   ModelConfig c;
@@ -111,6 +132,7 @@ nn::Attention attention_of(const ModelConfig& c) {
                        .bias = is_gpt2(c),
                        .rope = !is_gpt2(c),
                        .rope_theta = c.rope_theta,
+                       .rope_llama3 = c.rope_llama3(),
                        .init_std = c.init_std,
                        .out_std = residual_std(c)};
 }

@@ -15,6 +15,7 @@ void Attention::validate() const {
   if (heads % resolved_kv_heads() != 0)
     fail<ValueError>("Attention: heads {} is not a multiple of kv_heads {}", heads, resolved_kv_heads());
   if (rope && head_dim() % 2 != 0) fail<ValueError>("Attention: RoPE needs an even head_dim (got {})", head_dim());
+  if (rope && rope_llama3) rope_llama3->validate();
 }
 
 Tree Attention::init(ParamScope scope) const {
@@ -63,7 +64,7 @@ Array Attention::operator()(const Tree& p, const Array& x, KVState* cache) const
     offset = cache->k.shape(2);
   }
   if (rope) {
-    Rotary rotary{dh, rope_theta};
+    const Rotary rotary{.head_dim = dh, .theta = rope_theta, .llama3 = rope_llama3};
     q = rotary(q, offset);
     k = rotary(k, offset);
   }

@@ -142,6 +142,16 @@ const std::vector<Field>& schema() {
         field<double>("model.norm_eps", "normalization epsilon", [](C& c) -> double& { return c.model.norm_eps; }));
     f.push_back(
         field<double>("model.rope_theta", "RoPE base (llama)", [](C& c) -> double& { return c.model.rope_theta; }));
+    f.push_back(field<std::string>("model.rope_scaling", "RoPE scaling (llama): none | llama3 (Llama 3.1's)",
+                                   [](C& c) -> std::string& { return c.model.rope_scaling; }));
+    f.push_back(field<double>("model.rope_factor", "llama3 RoPE scaling: factor the low frequencies are divided by",
+                              [](C& c) -> double& { return c.model.rope_factor; }));
+    f.push_back(field<double>("model.rope_low_freq_factor", "llama3 RoPE scaling: low-frequency band edge factor",
+                              [](C& c) -> double& { return c.model.rope_low_freq_factor; }));
+    f.push_back(field<double>("model.rope_high_freq_factor", "llama3 RoPE scaling: high-frequency band edge factor",
+                              [](C& c) -> double& { return c.model.rope_high_freq_factor; }));
+    f.push_back(field<int64_t>("model.rope_original_context", "llama3 RoPE scaling: the pretraining context",
+                               [](C& c) -> int64_t& { return c.model.rope_original_context; }));
     f.push_back(field<double>("model.init_std", "weight init std", [](C& c) -> double& { return c.model.init_std; }));
     {
       Field tied{"model.tied_embeddings", "boolean", "LM head shares the token embedding (default: gpt2 yes, llama no)",

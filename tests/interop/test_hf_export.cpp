@@ -35,6 +35,17 @@ models::ModelConfig llama_config() {
           .rope_theta = 5000.0};
 }
 
+// Llama 3.1's RoPE scaling on llama_config().
+models::ModelConfig llama31_config() {
+  models::ModelConfig c = llama_config();
+  c.rope_scaling = "llama3";
+  c.rope_factor = 32.0;
+  c.rope_low_freq_factor = 0.5;
+  c.rope_high_freq_factor = 2.5;
+  c.rope_original_context = 8;
+  return c;
+}
+
 // Runs `fn`, expects an Error whose message contains every one of `parts`.
 template <typename Fn>
 void expect_error(Fn fn, const std::vector<std::string>& parts) {
@@ -48,18 +59,19 @@ void expect_error(Fn fn, const std::vector<std::string>& parts) {
 
 TEST(HfExport, RoundTripIsBitwiseForBothFamilies) {
   const fs::path dir = test::hf_test_dir();
-  for (const models::ModelConfig& config : {gpt2_config(), llama_config()}) {
+  for (const models::ModelConfig& config : {gpt2_config(), llama_config(), llama31_config()}) {
     for (bool tied : {false, true}) {
       models::ModelConfig c = config;
       c.tied_embeddings = tied;
       const Tree params = test::random_params(c, 7);
-      const fs::path out = dir / fmt::format("{}_{}", c.family, tied);
+      const fs::path out = dir / fmt::format("{}_{}_{}", c.family, c.rope_scaling, tied);
       interop::save_hf_model(out, c, params);
       EXPECT_TRUE(fs::exists(out / "model.safetensors"));
       EXPECT_EQ(fs::exists(out / "model.safetensors.index.json"), false);
       const interop::HfModel back = interop::load_hf_model(out);
       EXPECT_EQ(back.config.family, c.family);
       EXPECT_EQ(back.config.resolved_tied(), tied);
+      EXPECT_EQ(back.config.rope_scaling, c.rope_scaling);
       test::expect_trees_bitwise_equal(back.params, params);
       // The model computes the same logits from the re-imported tree.
       const Array tokens = Array::from_vector(std::vector<int32_t>{1, 5, 9, 3}, {1, 4});
@@ -72,7 +84,7 @@ TEST(HfExport, RoundTripIsBitwiseForBothFamilies) {
 TEST(HfExport, ImportedFixtureReExportsToTheSameTensors) {
   // Fixture -> tessera -> HF: every tensor transformers wrote comes back bit for bit.
   const fs::path dir = test::hf_test_dir();
-  for (const char* name : {"hf_gpt2", "hf_llama"}) {
+  for (const char* name : {"hf_gpt2", "hf_llama", "hf_llama31"}) {
     const interop::HfModel hf = interop::load_hf_model(test::kHfFixtures / name);
     interop::save_hf_model(dir / name, hf.config, hf.params);
     const interop::HfTensors original = interop::read_hf_tensors(test::kHfFixtures / name);
@@ -160,6 +172,23 @@ TEST(HfExport, ConfigJsonFieldsReadBack) {
   EXPECT_EQ(back.mlp_dim, 48);
   EXPECT_EQ(back.kv_heads, 2);
   EXPECT_EQ(back.context, 16);
+  EXPECT_TRUE(j.at("rope_scaling").is_null());
+
+  // Llama 3.1 scaling: transformers 4's rope_scaling form, which transformers 5 reads too.
+  interop::save_hf_model(dir / "llama31", llama31_config(), test::random_params(llama31_config(), 1));
+  const json s = test::read_json_file(dir / "llama31/config.json");
+  EXPECT_EQ(s.at("rope_theta"), 5000.0);
+  EXPECT_EQ(s.at("rope_scaling"), json({{"rope_type", "llama3"},
+                                        {"factor", 32.0},
+                                        {"low_freq_factor", 0.5},
+                                        {"high_freq_factor", 2.5},
+                                        {"original_max_position_embeddings", 8}}));
+  const models::ModelConfig scaled = interop::model_config_from_hf(s, "config.json");
+  EXPECT_EQ(scaled.rope_scaling, "llama3");
+  EXPECT_EQ(scaled.rope_factor, 32.0);
+  EXPECT_EQ(scaled.rope_low_freq_factor, 0.5);
+  EXPECT_EQ(scaled.rope_high_freq_factor, 2.5);
+  EXPECT_EQ(scaled.rope_original_context, 8);
 
   interop::save_hf_model(dir / "gpt2", gpt2_config(), test::random_params(gpt2_config(), 1));
   const json g = test::read_json_file(dir / "gpt2/config.json");

@@ -61,6 +61,12 @@ TEST(HfExportLive, TransformersLoadsExportedGpt2AndLlamaWithTesserasLogits) {
   models::ModelConfig tied{.family = "llama", .vocab = 64, .dim = 32, .layers = 1, .heads = 4, .context = 16};
   tied.tied_embeddings = true;
   pairs += export_with_logits(tied, dir / "llama_tied", 5'000'000'000);
+  // Llama 3.1 RoPE scaling, its pretraining context short enough that head_dim 16 has
+  // frequencies in all three bands (wavelengths 6.3 < 32/4 < 19.9 < 32/1 < 62.8 ...).
+  models::ModelConfig llama31{.family = "llama", .vocab = 64, .dim = 32, .layers = 2, .heads = 2, .context = 64};
+  llama31.rope_scaling = "llama3";
+  llama31.rope_original_context = 32;
+  pairs += export_with_logits(llama31, dir / "llama31", 5'000'000'000);
   // Same float32 reasoning as test_hf_import.cpp: only the summation order differs.
   const std::string command =
       kPython.string() + " " + (test::kSourceDir / "tests/oracles/hf_check_export.py").string() + pairs + " --tol 5e-5";

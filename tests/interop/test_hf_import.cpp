@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "hf_test_util.h"
 #include "tessera/base/error.h"
@@ -24,8 +25,10 @@ using test::kHfFixtures;
 // mistake (a swapped head, a missed transpose) moves logits by O(0.1 .. 1).
 constexpr double kLogitTolerance = 5e-5;
 
-double max_logit_error(const std::string& fixture) {
-  const interop::HfModel hf = interop::load_hf_model(kHfFixtures / fixture);
+// `plain_rope`: computed as if the config had no RoPE scaling (to show the scaling matters).
+double max_logit_error(const std::string& fixture, bool plain_rope = false) {
+  interop::HfModel hf = interop::load_hf_model(kHfFixtures / fixture);
+  if (plain_rope) hf.config.rope_scaling = "none";
   const models::Model model(hf.config);
   const Array logits = model.logits(hf.params, test::golden_tokens()).eval();
   const json* found = nullptr;
@@ -62,6 +65,17 @@ TEST(HfImport, TiedLlamaLogitsMatchTransformers) {
   RecordProperty("max_abs_error", fmt::format("{:.3g}", err));
 }
 
+TEST(HfImport, Llama31ScaledRopeLogitsMatchTransformers) {
+  const double err = max_logit_error("hf_llama31");
+  EXPECT_LE(err, kLogitTolerance);
+  // The fixture is built so that the scaling matters: plain RoPE on the same weights
+  // misses transformers' logits by far more than the tolerance (2.4 when written).
+  const double unscaled = max_logit_error("hf_llama31", /*plain_rope=*/true);
+  EXPECT_GT(unscaled, 1000 * kLogitTolerance);
+  RecordProperty("max_abs_error", fmt::format("{:.3g}", err));
+  RecordProperty("max_abs_change_by_scaling", fmt::format("{:.3g}", unscaled));
+}
+
 TEST(HfImport, ConfigsMapToModelConfigs) {
   const interop::HfModel gpt2 = interop::load_hf_model(kHfFixtures / "hf_gpt2");
   EXPECT_EQ(gpt2.config.family, "gpt2");
@@ -81,6 +95,15 @@ TEST(HfImport, ConfigsMapToModelConfigs) {
   EXPECT_EQ(llama.config.norm_eps, 1e-5);
   EXPECT_FALSE(llama.config.resolved_tied());
   EXPECT_EQ(llama.params.at("head").leaf().shape(), Shape({32, 96}));
+  EXPECT_EQ(llama.config.rope_scaling, "none");
+  const interop::HfModel llama31 = interop::load_hf_model(kHfFixtures / "hf_llama31");
+  EXPECT_EQ(llama31.config.rope_theta, 100.0);
+  EXPECT_EQ(llama31.config.rope_scaling, "llama3");
+  EXPECT_EQ(llama31.config.rope_factor, 8.0);
+  EXPECT_EQ(llama31.config.rope_low_freq_factor, 1.0);
+  EXPECT_EQ(llama31.config.rope_high_freq_factor, 4.0);
+  EXPECT_EQ(llama31.config.rope_original_context, 32);
+  EXPECT_EQ(llama31.config.context, 64);
 }
 
 TEST(HfImport, ShardedEqualsSingleFileBitwise) {
@@ -132,9 +155,11 @@ TEST(HfConfig, UnsupportedSettingsAreErrorsNamingKeyAndValue) {
   EXPECT_NE(e.find("'scale_attn_by_inverse_layer_idx' = true is not supported"), std::string::npos) << e;
 
   c = fixture_config("hf_llama");
+  c.erase("rope_parameters");
   c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
   e = config_error(c);
-  EXPECT_NE(e.find("'rope_scaling' = {\"factor\":2.0,\"rope_type\":\"linear\"} is not supported"), std::string::npos)
+  EXPECT_NE(e.find("rope_scaling: 'rope_type' = \"linear\" is not supported (supported: default, llama3)"),
+            std::string::npos)
       << e;
 
   c = fixture_config("hf_llama");
@@ -161,6 +186,63 @@ TEST(HfConfig, UnsupportedSettingsAreErrorsNamingKeyAndValue) {
   c = fixture_config("hf_llama");
   c["architectures"] = {"LlamaForSequenceClassification"};
   EXPECT_NE(config_error(c).find("architectures"), std::string::npos);
+}
+
+TEST(HfConfig, BadLlama3RopeScalingIsAnErrorNamingTheKey) {
+  auto error_with = [](const std::function<void(json&)>& edit) {
+    json c = fixture_config("hf_llama31");
+    edit(c["rope_parameters"]);
+    return config_error(c);
+  };
+  std::string e = error_with([](json& p) { p["factor"] = 0.0; });
+  EXPECT_NE(e.find("rope_parameters: 'factor' = 0.0 (expected a positive number)"), std::string::npos) << e;
+  e = error_with([](json& p) { p["factor"] = -8; });
+  EXPECT_NE(e.find("'factor' = -8 (expected a positive number)"), std::string::npos) << e;
+  e = error_with([](json& p) { p["high_freq_factor"] = 1.0; });
+  EXPECT_NE(e.find("'high_freq_factor' = 1 must be greater than 'low_freq_factor' = 1"), std::string::npos) << e;
+  e = error_with([](json& p) { p["low_freq_factor"] = 0; });
+  EXPECT_NE(e.find("'low_freq_factor' = 0 (expected a positive number)"), std::string::npos) << e;
+  e = error_with([](json& p) { p.erase("factor"); });
+  EXPECT_NE(e.find("'factor' is missing"), std::string::npos) << e;
+  e = error_with([](json& p) { p["original_max_position_embeddings"] = 8.5; });
+  EXPECT_NE(e.find("'original_max_position_embeddings' = 8.5 (expected a positive integer)"), std::string::npos) << e;
+  e = error_with([](json& p) { p["rope_type"] = "yarn"; });
+  EXPECT_NE(e.find("'rope_type' = \"yarn\" is not supported (supported: default, llama3)"), std::string::npos) << e;
+  // A parameter of another rope type would silently change nothing: refused.
+  e = error_with([](json& p) { p["attention_factor"] = 0.5; });
+  EXPECT_NE(e.find("'rope_parameters.attention_factor' = 0.5 is not supported"), std::string::npos) << e;
+  json both = fixture_config("hf_llama31");
+  both["rope_scaling"] = both["rope_parameters"];
+  e = config_error(both);
+  EXPECT_NE(e.find("both 'rope_scaling' and 'rope_parameters'"), std::string::npos) << e;
+}
+
+TEST(HfConfig, TransformersFourLlama3RopeScalingIsAccepted) {
+  // Meta's Llama 3.1 config.json form: rope_theta at the top, rope_scaling with "rope_type"
+  // (older files: "type"); original_max_position_embeddings defaults to
+  // max_position_embeddings, and a top-level one wins (as in transformers).
+  const models::ModelConfig v5 = interop::model_config_from_hf(fixture_config("hf_llama31"), "x");
+  for (const char* type_key : {"rope_type", "type"}) {
+    SCOPED_TRACE(type_key);
+    json c = fixture_config("hf_llama31");
+    c["rope_scaling"] = c["rope_parameters"];
+    c.erase("rope_parameters");
+    c["rope_scaling"].erase("rope_theta");
+    c["rope_scaling"].erase("rope_type");
+    c["rope_scaling"][type_key] = "llama3";
+    c["rope_theta"] = 100.0;
+    const models::ModelConfig v4 = interop::model_config_from_hf(c, "x");
+    EXPECT_EQ(v4.rope_scaling, "llama3");
+    EXPECT_EQ(v4.rope_theta, v5.rope_theta);
+    EXPECT_EQ(v4.rope_factor, v5.rope_factor);
+    EXPECT_EQ(v4.rope_low_freq_factor, v5.rope_low_freq_factor);
+    EXPECT_EQ(v4.rope_high_freq_factor, v5.rope_high_freq_factor);
+    EXPECT_EQ(v4.rope_original_context, v5.rope_original_context);
+    c["rope_scaling"].erase("original_max_position_embeddings");
+    EXPECT_EQ(interop::model_config_from_hf(c, "x").rope_original_context, 64);
+    c["original_max_position_embeddings"] = 48;
+    EXPECT_EQ(interop::model_config_from_hf(c, "x").rope_original_context, 48);
+  }
 }
 
 TEST(HfConfig, TransformersFourRopeKeysAreAccepted) {

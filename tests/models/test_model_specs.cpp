@@ -182,5 +182,47 @@ TEST(ModelSpecs, PresetsAndConfigErrors) {
   EXPECT_THROW(Model(bad([](ModelConfig& c) { c.norm_eps = 0; })), ValueError);
 }
 
+TEST(ModelConfig, RopeScalingIsCheckedAndReachesTheAttention) {
+  auto error_of = [](auto edit) -> std::string {
+    ModelConfig c = preset("llama-tiny");
+    c.rope_scaling = "llama3";
+    edit(c);
+    try {
+      Model{c};
+    } catch (const ValueError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(error_of([](ModelConfig&) {}), "no error");
+  EXPECT_NE(error_of([](ModelConfig& c) { c.rope_scaling = "yarn"; }).find("rope_scaling = 'yarn' is unknown"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ModelConfig& c) { c.family = "gpt2"; }).find("needs family 'llama'"), std::string::npos);
+  EXPECT_NE(error_of([](ModelConfig& c) { c.rope_factor = 0; }).find("rope_factor = 0 must be positive"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ModelConfig& c) {
+              c.rope_high_freq_factor = 1;
+            }).find("rope_high_freq_factor = 1 must be greater than rope_low_freq_factor = 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ModelConfig& c) { c.rope_original_context = 0; }).find("rope_original_context = 0"),
+            std::string::npos);
+  // Only "llama3" turns the scaling on, and it changes the logits of the same weights.
+  ModelConfig plain{.family = "llama", .vocab = 16, .dim = 16, .layers = 1, .heads = 2, .context = 64};
+  ModelConfig scaled = plain;
+  scaled.rope_scaling = "llama3";
+  scaled.rope_original_context = 16;
+  EXPECT_FALSE(plain.rope_llama3().has_value());
+  ASSERT_TRUE(scaled.rope_llama3().has_value());
+  EXPECT_EQ(scaled.rope_llama3()->original_context, 16);
+  const Tree params = Model(plain).init(1);
+  const Array tokens = Array::from_vector(std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {1, 10});
+  const std::vector<float> a = Model(plain).logits(params, tokens).to_vector<float>();
+  const std::vector<float> b = Model(scaled).logits(params, tokens).to_vector<float>();
+  ModelConfig unused = plain;
+  unused.rope_factor = 3;  // parameters without rope_scaling = "llama3" change nothing
+  EXPECT_EQ(Model(unused).logits(params, tokens).to_vector<float>(), a);
+  EXPECT_NE(a, b);
+}
+
 }  // namespace
 }  // namespace tessera::models

@@ -33,11 +33,24 @@ def gpt2_config():
                       attn_pdrop=0.0, bos_token_id=95, eos_token_id=95)
 
 
-def llama_config(tied):
-    return LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32, rms_norm_eps=1e-5,
-                       rope_theta=10000.0, tie_word_embeddings=tied, hidden_act="silu", attention_bias=False,
-                       mlp_bias=False, bos_token_id=1, eos_token_id=2)
+def llama_config(tied, **overrides):
+    kwargs = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32, rms_norm_eps=1e-5,
+                  rope_theta=10000.0, tie_word_embeddings=tied, hidden_act="silu", attention_bias=False,
+                  mlp_bias=False, bos_token_id=1, eos_token_id=2)
+    kwargs.update(overrides)
+    return LlamaConfig(**kwargs)
+
+
+# Llama 3.1's RoPE scaling with Llama 3.1's factors, on a pretraining context so short that
+# head_dim 8 at theta 100 has one frequency in each band: wavelengths 2 pi / theta^(-2i/8)
+# = 6.3 (< 32/4: unchanged), 19.9 (between: interpolated), 62.8 and 199 (> 32/1: / 8).
+LLAMA31_ROPE = {"rope_type": "llama3", "rope_theta": 100.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+
+
+def llama31_config(rope_parameters=None):
+    return llama_config(tied=False, max_position_embeddings=64, rope_parameters=rope_parameters or LLAMA31_ROPE)
 
 
 def randomize(model, seed):
@@ -65,6 +78,8 @@ def build(name):
         return randomize(LlamaForCausalLM(llama_config(tied=False)), 2), {"max_shard_size": "20KB"}
     if name == "hf_llama_tied":
         return randomize(LlamaForCausalLM(llama_config(tied=True)), 3), {}
+    if name == "hf_llama31":
+        return randomize(LlamaForCausalLM(llama31_config()), 4), {}
     raise ValueError(name)
 
 
@@ -91,6 +106,15 @@ def logits_of(path, cls):
     return out
 
 
+def unscaled_logits_of(path):
+    """The same weights with plain RoPE at the same theta: how much the scaling changes the logits."""
+    model = LlamaForCausalLM.from_pretrained(
+        path, config=llama31_config({"rope_type": "default", "rope_theta": LLAMA31_ROPE["rope_theta"]}),
+        attn_implementation="eager").eval()
+    with torch.no_grad():
+        return model(torch.tensor(TOKENS, dtype=torch.long)).logits
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: hf_models.py GOLDEN_JSON")
@@ -98,13 +122,19 @@ def main():
     golden = {"versions": {"transformers": transformers.__version__, "torch": torch.__version__.split("+")[0]},
               "tokens": TOKENS, "cases": []}
     for name, cls in (("hf_gpt2", GPT2LMHeadModel), ("hf_llama", LlamaForCausalLM),
-                      ("hf_llama_sharded", LlamaForCausalLM), ("hf_llama_tied", LlamaForCausalLM)):
+                      ("hf_llama_sharded", LlamaForCausalLM), ("hf_llama_tied", LlamaForCausalLM),
+                      ("hf_llama31", LlamaForCausalLM)):
         path = ensure_fixture(name)
         logits = logits_of(path, cls)
         if name == "hf_llama_sharded":
             # The sharded copy must hold the same model; its logits are not stored twice.
             assert torch.equal(logits, logits_of(os.path.join(FIXTURES, "hf_llama"), cls)), "sharded != unsharded"
             continue
+        if name == "hf_llama31":
+            # The C++ tests compare at 5e-5: the scaling must move the logits far more than that.
+            change = (logits - unscaled_logits_of(path)).abs().max().item()
+            print(f"[hf_models] llama3 RoPE scaling changes hf_llama31's logits by up to {change:.3g}")
+            assert change > 0.05, change
         golden["cases"].append({
             "name": name,
             "shape": list(logits.shape),

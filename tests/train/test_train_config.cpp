@@ -123,6 +123,40 @@ TEST(TrainConfig, JsonRoundTrip) {
   EXPECT_EQ(back.loop.steps, 7);
 }
 
+TEST(TrainConfig, RopeScalingKeysRoundTripAndAreChecked) {
+  TrainConfig c = parse_config(R"(
+[model]
+preset = "llama-tiny"
+rope_scaling = "llama3"
+rope_factor = 32
+rope_low_freq_factor = 0.5
+rope_high_freq_factor = 2.5
+rope_original_context = 64
+)",
+                               "t.toml");
+  EXPECT_EQ(c.model.rope_scaling, "llama3");
+  EXPECT_EQ(c.model.rope_factor, 32.0);
+  EXPECT_EQ(c.model.rope_low_freq_factor, 0.5);
+  EXPECT_EQ(c.model.rope_high_freq_factor, 2.5);
+  EXPECT_EQ(c.model.rope_original_context, 64);
+  const TrainConfig back = config_from_json(c.to_json());
+  EXPECT_EQ(back.to_json(), c.to_json());
+  EXPECT_EQ(back.model.rope_scaling, "llama3");
+  EXPECT_EQ(back.model.rope_original_context, 64);
+  // A checkpoint written before these keys existed restores plain RoPE.
+  nlohmann::json old = c.to_json();
+  for (const char* key :
+       {"rope_scaling", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_context"})
+    old["model"].erase(key);
+  EXPECT_EQ(config_from_json(old).model.rope_scaling, "none");
+  EXPECT_NE(error_of("[model]\npreset = \"llama-tiny\"\nrope_scaling = \"yarn\"\n").find("rope_scaling = 'yarn'"),
+            std::string::npos);
+  EXPECT_NE(error_of("[model]\npreset = \"llama-tiny\"\nrope_factor = 0.0\n").find("rope_factor = 0"),
+            std::string::npos);
+  EXPECT_NE(error_of("[model]\nrope_original_context = 1.5\n").find("'model.rope_original_context' expects an integer"),
+            std::string::npos);
+}
+
 TEST(TrainConfig, EveryShippedConfigLoads) {
   int loaded = 0;
   for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(TESSERA_SOURCE_DIR) / "configs")) {

@@ -3,7 +3,8 @@
 //
 // Import accepts only configs whose model tessera's blocks reproduce: GPT-2 with
 // gelu_new (tanh GELU), scaled attention, no per-layer attention scaling; Llama with
-// silu, no biases, head_dim = hidden / heads and plain RoPE (no rope_scaling). Anything
+// silu, no biases, head_dim = hidden / heads and RoPE plain or with Llama 3.1's scaling
+// (rope_type "llama3", in rope_scaling or rope_parameters). Anything
 // else is a ValueError naming the key, its value and what is supported, so a model that
 // would load but compute something different is never imported silently.
 #pragma once

@@ -12,6 +12,7 @@
 
 #include "tessera/core/tree.h"
 #include "tessera/nn/param.h"
+#include "tessera/nn/rotary.h"
 
 namespace tessera::models {
 
@@ -27,6 +28,14 @@ struct ModelConfig {
   double dropout = 0.0;   // residual/attention-output/embedding dropout while training
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  // RoPE scaling (llama): "none" or "llama3" (Llama 3.1/3.2's per-band scaling of the
+  // inverse frequencies, nn/rotary.h) with its factor, low/high frequency factors and
+  // the pretraining context it extends (defaults: Llama 3.1's values).
+  std::string rope_scaling = "none";
+  double rope_factor = 8.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_original_context = 8192;
   std::optional<bool> tied_embeddings = std::nullopt;  // unset: gpt2 true, llama false
   double init_std = 0.02;
   // Mixed precision: the dtype activations flow in, "float32" | "bfloat16" | "float16".
@@ -45,6 +54,8 @@ struct ModelConfig {
   int64_t resolved_kv_heads() const;
   int64_t resolved_mlp_dim() const;
   bool resolved_tied() const;
+  // The llama3 scaling parameters when rope_scaling is "llama3", else nullopt.
+  std::optional<nn::Llama3RopeScaling> rope_llama3() const;
   int64_t head_dim() const { return dim / heads; }
   // compute_dtype as a DType (ValueError naming the allowed values when unknown).
   DType compute() const;

@@ -15,6 +15,7 @@
 
 #include "tessera/core/tree.h"
 #include "tessera/nn/param.h"
+#include "tessera/nn/rotary.h"
 
 namespace tessera::nn {
 
@@ -29,6 +30,7 @@ struct Attention {
   bool bias = true;
   bool rope = false;
   double rope_theta = 10000.0;
+  std::optional<Llama3RopeScaling> rope_llama3 = std::nullopt;  // Llama 3.1 RoPE scaling (rotary.h)
   double init_std = 0.02;
   double out_std = 0.02;  // wo (GPT-2: init_std / sqrt(2 * layers))
 

@@ -16,3 +16,19 @@ foreach(case bpe_train_sample hf_round_trip)
                                             $<TARGET_FILE:tessera_cli> ${CMAKE_SOURCE_DIR} ${case})
   set_tests_properties(cli.interop_${case} PROPERTIES LABELS cli TIMEOUT 120)
 endforeach()
+
+# tests/cli/launch_cli_test.sh: `tessera launch` restarting a SIGKILLed training run that
+# resumes to byte-identical params, and the exit codes a scheduler sees.
+foreach(case kill_resume exit_codes)
+  add_test(NAME cli.launch_${case} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/cli/launch_cli_test.sh
+                                           $<TARGET_FILE:tessera_cli> ${CMAKE_SOURCE_DIR} ${case})
+  set_tests_properties(cli.launch_${case} PROPERTIES LABELS cli TIMEOUT 180)
+endforeach()
+
+# tests/cli/fault_cli_test.sh: TESSERA_FAULT kill@step SIGKILLs `tessera train`, the same
+# command resumes to byte-identical params; hang@step is ended by a timeout.
+foreach(case kill_resume hang)
+  add_test(NAME cli.fault_${case} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/cli/fault_cli_test.sh
+                                          $<TARGET_FILE:tessera_cli> ${CMAKE_SOURCE_DIR} ${case})
+  set_tests_properties(cli.fault_${case} PROPERTIES LABELS cli TIMEOUT 120)
+endforeach()

@@ -29,5 +29,7 @@ Command add_eval_command(CLI::App& app);
 Command add_data_command(CLI::App& app);
 Command add_tokenize_command(CLI::App& app);
 Command add_ckpt_command(CLI::App& app);
+Command add_cache_command(CLI::App& app);
+Command add_launch_command(CLI::App& app);
 
 }  // namespace tessera::cli

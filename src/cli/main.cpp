@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   commands.push_back(tessera::cli::add_data_command(app));
   commands.push_back(tessera::cli::add_tokenize_command(app));
   commands.push_back(tessera::cli::add_ckpt_command(app));
+  commands.push_back(tessera::cli::add_cache_command(app));
+  commands.push_back(tessera::cli::add_launch_command(app));
 
   try {
     app.parse(argc, argv);
@@ -67,6 +69,10 @@ int main(int argc, char** argv) {
     if (!command.app->parsed()) continue;
     try {
       return command.run();
+    } catch (const tessera::ConfigError& e) {
+      // Exit 2 like a usage error: retrying cannot help (`tessera launch` does not restart it).
+      std::fprintf(stderr, "tessera %s: %s\n", command.app->get_name().c_str(), e.what());
+      return 2;
     } catch (const tessera::Error& e) {
       std::fprintf(stderr, "tessera %s: %s\n", command.app->get_name().c_str(), e.what());
       return 1;

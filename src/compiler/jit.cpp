@@ -6,6 +6,7 @@
 
 #include "compiler/lazy_graph.h"
 #include "core/trace_state.h"
+#include "tessera/compiler/compilation_cache.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/dist/api.h"
 #include "tessera/dist/partitioner.h"
@@ -70,6 +71,25 @@ dist::Mesh spmd_mesh(const std::vector<std::optional<dist::Sharding>>& in,
   for (size_t i = 0; i < in.size(); ++i) visit(in[i], "argument", i);
   for (size_t i = 0; i < out.size(); ++i) visit(out[i], "output", i);
   return *mesh;
+}
+
+// Compiles `traced`, or loads the executable the persistent compilation cache holds
+// for it (compiler/compilation_cache.h). GPU programs are not cached: their device
+// programs (NVRTC kernels, GEMM algorithm choices) are not serializable yet.
+std::shared_ptr<compiler::Executable> compile_with_cache(const compiler::Graph& traced, const JitOptions& options,
+                                                         const std::vector<bool>& donated) {
+  std::shared_ptr<compiler::CompilationCache> cache = compiler::compilation_cache();
+  if (cache && compiler::DeviceSpec::parse(options.device).cuda) {
+    compiler::note_compilation_cache_skip(options.name,
+                                          "GPU programs are not cached yet (device " + options.device + ")");
+    cache = nullptr;
+  }
+  if (!cache) return compiler::compile(traced, options.compile, donated);
+  const compiler::CacheKey key = compiler::make_cache_key(traced, donated, options.compile, options.device);
+  if (std::unique_ptr<compiler::Executable> hit = cache->load(key)) return hit;
+  std::shared_ptr<compiler::Executable> exe = compiler::compile(traced, options.compile, donated);
+  cache->store(key, *exe);
+  return exe;
 }
 
 }  // namespace
@@ -150,9 +170,10 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
     // Device 0's executable stands for the program (stats, profile); owned by spmd.
     entry.executable = std::shared_ptr<compiler::Executable>(entry.spmd, &entry.spmd->executable(0));
   } else {
-    entry.executable =
-        std::shared_ptr<compiler::Executable>(compiler::compile(entry.traced, s.options.compile, donated).release());
+    entry.executable = compile_with_cache(entry.traced, s.options, donated);
   }
+  if (entry.spmd && compiler::compilation_cache())
+    compiler::note_compilation_cache_skip(s.options.name, "SPMD programs are not serializable yet");
   if (const compiler::DeviceSpec device = compiler::DeviceSpec::parse(s.options.device); device.cuda) {
     if (entry.spmd)
       fail<ValueError>("jit @{}: sharded programs on GPUs are not supported yet (device {}); run SPMD on the CPU",

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -104,6 +105,14 @@ void Recorder::attempt_start(std::string_view reason) {
   std::string why(reason);
   {
     std::lock_guard lock(mutex_);
+    // Under `tessera launch` the supervisor has already written this attempt's
+    // attempt_start (with the reason) and names its number here: join it.
+    if (const char* joined = std::getenv("TESSERA_GOODPUT_ATTEMPT"); joined != nullptr && attempt_ < 0 &&
+                                                                     last_attempt_in_log_ >= 0 &&
+                                                                     std::to_string(last_attempt_in_log_) == joined) {
+      attempt_ = last_attempt_in_log_;
+      return;
+    }
     if (why.empty() && last_attempt_in_log_ >= 0)
       why = last_failure_.empty() ? "no failure recorded (killed?)" : last_failure_;
   }

@@ -297,6 +297,18 @@ const std::vector<Field>& schema() {
                            [](C& c) -> int& { return c.checkpoint.keep_last; }));
     f.push_back(field<int>("checkpoint.keep_every", "also keep multiples of this step (0: none)",
                            [](C& c) -> int& { return c.checkpoint.keep_every; }));
+    f.push_back(field<bool>("checkpoint.async", "write checkpoints in a background thread",
+                            [](C& c) -> bool& { return c.checkpoint.async; }));
+    f.push_back(field<std::string>("checkpoint.local_dir", "fast local checkpoint tier, e.g. /dev/shm/... (\"\": off)",
+                                   [](C& c) -> std::string& { return c.checkpoint.local_dir; }));
+    f.push_back(field<int64_t>("checkpoint.local_interval", "steps between local-tier checkpoints",
+                               [](C& c) -> int64_t& { return c.checkpoint.local_interval; }));
+    f.push_back(field<int>("checkpoint.local_keep_last", "newest local-tier checkpoints kept",
+                           [](C& c) -> int& { return c.checkpoint.local_keep_last; }));
+    f.push_back(field<bool>("checkpoint.auto_interval", "Young/Daly interval sqrt(2 * save cost * mtbf_s)",
+                            [](C& c) -> bool& { return c.checkpoint.auto_interval; }));
+    f.push_back(field<double>("checkpoint.mtbf_s", "assumed mean time between failures (auto_interval)",
+                              [](C& c) -> double& { return c.checkpoint.mtbf_s; }));
     // [run]
     f.push_back(field<std::string>("run.dir", "run directory (checkpoints, metrics, goodput)",
                                    [](C& c) -> std::string& { return c.run.dir; }));
@@ -312,6 +324,10 @@ const std::vector<Field>& schema() {
                                    "start from these weights: a Hugging Face directory, a checkpoint or a run (the "
                                    "model shape comes from there)",
                                    [](C& c) -> std::string& { return c.run.init_from; }));
+    f.push_back(field<std::string>("run.compilation_cache",
+                                   "persistent compilation cache directory: auto (RUN_DIR/compilation_cache, or "
+                                   "TESSERA_COMPILATION_CACHE_DIR when set), \"\" (off) or a path",
+                                   [](C& c) -> std::string& { return c.run.compilation_cache; }));
     // [parallel]
     f.push_back(field<std::string>("parallel.mesh", "device mesh, e.g. data=2,fsdp=2,tensor=2 (empty: one device)",
                                    [](C& c) -> std::string& { return c.parallel.mesh; }));
@@ -484,6 +500,14 @@ void TrainConfig::validate() const {
   if (checkpoint.keep_last < 1)
     fail<ConfigError>("config: 'checkpoint.keep_last' must be >= 1 (got {})", checkpoint.keep_last);
   if (checkpoint.keep_every < 0) fail<ConfigError>("config: 'checkpoint.keep_every' must be >= 0");
+  if (checkpoint.local_interval < 0) fail<ConfigError>("config: 'checkpoint.local_interval' must be >= 0");
+  if (checkpoint.local_keep_last < 1)
+    fail<ConfigError>("config: 'checkpoint.local_keep_last' must be >= 1 (got {})", checkpoint.local_keep_last);
+  if (!checkpoint.local_dir.empty() && checkpoint.local_interval == 0)
+    fail<ConfigError>("config: 'checkpoint.local_dir' = \"{}\" needs 'checkpoint.local_interval' > 0",
+                      checkpoint.local_dir);
+  if (!(checkpoint.mtbf_s > 0) || !std::isfinite(checkpoint.mtbf_s))
+    fail<ConfigError>("config: 'checkpoint.mtbf_s' = {} must be a finite number of seconds > 0", checkpoint.mtbf_s);
   if (run.threads < 0) fail<ConfigError>("config: 'run.threads' must be >= 0");
   if (!parallel.mesh.empty()) {
     try {

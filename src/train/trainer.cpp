@@ -9,6 +9,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -16,6 +17,7 @@
 #include "tessera/base/error.h"
 #include "tessera/base/thread_pool.h"
 #include "tessera/ckpt/checkpoint.h"
+#include "tessera/compiler/compilation_cache.h"
 #include "tessera/compiler/device_program.h"
 #include "tessera/core/ops.h"
 #include "tessera/core/random.h"
@@ -34,6 +36,9 @@
 #include "tessera/train/progress.h"
 #include "tessera/train/tensorboard.h"
 #include "tessera/train/train_step.h"
+#include "train/checkpoint_saver.h"
+#include "train/fault_injection.h"
+#include "train/heartbeat.h"
 
 namespace tessera::train {
 
@@ -100,13 +105,6 @@ class StopSignalScope {
   struct sigaction old_int_ {};
   struct sigaction old_term_ {};
 };
-
-// The directory of the committed checkpoint of `step` (restore_latest returns its state only).
-fs::path restored_path_of(const ckpt::CheckpointManager& checkpoints, int64_t step) {
-  for (const ckpt::CheckpointInfo& info : checkpoints.list())
-    if (info.step == step) return info.path;
-  return {};
-}
 
 // Loss scaling: this many skipped steps in a row stop the run (a dynamic scale has
 // then backed off by 0.5^100: the gradients are not finite at any scale).
@@ -201,6 +199,13 @@ TrainSummary Trainer::run() {
   const TrainConfig& cfg = impl_->config;
   // The run directory is checked before anything is recorded in it.
   check_writable(cfg.run.dir);
+  // The persistent compilation cache: a restarted job loads its programs from disk.
+  if (cfg.run.compilation_cache == "auto") {
+    if (std::getenv("TESSERA_COMPILATION_CACHE_DIR") == nullptr)
+      compiler::set_compilation_cache((fs::path(cfg.run.dir) / "compilation_cache").string());
+  } else {
+    compiler::set_compilation_cache(cfg.run.compilation_cache);
+  }
   // A job whose last checkpoint already reached train.steps has nothing left to do:
   // rerunning it only reports, and is not a new attempt in the goodput log.
   const std::vector<ckpt::CheckpointInfo> existing = ckpt::list_checkpoints(fs::path(cfg.run.dir) / "checkpoints");
@@ -318,7 +323,9 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   const Layout* layout_ptr = layout ? &*layout : nullptr;
   data::DataLoader loader(train_file, cfg.micro_batch_size(), cfg.loop.seq, cfg.run.seed);
   data::DataLoader val_loader(val_file, cfg.micro_batch_size(), cfg.loop.seq, cfg.run.seed, 0, 1, /*shuffle=*/false);
-  ckpt::CheckpointManager checkpoints(run_dir, {cfg.checkpoint.keep_last, cfg.checkpoint.keep_every});
+  // Checkpoint tiers, async writes, the save cadence and TESSERA_FAULT (train/checkpoint_saver.h).
+  CheckpointSaver checkpoints(cfg, recorder, primary, dist::is_multi_process() ? dist::local_devices().at(0) : 0,
+                              FaultPlan::from_env(), note);
   summary.parameters = model.parameter_count();
   init_span.reset();
 
@@ -327,9 +334,9 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   double tokens_seen = 0;
   {
     auto restore_span = span(goodput::Phase::kCheckpointRestore);
-    auto restored = checkpoints.restore_latest(params, opt_state, [&](const std::string& w) { note("warning: " + w); });
+    auto restored = checkpoints.restore(params, opt_state, [&](const std::string& w) { note("warning: " + w); });
     if (restored) {
-      const nlohmann::json& extra = restored->extra;
+      const nlohmann::json& extra = restored->state.extra;
       if (extra.contains("config")) {
         // Only the model's shape must match; other keys (steps, intervals) may change on resume.
         const TrainConfig saved = config_from_json(extra["config"]);
@@ -338,12 +345,12 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
           fail<ConfigError>("resume: the checkpoint in '{}' was trained with a different model ({}); use a new run.dir",
                             run_dir.string(), extra["config"]["model"].dump());
       }
-      params = std::move(restored->params);
-      opt_state = std::move(restored->opt_state);
-      step = restored->step;
+      params = std::move(restored->state.params);
+      opt_state = std::move(restored->state.opt_state);
+      step = restored->state.step;
       loader.set_position({extra.at("data").at("epoch").get<uint64_t>(), extra.at("data").at("index").get<uint64_t>()});
       tokens_seen = extra.value("tokens_seen", 0.0);
-      summary.last_checkpoint = restored_path_of(checkpoints, step);
+      summary.last_checkpoint = restored->path;
       note(fmt::format("resumed from step {}", step));
     } else if (!cfg.run.init_from.empty()) {
       params =
@@ -353,6 +360,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
     }
   }
   summary.start_step = step;
+  checkpoints.start_at(step);
   if (layout) {
     // Checkpoints hold whole arrays, so any mesh restores any checkpoint.
     params = layout->shard_params(params);
@@ -378,21 +386,25 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
       impl_->tensorboard->add_scalars(record.at("step").get<int64_t>(), tensorboard_scalars(record));
   };
 
-  auto save = [&](int64_t at_step) {
-    if (recorder) recorder->checkpoint_save_start(at_step, goodput::SavePart::kBlocking);
-    ckpt::CheckpointState state;
-    state.step = at_step;
-    state.params = layout ? Layout::gather(params) : params;
-    state.opt_state = layout ? Layout::gather(opt_state) : opt_state;
-    const data::LoaderPosition pos = loader.position();
-    state.extra = {{"config", cfg.to_json()},
-                   {"data", {{"epoch", pos.epoch}, {"index", pos.index}}},
-                   {"rng", {{"seed", cfg.run.seed}, {"dropout_key", "param_key(seed, \"dropout/<step>\")"}}},
-                   {"tokenizer", tokenizer->id()},
-                   {"tokenizer_spec", tokenizer->spec()},
-                   {"tokens_seen", tokens_seen}};
-    if (primary) summary.last_checkpoint = checkpoints.save(state);
-    if (recorder) recorder->checkpoint_save_end(at_step, goodput::SavePart::kBlocking, /*committed=*/true);
+  // final: the persistent tier too, whatever the interval; recent_step_s: for the Young/Daly interval.
+  auto save = [&](int64_t at_step, bool final, double recent_step_s) {
+    checkpoints.save(
+        at_step,
+        [&] {
+          ckpt::CheckpointState state;
+          state.step = at_step;
+          state.params = layout ? Layout::gather(params) : params;
+          state.opt_state = layout ? Layout::gather(opt_state) : opt_state;
+          const data::LoaderPosition pos = loader.position();
+          state.extra = {{"config", cfg.to_json()},
+                         {"data", {{"epoch", pos.epoch}, {"index", pos.index}}},
+                         {"rng", {{"seed", cfg.run.seed}, {"dropout_key", "param_key(seed, \"dropout/<step>\")"}}},
+                         {"tokenizer", tokenizer->id()},
+                         {"tokenizer_spec", tokenizer->spec()},
+                         {"tokens_seen", tokens_seen}};
+          return state;
+        },
+        recent_step_s, final);
   };
   Evaluator evaluator(model, layout_ptr, cfg.run.device);
   auto validate = [&]() {
@@ -417,14 +429,19 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
     auto compile_span = span(goodput::Phase::kCompile);
     data::DataLoader probe(val_file, cfg.micro_batch_size(), cfg.loop.seq, cfg.run.seed, 0, 1, /*shuffle=*/false);
     const data::Batch shape_batch = probe.next();
+    const compiler::CompilationCacheStats cache_before = compiler::compilation_cache_stats();
     train_step.compile(params, opt_state, layout ? layout->shard_batch(shape_batch) : shape_batch, key_for(step));
+    // A hit: every program came from the persistent compilation cache (none compiled).
+    const compiler::CompilationCacheStats cache_after = compiler::compilation_cache_stats();
+    if (compile_span)
+      compile_span->set_cache_hit(cache_after.hits > cache_before.hits && cache_after.misses == cache_before.misses);
   }
 
   Progress progress(cfg.loop.steps, show);
+  Heartbeat heartbeat = Heartbeat::from_environment();  // for `tessera launch`
   std::vector<double> step_times;
   const Clock::time_point loop_start = Clock::now();
   summary.stop_reason = "steps";
-  int64_t last_saved = step;
   int64_t skipped_in_a_row = 0;  // loss scaling: steps skipped for non-finite gradients
   while (step < cfg.loop.steps) {
     if (cfg.loop.time_limit_s > 0 && seconds_since(loop_start) >= cfg.loop.time_limit_s) {
@@ -440,6 +457,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
       progress.message(fmt::format("{}: saving a checkpoint at step {} and stopping", summary.stop_reason, step));
       break;
     }
+    checkpoints.at_step_start(step);  // a failed background save surfaces here; TESSERA_FAULT
     const Clock::time_point t0 = Clock::now();
     const std::vector<data::Batch> micro = next_batches();
     const double lr = optim::learning_rate(cfg.schedule, step);
@@ -448,6 +466,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
     ++step;
     tokens_seen += tokens_per_step;
     if (recorder) recorder->step_end(step, static_cast<int64_t>(tokens_per_step), train_step.compiled_flops());
+    heartbeat.beat(step);
     const double dt = seconds_since(t0);
     step_times.push_back(dt);
     summary.last_loss = stats.loss;
@@ -484,10 +503,9 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
       progress.message(fmt::format("step {}: validation loss {:.4f} (perplexity {:.2f})", step, v, std::exp(v)));
     }
     if (step % cfg.loop.log_interval == 0 || eval_now || step == cfg.loop.steps) write_metrics(record);
-    if (cfg.checkpoint.interval > 0 && step % cfg.checkpoint.interval == 0) {
+    if (checkpoints.due(step)) {
       metrics.flush();
-      save(step);
-      last_saved = step;
+      save(step, /*final=*/false, recent);
     }
     if (impl_->options.after_step) impl_->options.after_step(step);
   }
@@ -515,7 +533,9 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   if (summary.stop_reason.starts_with("signal")) {
     // A preemption notice leaves little time: save first, and skip the final evaluation.
     metrics.flush();
-    if (step != last_saved) save(step);
+    if (!checkpoints.persisted(step)) save(step, /*final=*/true, median(step_times));
+    checkpoints.finish();  // never exit with a save in flight
+    if (!checkpoints.last_checkpoint().empty()) summary.last_checkpoint = checkpoints.last_checkpoint();
     return summary;
   }
 
@@ -523,7 +543,9 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   summary.val_loss = v;
   write_metrics(nlohmann::json{{"step", step}, {"val_loss", v}, {"final", true}});
   metrics.flush();
-  if (step != last_saved) save(step);
+  if (!checkpoints.persisted(step)) save(step, /*final=*/true, median(step_times));
+  checkpoints.finish();
+  if (!checkpoints.last_checkpoint().empty()) summary.last_checkpoint = checkpoints.last_checkpoint();
   summary.train_seconds = seconds_since(loop_start);
   return summary;
 }

@@ -58,6 +58,8 @@ class Recorder {
   void job_start(std::string_view job_name = "");  // no-op when the log already has one
   // reason: why the previous attempt ended; default: the last failure's message in the
   // log, or "no failure recorded (killed?)".
+  // When TESSERA_GOODPUT_ATTEMPT names the log's newest attempt (a supervisor such as
+  // `tessera launch` opened it), this process joins that attempt and writes nothing.
   void attempt_start(std::string_view reason = "");
   void backend_init_start();
   void backend_init_end(std::string_view backend = "");

@@ -11,8 +11,9 @@
 //                loss_scale_growth_interval, loss_scale_growth_factor, loss_scale_backoff_factor
 //   [schedule]   decay, warmup_steps, min_lr_ratio
 //   [train]      steps, batch, micro_batch, seq, time_limit_s, log_interval, eval_interval, eval_batches
-//   [checkpoint] interval, keep_last, keep_every
-//   [run]        dir, seed, threads, device, tensorboard, init_from
+//   [checkpoint] interval, keep_last, keep_every, async, local_dir, local_interval, local_keep_last,
+//                auto_interval, mtbf_s
+//   [run]        dir, seed, threads, device, tensorboard, init_from, compilation_cache
 #pragma once
 
 #include <cstdint>
@@ -55,6 +56,16 @@ struct CheckpointConfig {
   int64_t interval = 0;  // steps between checkpoints (0: only at the end)
   int keep_last = 3;
   int keep_every = 0;
+  bool async = true;  // write in a background thread; the step blocks only for a host copy
+  // A second, fast tier (e.g. "/dev/shm/tessera/<run>"; "" off) saved every local_interval
+  // steps and keeping local_keep_last; restore takes the newest valid one of both tiers.
+  std::string local_dir;
+  int64_t local_interval = 0;
+  int local_keep_last = 2;
+  // Young/Daly: save every sqrt(2 * save cost * mtbf_s) seconds of training, recomputed
+  // from the measured blocking save cost after each save (interval: the first save).
+  bool auto_interval = false;
+  double mtbf_s = 3600;
 };
 
 struct RunConfig {
@@ -67,6 +78,10 @@ struct RunConfig {
   // model's shape comes from there (compute_dtype and dropout stay), the optimizer state
   // is fresh and the step 0; a checkpoint of the run itself takes precedence (resume).
   std::string init_from;
+  // Persistent compilation cache (compiler/compilation_cache.h): "auto" =
+  // RUN_DIR/compilation_cache unless TESSERA_COMPILATION_CACHE_DIR names one, "" = off,
+  // else the directory (shareable between runs). A restart compiles from disk.
+  std::string compilation_cache = "auto";
 };
 
 // SPMD training over a device mesh (train/parallel.h). An empty mesh: one device.

@@ -1,0 +1,129 @@
+// `tessera launch [options] -- COMMAND ARGS...`: runs a job under a supervisor that
+// restarts it after failures and hangs (src/launch/supervisor.h).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "launch/supervisor.h"
+#include "tessera/base/error.h"
+#include "tessera/train/config.h"
+
+namespace tessera::cli {
+namespace {
+
+struct LaunchCliOptions {
+  launch::LaunchOptions launch;
+  std::string hang_timeout = "auto";
+  bool mpi = false;
+  bool srun = false;
+};
+
+// The run directory of a `tessera train` command: --set run.dir=..., else the config's.
+std::string run_dir_of(const std::vector<std::string>& command) {
+  std::string config;
+  std::vector<std::string> overrides;
+  bool is_train = false;
+  for (size_t i = 0; i < command.size(); ++i) {
+    const std::string& arg = command[i];
+    if (arg == "train") is_train = true;
+    const bool has_value = i + 1 < command.size();
+    if ((arg == "--config" || arg == "-c") && has_value)
+      config = command[++i];
+    else if (arg.starts_with("--config="))
+      config = arg.substr(9);
+    else if (arg == "--set" && has_value)
+      overrides.push_back(command[++i]);
+    else if (arg.starts_with("--set="))
+      overrides.push_back(arg.substr(6));
+  }
+  for (auto it = overrides.rbegin(); it != overrides.rend(); ++it)
+    if (it->starts_with("run.dir=")) {
+      std::string dir = it->substr(8);
+      if (dir.size() >= 2 && dir.front() == '"' && dir.back() == '"') dir = dir.substr(1, dir.size() - 2);
+      return dir;
+    }
+  if (!is_train || config.empty()) return {};
+  return train::load_config(config, overrides).run.dir;
+}
+
+int run_launch(LaunchCliOptions& options) {
+  launch::LaunchOptions& o = options.launch;
+  if (options.mpi && options.srun) {
+    fmt::print(stderr, "tessera launch: --mpi and --srun exclude each other\n");
+    return 2;
+  }
+  o.mode = options.mpi    ? launch::LaunchMode::kMpirun
+           : options.srun ? launch::LaunchMode::kSrun
+                          : launch::LaunchMode::kFork;
+  if (options.hang_timeout != "auto") {
+    char* end = nullptr;
+    const double seconds = std::strtod(options.hang_timeout.c_str(), &end);
+    if (end == options.hang_timeout.c_str() || *end != '\0' || !(seconds > 0)) {
+      fmt::print(stderr, "tessera launch: --hang-timeout '{}': expected seconds (> 0) or auto\n", options.hang_timeout);
+      return 2;
+    }
+    o.hang.timeout_s = seconds;
+  }
+  if (o.command.empty()) {
+    fmt::print(stderr, "tessera launch: no command; usage: tessera launch [options] -- COMMAND ARGS...\n");
+    return 2;
+  }
+  // `tessera` as the command means this very binary (it need not be on PATH).
+  if (o.command.front() == "tessera") {
+    char self[PATH_MAX];
+    const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) o.command.front() = std::string(self, static_cast<size_t>(n));
+  }
+  if (o.run_dir.empty()) o.run_dir = run_dir_of(o.command);
+  if (o.run_dir.empty()) {
+    fmt::print(stderr,
+               "tessera launch: cannot tell the run directory from the command (it reads --set run.dir= and "
+               "--config of `tessera train`); give --run-dir DIR\n");
+    return 2;
+  }
+  const launch::LaunchResult result = launch::supervise(o);
+  return result.exit_code;
+}
+
+}  // namespace
+
+Command add_launch_command(CLI::App& app) {
+  auto options = std::make_shared<LaunchCliOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "launch", "Run a job under a supervisor that restarts it after failures and hangs (-- COMMAND ARGS...)");
+  sub->footer(
+      "Exit status: 0 success; 2 usage error, or a worker exited 2 (a config/usage error: not retried); "
+      "75 (EX_TEMPFAIL) the restart budget is spent: requeue the job; 127 the command cannot be run; "
+      "128+N the launcher got signal N (passed on to the workers, which checkpoint and stop).\n"
+      "Workers get TESSERA_RANK, TESSERA_LOCAL_RANK, TESSERA_WORLD_SIZE, TESSERA_ATTEMPT and "
+      "TESSERA_HEARTBEAT_FILE ('tessera train' writes its step there). Attempts, reasons and backoff waits go "
+      "to RUN_DIR/goodput/events.jsonl.");
+  launch::LaunchOptions& o = options->launch;
+  sub->add_option("--nproc,-n", o.nproc, "Worker processes (ranks)")->capture_default_str();
+  sub->add_option("--max-restarts", o.max_restarts, "Restarts of the whole job (not per rank)")->capture_default_str();
+  sub->add_option("--hang-timeout", options->hang_timeout,
+                  "Seconds without step progress that count as a hang, or auto: max(60 s, 10 x the median step time)")
+      ->capture_default_str();
+  sub->add_option("--startup-timeout", o.hang.startup_s, "Seconds allowed before each attempt's first step")
+      ->capture_default_str();
+  sub->add_option("--heartbeat-dir", o.heartbeat_dir,
+                  "Where workers write heartbeats (default: a temporary directory; shared storage for srun)");
+  sub->add_option("--backoff", o.backoff_s, "Seconds before the first restart, doubling for each further one")
+      ->capture_default_str();
+  sub->add_option("--grace", o.grace_s, "Seconds between SIGTERM and SIGKILL when stopping workers")
+      ->capture_default_str();
+  sub->add_option("--run-dir", o.run_dir,
+                  "Run directory for the goodput log (default: the run.dir of a `tessera train` command)");
+  sub->add_flag("--mpi", options->mpi, "Start one `mpirun -n N COMMAND` job instead of N processes");
+  sub->add_flag("--srun", options->srun, "Inside a Slurm allocation: start `srun --ntasks=N COMMAND`");
+  sub->add_option("command", o.command, "The worker command (after --)");
+  return Command{sub, [options] { return run_launch(*options); }};
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,564 @@
+#include "tessera/compiler/compilation_cache.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "tessera/base/error.h"
+#include "tessera/version.h"
+
+// Header-only use of libxxhash (the core library does not link it).
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace tessera::compiler {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'T', 'S', 'X', 'C', 'A', 'C', 'H', 'E'};
+constexpr const char* kEntrySuffix = ".tsxc";
+constexpr const char* kLastMissFile = "last_miss.json";
+
+std::string hex128(XXH128_hash_t h) { return fmt::format("{:016x}{:016x}", h.high64, h.low64); }
+
+void warn(const std::string& text) { std::fprintf(stderr, "warning: compilation cache: %s\n", text.c_str()); }
+
+bool debug_notes() {
+  const char* env = std::getenv("TESSERA_COMPILATION_CACHE_DEBUG");
+  return env != nullptr && *env != 0 && std::string(env) != "0";
+}
+
+// Counters of every cache of the process (compilation_cache_stats()).
+std::mutex& global_mutex() {
+  static std::mutex m;
+  return m;
+}
+CompilationCacheStats& global_stats() {
+  static CompilationCacheStats s;
+  return s;
+}
+
+// The constants' bytes in the order Graph::text() prints them (first read, then
+// returned directly), so equal programs hash equal whatever their value ids.
+std::string constants_digest(const Graph& g) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_128bits_reset(state);
+  std::set<ValueId> seen;
+  auto add = [&](ValueId v) {
+    if (g.value(v).kind != ValueKind::Constant || !seen.insert(v).second) return;
+    const Array& c = g.value(v).constant;
+    const uint64_t n = c.nbytes();
+    XXH3_128bits_update(state, &n, sizeof(n));
+    XXH3_128bits_update(state, c.raw_data(), c.nbytes());
+  };
+  for (const Node& node : g.nodes) {
+    if (node.dead) continue;
+    for (ValueId in : node.inputs) add(in);
+  }
+  for (ValueId out : g.outputs) add(out);
+  std::string digest = hex128(XXH3_128bits_digest(state));
+  XXH3_freeState(state);
+  return digest;
+}
+
+void write_all(int fd, const void* data, size_t n, const std::string& path) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) fail<IOError>("compilation cache: cannot write {}: {}", path, std::strerror(errno));
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+template <typename T>
+void append_pod(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+template <typename T>
+bool read_pod(const std::string& bytes, size_t& at, T& v) {
+  if (at > bytes.size() || bytes.size() - at < sizeof(T)) return false;
+  std::memcpy(&v, bytes.data() + at, sizeof(T));
+  at += sizeof(T);
+  return true;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// An entry's header only (magic through the payload hash), so listing a large cache
+// does not read the executables.
+std::string read_header(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes(sizeof(kMagic) + 2 * sizeof(uint32_t), '\0');
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) return {};
+  uint32_t json_size = 0;
+  std::memcpy(&json_size, bytes.data() + sizeof(kMagic) + sizeof(uint32_t), sizeof(json_size));
+  std::string rest(std::min<size_t>(json_size, 1u << 24) + 2 * sizeof(uint64_t), '\0');
+  in.read(rest.data(), static_cast<std::streamsize>(rest.size()));
+  rest.resize(static_cast<size_t>(in.gcount()));
+  return bytes + rest;
+}
+
+// An entry's parsed header; `error` says what is wrong with a damaged one.
+struct ParsedEntry {
+  std::string key_json;
+  std::string payload;
+  std::string error;
+};
+
+// `bytes`: the whole file, or (with_payload false) at least its header, the file being
+// `file_size` bytes long.
+ParsedEntry parse_entry(const std::string& bytes, uint64_t file_size, bool with_payload) {
+  ParsedEntry e;
+  size_t at = 0;
+  uint32_t version = 0;
+  uint32_t json_size = 0;
+  if (bytes.size() < sizeof(kMagic) || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    e.error = "bad magic (not a tessera cache entry)";
+    return e;
+  }
+  at = sizeof(kMagic);
+  if (!read_pod(bytes, at, version) || version != kCompilationCacheFormatVersion) {
+    e.error = fmt::format("entry format version {} (expected {})", version, kCompilationCacheFormatVersion);
+    return e;
+  }
+  if (!read_pod(bytes, at, json_size) || bytes.size() - at < json_size) {
+    e.error = "truncated key";
+    return e;
+  }
+  e.key_json = bytes.substr(at, json_size);
+  at += json_size;
+  uint64_t payload_size = 0;
+  uint64_t payload_hash = 0;
+  if (!read_pod(bytes, at, payload_size) || !read_pod(bytes, at, payload_hash)) {
+    e.error = "truncated header";
+    return e;
+  }
+  if (file_size - at != payload_size) {
+    e.error = fmt::format("payload is {} bytes (header says {})", file_size - at, payload_size);
+    return e;
+  }
+  if (!with_payload) return e;
+  if (XXH3_64bits(bytes.data() + at, payload_size) != payload_hash) {
+    e.error = "payload hash mismatch";
+    return e;
+  }
+  e.payload = bytes.substr(at);
+  return e;
+}
+
+}  // namespace
+
+// ---- the key ----
+
+std::vector<std::pair<std::string, std::string>> CacheKey::parts() const {
+  return {{"program", program},
+          {"signature", signature},
+          {"graph", graph},
+          {"constants", constants},
+          {"remat", remat},
+          {"donation", donation},
+          {"options", options},
+          {"device", device},
+          {"compiler_version", compiler_version},
+          {"format_version", format_version}};
+}
+
+std::string CacheKey::fingerprint() const {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_128bits_reset(state);
+  for (const auto& [name, value] : parts()) {
+    // Length-prefixed, so no two different part lists hash the same byte stream.
+    for (const std::string* s : {&name, &value}) {
+      const uint64_t n = s->size();
+      XXH3_128bits_update(state, &n, sizeof(n));
+      XXH3_128bits_update(state, s->data(), s->size());
+    }
+  }
+  std::string fp = hex128(XXH3_128bits_digest(state));
+  XXH3_freeState(state);
+  return fp;
+}
+
+std::string CacheKey::to_json() const {
+  nlohmann::ordered_json j;
+  for (const auto& [name, value] : parts()) j[name] = value;
+  return j.dump();
+}
+
+CacheKey CacheKey::from_json(const std::string& json) {
+  nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) fail<ValueError>("compilation cache: key is not a JSON object: {:.80}", json);
+  auto get = [&](const char* name) {
+    if (!j.contains(name) || !j[name].is_string())
+      fail<ValueError>("compilation cache: key JSON has no string part \"{}\"", name);
+    return j[name].get<std::string>();
+  };
+  CacheKey k;
+  k.program = get("program");
+  k.signature = get("signature");
+  k.graph = get("graph");
+  k.constants = get("constants");
+  k.remat = get("remat");
+  k.donation = get("donation");
+  k.options = get("options");
+  k.device = get("device");
+  k.compiler_version = get("compiler_version");
+  k.format_version = get("format_version");
+  return k;
+}
+
+CacheKey make_cache_key(const Graph& traced, const std::vector<bool>& donated, const CompileOptions& options,
+                        const std::string& device) {
+  CacheKey k;
+  const std::string text = traced.text();
+  k.program = traced.name;
+  k.signature = text.substr(0, text.find('\n'));
+  k.graph = hex128(XXH3_128bits(text.data(), text.size()));
+  k.constants = constants_digest(traced);
+  for (const CheckpointPolicy& p : traced.remat_regions) k.remat += (k.remat.empty() ? "" : ";") + p.text();
+  for (size_t i = 0; i < traced.parameters.size(); ++i) k.donation += i < donated.size() && donated[i] ? '1' : '0';
+  const char* disabled = std::getenv("TESSERA_DISABLE_PASSES");
+  k.options = fmt::format("fuse={},fold_constants={},simplify={},remat={},schedule={},disabled_passes={}",
+                          int(options.fuse), int(options.fold_constants), int(options.simplify), int(options.remat),
+                          int(options.schedule), disabled ? disabled : "");
+  k.device = device;
+  k.compiler_version = tessera::version();
+  k.format_version = fmt::format("entry={},executable={}", kCompilationCacheFormatVersion, kExecutableFormatVersion);
+  return k;
+}
+
+// ---- the cache ----
+
+CompilationCache::CompilationCache(fs::path dir, uint64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) {
+    warn(fmt::format("cannot create {} ({}); compiling without the cache", dir_.string(), ec.message()));
+    return;
+  }
+  // A probe write: a directory that exists but is read-only is as good as none.
+  const fs::path probe = dir_ / fmt::format(".probe.{}", ::getpid());
+  {
+    std::ofstream out(probe);
+    out << "probe";
+    if (!out) {
+      warn(fmt::format("cannot write in {}; compiling without the cache", dir_.string()));
+      return;
+    }
+  }
+  fs::remove(probe, ec);
+  usable_ = true;
+}
+
+fs::path CompilationCache::entry_path(const std::string& fingerprint) const {
+  return dir_ / (fingerprint + kEntrySuffix);
+}
+
+CompilationCacheStats CompilationCache::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CompilationCache::count(size_t CompilationCacheStats::*field) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++(stats_.*field);
+  }
+  std::lock_guard<std::mutex> lock(global_mutex());
+  ++(global_stats().*field);
+}
+
+void CompilationCache::drop_corrupt(const fs::path& path, const std::string& why) {
+  warn(fmt::format("entry {} is corrupt ({}); removed, recompiling", path.string(), why));
+  std::error_code ec;
+  fs::remove(path, ec);
+  count(&CompilationCacheStats::corrupt);
+}
+
+void CompilationCache::record_miss(const CacheKey& key) {
+  count(&CompilationCacheStats::misses);
+  // Best effort: explain() reads it; a failed write loses nothing else.
+  static std::atomic<uint64_t> counter{0};
+  const fs::path tmp = dir_ / fmt::format(".{}.{}.{}.tmp", kLastMissFile, ::getpid(), counter++);
+  {
+    std::ofstream out(tmp);
+    out << key.to_json();
+    if (!out) return;
+  }
+  std::error_code ec;
+  fs::rename(tmp, dir_ / kLastMissFile, ec);
+}
+
+std::unique_ptr<Executable> CompilationCache::load(const CacheKey& key) {
+  if (!usable_) return nullptr;
+  const fs::path path = entry_path(key.fingerprint());
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    record_miss(key);
+    return nullptr;
+  }
+  const std::string bytes = read_file(path);
+  ParsedEntry e = parse_entry(bytes, bytes.size(), /*with_payload=*/true);
+  if (e.error.empty() && e.key_json != key.to_json()) e.error = "its key parts do not match its name";
+  std::unique_ptr<Executable> exe;
+  if (e.error.empty()) {
+    try {
+      exe = Executable::deserialize(e.payload);
+    } catch (const std::exception& ex) {
+      e.error = fmt::format("the executable does not deserialize: {}", ex.what());
+    }
+  }
+  if (!e.error.empty()) {
+    drop_corrupt(path, e.error);
+    record_miss(key);
+    return nullptr;
+  }
+  fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // LRU: last use
+  count(&CompilationCacheStats::hits);
+  return exe;
+}
+
+void CompilationCache::store(const CacheKey& key, const Executable& executable) {
+  if (!usable_) return;
+  static std::atomic<uint64_t> counter{0};
+  const std::string fp = key.fingerprint();
+  // Unique per writer, in the same directory (rename is atomic only within a file system).
+  const fs::path tmp = dir_ / fmt::format(".{}.{}.{}.{}.tmp", fp, ::getpid(),
+                                          std::hash<std::thread::id>{}(std::this_thread::get_id()), counter++);
+  try {
+    const std::string payload = executable.serialize();
+    const std::string json = key.to_json();
+    std::string header(kMagic, sizeof(kMagic));
+    append_pod(header, kCompilationCacheFormatVersion);
+    append_pod(header, static_cast<uint32_t>(json.size()));
+    header += json;
+    append_pod(header, static_cast<uint64_t>(payload.size()));
+    append_pod(header, static_cast<uint64_t>(XXH3_64bits(payload.data(), payload.size())));
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) fail<IOError>("compilation cache: cannot create {}: {}", tmp.string(), std::strerror(errno));
+    try {
+      write_all(fd, header.data(), header.size(), tmp.string());
+      write_all(fd, payload.data(), payload.size(), tmp.string());
+      if (::fsync(fd) != 0)
+        fail<IOError>("compilation cache: fsync of {} failed: {}", tmp.string(), std::strerror(errno));
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+    fs::rename(tmp, entry_path(fp));
+    std::error_code ec;
+    fs::last_write_time(entry_path(fp), fs::file_time_type::clock::now(), ec);
+  } catch (const std::exception& ex) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    warn(fmt::format("could not store {} ({}); the run goes on", fp, ex.what()));
+    count(&CompilationCacheStats::store_failures);
+    return;
+  }
+  count(&CompilationCacheStats::stores);
+  evict_to(max_bytes_);
+}
+
+std::vector<CacheEntryInfo> CompilationCache::entries() const {
+  std::vector<CacheEntryInfo> out;
+  std::error_code ec;
+  for (const fs::directory_entry& d : fs::directory_iterator(dir_, ec)) {
+    const fs::path& p = d.path();
+    if (p.extension() != kEntrySuffix || p.filename().string().starts_with(".")) continue;
+    CacheEntryInfo info;
+    info.fingerprint = p.stem().string();
+    std::error_code e1, e2;
+    info.bytes = fs::file_size(p, e1);
+    info.last_used = fs::last_write_time(p, e2);
+    if (e1 || e2) continue;  // removed meanwhile
+    ParsedEntry e = parse_entry(read_header(p), info.bytes, /*with_payload=*/false);
+    if (e.error.empty()) {
+      try {
+        info.key = CacheKey::from_json(e.key_json);
+        info.program = info.key.program;
+      } catch (const Error&) {
+        info.program = "?";
+      }
+    } else {
+      info.program = "? (" + e.error + ")";
+    }
+    out.push_back(std::move(info));
+  }
+  std::sort(out.begin(), out.end(), [](const CacheEntryInfo& a, const CacheEntryInfo& b) {
+    return a.last_used != b.last_used ? a.last_used > b.last_used : a.fingerprint < b.fingerprint;
+  });
+  return out;
+}
+
+size_t CompilationCache::clear() {
+  size_t removed = 0;
+  std::error_code ec;
+  std::vector<fs::path> victims;
+  for (const fs::directory_entry& d : fs::directory_iterator(dir_, ec)) {
+    const std::string name = d.path().filename().string();
+    if (d.path().extension() == kEntrySuffix) ++removed;
+    if (d.path().extension() == kEntrySuffix || name == kLastMissFile || name.ends_with(".tmp"))
+      victims.push_back(d.path());
+  }
+  for (const fs::path& p : victims) fs::remove(p, ec);
+  return removed;
+}
+
+void CompilationCache::evict_to(uint64_t max_bytes) {
+  std::vector<CacheEntryInfo> all = entries();  // most recent first
+  uint64_t total = 0;
+  for (const CacheEntryInfo& e : all) total += e.bytes;
+  std::error_code ec;
+  while (total > max_bytes && !all.empty()) {
+    const CacheEntryInfo& oldest = all.back();
+    if (fs::remove(entry_path(oldest.fingerprint), ec)) count(&CompilationCacheStats::evictions);
+    total -= oldest.bytes;
+    all.pop_back();
+  }
+}
+
+std::string CompilationCache::explain() const {
+  const std::string json = read_file(dir_ / kLastMissFile);
+  if (json.empty()) return fmt::format("no miss recorded in {}\n", dir_.string());
+  const CacheKey miss = CacheKey::from_json(json);
+  const std::string miss_fp = miss.fingerprint();
+  std::string out = fmt::format("last miss: program {} key {}\n", miss.program, miss_fp);
+  std::string nearest_fp;
+  CacheKey nearest;
+  std::vector<std::string> nearest_diff;
+  for (const CacheEntryInfo& info : entries()) {
+    if (info.fingerprint == miss_fp) continue;  // the entry stored after the miss itself
+    const CacheKey& other = info.key;           // empty parts for a damaged entry
+    if (other.program != miss.program) continue;
+    std::vector<std::string> diff;
+    const auto a = miss.parts();
+    const auto b = other.parts();
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].second != b[i].second) diff.push_back(a[i].first);
+    }
+    if (nearest_fp.empty() || diff.size() < nearest_diff.size()) {
+      nearest_fp = info.fingerprint;
+      nearest = other;
+      nearest_diff = diff;
+    }
+  }
+  if (nearest_fp.empty()) {
+    return out + fmt::format("no other entry of program {}: its first compile with this cache\n", miss.program);
+  }
+  out += fmt::format("nearest entry {} differs in: {}\n", nearest_fp, fmt::join(nearest_diff, ", "));
+  const auto a = miss.parts();
+  const auto b = nearest.parts();
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].second == b[i].second) continue;
+    // Long parts (the signature) are shown from a little before their first difference.
+    const std::string& x = a[i].second;
+    const std::string& y = b[i].second;
+    size_t first = 0;
+    while (first < x.size() && first < y.size() && x[first] == y[first]) ++first;
+    const size_t from = first > 60 ? first - 40 : 0;
+    const char* dots = from > 0 ? "..." : "";
+    out += fmt::format("  {} (from character {}):\n    miss:  {}{:.160}\n    entry: {}{:.160}\n", a[i].first, from,
+                       dots, x.substr(std::min(from, x.size())), dots, y.substr(std::min(from, y.size())));
+  }
+  return out;
+}
+
+// ---- the process-wide cache ----
+
+namespace {
+struct GlobalCache {
+  std::mutex mutex;
+  bool configured = false;  // set_compilation_cache was called
+  std::string dir;
+  uint64_t max_bytes = kDefaultCompilationCacheBytes;
+  std::shared_ptr<CompilationCache> cache;
+  std::set<std::string> warned;  // unusable directories already reported
+};
+GlobalCache& global_cache() {
+  static GlobalCache g;
+  return g;
+}
+
+uint64_t env_max_bytes() {
+  const char* env = std::getenv("TESSERA_COMPILATION_CACHE_MAX_MB");
+  if (env == nullptr || *env == 0) return kDefaultCompilationCacheBytes;
+  char* end = nullptr;
+  const unsigned long long mb = std::strtoull(env, &end, 10);
+  if (end == env || *end != 0)
+    fail<ValueError>("TESSERA_COMPILATION_CACHE_MAX_MB={} is not a whole number of MiB", env);
+  return static_cast<uint64_t>(mb) << 20;
+}
+}  // namespace
+
+void set_compilation_cache(const std::string& dir, uint64_t max_bytes) {
+  GlobalCache& g = global_cache();
+  std::lock_guard<std::mutex> lock(g.mutex);
+  g.configured = true;
+  g.dir = dir;
+  g.max_bytes = max_bytes;
+  g.cache.reset();
+}
+
+std::shared_ptr<CompilationCache> compilation_cache() {
+  GlobalCache& g = global_cache();
+  std::lock_guard<std::mutex> lock(g.mutex);
+  std::string dir = g.dir;
+  uint64_t max_bytes = g.max_bytes;
+  if (!g.configured) {
+    const char* env = std::getenv("TESSERA_COMPILATION_CACHE_DIR");
+    dir = env != nullptr ? env : "";
+    max_bytes = env_max_bytes();
+  }
+  if (dir.empty()) return nullptr;
+  if (dir.starts_with("~/")) {
+    const char* home = std::getenv("HOME");
+    if (home != nullptr) dir = std::string(home) + dir.substr(1);
+  }
+  if (!g.cache || g.cache->dir() != fs::path(dir) || g.cache->max_bytes() != max_bytes) {
+    if (g.warned.count(dir)) return nullptr;  // warned once already; no cache for this directory
+    auto cache = std::make_shared<CompilationCache>(dir, max_bytes);
+    if (!cache->usable()) {
+      g.warned.insert(dir);
+      return nullptr;
+    }
+    g.cache = std::move(cache);
+  }
+  return g.cache;
+}
+
+CompilationCacheStats compilation_cache_stats() {
+  std::lock_guard<std::mutex> lock(global_mutex());
+  return global_stats();
+}
+
+void note_compilation_cache_skip(const std::string& program, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(global_mutex());
+    ++global_stats().skipped;
+  }
+  if (debug_notes()) std::fprintf(stderr, "compilation cache: %s not cached: %s\n", program.c_str(), why.c_str());
+}
+
+}  // namespace tessera::compiler

@@ -1,0 +1,275 @@
+// The supervisor loop of `tessera launch` (see supervisor.h).
+#include "launch/supervisor.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "launch/worker_group.h"
+#include "tessera/base/error.h"
+#include "tessera/goodput/recorder.h"
+
+namespace fs = std::filesystem;
+
+namespace tessera::launch {
+namespace {
+
+std::atomic<int> g_launcher_signal{0};
+extern "C" void on_launcher_signal(int signal) { g_launcher_signal.store(signal); }
+
+// SIGINT/SIGTERM to the launcher are passed on to the workers (see supervise).
+class LauncherSignalScope {
+ public:
+  LauncherSignalScope() {
+    g_launcher_signal.store(0);
+    struct sigaction action {};
+    action.sa_handler = on_launcher_signal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~LauncherSignalScope() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  LauncherSignalScope(const LauncherSignalScope&) = delete;
+  LauncherSignalScope& operator=(const LauncherSignalScope&) = delete;
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+double monotonic_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Sleeps `seconds`, waking early when the launcher gets a signal.
+void interruptible_sleep(double seconds) {
+  const double end = monotonic_now() + seconds;
+  while (g_launcher_signal.load() == 0) {
+    const double left = end - monotonic_now();
+    if (left <= 0) return;
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(left, 0.05)));
+  }
+}
+
+fs::path heartbeat_file(const fs::path& dir, int rank) { return dir / fmt::format("rank-{}.json", rank); }
+
+// The heartbeat of a rank, or nullopt while there is none (or it cannot be parsed:
+// the writer renames whole files, so that means a foreign file; it is ignored).
+struct Beat {
+  int64_t step = -1;
+  double time = 0;
+};
+std::optional<Beat> read_heartbeat(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) return std::nullopt;
+  return Beat{j["step"].get<int64_t>(), j.value("time", 0.0)};
+}
+
+std::string step_text(int64_t step) { return step < 0 ? "before its first step" : fmt::format("at step {}", step); }
+
+std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const fs::path& beats, int attempt, int log_attempt) {
+  const std::vector<std::pair<std::string, std::string>> common = {
+      {"TESSERA_WORLD_SIZE", std::to_string(o.nproc)},
+      {"TESSERA_ATTEMPT", std::to_string(attempt)},
+      {"TESSERA_GOODPUT_ATTEMPT", std::to_string(log_attempt)},
+  };
+  std::vector<WorkerSpec> specs;
+  if (o.mode == LaunchMode::kFork) {
+    for (int rank = 0; rank < o.nproc; ++rank) {
+      WorkerSpec spec{o.command, common};
+      spec.env.emplace_back("TESSERA_RANK", std::to_string(rank));
+      spec.env.emplace_back("TESSERA_LOCAL_RANK", std::to_string(rank));
+      spec.env.emplace_back("TESSERA_HEARTBEAT_FILE", heartbeat_file(beats, rank).string());
+      specs.push_back(std::move(spec));
+    }
+    return specs;
+  }
+  // One launcher process for all ranks; each rank fills in "{rank}" (train/heartbeat.h).
+  WorkerSpec spec{{}, common};
+  spec.env.emplace_back("TESSERA_HEARTBEAT_FILE", (beats / "rank-{rank}.json").string());
+  if (o.mode == LaunchMode::kMpirun)
+    spec.argv = {"mpirun", "-n", std::to_string(o.nproc)};
+  else
+    spec.argv = {"srun", fmt::format("--ntasks={}", o.nproc), "--kill-on-bad-exit=1"};
+  spec.argv.insert(spec.argv.end(), o.command.begin(), o.command.end());
+  specs.push_back(std::move(spec));
+  return specs;
+}
+
+void check_options(const LaunchOptions& o) {
+  if (o.command.empty()) fail<ValueError>("launch: no command to run (give it after --)");
+  if (o.run_dir.empty()) fail<ValueError>("launch: no run directory for the goodput log (--run-dir DIR)");
+  if (o.nproc < 1) fail<ValueError>("launch: --nproc {}; expected at least 1", o.nproc);
+  if (o.max_restarts < 0) fail<ValueError>("launch: --max-restarts {}; expected 0 or more", o.max_restarts);
+  if (!(o.backoff_s >= 0)) fail<ValueError>("launch: --backoff {} s; expected 0 or more", o.backoff_s);
+  if (!(o.grace_s >= 0)) fail<ValueError>("launch: --grace {} s; expected 0 or more", o.grace_s);
+  if (!(o.poll_s > 0)) fail<ValueError>("launch: poll interval {} s; expected a positive number", o.poll_s);
+  if (o.mode == LaunchMode::kSrun && std::getenv("SLURM_JOB_ID") == nullptr)
+    fail<ValueError>("launch: --srun needs a Slurm allocation (SLURM_JOB_ID is not set); use salloc/sbatch");
+}
+
+}  // namespace
+
+LaunchResult supervise(const LaunchOptions& options) {
+  check_options(options);
+  const auto print =
+      options.print ? options.print : [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  const bool own_beats = options.heartbeat_dir.empty();
+  fs::path beats = options.heartbeat_dir;
+  if (own_beats) {
+    std::string pattern = (fs::temp_directory_path() / "tessera-launch-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) fail<IOError>("launch: cannot create a heartbeat directory {}", pattern);
+    beats = pattern;
+  } else {
+    fs::create_directories(beats);
+  }
+  struct RemoveDir {
+    fs::path dir;
+    ~RemoveDir() {
+      std::error_code ec;
+      if (!dir.empty()) fs::remove_all(dir, ec);
+    }
+  } remove_beats{own_beats ? beats : fs::path()};
+
+  goodput::Recorder recorder(options.run_dir);
+  std::string command_text;
+  for (const std::string& arg : options.command) command_text += (command_text.empty() ? "" : " ") + arg;
+  recorder.job_start("tessera launch: " + command_text);
+
+  LauncherSignalScope signals;
+  HangDetector detector(options.nproc, options.hang);
+  LaunchResult result;
+  std::string previous_reason;
+  for (int attempt = 0;; ++attempt) {
+    if (const int signal = g_launcher_signal.load(); signal != 0) {  // during the backoff
+      print(fmt::format("launch: stopped by {} before attempt {}", signal_name(signal), attempt));
+      result.exit_code = 128 + signal;
+      return result;
+    }
+    for (int rank = 0; rank < options.nproc; ++rank) fs::remove(heartbeat_file(beats, rank));
+    recorder.attempt_start(previous_reason);
+    WorkerGroup group;
+    const double started = monotonic_now();
+    try {
+      group.start(worker_specs(options, beats, attempt, recorder.attempt()));
+    } catch (const IOError& e) {
+      print(fmt::format("launch: attempt {} could not start: {}", attempt, e.what()));
+      recorder.failure(0, kExitCannotExecute, e.what());
+      recorder.job_end(false);
+      result.attempts.push_back({attempt, e.what(), kExitCannotExecute, 0, 0, 0});
+      result.exit_code = kExitCannotExecute;
+      return result;
+    }
+    print(fmt::format("launch: attempt {} started {} ({} of at most {})", attempt,
+                      options.mode == LaunchMode::kFork ? fmt::format("{} worker(s)", options.nproc)
+                                                        : fmt::format("{} ranks", options.nproc),
+                      attempt + 1, options.max_restarts + 1));
+    detector.start_attempt(started);
+
+    AttemptOutcome outcome{attempt, "ok", 0, 0, 0, 0};
+    bool failed = false;
+    while (true) {
+      if (const int signal = g_launcher_signal.load(); signal != 0) {
+        // Stopped from outside (preemption, Ctrl-C): the workers get the same signal and
+        // the grace period to checkpoint; the scheduler decides what comes next.
+        const std::string reason = fmt::format("launcher stopped by {}", signal_name(signal));
+        print("launch: " + reason + "; passing it on to the workers");
+        recorder.failure(signal, 0, reason);
+        group.signal_all(signal);
+        group.terminate(options.grace_s);
+        result.attempts.push_back({attempt, reason, 0, signal, monotonic_now() - started, 0});
+        result.exit_code = 128 + signal;
+        return result;
+      }
+      for (const WorkerExit& e : group.poll()) {
+        if (e.ok()) {
+          if (options.mode == LaunchMode::kFork) detector.finished(e.rank);
+          continue;
+        }
+        if (failed) continue;
+        failed = true;
+        outcome.exit_code = e.exit_code;
+        outcome.signal = e.signal;
+        const std::string who = options.mode == LaunchMode::kFork     ? fmt::format("rank {}", e.rank)
+                                : options.mode == LaunchMode::kMpirun ? std::string("mpirun")
+                                                                      : std::string("srun");
+        const int64_t step = options.mode == LaunchMode::kFork ? detector.last_step(e.rank) : detector.last_step(0);
+        outcome.reason = e.signal != 0 ? fmt::format("{} killed by {} {}", who, signal_name(e.signal), step_text(step))
+                                       : fmt::format("{} exit {} {}", who, e.exit_code, step_text(step));
+      }
+      if (failed || !group.running()) break;
+      const double now = monotonic_now();
+      for (int rank = 0; rank < options.nproc; ++rank)
+        if (const std::optional<Beat> beat = read_heartbeat(heartbeat_file(beats, rank)))
+          detector.observe(rank, beat->step, beat->time, now);
+      if (std::optional<std::string> hang = detector.check(now)) {
+        failed = true;
+        outcome.reason = *hang;
+        break;
+      }
+      interruptible_sleep(options.poll_s);
+    }
+    outcome.seconds = monotonic_now() - started;
+
+    if (!failed) {
+      print(fmt::format("launch: attempt {} succeeded after {:.1f} s", attempt, outcome.seconds));
+      recorder.job_end(true);
+      result.attempts.push_back(outcome);
+      result.exit_code = kExitOk;
+      break;
+    }
+    // The failure is recorded before the others are stopped, so it is the attempt's
+    // first failure in the log (a stopped trainer records "stopped by SIGTERM" after it).
+    recorder.failure(outcome.signal, outcome.exit_code, outcome.reason);
+    group.terminate(options.grace_s);
+    const bool no_retry = outcome.signal == 0 && outcome.exit_code == kExitNoRetry;
+    const bool exhausted = attempt >= options.max_restarts;
+    if (no_retry || exhausted) {
+      print(fmt::format("launch: attempt {} failed after {:.1f} s: {}; {}", attempt, outcome.seconds, outcome.reason,
+                        no_retry ? "exit 2 is a usage/config error: not retrying"
+                                 : fmt::format("no restarts left (--max-restarts {})", options.max_restarts)));
+      recorder.job_end(false);
+      result.attempts.push_back(outcome);
+      result.exit_code = no_retry ? kExitNoRetry : kExitBudgetExhausted;
+      break;
+    }
+    outcome.backoff_s = std::min(options.backoff_s * std::pow(2.0, attempt), std::max(options.backoff_s, 300.0));
+    print(fmt::format("launch: attempt {} failed after {:.1f} s: {}; restarting in {:.1f} s ({} restart(s) left)",
+                      attempt, outcome.seconds, outcome.reason, outcome.backoff_s, options.max_restarts - attempt));
+    result.attempts.push_back(outcome);
+    previous_reason = outcome.reason;
+    if (outcome.backoff_s > 0) {
+      const double wait_start = unix_now();
+      interruptible_sleep(outcome.backoff_s);
+      recorder.launch_wait(wait_start, unix_now(), "tessera launch: restart backoff");
+    }
+  }
+  const int restarts = static_cast<int>(result.attempts.size()) - 1;
+  print(fmt::format("launch: {} after {} attempt(s) ({} restart(s)); exit {}",
+                    result.exit_code == kExitOk ? "succeeded" : "gave up", result.attempts.size(), restarts,
+                    result.exit_code));
+  return result;
+}
+
+}  // namespace tessera::launch

@@ -1,0 +1,40 @@
+// A worker's heartbeat for `tessera launch`: after every completed step the trainer
+// calls beat(step), which (at most every kMinInterval) replaces the file named by
+// TESSERA_HEARTBEAT_FILE with one line
+//
+//   {"step":7,"time":1718000000.25,"pid":1234}
+//
+// written to a temporary file and renamed over the old one, so the supervisor never
+// reads a torn line. A "{rank}" in the path is replaced by the process's rank
+// (TESSERA_RANK, or the rank mpirun/srun give it), so one path serves a whole job.
+// Without TESSERA_HEARTBEAT_FILE beat() does nothing.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace tessera::train {
+
+class Heartbeat {
+ public:
+  static constexpr std::chrono::milliseconds kMinInterval{200};
+
+  // Reads TESSERA_HEARTBEAT_FILE (and the rank variables) from the environment.
+  static Heartbeat from_environment();
+  explicit Heartbeat(std::string path) : path_(std::move(path)) {}
+
+  bool enabled() const { return !path_.empty(); }
+  const std::string& path() const { return path_; }
+  // Records that `step` steps are done. A failed write is reported once on stderr and
+  // never stops training: the heartbeat is advice for the supervisor.
+  void beat(int64_t step);
+
+ private:
+  std::string path_;
+  std::chrono::steady_clock::time_point last_write_{};
+  bool wrote_ = false;
+  bool warned_ = false;
+};
+
+}  // namespace tessera::train

@@ -1,0 +1,324 @@
+// The persistent compilation cache: jit stores and reloads executables with bitwise
+// identical results, keys are canonical and name what changed, damaged entries are
+// recompiled, an unusable directory only warns, the size bound evicts least recently
+// used entries, and concurrent writers of one key leave a valid entry.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "core/test_util.h"
+#include "tessera/compiler/compilation_cache.h"
+#include "tessera/compiler/compile.h"
+#include "tessera/tessera.h"
+#include "tessera/version.h"
+
+namespace tessera::test {
+namespace {
+
+namespace fs = std::filesystem;
+using compiler::CacheKey;
+using compiler::CompilationCache;
+
+Tree mlp_params(uint32_t seed) {
+  Tree p;
+  p["w1"] = random_array({8, 16}, seed, DType::Float32, -0.5, 0.5);
+  p["b1"] = random_array({16}, seed + 1, DType::Float32, -0.1, 0.1);
+  p["w2"] = random_array({16, 4}, seed + 2, DType::Float32, -0.5, 0.5);
+  p["b2"] = random_array({4}, seed + 3, DType::Float32, -0.1, 0.1);
+  return p;
+}
+
+// One SGD step of a two-layer MLP with step size `lr` (a traced constant).
+JitFn sgd_step(float lr) {
+  return [lr](const Tree& args, const StaticArgs&) -> Tree {
+    auto loss_of = [&](const Tree& p) {
+      Array h = gelu(add(matmul(args.at("x").leaf(), p.at("w1").leaf()), p.at("b1").leaf()));
+      Array out = add(matmul(h, p.at("w2").leaf()), p.at("b2").leaf());
+      return mean(square(subtract(out, args.at("y").leaf())));
+    };
+    auto [loss, g] = value_and_grad(loss_of)(args.at("params"));
+    Tree updated =
+        tree_map([lr](const Array& w, const Array& d) { return subtract(w, multiply(d, Array::scalar(lr))); },
+                 args.at("params"), g);
+    return Tree{{"params", updated}, {"loss", loss}};
+  };
+}
+
+Tree step_args(uint32_t seed) {
+  return Tree{{"params", mlp_params(seed)},
+              {"x", random_array({32, 8}, seed + 10, DType::Float32)},
+              {"y", random_array({32, 4}, seed + 11, DType::Float32)}};
+}
+
+void expect_bitwise(const Tree& a, const Tree& b, const std::string& what) {
+  std::vector<Array> la = a.leaves(), lb = b.leaves();
+  ASSERT_EQ(la.size(), lb.size()) << what;
+  for (size_t i = 0; i < la.size(); ++i) {
+    ASSERT_EQ(la[i].shape(), lb[i].shape()) << what << " leaf " << i;
+    EXPECT_EQ(std::memcmp(la[i].raw_data(), lb[i].raw_data(), la[i].nbytes()), 0)
+        << what << ": leaf " << i << " differs";
+  }
+}
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void write_bytes(const fs::path& p, const std::string& b) { std::ofstream(p, std::ios::binary) << b; }
+
+std::vector<fs::path> entry_files(const fs::path& dir) {
+  std::vector<fs::path> out;
+  for (const auto& d : fs::directory_iterator(dir))
+    if (d.path().extension() == ".tsxc") out.push_back(d.path());
+  return out;
+}
+
+class CompilationCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           fmt::format("tessera_cc_{}_{}", ::getpid(), ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    compiler::set_compilation_cache(dir_.string());
+  }
+  void TearDown() override {
+    compiler::set_compilation_cache("");
+    fs::remove_all(dir_);
+  }
+  // A fresh jit (its in-memory signature cache empty) and a fresh process-wide cache
+  // object: what a new process sees, with only the directory in common.
+  Tree run_fresh(const JitFn& fn, const Tree& args, JitOptions options = {}) {
+    compiler::set_compilation_cache(dir_.string());
+    Jitted j(fn, std::move(options));
+    return j(args);
+  }
+  fs::path dir_;
+};
+
+TEST_F(CompilationCacheTest, CachedStepIsBitwiseIdenticalAndSecondJitHitsDisk) {
+  const Tree args = step_args(3);
+  compiler::set_compilation_cache("");
+  const Tree uncached = Jitted(sgd_step(0.1f), {})(args);
+
+  auto before = compiler::compilation_cache_stats();
+  const Tree first = run_fresh(sgd_step(0.1f), args);
+  auto after_first = compiler::compilation_cache_stats();
+  EXPECT_EQ(after_first.misses - before.misses, 1u);
+  EXPECT_EQ(after_first.stores - before.stores, 1u);
+  ASSERT_EQ(entry_files(dir_).size(), 1u);
+
+  const Tree second = run_fresh(sgd_step(0.1f), args);
+  auto after_second = compiler::compilation_cache_stats();
+  EXPECT_EQ(after_second.hits - after_first.hits, 1u) << "a fresh jit of the same function must load from disk";
+  EXPECT_EQ(after_second.misses, after_first.misses);
+  expect_bitwise(first, uncached, "compiled with the cache vs without");
+  expect_bitwise(second, uncached, "loaded from the cache vs compiled");
+
+  // The loaded executable is the compiled one: same optimized program and cost.
+  compiler::set_compilation_cache("");
+  Jitted plain(sgd_step(0.1f), {});
+  const Lowered compiled = plain.lowered(args);
+  compiler::set_compilation_cache(dir_.string());
+  Jitted cached(sgd_step(0.1f), {});
+  const Lowered loaded = cached.lowered(args);
+  EXPECT_EQ(loaded.optimized_text(), compiled.optimized_text());
+  EXPECT_EQ(loaded.executable().stats().flops, compiled.executable().stats().flops);
+}
+
+TEST_F(CompilationCacheTest, KeysAreCanonicalAndIncludeConstantsByValue) {
+  const Tree args = step_args(4);
+  const compiler::Graph a = trace(sgd_step(0.1f), args);
+  const compiler::Graph b = trace(sgd_step(0.1f), args);
+  ASSERT_EQ(a.text(), b.text()) << "tracing one program twice must print the same text";
+  const CacheKey ka = compiler::make_cache_key(a, {}, {}, "cpu");
+  EXPECT_EQ(ka.fingerprint(), compiler::make_cache_key(b, {}, {}, "cpu").fingerprint());
+  EXPECT_EQ(ka.fingerprint().size(), 32u);
+  EXPECT_EQ(CacheKey::from_json(ka.to_json()).fingerprint(), ka.fingerprint());
+  EXPECT_NE(ka.fingerprint(), compiler::make_cache_key(trace(sgd_step(0.2f), args), {}, {}, "cpu").fingerprint())
+      << "another step size (a scalar constant) must change the key";
+
+  // A large constant prints as a hash in the text; its bytes are in the key too.
+  auto with_table = [](float v) -> JitFn {
+    return [v](const Tree& t, const StaticArgs&) -> Tree {
+      std::vector<double> table(64, 1.0);
+      table[63] = v;
+      return Tree(add(t.leaf(), make_array(table, {64}, DType::Float32)));
+    };
+  };
+  const Tree x(random_array({64}, 5, DType::Float32));
+  const CacheKey k1 = compiler::make_cache_key(trace(with_table(1.0f), x), {}, {}, "cpu");
+  const CacheKey k2 = compiler::make_cache_key(trace(with_table(2.0f), x), {}, {}, "cpu");
+  EXPECT_NE(k1.constants, k2.constants);
+  EXPECT_NE(k1.fingerprint(), k2.fingerprint());
+  EXPECT_EQ(k1.program, "main");
+  EXPECT_EQ(k1.compiler_version, tessera::version());
+}
+
+TEST_F(CompilationCacheTest, ChangedOptionsGraphOrDonationMissAndExplainNamesThePart) {
+  const Tree args = step_args(5);
+  run_fresh(sgd_step(0.1f), args);
+  CompilationCache cache(dir_);
+  EXPECT_NE(cache.explain().find("no other entry of program main"), std::string::npos) << cache.explain();
+
+  JitOptions no_fusion;
+  no_fusion.compile.fuse = false;
+  auto before = compiler::compilation_cache_stats();
+  const Tree unfused = run_fresh(sgd_step(0.1f), args, no_fusion);
+  EXPECT_EQ(compiler::compilation_cache_stats().misses - before.misses, 1u) << "another option must miss";
+  std::string why = cache.explain();
+  EXPECT_NE(why.find("differs in: options\n"), std::string::npos) << why;
+  EXPECT_NE(why.find("fuse=0"), std::string::npos) << why;
+
+  run_fresh(sgd_step(0.25f), args);
+  why = cache.explain();
+  EXPECT_NE(why.find("differs in: graph"), std::string::npos) << why;
+  EXPECT_EQ(why.find("options"), std::string::npos) << "the nearest entry has the same options: " << why;
+
+  JitOptions donate;
+  donate.donate_leaves = {0, 1};
+  run_fresh(sgd_step(0.1f), step_args(6), donate);
+  why = cache.explain();
+  EXPECT_NE(why.find("differs in: donation\n"), std::string::npos) << why;
+  EXPECT_EQ(entry_files(dir_).size(), 4u);
+}
+
+TEST_F(CompilationCacheTest, CorruptEntriesAreDetectedRemovedAndRecompiled) {
+  const Tree args = step_args(7);
+  const Tree good = run_fresh(sgd_step(0.1f), args);
+  ASSERT_EQ(entry_files(dir_).size(), 1u);
+  const fs::path entry = entry_files(dir_)[0];
+  const std::string bytes = read_bytes(entry);
+
+  struct Damage {
+    const char* what;
+    std::string bytes;
+    const char* reason;  // what the warning must say
+  };
+  // Parameter 0's donation flag (the u32 after the graph text and the u64 flag count):
+  // the executable still deserializes, so only the payload hash can tell.
+  std::string flipped = bytes;
+  const size_t text_end = bytes.find("\n}\n");
+  ASSERT_NE(text_end, std::string::npos);
+  ASSERT_EQ(flipped[text_end + 3 + 8], 0);
+  flipped[text_end + 3 + 8] ^= 0x01;
+  std::string bad_magic = bytes;
+  bad_magic[0] = 'X';
+  for (const Damage& d :
+       {Damage{"a flipped payload byte", flipped, "payload hash mismatch"},
+        Damage{"a truncated file", bytes.substr(0, 200), "truncated"}, Damage{"a bad magic", bad_magic, "bad magic"}}) {
+    SCOPED_TRACE(d.what);
+    write_bytes(entry, d.bytes);
+    auto before = compiler::compilation_cache_stats();
+    ::testing::internal::CaptureStderr();
+    const Tree again = run_fresh(sgd_step(0.1f), args);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    auto after = compiler::compilation_cache_stats();
+    EXPECT_EQ(after.corrupt - before.corrupt, 1u);
+    EXPECT_EQ(after.hits, before.hits);
+    EXPECT_EQ(after.stores - before.stores, 1u) << "the recompiled program must be stored again";
+    EXPECT_NE(err.find("is corrupt"), std::string::npos) << err;
+    EXPECT_NE(err.find(d.reason), std::string::npos) << err;
+    expect_bitwise(again, good, "recompiled after damage");
+    EXPECT_EQ(read_bytes(entry), bytes) << "the rewritten entry must equal the original";
+  }
+}
+
+TEST_F(CompilationCacheTest, UnwritableDirectoryWarnsOnceAndRunsWithoutTheCache) {
+  fs::create_directories(dir_);
+  const fs::path file = dir_ / "a_file";
+  write_bytes(file, "not a directory");
+  const fs::path bad = file / "cache";
+  const Tree args = step_args(8);
+  ::testing::internal::CaptureStderr();
+  compiler::set_compilation_cache(bad.string());
+  const Tree a = Jitted(sgd_step(0.1f), {})(args);
+  const Tree b = Jitted(sgd_step(0.1f), {})(args);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(compiler::compilation_cache(), nullptr);
+  const size_t first = err.find("warning: compilation cache: cannot create");
+  EXPECT_NE(first, std::string::npos) << err;
+  EXPECT_EQ(err.find("warning: compilation cache", first + 1), std::string::npos) << "warn once: " << err;
+  compiler::set_compilation_cache("");
+  expect_bitwise(a, Jitted(sgd_step(0.1f), {})(args), "without a usable cache");
+  expect_bitwise(b, a, "second call");
+}
+
+// Small executables of distinct programs (entries of similar size).
+std::pair<CacheKey, std::unique_ptr<compiler::Executable>> program(const std::string& name, float c) {
+  compiler::Graph g =
+      trace([c](const Tree& t, const StaticArgs&) { return Tree(multiply(exp(t.leaf()), Array::scalar(c))); },
+            Tree(random_array({16}, 1, DType::Float32)));
+  g.name = name;
+  CacheKey key = compiler::make_cache_key(g, {}, {}, "cpu");
+  return {key, compiler::compile(g)};
+}
+
+TEST_F(CompilationCacheTest, SizeBoundEvictsLeastRecentlyUsedFirst) {
+  CompilationCache unbounded(dir_);
+  std::vector<std::pair<CacheKey, std::unique_ptr<compiler::Executable>>> p;
+  for (int i = 0; i < 4; ++i) p.push_back(program(fmt::format("p{}", i), static_cast<float>(i)));
+  auto pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); };
+  for (int i = 0; i < 3; ++i) {
+    unbounded.store(p[i].first, *p[i].second);
+    pause();
+  }
+  ASSERT_NE(unbounded.load(p[0].first), nullptr);  // p0 is now the most recently used
+  pause();
+  uint64_t entry_bytes = 0;
+  for (const auto& e : unbounded.entries()) entry_bytes = std::max(entry_bytes, e.bytes);
+
+  // Room for three entries: storing a fourth evicts p1 (the least recently used), not p0.
+  CompilationCache bounded(dir_, 3 * entry_bytes + entry_bytes / 2);
+  bounded.store(p[3].first, *p[3].second);
+  std::vector<std::string> left;
+  uint64_t total = 0;
+  for (const auto& e : bounded.entries()) {
+    left.push_back(e.program);
+    total += e.bytes;
+  }
+  EXPECT_EQ(left, (std::vector<std::string>{"p3", "p0", "p2"})) << "most recently used first";
+  EXPECT_LE(total, bounded.max_bytes());
+  EXPECT_EQ(bounded.stats().evictions, 1u);
+  EXPECT_EQ(bounded.load(p[1].first), nullptr);
+
+  bounded.evict_to(entry_bytes + entry_bytes / 2);
+  ASSERT_EQ(bounded.entries().size(), 1u);
+  EXPECT_EQ(bounded.entries()[0].program, "p3");
+  EXPECT_EQ(bounded.clear(), 1u);
+  EXPECT_TRUE(bounded.entries().empty());
+}
+
+TEST_F(CompilationCacheTest, ConcurrentWritersOfOneKeyLeaveAValidEntry) {
+  CompilationCache cache(dir_);
+  auto [key, exe] = program("shared", 2.0f);
+  std::atomic<int> bad_loads{0};
+  auto writer = [&] {
+    for (int i = 0; i < 20; ++i) cache.store(key, *exe);
+  };
+  auto reader = [&] {
+    for (int i = 0; i < 40; ++i) {
+      if (auto loaded = cache.load(key); loaded && loaded->serialize() != exe->serialize()) ++bad_loads;
+    }
+  };
+  std::thread t1(writer), t2(writer), t3(reader);
+  t1.join();
+  t2.join();
+  t3.join();
+  EXPECT_EQ(bad_loads.load(), 0);
+  EXPECT_EQ(cache.stats().corrupt, 0u) << "a reader must never see a half-written entry";
+  EXPECT_EQ(cache.stats().stores, 40u);
+  std::unique_ptr<compiler::Executable> loaded = cache.load(key);
+  ASSERT_NE(loaded, nullptr);
+  EXPECT_EQ(loaded->serialize(), exe->serialize());
+  for (const auto& d : fs::directory_iterator(dir_))
+    EXPECT_NE(d.path().extension(), ".tmp") << "temporary file left behind: " << d.path();
+}
+
+}  // namespace
+}  // namespace tessera::test

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# A stand-in worker for the supervisor tests. FAKE_PLAN lists one action per attempt
+# (TESSERA_ATTEMPT picks it; the last one repeats): ok, exitN, kill, hang. The rank
+# FAKE_RANK (default 0) performs it after heartbeating steps 1..3; the other ranks keep
+# heartbeating until stopped (or finish with ok). FAKE_PIDS collects every worker's pid.
+set -u
+read -r -a plan <<<"${FAKE_PLAN:-ok}"
+attempt="${TESSERA_ATTEMPT:-0}"
+action="${plan[$((attempt < ${#plan[@]} ? attempt : ${#plan[@]} - 1))]}"
+[[ -n "${FAKE_PIDS:-}" ]] && echo "$$" >>"$FAKE_PIDS"
+beat() {
+  printf '{"step":%d,"time":%s,"pid":%d}\n' "$1" "$(date +%s.%N)" "$$" >"$TESSERA_HEARTBEAT_FILE.tmp"
+  mv -f "$TESSERA_HEARTBEAT_FILE.tmp" "$TESSERA_HEARTBEAT_FILE"
+}
+if [[ "$action" != ok && "${TESSERA_RANK:-0}" != "${FAKE_RANK:-0}" ]]; then
+  for ((step = 1; ; ++step)); do beat "$step"; sleep 0.05; done
+fi
+for step in 1 2 3; do beat "$step"; sleep 0.05; done
+case "$action" in
+  ok) exit 0 ;;
+  exit*) exit "${action#exit}" ;;
+  kill) kill -KILL $$ ;;
+  hang) exec sleep 1000 ;;
+esac
+echo "fake_worker: unknown action '$action'" >&2
+exit 99

@@ -9,19 +9,7 @@
 #   hang          hang@step=2 sleeps until killed (timeout -s KILL 8 -> exit 137); step 2's
 #                 background save still commits while the main thread hangs
 # Exit status 0 when the case passes; a failure says what differed.
-set -euo pipefail
-
-tessera="$1"
-src="$2"
-case_name="$3"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-cd "$src"  # configs name their files relative to the checkout
-
-fail() {
-  echo "FAIL ($case_name): $*" >&2
-  exit 1
-}
+source "$(dirname "$0")/cli_common.sh" "$@"
 
 train_args=(train --config configs/tiny.toml --quiet
   --set data.train="$tmp/data/train.bin" --set data.val="$tmp/data/val.bin"

@@ -9,19 +9,7 @@
 #                     bfloat16 and float32) -> import-hf again: the params file is
 #                     byte-identical; bad directories are clear errors and write nothing
 # Exit status 0 when the case passes; a failure says what differed.
-set -euo pipefail
-
-tessera="$1"
-src="$2"
-case_name="$3"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-cd "$src"  # configs name their files relative to the checkout
-
-fail() {
-  echo "FAIL ($case_name): $*" >&2
-  exit 1
-}
+source "$(dirname "$0")/cli_common.sh" "$@"
 
 expect_error() {  # expect_error "MESSAGE REGEX" COMMAND...: exit status 1 and the message on stderr
   local pattern="$1" status=0

@@ -4,19 +4,8 @@
 #   tokenize_cli_test.sh TESSERA_BINARY SOURCE_DIR CASE
 # Cases: byte_round_trip, spm_round_trip, bad_ids, info_and_stats, prepare_threads.
 # Exit status 0 when the case passes; a failure says what differed.
-set -euo pipefail
-
-tessera="$1"
-src="$2"
-case_name="$3"
+source "$(dirname "$0")/cli_common.sh" "$@"
 spm="$src/tests/data/fixtures/tokenizers/spm/tokenizer.model"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-
-fail() {
-  echo "FAIL ($case_name): $*" >&2
-  exit 1
-}
 
 # Lines of varied text, ending with a newline (so line-wise decode gives the file back).
 write_text() {

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# A ~10-minute supervised training run with 3 injected failures, then its goodput report.
+#
+#   bench/resilience/failure_run.sh [RUN_DIR] [TESSERA]     (from the repository root)
+#
+# `tessera launch --max-restarts 5 --hang-timeout 30` runs configs/fortunes.toml (checkpoint
+# every 100 steps). From outside, at fixed times after the start, this script injects:
+#   1. at  ~150 s: SIGKILL of the worker (a node failure)
+#   2. at  ~300 s: SIGSTOP of the worker (a hang: no step progress; the supervisor's hang
+#                  detector must notice within 30 s + a poll and restart the job)
+#   3. at  ~450 s: SIGKILL of the worker again
+# Each injection targets the pid in the current heartbeat file (the live worker). The
+# run then finishes, and `tessera goodput RUN_DIR` accounts for the time.
+set -euo pipefail
+
+run_dir="${1:-runs/failure-run}"
+tessera="${2:-build/bin/tessera}"
+beats="$run_dir.beats"
+rm -rf "$run_dir" "$beats"
+
+"$tessera" launch --max-restarts 5 --hang-timeout 30 --backoff 1 --heartbeat-dir "$beats" --run-dir "$run_dir" -- \
+  "$tessera" train --config configs/fortunes.toml --quiet --set run.dir="$run_dir" --set checkpoint.interval=100 \
+  --set train.time_limit_s=0 >"$run_dir.launch.txt" 2>&1 &
+launcher=$!
+start=$(date +%s)
+
+worker_pid() { sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "$beats/rank-0.json" 2>/dev/null || true; }
+worker_step() { sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$beats/rank-0.json" 2>/dev/null || true; }
+
+inject() {  # inject AT_SECONDS SIGNAL
+  while (($(date +%s) - start < $1)); do
+    kill -0 "$launcher" 2>/dev/null || return 0
+    sleep 1
+  done
+  local pid step
+  pid="$(worker_pid)"
+  step="$(worker_step)"
+  if [[ -n "$pid" ]] && kill "-$2" "$pid" 2>/dev/null; then
+    echo "[failure_run] t=$(($(date +%s) - start))s: SIG$2 to worker $pid at step $step"
+  fi
+}
+
+inject 150 KILL
+inject 300 STOP
+inject 450 KILL
+status=0
+wait "$launcher" || status=$?
+echo "[failure_run] launch exited $status after $(($(date +%s) - start)) s"
+grep -E "^\[launch\]|attempt" "$run_dir.launch.txt" | tail -20 || true
+"$tessera" goodput "$run_dir"

@@ -37,14 +37,6 @@ compiler::CompilationCache open_existing(const CacheArgs& args) {
   return compiler::CompilationCache(dir);
 }
 
-std::string human_bytes(uint64_t bytes) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1000 && unit < 4) value /= 1000, ++unit;
-  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, units[unit]);
-}
-
 std::string local_time(fs::file_time_type t) {
   const auto system = std::chrono::time_point_cast<std::chrono::seconds>(t - fs::file_time_type::clock::now() +
                                                                          std::chrono::system_clock::now());

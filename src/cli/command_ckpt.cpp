@@ -31,14 +31,6 @@ struct CkptArgs {
   std::string max_shard_size = "5GB";
 };
 
-std::string human_bytes(uint64_t bytes) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1000 && unit < 4) value /= 1000, ++unit;
-  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, units[unit]);
-}
-
 bool is_checkpoint_dir(const fs::path& path) { return fs::exists(path / "manifest.json"); }
 
 // The checkpoints directory of a run directory (RUN/checkpoints), or the path itself

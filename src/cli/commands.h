@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -20,6 +21,9 @@ struct Command {
 
 // Prints "warning: <text>" on stderr (skipped checkpoints and the like).
 void print_warning(const std::string& text);
+
+// "512 B", "1.5 KB", "498.0 MB": decimal units, for listings (checkpoints, cache entries).
+std::string human_bytes(uint64_t bytes);
 
 Command add_info_command(CLI::App& app);
 Command add_goodput_command(CLI::App& app);

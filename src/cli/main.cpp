@@ -1,5 +1,7 @@
 // The `tessera` command: registers the subcommands (one file each, see commands.h),
 // parses the command line and runs the chosen one.
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -13,6 +15,14 @@
 
 namespace tessera::cli {
 void print_warning(const std::string& text) { std::fprintf(stderr, "warning: %s\n", text.c_str()); }
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1000 && unit < 4) value /= 1000, ++unit;
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, units[unit]);
+}
 }  // namespace tessera::cli
 
 namespace {

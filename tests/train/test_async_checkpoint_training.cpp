@@ -55,14 +55,7 @@ class AsyncCheckpointTraining : public ::testing::Test {
   }
   static TrainerOptions quiet(int64_t stop_at = 0) { return test::quiet_trainer(stop_at); }
 
-  static void expect_bitwise_equal(const Tree& a, const Tree& b) {
-    ASSERT_TRUE(a.same_structure(b));
-    const std::vector<Array> x = a.leaves(), y = b.leaves();
-    for (size_t i = 0; i < x.size(); ++i) {
-      ASSERT_EQ(x[i].nbytes(), y[i].nbytes());
-      EXPECT_EQ(std::memcmp(x[i].raw_data(), y[i].raw_data(), x[i].nbytes()), 0) << a.paths()[i] << " differs";
-    }
-  }
+  static void expect_bitwise_equal(const Tree& a, const Tree& b) { test::expect_bitwise_equal(a, b); }
   fs::path checkpoint(const std::string& run, const char* step) const { return dir_ / run / "checkpoints" / step; }
 
   fs::path dir_;

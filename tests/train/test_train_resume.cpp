@@ -55,15 +55,7 @@ class TrainerTest : public ::testing::Test {
 
   static TrainerOptions quiet(int64_t stop_at = 0) { return test::quiet_trainer(stop_at); }
 
-  static void expect_bitwise_equal(const Tree& a, const Tree& b) {
-    ASSERT_TRUE(a.same_structure(b));
-    const std::vector<Array> x = a.leaves(), y = b.leaves();
-    const std::vector<std::string> paths = a.paths();
-    for (size_t i = 0; i < x.size(); ++i) {
-      ASSERT_EQ(x[i].nbytes(), y[i].nbytes()) << paths[i];
-      EXPECT_EQ(std::memcmp(x[i].raw_data(), y[i].raw_data(), x[i].nbytes()), 0) << paths[i] << " differs";
-    }
-  }
+  static void expect_bitwise_equal(const Tree& a, const Tree& b) { test::expect_bitwise_equal(a, b); }
 
   fs::path dir_;
 };

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -20,6 +21,18 @@ inline train::TrainerOptions quiet_trainer(int64_t stop_at = 0) {
   o.progress = false;
   o.stop_at_step = stop_at;
   return o;
+}
+
+// Every leaf of `a` has the same bytes as the same leaf of `b` (same structure); a
+// mismatch names the leaf's path.
+inline void expect_bitwise_equal(const Tree& a, const Tree& b) {
+  ASSERT_TRUE(a.same_structure(b));
+  const std::vector<Array> x = a.leaves(), y = b.leaves();
+  const std::vector<std::string> paths = a.paths();
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(x[i].nbytes(), y[i].nbytes()) << paths[i];
+    EXPECT_EQ(std::memcmp(x[i].raw_data(), y[i].raw_data(), x[i].nbytes()), 0) << paths[i] << " differs";
+  }
 }
 
 // An empty directory under the system temp dir named after the running test.

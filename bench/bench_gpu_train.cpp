@@ -162,6 +162,9 @@ int run(const Flags& f) {
     losses.push_back(s.loss);
     if (i >= f.warmup) times.push_back(dt);
   }
+  if (const char* profile = std::getenv("TESSERA_PROFILE"); profile != nullptr && *profile != '0')
+    fmt::print("kernel profile (TESSERA_PROFILE={}, steps run without CUDA graphs are timed):\n{}", profile,
+               step.profile_text());
   const ts::cuda::MemoryStats mem = ts::cuda::memory_stats(device.index);
   const double step_s = ts::bench::median(times);
   const double tokens_per_s = static_cast<double>(f.batch * f.seq) / step_s;

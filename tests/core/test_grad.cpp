@@ -240,6 +240,10 @@ TEST(Grad, SoftmaxAndNorms) {
       << "layer_norm(w, b)";
   EXPECT_TRUE(check_vjp_fd(Fn([](const std::vector<Array>& xs) { return layer_norm(xs[0], xs[1]); }), {x, w}))
       << "layer_norm(w)";
+  // A bias without a weight (its gradient was zero on the CPU until the GPU test caught it).
+  EXPECT_TRUE(
+      check_vjp_fd(Fn([](const std::vector<Array>& xs) { return layer_norm(xs[0], std::nullopt, xs[1]); }), {x, b}))
+      << "layer_norm(b)";
   EXPECT_TRUE(check_vjp_fd(Fn([](const std::vector<Array>& xs) { return rms_norm(xs[0]); }), {x})) << "rms_norm";
   EXPECT_TRUE(check_vjp_fd(Fn([](const std::vector<Array>& xs) { return rms_norm(xs[0], xs[1]); }), {x, w}))
       << "rms_norm(w)";

@@ -448,6 +448,9 @@ TEST(CudaAttention, OpLevelForwardAndBackward) {
       mask->eval();
     }
     Array y = ts::scaled_dot_product_attention(q, k, v, oc.causal, mask);
+    // Read the graph before evaluating: an evaluated array no longer holds its primitive.
+    const ts::AttentionConfig config = dynamic_cast<const ts::Attention&>(*y.primitive()).config();
+    std::vector<Array> in = y.inputs();
     std::vector<Array> fwd = y.siblings();  // out, lse (CPU reference)
     std::vector<Array> gpu = ts::cuda::run_on_gpu(y);
     ts::eval(fwd);
@@ -456,9 +459,7 @@ TEST(CudaAttention, OpLevelForwardAndBackward) {
     EXPECT_LT(rel_error_inf(values(gpu[1]), values(fwd[1])), ts::cuda_test::kF32Tolerance) << what << ": lse";
 
     // attention_grad with the inputs the vjp rule gives it: q, k, v, [mask], out, lse, dout.
-    const auto& config = dynamic_cast<const ts::Attention&>(*y.primitive()).config();
     Array dout = random_array(q.shape(), oc.dtype);
-    std::vector<Array> in = y.inputs();
     in.push_back(fwd[0]);
     in.push_back(fwd[1]);
     in.push_back(dout);

@@ -169,12 +169,25 @@ TEST(CudaGemm, BatchFoldedStridedAndShared) {
 TEST(CudaGemm, VocabularyWidth50257) {
   TESSERA_REQUIRE_GPU();
   // The GPT-2 LM head: x [T, C] @ wte[V, C]^T, V = 50257 (odd row stride of the output).
+  // bf16 rows of 50257 elements are not 16-byte aligned: that dimension is zero-padded
+  // and the matrices that have it restaged (gemm.h), which the report shows (1 = A,
+  // 2 = B, 4 = C); float32 needs none of it.
+  auto staged = [](DType dtype, int bits) { return dtype == DType::BFloat16 ? bits : 0; };
   for (DType dtype : {DType::Float32, DType::BFloat16}) {
-    check_matmul(dtype, {}, {}, 9, 64, 50257, false, true);
+    check_matmul(dtype, {}, {}, 9, 64, 50257, false, true);  // n padded: B, C
+    EXPECT_EQ(ts::cuda::last_gemm_report().staged, staged(dtype, 2 | 4));
     check_matmul(dtype, {2}, {}, 5, 64, 50257, false, true);
-    // Its gradients: dx = dlogits @ wte, dwte = dlogits^T @ x.
+    EXPECT_EQ(ts::cuda::last_gemm_report().staged, staged(dtype, 2 | 4));
+    // Its gradients: dx = dlogits @ wte (k padded: A, B), dwte = dlogits^T @ x (m: A, C).
     check_matmul(dtype, {}, {}, 9, 50257, 64, false, false);
+    EXPECT_EQ(ts::cuda::last_gemm_report().staged, staged(dtype, 1 | 2));
     check_matmul(dtype, {}, {}, 50257, 9, 64, true, false);
+    EXPECT_EQ(ts::cuda::last_gemm_report().staged, staged(dtype, 1 | 4));
+    check_matmul(dtype, {}, {}, 64, 9, 50257, true, false);  // n padded: B, C
+    EXPECT_EQ(ts::cuda::last_gemm_report().staged, staged(dtype, 2 | 4));
+    check_matmul(dtype, {}, {}, 33, 37, 41, true, true);  // every dimension odd
+    EXPECT_EQ(ts::cuda::last_gemm_report().staged, staged(dtype, 1 | 2 | 4));
+    EXPECT_EQ(ts::cuda::last_gemm_report().path, ts::cuda::GemmPath::CublasLt);
   }
 }
 

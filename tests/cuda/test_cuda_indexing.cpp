@@ -206,7 +206,11 @@ TEST(CudaScatterAdd, GptSizedAndLongRuns) {
     if (dtype == DType::Float32) {
       expect_same_bytes(gpu, y, "f32 GPT-sized scatter_add");
     } else {
-      EXPECT_LT(rel_error(gpu.to_vector<float>(), y.to_vector<float>()), ts::cuda_test::kBf16Tolerance);
+      // The CPU adds in bf16 (rounding after each of up to 1000 duplicates: 2.5e-2 from
+      // the float32 sum, measured on an H100); the GPU sums in float32 and rounds once.
+      Array ref = scatter_add(id_array, ts::astype(upd, DType::Float32), {vocab, dim}, 0);
+      ref.eval();
+      EXPECT_LT(rel_error(gpu.to_vector<float>(), ref.to_vector<float>()), 4e-3) << "bf16 vs the float32 sum";
     }
     // Deterministic: a second run gives the same bytes.
     EXPECT_EQ(std::memcmp(gpu.raw_data(), again.raw_data(), gpu.nbytes()), 0) << describe({vocab, dim}, dtype);

@@ -154,7 +154,17 @@ TEST(CudaReduce, EveryKindOverEveryPath) {
                                  std::to_string(c.axes.size()) + " from " + std::to_string(c.axes[0]);
         std::vector<Array> gpu = ts::cuda::run_on_gpu(y);
         ASSERT_EQ(gpu.size(), 1u);
-        expect_same(gpu[0], y, what, kind == ReduceKind::Max || kind == ReduceKind::Min);
+        Array reference = y;
+        if ((dtype == DType::Float32) && (kind == ReduceKind::Sum || kind == ReduceKind::Prod) && reduced > 100000) {
+          // The CPU's f32 product of 10^6 terms carries about sqrt(n) eps of sequential
+          // rounding (5e-5 measured on an H100 against the GPU's tree order): both orders
+          // are compared with the float64 result, rounded once.
+          Array wide = Array::make(out_shape, DType::Float64, std::make_shared<ts::Reduce>(kind, c.axes),
+                                   {ts::astype(x, DType::Float64)});
+          reference = ts::astype(wide, dtype);
+          reference.eval();
+        }
+        expect_same(gpu[0], reference, what, kind == ReduceKind::Max || kind == ReduceKind::Min);
       }
 }
 

@@ -20,15 +20,22 @@ int64_t dim(const DeviceTensor& t, int axis) {
   return t.shape[static_cast<size_t>(static_cast<int>(t.shape.size()) + axis)];
 }
 
-GemmContext gemm_context(KernelContext& ctx, bool needs_workspace) {
+// The workspace and, after it, the staging for misaligned rows (gemm.h), in one scratch.
+GemmContext gemm_context(KernelContext& ctx, DType dtype, const GemmShape& shape) {
   GemmContext g;
   g.handle = ctx.cublaslt;
   g.stream = ctx.stream;
   g.sm_major = ctx.sm_major;
   g.sm_minor = ctx.sm_minor;
-  if (needs_workspace && ctx.scratch) {
-    g.workspace = ctx.scratch(kGemmWorkspaceBytes);
-    g.workspace_bytes = g.workspace != nullptr ? kGemmWorkspaceBytes : 0;
+  if (shape.k > 0 && is_floating(dtype) && ctx.scratch) {
+    const size_t staging = gemm_staging_bytes(dtype, shape);
+    unsigned char* base = static_cast<unsigned char*>(ctx.scratch(kGemmWorkspaceBytes + staging));
+    if (base != nullptr) {
+      g.workspace = base;
+      g.workspace_bytes = kGemmWorkspaceBytes;
+      g.staging = staging > 0 ? base + kGemmWorkspaceBytes : nullptr;
+      g.staging_bytes = staging;
+    }
   }
   return g;
 }
@@ -70,7 +77,7 @@ void matmul_kernel(const Primitive& primitive, const std::vector<DeviceTensor>& 
   const DeviceTensor& out = outputs[0];
   const GemmShape s = gemm_shape("matmul", a, b, out, mm.trans_a(), mm.trans_b());
   if (out.numel() == 0) return;
-  gemm(out.dtype, s, a.data, b.data, out.data, GemmEpilogue{}, gemm_context(ctx, s.k > 0 && is_floating(out.dtype)));
+  gemm(out.dtype, s, a.data, b.data, out.data, GemmEpilogue{}, gemm_context(ctx, out.dtype, s));
 }
 
 GemmActivation gemm_activation(UnaryKind kind) {
@@ -124,7 +131,7 @@ void matmul_epilogue_kernel(const Primitive& primitive, const std::vector<Device
     e.pre_activation = outputs[1].data;
   }
   if (out.numel() == 0) return;
-  gemm(out.dtype, s, a.data, b.data, out.data, e, gemm_context(ctx, s.k > 0 && is_floating(out.dtype)));
+  gemm(out.dtype, s, a.data, b.data, out.data, e, gemm_context(ctx, out.dtype, s));
 }
 
 }  // namespace

@@ -114,6 +114,7 @@ GpuExecutable::GpuExecutable(std::shared_ptr<compiler::Executable> executable, i
   graphs_enabled_ = !env_off("TESSERA_CUDA_GRAPHS");
   const char* profile = std::getenv("TESSERA_PROFILE");
   profiling_ = profile != nullptr && (std::string(profile) == "1" || std::string(profile) == "2");
+  profile_steps_ = profiling_ && std::string(profile) == "2";
   kernel_ms_.assign(steps_.size(), 0.0);
 }
 
@@ -231,7 +232,8 @@ void GpuExecutable::bind(const std::vector<Array>& args, std::vector<std::shared
 void GpuExecutable::launch_all(KernelContext& ctx) {
   const Graph& g = executable_->graph();
   std::vector<cudaEvent_t> events;
-  const bool profile = profiling_ && !capturing_;
+  // The first run compiles (NVRTC), picks GEMM algorithms and sizes scratch: not profiled.
+  const bool profile = profiling_ && !capturing_ && runs_ > 0;
   if (profile) {
     events.resize(steps_.size() + 1);
     for (cudaEvent_t& e : events) TESSERA_CUDA_CHECK(cudaEventCreate(&e));
@@ -406,6 +408,28 @@ std::string GpuExecutable::profile_text() const {
   for (const auto& [name, v] : rows)
     s += fmt::format("{:<20} {:>8} {:>12.3f} {:>6.1f}%\n", name, v.second, v.first / runs,
                      total > 0 ? 100 * v.first / total : 0.0);
+  if (!profile_steps_) return s;
+  // TESSERA_PROFILE=2: the costliest launches one by one, with their operand types.
+  const Graph& g = executable_->graph();
+  std::vector<size_t> order(steps_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return kernel_ms_[a] > kernel_ms_[b]; });
+  auto types = [&](const std::vector<int>& ids) {
+    std::string t;
+    for (int v : ids) t += (t.empty() ? "" : ", ") + compiler::to_string(g.type(v));
+    return t;
+  };
+  s += fmt::format("{:>5} {:>9} {:>6}  {}\n", "step", "ms/run", "share", "op (inputs) -> outputs");
+  for (size_t k = 0; k < order.size() && k < 60; ++k) {
+    const Step& step = steps_[order[k]];
+    const bool group = step.kind == Step::Kind::Group;
+    s += fmt::format("{:>5} {:>9.3f} {:>5.1f}%  {}{} {} ({}) -> {}\n", order[k], kernel_ms_[order[k]] / runs,
+                     total > 0 ? 100 * kernel_ms_[order[k]] / total : 0.0,
+                     step.kind == Step::Kind::Copy ? "copy" : step.primitive->name(),
+                     group ? fmt::format(" x{}", step.group_inputs.size()) : "", step.primitive->attributes(),
+                     types(group ? step.group_inputs[0] : step.inputs),
+                     types(group ? step.group_outputs[0] : step.outputs));
+  }
   return s;
 }
 

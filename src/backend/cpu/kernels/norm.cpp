@@ -130,6 +130,11 @@ void norm_row_backward(const A* __restrict__ x, const A* __restrict__ w, A mu, A
       dx[j] = rstd * (g(j) - mean_g - xh * mean_gx);
       dw[j] += dy[j] * xh;
     }
+  } else if (db) {  // a bias without a weight
+    for (int64_t j = 0; j < n; ++j) {
+      dx[j] = rstd * (g(j) - mean_g - xhat(j) * mean_gx);
+      db[j] += dy[j];
+    }
   } else {
     for (int64_t j = 0; j < n; ++j) dx[j] = rstd * (g(j) - mean_g - xhat(j) * mean_gx);
   }

@@ -39,6 +39,7 @@ GemmOptions& options_storage() {
     GemmOptions x;
     x.autotune = env_flag("TESSERA_GEMM_AUTOTUNE", false);
     x.tf32 = env_flag("TESSERA_GEMM_TF32", false);
+    x.restage = env_flag("TESSERA_GEMM_RESTAGE", true);
     return x;
   }();
   return o;
@@ -383,6 +384,53 @@ void validate(DType dtype, const GemmShape& s, const void* a, const void* b, con
     fail<ValueError>("matmul: null device buffer for a non-empty product");
 }
 
+// Restaging (gemm.h): the zero-padded shape and which matrices it changes.
+struct Staging {
+  GemmShape padded;
+  bool a = false, b = false, c = false;
+  size_t bytes_a = 0, bytes_b = 0, bytes_c = 0;  // each rounded up to 256
+  size_t total() const { return bytes_a + bytes_b + bytes_c; }
+};
+
+Staging staging_of(DType dtype, const GemmShape& s, bool epilogue) {
+  Staging st;
+  if (!is_half(dtype) || epilogue || s.batch != 1 || s.m == 0 || s.n == 0 || s.k == 0) return st;
+  const int64_t per = 16 / static_cast<int64_t>(itemsize(dtype));
+  auto pad = [per](int64_t x) { return (x + per - 1) / per * per; };
+  // Dimensions that are some matrix's row length: A's (m if trans_a, else k), B's (k if
+  // trans_b, else n), C's (n).
+  const bool pad_m = s.trans_a && s.m % per != 0;
+  const bool pad_k = s.k % per != 0 && (!s.trans_a || s.trans_b);
+  const bool pad_n = s.n % per != 0;
+  if (!pad_m && !pad_k && !pad_n) return st;
+  st.padded = s;
+  st.padded.m = pad_m ? pad(s.m) : s.m;
+  st.padded.k = pad_k ? pad(s.k) : s.k;
+  st.padded.n = pad_n ? pad(s.n) : s.n;
+  st.a = pad_m || pad_k;
+  st.b = pad_k || pad_n;
+  st.c = pad_m || pad_n;
+  const size_t elem = itemsize(dtype);
+  auto bytes = [elem](int64_t x, int64_t y) { return (static_cast<size_t>(x * y) * elem + 255) / 256 * 256; };
+  const GemmShape& p = st.padded;
+  st.bytes_a = st.a ? bytes(p.m, p.k) : 0;
+  st.bytes_b = st.b ? bytes(p.k, p.n) : 0;
+  st.bytes_c = st.c ? bytes(p.m, p.n) : 0;
+  return st;
+}
+
+// Stored rows x row length of A, B, C for shape s (row-major, transposes as stored).
+struct Stored {
+  int64_t rows, row;
+};
+Stored stored_a(const GemmShape& s) { return s.trans_a ? Stored{s.k, s.m} : Stored{s.m, s.k}; }
+Stored stored_b(const GemmShape& s) { return s.trans_b ? Stored{s.n, s.k} : Stored{s.k, s.n}; }
+
+// dst = src zero-padded from `from` to `to` (dense both).
+void pad_into(void* dst, Stored to, const void* src, Stored from, cudaStream_t stream) {
+  detail::launch_pad_copy16(dst, to.rows, to.row, src, from.row, from.rows, from.row, stream);
+}
+
 }  // namespace
 
 GemmOptions gemm_options() {
@@ -396,6 +444,13 @@ void set_gemm_options(const GemmOptions& options) {
 }
 
 GemmReport last_gemm_report() { return t_report; }
+
+size_t gemm_staging_bytes(DType dtype, const GemmShape& shape) {
+  if (gemm_options().reference_only || !gemm_options().restage) return 0;
+  bool folded = false;
+  // The output is restaged only without an epilogue: size for that, the larger.
+  return staging_of(dtype, fold(shape, &folded), false).total();
+}
 
 void gemm(DType dtype, const GemmShape& shape, const void* a, const void* b, void* c, const GemmEpilogue& epilogue,
           const GemmContext& ctx) {
@@ -479,8 +534,30 @@ void gemm(DType dtype, const GemmShape& shape, const void* a, const void* b, voi
   const int sm = ctx.sm_major * 10 + ctx.sm_minor;
   const Scalars scalars;
 
+  // Dimensions with misaligned 16-bit rows: zero-pad them in staging memory (gemm.h).
+  Staging stg = staging_of(dtype, s, has_epilogue);
+  if (stg.total() == 0 || ctx.staging == nullptr || ctx.staging_bytes < stg.total()) stg = Staging{};
+  unsigned char* stage = static_cast<unsigned char*>(ctx.staging);
+  const void* a_in = a;
+  const void* b_in = b;
+  void* c_out = nullptr;
+  if (stg.a) {
+    pad_into(stage, stored_a(stg.padded), a, stored_a(s), ctx.stream);
+    a_in = stage;
+    stage += stg.bytes_a;
+  }
+  if (stg.b) {
+    pad_into(stage, stored_b(stg.padded), b, stored_b(s), ctx.stream);
+    b_in = stage;
+    stage += stg.bytes_b;
+  }
+  if (stg.c) c_out = stage;
+  report.staged = (stg.a ? 1 : 0) | (stg.b ? 2 : 0) | (stg.c ? 4 : 0);
+  const GemmShape& gs = report.staged != 0 ? stg.padded : s;
+
   for (const Plan& plan : plans) {
-    Problem p{dtype, s, a, b, plan.act_fused ? c : (has_epilogue ? unfused_target : c), epilogue.bias};
+    Problem p{dtype, gs, a_in, b_in, plan.act_fused ? c : (has_epilogue ? unfused_target : c), epilogue.bias};
+    if (stg.c) p.d = c_out;
     Descriptors d;
     GemmKey key;
     if (!build(p, plan, compute, scale, ctx.workspace_bytes, d, key, sm)) break;
@@ -502,9 +579,12 @@ void gemm(DType dtype, const GemmShape& shape, const void* a, const void* b, voi
     TESSERA_CUDA_CHECK(cudaGetLastError());
     report.path = GemmPath::CublasLt;
     report.lt_epilogue = static_cast<int>(plan.epilogue);
+    if (stg.c)  // the top-left m x n corner
+      detail::launch_pad_copy16(c, s.m, s.n, c_out, stg.padded.n, s.m, s.n, ctx.stream);
     post(plan.bias_fused, plan.act_fused);
     return;
   }
+  report.staged = 0;
   reference();
 }
 

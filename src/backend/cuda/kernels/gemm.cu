@@ -1,5 +1,6 @@
 // The CUDA kernels behind gemm() (gemm.h): the elementwise epilogue that follows a
 // GEMM when cuBLASLt cannot fuse it, and the tiled fallback GEMM.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -210,6 +211,81 @@ void launch_reference_gemm(DType dtype, const GemmShape& shape, const void* a, c
         static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c), shape.batch, shape.m, shape.n, shape.k,
         shape.trans_a, shape.trans_b, shape.a_batch_stride, shape.b_batch_stride);
   });
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
+namespace {
+// dst (dst_rows x dst_ld) = src (src_rows x src_row, row stride src_ld) in its top-left
+// corner, zeros elsewhere; dst rows 16-byte aligned. Each thread moves 8 consecutive
+// elements of a row: one 16-byte store, and one 16-byte load where the source rows are
+// aligned too (vec_src), else 8 2-byte ones.
+__global__ void pad_copy16_kernel(uint16_t* __restrict__ dst, int64_t dst_rows, int64_t dst_ld,
+                                  const uint16_t* __restrict__ src, int64_t src_ld, int64_t src_rows, int64_t src_row,
+                                  bool vec_src) {
+  const int64_t chunks = (dst_ld + 7) / 8;
+  for (int64_t r = blockIdx.y; r < dst_rows; r += gridDim.y) {
+    const uint16_t* srow = src + r * src_ld;
+    uint16_t* drow = dst + r * dst_ld;
+    const bool have_row = r < src_rows;
+    for (int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; ch < chunks;
+         ch += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      const int64_t c0 = ch * 8;
+      uint16_t v[8];
+      if (have_row && vec_src && c0 + 8 <= src_row) {
+        const uint4 w = *reinterpret_cast<const uint4*>(srow + c0);
+        memcpy(v, &w, 16);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = (have_row && c0 + e < src_row) ? srow[c0 + e] : uint16_t{0};
+      }
+      if (c0 + 8 <= dst_ld) {
+        uint4 w;
+        memcpy(&w, v, 16);
+        *reinterpret_cast<uint4*>(drow + c0) = w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (c0 + e < dst_ld) drow[c0 + e] = v[e];
+      }
+    }
+  }
+}
+
+// The same for a destination whose rows are not 16-byte aligned (the padded product's
+// corner copied back): lane-contiguous 2-byte accesses, so each warp instruction writes 64
+// contiguous bytes (8 strided 2-byte stores per thread ran at a third of that speed).
+__global__ void pad_copy16_scalar_kernel(uint16_t* __restrict__ dst, int64_t dst_rows, int64_t dst_ld,
+                                         const uint16_t* __restrict__ src, int64_t src_ld, int64_t src_rows,
+                                         int64_t src_row) {
+  for (int64_t r = blockIdx.y; r < dst_rows; r += gridDim.y) {
+    const uint16_t* srow = src + r * src_ld;
+    uint16_t* drow = dst + r * dst_ld;
+    const bool have_row = r < src_rows;
+    for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < dst_ld;
+         c += static_cast<int64_t>(gridDim.x) * blockDim.x)
+      drow[c] = (have_row && c < src_row) ? srow[c] : uint16_t{0};
+  }
+}
+}  // namespace
+
+void launch_pad_copy16(void* dst, int64_t dst_rows, int64_t dst_ld, const void* src, int64_t src_ld, int64_t src_rows,
+                       int64_t src_row, cudaStream_t stream) {
+  if (dst_rows == 0 || dst_ld == 0) return;
+  constexpr int kThreads = 256;
+  const bool vec_src = src_ld % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
+  const bool vec_dst = dst_ld % 8 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+  const int64_t per_thread = vec_dst ? 8 : 1;
+  const int64_t units = (dst_ld + per_thread - 1) / per_thread;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((units + kThreads - 1) / kThreads, 64)),
+                  static_cast<unsigned>(std::min<int64_t>(dst_rows, 65535)));
+  if (vec_dst) {
+    pad_copy16_kernel<<<grid, kThreads, 0, stream>>>(static_cast<uint16_t*>(dst), dst_rows, dst_ld,
+                                                     static_cast<const uint16_t*>(src), src_ld, src_rows, src_row,
+                                                     vec_src);
+  } else {
+    pad_copy16_scalar_kernel<<<grid, kThreads, 0, stream>>>(
+        static_cast<uint16_t*>(dst), dst_rows, dst_ld, static_cast<const uint16_t*>(src), src_ld, src_rows, src_row);
+  }
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 

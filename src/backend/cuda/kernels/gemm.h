@@ -79,8 +79,23 @@ struct GemmContext {
   cudaStream_t stream = nullptr;
   void* workspace = nullptr;  // device memory, 256-byte aligned
   size_t workspace_bytes = 0;
+  // Device memory for operands restaged with aligned rows (gemm_staging_bytes); without
+  // enough of it such a GEMM runs on the unaligned data.
+  void* staging = nullptr;
+  size_t staging_bytes = 0;
   int sm_major = 0, sm_minor = 0;
 };
+
+// Hopper's fast GEMM kernels need every dimension that is a row length to be a multiple
+// of 8 16-bit elements: with GPT-2's 50257-token vocabulary cuBLASLt falls back to kernels
+// 5-6x slower (bench_gpu_gemm on an H100: 98-154 TFLOP/s for the three logits GEMMs, 690-820
+// with 50304), even when only the row stride is padded. So gemm() zero-pads such a
+// dimension: the operands that have it are copied into staging memory padded with zeros
+// (zero rows/columns add nothing to the product) and an output that has it is computed
+// there and its top-left corner copied back. One pass over each restaged matrix: far
+// cheaper than the slow GEMM. Only single (folded) 16-bit products without an epilogue.
+// The bytes of staging a GEMM of this shape uses (0: none needed).
+size_t gemm_staging_bytes(DType dtype, const GemmShape& shape);
 
 // The workspace a GEMM asks for (cuBLASLt's recommendation for Hopper is 32 MiB).
 inline constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
@@ -89,6 +104,7 @@ struct GemmOptions {
   bool autotune = false;        // TESSERA_GEMM_AUTOTUNE (default 0: deterministic)
   bool tf32 = false;            // TESSERA_GEMM_TF32 (default 0)
   bool reference_only = false;  // tests: always the tiled CUDA kernel
+  bool restage = true;          // TESSERA_GEMM_RESTAGE (default 1): aligned copies of misaligned rows
 };
 // Read from the environment on first use.
 GemmOptions gemm_options();
@@ -106,6 +122,7 @@ struct GemmReport {
   bool post_kernel = false;  // the elementwise epilogue kernel ran
   bool folded = false;       // the batch was folded into m
   bool tuned = false;        // this call timed the candidates
+  int staged = 0;            // operands restaged with aligned rows: 1 = A, 2 = B, 4 = C
 };
 GemmReport last_gemm_report();
 
@@ -115,6 +132,10 @@ namespace detail {
 // rows * n elements; integer dtypes take only relu.
 void launch_gemm_epilogue(DType dtype, const void* s, const void* bias, void* pre, void* out, int64_t rows, int64_t n,
                           GemmActivation activation, cudaStream_t stream);
+// dst (dst_rows x dst_ld 16-bit elements, dense) = src (src_rows x src_row, row stride
+// src_ld) in the top-left corner, zeros elsewhere (also a plain strided copy).
+void launch_pad_copy16(void* dst, int64_t dst_rows, int64_t dst_ld, const void* src, int64_t src_ld, int64_t src_rows,
+                       int64_t src_row, cudaStream_t stream);
 // The tiled fallback GEMM (any float or integer dtype, no epilogue).
 void launch_reference_gemm(DType dtype, const GemmShape& shape, const void* a, const void* b, void* c,
                            cudaStream_t stream);

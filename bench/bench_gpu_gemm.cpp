@@ -1,0 +1,181 @@
+// bench_gpu_gemm: tessera's GPU GEMM (cuBLASLt through backend/cuda/kernels/gemm.h) on
+// the GEMM shapes of a GPT-2 124M training step, bf16 in and out, fp32 accumulation:
+// median time of --repeats runs between CUDA events, TFLOP/s, and which path ran
+// (restaged operands for rows that are not 16-byte aligned, gemm.h).
+//
+//   build/bin/bench_gpu_gemm [--repeats 20] [--tokens 16384]
+//
+// A table goes to stdout; the last line is one JSON object with every row.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tessera/backend/cuda.h"
+#include "train_bench_util.h"
+
+#if TESSERA_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/gemm.h"
+#include "backend/cuda/runtime.h"
+#endif
+
+namespace ts = tessera;
+
+#if TESSERA_HAS_CUDA
+namespace {
+
+struct Case {
+  std::string name;
+  ts::cuda::GemmShape shape;
+};
+
+// Device buffer of n bf16 values uniform in [-1, 1) (never zeros: see the method notes),
+// from a splitmix64 stream: fast enough for the 824M-element logits matrices.
+void* random_bf16(int64_t n, uint64_t seed) {
+  std::vector<uint16_t> host(static_cast<size_t>(n));
+  uint64_t x = seed;
+  for (uint16_t& h : host) {
+    x += 0x9e3779b97f4a7c15ull;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const float f = static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    uint32_t bits = 0;
+    std::memcpy(&bits, &f, 4);
+    h = static_cast<uint16_t>(bits >> 16);
+  }
+  void* d = nullptr;
+  TESSERA_CUDA_CHECK(cudaMalloc(&d, static_cast<size_t>(n) * 2));
+  TESSERA_CUDA_CHECK(cudaMemcpy(d, host.data(), static_cast<size_t>(n) * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+
+int run(int64_t repeats, int64_t tokens) {
+  if (!ts::cuda::available()) {
+    fmt::print(stderr, "bench_gpu_gemm: no GPU: {}\n", ts::cuda::unavailable_reason());
+    return 2;
+  }
+  const int64_t d = 768, ff = 3072, vocab = 50257, padded = 50304;
+  auto mm = [](int64_t m, int64_t n, int64_t k, bool ta, bool tb) {
+    ts::cuda::GemmShape s;
+    s.m = m;
+    s.n = n;
+    s.k = k;
+    s.trans_a = ta;
+    s.trans_b = tb;
+    return s;
+  };
+  const std::vector<Case> cases = {
+      {"qkv fwd [T,768]x[768,2304]", mm(tokens, 3 * d, d, false, false)},
+      {"fc1 fwd [T,768]x[768,3072]", mm(tokens, ff, d, false, false)},
+      {"fc2 dW [3072,T]x[T,768]", mm(ff, d, tokens, true, false)},
+      {"logits fwd V=50257", mm(tokens, vocab, d, false, false)},
+      {"logits fwd V=50304", mm(tokens, padded, d, false, false)},
+      {"logits dX V=50257 (k=V)", mm(tokens, d, vocab, false, true)},
+      {"logits dX V=50304 (k=V)", mm(tokens, d, padded, false, true)},
+      {"logits dW V=50257", mm(d, vocab, tokens, true, false)},
+      {"logits dW V=50304", mm(d, padded, tokens, true, false)},
+  };
+  const int device = 0;
+  ts::cuda::set_device(device);
+  cudaStream_t stream = ts::cuda::stream(device);
+  ts::cuda::GemmContext ctx;
+  ctx.handle = ts::cuda::cublaslt(device);
+  ctx.stream = stream;
+  const ts::cuda::DeviceInfo info = ts::cuda::device_info(device);
+  ctx.sm_major = info.sm_major;
+  ctx.sm_minor = info.sm_minor;
+  TESSERA_CUDA_CHECK(cudaMalloc(&ctx.workspace, ts::cuda::kGemmWorkspaceBytes));
+  ctx.workspace_bytes = ts::cuda::kGemmWorkspaceBytes;
+
+  nlohmann::json rows = nlohmann::json::array();
+  fmt::print(
+      "| gemm | m | n | k | ms (median of {}) | TFLOP/s | restaged |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+      repeats);
+  for (const Case& c : cases) {
+    for (bool restage : {false, true}) {
+      ts::cuda::GemmOptions opt = ts::cuda::gemm_options();
+      opt.restage = restage;
+      ts::cuda::set_gemm_options(opt);
+      const ts::cuda::GemmShape& s = c.shape;
+      void* a = random_bf16(s.m * s.k, 1);
+      void* b = random_bf16(s.k * s.n, 2);
+      void* out = nullptr;
+      TESSERA_CUDA_CHECK(cudaMalloc(&out, static_cast<size_t>(s.m * s.n) * 2));
+      const size_t staging = ts::cuda::gemm_staging_bytes(ts::DType::BFloat16, s);
+      ctx.staging = nullptr;
+      ctx.staging_bytes = staging;
+      if (staging > 0) TESSERA_CUDA_CHECK(cudaMalloc(&ctx.staging, staging));
+      cudaEvent_t e0, e1;
+      TESSERA_CUDA_CHECK(cudaEventCreate(&e0));
+      TESSERA_CUDA_CHECK(cudaEventCreate(&e1));
+      ts::cuda::gemm(ts::DType::BFloat16, s, a, b, out, {}, ctx);  // warm-up: algorithm choice
+      std::vector<double> times;
+      for (int64_t r = 0; r < repeats; ++r) {
+        TESSERA_CUDA_CHECK(cudaEventRecord(e0, stream));
+        ts::cuda::gemm(ts::DType::BFloat16, s, a, b, out, {}, ctx);
+        TESSERA_CUDA_CHECK(cudaEventRecord(e1, stream));
+        TESSERA_CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        times.push_back(ms);
+      }
+      const ts::cuda::GemmReport report = ts::cuda::last_gemm_report();
+      const double ms = ts::bench::median(times);
+      const double tflops =
+          2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k) / (ms * 1e-3) / 1e12;
+      fmt::print("| {} | {} | {} | {} | {:.3f} | {:.0f} | {} |\n", c.name, s.m, s.n, s.k, ms, tflops, report.staged);
+      std::fflush(stdout);
+      rows.push_back({{"name", c.name},
+                      {"m", s.m},
+                      {"n", s.n},
+                      {"k", s.k},
+                      {"restage", restage},
+                      {"staged", report.staged},
+                      {"ms", ms},
+                      {"tflops", tflops}});
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      cudaFree(a);
+      cudaFree(b);
+      cudaFree(out);
+      if (ctx.staging != nullptr) cudaFree(ctx.staging);
+    }
+  }
+  cudaFree(ctx.workspace);
+  nlohmann::json line{{"bench", "gpu_gemm"}, {"device", info.name}, {"repeats", repeats}, {"rows", rows}};
+  fmt::print("{}\n", line.dump());
+  return 0;
+}
+
+}  // namespace
+#endif
+
+int main(int argc, char** argv) {
+  int64_t repeats = 20, tokens = 16384;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const std::string value = ts::bench::flag_value("bench_gpu_gemm", argc, argv, i);
+    if (arg == "--repeats")
+      repeats = std::max<int64_t>(1, ts::bench::flag_integer("bench_gpu_gemm", arg, value));
+    else if (arg == "--tokens")
+      tokens = std::max<int64_t>(1, ts::bench::flag_integer("bench_gpu_gemm", arg, value));
+    else
+      ts::fail<ts::ValueError>("bench_gpu_gemm: unknown flag {} (flags: --repeats --tokens)", arg);
+  }
+#if TESSERA_HAS_CUDA
+  return run(repeats, tokens);
+#else
+  fmt::print(stderr, "bench_gpu_gemm: built without CUDA\n");
+  return 2;
+#endif
+}

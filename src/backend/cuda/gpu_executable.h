@@ -83,7 +83,7 @@ class GpuExecutable : public compiler::DeviceProgram {
   int capture_failures_ = 0;
   std::map<std::vector<void*>, cudaGraphExec_t> graphs_;
   bool profiling_ = false;
-  bool profile_steps_ = false;  // TESSERA_PROFILE=2: profile_text() lists the costliest launches
+  bool profile_steps_ = false;     // TESSERA_PROFILE=2: profile_text() lists the costliest launches
   std::vector<double> kernel_ms_;  // per step, summed over profiled runs
   int profiled_runs_ = 0;
   std::mutex mutex_;

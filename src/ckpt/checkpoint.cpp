@@ -123,7 +123,7 @@ CheckpointManager::CheckpointManager(fs::path run_dir, RetentionPolicy retention
   ::unlink(probe.c_str());
 }
 
-fs::path CheckpointManager::save(const CheckpointState& state) {
+fs::path CheckpointManager::save(const CheckpointState& state, const std::function<void(const fs::path&)>& mid_write) {
   if (state.step < 0) fail<ValueError>("checkpoint save: step {} is negative", state.step);
   const std::map<std::string, Array> params = tree_tensors(state.params, "params");
   const std::map<std::string, Array> opt_state = tree_tensors(state.opt_state, "opt_state");
@@ -139,6 +139,7 @@ fs::path CheckpointManager::save(const CheckpointState& state) {
   if (::mkdir(tmp.c_str(), 0755) != 0) fileio::fail_errno("cannot create checkpoint directory", tmp, errno);
   try {
     write_safetensors(tmp / kParamsFile, params);
+    if (mid_write) mid_write(tmp);
     write_safetensors(tmp / kOptFile, opt_state);
     nlohmann::json files = nlohmann::json::object();
     for (const char* name : {kParamsFile, kOptFile})
@@ -198,6 +199,17 @@ std::vector<CheckpointInfo> list_checkpoints(const fs::path& checkpoints_dir) {
   }
   if (ec) fail<IOError>("checkpoint directory {} cannot be listed: {}", checkpoints_dir.string(), ec.message());
   std::sort(result.begin(), result.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return result;
+}
+
+std::vector<fs::path> list_partial_saves(const fs::path& checkpoints_dir) {
+  std::vector<fs::path> result;
+  std::error_code ec;
+  if (!fs::exists(checkpoints_dir, ec)) return result;
+  for (const auto& entry : fs::directory_iterator(checkpoints_dir, ec))
+    if (is_tmp_name(entry.path().filename().string())) result.push_back(entry.path());
+  if (ec) fail<IOError>("checkpoint directory {} cannot be listed: {}", checkpoints_dir.string(), ec.message());
+  std::sort(result.begin(), result.end());
   return result;
 }
 

@@ -10,7 +10,15 @@ namespace tessera::ckpt {
 
 std::optional<RestoredCheckpoint> restore_newest(const std::vector<fs::path>& checkpoints_dirs, const Tree& params_like,
                                                  const Tree& opt_like,
-                                                 const std::function<void(const std::string&)>& warn) {
+                                                 const std::function<void(const std::string&)>& warn,
+                                                 const std::function<void(const fs::path&)>& verified) {
+  if (warn)
+    for (const fs::path& dir : checkpoints_dirs)
+      for (const fs::path& partial : list_partial_saves(dir))
+        warn(
+            fmt::format("checkpoint {} is a partial save (the writer stopped before its commit): ignored, and "
+                        "removed by the next save",
+                        partial.string()));
   struct Candidate {
     CheckpointInfo info;
     size_t tier;
@@ -30,6 +38,7 @@ std::optional<RestoredCheckpoint> restore_newest(const std::vector<fs::path>& ch
       if (warn) warn(fmt::format("checkpoint {} is corrupt: {}{}", path.string(), check.problem, fallback));
       continue;
     }
+    if (verified) verified(path);
     try {
       return RestoredCheckpoint{CheckpointManager::load(path, params_like, opt_like), path};
     } catch (const IOError& e) {

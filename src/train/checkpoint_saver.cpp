@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <limits>
 
 #include "data/file_io.h"
 #include "tessera/base/error.h"
@@ -59,11 +60,13 @@ std::optional<ckpt::RestoredCheckpoint> CheckpointSaver::restore(const Tree& par
                                                                  const std::function<void(const std::string&)>& warn) {
   std::vector<fs::path> tiers = {persistent_.directory()};
   if (local_) tiers.push_back(local_->directory());
+  // Start "past every step": only the startup faults (corrupt_newest, kill@restore) are armed.
+  FaultInjector startup(faults_, rank_, std::numeric_limits<int64_t>::max(), config_.run.dir);
   if (primary_) {  // the process that writes files
-    const fs::path corrupted = FaultInjector(faults_, rank_, 0, config_.run.dir).corrupt_newest(tiers);
+    const fs::path corrupted = startup.corrupt_newest(tiers);
     if (!corrupted.empty() && note_) note_(fmt::format("fault injection: corrupted {}", corrupted.string()));
   }
-  return ckpt::restore_newest(tiers, params_like, opt_like, warn);
+  return ckpt::restore_newest(tiers, params_like, opt_like, warn, startup.restore_hook());
 }
 
 void CheckpointSaver::start_at(int64_t step) {
@@ -100,15 +103,20 @@ void CheckpointSaver::save(int64_t step, const std::function<ckpt::CheckpointSta
   ckpt::CheckpointState state = make_state();  // every rank: gathering a sharded state is collective
   if (!primary_) return;
   const bool inject_failure = injector_ && injector_->fail_this_write(step);
+  // kill@save: the SIGKILL lands in the persistent tier's write (the one a restart needs) when it has one.
+  std::function<void(const fs::path&)> kill_mid_write;
+  if (injector_) kill_mid_write = injector_->begin_save(step);
   ckpt::CheckpointManager* persistent = to_persistent ? &persistent_ : nullptr;
   ckpt::CheckpointManager* local = to_local ? local_.get() : nullptr;
-  auto write = [persistent, local, inject_failure](const ckpt::CheckpointState& s) {
+  auto write = [persistent, local, inject_failure, kill_mid_write](const ckpt::CheckpointState& s) {
     if (inject_failure)
       fileio::fail_errno("injected fault (TESSERA_FAULT fail_write): cannot write checkpoint",
                          (persistent ? persistent : local)->directory() / fmt::format("step_{:08d}", s.step), EIO);
     fs::path committed;
-    if (local) committed = local->save(s);  // the fast tier first
-    if (persistent) committed = persistent->save(s);
+    if (local)
+      committed =
+          local->save(s, persistent ? std::function<void(const fs::path&)>() : kill_mid_write);  // the fast tier first
+    if (persistent) committed = persistent->save(s, kill_mid_write);
     return committed;
   };
   if (async_) {
@@ -124,6 +132,12 @@ void CheckpointSaver::save(int64_t step, const std::function<ckpt::CheckpointSta
     try {
       last_sync_checkpoint_ = write(state);
       committed = true;
+    } catch (const IOError& e) {
+      // A full disk (ENOSPC) or file size limit (EFBIG) surfaces here: say which save it
+      // was, as the asynchronous path does; the committed checkpoints are untouched.
+      if (recorder_) recorder_->checkpoint_save_end(step, goodput::SavePart::kBlocking, false);
+      fail<IOError>("checkpoint save of step {} to {} failed: {}", step,
+                    (persistent ? persistent : local)->directory().string(), e.what());
     } catch (...) {
       if (recorder_) recorder_->checkpoint_save_end(step, goodput::SavePart::kBlocking, false);
       throw;

@@ -35,9 +35,10 @@ class CheckpointSaver {
   ~CheckpointSaver();
 
   // corrupt_newest (if injected), then the newest checkpoint that verifies in either
-  // tier; arms the step faults against the step the attempt starts from.
+  // tier (kill@restore, if injected, fires once it verified, before it is loaded).
   std::optional<ckpt::RestoredCheckpoint> restore(const Tree& params_like, const Tree& opt_like,
                                                   const std::function<void(const std::string&)>& warn);
+  // Arms the step and save faults against the step the attempt starts from.
   void start_at(int64_t step);
 
   // At the top of every step: rethrows a background save's failure, then the step faults.

@@ -12,8 +12,9 @@
 // Saving writes into "step_00000100.tmp-<pid>", fsyncs every file and the directory,
 // renames it into place and fsyncs the parent: a crash leaves either the old set of
 // checkpoints or the new one, never a half-written checkpoint under a final name.
-// Temporary directories left by a crash are removed by the next save. Saving a step
-// that already exists swaps the new directory in atomically (renameat2 RENAME_EXCHANGE).
+// Temporary directories left by a crash are never read (restore_newest reports them)
+// and are removed by the next save. Saving a step that already exists swaps the new
+// directory in atomically (renameat2 RENAME_EXCHANGE).
 // One process saves into a run directory at a time.
 //
 // Tensor names are the Tree paths ("layers.0.weight"); a tree whose paths collide (a
@@ -64,7 +65,10 @@ class CheckpointManager {
   CheckpointManager(std::filesystem::path run_dir, RetentionPolicy retention = {});
 
   // Saves atomically, then applies the retention policy. Returns the final path.
-  std::filesystem::path save(const CheckpointState& state);
+  // mid_write (fault injection, tests): called with the temporary directory once the
+  // params file is written, before the optimizer state, the manifest and the commit.
+  std::filesystem::path save(const CheckpointState& state,
+                             const std::function<void(const std::filesystem::path& partial)>& mid_write = {});
 
   // Committed checkpoints, oldest first (not verified).
   std::vector<CheckpointInfo> list() const;
@@ -93,5 +97,9 @@ nlohmann::json read_manifest(const std::filesystem::path& checkpoint_dir);
 // The committed checkpoints (step_<digits> directories) in a checkpoints directory,
 // oldest first, without creating or verifying anything; an absent directory has none.
 std::vector<CheckpointInfo> list_checkpoints(const std::filesystem::path& checkpoints_dir);
+
+// The temporary directories of saves that never committed ("step_00000100.tmp-<pid>",
+// left by a crash during a save) in a checkpoints directory, sorted; none when absent.
+std::vector<std::filesystem::path> list_partial_saves(const std::filesystem::path& checkpoints_dir);
 
 }  // namespace tessera::ckpt

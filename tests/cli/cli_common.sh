@@ -15,3 +15,15 @@ fail() {
   echo "FAIL ($case_name): $*" >&2
   exit 1
 }
+
+# The tiny job the resilience tests train: `tiny_train_args STEPS [EXTRA...]` sets the array
+# train_args (data under $tmp/data, one layer of width 64, a checkpoint every 2 steps).
+tiny_train_args() {
+  local steps="$1"
+  shift
+  train_args=(train --config configs/tiny.toml "$@"
+    --set data.train="$tmp/data/train.bin" --set data.val="$tmp/data/val.bin"
+    --set model.layers=1 --set model.dim=64 --set model.heads=2 --set model.context=64
+    --set train.steps="$steps" --set train.batch=4 --set train.seq=64 --set train.eval_batches=1
+    --set train.eval_interval=0 --set checkpoint.interval=2 --set run.tensorboard=false)
+}

@@ -21,11 +21,7 @@
 # Exit status 0 when the case passes; a failure says what differed.
 source "$(dirname "$0")/cli_common.sh" "$@"
 
-train_args=(train --config configs/tiny.toml
-  --set data.train="$tmp/data/train.bin" --set data.val="$tmp/data/val.bin"
-  --set model.layers=1 --set model.dim=64 --set model.heads=2 --set model.context=64
-  --set train.steps=16 --set train.batch=4 --set train.seq=64 --set train.eval_batches=1
-  --set train.eval_interval=0 --set checkpoint.interval=2 --set run.tensorboard=false)
+tiny_train_args 16
 
 # Final params and optimizer state of run directory $1 equal the uninterrupted run's.
 expect_same_final_state() {

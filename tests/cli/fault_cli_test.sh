@@ -11,11 +11,7 @@
 # Exit status 0 when the case passes; a failure says what differed.
 source "$(dirname "$0")/cli_common.sh" "$@"
 
-train_args=(train --config configs/tiny.toml --quiet
-  --set data.train="$tmp/data/train.bin" --set data.val="$tmp/data/val.bin"
-  --set model.layers=1 --set model.dim=64 --set model.heads=2 --set model.context=64
-  --set train.steps=8 --set train.batch=4 --set train.seq=64 --set train.eval_batches=1
-  --set train.eval_interval=0 --set checkpoint.interval=2 --set run.tensorboard=false)
+tiny_train_args 8 --quiet
 
 case "$case_name" in
   kill_resume)

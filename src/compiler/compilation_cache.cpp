@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,7 +30,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kMagic[8] = {'T', 'S', 'X', 'C', 'A', 'C', 'H', 'E'};
+constexpr char kIndexMagic[8] = {'T', 'S', 'X', 'I', 'N', 'D', 'E', 'X'};
 constexpr const char* kEntrySuffix = ".tsxc";
+constexpr const char* kIndexSuffix = ".tsxi";
 constexpr const char* kLastMissFile = "last_miss.json";
 
 std::string hex128(XXH128_hash_t h) { return fmt::format("{:016x}{:016x}", h.high64, h.low64); }
@@ -97,12 +100,25 @@ bool read_pod(const std::string& bytes, size_t& at, T& v) {
   return true;
 }
 
+// The whole file ("" when it cannot be read): one fstat and read, no stream copies
+// (an index hit reads two files, and their reading is part of every warm start).
 std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  struct stat st {};
+  std::string bytes;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+    bytes.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < bytes.size()) {
+      const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    bytes.resize(got);
+  }
+  ::close(fd);
+  return bytes;
 }
 
 // An entry's header only (magic through the payload hash), so listing a large cache
@@ -119,10 +135,11 @@ std::string read_header(const fs::path& path) {
   return bytes + rest;
 }
 
-// An entry's parsed header; `error` says what is wrong with a damaged one.
+// An entry's parsed header, viewing the bytes it was parsed from; `error` says what is
+// wrong with a damaged one.
 struct ParsedEntry {
-  std::string key_json;
-  std::string payload;
+  std::string_view key_json;
+  std::string_view payload;
   std::string error;
 };
 
@@ -146,7 +163,7 @@ ParsedEntry parse_entry(const std::string& bytes, uint64_t file_size, bool with_
     e.error = "truncated key";
     return e;
   }
-  e.key_json = bytes.substr(at, json_size);
+  e.key_json = std::string_view(bytes).substr(at, json_size);
   at += json_size;
   uint64_t payload_size = 0;
   uint64_t payload_hash = 0;
@@ -163,7 +180,7 @@ ParsedEntry parse_entry(const std::string& bytes, uint64_t file_size, bool with_
     e.error = "payload hash mismatch";
     return e;
   }
-  e.payload = bytes.substr(at);
+  e.payload = std::string_view(bytes).substr(at);
   return e;
 }
 
@@ -184,10 +201,11 @@ std::vector<std::pair<std::string, std::string>> CacheKey::parts() const {
           {"format_version", format_version}};
 }
 
-std::string CacheKey::fingerprint() const {
+namespace {
+std::string parts_fingerprint(const std::vector<std::pair<std::string, std::string>>& parts) {
   XXH3_state_t* state = XXH3_createState();
   XXH3_128bits_reset(state);
-  for (const auto& [name, value] : parts()) {
+  for (const auto& [name, value] : parts) {
     // Length-prefixed, so no two different part lists hash the same byte stream.
     for (const std::string* s : {&name, &value}) {
       const uint64_t n = s->size();
@@ -200,11 +218,17 @@ std::string CacheKey::fingerprint() const {
   return fp;
 }
 
-std::string CacheKey::to_json() const {
-  nlohmann::ordered_json j;
-  for (const auto& [name, value] : parts()) j[name] = value;
-  return j.dump();
+nlohmann::ordered_json parts_json(const std::vector<std::pair<std::string, std::string>>& parts) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : parts) j[name] = value;
+  return j;
 }
+}  // namespace
+
+std::string CacheKey::fingerprint() const { return parts_fingerprint(parts()); }
+std::string CacheKey::to_json() const { return parts_json(parts()).dump(); }
+std::string IndexKey::fingerprint() const { return parts_fingerprint(parts); }
+std::string IndexKey::to_json() const { return parts_json(parts).dump(); }
 
 CacheKey CacheKey::from_json(const std::string& json) {
   nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
@@ -238,14 +262,23 @@ CacheKey make_cache_key(const Graph& traced, const std::vector<bool>& donated, c
   k.constants = constants_digest(traced);
   for (const CheckpointPolicy& p : traced.remat_regions) k.remat += (k.remat.empty() ? "" : ";") + p.text();
   for (size_t i = 0; i < traced.parameters.size(); ++i) k.donation += i < donated.size() && donated[i] ? '1' : '0';
-  const char* disabled = std::getenv("TESSERA_DISABLE_PASSES");
-  k.options = fmt::format("fuse={},fold_constants={},simplify={},remat={},schedule={},disabled_passes={}",
-                          int(options.fuse), int(options.fold_constants), int(options.simplify), int(options.remat),
-                          int(options.schedule), disabled ? disabled : "");
+  k.options = compile_options_text(options);
   k.device = device;
   k.compiler_version = tessera::version();
   k.format_version = fmt::format("entry={},executable={}", kCompilationCacheFormatVersion, kExecutableFormatVersion);
   return k;
+}
+
+std::string compile_options_text(const CompileOptions& options) {
+  const char* disabled = std::getenv("TESSERA_DISABLE_PASSES");
+  return fmt::format("fuse={},fold_constants={},simplify={},remat={},schedule={},disabled_passes={}", int(options.fuse),
+                     int(options.fold_constants), int(options.simplify), int(options.remat), int(options.schedule),
+                     disabled ? disabled : "");
+}
+
+bool compilation_index_enabled() {
+  const char* env = std::getenv("TESSERA_COMPILATION_CACHE_INDEX");
+  return env == nullptr || std::string(env) != "0";
 }
 
 // ---- the cache ----
@@ -257,22 +290,22 @@ CompilationCache::CompilationCache(fs::path dir, uint64_t max_bytes) : dir_(std:
     warn(fmt::format("cannot create {} ({}); compiling without the cache", dir_.string(), ec.message()));
     return;
   }
-  // A probe write: a directory that exists but is read-only is as good as none.
-  const fs::path probe = dir_ / fmt::format(".probe.{}", ::getpid());
-  {
-    std::ofstream out(probe);
-    out << "probe";
-    if (!out) {
-      warn(fmt::format("cannot write in {}; compiling without the cache", dir_.string()));
-      return;
-    }
+  // A directory that exists but cannot be written (permissions, a read-only file
+  // system) is as good as none. Asked of the kernel rather than by writing a probe
+  // file: every warm start pays for this check (a probe file cost 0.3 ms).
+  if (::faccessat(AT_FDCWD, dir_.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
+    warn(fmt::format("cannot write in {} ({}); compiling without the cache", dir_.string(), std::strerror(errno)));
+    return;
   }
-  fs::remove(probe, ec);
   usable_ = true;
 }
 
 fs::path CompilationCache::entry_path(const std::string& fingerprint) const {
   return dir_ / (fingerprint + kEntrySuffix);
+}
+
+fs::path CompilationCache::index_path(const std::string& fingerprint) const {
+  return dir_ / (fingerprint + kIndexSuffix);
 }
 
 CompilationCacheStats CompilationCache::stats() const {
@@ -312,15 +345,18 @@ void CompilationCache::record_miss(const CacheKey& key) {
 
 std::unique_ptr<Executable> CompilationCache::load(const CacheKey& key) {
   if (!usable_) return nullptr;
-  const fs::path path = entry_path(key.fingerprint());
+  std::unique_ptr<Executable> exe = load_entry(key.fingerprint(), key.to_json());
+  if (!exe) record_miss(key);
+  return exe;
+}
+
+std::unique_ptr<Executable> CompilationCache::load_entry(const std::string& fingerprint, const std::string& key_json) {
+  const fs::path path = entry_path(fingerprint);
   std::error_code ec;
-  if (!fs::exists(path, ec)) {
-    record_miss(key);
-    return nullptr;
-  }
-  const std::string bytes = read_file(path);
+  const std::string bytes = read_file(path);  // "" when there is none
+  if (bytes.empty() && !fs::exists(path, ec)) return nullptr;
   ParsedEntry e = parse_entry(bytes, bytes.size(), /*with_payload=*/true);
-  if (e.error.empty() && e.key_json != key.to_json()) e.error = "its key parts do not match its name";
+  if (e.error.empty() && e.key_json != key_json) e.error = "its key parts do not match its name";
   std::unique_ptr<Executable> exe;
   if (e.error.empty()) {
     try {
@@ -331,7 +367,6 @@ std::unique_ptr<Executable> CompilationCache::load(const CacheKey& key) {
   }
   if (!e.error.empty()) {
     drop_corrupt(path, e.error);
-    record_miss(key);
     return nullptr;
   }
   fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // LRU: last use
@@ -339,13 +374,34 @@ std::unique_ptr<Executable> CompilationCache::load(const CacheKey& key) {
   return exe;
 }
 
+void CompilationCache::write_atomically(const fs::path& path, const std::vector<std::string_view>& parts) {
+  static std::atomic<uint64_t> counter{0};
+  // Unique per writer, in the same directory (rename is atomic only within a file system).
+  const fs::path tmp = dir_ / fmt::format(".{}.{}.{}.{}.tmp", path.filename().string(), ::getpid(),
+                                          std::hash<std::thread::id>{}(std::this_thread::get_id()), counter++);
+  try {
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) fail<IOError>("compilation cache: cannot create {}: {}", tmp.string(), std::strerror(errno));
+    try {
+      for (std::string_view part : parts) write_all(fd, part.data(), part.size(), tmp.string());
+      if (::fsync(fd) != 0)
+        fail<IOError>("compilation cache: fsync of {} failed: {}", tmp.string(), std::strerror(errno));
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+    fs::rename(tmp, path);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+}
+
 void CompilationCache::store(const CacheKey& key, const Executable& executable) {
   if (!usable_) return;
-  static std::atomic<uint64_t> counter{0};
   const std::string fp = key.fingerprint();
-  // Unique per writer, in the same directory (rename is atomic only within a file system).
-  const fs::path tmp = dir_ / fmt::format(".{}.{}.{}.{}.tmp", fp, ::getpid(),
-                                          std::hash<std::thread::id>{}(std::this_thread::get_id()), counter++);
   try {
     const std::string payload = executable.serialize();
     const std::string json = key.to_json();
@@ -355,30 +411,153 @@ void CompilationCache::store(const CacheKey& key, const Executable& executable) 
     header += json;
     append_pod(header, static_cast<uint64_t>(payload.size()));
     append_pod(header, static_cast<uint64_t>(XXH3_64bits(payload.data(), payload.size())));
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) fail<IOError>("compilation cache: cannot create {}: {}", tmp.string(), std::strerror(errno));
-    try {
-      write_all(fd, header.data(), header.size(), tmp.string());
-      write_all(fd, payload.data(), payload.size(), tmp.string());
-      if (::fsync(fd) != 0)
-        fail<IOError>("compilation cache: fsync of {} failed: {}", tmp.string(), std::strerror(errno));
-    } catch (...) {
-      ::close(fd);
-      throw;
-    }
-    ::close(fd);
-    fs::rename(tmp, entry_path(fp));
+    write_atomically(entry_path(fp), {header, payload});
     std::error_code ec;
     fs::last_write_time(entry_path(fp), fs::file_time_type::clock::now(), ec);
   } catch (const std::exception& ex) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
     warn(fmt::format("could not store {} ({}); the run goes on", fp, ex.what()));
     count(&CompilationCacheStats::store_failures);
     return;
   }
   count(&CompilationCacheStats::stores);
   evict_to(max_bytes_);
+}
+
+// ---- the index ----
+
+// Index entry body (format 2): length-prefixed strings (u64 length + bytes): the index
+// key's part count (u64) and each part's name and value, the full entry's fingerprint,
+// its key JSON exactly as the entry's header holds it, the output tree's structure.
+// Binary rather than JSON: it is read on every warm start, and parsing 20-40 KB of JSON
+// (the argument and output trees of a model) cost 0.4-0.8 ms; the key JSON is compared
+// byte for byte with the entry's, never parsed.
+namespace {
+
+void append_string(std::string& out, std::string_view s) {
+  append_pod(out, static_cast<uint64_t>(s.size()));
+  out.append(s.data(), s.size());
+}
+
+bool read_string(std::string_view bytes, size_t& at, std::string_view& s) {
+  uint64_t n = 0;
+  if (bytes.size() - at < sizeof(n)) return false;
+  std::memcpy(&n, bytes.data() + at, sizeof(n));
+  at += sizeof(n);
+  if (bytes.size() - at < n) return false;
+  s = bytes.substr(at, n);
+  at += n;
+  return true;
+}
+
+}  // namespace
+
+IndexEntry IndexEntry::of(const CacheKey& program_key, std::string outputs) {
+  return {program_key.fingerprint(), program_key.to_json(), std::move(outputs)};
+}
+
+// The parsed index entry; nullopt with `error` empty for none, with `error` set for a
+// damaged one.
+std::optional<IndexEntry> CompilationCache::read_index(const IndexKey& key, std::string& error) {
+  const fs::path path = index_path(key.fingerprint());
+  const std::string bytes = read_file(path);  // "" when there is none
+  std::error_code ec;
+  if (bytes.empty() && !fs::exists(path, ec)) return std::nullopt;
+  size_t at = sizeof(kIndexMagic);
+  uint32_t version = 0;
+  uint64_t hash = 0;
+  if (bytes.size() < sizeof(kIndexMagic) || std::memcmp(bytes.data(), kIndexMagic, sizeof(kIndexMagic)) != 0) {
+    error = "bad magic (not a tessera cache index entry)";
+    return std::nullopt;
+  }
+  if (!read_pod(bytes, at, version) || version != kCompilationIndexFormatVersion) {
+    error = fmt::format("index format version {} (expected {})", version, kCompilationIndexFormatVersion);
+    return std::nullopt;
+  }
+  if (!read_pod(bytes, at, hash) || XXH3_64bits(bytes.data() + at, bytes.size() - at) != hash) {
+    error = "body hash mismatch";
+    return std::nullopt;
+  }
+  const std::string_view body = std::string_view(bytes).substr(at);
+  at = 0;
+  uint64_t num_parts = 0;
+  bool ok = body.size() >= sizeof(num_parts);
+  if (ok) {
+    std::memcpy(&num_parts, body.data(), sizeof(num_parts));
+    at = sizeof(num_parts);
+  }
+  bool same_key = ok && num_parts == key.parts.size();
+  for (uint64_t i = 0; ok && i < num_parts; ++i) {
+    std::string_view name, value;
+    ok = read_string(body, at, name) && read_string(body, at, value);
+    same_key = same_key && ok && key.parts[i].first == name && key.parts[i].second == value;
+  }
+  std::string_view program, program_key_json, outputs;
+  ok = ok && read_string(body, at, program) && read_string(body, at, program_key_json) &&
+       read_string(body, at, outputs) && at == body.size();
+  // The fingerprint names a file: 32 hex digits and nothing else.
+  ok = ok && program.size() == 32 && program.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+  if (!ok) {
+    error = "its body is not an index entry";
+    return std::nullopt;
+  }
+  if (!same_key) {
+    error = "its key parts do not match its name";
+    return std::nullopt;
+  }
+  return IndexEntry{std::string(program), std::string(program_key_json), std::string(outputs)};
+}
+
+std::optional<CompilationCache::IndexHit> CompilationCache::load_indexed(const IndexKey& key, const IndexCheck& check) {
+  if (!usable_) return std::nullopt;
+  std::string error;
+  std::optional<IndexEntry> entry = read_index(key, error);
+  std::unique_ptr<Executable> exe;
+  if (entry) {
+    exe = load_entry(entry->program, entry->program_key_json);
+    if (!exe) {
+      error = fmt::format("its program entry {} is missing or damaged", entry->program);
+    } else {
+      error = check(*exe, *entry);
+    }
+  }
+  if (!error.empty()) drop_index(key, error);
+  if (!error.empty() || !entry) {
+    count(&CompilationCacheStats::index_misses);
+    return std::nullopt;
+  }
+  count(&CompilationCacheStats::index_hits);
+  return IndexHit{std::move(exe), std::move(*entry)};
+}
+
+void CompilationCache::store_index(const IndexKey& key, const IndexEntry& entry) {
+  if (!usable_) return;
+  const std::string fp = key.fingerprint();
+  try {
+    std::string body;
+    append_pod(body, static_cast<uint64_t>(key.parts.size()));
+    for (const auto& [name, value] : key.parts) {
+      append_string(body, name);
+      append_string(body, value);
+    }
+    append_string(body, entry.program);
+    append_string(body, entry.program_key_json);
+    append_string(body, entry.outputs);
+    std::string header(kIndexMagic, sizeof(kIndexMagic));
+    append_pod(header, kCompilationIndexFormatVersion);
+    append_pod(header, static_cast<uint64_t>(XXH3_64bits(body.data(), body.size())));
+    write_atomically(index_path(fp), {header, body});
+  } catch (const std::exception& ex) {
+    warn(fmt::format("could not store index entry {} ({}); the run goes on", fp, ex.what()));
+    count(&CompilationCacheStats::store_failures);
+  }
+}
+
+void CompilationCache::drop_index(const IndexKey& key, const std::string& why) {
+  const fs::path path = index_path(key.fingerprint());
+  warn(fmt::format("index entry {} is unusable ({}); removed, tracing", path.string(), why));
+  std::error_code ec;
+  fs::remove(path, ec);
+  count(&CompilationCacheStats::index_corrupt);
 }
 
 std::vector<CacheEntryInfo> CompilationCache::entries() const {
@@ -393,10 +572,11 @@ std::vector<CacheEntryInfo> CompilationCache::entries() const {
     info.bytes = fs::file_size(p, e1);
     info.last_used = fs::last_write_time(p, e2);
     if (e1 || e2) continue;  // removed meanwhile
-    ParsedEntry e = parse_entry(read_header(p), info.bytes, /*with_payload=*/false);
+    const std::string header = read_header(p);
+    ParsedEntry e = parse_entry(header, info.bytes, /*with_payload=*/false);
     if (e.error.empty()) {
       try {
-        info.key = CacheKey::from_json(e.key_json);
+        info.key = CacheKey::from_json(std::string(e.key_json));
         info.program = info.key.program;
       } catch (const Error&) {
         info.program = "?";
@@ -419,7 +599,8 @@ size_t CompilationCache::clear() {
   for (const fs::directory_entry& d : fs::directory_iterator(dir_, ec)) {
     const std::string name = d.path().filename().string();
     if (d.path().extension() == kEntrySuffix) ++removed;
-    if (d.path().extension() == kEntrySuffix || name == kLastMissFile || name.ends_with(".tmp"))
+    if (d.path().extension() == kEntrySuffix || d.path().extension() == kIndexSuffix || name == kLastMissFile ||
+        name.ends_with(".tmp"))
       victims.push_back(d.path());
   }
   for (const fs::path& p : victims) fs::remove(p, ec);

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "compiler/jit_cache_index.h"
 #include "compiler/lazy_graph.h"
 #include "core/trace_state.h"
 #include "tessera/compiler/compilation_cache.h"
@@ -73,22 +74,36 @@ dist::Mesh spmd_mesh(const std::vector<std::optional<dist::Sharding>>& in,
   return *mesh;
 }
 
-// Compiles `traced`, or loads the executable the persistent compilation cache holds
-// for it (compiler/compilation_cache.h). GPU programs are not cached: their device
-// programs (NVRTC kernels, GEMM algorithm choices) are not serializable yet.
-std::shared_ptr<compiler::Executable> compile_with_cache(const compiler::Graph& traced, const JitOptions& options,
-                                                         const std::vector<bool>& donated) {
+// The persistent compilation cache for a call that is not SPMD, or nullptr. GPU
+// programs are not cached: their device programs (NVRTC kernels, GEMM algorithm
+// choices) are not serializable yet.
+std::shared_ptr<compiler::CompilationCache> cache_for(const JitOptions& options) {
   std::shared_ptr<compiler::CompilationCache> cache = compiler::compilation_cache();
   if (cache && compiler::DeviceSpec::parse(options.device).cuda) {
     compiler::note_compilation_cache_skip(options.name,
                                           "GPU programs are not cached yet (device " + options.device + ")");
-    cache = nullptr;
+    return nullptr;
   }
+  return cache;
+}
+
+// Compiles `traced`, or loads the executable the persistent compilation cache holds
+// for it (compiler/compilation_cache.h); with an index key, also records under it
+// which entry that was and the output tree, so the next process skips tracing.
+std::shared_ptr<compiler::Executable> compile_with_cache(compiler::CompilationCache* cache,
+                                                         const compiler::Graph& traced, const JitOptions& options,
+                                                         const std::vector<bool>& donated,
+                                                         const std::optional<compiler::IndexKey>& index_key,
+                                                         const Tree& output_structure) {
   if (!cache) return compiler::compile(traced, options.compile, donated);
   const compiler::CacheKey key = compiler::make_cache_key(traced, donated, options.compile, options.device);
-  if (std::unique_ptr<compiler::Executable> hit = cache->load(key)) return hit;
-  std::shared_ptr<compiler::Executable> exe = compiler::compile(traced, options.compile, donated);
-  cache->store(key, *exe);
+  std::shared_ptr<compiler::Executable> exe = cache->load(key);
+  if (!exe) {
+    exe = compiler::compile(traced, options.compile, donated);
+    cache->store(key, *exe);
+  }
+  if (index_key)
+    cache->store_index(*index_key, compiler::IndexEntry::of(key, compiler::tree_structure_text(output_structure)));
   return exe;
 }
 
@@ -147,10 +162,11 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
   if (it != s.cache.end()) return it->second;
 
   auto start = std::chrono::steady_clock::now();
-  Entry entry;
-  entry.traced = trace(s.fn, args, statics, &entry.output_structure);
-  entry.traced.name = s.options.name;
-  ++s.traces;
+  auto finish = [&](Entry entry) -> Entry& {
+    entry.executable->mutable_stats().compile_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return s.cache.emplace(key, std::move(entry)).first->second;
+  };
   std::vector<bool> donated(leaves.size(), false);
   for (int d : s.options.donate_leaves) {
     if (d < 0 || d >= static_cast<int>(leaves.size()))
@@ -158,7 +174,35 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
                        leaves.size());
     donated[static_cast<size_t>(d)] = true;
   }
-  if (auto in = spmd_input_shardings(s.options, leaves)) {
+  const std::optional<std::vector<std::optional<dist::Sharding>>> in = spmd_input_shardings(s.options, leaves);
+  std::shared_ptr<compiler::CompilationCache> cache = in ? nullptr : cache_for(s.options);
+  std::optional<compiler::IndexKey> index_key;
+  if (cache && !s.options.cache_identity.empty() && compiler::compilation_index_enabled() &&
+      !compiler::build_identity().empty()) {
+    index_key = compiler::jit_index_key(s.options, args, key, donated);
+    Tree outputs;
+    auto check = [&](const compiler::Executable& exe, const compiler::IndexEntry& hit) -> std::string {
+      try {
+        outputs = compiler::tree_structure_from_text(hit.outputs);
+      } catch (const Error& e) {
+        return e.what();
+      }
+      return compiler::index_hit_mismatch(exe, leaves, donated, outputs);
+    };
+    if (auto hit = cache->load_indexed(*index_key, check)) {
+      Entry entry;
+      entry.traced.name = s.options.name;
+      entry.executable = std::move(hit->executable);
+      entry.output_structure = std::move(outputs);
+      return finish(std::move(entry));
+    }
+  }
+
+  Entry entry;
+  entry.traced = trace(s.fn, args, statics, &entry.output_structure);
+  entry.traced.name = s.options.name;
+  ++s.traces;
+  if (in) {
     std::vector<std::string> names = args.paths();
     dist::PartitionOptions partition_options;
     partition_options.parameter_names = names;
@@ -170,7 +214,8 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
     // Device 0's executable stands for the program (stats, profile); owned by spmd.
     entry.executable = std::shared_ptr<compiler::Executable>(entry.spmd, &entry.spmd->executable(0));
   } else {
-    entry.executable = compile_with_cache(entry.traced, s.options, donated);
+    entry.executable =
+        compile_with_cache(cache.get(), entry.traced, s.options, donated, index_key, entry.output_structure);
   }
   if (entry.spmd && compiler::compilation_cache())
     compiler::note_compilation_cache_skip(s.options.name, "SPMD programs are not serializable yet");
@@ -180,9 +225,14 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
                        s.options.name, device.to_string());
     entry.device_program = compiler::make_device_program(entry.executable, device);
   }
-  entry.executable->mutable_stats().compile_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return s.cache.emplace(key, std::move(entry)).first->second;
+  return finish(std::move(entry));
+}
+
+std::string Jitted::profile_text() const {
+  std::string text;
+  for (const auto& [key, entry] : state_->cache)
+    text += entry.device_program ? entry.device_program->profile_text() : entry.executable->profile_text();
+  return text;
 }
 
 Tree Jitted::operator()(const Tree& args, const StaticArgs& statics) {

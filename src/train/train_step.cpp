@@ -1,5 +1,7 @@
 #include "tessera/train/train_step.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "tessera/base/error.h"
@@ -27,11 +29,41 @@ std::optional<Array> key_of(const Tree& args) {
   return std::nullopt;
 }
 
+// The compilation cache index's identity of the step's programs: everything they trace
+// from besides their arguments' types (JitOptions::cache_identity). Every field of the
+// model and optimizer configs that can change between runs of one binary must be here
+// (a new field changes the binary, whose build identity the index key also holds).
+std::string model_identity(const models::ModelConfig& c) {
+  return fmt::format(
+      "model family={} vocab={} dim={} layers={} heads={} kv_heads={} mlp_dim={} context={} dropout={} "
+      "norm_eps={} rope_theta={} rope_scaling={} rope_factor={} rope_low={} rope_high={} rope_context={} tied={} "
+      "init_std={} compute_dtype={}",
+      c.family, c.vocab, c.dim, c.layers, c.heads, c.kv_heads, c.mlp_dim, c.context, c.dropout, c.norm_eps,
+      c.rope_theta, c.rope_scaling, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
+      c.rope_original_context, c.tied_embeddings ? int(*c.tied_embeddings) : -1, c.init_std, c.compute_dtype);
+}
+
+std::string step_identity(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches,
+                          const Layout* layout, const Tree& params) {
+  const optim::OptimizerConfig& o = optimizer.config();
+  const optim::LossScaleConfig& ls = o.loss_scale;
+  std::string decay;  // the weight-decay mask (the optimizer's specs)
+  for (const std::string& path : params.paths()) decay += optimizer.decays(path) ? '1' : '0';
+  return fmt::format(
+      "{}\noptimizer name={} beta1={} beta2={} eps={} weight_decay={} momentum={} nesterov={} clip_norm={} "
+      "decay={} loss_scale mode={} static={} init={} growth_interval={} growth={} backoff={}\n"
+      "micro_batches={} layout={}",
+      model_identity(model.config()), o.name, o.beta1, o.beta2, o.eps, o.weight_decay, o.momentum, o.nesterov,
+      o.clip_norm, decay, optim::loss_scaling_name(ls.mode), ls.static_scale, ls.init_scale, ls.growth_interval,
+      ls.growth_factor, ls.backoff_factor, micro_batches, layout != nullptr ? layout->describe() : "none");
+}
+
 // `outputs`: a tree shaped like the program's result (its leaves' layouts are pinned
-// under a layout).
+// under a layout). `identity`: JitOptions::cache_identity.
 JitOptions jit_options(std::vector<int> donate, std::string name, const Layout* layout, const Tree& outputs,
-                       const std::string& device) {
+                       const std::string& device, std::string identity) {
   JitOptions options;
+  options.cache_identity = std::move(identity);
   options.device = device;
   options.donate_leaves = std::move(donate);
   options.name = std::move(name);
@@ -87,7 +119,8 @@ Jitted& TrainStep::fused_program(const Tree& args) {
         {"params", args.at("params")}, {"opt", args.at("opt")}, {"loss", scalar_like()}, {"grad_norm", scalar_like()}};
     if (optimizer.scales_loss()) outputs["skipped"] = Array::placeholder({}, DType::Bool);
     fused_.emplace(
-        jit(step, jit_options(leaves_under(args, {"params", "opt"}), "train_step", layout_, outputs, device_)));
+        jit(step, jit_options(leaves_under(args, {"params", "opt"}), "train_step", layout_, outputs, device_,
+                              step_identity(model_, optimizer_, micro_batches_, layout_, args.at("params")))));
     const Lowered lowered = fused_->lowered(args);
     compiled_flops_ = lowered.executable().stats().flops;
     executables_.push_back(lowered.executable_ptr());
@@ -113,8 +146,10 @@ Jitted& TrainStep::grad_program(bool first, const Tree& args) {
       return Tree{{"grads", grads}, {"loss", loss}};
     };
     Tree outputs{{"grads", args.at("params")}, {"loss", scalar_like()}};
-    program.emplace(jit(grad_step, jit_options(first ? std::vector<int>{} : leaves_under(args, {"grads"}),
-                                               first ? "grad_first" : "grad_accumulate", layout_, outputs, device_)));
+    program.emplace(
+        jit(grad_step, jit_options(first ? std::vector<int>{} : leaves_under(args, {"grads"}),
+                                   first ? "grad_first" : "grad_accumulate", layout_, outputs, device_,
+                                   step_identity(model_, optimizer_, micro_batches_, layout_, args.at("params")))));
     const Lowered lowered = program->lowered(args);
     compiled_flops_ += lowered.executable().stats().flops * (first ? 1.0 : micro_batches_ - 1.0);
     executables_.push_back(lowered.executable_ptr());
@@ -136,8 +171,9 @@ Jitted& TrainStep::update_program(const Tree& args) {
     };
     Tree outputs{{"params", args.at("params")}, {"opt", args.at("opt")}, {"grad_norm", scalar_like()}};
     if (optimizer.scales_loss()) outputs["skipped"] = Array::placeholder({}, DType::Bool);
-    update_.emplace(jit(
-        update_step, jit_options(leaves_under(args, {"params", "opt", "grads"}), "update", layout_, outputs, device_)));
+    update_.emplace(jit(update_step,
+                        jit_options(leaves_under(args, {"params", "opt", "grads"}), "update", layout_, outputs, device_,
+                                    step_identity(model_, optimizer_, micro_batches_, layout_, args.at("params")))));
     const Lowered lowered = update_->lowered(args);
     compiled_flops_ += lowered.executable().stats().flops;
     executables_.push_back(lowered.executable_ptr());
@@ -222,7 +258,8 @@ StepStats TrainStep::stats_of(const Tree& out, double loss) const {
 
 std::string TrainStep::profile_text() const {
   std::string text;
-  for (const auto& executable : executables_) text += executable->profile_text();
+  for (const auto* program : {&fused_, &grad_first_, &grad_add_, &update_})
+    if (*program) text += (*program)->profile_text();
   return text;
 }
 
@@ -244,7 +281,7 @@ Evaluator::Evaluator(const models::Model& model, const Layout* layout, const std
           [&model](const Tree& a) -> Tree {
             return Tree(model.loss(a.at("params"), a.at("tokens").leaf(), a.at("targets").leaf()));
           },
-          jit_options({}, "eval", nullptr, Tree(), device))),
+          jit_options({}, "eval", nullptr, Tree(), device, model_identity(model.config())))),
       layout_(layout) {}
 
 double Evaluator::operator()(const Tree& params, data::DataLoader& loader, int64_t batches) {

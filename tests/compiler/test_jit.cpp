@@ -17,6 +17,9 @@
 #include "tessera/tessera.h"
 #include "transformer_step.h"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 // Counts every operator new in this binary (the executable's runs must not allocate).
 // AddressSanitizer replaces operator new itself, so the sanitizer build checks only
 // the buffer allocator's count (the Release build checks both).
@@ -239,6 +242,60 @@ TEST(Jit, SerializedExecutableGivesBitwiseIdenticalOutputs) {
   EXPECT_THROW(Executable::deserialize(newer), ValueError);
   EXPECT_THROW(Executable::deserialize(bytes.substr(0, bytes.size() / 2)), ValueError);
   EXPECT_THROW(Executable::deserialize("not an executable"), ValueError);
+}
+
+// Format 2 keeps value ids, so the loaded program is the compiled one value for value;
+// damage anywhere in the body, a forged body with a valid hash, or the old text format
+// is rejected with ValueError instead of building a wrong program.
+TEST(Jit, SerializedExecutableKeepsValueIdsAndRejectsDamage) {
+  Tree args = step_args(31);
+  auto step = jit(sgd_step);
+  Executable& exe = step.lowered(args).executable();
+  const std::string bytes = exe.serialize();
+  std::unique_ptr<Executable> loaded = Executable::deserialize(bytes);
+  ASSERT_EQ(loaded->graph().values.size(), exe.graph().values.size());
+  ASSERT_EQ(loaded->plan().values.size(), exe.plan().values.size());
+  for (size_t v = 0; v < exe.plan().values.size(); ++v) {
+    EXPECT_EQ(loaded->graph().values[v].type, exe.graph().values[v].type) << "%" << v;
+    EXPECT_EQ(loaded->plan().values[v].kind, exe.plan().values[v].kind) << "%" << v;
+    EXPECT_EQ(loaded->plan().values[v].offset, exe.plan().values[v].offset) << "%" << v;
+  }
+  EXPECT_EQ(loaded->stats().flops, exe.stats().flops);
+  EXPECT_EQ(loaded->stats().arena_bytes, exe.stats().arena_bytes);
+
+  auto expect_rejected = [](const std::string& damaged, const std::string& why, const char* what) {
+    SCOPED_TRACE(what);
+    try {
+      Executable::deserialize(damaged);
+      ADD_FAILURE() << "damaged bytes were accepted";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  constexpr size_t kBody = 4 + 4 + 8 + 8;  // magic, version, body length, body hash
+  std::string flipped = bytes;
+  flipped[bytes.size() - 3] ^= 0x10;
+  expect_rejected(flipped, "body hash", "a flipped byte");
+  expect_rejected(bytes.substr(0, bytes.size() - 1), "truncated", "one byte short");
+  // A forged body whose hash is right: the value count says more values than bytes.
+  std::string forged = bytes;
+  const uint64_t num_donated = [&] {
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data() + kBody, sizeof(n));
+    return n;
+  }();
+  const size_t name_at = kBody + 8 + num_donated;
+  uint64_t name_length = 0;
+  std::memcpy(&name_length, bytes.data() + name_at, sizeof(name_length));
+  const uint64_t absurd = uint64_t{1} << 40;
+  std::memcpy(forged.data() + name_at + 8 + name_length, &absurd, sizeof(absurd));
+  const uint64_t hash = XXH3_64bits(forged.data() + kBody, forged.size() - kBody);
+  std::memcpy(forged.data() + 16, &hash, sizeof(hash));
+  expect_rejected(forged, "value count", "a forged value count");
+  std::string version1 = bytes;
+  const uint32_t one = 1;
+  std::memcpy(version1.data() + 4, &one, sizeof(one));
+  expect_rejected(version1, "format version 1 is not supported", "the text format of version 1");
 }
 
 TEST(Jit, PoisonedFreedRegionsDoNotChangeResults) {

@@ -17,6 +17,20 @@
 // recompiled. Size-bounded: least recently used entries (file mtime, refreshed on
 // every hit) are removed once the directory holds more than the bound.
 //
+// The index (second level): jit calls that name a JitOptions::cache_identity also look
+// up <index fingerprint>.tsxi before tracing. Its key hashes what the call knows
+// without tracing: the jit name, the caller's identity, the argument tree's structure
+// and leaf types, static arguments, donation, compile options, device, tessera version
+// and the running binary's build identity (build_identity()), so a rebuilt tessera
+// never trusts an index written by another build. An index entry holds the full
+// entry's key and the output tree's structure; a hit loads that entry and skips
+// tracing. Index file: magic "TSXINDEX", u32 format version, u64 XXH3-64 of the body,
+// the body (length-prefixed binary strings: the key parts, the entry's fingerprint and
+// key JSON, the output tree), written atomically like the entries. A damaged index entry, or one
+// whose full entry is gone (evicted) or does not fit the call, is removed with a
+// warning and the call traces; it never runs another program.
+// TESSERA_COMPILATION_CACHE_INDEX=0 turns the index off.
+//
 // Which cache jit uses: set_compilation_cache(dir), else TESSERA_COMPILATION_CACHE_DIR;
 // neither (or "") disables it; TESSERA_COMPILATION_CACHE_MAX_MB bounds its size (default
 // 2 GiB). A directory that cannot be created or written gives one warning and the program
@@ -27,9 +41,12 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/compiler/executable.h"
@@ -39,6 +56,7 @@
 namespace tessera::compiler {
 
 inline constexpr uint32_t kCompilationCacheFormatVersion = 1;
+inline constexpr uint32_t kCompilationIndexFormatVersion = 2;                 // 2: binary body (1: JSON)
 inline constexpr uint64_t kDefaultCompilationCacheBytes = uint64_t{2} << 30;  // 2 GiB
 
 // The parts of a key, in the order the fingerprint hashes them.
@@ -65,6 +83,34 @@ struct CacheKey {
 // The key of compiling `traced` (the graph jit traced, before optimization).
 CacheKey make_cache_key(const Graph& traced, const std::vector<bool>& donated, const CompileOptions& options,
                         const std::string& device);
+// The options part of a key: CompileOptions and TESSERA_DISABLE_PASSES.
+std::string compile_options_text(const CompileOptions& options);
+
+// Identifies the running tessera binary: the GNU build-id of the object that holds
+// tessera's code (the linker hashes the whole output into it, so any rebuild that
+// changes code changes it, and identical builds share it), else an XXH3-128 of that
+// object file's bytes; "" when neither can be read (the index is then not used).
+// Computed once per process.
+const std::string& build_identity();
+// Whether jit uses the index: TESSERA_COMPILATION_CACHE_INDEX=0 turns it off (every
+// first call then traces, as without a cache_identity).
+bool compilation_index_enabled();
+
+// The index key: named parts (jit fills them), hashed in order like CacheKey's.
+struct IndexKey {
+  std::vector<std::pair<std::string, std::string>> parts;
+  std::string fingerprint() const;  // 32 hex digits
+  std::string to_json() const;
+};
+
+// An index entry: the full entry to load and what jit needs to run it untraced.
+struct IndexEntry {
+  std::string program;           // the full entry's fingerprint
+  std::string program_key_json;  // its CacheKey::to_json(), compared byte for byte with the entry's
+  std::string outputs;           // the output tree's structure (jit's structure text)
+
+  static IndexEntry of(const CacheKey& program_key, std::string outputs);
+};
 
 struct CompilationCacheStats {
   size_t hits = 0;
@@ -74,6 +120,9 @@ struct CompilationCacheStats {
   size_t store_failures = 0;  // writes that failed (the run went on)
   size_t evictions = 0;       // entries removed to stay under the size bound
   size_t skipped = 0;         // programs not cached (SPMD, GPU)
+  size_t index_hits = 0;      // calls that skipped tracing
+  size_t index_misses = 0;
+  size_t index_corrupt = 0;  // index entries removed as damaged, dangling or not fitting
 };
 
 struct CacheEntryInfo {
@@ -102,8 +151,22 @@ class CompilationCache {
   // failed write prints a warning and counts in stats().store_failures.
   void store(const CacheKey& key, const Executable& executable);
 
+  // The index entry for `key` with the executable it names, or nullopt on a miss.
+  // `check` says what is wrong with the pair for the caller's call ("" when nothing);
+  // an entry that is damaged, names a missing or damaged full entry, or fails the check
+  // is removed with a warning, counted in index_corrupt, and reads as a miss.
+  struct IndexHit {
+    std::unique_ptr<Executable> executable;
+    IndexEntry entry;
+  };
+  using IndexCheck = std::function<std::string(const Executable&, const IndexEntry&)>;
+  std::optional<IndexHit> load_indexed(const IndexKey& key, const IndexCheck& check);
+  // Writes the index entry atomically. Never throws (like store).
+  void store_index(const IndexKey& key, const IndexEntry& entry);
+
   std::vector<CacheEntryInfo> entries() const;  // most recently used first
-  // Removes every entry (and the last-miss record); returns how many entries.
+  // Removes every entry and index entry (and the last-miss record); returns how many
+  // entries.
   size_t clear();
   // Removes least recently used entries until the entries total at most `max_bytes`.
   void evict_to(uint64_t max_bytes);
@@ -116,7 +179,16 @@ class CompilationCache {
  private:
   std::filesystem::path entry_path(const std::string& fingerprint) const;
   void record_miss(const CacheKey& key);
+  std::filesystem::path index_path(const std::string& fingerprint) const;
+  // The entry named `fingerprint` whose header holds `key_json`, or nullptr (a damaged
+  // entry is removed and counted); records no miss (the index's lookups: the traced
+  // lookup that follows records it).
+  std::unique_ptr<Executable> load_entry(const std::string& fingerprint, const std::string& key_json);
+  std::optional<IndexEntry> read_index(const IndexKey& key, std::string& error);
+  void drop_index(const IndexKey& key, const std::string& why);
   void drop_corrupt(const std::filesystem::path& path, const std::string& why);
+  // Writes `parts` to a temporary file in dir_, fsyncs and renames it to `path`.
+  void write_atomically(const std::filesystem::path& path, const std::vector<std::string_view>& parts);
   void count(size_t CompilationCacheStats::*field);  // here and in the process-wide sums
 
   std::filesystem::path dir_;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/compiler/graph.h"
@@ -16,7 +17,8 @@
 
 namespace tessera::compiler {
 
-inline constexpr uint32_t kExecutableFormatVersion = 1;
+// 2: binary graph records (1 stored the IR text and re-parsed it).
+inline constexpr uint32_t kExecutableFormatVersion = 2;
 
 struct ExecutableStats {
   size_t arena_bytes = 0;  // the static arena
@@ -49,10 +51,12 @@ class Executable {
   // The program as text: the graph plus the buffer of every value.
   std::string text() const;
 
-  // Versioned bytes: magic, format version, graph text, memory plan, constants.
+  // Versioned, checksummed bytes: the graph (values keep their ids), the memory plan,
+  // constants and donation (layout in executable_serialization.cpp). Loading them back
+  // runs no pass and no planner.
   std::string serialize() const;
-  // Throws ValueError for a wrong magic, a newer version or corrupt contents.
-  static std::unique_ptr<Executable> deserialize(const std::string& bytes);
+  // Throws ValueError for a wrong magic, another version or damaged contents.
+  static std::unique_ptr<Executable> deserialize(std::string_view bytes);
 
   // Fill freed arena regions with a poison value before each kernel (tests: a
   // planner that let two live buffers overlap then gives wrong results).

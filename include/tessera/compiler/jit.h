@@ -56,6 +56,14 @@ struct JitOptions {
   // Where the program runs: "cpu", "cuda" or "cuda:N" (compiler/device_program.h). On a
   // GPU, outputs stay in device memory until read on the host.
   std::string device = "cpu";
+  // The persistent compilation cache's index (compiler/compilation_cache.h): what the
+  // traced function computes beyond its arguments' types (model and optimizer configs,
+  // captured constants' provenance...), as text. Set, a call whose identity and
+  // signature were compiled before (in any process) loads the executable without
+  // tracing. The caller promises that equal identities trace equal programs; a stale
+  // identity runs a stale program. Empty: every first call traces (the cache's key is
+  // then the traced program itself).
+  std::string cache_identity = {};
 };
 
 // The traced program for one signature, before and after optimization.
@@ -67,7 +75,8 @@ class Lowered {
   // The traced IR (what the function computes, before any pass); for an SPMD program
   // the per-device program with its collectives and their bytes.
   std::string text() const;
-  // The global traced program (also for SPMD programs).
+  // The global traced program (also for SPMD programs). Empty (no nodes) when the
+  // executable came from the compilation cache's index without tracing.
   std::string global_text() const { return traced_.text(); }
   // The SPMD program, or nullptr when the call was not sharded.
   dist::SpmdExecutable* spmd() const { return spmd_.get(); }
@@ -95,8 +104,12 @@ class Jitted {
   Lowered lowered(const Tree& args, const StaticArgs& statics = {});
   Lowered lowered(const std::vector<Array>& args, const StaticArgs& statics = {});
 
-  // How many times the function was traced (one per distinct signature).
+  // How many times the function was traced (one per distinct signature; none for a
+  // signature found in the compilation cache's index).
   int trace_count() const { return state_->traces; }
+  // The kernel profile (TESSERA_PROFILE) of every compiled specialization: the device
+  // program's where the call runs on a GPU, else the executable's.
+  std::string profile_text() const;
   size_t cache_size() const { return state_->cache.size(); }
 
  private:

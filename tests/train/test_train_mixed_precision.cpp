@@ -149,17 +149,6 @@ TEST(MixedPrecisionConfig, ManifestRoundTrip) {
 
 // ---- the compiled step in float16 with dynamic loss scaling ----
 
-models::ModelConfig tiny_model(const std::string& dtype) {
-  models::ModelConfig c;
-  c.vocab = 64;
-  c.dim = 32;
-  c.layers = 2;
-  c.heads = 2;
-  c.context = 16;
-  c.compute_dtype = dtype;
-  return c;
-}
-
 data::Batch random_batch(int64_t b, int64_t t, uint32_t seed) {
   auto ids = [&](uint32_t s) {
     std::vector<int64_t> v = test::random_ints(b * t, s, 0, 63);
@@ -177,7 +166,7 @@ Tree without_loss_scale(const Tree& state) {
 
 void check_overflow_skips(int64_t micro_batches) {
   SCOPED_TRACE("micro_batches " + std::to_string(micro_batches));
-  models::Model model(tiny_model("float16"));
+  models::Model model(test::tiny_gpt_config("float16"));
   optim::OptimizerConfig oc;
   oc.loss_scale.mode = LossScaling::Dynamic;
   optim::Optimizer optimizer(oc, model.specs());
@@ -226,7 +215,7 @@ TEST(MixedPrecisionStep, Fp16OverflowSkipsTheStepWithMicroBatches) { check_overf
 // scaling tracks the float32 step's loss.
 TEST(MixedPrecisionStep, Fp16WithLossScalingTracksFloat32) {
   auto losses = [](const std::string& dtype) {
-    models::Model model(tiny_model(dtype));
+    models::Model model(test::tiny_gpt_config(dtype));
     optim::OptimizerConfig oc;
     if (dtype == "float16") oc.loss_scale.mode = LossScaling::Dynamic;
     optim::Optimizer optimizer(oc, model.specs());

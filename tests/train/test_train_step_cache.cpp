@@ -17,16 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-models::ModelConfig small_gpt() {
-  models::ModelConfig c;
-  c.vocab = 64;
-  c.dim = 32;
-  c.layers = 2;
-  c.heads = 2;
-  c.context = 16;
-  return c;
-}
-
 data::Batch batch_of(uint32_t seed) {
   auto ids = [&](uint32_t s) {
     std::vector<int64_t> v = test::random_ints(2 * 16, s, 0, 63);
@@ -44,7 +34,7 @@ struct StepResult {
 // Two steps of a fresh TrainStep (as a new process builds it) with the cache in `dir`.
 StepResult train_two_steps(const fs::path& dir, int64_t micro_batches, double weight_decay) {
   compiler::set_compilation_cache(dir.string());
-  models::Model model(small_gpt());
+  models::Model model(test::tiny_gpt_config());
   optim::OptimizerConfig oc;
   oc.weight_decay = weight_decay;
   optim::Optimizer optimizer(oc, model.specs());

@@ -11,11 +11,24 @@
 #include <vector>
 
 #include "tessera/data/token_file.h"
+#include "tessera/models/model.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera::test {
 
 // Trainer options for tests: no progress line; stop after `stop_at` steps (0: run to the end).
+// A 2-layer, 32-wide GPT over 64 tokens with context 16: compiles and steps in milliseconds.
+inline models::ModelConfig tiny_gpt_config(const std::string& compute_dtype = "float32") {
+  models::ModelConfig c;
+  c.vocab = 64;
+  c.dim = 32;
+  c.layers = 2;
+  c.heads = 2;
+  c.context = 16;
+  c.compute_dtype = compute_dtype;
+  return c;
+}
+
 inline train::TrainerOptions quiet_trainer(int64_t stop_at = 0) {
   train::TrainerOptions o;
   o.progress = false;

@@ -3,12 +3,16 @@
 add_dependencies(tessera_tests tessera_cli)
 
 # tessera_cli_cases(NAME LABELS TIMEOUT CASE...): ctests cli.NAME_CASE running
-# `bash tests/cli/NAME_cli_test.sh tessera source-dir CASE [ARGS]` (ARGS: CLI_CASE_ARGS).
+# `bash tests/cli/NAME_cli_test.sh tessera source-dir CASE [ARGS]` (ARGS: CLI_CASE_ARGS;
+# extra environment: CLI_CASE_ENV).
 function(tessera_cli_cases name labels timeout)
   foreach(case ${ARGN})
     add_test(NAME cli.${name}_${case} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/cli/${name}_cli_test.sh
                                               $<TARGET_FILE:tessera_cli> ${CMAKE_SOURCE_DIR} ${case} ${CLI_CASE_ARGS})
     set_tests_properties(cli.${name}_${case} PROPERTIES LABELS "${labels}" TIMEOUT ${timeout})
+    if(CLI_CASE_ENV)
+      set_tests_properties(cli.${name}_${case} PROPERTIES ENVIRONMENT "${CLI_CASE_ENV}")
+    endif()
   endforeach()
 endfunction()
 
@@ -44,6 +48,8 @@ tessera_cli_cases(full_disk "cli;resilience" 120 fsize fsize_sync tmpfs)
 tessera_cli_cases(launch_modes "cli;resilience" 120 srun_kill srun_budget)
 if(TESSERA_HAS_MPI AND TESSERA_MPIEXEC)
   set(CLI_CASE_ARGS ${TESSERA_MPIEXEC})
+  set(CLI_CASE_ENV "${mpi_test_env}")  # cmake/mpi_tests.cmake: no LeakSanitizer for OpenMPI
   tessera_cli_cases(launch_modes "cli;mpi;resilience" 120 mpi_kill)
   unset(CLI_CASE_ARGS)
+  unset(CLI_CASE_ENV)
 endif()

@@ -30,7 +30,10 @@ final="$tmp/straight/checkpoints/step_00000008"
 params_bytes="$(stat -c %s "$final/params.safetensors")"
 
 # Committed checkpoints (names and file checksums): a failed save must not change them.
-committed() { (cd "$1/checkpoints" && find . -path './step_*[0-9]/*' -type f | sort | xargs -r sha256sum); }
+# Committed checkpoint directories only: a partial save (step_N.tmp-PID, left by the kill)
+# also ends in a digit.
+step_glob='step_[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]'
+committed() { (cd "$1/checkpoints" && find . -path "./$step_glob/*" -type f | sort | xargs -r sha256sum); }
 
 # Checks the third attempt's outcome: it resumed with room and matches the reference.
 check_resumed_to_the_end() {
@@ -51,7 +54,7 @@ case "$case_name" in
       status=$?
     [[ $status -eq 137 ]] || fail "the first attempt exited with $status, expected 137: $(tail -5 "$tmp/first.txt")"
     before="$(committed "$tmp/run")"
-    newest="$(ls -d "$tmp"/run/checkpoints/step_*[0-9] | tail -1)"
+    newest="$(ls -d "$tmp"/run/checkpoints/$step_glob | tail -1)"
     [[ -n "$before" && -n "$newest" ]] || fail "no committed checkpoint after the first attempt"
     newest_step=$((10#${newest##*step_}))
     # ulimit -f counts KiB; half a params file is far above the goodput log (~6 KiB).
@@ -84,7 +87,7 @@ case "$case_name" in
     [[ $status -eq 1 ]] || fail "on a full tmpfs the run exited $status, expected 1: $(tail -5 "$tmp/full.txt")"
     pattern="checkpoint save of step 4 to $tmp/run/checkpoints failed.*: cannot write $tmp/run/checkpoints/step_00000004\.tmp-[0-9]*/[a-z_]*\.safetensors: No space left on device"
     grep -q "$pattern" "$tmp/full.txt" || fail "no clear ENOSPC error; got: $(tail -3 "$tmp/full.txt")"
-    committed_dirs=("$tmp"/run/checkpoints/step_*[0-9])
+    committed_dirs=("$tmp"/run/checkpoints/$step_glob)
     [[ ${#committed_dirs[@]} -eq 1 && "${committed_dirs[0]}" == */step_00000002 ]] ||
       fail "committed checkpoints after ENOSPC: $(ls "$tmp/run/checkpoints")"
     "$tessera" ckpt verify "$tmp/run" >"$tmp/verify.txt" 2>&1 || fail "after ENOSPC: $(cat "$tmp/verify.txt")"

@@ -79,7 +79,7 @@ struct GemmContext {
   cudaStream_t stream = nullptr;
   void* workspace = nullptr;  // device memory, 256-byte aligned
   size_t workspace_bytes = 0;
-  // Device memory for operands restaged with aligned rows (gemm_staging_bytes); without
+  // Device memory for operands restaged with zero-padded dimensions (gemm_staging_bytes); without
   // enough of it such a GEMM runs on the unaligned data.
   void* staging = nullptr;
   size_t staging_bytes = 0;
@@ -104,7 +104,7 @@ struct GemmOptions {
   bool autotune = false;        // TESSERA_GEMM_AUTOTUNE (default 0: deterministic)
   bool tf32 = false;            // TESSERA_GEMM_TF32 (default 0)
   bool reference_only = false;  // tests: always the tiled CUDA kernel
-  bool restage = true;          // TESSERA_GEMM_RESTAGE (default 1): aligned copies of misaligned rows
+  bool restage = true;          // TESSERA_GEMM_RESTAGE (default 1): zero-pad misaligned 16-bit dimensions
 };
 // Read from the environment on first use.
 GemmOptions gemm_options();
@@ -122,7 +122,7 @@ struct GemmReport {
   bool post_kernel = false;  // the elementwise epilogue kernel ran
   bool folded = false;       // the batch was folded into m
   bool tuned = false;        // this call timed the candidates
-  int staged = 0;            // operands restaged with aligned rows: 1 = A, 2 = B, 4 = C
+  int staged = 0;            // matrices restaged with padded dimensions: 1 = A, 2 = B, 4 = C
 };
 GemmReport last_gemm_report();
 

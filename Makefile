@@ -3,6 +3,7 @@
 # (apt-get), configure, build and run. Nothing here relies on anything installed by hand.
 #
 #   make deps         install missing Debian packages (no apt calls when all are present)
+#   make configure-all configure both trees `make test` builds (build/ and build-asan/)
 #   make build        configure (Release, Ninja) and build into build/ (binaries in build/bin/)
 #   make test         build, run every test; then ASan+UBSan build (build-asan/) of the tests, small sizes
 #   make train        build and run the default training job (configs/fortunes.toml)
@@ -25,26 +26,67 @@ CMAKE_ARGS ?=
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 export CCACHE_BASEDIR ?= $(CURDIR)
 
-DEB_PACKAGES := build-essential g++ cmake ninja-build ccache pkg-config \
-  libopenblas-dev libdnnl-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev \
-  libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libxxhash-dev clang-format fortunes chromium \
-  libopenmpi-dev openmpi-bin libicu-dev libsentencepiece-dev
+# What `make deps` installs on a bare Debian 12 (apt-get --no-install-recommends), and why.
+# Derived from what CMakeLists.txt finds and what the tests and `make train` run;
+# tools/fresh-machine.sh proves the list on a clean debootstrap root.
+DEB_BUILD := build-essential cmake ninja-build ccache pkg-config
+#   libdnnl-dev's CMake config calls find_package(OpenCL): ocl-icd-opencl-dev (a mere
+#   "recommends" of libdnnl-dev) provides libOpenCL.so and the CL headers it looks for.
+DEB_LIBS := libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libfmt-dev libcli11-dev nlohmann-json3-dev \
+  libtomlplusplus-dev libxxhash-dev libicu-dev libsentencepiece-dev libopenmpi-dev openmpi-bin
+#   GoogleTest; python3 for the CLI test scripts; chromium renders the goodput HTML report in its test.
+DEB_TEST := libgtest-dev python3 chromium
+#   The text `make train` learns from (/usr/share/games/fortunes).
+DEB_TRAIN := fortunes
+DEB_PACKAGES := $(DEB_BUILD) $(DEB_LIBS) $(DEB_TEST) $(DEB_TRAIN)
+#   Only for `make format` / `make format-check`.
+DEB_DEV_PACKAGES := clang-format
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps build configure test test-release test-asan train bench format format-check clean
+.PHONY: deps deps-dev build configure configure-asan configure-all test test-release test-asan train bench \
+  format format-check clean
 
-deps:
+# Installs what is missing (no apt call at all when everything is installed). A package
+# counts as present only when dpkg says "installed" (not merely known, or half-removed).
+define install_missing
 	@missing=""; \
-	for p in $(DEB_PACKAGES); do dpkg -s "$$p" >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for p in $(1); do \
+	  [ "$$(dpkg-query -W -f='$${db:Status-Status}' "$$p" 2>/dev/null)" = installed ] || missing="$$missing $$p"; \
+	done; \
 	if [ -n "$$missing" ]; then \
+	  if [ -n "$(SUDO)" ] && ! command -v sudo >/dev/null; then \
+	    echo "make deps: missing Debian packages:$$missing"; \
+	    echo "make deps: installing them needs root, and sudo is not installed."; \
+	    echo "  As root, run:  apt-get update && apt-get install --no-install-recommends$$missing"; \
+	    echo "  (or install sudo and give this user the right to use it), then run make again."; \
+	    exit 1; \
+	  fi; \
 	  echo "make deps: installing$$missing"; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	fi
+endef
+
+deps:
+	$(call install_missing,$(DEB_PACKAGES))
+
+deps-dev: deps
+	$(call install_missing,$(DEB_DEV_PACKAGES))
 
 configure: deps
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+
+# The sanitizer tree is the CPU-only build (TESSERA_ENABLE_CUDA=OFF; the Release tree
+# compiles the CUDA backend where nvcc exists). It also builds the benchmarks, so a
+# CPU-only build of them is compiled by every `make test`, warnings as errors.
+ASAN_CMAKE_ARGS := -DTESSERA_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_BUILD_BENCH=ON \
+  -DTESSERA_ENABLE_CUDA=OFF
+configure-asan: deps
+	cmake -S . -B $(ASAN_DIR) -G Ninja $(ASAN_CMAKE_ARGS) $(CMAKE_ARGS)
+
+# Both trees `make test` uses (tools/fresh-machine.sh configure runs this on a clean root).
+configure-all: configure configure-asan
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -61,14 +103,13 @@ test-release: build
 	@echo "=== tests: Release, full size ($(BUILD_DIR)/)"
 	ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j2
 
-# Sanitizer half: only the test binaries, shrunk with TESSERA_TEST_SIZE=small. It is the
-# CPU-only build (TESSERA_ENABLE_CUDA=OFF): the Release half compiles the CUDA backend.
+# Sanitizer half: the test binaries and the benchmarks (built, not run), tests shrunk
+# with TESSERA_TEST_SIZE=small.
 test-asan: deps
 	@echo "=== tests: ASan+UBSan, small sizes ($(ASAN_DIR)/)"
 	@start=$$(date +%s); \
-	cmake -S . -B $(ASAN_DIR) -G Ninja -DTESSERA_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DTESSERA_BUILD_BENCH=OFF -DTESSERA_ENABLE_CUDA=OFF $(CMAKE_ARGS); \
-	cmake --build $(ASAN_DIR) -j $(JOBS) --target tessera_tests; \
+	$(MAKE) --no-print-directory configure-asan; \
+	cmake --build $(ASAN_DIR) -j $(JOBS) --target tessera_tests tessera_benches; \
 	rc=0; \
 	TESSERA_TEST_SIZE=small \
 	ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
@@ -96,10 +137,10 @@ bench: build
 CXX_FILES = git ls-files -z --cached --others --exclude-standard -- '*.cpp' '*.cc' '*.h' '*.hpp' '*.cu' '*.cuh' \
   | while IFS= read -r -d '' f; do [ -f "$$f" ] && printf '%s\0' "$$f"; done
 
-format: deps
+format: deps-dev
 	$(CXX_FILES) | sort -zu | xargs -0 -r clang-format -i
 
-format-check: deps
+format-check: deps-dev
 	@bad=""; \
 	while IFS= read -r -d '' f; do \
 	  clang-format "$$f" | cmp -s - "$$f" || bad="$$bad $$f"; \

@@ -40,6 +40,7 @@
 #include "tessera/optim/optimizer.h"
 #include "tessera/tessera.h"
 #include "tessera/train/train_step.h"
+#include "tessera/train/trainer.h"
 #include "train_bench_util.h"
 
 namespace ts = tessera;
@@ -170,7 +171,9 @@ int run(const Flags& f) {
   const double tokens_per_s = static_cast<double>(f.batch * f.seq) / step_s;
   const double n_params = static_cast<double>(model.parameter_count());
   const double flops_per_token = 6.0 * n_params + 6.0 * static_cast<double>(config.layers * f.seq * config.dim);
-  const double mfu = flops_per_token * tokens_per_s / info.peak_bf16_flops;
+  // The peak of configs/devices.toml (compiled in), as `tessera train --device cuda` uses.
+  const ts::goodput::DeviceRecord peak = ts::train::cuda_device_peak(device.index);
+  const double mfu = flops_per_token * tokens_per_s / peak.peak_flops_per_device;
 
   std::vector<PeerResult> peers;
   std::stringstream names(f.peers);
@@ -200,7 +203,7 @@ int run(const Flags& f) {
     }
     const double tps = (*p.json)["tokens_per_s"].get<double>();
     fmt::print("| {} | {:.2f} | {:.0f} | {:.1f}% | {:.2f} |\n", p.name, 1e3 * f.batch * f.seq / tps, tps,
-               100 * flops_per_token * tps / info.peak_bf16_flops, tps / tokens_per_s);
+               100 * flops_per_token * tps / peak.peak_flops_per_device, tps / tokens_per_s);
   }
   nlohmann::json out;
   out["bench"] = "gpu_train";
@@ -213,7 +216,8 @@ int run(const Flags& f) {
   out["dtype"] = f.dtype;
   out["params"] = model.parameter_count();
   out["flops_per_token"] = flops_per_token;
-  out["peak_flops"] = info.peak_bf16_flops;
+  out["peak_flops"] = peak.peak_flops_per_device;
+  out["peak_source"] = peak.source;
   out["steps"] = f.steps;
   out["warmup"] = f.warmup;
   out["step_ms"] = 1e3 * step_s;

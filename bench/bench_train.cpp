@@ -10,7 +10,12 @@
 // tokens/s = batch * seq / median step time.
 //
 //   build/bin/bench_train --preset tiny|small [--steps 20] [--warmup 3] [--threads 2] [--batch 8] [--seq 256]
+//                         [--peak-gflops G]
 //
+// MFU is printed against the calibration GEMM measured here (what this machine's GEMM
+// reaches) and, with --peak-gflops, against the peak you give (e.g. cores x FMA width x
+// clock; run_train_bench.py passes its own). Without it there is no peak column: no
+// figure is assumed.
 // A table goes to stdout; the last line is one JSON object (run_train_bench.py reads it).
 #include <fmt/format.h>
 
@@ -40,6 +45,7 @@ struct Flags {
   int64_t steps = 20, warmup = 3, batch = 8, seq = 256;
   int threads = 2;
   uint64_t seed = 0;
+  double peak_gflops = 0;  // 0: not given
 };
 
 Flags parse_flags(int argc, char** argv) {
@@ -62,9 +68,13 @@ Flags parse_flags(int argc, char** argv) {
       f.threads = static_cast<int>(integer());
     else if (arg == "--seed")
       f.seed = static_cast<uint64_t>(integer());
+    else if (arg == "--peak-gflops")
+      f.peak_gflops = ts::bench::flag_positive_number("bench_train", arg, value);
     else
       ts::fail<ts::ValueError>(
-          "bench_train: unknown flag {} (flags: --preset --steps --warmup --batch --seq --threads --seed)", arg);
+          "bench_train: unknown flag {} (flags: --preset --steps --warmup --batch --seq --threads --seed "
+          "--peak-gflops)",
+          arg);
   }
   return f;
 }
@@ -107,13 +117,15 @@ int run(const Flags& f) {
 
   fmt::print("bench_train: {} ({} {} layers, dim {}, heads {}, vocab {}), batch {} x seq {}, {} threads\n", f.preset,
              config.family, config.layers, config.dim, config.heads, config.vocab, f.batch, f.seq, ts::num_threads());
-  fmt::print(
-      "| params | flops/token | step ms (median of {}) | tokens/s | GFLOP/s | MFU vs 200 GFLOP/s | vs GEMM {:.0f} |\n",
-      f.steps, peak / 1e9);
-  fmt::print("| --- | --- | --- | --- | --- | --- | --- |\n");
-  fmt::print("| {:.2f}M | {:.1f}M | {:.1f} | {:.0f} | {:.1f} | {:.1f}% | {:.1f}% |\n",
+  const std::string given_peak_header =
+      f.peak_gflops > 0 ? fmt::format(" MFU vs {:g} GFLOP/s (--peak-gflops) |", f.peak_gflops) : "";
+  const std::string given_peak_cell = f.peak_gflops > 0 ? fmt::format(" {:.1f}% |", 100 * gflops / f.peak_gflops) : "";
+  fmt::print("| params | flops/token | step ms (median of {}) | tokens/s | GFLOP/s |{} vs GEMM {:.0f} |\n", f.steps,
+             given_peak_header, peak / 1e9);
+  fmt::print("| --- | --- | --- | --- | --- |{} --- |\n", f.peak_gflops > 0 ? " --- |" : "");
+  fmt::print("| {:.2f}M | {:.1f}M | {:.1f} | {:.0f} | {:.1f} |{} {:.1f}% |\n",
              static_cast<double>(model.parameter_count()) / 1e6, flops_per_token / 1e6, 1e3 * step_s, tokens_per_s,
-             gflops, 100 * gflops / 200, 100 * gflops * 1e9 / peak);
+             gflops, given_peak_cell, 100 * gflops * 1e9 / peak);
   if (const char* profile = std::getenv("TESSERA_PROFILE"); profile != nullptr && std::string(profile) != "0")
     fmt::print("kernel profile (TESSERA_PROFILE=1, all {} steps):\n{}", f.warmup + f.steps, step.profile_text());
   std::string loss_list;
@@ -124,11 +136,14 @@ int run(const Flags& f) {
       "\"heads\": {}, \"vocab\": {}, \"batch\": {}, \"seq\": {}, \"threads\": {}, \"params\": {}, \"flops_per_token\": "
       "{:.0f}, "
       "\"steps\": {}, \"warmup\": {}, \"step_ms\": {:.3f}, \"first_step_ms\": {:.3f}, \"tokens_per_s\": {:.1f}, "
-      "\"achieved_gflops\": {:.2f}, \"mfu_vs_200\": {:.4f}, \"calibration_gemm_gflops\": {:.1f}, \"traces\": {}, "
+      "\"achieved_gflops\": {:.2f}, \"peak_gflops\": {}, \"mfu\": {}, \"calibration_gemm_gflops\": {:.1f}, \"traces\": "
+      "{}, "
       "\"compiled_flops_per_step\": {:.0f}, \"total_s\": {:.2f}, \"losses\": [{}]}}\n",
       f.preset, config.family, config.layers, config.dim, config.heads, config.vocab, f.batch, f.seq, ts::num_threads(),
       model.parameter_count(), flops_per_token, f.steps, f.warmup, 1e3 * step_s, 1e3 * first_step_s, tokens_per_s,
-      gflops, gflops / 200, peak / 1e9, step.trace_count(), step.compiled_flops(), total_s, loss_list);
+      gflops, f.peak_gflops > 0 ? fmt::format("{:g}", f.peak_gflops) : "null",
+      f.peak_gflops > 0 ? fmt::format("{:.4f}", gflops / f.peak_gflops) : "null", peak / 1e9, step.trace_count(),
+      step.compiled_flops(), total_s, loss_list);
   return 0;
 }
 

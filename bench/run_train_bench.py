@@ -13,7 +13,8 @@ Every process runs under `taskset -c CPUS`: XLA sizes its CPU thread pool from t
 and it caps the others at the same cores. Each prints a JSON object on its last stdout line; the
 table shows medians over rounds of each run's median step time. FLOPs/token = 6*N + 12*L*T*d with N
 all parameters but the position table (PaLM / nanoGPT convention, as bench/peers/torch_gpt_cpu.py);
-MFU = achieved FLOP/s / --peak-gflops (200: 2 Zen 3 cores x 32 fp32 flop/cycle x ~3.1 GHz).
+MFU = achieved FLOP/s / --peak-gflops (default 200: 2 Zen 3 cores x 32 fp32 flop/cycle x ~3.1 GHz;
+give this machine's, e.g. 230 on a 3.6 GHz Zen 4). bench_train gets the same value.
 
   python3 bench/run_train_bench.py                 # everything; the peers' venv is made on first use
   python3 bench/run_train_bench.py --peers-only --rounds 3 --markdown bench/results/DATE-train-peers.md
@@ -95,7 +96,7 @@ def command(contender, shape, py):
     env = dict(os.environ)
     if contender == "tessera":
         cmd = [args.binary, "--preset", shape, "--steps", args.steps, "--warmup", args.warmup,
-               "--threads", args.threads]
+               "--threads", args.threads, "--peak-gflops", args.peak_gflops]
     elif contender.startswith("torch"):
         warm = args.compile_warmup if contender == "torch-compile" else args.warmup
         cmd = [py, os.path.join(PEERS_DIR, "torch_gpt_cpu.py"), *model, "--steps", args.steps, "--warmup", warm,

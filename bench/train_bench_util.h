@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <random>
 #include <string>
 #include <vector>
@@ -44,6 +45,20 @@ inline int64_t flag_integer(const char* program, const std::string& flag, const 
   if (value.empty() || *end != '\0' || v < 0)
     fail<ValueError>("{}: {} wants a non-negative integer (got {})", program, flag, value);
   return static_cast<int64_t>(v);
+}
+
+// A positive number flag value; a ValueError naming the program and flag otherwise.
+inline double flag_positive_number(const char* program, const std::string& flag, const std::string& value) {
+  size_t used = 0;
+  double number = 0;
+  try {
+    number = std::stod(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || !(number > 0))
+    fail<ValueError>("{}: {} wants a positive number (got {})", program, flag, value);
+  return number;
 }
 
 inline double median(std::vector<double> v) {

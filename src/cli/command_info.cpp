@@ -9,6 +9,7 @@
 #include "tessera/backend/cuda.h"
 #include "tessera/base/thread_pool.h"
 #include "tessera/dist/runtime.h"
+#include "tessera/train/trainer.h"
 #include "tessera/version.h"
 
 #if __has_include(<cblas.h>)
@@ -54,13 +55,14 @@ int run_info() {
   } else {
     for (int d = 0; d < cuda::device_count(); ++d) {
       const cuda::DeviceInfo info = cuda::device_info(d);
+      const goodput::DeviceRecord peak = train::cuda_device_peak(d);
       fmt::print(
           "  GPU {}          {} (sm_{}{}, {} SMs, {:.1f} GiB, driver {}.{}, runtime {}.{}, peak bf16 {:.0f} "
-          "TFLOP/s)\n",
+          "TFLOP/s from {})\n",
           d, info.name, info.sm_major, info.sm_minor, info.multiprocessors,
           static_cast<double>(info.memory_bytes) / (1 << 30), info.driver_version / 1000,
           info.driver_version % 1000 / 10, info.runtime_version / 1000, info.runtime_version % 1000 / 10,
-          info.peak_bf16_flops / 1e12);
+          peak.peak_flops_per_device / 1e12, peak.source);
     }
   }
   return 0;

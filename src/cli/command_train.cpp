@@ -83,8 +83,8 @@ int run_train(const TrainOptions& options) {
   fmt::print("  parameters       {:.2f}M\n", static_cast<double>(s.parameters) / 1e6);
   fmt::print("  training time    {} ({:.1f} s)\n", train::format_duration(s.train_seconds), s.train_seconds);
   if (s.end_step > s.start_step) {
-    fmt::print("  throughput       {:.0f} tokens/s (median step), MFU {:.1f}% of {:.1f} GFLOP/s (calibration GEMM)\n",
-               s.tokens_per_s, 100 * s.mfu, s.peak_flops / 1e9);
+    fmt::print("  throughput       {:.0f} tokens/s (median step), MFU {:.1f}% of {:.1f} GFLOP/s ({})\n", s.tokens_per_s,
+               100 * s.mfu, s.peak_flops / 1e9, s.peak_source);
     fmt::print("  last train loss  {:.4f}\n", s.last_loss);
   } else {
     fmt::print("  (no steps left: train.steps = {} was already reached; raise it or use a new run.dir)\n",

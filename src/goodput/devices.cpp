@@ -1,12 +1,15 @@
 // A line parser for the small TOML subset of configs/devices.toml (see devices.h).
 #include "tessera/goodput/devices.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <fstream>
 #include <sstream>
 
+#include "goodput/devices_toml.h"
 #include "tessera/base/error.h"
 
 namespace tessera::goodput {
@@ -107,6 +110,26 @@ std::optional<DeviceSpec> find_device(const std::vector<DeviceSpec>& table, std:
     for (const std::string& m : spec.match)
       if (!m.empty() && name.find(lower(m)) != std::string::npos) return spec;
   return std::nullopt;
+}
+
+const std::vector<DeviceSpec>& builtin_device_table() {
+  static const std::vector<DeviceSpec> table = parse_device_table(devices_toml_text(), "configs/devices.toml");
+  return table;
+}
+
+DeviceRecord device_peak(std::string_view device_name, int count, double estimated_peak_flops,
+                         std::string_view estimate_method) {
+  DeviceRecord record;
+  record.name = std::string(device_name);
+  record.count = count;
+  if (const std::optional<DeviceSpec> spec = find_device(builtin_device_table(), device_name)) {
+    record.peak_flops_per_device = spec->peak_flops;
+    record.source = fmt::format("configs/devices.toml [{}], {}", spec->key, spec->dtype);
+  } else {
+    record.peak_flops_per_device = estimated_peak_flops;
+    record.source = fmt::format("estimated ({}): not in configs/devices.toml", estimate_method);
+  }
+  return record;
 }
 
 }  // namespace tessera::goodput

@@ -166,6 +166,11 @@ goodput::Calibration calibrate_peak_flops(double seconds) {
   return goodput::calibrate_cpu_gemm(gemm, fmt::format("tessera matmul f32 {}^3", kN), kN, seconds);
 }
 
+goodput::DeviceRecord cuda_device_peak(int index) {
+  const cuda::DeviceInfo info = cuda::device_info(index);
+  return goodput::device_peak(info.name, 1, info.estimated_peak_bf16_flops, "SMs x clock x bf16 FLOP per SM-clock");
+}
+
 struct Trainer::Impl {
   TrainConfig config;
   TrainerOptions options;
@@ -261,22 +266,26 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   // ---- init: threads, the calibration GEMM, data ----
   auto init_span = span(goodput::Phase::kBackendInit);
   if (cfg.run.threads > 0) set_num_threads(cfg.run.threads);
-  goodput::Calibration calibration;
+  double peak = 0;
+  std::string peak_source;
   if (const compiler::DeviceSpec device = compiler::DeviceSpec::parse(cfg.run.device); device.cuda) {
-    // On a GPU, MFU is against the device's dense bf16 peak (the convention).
-    const cuda::DeviceInfo info = cuda::device_info(device.index);
-    calibration.peak_flops = info.peak_bf16_flops;
-    calibration.method = fmt::format("{} dense bf16 peak (datasheet)", info.name);
+    // On a GPU, MFU is against the device's dense bf16 peak from the one device table.
+    const goodput::DeviceRecord record = cuda_device_peak(device.index);
+    if (recorder) recorder->device(record);
+    peak = record.peak_flops_per_device;
+    peak_source = fmt::format("{}: {}", record.name, record.source);
   } else {
-    calibration = calibrate_peak_flops();
+    const goodput::Calibration calibration = calibrate_peak_flops();
+    if (recorder) recorder->calibration(calibration);
+    peak = calibration.peak_flops;
+    peak_source = "CPU calibration GEMM, " + calibration.method;
   }
-  if (recorder) recorder->calibration(calibration);
-  double peak = calibration.peak_flops;
   if (dist::is_multi_process()) {
     // Every rank measured its own share of the machine(s): the job's peak is their sum.
     dist::communicator().all_reduce(dist::local_devices().at(0), dist::world_group(), &peak, &peak, 1, DType::Float64);
   }
   summary.peak_flops = peak;
+  summary.peak_source = peak_source;
   if (primary) {
     if (std::string prepared = ensure_data(cfg.data); !prepared.empty()) note("data: " + prepared);
   }
@@ -371,7 +380,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   const double tokens_per_step = static_cast<double>(cfg.loop.batch * cfg.loop.seq);
   note(fmt::format("model {} {:.2f}M parameters | steps {} -> {} x {} tokens | peak {:.1f} GFLOP/s ({})",
                    cfg.model.family, static_cast<double>(summary.parameters) / 1e6, step, cfg.loop.steps,
-                   static_cast<int64_t>(tokens_per_step), peak / 1e9, calibration.method));
+                   static_cast<int64_t>(tokens_per_step), peak / 1e9, peak_source));
 
   std::ofstream metrics;
   if (primary) metrics.open(run_dir / "metrics.jsonl", std::ios::app);

@@ -1,7 +1,9 @@
 # Sourced by every tests/cli/*_test.sh: `source "$(dirname "$0")/cli_common.sh" "$@"`.
 # Takes the three arguments cmake/cli_tests.cmake passes (the tessera binary, the source
 # directory, the case name), makes a temporary directory removed at exit, moves to the
-# source directory (configs name their files relative to the checkout), and defines fail.
+# source directory (configs name their files relative to the checkout), and defines fail
+# and skip (exit 77, which cmake/cli_tests.cmake declares as SKIP_RETURN_CODE, so ctest
+# counts the case as skipped, never as passed).
 set -euo pipefail
 
 tessera="$1"
@@ -14,6 +16,11 @@ cd "$src"
 fail() {
   echo "FAIL ($case_name): $*" >&2
   exit 1
+}
+
+skip() {
+  echo "SKIP ($case_name): $*"
+  exit 77
 }
 
 # The tiny job the resilience tests train: `tiny_train_args STEPS [EXTRA...]` sets the array

@@ -174,7 +174,29 @@ TEST(GoodputDevices, TableHasTheDatasheetPeaks) {
   EXPECT_EQ(peak("TPU v5e"), 197e12);
   EXPECT_EQ(peak("TPU v5p"), 459e12);
   EXPECT_EQ(peak("TPU v6e"), 918e12);
+  EXPECT_EQ(peak("NVIDIA H100 PCIe"), 756e12);  // the variant is listed before its family
+  EXPECT_EQ(peak("NVIDIA L40S"), 362e12);
   EXPECT_FALSE(find_device(table, "AMD EPYC 7B13").has_value());
+}
+
+// The compiled-in table is the file (one table for every program), and a device it does
+// not list is counted against the caller's estimate, labelled as one.
+TEST(GoodputDevices, BuiltInTableIsConfigsDevicesToml) {
+  const std::vector<DeviceSpec> file = load_device_table(fs::path(TESSERA_SOURCE_DIR) / "configs/devices.toml");
+  const std::vector<DeviceSpec>& built_in = builtin_device_table();
+  ASSERT_EQ(built_in.size(), file.size());
+  for (size_t i = 0; i < file.size(); ++i) {
+    EXPECT_EQ(built_in[i].key, file[i].key);
+    EXPECT_EQ(built_in[i].peak_flops, file[i].peak_flops);
+    EXPECT_EQ(built_in[i].match, file[i].match);
+  }
+  const DeviceRecord h100 = device_peak("NVIDIA H100 80GB HBM3", 1, 1e12, "SMs x clock");
+  EXPECT_EQ(h100.peak_flops_per_device, 989e12);
+  EXPECT_EQ(h100.source, "configs/devices.toml [h100], bf16 dense");
+  const DeviceRecord unknown = device_peak("NVIDIA RTX 9090", 2, 123e12, "SMs x clock");
+  EXPECT_EQ(unknown.peak_flops_per_device, 123e12);
+  EXPECT_EQ(unknown.count, 2);
+  EXPECT_EQ(unknown.source, "estimated (SMs x clock): not in configs/devices.toml");
 }
 
 TEST(GoodputDevices, BadTableNamesTheLine) {

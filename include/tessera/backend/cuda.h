@@ -26,9 +26,10 @@ struct DeviceInfo {
   size_t l2_bytes = 0;
   int driver_version = 0;  // cudaDriverGetVersion: 13000 = 13.0
   int runtime_version = 0;
-  // Dense bf16 tensor-core peak (FLOP/s) used for MFU: 989e12 for H100/H200 SXM
-  // (the convention); other parts from their datasheet or estimated from SMs.
-  double peak_bf16_flops = 0;
+  // Dense bf16 tensor-core FLOP/s estimated as SMs x clock x FLOP per SM per clock. MFU
+  // counts against the datasheet table configs/devices.toml where the part is listed
+  // (train::cuda_device_peak), and against this only where it is not.
+  double estimated_peak_bf16_flops = 0;
 };
 DeviceInfo device_info(int device = 0);
 

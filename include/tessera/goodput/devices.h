@@ -1,5 +1,6 @@
-// Peak FLOP/s of accelerators, read from configs/devices.toml (dense bf16 datasheet
-// numbers), for Program Goodput = achieved model FLOP/s / peak.
+// Peak FLOP/s of accelerators, from configs/devices.toml (dense bf16 datasheet numbers),
+// for Program Goodput = achieved model FLOP/s / peak. The file is compiled into the
+// library (builtin_device_table), so every program uses the same numbers.
 //
 //   [h100]
 //   name = "NVIDIA H100"
@@ -33,6 +34,9 @@ std::vector<DeviceSpec> parse_device_table(std::string_view text, const std::str
 // The first spec one of whose match strings occurs in device_name (case-insensitive).
 std::optional<DeviceSpec> find_device(const std::vector<DeviceSpec>& table, std::string_view device_name);
 
+// configs/devices.toml as it was when this binary was built.
+const std::vector<DeviceSpec>& builtin_device_table();
+
 // What a "device" event records.
 struct DeviceRecord {
   std::string name;  // e.g. "NVIDIA H100 80GB HBM3" or "cpu"
@@ -40,5 +44,11 @@ struct DeviceRecord {
   double peak_flops_per_device = 0;
   std::string source;  // "configs/devices.toml [h100]", "calibration gemm", ...
 };
+
+// The peak a run on `count` devices named `device_name` counts MFU against: the built-in
+// table's entry when one matches (source "configs/devices.toml [h100]"), otherwise
+// `estimated_peak_flops` per device with `estimate_method` in the source.
+DeviceRecord device_peak(std::string_view device_name, int count, double estimated_peak_flops,
+                         std::string_view estimate_method);
 
 }  // namespace tessera::goodput

@@ -12,6 +12,7 @@
 
 #include "tessera/core/tree.h"
 #include "tessera/goodput/calibration.h"
+#include "tessera/goodput/devices.h"
 #include "tessera/train/config.h"
 
 namespace tessera::goodput {
@@ -26,8 +27,9 @@ struct TrainSummary {
   std::string stop_reason;   // "steps", "time limit"
   double train_seconds = 0;  // this attempt's training loop (steps, evals, checkpoints)
   double tokens_per_s = 0;   // over this attempt's steps (median step time)
-  double mfu = 0;            // model FLOP/s over the calibrated peak
-  double peak_flops = 0;     // the calibration GEMM's FLOP/s (CPU) this run measured
+  double mfu = 0;            // model FLOP/s over peak_flops
+  double peak_flops = 0;     // the job's peak: the calibration GEMM (CPU) or the device table (GPU)
+  std::string peak_source;   // where peak_flops came from, for reports
   double last_loss = 0;
   std::optional<double> val_loss;
   std::filesystem::path last_checkpoint;
@@ -79,5 +81,10 @@ std::string ensure_data(const DataConfig& data);
 // count, timed for about `seconds`: the CPU's practical peak, which MFU is measured
 // against (stated as such in every report).
 goodput::Calibration calibrate_peak_flops(double seconds = 0.4);
+
+// The peak MFU counts against on CUDA device `index`: the entry of configs/devices.toml
+// (compiled in) that matches its name, else the runtime's estimate from SMs and clock,
+// labelled as such. Throws where the build has no CUDA or the device does not exist.
+goodput::DeviceRecord cuda_device_peak(int index);
 
 }  // namespace tessera::train

@@ -64,16 +64,10 @@ DeviceState& state(int device) {
   return s;
 }
 
-// Dense bf16 tensor-core peaks (FLOP/s). Hopper: the 989 TFLOP/s for H100 and
-// H200 (SXM); others from the vendor datasheets, else estimated per SM and clock.
-double peak_bf16(const cudaDeviceProp& p, int device) {
-  const std::string name = p.name;
-  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) {
-    if (name.find("PCIe") != std::string::npos) return 756e12;
-    return 989e12;
-  }
-  if (name.find("A100") != std::string::npos) return 312e12;
-  if (name.find("L40S") != std::string::npos) return 362e12;
+// An estimate of the dense bf16 tensor-core peak (FLOP/s) from the SM count and clock.
+// MFU uses the datasheet numbers of configs/devices.toml where the part is listed
+// (train::cuda_device_peak); this is the fallback for parts it does not list.
+double estimated_peak_bf16(const cudaDeviceProp& p, int device) {
   // Per SM per clock: Ampere 1024 bf16 FMA (2048 FLOP), Hopper 2048 FMA (4096 FLOP).
   int clock_khz = 0;
   if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device) != cudaSuccess) (void)cudaGetLastError();
@@ -113,7 +107,7 @@ DeviceInfo device_info(int device) {
   info.l2_bytes = static_cast<size_t>(p.l2CacheSize);
   TESSERA_CUDA_CHECK(cudaDriverGetVersion(&info.driver_version));
   TESSERA_CUDA_CHECK(cudaRuntimeGetVersion(&info.runtime_version));
-  info.peak_bf16_flops = peak_bf16(p, device);
+  info.estimated_peak_bf16_flops = estimated_peak_bf16(p, device);
   return info;
 }
 

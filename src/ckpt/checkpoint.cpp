@@ -13,6 +13,7 @@
 
 #include "data/file_io.h"
 #include "tessera/base/error.h"
+#include "tessera/base/json_field.h"
 #include "tessera/ckpt/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -237,7 +238,7 @@ VerifyResult CheckpointManager::verify(const fs::path& checkpoint_dir) {
   } catch (const IOError& e) {
     return problem(e.what());
   }
-  if (manifest.value("format", "") != kFormat)
+  if (json_field<std::string>(manifest, "format") != kFormat)
     return problem(fmt::format("manifest.json: format is {} (expected \"{}\")",
                                manifest.contains("format") ? manifest["format"].dump() : "missing", kFormat));
   if (!manifest.contains("version") || manifest["version"] != kVersion)
@@ -287,7 +288,8 @@ CheckpointState CheckpointManager::load(const fs::path& checkpoint_dir, const Tr
   const nlohmann::json manifest = read_manifest(checkpoint_dir);
   CheckpointState state;
   state.step = manifest["step"].get<int64_t>();
-  state.extra = manifest.value("extra", nlohmann::json::object());
+  state.extra = json_field_or<nlohmann::json>(manifest, "extra", nlohmann::json::object());
+  if (!state.extra.is_object()) state.extra = nlohmann::json::object();
   state.params = match_tree(checkpoint_dir, kParamsFile, params_like);
   state.opt_state = match_tree(checkpoint_dir, kOptFile, opt_like);
   return state;

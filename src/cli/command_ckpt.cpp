@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "tessera/base/error.h"
+#include "tessera/base/json_field.h"
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/ckpt/safetensors.h"
 #include "tessera/interop/hf_checkpoint.h"
@@ -110,14 +111,15 @@ int run_inspect(const CkptArgs& args) {
     return 0;
   }
   fmt::print("checkpoint {}\n", path.string());
-  fmt::print("  format   {} v{}\n", manifest.value("format", "?"),
+  fmt::print("  format   {} v{}\n", json_field_or<std::string>(manifest, "format", "?"),
              manifest.contains("version") ? manifest["version"].dump() : "?");
   fmt::print("  step     {}\n", manifest.contains("step") ? manifest["step"].dump() : "?");
-  fmt::print("  created  {}\n", manifest.value("created", "?"));
+  fmt::print("  created  {}\n", json_field_or<std::string>(manifest, "created", "?"));
   if (manifest.contains("files") && manifest["files"].is_object())
     for (const auto& [name, entry] : manifest["files"].items())
-      fmt::print("  file     {}  {} bytes  xxh3 {}\n", name, entry.value("bytes", uint64_t{0}),
-                 entry.value("xxh3", "?"));
+      fmt::print("  file     {}  {} bytes  xxh3 {}\n", name,
+                 json_field<uint64_t>(entry, "bytes") ? fmt::format("{}", *json_field<uint64_t>(entry, "bytes")) : "?",
+                 json_field_or<std::string>(entry, "xxh3", "?"));
   if (manifest.contains("extra") && manifest["extra"].is_object()) {
     for (const auto& [key, value] : manifest["extra"].items()) {
       std::string text = value.dump();

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tessera/base/error.h"
+#include "tessera/base/json_field.h"
 #include "tessera/goodput/events.h"
 
 namespace tessera::goodput {
@@ -56,7 +57,8 @@ EventLog parse_event_log(std::string_view text, const std::string& source) {
           fmt::format("{}:{}: missing or invalid \"t\" (number) or \"type\" (string); line ignored", source, line_no));
       continue;
     }
-    if (obj.value("v", kSchemaVersion) > kSchemaVersion && newer_version_line == 0) newer_version_line = line_no;
+    if (json_field_or<int64_t>(obj, "v", kSchemaVersion) > kSchemaVersion && newer_version_line == 0)
+      newer_version_line = line_no;
     const std::string type_name = type->get<std::string>();
     const std::optional<EventType> event_type = event_type_from_name(type_name);
     if (!event_type) {

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "tessera/base/error.h"
+#include "tessera/base/json_field.h"
 
 namespace tessera::goodput {
 namespace {
@@ -88,7 +89,7 @@ void Recorder::record(EventType type, nlohmann::json fields, bool sync) {
   }
   if (attempt_ >= 0) event["attempt"] = attempt_;
   for (auto& [key, value] : fields.items()) event[key] = value;
-  if (type == EventType::kFailure) last_failure_ = event.value("message", std::string("failure"));
+  if (type == EventType::kFailure) last_failure_ = json_field_or<std::string>(event, "message", "failure");
   write_line(event.dump(), sync);
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tessera/base/error.h"
+#include "tessera/base/json_field.h"
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/interop/hf_checkpoint.h"
@@ -147,7 +148,8 @@ void export_hf(const fs::path& source, const fs::path& out_dir, const ExportOpti
   if (is_hf_model_dir(restored.checkpoint))
     ids = read_hf_config(restored.checkpoint);
   else if (fs::exists(restored.checkpoint / "manifest.json"))
-    ids = ckpt::read_manifest(restored.checkpoint)["extra"].value("hf_token_ids", json::object());
+    ids = json_field_or<json>(json_field_or<json>(ckpt::read_manifest(restored.checkpoint), "extra", json()),
+                              "hf_token_ids", json::object());
   save.bos_token_id = token_id(ids, "bos_token_id");
   save.eos_token_id = token_id(ids, "eos_token_id");
   if (!restored.tokenizer_spec.empty() && restored.tokenizer_spec != "byte") {

@@ -19,6 +19,7 @@
 
 #include "launch/worker_group.h"
 #include "tessera/base/error.h"
+#include "tessera/base/json_field.h"
 #include "tessera/goodput/recorder.h"
 
 namespace fs = std::filesystem;
@@ -83,7 +84,7 @@ std::optional<Beat> read_heartbeat(const fs::path& path) {
   text << in.rdbuf();
   const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) return std::nullopt;
-  return Beat{j["step"].get<int64_t>(), j.value("time", 0.0)};
+  return Beat{j["step"].get<int64_t>(), json_field_or<double>(j, "time", 0.0)};
 }
 
 std::string step_text(int64_t step) { return step < 0 ? "before its first step" : fmt::format("at step {}", step); }

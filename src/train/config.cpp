@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "tessera/base/error.h"
+#include "tessera/base/json_field.h"
 
 namespace tessera::train {
 
@@ -567,7 +568,8 @@ TrainConfig config_from_json(const nlohmann::json& json) {
       toml::table parsed = toml::parse("v = " + value.dump());
       f->set(config, *parsed.get("v"), "checkpoint config");
     }
-  config.model_preset = json.value("model", nlohmann::json::object()).value("preset", std::string());
+  config.model_preset =
+      json_field_or<std::string>(json_field_or<nlohmann::json>(json, "model", nlohmann::json()), "preset", "");
   config.schedule.total_steps = config.loop.steps;
   config.validate();
   return config;

@@ -1,6 +1,7 @@
 #include "tessera/train/restore.h"
 
 #include "tessera/base/error.h"
+#include "tessera/base/json_field.h"
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/interop/hf_checkpoint.h"
 #include "tessera/interop/pretrained.h"
@@ -32,8 +33,8 @@ RestoredModel restore_model(const fs::path& path, const std::function<void(const
     fail<IOError>("checkpoint '{}' is invalid: {}", path.string(), check.problem);
   }
   const nlohmann::json manifest = ckpt::read_manifest(checkpoint);
-  const nlohmann::json& extra = manifest.at("extra");
-  if (!extra.contains("config"))
+  const nlohmann::json extra = json_field_or<nlohmann::json>(manifest, "extra", nlohmann::json::object());
+  if (!extra.is_object() || !extra.contains("config"))
     fail<IOError>("checkpoint '{}': its manifest has no training config (extra.config)", checkpoint.string());
 
   RestoredModel out;
@@ -46,8 +47,8 @@ RestoredModel restore_model(const fs::path& path, const std::function<void(const
   out.params = std::move(state.params);
   out.step = state.step;
   out.checkpoint = checkpoint;
-  out.tokenizer = extra.value("tokenizer", out.config.data.tokenizer);
-  out.tokenizer_spec = extra.value("tokenizer_spec", out.tokenizer);
+  out.tokenizer = json_field_or<std::string>(extra, "tokenizer", out.config.data.tokenizer);
+  out.tokenizer_spec = json_field_or<std::string>(extra, "tokenizer_spec", out.tokenizer);
   return out;
 }
 

@@ -15,6 +15,7 @@
 
 #include "tessera/backend/cuda.h"
 #include "tessera/base/error.h"
+#include "tessera/base/json_field.h"
 #include "tessera/base/thread_pool.h"
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/compiler/compilation_cache.h"
@@ -357,8 +358,14 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
       params = std::move(restored->state.params);
       opt_state = std::move(restored->state.opt_state);
       step = restored->state.step;
-      loader.set_position({extra.at("data").at("epoch").get<uint64_t>(), extra.at("data").at("index").get<uint64_t>()});
-      tokens_seen = extra.value("tokens_seen", 0.0);
+      const nlohmann::json data_position = json_field_or<nlohmann::json>(extra, "data", nlohmann::json());
+      const std::optional<uint64_t> epoch = json_field<uint64_t>(data_position, "epoch");
+      const std::optional<uint64_t> index = json_field<uint64_t>(data_position, "index");
+      if (!epoch || !index)
+        fail<IOError>("resume: checkpoint {} has no data position (manifest extra.data.epoch/index, unsigned integers)",
+                      restored->path.string());
+      loader.set_position({*epoch, *index});
+      tokens_seen = json_field_or<double>(extra, "tokens_seen", 0.0);
       summary.last_checkpoint = restored->path;
       note(fmt::format("resumed from step {}", step));
     } else if (!cfg.run.init_from.empty()) {

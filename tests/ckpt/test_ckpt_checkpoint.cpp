@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "data/temp_dir.h"
 #include "tessera/base/error.h"
@@ -63,6 +64,23 @@ std::vector<int64_t> steps(const CheckpointManager& manager) {
   std::vector<int64_t> out;
   for (const CheckpointInfo& info : manager.list()) out.push_back(info.step);
   return out;
+}
+
+// restore_latest() brings back make_state(1) bitwise (the newer checkpoints being
+// damaged); returns the warnings it gave.
+std::vector<std::string> expect_restores_step_one(const CheckpointManager& manager) {
+  std::vector<std::string> warnings;
+  const CheckpointState expected = make_state(1);
+  const std::optional<CheckpointState> restored =
+      manager.restore_latest(zeros_like(expected.params), zeros_like(expected.opt_state),
+                             [&](const std::string& w) { warnings.push_back(w); });
+  EXPECT_TRUE(restored.has_value());
+  if (restored) {
+    EXPECT_EQ(restored->step, 1);
+    expect_same_tree(restored->params, expected.params);
+    EXPECT_EQ(restored->extra, expected.extra);
+  }
+  return warnings;
 }
 
 TEST(Checkpoint, RoundTripIsBitwise) {
@@ -150,14 +168,8 @@ TEST(Checkpoint, CorruptionIsDetectedAndRestoreFallsBack) {
                                        zeros_like(make_state(2).opt_state)),
                IOError);
 
-  std::vector<std::string> warnings;
+  std::vector<std::string> warnings = expect_restores_step_one(manager);
   const CheckpointState expected = make_state(1);
-  const std::optional<CheckpointState> restored =
-      manager.restore_latest(zeros_like(expected.params), zeros_like(expected.opt_state),
-                             [&](const std::string& w) { warnings.push_back(w); });
-  ASSERT_TRUE(restored.has_value());
-  EXPECT_EQ(restored->step, 1);
-  expect_same_tree(restored->params, expected.params);
   ASSERT_EQ(warnings.size(), 2u);
   EXPECT_NE(warnings[0].find("step_00000003"), std::string::npos) << warnings[0];
   EXPECT_NE(warnings[0].find("size mismatch"), std::string::npos) << warnings[0];
@@ -173,6 +185,30 @@ TEST(Checkpoint, CorruptionIsDetectedAndRestoreFallsBack) {
 
   TempDir empty;
   EXPECT_FALSE(CheckpointManager(empty.path()).restore_latest(Tree{}, Tree{}, nullptr).has_value());
+}
+
+// A manifest that is valid JSON with the wrong types (a hand edit, another tool) is a
+// corrupt checkpoint like any other: verify() says what is wrong and restore_latest()
+// falls back, instead of a JSON type error ending the resume.
+TEST(Checkpoint, ManifestWithWrongTypesIsCorruptAndRestoreFallsBack) {
+  TempDir run;
+  CheckpointManager manager(run.path(), RetentionPolicy{.keep_last = 5});
+  for (int64_t step : {1, 2, 3}) manager.save(make_state(step));
+  const fs::path dir = run / "checkpoints";
+  auto rewrite_manifest = [&](const fs::path& checkpoint, const nlohmann::json& manifest) {
+    write_bytes(checkpoint / "manifest.json", manifest.dump());
+  };
+  nlohmann::json manifest = read_manifest(dir / "step_00000003");
+  manifest["format"] = 7;
+  rewrite_manifest(dir / "step_00000003", manifest);
+  rewrite_manifest(dir / "step_00000002", nlohmann::json::array({1, 2}));
+
+  const VerifyResult wrong_format = CheckpointManager::verify(dir / "step_00000003");
+  EXPECT_FALSE(wrong_format.ok);
+  EXPECT_NE(wrong_format.problem.find("format is 7"), std::string::npos) << wrong_format.problem;
+  EXPECT_FALSE(CheckpointManager::verify(dir / "step_00000002").ok);
+
+  EXPECT_EQ(expect_restores_step_one(manager).size(), 2u);
 }
 
 TEST(Checkpoint, StructureMismatchNamesThePathAndBothTypes) {

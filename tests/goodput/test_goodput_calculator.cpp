@@ -219,6 +219,19 @@ TEST(GoodputCalculator, UnknownEventTypeIsIgnoredWithAWarning) {
   EXPECT_TRUE(has_warning(r, "not a JSON object"));
 }
 
+// A field of the wrong type (a schema version that is a string, an attempt that is not a
+// number) is read as absent: the report is made, never a JSON type error.
+TEST(GoodputCalculator, FieldsOfTheWrongTypeAreIgnored) {
+  LogBuilder b = clean_run();
+  b.lines().insert(b.lines().begin() + 5, R"({"v":"two","t":7,"type":"gpu_thermal_throttle","attempt":"x"})");
+  b.lines().insert(b.lines().begin() + 6, R"({"v":1e300,"t":7.2,"type":"gpu_thermal_throttle"})");
+  GoodputReport r;
+  ASSERT_NO_THROW(r = compute(b.text()));
+  expect_clean_figures(r);
+  EXPECT_TRUE(has_warning(r, "unknown event type 'gpu_thermal_throttle'"));
+  EXPECT_FALSE(has_warning(r, "schema version newer")) << ::testing::PrintToString(r.warnings);
+}
+
 TEST(GoodputCalculator, ClockGoingBackwardsIsReportedAndThePartialReportKept) {
   LogBuilder b = clean_run();
   // Step 5's end written with a clock 3 s behind: it ends before it starts.

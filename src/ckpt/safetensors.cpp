@@ -62,6 +62,10 @@ SafetensorsEntry parse_entry(const std::filesystem::path& path, const std::strin
   const auto shape = info.find("shape");
   if (shape == info.end() || !shape->is_array()) fail<IOError>("{}: missing or non-array 'shape'", where);
   uint64_t elements = 1;
+  // The product of the dims with zeros counted as 1: an empty tensor still gets strides
+  // from its other dims, so [0, 2^40, 2^40] must be refused too (its element count, 0,
+  // would pass the byte check).
+  uint64_t extent = 1;
   bool overflow = false;
   for (const auto& dim : *shape) {
     if (!dim.is_number_unsigned() || dim.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
@@ -69,6 +73,10 @@ SafetensorsEntry parse_entry(const std::filesystem::path& path, const std::strin
     const uint64_t d = dim.get<uint64_t>();
     if (d != 0 && elements > UINT64_MAX / d) overflow = true;
     elements *= d;
+    const uint64_t e = std::max<uint64_t>(d, 1);
+    if (extent > static_cast<uint64_t>(INT64_MAX) / e)
+      fail<IOError>("{}: shape {} is too large (the product of its dims exceeds 2^63)", where, shape->dump());
+    extent *= e;
     entry.shape.push_back(static_cast<int64_t>(d));
   }
   const auto offsets = info.find("data_offsets");

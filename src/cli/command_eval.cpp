@@ -24,6 +24,7 @@ int run_eval(const EvalOptions& options) {
   const train::TrainConfig& cfg = restored.config;
   const std::string path = options.data.empty() ? cfg.data.val : options.data;
   auto file = std::make_shared<const data::TokenFile>(path);
+  file->check_vocabulary(cfg.model.vocab);
   data::DataLoader loader(file, cfg.micro_batch_size(), cfg.loop.seq, cfg.run.seed, 0, 1, /*shuffle=*/false);
   const int64_t batches = std::min<int64_t>(options.batches > 0 ? options.batches : cfg.loop.eval_batches,
                                             static_cast<int64_t>(loader.batches_per_epoch()));

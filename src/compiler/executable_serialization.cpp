@@ -80,10 +80,11 @@ class Reader {
     pos_ += n;
     return s;
   }
-  // A count of records of at least `record_bytes` each: more than the bytes left is
-  // damage (and would otherwise reserve absurd amounts of memory).
+  // A count (stored as Count) of records of at least `record_bytes` each: more than the
+  // bytes left is damage (and would otherwise reserve absurd amounts of memory).
+  template <typename Count = uint64_t>
   uint64_t count(const char* what, size_t record_bytes) {
-    const uint64_t n = pod<uint64_t>(what);
+    const uint64_t n = pod<Count>(what);
     if (n > (bytes_.size() - pos_) / record_bytes)
       fail<ValueError>("executable: corrupt bytes: {} {} at offset {} exceeds the {} bytes left", what, n, pos_,
                        bytes_.size() - pos_);
@@ -203,9 +204,9 @@ Graph read_graph(Reader& r) {
       if (!primitive) primitive = make_primitive(std::string(op), std::string(attributes));
       node.primitive = primitive;
     }
-    node.inputs.resize(r.pod<uint32_t>("input count"));
+    node.inputs.resize(r.count<uint32_t>("input count", sizeof(int32_t)));
     for (ValueId& v : node.inputs) v = checked_id(r.pod<int32_t>("node input"), num_values, "a node input");
-    node.outputs.resize(r.pod<uint32_t>("output count"));
+    node.outputs.resize(r.count<uint32_t>("output count", sizeof(int32_t)));
     for (ValueId& v : node.outputs) v = checked_id(r.pod<int32_t>("node output"), num_values, "a node output");
   }
   try {

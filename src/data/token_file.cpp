@@ -145,6 +145,16 @@ int32_t TokenFile::operator[](uint64_t index) const {
   return static_cast<int32_t>(get_le(body_.data() + index * header_.bytes_per_token, header_.bytes_per_token));
 }
 
+void TokenFile::check_vocabulary(int64_t vocab) const {
+  const uint32_t width = header_.bytes_per_token;
+  for (uint64_t i = 0; i < header_.count; ++i) {
+    const uint64_t id = get_le(body_.data() + i * width, static_cast<int>(width));
+    if (vocab <= 0 || id >= static_cast<uint64_t>(vocab))
+      fail<ValueError>("token file {}: token {} at position {} is outside the model's vocabulary [0, {})",
+                       path_.string(), id, i, vocab);
+  }
+}
+
 void TokenFile::read(uint64_t start, uint64_t n, int32_t* out) const {
   if (start > header_.count || n > header_.count - start)
     fail<ValueError>("token file {}: tokens [{}, {}) out of range ({} tokens)", path_.string(), start, start + n,

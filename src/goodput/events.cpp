@@ -2,7 +2,10 @@
 #include "tessera/goodput/events.h"
 
 #include <array>
+#include <optional>
 #include <utility>
+
+#include "tessera/base/json_field.h"
 
 namespace tessera::goodput {
 namespace {
@@ -47,25 +50,21 @@ std::optional<EventType> event_type_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-double Event::number(const char* key, double fallback) const {
-  const auto it = fields.find(key);
-  return it != fields.end() && it->is_number() ? it->get<double>() : fallback;
-}
+double Event::number(const char* key, double fallback) const { return json_field_or<double>(fields, key, fallback); }
 
 int64_t Event::integer(const char* key, int64_t fallback) const {
-  const auto it = fields.find(key);
-  if (it == fields.end() || !it->is_number()) return fallback;
-  return it->is_number_integer() ? it->get<int64_t>() : static_cast<int64_t>(it->get<double>());
+  if (const std::optional<int64_t> v = json_field<int64_t>(fields, key)) return *v;
+  // A number written as a float (1e3): its integer part where it fits in int64 (casting
+  // one that does not is undefined behaviour); otherwise the fallback.
+  const std::optional<double> d = json_field<double>(fields, key);
+  if (!d || !(*d > -9.2e18 && *d < 9.2e18)) return fallback;
+  return static_cast<int64_t>(*d);
 }
 
 std::string Event::text(const char* key, std::string fallback) const {
-  const auto it = fields.find(key);
-  return it != fields.end() && it->is_string() ? it->get<std::string>() : fallback;
+  return json_field_or<std::string>(fields, key, std::move(fallback));
 }
 
-bool Event::flag(const char* key, bool fallback) const {
-  const auto it = fields.find(key);
-  return it != fields.end() && it->is_boolean() ? it->get<bool>() : fallback;
-}
+bool Event::flag(const char* key, bool fallback) const { return json_field_or<bool>(fields, key, fallback); }
 
 }  // namespace tessera::goodput

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -74,8 +75,11 @@ EventLog parse_event_log(std::string_view text, const std::string& source) {
     event.t = t->get<double>();
     event.type = *event_type;
     event.line = line_no;
-    const auto attempt = obj.find("attempt");
-    if (attempt != obj.end() && attempt->is_number_integer()) event.attempt = attempt->get<int>();
+    // An attempt number that is negative or does not fit (damage) counts as absent; the
+    // ceiling leaves room for the `+ 1` below.
+    if (const std::optional<int> attempt = json_field<int>(obj, "attempt");
+        attempt && *attempt >= 0 && *attempt < std::numeric_limits<int>::max())
+      event.attempt = *attempt;
     event.fields = std::move(obj);
     if (event.t < prev_t) {
       ++out_of_order;

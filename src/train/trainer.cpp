@@ -305,6 +305,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   if (tokenizer->vocab_size() > cfg.model.vocab)
     fail<ConfigError>("config: model.vocab = {} is smaller than the tokenizer '{}' vocabulary ({})", cfg.model.vocab,
                       tokenizer->id(), tokenizer->vocab_size());
+  for (const auto* file : {train_file.get(), val_file.get()}) file->check_vocabulary(cfg.model.vocab);
 
   // ---- model, optimizer, state ----
   models::Model model(cfg.model);

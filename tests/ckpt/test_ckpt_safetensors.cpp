@@ -140,6 +140,10 @@ TEST(Safetensors, RejectsMalformedFiles) {
       {"metadata_value", safetensors_bytes(R"({"__metadata__":{"n":1},)" + ok_entry + "}", data), "expected a string"},
       {"bool_value", safetensors_bytes(R"({"w":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})", "\x01\x02"),
        "expected 0 or 1"},
+      // Zero elements, so zero bytes, but strides from the other dims overflow.
+      {"empty_but_huge",
+       safetensors_bytes(R"({"w":{"dtype":"F32","shape":[0,1099511627776,1099511627776],"data_offsets":[0,0]}})", ""),
+       "too large"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <new>
+#include <typeinfo>
 
 #include "core/test_util.h"
 #include "tessera/base/allocator.h"
@@ -23,8 +25,11 @@
 // Counts every operator new in this binary (the executable's runs must not allocate).
 // AddressSanitizer replaces operator new itself, so the sanitizer build checks only
 // the buffer allocator's count (the Release build checks both).
+// Allocations larger than g_new_limit throw std::bad_alloc (a test that feeds crafted
+// sizes lowers it, so a bug fails the test instead of taking the machine's memory).
 namespace {
 std::atomic<long> g_news{0};
+std::atomic<size_t> g_new_limit{SIZE_MAX};
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kCountingNew = false;
 #else
@@ -37,6 +42,7 @@ constexpr bool kCountingNew = true;
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(size_t n) {
   g_news.fetch_add(1, std::memory_order_relaxed);
+  if (n > g_new_limit.load(std::memory_order_relaxed)) throw std::bad_alloc();
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
@@ -242,6 +248,36 @@ TEST(Jit, SerializedExecutableGivesBitwiseIdenticalOutputs) {
   EXPECT_THROW(Executable::deserialize(newer), ValueError);
   EXPECT_THROW(Executable::deserialize(bytes.substr(0, bytes.size() / 2)), ValueError);
   EXPECT_THROW(Executable::deserialize("not an executable"), ValueError);
+}
+
+// Crafted bytes (the body hash recomputed, so the damage is not caught by it): at every
+// offset of the body in turn, 4 bytes set to 0xff. Each load either works or throws a
+// tessera Error; none may reserve memory by a count the bytes cannot hold (a node's
+// input count of 2^32 - 1 asked for 16 GiB), crash, or throw anything else. Every byte
+// offset, since the records are not word-aligned.
+TEST(Jit, CraftedExecutableBytesAreRefusedWithoutHugeAllocations) {
+  Tree args = step_args(30);
+  auto step = jit(sgd_step);
+  const std::string bytes = step.lowered(args).executable().serialize();
+  constexpr size_t kHeader = 24;  // "TSRX", u32 version, u64 body length, u64 body hash
+  ASSERT_GT(bytes.size(), kHeader);
+  int refused = 0;
+  g_new_limit = size_t{256} << 20;  // the Release build: no allocation over 256 MiB
+  for (size_t at = kHeader; at + 4 <= bytes.size(); ++at) {
+    std::string crafted = bytes;
+    std::memset(crafted.data() + at, 0xff, 4);
+    const uint64_t hash = XXH3_64bits(crafted.data() + kHeader, crafted.size() - kHeader);
+    std::memcpy(crafted.data() + 16, &hash, sizeof hash);
+    try {
+      Executable::deserialize(crafted);
+    } catch (const Error&) {
+      ++refused;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "0xffffffff at offset " << at << ": " << typeid(e).name() << ": " << e.what();
+    }
+  }
+  g_new_limit = SIZE_MAX;
+  EXPECT_GT(refused, 0);
 }
 
 // Format 2 keeps value ids, so the loaded program is the compiled one value for value;

@@ -59,6 +59,14 @@ TEST_F(Gpt2FileErrors, DuplicateIds) {
   expect_io_error([&] { load(); }, {"vocab.json", "id 5", "zzzz"});
 }
 
+// One id far past the others would size the id tables by it (2^31 ids: gigabytes).
+TEST_F(Gpt2FileErrors, IdFarPastTheVocabulary) {
+  json vocab = json::parse(testing::read_bytes(file("vocab.json")));
+  vocab["zzzz"] = 2147483000;
+  testing::write_bytes(file("vocab.json"), vocab.dump());
+  expect_io_error([&] { load(); }, {"vocab.json", "zzzz", "id 2147483000", "dense"});
+}
+
 TEST_F(Gpt2FileErrors, InvalidJson) {
   testing::write_bytes(file("vocab.json"), R"({"a": 1,)");
   expect_io_error([&] { load(); }, {"vocab.json", "invalid JSON", "parse error"});
@@ -125,6 +133,16 @@ TEST_F(TokenizerJsonErrors, BadMergeAndAddedToken) {
   SetUp();
   json_["added_tokens"][1]["single_word"] = true;
   expect_error({"added_tokens[1].single_word"});
+}
+
+// An added token's id must fit int32 (2^32 would be narrowed to token 0) and sit near the
+// vocabulary (2^31 - 1000 would size the tables by it).
+TEST_F(TokenizerJsonErrors, AddedTokenIdsThatDoNotFit) {
+  json_["added_tokens"][1]["id"] = uint64_t{1} << 32;
+  expect_error({"added_tokens[1].id", "4294967296", "outside"});
+  SetUp();
+  json_["added_tokens"][1]["id"] = 2147483000;
+  expect_error({"added token", "2147483000", "dense"});
 }
 
 TEST_F(TokenizerJsonErrors, InvalidJson) {

@@ -110,6 +110,28 @@ TEST(TokenFile, WriterRejectsIdsOutsideTheVocabulary) {
   EXPECT_FALSE(std::filesystem::exists(dir / "a.bin"));
 }
 
+// A file whose ids do not fit the model that reads it (made for a larger vocabulary, or
+// 4-byte ids at or past 2^31 that would turn negative as int32) is refused by name and
+// position before any of it is trained on.
+TEST(TokenFile, IdsOutsideTheModelsVocabularyAreRefused) {
+  TempDir dir;
+  const auto path = dir / "big_vocab.bin";
+  write_token_file(path, {1, 2, 70000, 3}, "bpe-100k", 100000);
+  const TokenFile file(path);
+  EXPECT_NO_THROW(file.check_vocabulary(100000));
+  EXPECT_NO_THROW(file.check_vocabulary(70001));
+  try {
+    file.check_vocabulary(65536);
+    ADD_FAILURE() << "expected ValueError";
+  } catch (const ValueError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+    EXPECT_NE(message.find("token 70000 at position 2"), std::string::npos) << message;
+    EXPECT_NE(message.find("[0, 65536)"), std::string::npos) << message;
+  }
+  EXPECT_THROW(TokenFile(path).check_vocabulary(0), ValueError);
+}
+
 TEST(TokenFile, DamageIsAnIOErrorNamingTheFile) {
   TempDir dir;
   const auto good = dir / "good.bin";

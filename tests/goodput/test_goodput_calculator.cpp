@@ -232,6 +232,28 @@ TEST(GoodputCalculator, FieldsOfTheWrongTypeAreIgnored) {
   EXPECT_FALSE(has_warning(r, "schema version newer")) << ::testing::PrintToString(r.warnings);
 }
 
+// Numbers that do not fit where they are read (an attempt of 2^40, a step count of
+// 1e300) are read as absent, not narrowed or cast with undefined behaviour (UBSan checks
+// this in the sanitizer build).
+TEST(GoodputCalculator, NumbersThatDoNotFitAreReadAsAbsent) {
+  LogBuilder b = clean_run();
+  b.lines().insert(b.lines().begin() + 5, R"({"v":1,"t":7,"type":"gpu_thermal_throttle","attempt":1099511627776})");
+  b.lines().insert(b.lines().begin() + 6, R"({"v":1,"t":7.1,"type":"gpu_thermal_throttle","attempt":2147483647})");
+  GoodputReport r;
+  ASSERT_NO_THROW(r = compute(b.text()));
+  expect_clean_figures(r);
+
+  Event event;
+  event.fields = {{"huge", 1e300}, {"float", 1e3}, {"unsigned", UINT64_MAX}, {"text", "12"}, {"nan", nullptr}};
+  EXPECT_EQ(event.integer("huge", 7), 7);
+  EXPECT_EQ(event.integer("float", 7), 1000);
+  EXPECT_EQ(event.integer("unsigned", 7), 7);
+  EXPECT_EQ(event.integer("text", 7), 7);
+  EXPECT_EQ(event.integer("nan", 7), 7);
+  EXPECT_EQ(event.number("text", 2.5), 2.5);
+  EXPECT_EQ(event.text("float", "none"), "none");
+}
+
 TEST(GoodputCalculator, ClockGoingBackwardsIsReportedAndThePartialReportKept) {
   LogBuilder b = clean_run();
   // Step 5's end written with a clock 3 s behind: it ends before it starts.

@@ -45,6 +45,10 @@ class TokenFile {
   int32_t operator[](uint64_t index) const;
   // Copies tokens [start, start + n) as int32 into out.
   void read(uint64_t start, uint64_t n, int32_t* out) const;
+  // A ValueError naming the file, the first offending position and id unless every id is
+  // in [0, vocab): the hash proves the file is what was written, not that it fits this
+  // model (an id past the embedding table would read another row, or wrap).
+  void check_vocabulary(int64_t vocab) const;
 
  private:
   std::filesystem::path path_;

@@ -110,6 +110,10 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, int64_t>>& vocab,
   for (const auto& [text, id] : vocab) {
     if (id < 0 || id >= std::numeric_limits<int32_t>::max())
       fail<IOError>("{}: id {} is outside [0, 2^31 - 1)", vocab_where(text), id);
+    if (!ids_are_dense_enough(id, static_cast<int64_t>(vocab.size())))
+      fail<IOError>(
+          "{}: id {} is far past the {} tokens of the vocabulary (ids must be dense: at most 2 x tokens + {})",
+          vocab_where(text), id, vocab.size(), kIdSlack);
     const auto index = static_cast<size_t>(id);
     if (index >= id_text.size()) id_text.resize(index + 1, nullptr);
     if (id_text[index] != nullptr)

@@ -24,6 +24,16 @@ struct BytesHash {
 };
 using BytesToId = std::unordered_map<std::string, int32_t, BytesHash, std::equal_to<>>;
 
+// Token ids index tables (id -> bytes), so they must be dense enough that a file cannot
+// make a table far larger than itself: the largest id may be at most twice the number of
+// tokens plus kIdSlack (real vocabularies are dense, with a few reserved gaps; added
+// tokens follow them). A single id of 2^31 - 2 in a two-token file would otherwise ask
+// for gigabytes.
+inline constexpr int64_t kIdSlack = 65536;
+inline bool ids_are_dense_enough(int64_t largest_id, int64_t token_count) {
+  return largest_id < 2 * token_count + kIdSlack;
+}
+
 class PieceCache;
 
 class BpeModel {

@@ -28,7 +28,11 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
         spec_(std::move(parts.spec)) {
     id_bytes_ = model_->id_bytes();
     std::vector<bool> has_id = model_->has_id();
+    const auto token_count = static_cast<int64_t>(id_bytes_.size() + added_.size());
     for (const AddedToken& token : added_) {
+      if (token.id < 0 || !ids_are_dense_enough(token.id, token_count))
+        fail<IOError>("tokenizer {}: added token '{}' has id {}, outside [0, 2 x {} tokens + {}) (ids must be dense)",
+                      spec_, token.content, token.id, token_count, kIdSlack);
       const auto id = static_cast<size_t>(token.id);
       if (id >= id_bytes_.size()) id_bytes_.resize(id + 1), has_id.resize(id + 1, false);
       id_bytes_[id] = token.content;  // decodes to its text verbatim, as it was matched

@@ -173,6 +173,10 @@ class TokenizerJson {
           !t.contains("content") || !t["content"].is_string() || t["content"].get<std::string>().empty())
         fail<IOError>("{}: key '{}': expected {{\"id\": non-negative integer, \"content\": non-empty string, ...}}",
                       name(), path);
+      // An id that does not fit int32 would be narrowed (2^32 becoming token 0).
+      if (t["id"].is_number_unsigned() ? t["id"].get<uint64_t>() >= uint64_t{INT32_MAX}
+                                       : t["id"].get<int64_t>() >= int64_t{INT32_MAX})
+        fail<IOError>("{}: key '{}.id': {} is outside [0, 2^31 - 1)", name(), path, t["id"].dump());
       if (bool_of(t, "single_word", path, false))
         fail<IOError>("{}: key '{}.single_word' is true (not supported)", name(), path);
       tokens.push_back({t["content"].get<std::string>(), static_cast<int32_t>(t["id"].get<int64_t>()),

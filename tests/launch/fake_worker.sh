@@ -8,8 +8,9 @@ read -r -a plan <<<"${FAKE_PLAN:-ok}"
 attempt="${TESSERA_ATTEMPT:-0}"
 action="${plan[$((attempt < ${#plan[@]} ? attempt : ${#plan[@]} - 1))]}"
 [[ -n "${FAKE_PIDS:-}" ]] && echo "$$" >>"$FAKE_PIDS"
+# FAKE_BEAT_TIME replaces the heartbeat's time (JSON text, e.g. '"soon"': a damaged beat).
 beat() {
-  printf '{"step":%d,"time":%s,"pid":%d}\n' "$1" "$(date +%s.%N)" "$$" >"$TESSERA_HEARTBEAT_FILE.tmp"
+  printf '{"step":%d,"time":%s,"pid":%d}\n' "$1" "${FAKE_BEAT_TIME:-$(date +%s.%N)}" "$$" >"$TESSERA_HEARTBEAT_FILE.tmp"
   mv -f "$TESSERA_HEARTBEAT_FILE.tmp" "$TESSERA_HEARTBEAT_FILE"
 }
 if [[ "$action" != ok && "${TESSERA_RANK:-0}" != "${FAKE_RANK:-0}" ]]; then

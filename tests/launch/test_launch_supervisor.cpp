@@ -36,6 +36,7 @@ class SupervisorTest : public ::testing::Test {
     ::unsetenv("FAKE_PLAN");
     ::unsetenv("FAKE_PIDS");
     ::unsetenv("FAKE_RANK");
+    ::unsetenv("FAKE_BEAT_TIME");
     fs::remove_all(dir_);
   }
   LaunchOptions options(const std::string& plan, int max_restarts) {
@@ -126,6 +127,17 @@ TEST_F(SupervisorTest, HangIsDetectedWithinTimeoutPlusPollAndRecovered) {
   EXPECT_LT(r.attempts[0].seconds, 1.0 + 0.05 + 0.8);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
   for (pid_t pid : worker_pids()) EXPECT_NE(::kill(pid, 0), 0) << "worker " << pid << " still runs";
+}
+
+// A heartbeat whose time is not a number (a foreign or damaged file) still gives its
+// step; the supervisor does not stop on a JSON type error.
+TEST_F(SupervisorTest, HeartbeatWithAWrongTypedTimeIsStillRead) {
+  LaunchOptions o = options("kill ok", 1);
+  ::setenv("FAKE_BEAT_TIME", "\"soon\"", 1);
+  const LaunchResult r = supervise(o);
+  EXPECT_EQ(r.exit_code, kExitOk);
+  ASSERT_EQ(r.attempts.size(), 2u);
+  EXPECT_NE(r.attempts[0].reason.find("SIGKILL at step 3"), std::string::npos) << r.attempts[0].reason;
 }
 
 TEST_F(SupervisorTest, ARankCrashStopsTheOtherRanks) {

@@ -255,6 +255,25 @@ MemoryPlan read_plan(Reader& r, const Graph& g) {
       fail<ValueError>("executable: corrupt memory plan (%{} is output {} donated by {})", v, b.index, b.donor);
   }
   plan.arena_bytes = r.pod<uint64_t>("arena bytes");
+  // The arena is allocated by this size when the executable is made, so it must follow
+  // from the buffers: each arena buffer holds its value's bytes inside the arena, and the
+  // arena is no larger than all of them side by side (each padded to at most
+  // kMaxAlignment). A damaged size (2^40) is refused here instead of allocated.
+  constexpr uint64_t kMaxAlignment = 4096;
+  uint64_t side_by_side = 0;
+  for (size_t v = 0; v < plan.values.size(); ++v) {
+    const BufferAssignment& b = plan.values[v];
+    if (b.kind != BufferAssignment::Kind::Arena) continue;
+    const uint64_t value_bytes = g.values[v].dead ? 0 : g.values[v].type.nbytes();
+    if (b.bytes != value_bytes || b.offset > plan.arena_bytes || b.bytes > plan.arena_bytes - b.offset)
+      fail<ValueError>(
+          "executable: corrupt memory plan (%{}: {} bytes at offset {} of a {}-byte arena; its type has {})", v,
+          b.bytes, b.offset, plan.arena_bytes, value_bytes);
+    side_by_side += b.bytes + kMaxAlignment;
+  }
+  if (plan.arena_bytes > side_by_side)
+    fail<ValueError>("executable: corrupt memory plan (a {}-byte arena for {} bytes of buffers)", plan.arena_bytes,
+                     side_by_side);
   plan.peak_bytes = r.pod<uint64_t>("peak bytes");
   plan.in_place_reuses = static_cast<int>(r.pod<uint32_t>("in-place count"));
   plan.donations = static_cast<int>(r.pod<uint32_t>("donation count"));

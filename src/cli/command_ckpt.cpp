@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -116,10 +117,11 @@ int run_inspect(const CkptArgs& args) {
   fmt::print("  step     {}\n", manifest.contains("step") ? manifest["step"].dump() : "?");
   fmt::print("  created  {}\n", json_field_or<std::string>(manifest, "created", "?"));
   if (manifest.contains("files") && manifest["files"].is_object())
-    for (const auto& [name, entry] : manifest["files"].items())
-      fmt::print("  file     {}  {} bytes  xxh3 {}\n", name,
-                 json_field<uint64_t>(entry, "bytes") ? fmt::format("{}", *json_field<uint64_t>(entry, "bytes")) : "?",
+    for (const auto& [name, entry] : manifest["files"].items()) {
+      const std::optional<uint64_t> bytes = json_field<uint64_t>(entry, "bytes");
+      fmt::print("  file     {}  {} bytes  xxh3 {}\n", name, bytes ? fmt::format("{}", *bytes) : "?",
                  json_field_or<std::string>(entry, "xxh3", "?"));
+    }
   if (manifest.contains("extra") && manifest["extra"].is_object()) {
     for (const auto& [key, value] : manifest["extra"].items()) {
       std::string text = value.dump();

@@ -55,7 +55,7 @@ int run_info() {
   } else {
     for (int d = 0; d < cuda::device_count(); ++d) {
       const cuda::DeviceInfo info = cuda::device_info(d);
-      const goodput::DeviceRecord peak = train::cuda_device_peak(d);
+      const goodput::DeviceRecord peak = train::cuda_device_peak(info);
       fmt::print(
           "  GPU {}          {} (sm_{}{}, {} SMs, {:.1f} GiB, driver {}.{}, runtime {}.{}, peak bf16 {:.0f} "
           "TFLOP/s from {})\n",

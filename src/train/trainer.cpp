@@ -167,8 +167,7 @@ goodput::Calibration calibrate_peak_flops(double seconds) {
   return goodput::calibrate_cpu_gemm(gemm, fmt::format("tessera matmul f32 {}^3", kN), kN, seconds);
 }
 
-goodput::DeviceRecord cuda_device_peak(int index) {
-  const cuda::DeviceInfo info = cuda::device_info(index);
+goodput::DeviceRecord cuda_device_peak(const cuda::DeviceInfo& info) {
   return goodput::device_peak(info.name, 1, info.estimated_peak_bf16_flops, "SMs x clock x bf16 FLOP per SM-clock");
 }
 
@@ -271,7 +270,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   std::string peak_source;
   if (const compiler::DeviceSpec device = compiler::DeviceSpec::parse(cfg.run.device); device.cuda) {
     // On a GPU, MFU is against the device's dense bf16 peak from the one device table.
-    const goodput::DeviceRecord record = cuda_device_peak(device.index);
+    const goodput::DeviceRecord record = cuda_device_peak(cuda::device_info(device.index));
     if (recorder) recorder->device(record);
     peak = record.peak_flops_per_device;
     peak_source = fmt::format("{}: {}", record.name, record.source);

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "tessera/backend/cuda.h"
 #include "tessera/core/tree.h"
 #include "tessera/goodput/calibration.h"
 #include "tessera/goodput/devices.h"
@@ -82,9 +83,9 @@ std::string ensure_data(const DataConfig& data);
 // against (stated as such in every report).
 goodput::Calibration calibrate_peak_flops(double seconds = 0.4);
 
-// The peak MFU counts against on CUDA device `index`: the entry of configs/devices.toml
+// The peak MFU counts against on a CUDA device: the entry of configs/devices.toml
 // (compiled in) that matches its name, else the runtime's estimate from SMs and clock,
-// labelled as such. Throws where the build has no CUDA or the device does not exist.
-goodput::DeviceRecord cuda_device_peak(int index);
+// labelled as such.
+goodput::DeviceRecord cuda_device_peak(const cuda::DeviceInfo& info);
 
 }  // namespace tessera::train

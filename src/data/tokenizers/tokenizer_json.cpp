@@ -5,10 +5,12 @@
 // strings or [a, b] pairs, ignore_merges). post_processor is ignored: encode adds no
 // BOS/EOS. Anything else that would change the ids is an IOError naming the key.
 #include <filesystem>
+#include <optional>
 
 #include "bpe_tokenizer.h"
 #include "json_file.h"
 #include "tessera/base/error.h"
+#include "tessera/base/json_field.h"
 #include "tessera/data/bpe_tokenizer.h"
 
 namespace tessera::data {
@@ -174,14 +176,13 @@ class TokenizerJson {
         fail<IOError>("{}: key '{}': expected {{\"id\": non-negative integer, \"content\": non-empty string, ...}}",
                       name(), path);
       // An id that does not fit int32 would be narrowed (2^32 becoming token 0).
-      if (t["id"].is_number_unsigned() ? t["id"].get<uint64_t>() >= uint64_t{INT32_MAX}
-                                       : t["id"].get<int64_t>() >= int64_t{INT32_MAX})
+      const std::optional<int32_t> id = json_field<int32_t>(t, "id");
+      if (!id || *id == INT32_MAX)
         fail<IOError>("{}: key '{}.id': {} is outside [0, 2^31 - 1)", name(), path, t["id"].dump());
       if (bool_of(t, "single_word", path, false))
         fail<IOError>("{}: key '{}.single_word' is true (not supported)", name(), path);
-      tokens.push_back({t["content"].get<std::string>(), static_cast<int32_t>(t["id"].get<int64_t>()),
-                        bool_of(t, "lstrip", path, false), bool_of(t, "rstrip", path, false),
-                        bool_of(t, "special", path, false)});
+      tokens.push_back({t["content"].get<std::string>(), *id, bool_of(t, "lstrip", path, false),
+                        bool_of(t, "rstrip", path, false), bool_of(t, "special", path, false)});
     }
     return tokens;
   }

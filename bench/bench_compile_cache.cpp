@@ -167,8 +167,8 @@ int run(Flags f, const std::string& self) {
       bytes = dir_bytes(f.dir);
       load.push_back(load_seconds(f.dir));
     }
-    const double n = ts::bench::median(plain), c = ts::bench::median(cold), t = ts::bench::median(traced),
-                 w = ts::bench::median(warm), l = ts::bench::median(load);
+    const double n = ts::median(plain), c = ts::median(cold), t = ts::median(traced), w = ts::median(warm),
+                 l = ts::median(load);
     fmt::print("{:<12} {:>11.3f} {:>9.3f} {:>13.3f} {:>7.1f}% {:>13.4f} {:>7.1f}% {:>9.4f} {:>12}\n", preset, n, c, t,
                100 * t / c, w, 100 * w / c, l, bytes);
     json += fmt::format(

@@ -22,7 +22,7 @@
 #if TESSERA_HAS_CUDA
 #include <cuda_runtime_api.h>
 
-#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/kernels/gemm.h"
 #include "backend/cuda/runtime.h"
 #endif
@@ -130,7 +130,7 @@ int run(int64_t repeats, int64_t tokens) {
         times.push_back(ms);
       }
       const ts::cuda::GemmReport report = ts::cuda::last_gemm_report();
-      const double ms = ts::bench::median(times);
+      const double ms = ts::median(times);
       const double tflops =
           2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k) / (ms * 1e-3) / 1e12;
       fmt::print("| {} | {} | {} | {} | {:.3f} | {:.0f} | {} |\n", c.name, s.m, s.n, s.k, ms, tflops, report.staged);

@@ -167,7 +167,7 @@ int run(const Flags& f) {
     fmt::print("kernel profile (TESSERA_PROFILE={}, steps run without CUDA graphs are timed):\n{}", profile,
                step.profile_text());
   const ts::cuda::MemoryStats mem = ts::cuda::memory_stats(device.index);
-  const double step_s = ts::bench::median(times);
+  const double step_s = ts::median(times);
   const double tokens_per_s = static_cast<double>(f.batch * f.seq) / step_s;
   const double n_params = static_cast<double>(model.parameter_count());
   const double flops_per_token = 6.0 * n_params + 6.0 * static_cast<double>(config.layers * f.seq * config.dim);

@@ -92,7 +92,7 @@ double median_seconds(int64_t runs, const std::function<void()>& fn, const std::
     if (before) before();
     times.push_back(seconds(fn));
   }
-  return ts::bench::median(times);
+  return ts::median(times);
 }
 
 uint64_t tensor_bytes(const ts::Tree& params) {

@@ -30,8 +30,9 @@
 #include <string>
 #include <vector>
 
+#include "tessera/api/jit.h"
 #include "tessera/base/allocator.h"
-#include "tessera/compiler/jit.h"
+#include "tessera/base/statistics.h"
 #include "tessera/tessera.h"
 #include "transformer_step.h"
 
@@ -44,12 +45,6 @@ using clock_type = std::chrono::steady_clock;
 
 double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 struct Flags {
@@ -193,10 +188,10 @@ int main(int argc, char** argv) {
                e.seconds * 1e3, e.loss, j.seconds * 1e3, j.loss);
   }
 
-  const double eager_sec = median(eager_s), jit_sec = median(jit_s);
+  const double eager_sec = ts::median(eager_s), jit_sec = ts::median(jit_s);
   const double eager_tps = tokens_per_step / eager_sec, jit_tps = tokens_per_step / jit_sec;
-  const double eager_peak = static_cast<double>(state_bytes) + median(eager_rise);
-  const double jit_peak = static_cast<double>(state_bytes + arena_bytes) + median(jit_rise);
+  const double eager_peak = static_cast<double>(state_bytes) + ts::median(eager_rise);
+  const double jit_peak = static_cast<double>(state_bytes + arena_bytes) + ts::median(jit_rise);
   if (const char* profile = std::getenv("TESSERA_PROFILE"); profile != nullptr && std::string(profile) == "1") {
     ts::Lowered lowered = compiled.lowered(tb::step_args(jitted.params, jitted.opt, tokens, targets), kStep);
     fmt::print("jit kernel profile (TESSERA_PROFILE=1):\n{}", lowered.executable().profile_text());
@@ -206,15 +201,15 @@ int main(int argc, char** argv) {
   fmt::print("\n{:<8} {:>10} {:>10} {:>10} {:>12} {:>10}\n", "mode", "ms/step", "tokens/s", "peak MiB", "step rise MiB",
              "first ms");
   fmt::print("{:<8} {:>10.2f} {:>10.0f} {:>10.1f} {:>12.1f} {:>10.1f}\n", "eager", eager_sec * 1e3, eager_tps,
-             eager_peak / mib, median(eager_rise) / mib, eager_first.seconds * 1e3);
+             eager_peak / mib, ts::median(eager_rise) / mib, eager_first.seconds * 1e3);
   fmt::print("{:<8} {:>10.2f} {:>10.0f} {:>10.1f} {:>12.1f} {:>10.1f}\n", "jit", jit_sec * 1e3, jit_tps, jit_peak / mib,
-             median(jit_rise) / mib, jit_first.seconds * 1e3);
+             ts::median(jit_rise) / mib, jit_first.seconds * 1e3);
   fmt::print(
       "jit/eager: speed {:.2f}x, memory {:.2f}x; jit compile {:.1f} ms, {} kernels, arena {:.1f} MiB, planned peak "
       "{:.1f} MiB; state {:.1f} MiB; process peak {:.1f} MiB; max |loss eager - jit| {:.2e}; traces {}\n",
       jit_tps / eager_tps, jit_peak / eager_peak, compile_sec * 1e3, kernels, static_cast<double>(arena_bytes) / mib,
-      static_cast<double>(plan_peak_bytes) / mib, static_cast<double>(state_bytes) / mib, median(process_peak) / mib,
-      max_loss_diff, compiled.trace_count());
+      static_cast<double>(plan_peak_bytes) / mib, static_cast<double>(state_bytes) / mib,
+      ts::median(process_peak) / mib, max_loss_diff, compiled.trace_count());
 
   fmt::print(
       "{{\"bench\": \"jit\", \"layers\": {}, \"dim\": {}, \"heads\": {}, \"seq\": {}, \"batch\": {}, \"vocab\": {}, "
@@ -225,8 +220,8 @@ int main(int argc, char** argv) {
       "\"jit_arena_bytes\": {}, \"jit_planned_peak_bytes\": {}, \"jit_traces\": {}, \"max_loss_diff\": {:.3e}, "
       "\"jit_vs_eager_speed\": {:.4f}, \"jit_vs_eager_memory\": {:.4f}}}\n",
       c.layers, c.dim, c.heads, c.seq, c.batch, c.vocab, param_count, flags.reps, eager_sec * 1e3, jit_sec * 1e3,
-      eager_tps, jit_tps, state_bytes, eager_peak, jit_peak, median(eager_rise), median(jit_rise), median(process_peak),
-      eager_first.seconds * 1e3, jit_first.seconds * 1e3, compile_sec * 1e3, kernels, arena_bytes, plan_peak_bytes,
-      compiled.trace_count(), max_loss_diff, jit_tps / eager_tps, jit_peak / eager_peak);
+      eager_tps, jit_tps, state_bytes, eager_peak, jit_peak, ts::median(eager_rise), ts::median(jit_rise),
+      ts::median(process_peak), eager_first.seconds * 1e3, jit_first.seconds * 1e3, compile_sec * 1e3, kernels,
+      arena_bytes, plan_peak_bytes, compiled.trace_count(), max_loss_diff, jit_tps / eager_tps, jit_peak / eager_peak);
   return 0;
 }

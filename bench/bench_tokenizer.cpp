@@ -94,7 +94,7 @@ double median_mb_s(size_t bytes, int64_t runs, const std::function<void()>& fn) 
   fn();
   std::vector<double> times;
   for (int64_t r = 0; r < runs; ++r) times.push_back(seconds(fn));
-  return static_cast<double>(bytes) / 1e6 / ts::bench::median(times);
+  return static_cast<double>(bytes) / 1e6 / ts::median(times);
 }
 
 nlohmann::json run_peers(const Flags& f, const std::string& file) {

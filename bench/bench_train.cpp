@@ -109,7 +109,7 @@ int run(const Flags& f) {
     if (i >= f.warmup) times.push_back(dt);
   }
   const double total_s = std::chrono::duration<double>(Clock::now() - run_start).count();
-  const double step_s = ts::bench::median(times);
+  const double step_s = ts::median(times);
   const double tokens_per_s = static_cast<double>(f.batch * f.seq) / step_s;
   const double flops_per_token = model.flops_per_token(f.seq);
   const double gflops = flops_per_token * tokens_per_s / 1e9;

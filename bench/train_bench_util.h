@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tessera/base/error.h"
+#include "tessera/base/statistics.h"
 #include "tessera/core/array.h"
 #include "tessera/data/loader.h"
 
@@ -59,13 +60,6 @@ inline double flag_positive_number(const char* program, const std::string& flag,
   if (used != value.size() || !(number > 0))
     fail<ValueError>("{}: {} wants a positive number (got {})", program, flag, value);
   return number;
-}
-
-inline double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace tessera::bench

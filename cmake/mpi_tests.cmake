@@ -8,7 +8,7 @@ if(TESSERA_HAS_MPI)
   add_dependencies(tessera_tests mpi_collectives)
   add_executable(mpi_train tests/dist/mpi/mpi_train_main.cpp)
   target_include_directories(mpi_train PRIVATE src tests)
-  target_link_libraries(mpi_train PRIVATE tessera_trainer tessera_warnings)
+  target_link_libraries(mpi_train PRIVATE tessera_train tessera_warnings)
   add_dependencies(tessera_tests mpi_train)
   if(TESSERA_MPIEXEC)
     # Containers often run tests as root, which mpirun refuses unless told; more ranks

@@ -11,8 +11,8 @@
 #include <ctime>
 #include <set>
 
-#include "data/file_io.h"
 #include "tessera/base/error.h"
+#include "tessera/base/file_io.h"
 #include "tessera/base/json_field.h"
 #include "tessera/ckpt/safetensors.h"
 

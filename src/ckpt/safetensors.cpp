@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "data/file_io.h"
 #include "tessera/base/error.h"
+#include "tessera/base/file_io.h"
 
 namespace tessera::ckpt {
 namespace {

@@ -17,7 +17,7 @@
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/ckpt/safetensors.h"
 #include "tessera/interop/hf_checkpoint.h"
-#include "tessera/interop/pretrained.h"
+#include "tessera/train/pretrained.h"
 
 namespace fs = std::filesystem;
 
@@ -136,7 +136,7 @@ int run_inspect(const CkptArgs& args) {
 }
 
 int run_import_hf(const CkptArgs& args) {
-  const interop::ImportResult result = interop::import_hf(args.import_source, args.import_out, print_warning);
+  const train::ImportResult result = train::import_hf(args.import_source, args.import_out, print_warning);
   const models::ModelConfig& c = result.config;
   fmt::print(
       "imported {} ({} model: vocab {}, dim {}, layers {}, heads {}, kv_heads {}, context {}, {:.2f}M parameters)\n",
@@ -152,7 +152,7 @@ int run_import_hf(const CkptArgs& args) {
 }
 
 int run_export_hf(const CkptArgs& args) {
-  interop::ExportOptions options;
+  train::ExportOptions options;
   if (args.export_dtype == "float32")
     options.dtype = DType::Float32;
   else if (args.export_dtype == "bfloat16")
@@ -160,7 +160,7 @@ int run_export_hf(const CkptArgs& args) {
   else
     fail<ValueError>("--dtype {} is not supported (float32 or bfloat16)", args.export_dtype);
   options.max_shard_bytes = interop::parse_byte_size(args.max_shard_size);
-  interop::export_hf(args.export_source, args.export_out, options, print_warning);
+  train::export_hf(args.export_source, args.export_out, options, print_warning);
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(args.export_out)) files.push_back(entry.path().filename().string());
   std::sort(files.begin(), files.end());

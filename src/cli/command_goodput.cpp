@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "tessera/base/error.h"
+#include "tessera/base/file_io.h"
 #include "tessera/goodput/calculator.h"
 #include "tessera/goodput/report.h"
 
@@ -39,14 +40,9 @@ void write_html(const GoodputSettings& s, const goodput::GoodputReport& r) {
   const auto metrics = goodput::read_metrics(std::filesystem::path(s.run_dir) / "metrics.jsonl", &warnings);
   goodput::GoodputReport with_warnings = r;
   with_warnings.warnings.insert(with_warnings.warnings.end(), warnings.begin(), warnings.end());
-  const std::string tmp = s.html + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out) fail<IOError>("cannot write the HTML report to {}", s.html);
-    out << goodput::render_html(with_warnings, metrics, "tessera goodput: " + s.run_dir);
-    if (!out) fail<IOError>("cannot write the HTML report to {}", s.html);
-  }
-  std::filesystem::rename(tmp, s.html);  // a browser reloading during --watch never sees half a file
+  // A browser reloading during --watch never sees half a file.
+  fileio::write_file_atomic(s.html, goodput::render_html(with_warnings, metrics, "tessera goodput: " + s.run_dir),
+                            fileio::Durability::Atomic);
 }
 
 int run_goodput(const GoodputSettings& s) {

@@ -8,9 +8,9 @@
 #include "cli/cpu_check.h"
 #include "tessera/backend/cuda.h"
 #include "tessera/base/thread_pool.h"
+#include "tessera/base/version.h"
 #include "tessera/dist/runtime.h"
 #include "tessera/train/trainer.h"
-#include "tessera/version.h"
 
 #if __has_include(<cblas.h>)
 #include <cblas.h>

@@ -11,7 +11,7 @@
 #include "cli/commands.h"
 #include "cli/cpu_check.h"
 #include "tessera/base/error.h"
-#include "tessera/version.h"
+#include "tessera/base/version.h"
 
 namespace tessera::cli {
 void print_warning(const std::string& text) { std::fprintf(stderr, "warning: %s\n", text.c_str()); }

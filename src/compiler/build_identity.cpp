@@ -19,8 +19,8 @@
 #include <sstream>
 #include <string>
 
+#include "tessera/base/version.h"
 #include "tessera/compiler/compilation_cache.h"
-#include "tessera/version.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

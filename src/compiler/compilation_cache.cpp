@@ -17,7 +17,8 @@
 #include <thread>
 
 #include "tessera/base/error.h"
-#include "tessera/version.h"
+#include "tessera/base/file_io.h"
+#include "tessera/base/version.h"
 
 // Header-only use of libxxhash (the core library does not link it).
 #define XXH_INLINE_ALL
@@ -75,16 +76,6 @@ std::string constants_digest(const Graph& g) {
   std::string digest = hex128(XXH3_128bits_digest(state));
   XXH3_freeState(state);
   return digest;
-}
-
-void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) fail<IOError>("compilation cache: cannot write {}: {}", path, std::strerror(errno));
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
 }
 
 template <typename T>
@@ -332,15 +323,10 @@ void CompilationCache::drop_corrupt(const fs::path& path, const std::string& why
 void CompilationCache::record_miss(const CacheKey& key) {
   count(&CompilationCacheStats::misses);
   // Best effort: explain() reads it; a failed write loses nothing else.
-  static std::atomic<uint64_t> counter{0};
-  const fs::path tmp = dir_ / fmt::format(".{}.{}.{}.tmp", kLastMissFile, ::getpid(), counter++);
-  {
-    std::ofstream out(tmp);
-    out << key.to_json();
-    if (!out) return;
+  try {
+    fileio::write_file_atomic(dir_ / kLastMissFile, key.to_json(), fileio::Durability::Atomic);
+  } catch (const IOError&) {
   }
-  std::error_code ec;
-  fs::rename(tmp, dir_ / kLastMissFile, ec);
 }
 
 std::unique_ptr<Executable> CompilationCache::load(const CacheKey& key) {
@@ -375,28 +361,9 @@ std::unique_ptr<Executable> CompilationCache::load_entry(const std::string& fing
 }
 
 void CompilationCache::write_atomically(const fs::path& path, const std::vector<std::string_view>& parts) {
-  static std::atomic<uint64_t> counter{0};
-  // Unique per writer, in the same directory (rename is atomic only within a file system).
-  const fs::path tmp = dir_ / fmt::format(".{}.{}.{}.{}.tmp", path.filename().string(), ::getpid(),
-                                          std::hash<std::thread::id>{}(std::this_thread::get_id()), counter++);
-  try {
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) fail<IOError>("compilation cache: cannot create {}: {}", tmp.string(), std::strerror(errno));
-    try {
-      for (std::string_view part : parts) write_all(fd, part.data(), part.size(), tmp.string());
-      if (::fsync(fd) != 0)
-        fail<IOError>("compilation cache: fsync of {} failed: {}", tmp.string(), std::strerror(errno));
-    } catch (...) {
-      ::close(fd);
-      throw;
-    }
-    ::close(fd);
-    fs::rename(tmp, path);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw;
-  }
+  fileio::write_file_atomic(path, [&](fileio::File& file) {
+    for (std::string_view part : parts) file.write_all(part.data(), part.size());
+  });
 }
 
 void CompilationCache::store(const CacheKey& key, const Executable& executable) {
@@ -600,7 +567,7 @@ size_t CompilationCache::clear() {
     const std::string name = d.path().filename().string();
     if (d.path().extension() == kEntrySuffix) ++removed;
     if (d.path().extension() == kEntrySuffix || d.path().extension() == kIndexSuffix || name == kLastMissFile ||
-        name.ends_with(".tmp"))
+        name.find(".tmp-") != std::string::npos)
       victims.push_back(d.path());
   }
   for (const fs::path& p : victims) fs::remove(p, ec);

@@ -2,8 +2,7 @@
 
 #include <unordered_set>
 
-#include "dist/assemble.h"
-#include "tessera/backend/device_data.h"
+#include "tessera/core/runtime_hooks.h"
 
 namespace tessera::compiler {
 
@@ -32,8 +31,8 @@ LazyGraph build_lazy_graph(const std::vector<Array>& roots, const std::vector<Ar
   auto visit_leaf = [&](const Array& root, const Array& a) {
     ArrayImpl* impl = a.impl();
     if (lg.leaf_ids.count(impl)) return;
-    if (!impl->storage && impl->shards) dist::assemble_on_host(a);       // a sharded array read eagerly
-    if (!impl->storage && impl->device_data) backend::fetch_to_host(a);  // a GPU program's output
+    // A sharded array read eagerly, or a GPU program's output: its value comes to the host.
+    detail::read_to_host(a);
     if (!impl->storage) {
       on_unknown_leaf(root, a);
       return;

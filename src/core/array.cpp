@@ -7,11 +7,11 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "compiler/eager.h"
 #include "core/trace_state.h"
 #include "tessera/base/allocator.h"
 #include "tessera/core/graph.h"
 #include "tessera/core/ops.h"
+#include "tessera/core/runtime_hooks.h"
 
 namespace tessera {
 
@@ -161,7 +161,7 @@ Array Array::reshape(const Shape& s) const { return tessera::reshape(*this, s); 
 Array Array::sum() const { return tessera::sum(*this); }
 Array Array::mean() const { return tessera::mean(*this); }
 
-void eval(const std::vector<Array>& arrays) { compiler::eval_arrays(arrays); }
+void eval(const std::vector<Array>& arrays) { detail::evaluate_graph(arrays); }
 
 std::string type_string(const Array& a) {
   std::string s(short_name(a.dtype()));

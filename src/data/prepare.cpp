@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "data/file_io.h"
 #include "tessera/base/error.h"
+#include "tessera/base/file_io.h"
 #include "tessera/base/thread_pool.h"
 #include "tessera/data/token_file.h"
 #include "tessera/data/tokenizer.h"

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <memory>
 
-#include "data/file_io.h"
 #include "tessera/base/error.h"
+#include "tessera/base/file_io.h"
 
 namespace tessera::data {
 namespace {

@@ -263,7 +263,7 @@ void Partitioner::apply(const Node& node) {
     for (const Sharding& s : in) layouts += (layouts.empty() ? "" : ", ") + s.to_string();
     fail<ShardingError>(
         "sharding {}: op '{}' has no sharding rule and its operands are split ({}); make them replicated with "
-        "with_sharding_constraint, or give the primitive a sharding_rule()",
+        "with_sharding_constraint, or register a sharding rule for the primitive",
         where, prim.name(), layouts);
   }
   ShardingRule::Context context{prim, mesh_, {}, {}, in, where};

@@ -67,21 +67,18 @@ Decision elementwise(const Context& c, Linearity linearity) {
 
 // Summing the cotangents of one value (AccumulateAdd): as an add, but when the terms'
 // layouts conflict the first term's layout wins and the others are resharded to it.
-class AccumulateAddRule : public ShardingRule {
- public:
-  Decision decide(const Context& c) const override {
-    try {
-      return elementwise(c, Linearity::AllPartial);
-    } catch (const ShardingError&) {
-      const Sharding target = c.in.at(0).without_partial();
-      Decision d;
-      for (size_t i = 0; i < c.in.size(); ++i)
-        d.inputs.push_back(project(target, c.in_types[i].shape, c.out_types[0].shape));
-      d.outputs.assign(c.out_types.size(), target);
-      return d;
-    }
+Decision accumulate_add(const Context& c) {
+  try {
+    return elementwise(c, Linearity::AllPartial);
+  } catch (const ShardingError&) {
+    const Sharding target = c.in.at(0).without_partial();
+    Decision d;
+    for (size_t i = 0; i < c.in.size(); ++i)
+      d.inputs.push_back(project(target, c.in_types[i].shape, c.out_types[0].shape));
+    d.outputs.assign(c.out_types.size(), target);
+    return d;
   }
-};
+}
 
 }  // namespace
 
@@ -101,6 +98,7 @@ void register_elementwise() {
                                                                      : Linearity::None;
     add(binary_name(kind), [l](const Context& c) { return elementwise(c, l); });
   }
+  add("accumulate_add", accumulate_add);
   add("where", [](const Context& c) { return elementwise(c, Linearity::None); });
   // Float conversions are linear up to rounding (the reduction happens in the target
   // dtype, as it would after the conversion).
@@ -124,10 +122,3 @@ void register_elementwise() {
 }
 
 }  // namespace tessera::dist::rules
-
-namespace tessera {
-const ShardingRule* AccumulateAdd::sharding_rule() const {
-  static const dist::rules::AccumulateAddRule rule;
-  return &rule;
-}
-}  // namespace tessera

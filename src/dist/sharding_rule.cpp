@@ -50,10 +50,9 @@ void register_sharding_rule(const std::string& primitive_name, std::shared_ptr<c
 }
 
 const ShardingRule* find_sharding_rule(const Primitive& primitive) {
-  if (const ShardingRule* own = primitive.sharding_rule()) return own;
   register_builtins();
   std::lock_guard<std::mutex> lock(registry_mutex());
-  auto it = registry().find(primitive.name());
+  auto it = registry().find(primitive.sharding_rule_key());
   return it == registry().end() ? nullptr : it->second.get();
 }
 

@@ -10,6 +10,8 @@
 #include <limits>
 #include <set>
 
+#include "tessera/base/statistics.h"
+
 namespace tessera::goodput {
 namespace {
 
@@ -51,15 +53,6 @@ struct Interval {
   int exec = -1;  // index into steps for step intervals
   std::string custom_type;
 };
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  double m = v[mid];
-  if (v.size() % 2 == 0) m = (m + *std::max_element(v.begin(), v.begin() + mid)) / 2;
-  return m;
-}
 
 struct Open {
   double t = 0;

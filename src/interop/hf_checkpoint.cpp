@@ -10,8 +10,8 @@
 #include <set>
 #include <sstream>
 
-#include "data/file_io.h"
 #include "tessera/base/error.h"
+#include "tessera/base/file_io.h"
 #include "tessera/ckpt/safetensors.h"
 #include "tessera/interop/hf_config.h"
 

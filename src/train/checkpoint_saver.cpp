@@ -5,8 +5,8 @@
 #include <chrono>
 #include <limits>
 
-#include "data/file_io.h"
 #include "tessera/base/error.h"
+#include "tessera/base/file_io.h"
 #include "train/checkpoint_interval.h"
 
 namespace fs = std::filesystem;

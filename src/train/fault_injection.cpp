@@ -10,8 +10,8 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "data/file_io.h"
 #include "tessera/base/error.h"
+#include "tessera/base/file_io.h"
 #include "tessera/ckpt/checkpoint.h"
 
 namespace fs = std::filesystem;

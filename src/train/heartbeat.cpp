@@ -10,6 +10,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "tessera/base/error.h"
+#include "tessera/base/file_io.h"
+
 namespace tessera::train {
 namespace {
 
@@ -34,14 +37,18 @@ void Heartbeat::beat(int64_t step) {
   if (wrote_ && now - last_write_ < kMinInterval) return;
   const double unix_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const std::string line = fmt::format("{{\"step\":{},\"time\":{:.3f},\"pid\":{}}}\n", step, unix_s, ::getpid());
-  const std::string tmp = path_ + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  bool ok = fd >= 0 && ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-  if (fd >= 0) ok = (::close(fd) == 0) && ok;
-  ok = ok && std::rename(tmp.c_str(), path_.c_str()) == 0;
+  // Atomic, not durable: the supervisor reads it every few seconds, and a power cut ends
+  // the supervisor too.
+  bool ok = true;
+  std::string why;
+  try {
+    fileio::write_file_atomic(path_, line, fileio::Durability::Atomic);
+  } catch (const IOError& e) {
+    ok = false;
+    why = e.what();
+  }
   if (!ok && !warned_) {
-    std::fprintf(stderr, "warning: cannot write the heartbeat file %s: %s (the supervisor may see a hang)\n",
-                 path_.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "warning: the heartbeat file: %s (the supervisor may see a hang)\n", why.c_str());
     warned_ = true;
   }
   wrote_ = true;

@@ -4,8 +4,8 @@
 #include "tessera/base/json_field.h"
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/interop/hf_checkpoint.h"
-#include "tessera/interop/pretrained.h"
 #include "tessera/optim/optimizer.h"
+#include "tessera/train/pretrained.h"
 
 namespace tessera::train {
 
@@ -14,7 +14,7 @@ namespace fs = std::filesystem;
 RestoredModel restore_model(const fs::path& path, const std::function<void(const std::string&)>& warn) {
   if (!fs::exists(path)) fail<IOError>("'{}' does not exist (expected a checkpoint or a run directory)", path.string());
   // A Hugging Face model directory (config.json, safetensors): imported on the fly.
-  if (interop::is_hf_model_dir(path)) return interop::restore_hf_model(path, warn);
+  if (interop::is_hf_model_dir(path)) return train::restore_hf_model(path, warn);
   fs::path checkpoint = path;
   if (!fs::exists(path / "manifest.json")) {
     // A run directory: newest checkpoint that verifies.

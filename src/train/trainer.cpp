@@ -16,6 +16,7 @@
 #include "tessera/backend/cuda.h"
 #include "tessera/base/error.h"
 #include "tessera/base/json_field.h"
+#include "tessera/base/statistics.h"
 #include "tessera/base/thread_pool.h"
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/compiler/compilation_cache.h"
@@ -28,12 +29,12 @@
 #include "tessera/dist/runtime.h"
 #include "tessera/goodput/recorder.h"
 #include "tessera/goodput/report.h"
-#include "tessera/interop/pretrained.h"
 #include "tessera/models/model.h"
 #include "tessera/nn/param.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/optim/schedule.h"
 #include "tessera/train/parallel.h"
+#include "tessera/train/pretrained.h"
 #include "tessera/train/progress.h"
 #include "tessera/train/tensorboard.h"
 #include "tessera/train/train_step.h"
@@ -111,12 +112,6 @@ class StopSignalScope {
 // then backed off by 0.5^100: the gradients are not finite at any scale).
 constexpr int64_t kMaxSkippedStepsInARow = 100;
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 std::string ensure_data(const DataConfig& data) {
@@ -185,7 +180,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : impl_(std::make_u
   if (!config.run.init_from.empty()) {
     const fs::path run_dir = config.run.dir;
     const bool resuming = !ckpt::list_checkpoints(run_dir / "checkpoints").empty();
-    config.model = interop::init_from_model_config(config.model, resuming ? run_dir : fs::path(config.run.init_from));
+    config.model = train::init_from_model_config(config.model, resuming ? run_dir : fs::path(config.run.init_from));
   }
   config.validate();
   impl_->config = std::move(config);
@@ -370,7 +365,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
       note(fmt::format("resumed from step {}", step));
     } else if (!cfg.run.init_from.empty()) {
       params =
-          interop::load_init_params(cfg.run.init_from, cfg.model, [&](const std::string& w) { note("warning: " + w); });
+          train::load_init_params(cfg.run.init_from, cfg.model, [&](const std::string& w) { note("warning: " + w); });
       opt_state = optimizer.init(params);
       note(fmt::format("initialized from {}", cfg.run.init_from));
     }

@@ -9,9 +9,9 @@
 #include <chrono>
 #include <thread>
 
-#include "data/file_io.h"
 #include "data/temp_dir.h"
 #include "tessera/base/error.h"
+#include "tessera/base/file_io.h"
 #include "tessera/ckpt/async_checkpointer.h"
 #include "tessera/ckpt/tiered_restore.h"
 

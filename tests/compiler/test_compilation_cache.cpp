@@ -18,12 +18,12 @@
 #include <memory>
 #include <thread>
 
-#include "compiler/jit_cache_index.h"
+#include "api/jit_cache_index.h"
 #include "core/test_util.h"
+#include "tessera/base/version.h"
 #include "tessera/compiler/compilation_cache.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/tessera.h"
-#include "tessera/version.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

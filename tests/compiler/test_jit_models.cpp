@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/test_util.h"
-#include "tessera/compiler/jit.h"
+#include "tessera/api/jit.h"
 #include "tessera/tessera.h"
 #include "transformer_step.h"
 

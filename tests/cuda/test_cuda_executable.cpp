@@ -9,10 +9,10 @@
 
 #include "backend/cuda/gpu_executable.h"
 #include "cuda/cuda_test_util.h"
+#include "tessera/api/jit.h"
 #include "tessera/backend/cuda.h"
 #include "tessera/backend/device_data.h"
 #include "tessera/compiler/device_program.h"
-#include "tessera/compiler/jit.h"
 #include "tessera/core/ops.h"
 #include "tessera/core/random.h"
 #include "tessera/core/transforms.h"

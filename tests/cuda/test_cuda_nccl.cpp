@@ -30,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/cuda_check.h"
 #include "cuda_test_util.h"
 #include "dist/nccl/communicator_nccl.h"
 #include "tessera/base/error.h"

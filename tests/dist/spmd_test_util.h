@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/compiler/jit.h"
+#include "tessera/api/jit.h"
 #include "tessera/core/ops.h"
 #include "tessera/dist/api.h"
 #include "tessera/dist/runtime.h"

@@ -10,9 +10,9 @@
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/data/loader.h"
 #include "tessera/interop/hf_checkpoint.h"
-#include "tessera/interop/pretrained.h"
 #include "tessera/models/sample.h"
 #include "tessera/optim/optimizer.h"
+#include "tessera/train/pretrained.h"
 #include "tessera/train/restore.h"
 #include "tessera/train/trainer.h"
 #include "train/tiny_corpus.h"
@@ -28,7 +28,7 @@ void collect(const std::string& w) { warnings.push_back(w); }
 
 TEST(HfPretrained, ImportWritesARunThatRestoresToTheSameModel) {
   const fs::path dir = test::hf_test_dir();
-  const interop::ImportResult result = interop::import_hf(test::kHfFixtures / "hf_llama", dir / "run", collect);
+  const train::ImportResult result = train::import_hf(test::kHfFixtures / "hf_llama", dir / "run", collect);
   EXPECT_EQ(result.checkpoint, dir / "run/checkpoints/step_00000000");
   EXPECT_TRUE(ckpt::CheckpointManager::verify(result.checkpoint).ok);
   EXPECT_FALSE(result.tokenizer.has_value());  // the fixtures carry no tokenizer files
@@ -45,7 +45,7 @@ TEST(HfPretrained, ImportWritesARunThatRestoresToTheSameModel) {
   EXPECT_NE(extra.at("imported_from").get<std::string>().find("hf_llama"), std::string::npos);
 
   try {
-    interop::import_hf(test::kHfFixtures / "hf_llama", dir / "run", collect);
+    train::import_hf(test::kHfFixtures / "hf_llama", dir / "run", collect);
     ADD_FAILURE() << "a second import into the same run did not fail";
   } catch (const IOError& e) {
     EXPECT_NE(std::string(e.what()).find("already holds checkpoints"), std::string::npos) << e.what();
@@ -76,7 +76,7 @@ TEST(HfPretrained, UnloadableTokenizerFilesImportWithAWarning) {
   std::ofstream(hf / "vocab.json") << "not json";
   std::ofstream(hf / "merges.txt") << "#version: 0.2\n";
   warnings.clear();
-  const interop::ImportResult result = interop::import_hf(hf, dir / "run", collect);
+  const train::ImportResult result = train::import_hf(hf, dir / "run", collect);
   EXPECT_FALSE(result.tokenizer.has_value());
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("tokenizer files cannot be loaded"), std::string::npos) << warnings[0];
@@ -84,10 +84,10 @@ TEST(HfPretrained, UnloadableTokenizerFilesImportWithAWarning) {
 
 TEST(HfPretrained, ExportFromARunGivesBackTheHfTensorsAndTokenIds) {
   const fs::path dir = test::hf_test_dir();
-  interop::import_hf(test::kHfFixtures / "hf_gpt2", dir / "run", collect);
-  interop::ExportOptions options;
+  train::import_hf(test::kHfFixtures / "hf_gpt2", dir / "run", collect);
+  train::ExportOptions options;
   options.max_shard_bytes = interop::parse_byte_size("40KB");
-  interop::export_hf(dir / "run", dir / "out", options, collect);
+  train::export_hf(dir / "run", dir / "out", options, collect);
   EXPECT_TRUE(fs::exists(dir / "out/model.safetensors.index.json"));
   const interop::HfTensors original = interop::read_hf_tensors(test::kHfFixtures / "hf_gpt2");
   const interop::HfTensors exported = interop::read_hf_tensors(dir / "out");
@@ -98,7 +98,7 @@ TEST(HfPretrained, ExportFromARunGivesBackTheHfTensorsAndTokenIds) {
   EXPECT_EQ(config.at("eos_token_id"), 95);
   EXPECT_EQ(config.at("bos_token_id"), 95);
   // A failing export (no such source) leaves nothing behind.
-  EXPECT_THROW(interop::export_hf(dir / "nowhere", dir / "out2", options, collect), IOError);
+  EXPECT_THROW(train::export_hf(dir / "nowhere", dir / "out2", options, collect), IOError);
   EXPECT_FALSE(fs::exists(dir / "out2"));
 }
 
@@ -119,7 +119,7 @@ TEST(HfPretrained, ExportCopiesTheCheckpointsTokenizerFiles) {
   state.extra = {
       {"config", config.to_json()}, {"tokenizer", "bpe-test"}, {"tokenizer_spec", "gpt2:" + (dir / "tok").string()}};
   ckpt::CheckpointManager(dir / "run").save(state);
-  interop::export_hf(dir / "run", dir / "out", {}, [](const std::string&) {});
+  train::export_hf(dir / "run", dir / "out", {}, [](const std::string&) {});
   EXPECT_EQ(test::read_text(dir / "out/vocab.json"), "{\"a\": 0}");
   EXPECT_EQ(test::read_text(dir / "out/merges.txt"), "#version: 0.2\n");
 }
@@ -185,25 +185,24 @@ TEST_F(HfInitFrom, TheRunsOwnCheckpointTakesPrecedence) {
 
 TEST(HfPretrained, InitFromShapeComesFromHfDirsCheckpointsAndRuns) {
   const fs::path dir = test::hf_test_dir();
-  const interop::ImportResult imported = interop::import_hf(test::kHfFixtures / "hf_llama", dir / "run", collect);
+  const train::ImportResult imported = train::import_hf(test::kHfFixtures / "hf_llama", dir / "run", collect);
   models::ModelConfig configured{.family = "gpt2", .dim = 64, .dropout = 0.1, .compute_dtype = "bfloat16"};
   for (const fs::path& source : {test::kHfFixtures / "hf_llama", imported.checkpoint, dir / "run"}) {
-    const models::ModelConfig c = interop::init_from_model_config(configured, source);
+    const models::ModelConfig c = train::init_from_model_config(configured, source);
     EXPECT_EQ(c.family, "llama") << source;
     EXPECT_EQ(c.dim, 32) << source;
     EXPECT_EQ(c.resolved_kv_heads(), 2) << source;
     EXPECT_EQ(c.dropout, 0.1) << source;               // training choices stay
     EXPECT_EQ(c.compute_dtype, "bfloat16") << source;  // ...
   }
-  const Tree from_run = interop::load_init_params(dir / "run", imported.config, collect);
+  const Tree from_run = train::load_init_params(dir / "run", imported.config, collect);
   test::expect_trees_bitwise_equal(from_run, interop::load_hf_model(test::kHfFixtures / "hf_llama").params);
-  EXPECT_THROW(interop::stored_model_config(dir / "nothing"), IOError);
+  EXPECT_THROW(train::stored_model_config(dir / "nothing"), IOError);
 }
 
 TEST_F(HfInitFrom, ShapeMismatchWithAStoredModelIsAnError) {
   try {
-    interop::load_init_params(dir_ / "hf", {.family = "gpt2", .vocab = 256, .dim = 64, .layers = 2, .heads = 4},
-                              collect);
+    train::load_init_params(dir_ / "hf", {.family = "gpt2", .vocab = 256, .dim = 64, .layers = 2, .heads = 4}, collect);
     ADD_FAILURE() << "no error";
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("holds a gpt2 vocab 256 dim 32"), std::string::npos) << e.what();

@@ -11,7 +11,7 @@
 #include <limits>
 
 #include "optim/optim_test_util.h"
-#include "tessera/compiler/jit.h"
+#include "tessera/api/jit.h"
 
 namespace tessera::test {
 namespace {

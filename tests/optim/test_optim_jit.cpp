@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "optim/optim_test_util.h"
-#include "tessera/compiler/jit.h"
+#include "tessera/api/jit.h"
 
 namespace tessera::test {
 namespace {

@@ -14,9 +14,9 @@
 // over different dimensions), a rule throws ShardingError asking for an explicit
 // with_sharding_constraint, never guesses.
 //
-// Built-in primitives get their rule from the registry (register_sharding_rule,
-// keyed by primitive name; rules_*.cpp); a custom primitive may instead override
-// Primitive::sharding_rule().
+// Every primitive gets its rule from the registry (register_sharding_rule; the
+// built-in rules are in rules_*.cpp), keyed by Primitive::sharding_rule_key(), which
+// is the primitive's name unless it names its own rule.
 #pragma once
 
 #include <functional>
@@ -56,7 +56,7 @@ class ShardingRule {
 namespace tessera::dist {
 
 void register_sharding_rule(const std::string& primitive_name, std::shared_ptr<const ShardingRule> rule);
-// The primitive's own rule, else the registered one, else nullptr.
+// The rule registered under primitive.sharding_rule_key(), else nullptr.
 const ShardingRule* find_sharding_rule(const Primitive& primitive);
 
 // Helpers for rules.

@@ -6,7 +6,7 @@
 //   * vjp           - reverse-mode rule, written with ops so it is itself differentiable
 //   * vmap          - batching rule
 //   * cost          - FLOPs and bytes moved (MFU, cost model)
-//   * sharding_rule - placement propagation (filled in by the SPMD layer)
+//   * sharding_rule_key - the key of its placement rule in the SPMD layer (dist/)
 //   * composite     - optional: the same math written with simpler ops; fused
 //                     primitives use it for the rules their kernels do not cover
 //                     (higher-order gradients, unusual cotangents).
@@ -28,11 +28,6 @@ struct Cost {
   double flops = 0;
   double bytes = 0;
 };
-
-// Placement propagation for SPMD partitioning. The SPMD layer (dist/) defines the
-// rules; a primitive returns nullptr until it has one, and the partitioner then asks
-// for an explicit sharding constraint instead of guessing.
-class ShardingRule;
 
 class Primitive {
  public:
@@ -65,7 +60,12 @@ class Primitive {
 
   virtual Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const;
 
-  virtual const ShardingRule* sharding_rule() const { return nullptr; }
+  // The key of this primitive's rule in the SPMD layer's rule table (dist/: placement
+  // propagation for partitioning): name() for most primitives. A primitive that
+  // computes like another but partitions differently names its own rule. With no rule
+  // under the key, the partitioner asks for an explicit sharding constraint instead of
+  // guessing.
+  virtual std::string sharding_rule_key() const { return name(); }
 
   // Buffer reuse for the memory planner. can_write_in_place: output `output` may be
   // written into the buffer of input `input` (when their shapes and dtypes match),

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/compiler/jit.h"
+#include "tessera/api/jit.h"
 #include "tessera/data/loader.h"
 #include "tessera/dist/spmd_executable.h"
 #include "tessera/models/model.h"

@@ -2,7 +2,7 @@
 
 #include <array>
 
-#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/runtime.h"
 #include "tessera/base/error.h"
 

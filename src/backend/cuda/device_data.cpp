@@ -3,7 +3,7 @@
 
 #include <mutex>
 
-#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/runtime.h"
 #include "tessera/core/array.h"
 

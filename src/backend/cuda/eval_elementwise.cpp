@@ -12,8 +12,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernel_registry.h"
+#include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/kernels/fusion_codegen.h"
 #include "backend/cuda/kernels/launch_config.h"
 #include "backend/cuda/kernels/nvrtc_module.h"

@@ -7,7 +7,7 @@
 #include "backend/cuda/kernel_registry.h"
 #include "backend/cuda/kernels/random.h"
 #include "tessera/base/error.h"
-#include "tessera/compiler/primitive_registry.h"
+#include "tessera/ir/attributes.h"
 #include "tessera/ir/primitives/random.h"
 
 namespace tessera::cuda {
@@ -43,7 +43,7 @@ void sample_kernel(const Primitive& primitive, const std::vector<DeviceTensor>& 
     fail<Error>("random_uniform/normal: kernel called with primitive '{}'", primitive.name());
   const std::string op = primitive.name();
   check_counts(op.c_str(), inputs, outputs, 1);
-  const compiler::AttributeMap attributes(op, primitive.attributes());
+  const AttributeMap attributes(op, primitive.attributes());
   const DeviceTensor& out = outputs[0];
   const uint32_t* key = key_of(op.c_str(), inputs[0]);
   if (op == "random_uniform") {

@@ -3,8 +3,8 @@
 // reshape in the op layer) and argmax / argmin along one axis. Shapes and errors
 // mirror the CPU evals (backend/cpu/eval_layout.cpp, kernels/reduce.cpp); the kernels
 // are in kernels/reduce.cu.
-#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernel_registry.h"
+#include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/kernels/reduce.h"
 #include "tessera/base/error.h"
 #include "tessera/ir/primitives/reduce.h"

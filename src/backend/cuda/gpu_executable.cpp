@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_allocator.h"
+#include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/runtime.h"
 #include "tessera/backend/device_data.h"
 #include "tessera/core/array.h"

@@ -1,8 +1,8 @@
 #include "backend/cuda/run_on_gpu.h"
 
-#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_allocator.h"
 #include "backend/cuda/kernel_registry.h"
+#include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/runtime.h"
 
 namespace tessera::cuda {

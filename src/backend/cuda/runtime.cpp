@@ -8,8 +8,8 @@
 #include <mutex>
 #include <string>
 
-#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_allocator.h"
+#include "backend/cuda/kernels/cuda_check.h"
 
 namespace tessera::cuda {
 

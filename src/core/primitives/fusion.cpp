@@ -5,8 +5,8 @@
 #include <cctype>
 #include <sstream>
 
-#include "tessera/compiler/primitive_registry.h"
 #include "tessera/core/array.h"
+#include "tessera/ir/attributes.h"
 
 namespace tessera {
 namespace {
@@ -232,7 +232,7 @@ std::string Fusion::attributes() const {
   return os.str();
 }
 
-PrimitivePtr parse_fusion(const compiler::AttributeMap& attributes) {
+PrimitivePtr parse_fusion(const AttributeMap& attributes) {
   FusionProgram p;
   p.shape = parse_shape(attributes.raw("shape"));
   for (const std::string& in : bracket_list(attributes.raw("inputs"), '[', ']', "inputs")) {

@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 
 #include "tessera/base/error.h"
-#include "tessera/compiler/primitive_registry.h"
 #include "tessera/core/array.h"
+#include "tessera/ir/attributes.h"
 
 namespace tessera {
 
@@ -48,7 +48,7 @@ std::string MatmulEpilogue::attributes() const {
   return s;
 }
 
-PrimitivePtr parse_matmul_epilogue(const compiler::AttributeMap& a) {
+PrimitivePtr parse_matmul_epilogue(const AttributeMap& a) {
   MatmulEpilogue::Options o;
   auto flag = [&](const char* key, bool fallback) { return a.has(key) ? a.get_bool(key) : fallback; };
   o.trans_a = flag("trans_a", false);

@@ -7,8 +7,8 @@
 #include <sentencepiece_processor.h>
 #include <xxhash.h>
 
-#include "data/file_io.h"
 #include "tessera/base/error.h"
+#include "tessera/base/file_io.h"
 
 namespace tessera::data {
 namespace {

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/cuda_check.h"
 #include "dist/communicator_local.h"
 #include "dist/nccl/communicator_nccl.h"
 #include "dist/nccl/nccl_bootstrap.h"

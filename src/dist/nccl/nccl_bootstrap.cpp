@@ -19,6 +19,7 @@
 
 #include "dist/nccl/communicator_nccl_impl.h"
 #include "tessera/base/error.h"
+#include "tessera/base/file_io.h"
 
 #if TESSERA_HAS_MPI
 #include "dist/mpi/communicator_mpi.h"
@@ -72,26 +73,7 @@ bool launched_by_mpi() { return env("OMPI_COMM_WORLD_SIZE") != nullptr || env("P
 
 // `bytes` to `path`, atomically: readers see the whole file or none (a temporary name in
 // the same directory, then rename).
-void write_atomic(const fs::path& path, const std::string& bytes) {
-  const fs::path temp = path.parent_path() / fmt::format(".{}.tmp.{}.{}", path.filename().string(), ::getpid(),
-                                                         std::hash<std::thread::id>{}(std::this_thread::get_id()));
-  std::FILE* f = std::fopen(temp.c_str(), "wb");
-  if (f == nullptr) fail<Error>("NCCL bootstrap: cannot create {}: {}", temp.string(), std::strerror(errno));
-  const bool ok =
-      std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  const int err = errno;
-  std::fclose(f);
-  if (!ok) {
-    std::remove(temp.c_str());
-    fail<Error>("NCCL bootstrap: cannot write {}: {}", temp.string(), std::strerror(err));
-  }
-  std::error_code ec;
-  fs::rename(temp, path, ec);
-  if (ec) {
-    std::remove(temp.c_str());
-    fail<Error>("NCCL bootstrap: cannot rename {} to {}: {}", temp.string(), path.string(), ec.message());
-  }
-}
+void write_atomic(const fs::path& path, const std::string& bytes) { fileio::write_file_atomic(path, bytes); }
 
 // The whole file, or false when it does not exist (yet).
 bool read_file(const fs::path& path, std::string* bytes) {

@@ -95,7 +95,7 @@ class Binary : public Primitive {
 class AccumulateAdd : public Binary {
  public:
   AccumulateAdd() : Binary(BinaryKind::Add) {}
-  const ShardingRule* sharding_rule() const override;
+  std::string sharding_rule_key() const override { return "accumulate_add"; }
 };
 
 // where(cond, a, b), broadcasting all three.

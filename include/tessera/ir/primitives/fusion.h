@@ -30,9 +30,7 @@
 
 namespace tessera {
 
-namespace compiler {
-class AttributeMap;
-}
+class AttributeMap;  // ir/attributes.h
 namespace cpu {
 class FusedKernel;
 }
@@ -94,6 +92,6 @@ class Fusion : public Primitive {
 };
 
 // Reads attributes() back (the primitive registry's factory for "fusion").
-PrimitivePtr parse_fusion(const compiler::AttributeMap& attributes);
+PrimitivePtr parse_fusion(const AttributeMap& attributes);
 
 }  // namespace tessera

@@ -22,9 +22,7 @@
 
 namespace tessera {
 
-namespace compiler {
-class AttributeMap;
-}
+class AttributeMap;  // ir/attributes.h
 
 class MatmulEpilogue : public Primitive {
  public:
@@ -51,6 +49,6 @@ class MatmulEpilogue : public Primitive {
 };
 
 // Reads attributes() back (the primitive registry's factory for "matmul_epilogue").
-PrimitivePtr parse_matmul_epilogue(const compiler::AttributeMap& attributes);
+PrimitivePtr parse_matmul_epilogue(const AttributeMap& attributes);
 
 }  // namespace tessera

@@ -18,8 +18,8 @@
 #include <sstream>
 #include <string>
 
-#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/copy.h"
+#include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/kernels/launch_config.h"
 #include "backend/cuda/kernels/word_of.cuh"
 

@@ -1,4 +1,4 @@
-#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/cuda_check.h"
 
 #include "tessera/base/error.h"
 

@@ -1,7 +1,7 @@
 #include <cstring>
 #include <string>
 
-#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/kernels/fill.h"
 #include "backend/cuda/kernels/launch_config.h"
 

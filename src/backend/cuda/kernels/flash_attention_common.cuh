@@ -43,7 +43,7 @@
 
 // Not tessera/base/error.h: nvcc cannot compile fmt, so errors go through the plain
 // throw_* functions of cuda_check.h.
-#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/kernels/flash_attention.h"
 
 namespace tessera::cuda::flash {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/kernels/gemm_algo_cache.h"
 #include "tessera/base/error.h"
 

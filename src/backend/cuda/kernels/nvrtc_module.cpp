@@ -8,7 +8,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/cuda_check.h"
 #include "tessera/base/error.h"
 
 namespace tessera::cuda {

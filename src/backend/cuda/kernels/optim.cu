@@ -10,7 +10,7 @@
 #include <sstream>
 #include <string>
 
-#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/kernels/launch_config.h"
 #include "backend/cuda/kernels/optim.h"
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <type_traits>
 
-#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/cuda_check.h"
 #include "tessera/base/dtype.h"
 
 namespace tessera::cuda::rows {

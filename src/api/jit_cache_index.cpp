@@ -1,11 +1,11 @@
-#include "compiler/jit_cache_index.h"
+#include "api/jit_cache_index.h"
 
 #include <fmt/format.h>
 
 #include <string_view>
 
 #include "tessera/base/error.h"
-#include "tessera/version.h"
+#include "tessera/base/version.h"
 
 namespace tessera::compiler {
 

@@ -1,10 +1,11 @@
-#include "data/file_io.h"
+#include "tessera/base/file_io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -93,24 +94,29 @@ void sync_directory(const std::filesystem::path& dir) {
   if (::fsync(d.fd()) != 0 && errno != EINVAL) fail_errno("cannot fsync directory", dir, errno);
 }
 
-void write_file_atomic(const std::filesystem::path& path, const std::function<void(File&)>& writer) {
+void write_file_atomic(const std::filesystem::path& path, const std::function<void(File&)>& writer,
+                       Durability durability) {
+  // Unique per process and call: threads writing the same path never share a temporary.
+  static std::atomic<uint64_t> counter{0};
   const std::filesystem::path dir = path.parent_path();
-  const std::filesystem::path tmp = path.string() + ".tmp-" + std::to_string(::getpid());
+  const std::filesystem::path tmp =
+      path.string() + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
   try {
     File file(tmp, O_WRONLY | O_CREAT | O_TRUNC);
     writer(file);
-    file.sync();
+    if (durability == Durability::Durable) file.sync();
     file.close();
     if (::rename(tmp.c_str(), path.c_str()) != 0) fail_errno("cannot rename " + tmp.string() + " to", path, errno);
   } catch (...) {
     ::unlink(tmp.c_str());
     throw;
   }
-  sync_directory(dir);
+  if (durability == Durability::Durable) sync_directory(dir);
 }
 
-void write_file_atomic(const std::filesystem::path& path, std::string_view bytes) {
-  write_file_atomic(path, [&](File& file) { file.write_all(bytes.data(), bytes.size()); });
+void write_file_atomic(const std::filesystem::path& path, std::string_view bytes, Durability durability) {
+  write_file_atomic(
+      path, [&](File& file) { file.write_all(bytes.data(), bytes.size()); }, durability);
 }
 
 uint64_t hash_file(const std::filesystem::path& path) {

@@ -1,4 +1,4 @@
-#include "tessera/version.h"
+#include "tessera/base/version.h"
 
 namespace tessera {
 const char* version() { return "0.1.0"; }

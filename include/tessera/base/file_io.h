@@ -1,5 +1,5 @@
-// File primitives shared by data/ and ckpt/: whole-file reads, durable writes
-// (fsync of the file and of its directory) and streaming XXH3-64 hashes. Every
+// File primitives every layer shares: file descriptors, atomic (and durable) writes
+// through a temporary name, and streaming XXH3-64 hashes. Every
 // failure is an IOError naming the path and the OS reason (strerror).
 #pragma once
 
@@ -38,12 +38,24 @@ class File {
 // fsyncs a directory so that renames and creations in it are durable.
 void sync_directory(const std::filesystem::path& dir);
 
-// Writes `bytes` to `path` through a temporary name in the same directory (fsync the
-// file, rename over `path`, fsync the directory): readers see the old file or the new
-// one, never a part.
-void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
+// What survives a crash of the machine (a process crash never shows a part either way).
+enum class Durability {
+  // fsync the file before the rename and the directory after it: once the call returns,
+  // the new file survives a power cut (checkpoints, cache entries, rendezvous files).
+  Durable,
+  // No fsync: readers still see the old file or the new one, never a part, but a power
+  // cut may lose the new one (heartbeats, reports rewritten every few seconds).
+  Atomic,
+};
+
+// Writes `bytes` to `path` through a temporary name in the same directory, unique to
+// this process and call, then renames it over `path`: readers see the old file or the
+// new one, never a part. The temporary file is removed when anything fails.
+void write_file_atomic(const std::filesystem::path& path, std::string_view bytes,
+                       Durability durability = Durability::Durable);
 // The same, with the contents written by `writer` into the temporary file.
-void write_file_atomic(const std::filesystem::path& path, const std::function<void(File&)>& writer);
+void write_file_atomic(const std::filesystem::path& path, const std::function<void(File&)>& writer,
+                       Durability durability = Durability::Durable);
 
 // XXH3-64 of a whole file, read in chunks with the streaming state.
 uint64_t hash_file(const std::filesystem::path& path);

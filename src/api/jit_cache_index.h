@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "tessera/api/jit.h"
 #include "tessera/compiler/compilation_cache.h"
 #include "tessera/compiler/executable.h"
-#include "tessera/compiler/jit.h"
 #include "tessera/core/tree.h"
 
 namespace tessera::compiler {

@@ -1,4 +1,4 @@
-#include "tessera/interop/pretrained.h"
+#include "tessera/train/pretrained.h"
 
 #include <fmt/format.h>
 
@@ -14,7 +14,10 @@
 #include "tessera/optim/optimizer.h"
 #include "tessera/train/config.h"
 
-namespace tessera::interop {
+namespace tessera::train {
+
+// The Hugging Face reader and writer this file composes with checkpoints.
+using namespace tessera::interop;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -213,4 +216,4 @@ Tree load_init_params(const fs::path& dir, const models::ModelConfig& config, co
   return params;
 }
 
-}  // namespace tessera::interop
+}  // namespace tessera::train

@@ -1,8 +1,7 @@
-#include "tessera/ir/primitive.h"
-
 #include "core/primitives/rule_utils.h"
 #include "tessera/core/array.h"
 #include "tessera/core/transforms.h"
+#include "tessera/ir/primitive.h"
 
 namespace tessera {
 

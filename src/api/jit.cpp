@@ -1,10 +1,10 @@
-#include "tessera/compiler/jit.h"
+#include "tessera/api/jit.h"
 
 #include <fmt/format.h>
 
 #include <chrono>
 
-#include "compiler/jit_cache_index.h"
+#include "api/jit_cache_index.h"
 #include "compiler/lazy_graph.h"
 #include "core/trace_state.h"
 #include "tessera/compiler/compilation_cache.h"

@@ -15,7 +15,7 @@
 #include "tessera/models/model.h"
 #include "tessera/train/restore.h"
 
-namespace tessera::interop {
+namespace tessera::train {
 
 using Warn = std::function<void(const std::string&)>;
 
@@ -31,7 +31,7 @@ std::optional<TokenizerRef> hf_dir_tokenizer(const std::filesystem::path& dir, c
 // A Hugging Face directory as restore_model returns checkpoints: step 0, the model
 // config in a default TrainConfig, the tokenizer of the directory (empty id and spec
 // when it has none: the caller must be given one).
-train::RestoredModel restore_hf_model(const std::filesystem::path& dir, const Warn& warn);
+RestoredModel restore_hf_model(const std::filesystem::path& dir, const Warn& warn);
 
 struct ImportResult {
   std::filesystem::path checkpoint;  // OUT/checkpoints/step_00000000
@@ -67,4 +67,4 @@ models::ModelConfig init_from_model_config(const models::ModelConfig& configured
 // whose shape differs from the stored one is a ValueError naming both.
 Tree load_init_params(const std::filesystem::path& dir, const models::ModelConfig& config, const Warn& warn);
 
-}  // namespace tessera::interop
+}  // namespace tessera::train

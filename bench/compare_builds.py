@@ -60,15 +60,16 @@ def main():
     same_losses = all(
         all(l == losses["old"][name][0] for l in losses["old"][name] + losses["new"][name]) for name in losses["old"]
     )
-    print(f"| figure | old (median of {args.rounds}) | new | new/old |")
-    print("| --- | --- | --- | --- |")
+    print(f"| figure | old (median of {args.rounds}) | old min..max | new | new min..max | new/old |")
+    print("| --- | --- | --- | --- | --- | --- |")
     ratios = {}
     for key in samples["old"]:
         if key not in samples["new"]:
             continue
         old, new = statistics.median(samples["old"][key]), statistics.median(samples["new"][key])
         ratios[key] = new / old if old else float("nan")
-        print(f"| {key} | {old:.4g} | {new:.4g} | {ratios[key]:.3f} |")
+        o, n = samples["old"][key], samples["new"][key]
+        print(f"| {key} | {old:.4g} | {min(o):.4g}..{max(o):.4g} | {new:.4g} | {min(n):.4g}..{max(n):.4g} | {ratios[key]:.3f} |")
     print(f"training losses bitwise the same in every run: {'yes' if same_losses else 'NO'}")
     print(
         json.dumps(

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tessera/base/error.h"
+#include "tessera/base/flags.h"
 
 namespace tessera {
 namespace {
@@ -25,7 +26,7 @@ size_t size_class(size_t bytes) {
 }
 
 int64_t default_limit() {
-  if (const char* env = std::getenv("TESSERA_BUFFER_CACHE_MB")) return std::atoll(env) * (int64_t{1} << 20);
+  if (const char* env = flags::env("TESSERA_BUFFER_CACHE_MB")) return std::atoll(env) * (int64_t{1} << 20);
   return int64_t{4096} << 20;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tessera/base/error.h"
+#include "tessera/base/flags.h"
 
 namespace tessera {
 namespace {
@@ -111,7 +112,7 @@ class ThreadPool {
 };
 
 int initial_threads() {
-  if (const char* env = std::getenv("TESSERA_NUM_THREADS")) {
+  if (const char* env = flags::env("TESSERA_NUM_THREADS")) {
     int n = std::atoi(env);
     if (n < 1) fail<ValueError>("TESSERA_NUM_THREADS={} is not a positive integer", env);
     return n;

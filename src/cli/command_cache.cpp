@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "tessera/base/error.h"
+#include "tessera/base/flags.h"
 #include "tessera/compiler/compilation_cache.h"
 
 namespace fs = std::filesystem;
@@ -25,7 +26,7 @@ struct CacheArgs {
 // --dir, else TESSERA_COMPILATION_CACHE_DIR, else the default ~/.cache/tessera/compilation.
 fs::path cache_dir(const CacheArgs& args) {
   if (!args.dir.empty()) return args.dir;
-  if (const char* env = std::getenv("TESSERA_COMPILATION_CACHE_DIR"); env != nullptr && *env != 0) return env;
+  if (const char* env = flags::env("TESSERA_COMPILATION_CACHE_DIR"); env != nullptr && *env != 0) return env;
   const char* home = std::getenv("HOME");
   if (home == nullptr) fail<ValueError>("no --dir given, TESSERA_COMPILATION_CACHE_DIR and HOME are unset");
   return fs::path(home) / ".cache/tessera/compilation";

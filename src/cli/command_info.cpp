@@ -1,12 +1,15 @@
 // `tessera info`: what this build is and what it runs on (version, threads, BLAS,
-// CPU features, CUDA). The first thing to paste into a bug report.
+// CPU features, CUDA). The first thing to paste into a bug report. `--flags` lists the
+// TESSERA_* environment variables (base/flags.h).
 #include <fmt/format.h>
 
+#include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/cpu_check.h"
 #include "tessera/backend/cuda.h"
+#include "tessera/base/flags.h"
 #include "tessera/base/thread_pool.h"
 #include "tessera/base/version.h"
 #include "tessera/dist/runtime.h"
@@ -37,7 +40,18 @@ std::string blas_description() {
 
 const char* yes_no(bool value) { return value ? "yes" : "no"; }
 
-int run_info() {
+struct InfoSettings {
+  bool flags = false;
+  bool markdown = false;
+};
+
+int run_info(const InfoSettings& settings) {
+  if (settings.flags) {
+    // --markdown: the table docs/flags.md holds (a test compares them); else with this
+    // process's values.
+    fmt::print("{}", flags::table(!settings.markdown));
+    return 0;
+  }
   const CpuFeatures cpu = detect_cpu_features();
   fmt::print("tessera {}\n", version());
   fmt::print("  threads        {}\n", num_threads());
@@ -72,7 +86,11 @@ int run_info() {
 
 Command add_info_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("info", "Show the version, threads, BLAS, CPU features and CUDA support");
-  return Command{sub, run_info};
+  auto settings = std::make_shared<InfoSettings>();
+  sub->add_flag("--flags", settings->flags,
+                "List every TESSERA_* environment variable: default, who sets it, what it does, its value here");
+  sub->add_flag("--markdown", settings->markdown, "With --flags: the table without values (docs/flags.md)");
+  return Command{sub, [settings] { return run_info(*settings); }};
 }
 
 }  // namespace tessera::cli

@@ -18,6 +18,7 @@
 
 #include "tessera/base/error.h"
 #include "tessera/base/file_io.h"
+#include "tessera/base/flags.h"
 #include "tessera/base/version.h"
 
 // Header-only use of libxxhash (the core library does not link it).
@@ -41,7 +42,7 @@ std::string hex128(XXH128_hash_t h) { return fmt::format("{:016x}{:016x}", h.hig
 void warn(const std::string& text) { std::fprintf(stderr, "warning: compilation cache: %s\n", text.c_str()); }
 
 bool debug_notes() {
-  const char* env = std::getenv("TESSERA_COMPILATION_CACHE_DEBUG");
+  const char* env = flags::env("TESSERA_COMPILATION_CACHE_DEBUG");
   return env != nullptr && *env != 0 && std::string(env) != "0";
 }
 
@@ -261,14 +262,14 @@ CacheKey make_cache_key(const Graph& traced, const std::vector<bool>& donated, c
 }
 
 std::string compile_options_text(const CompileOptions& options) {
-  const char* disabled = std::getenv("TESSERA_DISABLE_PASSES");
+  const char* disabled = flags::env("TESSERA_DISABLE_PASSES");
   return fmt::format("fuse={},fold_constants={},simplify={},remat={},schedule={},disabled_passes={}", int(options.fuse),
                      int(options.fold_constants), int(options.simplify), int(options.remat), int(options.schedule),
                      disabled ? disabled : "");
 }
 
 bool compilation_index_enabled() {
-  const char* env = std::getenv("TESSERA_COMPILATION_CACHE_INDEX");
+  const char* env = flags::env("TESSERA_COMPILATION_CACHE_INDEX");
   return env == nullptr || std::string(env) != "0";
 }
 
@@ -650,7 +651,7 @@ GlobalCache& global_cache() {
 }
 
 uint64_t env_max_bytes() {
-  const char* env = std::getenv("TESSERA_COMPILATION_CACHE_MAX_MB");
+  const char* env = flags::env("TESSERA_COMPILATION_CACHE_MAX_MB");
   if (env == nullptr || *env == 0) return kDefaultCompilationCacheBytes;
   char* end = nullptr;
   const unsigned long long mb = std::strtoull(env, &end, 10);
@@ -675,7 +676,7 @@ std::shared_ptr<CompilationCache> compilation_cache() {
   std::string dir = g.dir;
   uint64_t max_bytes = g.max_bytes;
   if (!g.configured) {
-    const char* env = std::getenv("TESSERA_COMPILATION_CACHE_DIR");
+    const char* env = flags::env("TESSERA_COMPILATION_CACHE_DIR");
     dir = env != nullptr ? env : "";
     max_bytes = env_max_bytes();
   }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "tessera/base/flags.h"
 #include "tessera/compiler/memory_plan.h"
 #include "tessera/compiler/passes/constant_folding.h"
 #include "tessera/compiler/passes/cse.h"
@@ -33,7 +34,7 @@ Pipeline default_pipeline(const CompileOptions& options) {
   if (options.schedule) p.add(std::make_shared<SchedulePass>());
   // TESSERA_DISABLE_PASSES=fusion,cse drops passes by name (bisecting a miscompile,
   // like XLA's --xla_disable_hlo_passes).
-  const char* disabled = std::getenv("TESSERA_DISABLE_PASSES");
+  const char* disabled = flags::env("TESSERA_DISABLE_PASSES");
   if (disabled == nullptr || *disabled == 0) return p;
   std::string list = std::string(",") + disabled + ",";
   Pipeline kept;

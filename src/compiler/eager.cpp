@@ -9,6 +9,7 @@
 
 #include "compiler/lazy_graph.h"
 #include "core/trace_state.h"
+#include "tessera/base/flags.h"
 #include "tessera/compiler/compile.h"
 
 namespace tessera::compiler {
@@ -25,7 +26,7 @@ class EvalCache {
   static constexpr size_t kCapacity = 2048;
 
   EvalCache() {
-    const char* env = std::getenv("TESSERA_EVAL_CACHE_MB");
+    const char* env = flags::env("TESSERA_EVAL_CACHE_MB");
     if (env != nullptr && *env != 0) budget_bytes_ = static_cast<size_t>(std::strtoull(env, nullptr, 10)) << 20;
   }
 

@@ -11,6 +11,7 @@
 
 #include "tessera/base/allocator.h"
 #include "tessera/base/error.h"
+#include "tessera/base/flags.h"
 
 namespace tessera::compiler {
 
@@ -99,7 +100,7 @@ Executable::Executable(Graph graph, MemoryPlan plan, std::vector<bool> donated)
     if (b.kind == BufferAssignment::Kind::Output && b.donor >= 0) donors_.push_back(b.donor);
   }
   kernel_seconds_.assign(instructions_.size(), 0.0);
-  const char* profile = std::getenv("TESSERA_PROFILE");
+  const char* profile = flags::env("TESSERA_PROFILE");
   profiling_ = profile != nullptr && (std::string(profile) == "1" || std::string(profile) == "2");
   stats_.arena_bytes = plan_.arena_bytes;
   stats_.peak_bytes = plan_.peak_bytes;
@@ -196,7 +197,7 @@ std::string Executable::profile_text() const {
   std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(by_op.begin(), by_op.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
   std::string s = fmt::format("{:<20} {:>8} {:>12} {:>7}\n", "op", "kernels", "ms/run", "share");
-  if (const char* level = std::getenv("TESSERA_PROFILE"); level != nullptr && std::string(level) == "2") {
+  if (const char* level = flags::env("TESSERA_PROFILE"); level != nullptr && std::string(level) == "2") {
     // One row per instruction: where a family's time goes, shape by shape, with GFLOP/s.
     std::vector<size_t> order(instructions_.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;

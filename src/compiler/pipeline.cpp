@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "tessera/base/error.h"
+#include "tessera/base/flags.h"
 #include "tessera/compiler/pass.h"
 
 namespace tessera::compiler {
@@ -13,7 +14,7 @@ namespace tessera::compiler {
 void Pipeline::run(Graph& graph, const std::string& dump_dir) const {
   std::string dir = dump_dir;
   if (dir.empty()) {
-    const char* env = std::getenv("TESSERA_DUMP");
+    const char* env = flags::env("TESSERA_DUMP");
     if (env != nullptr) dir = env;
   }
   // Each compilation gets its own number, so successive eval() compiles (all named

@@ -57,11 +57,11 @@ PrimitiveFactory plain() {
 
 void register_builtins(std::map<std::string, PrimitiveFactory>& f) {
   // ---- elementwise ----
-  for (int k = 0; k <= static_cast<int>(UnaryKind::Copy); ++k) {
+  for (int k = 0; k < kNumUnaryKinds; ++k) {
     auto kind = static_cast<UnaryKind>(k);
     f[unary_name(kind)] = [kind](const AttributeMap&) -> PrimitivePtr { return std::make_shared<Unary>(kind); };
   }
-  for (int k = 0; k <= static_cast<int>(BinaryKind::TanhGrad); ++k) {
+  for (int k = 0; k < kNumBinaryKinds; ++k) {
     auto kind = static_cast<BinaryKind>(k);
     f[binary_name(kind)] = [kind](const AttributeMap&) -> PrimitivePtr { return std::make_shared<Binary>(kind); };
   }

@@ -84,13 +84,13 @@ Decision accumulate_add(const Context& c) {
 
 void register_elementwise() {
   const UnaryKind linear_unary[] = {UnaryKind::Neg, UnaryKind::Copy};
-  for (int k = 0; k <= static_cast<int>(UnaryKind::Copy); ++k) {
+  for (int k = 0; k < kNumUnaryKinds; ++k) {
     auto kind = static_cast<UnaryKind>(k);
     bool linear = std::find(std::begin(linear_unary), std::end(linear_unary), kind) != std::end(linear_unary);
     add(unary_name(kind),
         [linear](const Context& c) { return elementwise(c, linear ? Linearity::AllPartial : Linearity::None); });
   }
-  for (int k = 0; k <= static_cast<int>(BinaryKind::TanhGrad); ++k) {
+  for (int k = 0; k < kNumBinaryKinds; ++k) {
     auto kind = static_cast<BinaryKind>(k);
     Linearity l = kind == BinaryKind::Add || kind == BinaryKind::Sub ? Linearity::AllPartial
                   : kind == BinaryKind::Mul                          ? Linearity::OnePartialFactor

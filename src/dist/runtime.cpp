@@ -14,6 +14,7 @@
 
 #include "dist/communicator_local.h"
 #include "tessera/base/error.h"
+#include "tessera/base/flags.h"
 #include "tessera/base/thread_pool.h"
 #if TESSERA_HAS_MPI
 #include "dist/mpi/communicator_mpi.h"
@@ -28,7 +29,7 @@ thread_local const DeviceContext* t_context = nullptr;
 bool launched_by_mpi() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr; }
 
 int devices_from_env() {
-  const char* env = std::getenv("TESSERA_CPU_DEVICES");
+  const char* env = flags::env("TESSERA_CPU_DEVICES");
   if (!env || !*env) return 1;
   char* end = nullptr;
   const long n = std::strtol(env, &end, 10);

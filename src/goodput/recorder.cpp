@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "tessera/base/error.h"
+#include "tessera/base/flags.h"
 #include "tessera/base/json_field.h"
 
 namespace tessera::goodput {
@@ -108,9 +109,9 @@ void Recorder::attempt_start(std::string_view reason) {
     std::lock_guard lock(mutex_);
     // Under `tessera launch` the supervisor has already written this attempt's
     // attempt_start (with the reason) and names its number here: join it.
-    if (const char* joined = std::getenv("TESSERA_GOODPUT_ATTEMPT"); joined != nullptr && attempt_ < 0 &&
-                                                                     last_attempt_in_log_ >= 0 &&
-                                                                     std::to_string(last_attempt_in_log_) == joined) {
+    if (const char* joined = flags::env("TESSERA_GOODPUT_ATTEMPT"); joined != nullptr && attempt_ < 0 &&
+                                                                    last_attempt_in_log_ >= 0 &&
+                                                                    std::to_string(last_attempt_in_log_) == joined) {
       attempt_ = last_attempt_in_log_;
       return;
     }

@@ -12,6 +12,7 @@
 
 #include "tessera/base/error.h"
 #include "tessera/base/file_io.h"
+#include "tessera/base/flags.h"
 #include "tessera/ckpt/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -120,7 +121,7 @@ FaultPlan FaultPlan::parse(std::string_view spec) {
 }
 
 FaultPlan FaultPlan::from_env() {
-  const char* spec = std::getenv("TESSERA_FAULT");
+  const char* spec = flags::env("TESSERA_FAULT");
   return spec ? parse(spec) : FaultPlan{};
 }
 

@@ -12,20 +12,21 @@
 
 #include "tessera/base/error.h"
 #include "tessera/base/file_io.h"
+#include "tessera/base/flags.h"
 
 namespace tessera::train {
 namespace {
 
 std::string rank_from_environment() {
   for (const char* name : {"TESSERA_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
-    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') return value;
+    if (const char* value = flags::env(name); value != nullptr && *value != '\0') return value;
   return "0";
 }
 
 }  // namespace
 
 Heartbeat Heartbeat::from_environment() {
-  const char* file = std::getenv("TESSERA_HEARTBEAT_FILE");
+  const char* file = flags::env("TESSERA_HEARTBEAT_FILE");
   std::string path = file == nullptr ? "" : file;
   if (const size_t at = path.find("{rank}"); at != std::string::npos) path.replace(at, 6, rank_from_environment());
   return Heartbeat(path);

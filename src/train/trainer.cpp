@@ -15,6 +15,7 @@
 
 #include "tessera/backend/cuda.h"
 #include "tessera/base/error.h"
+#include "tessera/base/flags.h"
 #include "tessera/base/json_field.h"
 #include "tessera/base/statistics.h"
 #include "tessera/base/thread_pool.h"
@@ -201,7 +202,7 @@ TrainSummary Trainer::run() {
   check_writable(cfg.run.dir);
   // The persistent compilation cache: a restarted job loads its programs from disk.
   if (cfg.run.compilation_cache == "auto") {
-    if (std::getenv("TESSERA_COMPILATION_CACHE_DIR") == nullptr)
+    if (flags::env("TESSERA_COMPILATION_CACHE_DIR") == nullptr)
       compiler::set_compilation_cache((fs::path(cfg.run.dir) / "compilation_cache").string());
   } else {
     compiler::set_compilation_cache(cfg.run.compilation_cache);
@@ -313,8 +314,7 @@ TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
   if (!cfg.parallel.mesh.empty()) {
     dist::Mesh mesh = dist::Mesh::parse(cfg.parallel.mesh);
     // In-process, the mesh gets its own virtual devices unless the user chose a count.
-    if (!dist::is_multi_process() && dist::device_count() < mesh.size() &&
-        std::getenv("TESSERA_CPU_DEVICES") == nullptr)
+    if (!dist::is_multi_process() && dist::device_count() < mesh.size() && flags::env("TESSERA_CPU_DEVICES") == nullptr)
       dist::set_cpu_devices(mesh.size());
     dist::check_mesh(mesh);
     layout.emplace(mesh, parse_axis_rules(cfg.parallel.rules), model.specs());

@@ -32,8 +32,8 @@ using test::random_array;
 // Several attribute variants of every primitive in include/tessera/ir/primitives.
 std::vector<PrimitivePtr> all_primitives() {
   std::vector<PrimitivePtr> p;
-  for (int k = 0; k <= static_cast<int>(UnaryKind::Copy); ++k) p.push_back(std::make_shared<Unary>(UnaryKind(k)));
-  for (int k = 0; k <= static_cast<int>(BinaryKind::TanhGrad); ++k) {
+  for (int k = 0; k < kNumUnaryKinds; ++k) p.push_back(std::make_shared<Unary>(UnaryKind(k)));
+  for (int k = 0; k < kNumBinaryKinds; ++k) {
     p.push_back(std::make_shared<Binary>(BinaryKind(k)));
   }
   p.push_back(std::make_shared<Where>());

@@ -12,9 +12,6 @@
 
 namespace tessera {
 
-static_assert(static_cast<int>(UnaryKind::Copy) == static_cast<int>(cpu::UnaryOp::Copy));
-static_assert(static_cast<int>(BinaryKind::TanhGrad) == static_cast<int>(cpu::BinaryOp::TanhGrad));
-
 namespace {
 
 cpu::FusedProgram lower(const FusionProgram& p) {

@@ -23,13 +23,6 @@
 
 namespace tessera::cuda {
 
-static_assert(static_cast<int>(UnaryKind::Copy) == static_cast<int>(FusedUnary::Copy));
-static_assert(static_cast<int>(UnaryKind::Relu) == static_cast<int>(FusedUnary::Relu));
-static_assert(static_cast<int>(UnaryKind::LogicalNot) == static_cast<int>(FusedUnary::LogicalNot));
-static_assert(static_cast<int>(BinaryKind::TanhGrad) == static_cast<int>(FusedBinary::TanhGrad));
-static_assert(static_cast<int>(BinaryKind::LogicalOr) == static_cast<int>(FusedBinary::LogicalOr));
-static_assert(static_cast<int>(BinaryKind::Equal) == static_cast<int>(FusedBinary::Equal));
-
 namespace {
 
 constexpr int kThreads = 256;
@@ -267,10 +260,8 @@ void alias_kernel(const Primitive& primitive, const std::vector<DeviceTensor>& i
 }  // namespace
 
 void register_elementwise_kernels() {
-  for (int k = 0; k <= static_cast<int>(UnaryKind::Copy); ++k)
-    register_kernel(unary_name(static_cast<UnaryKind>(k)), unary_kernel);
-  for (int k = 0; k <= static_cast<int>(BinaryKind::TanhGrad); ++k)
-    register_kernel(binary_name(static_cast<BinaryKind>(k)), binary_kernel);
+  for (int k = 0; k < kNumUnaryKinds; ++k) register_kernel(unary_name(static_cast<UnaryKind>(k)), unary_kernel);
+  for (int k = 0; k < kNumBinaryKinds; ++k) register_kernel(binary_name(static_cast<BinaryKind>(k)), binary_kernel);
   register_kernel("where", where_kernel);
   register_kernel("convert", convert_kernel);
   register_kernel("fusion", fusion_kernel);

@@ -11,11 +11,6 @@
 
 namespace tessera::cuda {
 
-static_assert(static_cast<int>(ReduceKind::Sum) == static_cast<int>(ReduceOp::Sum));
-static_assert(static_cast<int>(ReduceKind::Prod) == static_cast<int>(ReduceOp::Prod));
-static_assert(static_cast<int>(ReduceKind::Max) == static_cast<int>(ReduceOp::Max));
-static_assert(static_cast<int>(ReduceKind::Min) == static_cast<int>(ReduceOp::Min));
-
 namespace {
 
 void check_counts(const Primitive& primitive, const std::vector<DeviceTensor>& inputs,

@@ -10,6 +10,7 @@
 #include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/runtime.h"
 #include "tessera/backend/device_data.h"
+#include "tessera/base/flags.h"
 #include "tessera/core/array.h"
 
 namespace tessera::cuda {
@@ -21,7 +22,7 @@ using compiler::ValueKind;
 namespace {
 
 bool env_off(const char* name) {
-  const char* v = std::getenv(name);
+  const char* v = flags::env(name);
   return v != nullptr && (std::string(v) == "0" || std::string(v) == "off" || std::string(v) == "false");
 }
 
@@ -112,7 +113,7 @@ GpuExecutable::GpuExecutable(std::shared_ptr<compiler::Executable> executable, i
   }
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));  // the host constants may be freed after this
   graphs_enabled_ = !env_off("TESSERA_CUDA_GRAPHS");
-  const char* profile = std::getenv("TESSERA_PROFILE");
+  const char* profile = flags::env("TESSERA_PROFILE");
   profiling_ = profile != nullptr && (std::string(profile) == "1" || std::string(profile) == "2");
   profile_steps_ = profiling_ && std::string(profile) == "2";
   kernel_ms_.assign(steps_.size(), 0.0);

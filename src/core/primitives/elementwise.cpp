@@ -10,21 +10,6 @@
 
 namespace tessera {
 
-const char* unary_name(UnaryKind kind) {
-  static const char* kNames[] = {"negative", "abs",   "sign", "square", "exp",         "log",      "log1p",
-                                 "sqrt",     "rsqrt", "tanh", "erf",    "gelu_tanh",   "gelu_erf", "silu",
-                                 "sigmoid",  "relu",  "sin",  "cos",    "logical_not", "copy"};
-  return kNames[static_cast<int>(kind)];
-}
-
-const char* binary_name(BinaryKind kind) {
-  static const char* kNames[] = {
-      "add",        "subtract",       "multiply",      "divide",     "power",        "maximum",       "minimum",
-      "equal",      "not_equal",      "less",          "less_equal", "greater",      "greater_equal", "logical_and",
-      "logical_or", "gelu_tanh_grad", "gelu_erf_grad", "silu_grad",  "sigmoid_grad", "tanh_grad"};
-  return kNames[static_cast<int>(kind)];
-}
-
 namespace {
 
 Array unary_grad(UnaryKind kind, const Array& x, const Array& y, const Array& g) {

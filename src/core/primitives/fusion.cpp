@@ -154,12 +154,11 @@ void FusionProgram::validate() const {
       if (a < 0 || a >= self) fail<ValueError>("fusion: instruction t{} reads register {} before it is defined", k, a);
     switch (in.kind) {
       case FusionInstruction::Kind::Unary:
-        if (in.op < 0 || in.op > static_cast<int>(UnaryKind::Copy)) fail<ValueError>("fusion: bad unary op {}", in.op);
+        if (in.op < 0 || in.op >= kNumUnaryKinds) fail<ValueError>("fusion: bad unary op {}", in.op);
         check.add_unary(static_cast<UnaryKind>(in.op), in.args[0]);
         break;
       case FusionInstruction::Kind::Binary:
-        if (in.op < 0 || in.op > static_cast<int>(BinaryKind::TanhGrad))
-          fail<ValueError>("fusion: bad binary op {}", in.op);
+        if (in.op < 0 || in.op >= kNumBinaryKinds) fail<ValueError>("fusion: bad binary op {}", in.op);
         check.add_binary(static_cast<BinaryKind>(in.op), in.args[0], in.args[1]);
         break;
       case FusionInstruction::Kind::Where:
@@ -273,13 +272,13 @@ PrimitivePtr parse_fusion(const AttributeMap& attributes) {
       p.add_convert(reg(0), parse_dtype(args[1]));
     } else {
       bool found = false;
-      for (int k = 0; k <= static_cast<int>(UnaryKind::Copy) && !found; ++k)
+      for (int k = 0; k < kNumUnaryKinds && !found; ++k)
         if (op == unary_name(static_cast<UnaryKind>(k))) {
           arity(1);
           p.add_unary(static_cast<UnaryKind>(k), reg(0));
           found = true;
         }
-      for (int k = 0; k <= static_cast<int>(BinaryKind::TanhGrad) && !found; ++k)
+      for (int k = 0; k < kNumBinaryKinds && !found; ++k)
         if (op == binary_name(static_cast<BinaryKind>(k))) {
           arity(2);
           p.add_binary(static_cast<BinaryKind>(k), reg(0), reg(1));

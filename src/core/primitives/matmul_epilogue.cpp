@@ -59,7 +59,7 @@ PrimitivePtr parse_matmul_epilogue(const AttributeMap& a) {
   if (a.has("activation")) {
     std::string text = a.raw("activation");
     bool found = false;
-    for (int k = 0; k <= static_cast<int>(UnaryKind::Copy) && !found; ++k)
+    for (int k = 0; k < kNumUnaryKinds && !found; ++k)
       if (text == unary_name(static_cast<UnaryKind>(k))) {
         o.activation = static_cast<UnaryKind>(k);
         found = true;

@@ -8,19 +8,7 @@
 
 namespace tessera {
 
-std::string Reduce::name() const {
-  switch (kind_) {
-    case ReduceKind::Sum:
-      return "reduce_sum";
-    case ReduceKind::Prod:
-      return "reduce_prod";
-    case ReduceKind::Max:
-      return "reduce_max";
-    case ReduceKind::Min:
-      return "reduce_min";
-  }
-  return "reduce";
-}
+std::string Reduce::name() const { return reduce_name(kind_); }
 
 std::string Reduce::attributes() const { return fmt::format("axes={}", axes_); }
 

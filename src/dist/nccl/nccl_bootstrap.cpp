@@ -20,6 +20,7 @@
 #include "dist/nccl/communicator_nccl_impl.h"
 #include "tessera/base/error.h"
 #include "tessera/base/file_io.h"
+#include "tessera/base/flags.h"
 
 #if TESSERA_HAS_MPI
 #include "dist/mpi/communicator_mpi.h"
@@ -36,7 +37,7 @@ constexpr char kIdMagic[8] = {'T', 'S', 'R', 'N', 'C', 'C', 'L', '1'};
 }  // namespace
 
 const char* env(const char* name) {
-  const char* value = std::getenv(name);
+  const char* value = flags::env(name);
   return value != nullptr && *value != '\0' ? value : nullptr;
 }
 

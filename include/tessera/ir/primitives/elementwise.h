@@ -4,59 +4,12 @@
 #pragma once
 
 #include "tessera/base/dtype.h"
+#include "tessera/base/op_list.h"
 #include "tessera/ir/primitive.h"
 
 namespace tessera {
 
-// Order matches cpu::UnaryOp (checked by static_assert in the CPU backend).
-enum class UnaryKind {
-  Neg,
-  Abs,
-  Sign,
-  Square,
-  Exp,
-  Log,
-  Log1p,
-  Sqrt,
-  Rsqrt,
-  Tanh,
-  Erf,
-  GeluTanh,
-  GeluErf,
-  Silu,
-  Sigmoid,
-  Relu,
-  Sin,
-  Cos,
-  LogicalNot,
-  Copy,
-};
-// Order matches cpu::BinaryOp. The *Grad kinds compute g * f'(x) for (x, g).
-enum class BinaryKind {
-  Add,
-  Sub,
-  Mul,
-  Div,
-  Pow,
-  Maximum,
-  Minimum,
-  Equal,
-  NotEqual,
-  Less,
-  LessEqual,
-  Greater,
-  GreaterEqual,
-  LogicalAnd,
-  LogicalOr,
-  GeluTanhGrad,
-  GeluErfGrad,
-  SiluGrad,
-  SigmoidGrad,
-  TanhGrad,
-};
-
-const char* unary_name(UnaryKind kind);
-const char* binary_name(BinaryKind kind);
+// UnaryKind, BinaryKind and their IR names: base/op_list.h.
 
 class Unary : public Primitive {
  public:

@@ -4,11 +4,12 @@
 
 #include <vector>
 
+#include "tessera/base/op_list.h"
 #include "tessera/ir/primitive.h"
 
 namespace tessera {
 
-enum class ReduceKind { Sum, Prod, Max, Min };
+// ReduceKind: base/op_list.h.
 
 class Reduce : public Primitive {
  public:

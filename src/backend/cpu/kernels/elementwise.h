@@ -11,58 +11,17 @@
 #include <cstdint>
 
 #include "tessera/base/dtype.h"
+#include "tessera/base/op_list.h"
 #include "tessera/base/shape.h"
 #include "tessera/base/small_vector.h"
 
 namespace tessera::cpu {
 
-enum class UnaryOp {
-  Neg,
-  Abs,
-  Sign,
-  Square,
-  Exp,
-  Log,
-  Log1p,
-  Sqrt,
-  Rsqrt,
-  Tanh,
-  Erf,
-  GeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-  GeluErf,   // 0.5 x (1 + erf(x / sqrt(2)))
-  Silu,      // x * sigmoid(x)
-  Sigmoid,
-  Relu,
-  Sin,
-  Cos,
-  LogicalNot,  // bool in, bool out
-  Copy,
-};
-
-enum class BinaryOp {
-  Add,
-  Sub,
-  Mul,
-  Div,
-  Pow,
-  Maximum,
-  Minimum,
-  // Comparisons: output dtype Bool.
-  Equal,
-  NotEqual,
-  Less,
-  LessEqual,
-  Greater,
-  GreaterEqual,
-  LogicalAnd,
-  LogicalOr,  // bool in, bool out
-  // Derivative helpers (a = x, b = upstream gradient g): out = g * f'(x).
-  GeluTanhGrad,
-  GeluErfGrad,
-  SiluGrad,
-  SigmoidGrad,
-  TanhGrad /* a = tanh(x) */,
-};
+// The op lists of base/op_list.h (the IR's kinds): GeluTanh is
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GeluErf 0.5 x (1 + erf(x / sqrt(2))),
+// Silu x * sigmoid(x); comparisons give Bool; the *Grad ops take a = x, b = g.
+using UnaryOp = UnaryKind;
+using BinaryOp = BinaryKind;
 
 bool is_comparison(BinaryOp op);
 

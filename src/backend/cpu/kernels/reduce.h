@@ -10,11 +10,12 @@
 #include <vector>
 
 #include "tessera/base/dtype.h"
+#include "tessera/base/op_list.h"
 #include "tessera/base/shape.h"
 
 namespace tessera::cpu {
 
-enum class ReduceOp { Sum, Prod, Max, Min };
+using ReduceOp = ReduceKind;  // base/op_list.h
 
 // out has `shape` with `axes` removed (axes sorted, unique, non-empty). Max/Min of an
 // empty reduction is an error caught by the op layer; Sum of empty is 0, Prod 1.

@@ -100,8 +100,8 @@ void append_body(std::string& s, const FusedProgram& p) {
     const DType arg_dtype = p.register_dtype(in.args.at(0));
     for (int a : in.args)
       if (a >= self) fail<ValueError>("fusion codegen: instruction t{} reads register {} before it is defined", k, a);
-    const int last_op = in.kind == FusedInstruction::Kind::Unary    ? static_cast<int>(FusedUnary::Copy)
-                        : in.kind == FusedInstruction::Kind::Binary ? static_cast<int>(FusedBinary::TanhGrad)
+    const int last_op = in.kind == FusedInstruction::Kind::Unary    ? kNumUnaryKinds - 1
+                        : in.kind == FusedInstruction::Kind::Binary ? kNumBinaryKinds - 1
                                                                     : 0;
     if (in.op < 0 || in.op > last_op) fail<ValueError>("fusion codegen: instruction t{} has op {}", k, in.op);
     std::string value;

@@ -23,56 +23,14 @@
 #include <vector>
 
 #include "tessera/base/dtype.h"
+#include "tessera/base/op_list.h"
 #include "tessera/base/shape.h"
 
 namespace tessera::cuda {
 
-// Op codes: the values of UnaryKind / BinaryKind (ir/primitives/elementwise.h; the
-// adapter, backend/cuda/eval_elementwise.cpp, checks the order with static_asserts).
-enum class FusedUnary {
-  Neg,
-  Abs,
-  Sign,
-  Square,
-  Exp,
-  Log,
-  Log1p,
-  Sqrt,
-  Rsqrt,
-  Tanh,
-  Erf,
-  GeluTanh,
-  GeluErf,
-  Silu,
-  Sigmoid,
-  Relu,
-  Sin,
-  Cos,
-  LogicalNot,
-  Copy,
-};
-enum class FusedBinary {
-  Add,
-  Sub,
-  Mul,
-  Div,
-  Pow,
-  Maximum,
-  Minimum,
-  Equal,
-  NotEqual,
-  Less,
-  LessEqual,
-  Greater,
-  GreaterEqual,
-  LogicalAnd,
-  LogicalOr,
-  GeluTanhGrad,
-  GeluErfGrad,
-  SiluGrad,
-  SigmoidGrad,
-  TanhGrad,
-};
+// Op codes: the op lists of base/op_list.h (the IR's kinds).
+using FusedUnary = UnaryKind;
+using FusedBinary = BinaryKind;
 
 // A fusion program as the generator reads it: ir/primitives/fusion.h's FusionProgram
 // (registers in0..in{N-1}, then one per instruction; every instruction's result

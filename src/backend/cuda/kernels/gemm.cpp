@@ -16,6 +16,7 @@
 #include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/kernels/gemm_algo_cache.h"
 #include "tessera/base/error.h"
+#include "tessera/base/flags.h"
 
 namespace tessera::cuda {
 
@@ -29,7 +30,7 @@ std::mutex& options_mutex() {
 }
 
 bool env_flag(const char* name, bool fallback) {
-  const char* v = std::getenv(name);
+  const char* v = flags::env(name);
   if (v == nullptr || *v == '\0') return fallback;
   return !(std::strcmp(v, "0") == 0 || std::strcmp(v, "false") == 0 || std::strcmp(v, "off") == 0);
 }

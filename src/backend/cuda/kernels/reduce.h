@@ -20,10 +20,11 @@
 #include <vector>
 
 #include "tessera/base/dtype.h"
+#include "tessera/base/op_list.h"
 
 namespace tessera::cuda {
 
-enum class ReduceOp { Sum, Prod, Max, Min };  // ReduceKind's order
+using ReduceOp = ReduceKind;  // base/op_list.h
 
 inline constexpr int kReduceMaxDims = 8;  // kept or reduced dim groups of the general kernel
 

@@ -1,0 +1,36 @@
+// Every TESSERA_* environment variable tessera reads or sets, declared once with its
+// default and what it does (src/base/flags.cpp). Code reads them through env(), which
+// refuses a name that is not declared, and a test refuses a "TESSERA_..." name in the
+// sources that is not declared; `tessera info --flags` lists them, and docs/flags.md is
+// that listing (a test compares the two).
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace tessera::flags {
+
+struct Flag {
+  std::string_view name;           // "TESSERA_NUM_THREADS"
+  std::string_view default_value;  // as a user would write it; "" when unset means off
+  std::string_view doc;            // one sentence or two: what it does, which values
+  std::string_view set_by;         // "" (the user), or who sets it ("tessera launch")
+};
+
+// The declared flags, sorted by name.
+std::span<const Flag> all();
+
+// The declaration of `name`; nullptr when it is not declared.
+const Flag* find(std::string_view name);
+
+// getenv(name) for a declared TESSERA_* flag: the value, or nullptr when unset. Other
+// names (RANK, OMPI_COMM_WORLD_RANK, ...) are read as they are. An Error naming the
+// variable for an undeclared TESSERA_* name (a programming error, caught by the tests).
+const char* env(const char* name);
+
+// The listing `tessera info --flags` prints: a Markdown table (name, default, set by,
+// what it does), and with `with_values` a last column with this process's values.
+std::string table(bool with_values);
+
+}  // namespace tessera::flags

@@ -1,0 +1,99 @@
+#include "tessera/base/flags.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "tessera/base/error.h"
+
+namespace tessera::flags {
+namespace {
+
+constexpr std::string_view kLaunch = "tessera launch";
+
+// Sorted by name (a test checks it).
+constexpr Flag kFlags[] = {
+    {"TESSERA_ATTEMPT", "", "The attempt number (0 first) of the worker group this process belongs to.", kLaunch},
+    {"TESSERA_BUFFER_CACHE_MB", "4096",
+     "Upper bound, in MiB, of the host buffers the caching allocator keeps for reuse.", ""},
+    {"TESSERA_COMPILATION_CACHE_DEBUG", "0",
+     "1: note on stderr each program the persistent compilation cache cannot store (not serializable).", ""},
+    {"TESSERA_COMPILATION_CACHE_DIR", "RUN_DIR/compilation_cache (tessera train); none for programs",
+     "The persistent compilation cache's directory (a leading ~/ is the home directory); empty turns it off.", ""},
+    {"TESSERA_COMPILATION_CACHE_INDEX", "1",
+     "0: jit does not use the cache's per-call index (every call is traced again; entries still load).", ""},
+    {"TESSERA_COMPILATION_CACHE_MAX_MB", "2048",
+     "Size bound, in MiB, of the persistent compilation cache; the least recently used entries go first.", ""},
+    {"TESSERA_CPU_DEVICES", "1", "The number of virtual CPU devices of an in-process mesh (1 to 4096).", ""},
+    {"TESSERA_CUDA_GRAPHS", "1", "0: GPU programs launch their kernels one by one instead of replaying a CUDA graph.",
+     ""},
+    {"TESSERA_DISABLE_PASSES", "",
+     "Compiler passes to skip, by name (e.g. fusion,cse: bisecting a miscompile); part of compilation-cache keys.", ""},
+    {"TESSERA_DUMP", "", "A directory: the compiler writes the program after every pass there (IR text).", ""},
+    {"TESSERA_EVAL_CACHE_MB", "256", "Bytes, in MiB, of arenas eager eval() keeps in its cache of compiled graphs.",
+     ""},
+    {"TESSERA_FAULT", "",
+     "Fault injection for resilience tests: a ';'-separated list such as kill@step=5;kill@save=2;corrupt_newest.", ""},
+    {"TESSERA_GEMM_AUTOTUNE", "0",
+     "1: time each cuBLASLt algorithm on first use and keep the fastest (not "
+     "deterministic across runs).",
+     ""},
+    {"TESSERA_GEMM_RESTAGE", "1", "0: do not zero-pad misaligned 16-bit GEMM dimensions for the tensor cores.", ""},
+    {"TESSERA_GEMM_TF32", "0", "1: allow TF32 tensor cores for float32 GEMMs on the GPU.", ""},
+    {"TESSERA_GOODPUT_ATTEMPT", "",
+     "The attempt the supervisor opened in the run's goodput log; the worker records into it.", kLaunch},
+    {"TESSERA_HEARTBEAT_FILE", "",
+     "The file a worker rewrites with its step as it trains ({rank} is replaced by the rank); the supervisor's "
+     "hang detector reads it.",
+     kLaunch},
+    {"TESSERA_LOCAL_RANK", "", "This worker's rank on its host.", kLaunch},
+    {"TESSERA_NCCL_BOOTSTRAP", "mpi under mpirun, else file", "How NCCL ranks exchange their unique id: mpi or file.",
+     ""},
+    {"TESSERA_NCCL_BOOTSTRAP_DIR", "", "The shared directory of the file bootstrap.", ""},
+    {"TESSERA_NCCL_BOOTSTRAP_TIMEOUT_S", "300", "Seconds a rank waits for the others' ids in the file bootstrap.", ""},
+    {"TESSERA_NCCL_RANK", "", "This process's NCCL rank (else RANK, else OMPI_COMM_WORLD_RANK).", ""},
+    {"TESSERA_NCCL_TIMEOUT_S", "600",
+     "Seconds after which an unfinished collective aborts the NCCL communicator (0: wait forever).", ""},
+    {"TESSERA_NCCL_WORLD_SIZE", "", "The number of NCCL ranks (else WORLD_SIZE, else OMPI_COMM_WORLD_SIZE).", ""},
+    {"TESSERA_NUM_THREADS", "the number of cores", "Threads of the process-wide pool (the caller included).", ""},
+    {"TESSERA_PROFILE", "0",
+     "1: time every kernel of compiled programs (profile tables by op); 2: also a row per kernel, shape by shape.", ""},
+    {"TESSERA_RANK", "", "This worker's rank in the job.", kLaunch},
+    {"TESSERA_WORLD_SIZE", "", "The number of workers in the job.", kLaunch},
+};
+
+}  // namespace
+
+std::span<const Flag> all() { return kFlags; }
+
+const Flag* find(std::string_view name) {
+  for (const Flag& f : kFlags)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+const char* env(const char* name) {
+  const std::string_view n(name);
+  if (n.starts_with("TESSERA_") && find(n) == nullptr)
+    fail<Error>("environment variable {} is read but not declared in src/base/flags.cpp", n);
+  return std::getenv(name);
+}
+
+std::string table(bool with_values) {
+  std::string out =
+      with_values ? "| variable | default | set by | what it does | value here |\n| --- | --- | --- | --- | --- |\n"
+                  : "| variable | default | set by | what it does |\n| --- | --- | --- | --- |\n";
+  for (const Flag& f : kFlags) {
+    out += fmt::format("| `{}` | {} | {} | {} |", f.name, f.default_value.empty() ? "(unset)" : f.default_value,
+                       f.set_by.empty() ? "you" : f.set_by, f.doc);
+    if (with_values) {
+      const char* v = std::getenv(std::string(f.name).c_str());
+      out += fmt::format(" {} |", v == nullptr ? "(unset)" : fmt::format("`{}`", v));
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace tessera::flags

@@ -1,6 +1,7 @@
 // The goodput calculator: pairs start/end events into phases, classifies step
 // executions as kept or wasted, and gives every second of the run to one category by
-// a sweep over the phase boundaries (see calculator.h for the rules).
+// a sweep over the phase boundaries (see calculator.h for the rules). The stages are
+// GoodputComputation's methods (goodput_computation.h).
 #include "tessera/goodput/calculator.h"
 
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include <limits>
 #include <set>
 
+#include "goodput/goodput_computation.h"
 #include "tessera/base/statistics.h"
 
 namespace tessera::goodput {
@@ -31,62 +33,14 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, kNumCategori
     {"other", "other"},
 }};
 
-// Where overlapping phases compete for the same second, the higher priority wins.
-enum Priority : int {
-  kRecoveryWindow = 1,
-  kStepPriority = 20,
-  kDataWaitPriority = 30,
-  kInitPriority = 40,
-  kCompilePriority = 50,
-  kRestorePriority = 60,
-  kSavePriority = 70,
-  kEvalPriority = 80,
-  kCustomPriority = 90,
-  kLaunchWaitPriority = 100,
-};
-
-struct Interval {
-  double start = 0, end = 0;
-  int priority = 0;
-  Category category = Category::kOther;
-  int attempt = -1;
-  int exec = -1;  // index into steps for step intervals
-  std::string custom_type;
-};
-
-struct Open {
-  double t = 0;
-  int line = 0;
-};
-
-struct AttemptInfo {
-  AttemptSummary summary;
-  double first_event = std::numeric_limits<double>::infinity();
-  double last_event = -std::numeric_limits<double>::infinity();
-  bool has_start_event = false;
-  bool has_failure = false;
-  double failure_t = 0;
-  std::vector<const Event*> events;
-};
-
 }  // namespace
 
-std::string_view category_name(Category category) { return kCategoryNames[static_cast<int>(category)].first; }
-std::string_view category_label(Category category) { return kCategoryNames[static_cast<int>(category)].second; }
+namespace detail {
 
-GoodputReport compute_goodput(const EventLog& log, const CalculatorOptions& options) {
-  GoodputReport r;
-  r.warnings = log.warnings;
-  auto warn = [&](std::string message) { r.warnings.push_back(std::move(message)); };
-
-  // ---- job bounds and per-attempt grouping ----
+// ---- job bounds and per-attempt grouping; false when there is nothing to report ----
+bool GoodputComputation::group_events() {
   std::optional<double> job_start, job_end;
-  bool job_failed = false;
   double first_t = std::numeric_limits<double>::infinity(), last_t = -first_t;
-  std::map<int, AttemptInfo> attempts;
-  std::vector<std::pair<double, double>> launch_waits;
-  const Event* device = nullptr;
-  const Event* calibration = nullptr;
   for (const Event& e : log.events) {
     first_t = std::min(first_t, e.t);
     last_t = std::max(last_t, e.t);
@@ -139,7 +93,7 @@ GoodputReport compute_goodput(const EventLog& log, const CalculatorOptions& opti
   }
   if (log.events.empty() || !std::isfinite(first_t)) {
     warn("no events: nothing to report");
-    return r;
+    return false;
   }
   if (!job_start) warn("no job_start event: the run's start is taken as its first event");
   r.start = std::min(job_start.value_or(first_t), first_t);
@@ -157,9 +111,11 @@ GoodputReport compute_goodput(const EventLog& log, const CalculatorOptions& opti
          std::string(options.now ? "now" : "the last event"));
   }
   r.total_s = r.end - r.start;
+  return true;
+}
 
-  // ---- attempts: bounds and disruption ----
-  std::vector<AttemptInfo*> order;
+// ---- attempts: bounds and disruption ----
+void GoodputComputation::bound_attempts() {
   for (auto& [number, a] : attempts) order.push_back(&a);
   for (size_t i = 0; i < order.size(); ++i) {
     AttemptInfo& a = *order[i];
@@ -169,187 +125,11 @@ GoodputReport compute_goodput(const EventLog& log, const CalculatorOptions& opti
     if (has_next) a.summary.end = std::max(a.summary.end, a.has_start_event ? a.summary.start : a.first_event);
     a.summary.disrupted = a.has_failure || has_next || (job_failed && !has_next);
   }
+}
 
-  // ---- pair start/end events into phases ----
-  std::vector<Interval> intervals;
-  std::vector<std::pair<int, int64_t>> committed;  // (attempt, checkpoint step)
-  std::vector<double> committed_t;
-  for (size_t ai = 0; ai < order.size(); ++ai) {
-    AttemptInfo& a = *order[ai];
-    const int an = a.summary.attempt;
-    // Where open phases are closed: the disruption, or the end of the run.
-    const double cut = a.has_failure ? a.failure_t : (a.summary.disrupted ? a.last_event : a.summary.end);
-    std::map<std::string, Open> open;
-    std::map<int64_t, int> step_exec;         // step -> index into r.steps, for this attempt
-    std::map<int64_t, const Event*> orphans;  // step_end seen before any step_start
-    auto begin = [&](const std::string& key, const Event& e, const char* what) {
-      if (open.count(key)) {
-        warn(fmt::format("line {}: {} started again while open since line {} (attempt {}); kept the first", e.line,
-                         what, open[key].line, an));
-        return;
-      }
-      open[key] = Open{e.t, e.line};
-    };
-    auto finish = [&](const std::string& key, const Event& e, const char* what) -> std::optional<Open> {
-      const auto it = open.find(key);
-      if (it == open.end()) {
-        warn(fmt::format("line {}: {} end without a start (attempt {}); ignored", e.line, what, an));
-        return std::nullopt;
-      }
-      Open o = it->second;
-      open.erase(it);
-      if (e.t < o.t) {
-        warn(fmt::format("line {}: clock went backwards: {} ends {:.3f} s before it starts (line {}); ignored", e.line,
-                         what, o.t - e.t, o.line));
-        return std::nullopt;
-      }
-      return o;
-    };
-    auto add = [&](double s, double en, int priority, Category c, std::string custom = {}) {
-      intervals.push_back(Interval{s, en, priority, c, an, -1, std::move(custom)});
-    };
-    for (const Event* ep : a.events) {
-      const Event& e = *ep;
-      switch (e.type) {
-        case EventType::kBackendInitStart:
-          begin("init", e, "backend_init");
-          break;
-        case EventType::kBackendInitEnd:
-          if (auto o = finish("init", e, "backend_init")) add(o->t, e.t, kInitPriority, Category::kInit);
-          break;
-        case EventType::kCompileStart:
-          begin("compile", e, "compile");
-          break;
-        case EventType::kCompileEnd:
-          if (auto o = finish("compile", e, "compile")) add(o->t, e.t, kCompilePriority, Category::kCompile);
-          break;
-        case EventType::kCheckpointRestoreStart:
-          begin("restore", e, "checkpoint_restore");
-          break;
-        case EventType::kCheckpointRestoreEnd:
-          if (auto o = finish("restore", e, "checkpoint_restore"))
-            add(o->t, e.t, kRestorePriority, Category::kCheckpointRestore);
-          break;
-        case EventType::kCheckpointSaveStart:
-          begin("save:" + e.text("part", "blocking"), e, "checkpoint_save");
-          break;
-        case EventType::kCheckpointSaveEnd: {
-          const std::string part = e.text("part", "blocking");
-          if (auto o = finish("save:" + part, e, "checkpoint_save")) {
-            if (part == "background")
-              r.background_saves.emplace_back(o->t, e.t);
-            else
-              add(o->t, e.t, kSavePriority, Category::kCheckpointSave);
-          }
-          if (e.flag("committed")) {
-            committed.emplace_back(an, e.integer("step"));
-            committed_t.push_back(e.t);
-          }
-          break;
-        }
-        case EventType::kDataWaitStart:
-          begin("data", e, "data_wait");
-          break;
-        case EventType::kDataWaitEnd:
-          if (auto o = finish("data", e, "data_wait")) add(o->t, e.t, kDataWaitPriority, Category::kDataLoading);
-          break;
-        case EventType::kEvalStart:
-          begin("eval", e, "eval");
-          break;
-        case EventType::kEvalEnd:
-          if (auto o = finish("eval", e, "eval")) add(o->t, e.t, kEvalPriority, Category::kEval);
-          break;
-        case EventType::kCustomBadputStart: {
-          const std::string type = e.text("badput_type", "unknown");
-          begin("custom:" + type, e, "custom_badput");
-          break;
-        }
-        case EventType::kCustomBadputEnd: {
-          const std::string type = e.text("badput_type", "unknown");
-          if (auto o = finish("custom:" + type, e, "custom_badput"))
-            add(o->t, e.t, kCustomPriority, Category::kCustom, type);
-          break;
-        }
-        case EventType::kStepStart: {
-          const int64_t step = e.integer("step");
-          if (const auto orphan = orphans.find(step); orphan != orphans.end()) {
-            warn(
-                fmt::format("line {}: clock went backwards: step {} ends {:.3f} s before it starts (line {}); step "
-                            "ignored",
-                            orphan->second->line, step, e.t - orphan->second->t, e.line));
-            orphans.erase(orphan);
-            step_exec[step] = -1;
-            break;
-          }
-          if (step_exec.count(step)) {
-            warn(fmt::format("line {}: step {} started again in attempt {}; kept the first execution", e.line, step,
-                             an));
-            break;
-          }
-          step_exec[step] = static_cast<int>(r.steps.size());
-          r.steps.push_back(StepExec{.attempt = an, .step = step, .start = e.t, .end = e.t});
-          break;
-        }
-        case EventType::kStepEnd: {
-          const int64_t step = e.integer("step");
-          const auto it = step_exec.find(step);
-          if (it == step_exec.end()) {
-            orphans.emplace(step, &e);
-            break;
-          }
-          if (it->second < 0) break;  // a step already dropped
-          StepExec& x = r.steps[it->second];
-          if (x.completed) {
-            warn(fmt::format("line {}: step {} ended twice in attempt {}; kept the first", e.line, step, an));
-            break;
-          }
-          if (e.t < x.start) {
-            warn(fmt::format("line {}: clock went backwards: step {} ends {:.3f} s before it starts; step ignored",
-                             e.line, step, x.start - e.t));
-            const int erased = it->second;
-            r.steps.erase(r.steps.begin() + erased);
-            step_exec.erase(it);
-            for (auto& [s, idx] : step_exec)
-              if (idx > erased) --idx;
-            step_exec[step] = -1;
-            break;
-          }
-          x.end = e.t;
-          x.completed = true;
-          x.tokens = std::max<int64_t>(0, e.integer("tokens", 0));
-          x.model_flops = std::max(0.0, e.number("model_flops", 0));
-          break;
-        }
-        default:
-          break;
-      }
-    }
-    for (const auto& [key, o] : open) {
-      const double end = std::max(o.t, cut);
-      warn(fmt::format("line {}: {} never ended in attempt {}; closed at {}", o.line, key, an,
-                       a.summary.disrupted ? "the disruption" : "the end of the run"));
-      if (key == "init") add(o.t, end, kInitPriority, Category::kInit);
-      if (key == "compile") add(o.t, end, kCompilePriority, Category::kCompile);
-      if (key == "restore") add(o.t, end, kRestorePriority, Category::kCheckpointRestore);
-      if (key == "save:blocking") add(o.t, end, kSavePriority, Category::kCheckpointSave);
-      if (key == "data") add(o.t, end, kDataWaitPriority, Category::kDataLoading);
-      if (key == "eval") add(o.t, end, kEvalPriority, Category::kEval);
-      if (key.starts_with("custom:")) add(o.t, end, kCustomPriority, Category::kCustom, key.substr(7));
-    }
-    for (const auto& [step, orphan] : orphans)
-      warn(fmt::format("line {}: step_end of step {} without a step_start (attempt {}); ignored", orphan->line, step,
-                       an));
-    for (auto& [step, idx] : step_exec) {
-      if (idx < 0) continue;
-      StepExec& x = r.steps[idx];
-      if (!x.completed) x.end = std::max(x.start, a.summary.disrupted ? cut : r.end);
-    }
-  }
-  std::stable_sort(r.steps.begin(), r.steps.end(), [](const StepExec& a, const StepExec& b) {
-    return a.attempt != b.attempt ? a.attempt < b.attempt : a.start < b.start;
-  });
-
-  // ---- kept or wasted: progress is lost when a later attempt re-runs it, or when a
+// ---- kept or wasted: progress is lost when a later attempt re-runs it, or when a
+// failed final attempt has no committed checkpoint covering it ----
+void GoodputComputation::classify_kept() {
   // failed final attempt has no committed checkpoint covering it ----
   std::map<int, int64_t> first_step_of;
   for (const StepExec& x : r.steps)
@@ -380,8 +160,11 @@ GoodputReport compute_goodput(const EventLog& log, const CalculatorOptions& opti
       }
     }
   }
+}
 
-  // ---- step intervals: [start, end] plus the loop's gap to the next step ----
+// ---- step intervals: [start, end] plus the loop's gap to the next step; launch
+// waits; recovery windows ----
+void GoodputComputation::add_step_and_recovery_intervals() {
   std::vector<double> measured;
   for (const StepExec& x : r.steps)
     if (x.completed) measured.push_back(x.end - x.start);
@@ -418,8 +201,10 @@ GoodputReport compute_goodput(const EventLog& log, const CalculatorOptions& opti
       intervals.push_back(
           Interval{from, to, kRecoveryWindow, Category::kInfrastructureRecovery, a.summary.attempt, -1, {}});
   }
+}
 
-  // ---- sweep: every elementary stretch goes to the highest-priority interval over it ----
+// ---- sweep: every elementary stretch goes to the highest-priority interval over it ----
+void GoodputComputation::sweep() {
   struct Boundary {
     double t;
     bool opens;
@@ -474,10 +259,11 @@ GoodputReport compute_goodput(const EventLog& log, const CalculatorOptions& opti
     }
   }
   emit(cursor, r.end);
+}
 
-  // ---- program start-up: the first kept step's excess over the median kept step ----
+// ---- program start-up: the first kept step's excess over the median kept step ----
+void GoodputComputation::attribute_startup() {
   std::vector<double> attributed;
-  std::set<int> first_exec;
   {
     std::map<int, int> first_of_attempt;
     for (size_t i = 0; i < r.steps.size(); ++i)
@@ -510,8 +296,10 @@ GoodputReport compute_goodput(const EventLog& log, const CalculatorOptions& opti
       excess -= take;
     }
   }
+}
 
-  // ---- totals ----
+// ---- totals ----
+void GoodputComputation::totals() {
   for (const Segment& seg : r.segments) {
     r.seconds[static_cast<int>(seg.category)] += seg.end - seg.start;
     if (seg.category == Category::kCustom) r.custom_seconds[seg.custom_type] += seg.end - seg.start;
@@ -535,7 +323,10 @@ GoodputReport compute_goodput(const EventLog& log, const CalculatorOptions& opti
     if (a->summary.disrupted) ++r.disruptions;
     r.attempts.push_back(a->summary);
   }
+}
 
+// ---- goodput, its factors and MFU ----
+void GoodputComputation::goodput_ratios() {
   const double productive = r.seconds_of(Category::kProductive);
   const double waiting = r.seconds_of(Category::kSchedulingWait);
   r.has_scheduling_records = !launch_waits.empty();
@@ -568,8 +359,10 @@ GoodputReport compute_goodput(const EventLog& log, const CalculatorOptions& opti
     r.notes.push_back("no model FLOPs in the step records: Program Goodput (MFU) unknown");
   }
   if (r.peak_flops > 0) r.notes.push_back("peak FLOP/s from " + r.peak_source);
+}
 
-  // ---- step-time statistics ----
+// ---- step-time statistics ----
+void GoodputComputation::step_statistics() {
   StepStats& st = r.step_stats;
   std::vector<double> durations;
   for (const StepExec& x : r.steps)
@@ -619,7 +412,15 @@ GoodputReport compute_goodput(const EventLog& log, const CalculatorOptions& opti
     w.median_step_s = median(in);
     st.windows.push_back(w);
   }
-  return r;
+}
+
+}  // namespace detail
+
+std::string_view category_name(Category category) { return kCategoryNames[static_cast<int>(category)].first; }
+std::string_view category_label(Category category) { return kCategoryNames[static_cast<int>(category)].second; }
+
+GoodputReport compute_goodput(const EventLog& log, const CalculatorOptions& options) {
+  return detail::GoodputComputation(log, options).run();
 }
 
 }  // namespace tessera::goodput

@@ -175,9 +175,11 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
     donated[static_cast<size_t>(d)] = true;
   }
   const std::optional<std::vector<std::optional<dist::Sharding>>> in = spmd_input_shardings(s.options, leaves);
-  std::shared_ptr<compiler::CompilationCache> cache = in ? nullptr : cache_for(s.options);
+  std::shared_ptr<compiler::CompilationCache> cache = cache_for(s.options);
   std::optional<compiler::IndexKey> index_key;
-  if (cache && !s.options.cache_identity.empty() && compiler::compilation_index_enabled() &&
+  // The index keys a call by its argument types, which do not say how they are sharded:
+  // SPMD calls use the program-level cache only.
+  if (cache && !in && !s.options.cache_identity.empty() && compiler::compilation_index_enabled() &&
       !compiler::build_identity().empty()) {
     index_key = compiler::jit_index_key(s.options, args, key, donated);
     Tree outputs;
@@ -210,15 +212,26 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
     size_t n_out = entry.traced.outputs.size();
     if (!out.empty()) out.resize(n_out);
     dist::PartitionedProgram program = dist::partition(entry.traced, spmd_mesh(*in, out), *in, out, partition_options);
-    entry.spmd = std::make_shared<dist::SpmdExecutable>(std::move(program), s.options.compile, donated);
+    // Each device's executable of the per-device program: from the persistent cache (the
+    // collectives' attributes name the mesh, so the key tells meshes apart), else
+    // compiled and stored.
+    std::optional<compiler::CacheKey> spmd_key;
+    if (cache) spmd_key = compiler::make_cache_key(program.local, donated, s.options.compile, s.options.device);
+    auto make_executable = [&](const compiler::Graph& local,
+                               const std::vector<bool>& local_donated) -> std::unique_ptr<compiler::Executable> {
+      if (spmd_key)
+        if (std::unique_ptr<compiler::Executable> exe = cache->load(*spmd_key)) return exe;
+      std::unique_ptr<compiler::Executable> exe = compiler::compile(local, s.options.compile, local_donated);
+      if (spmd_key) cache->store(*spmd_key, *exe);
+      return exe;
+    };
+    entry.spmd = std::make_shared<dist::SpmdExecutable>(std::move(program), donated, make_executable);
     // Device 0's executable stands for the program (stats, profile); owned by spmd.
     entry.executable = std::shared_ptr<compiler::Executable>(entry.spmd, &entry.spmd->executable(0));
   } else {
     entry.executable =
         compile_with_cache(cache.get(), entry.traced, s.options, donated, index_key, entry.output_structure);
   }
-  if (entry.spmd && compiler::compilation_cache())
-    compiler::note_compilation_cache_skip(s.options.name, "SPMD programs are not serializable yet");
   if (const compiler::DeviceSpec device = compiler::DeviceSpec::parse(s.options.device); device.cuda) {
     if (entry.spmd)
       fail<ValueError>("jit @{}: sharded programs on GPUs are not supported yet (device {}); run SPMD on the CPU",

@@ -8,18 +8,24 @@
 
 namespace tessera::dist {
 
-SpmdExecutable::SpmdExecutable(PartitionedProgram program, const compiler::CompileOptions& options,
-                               std::vector<bool> donated)
+SpmdExecutable::SpmdExecutable(PartitionedProgram program, std::vector<bool> donated,
+                               const ExecutableFactory& make_executable)
     : program_(std::move(program)), donated_(std::move(donated)) {
   donated_.resize(program_.parameter_shardings.size(), false);
   check_mesh(program_.mesh);
   for (int d : local_devices())
     if (d < program_.mesh.size()) devices_.push_back(d);
   // Every device runs the same program; each needs its own arena and bindings.
-  for (size_t i = 0; i < devices_.size(); ++i)
-    per_device_.push_back(compiler::compile(program_.local, options, donated_));
+  for (size_t i = 0; i < devices_.size(); ++i) per_device_.push_back(make_executable(program_.local, donated_));
   last_stats_.resize(devices_.size());
 }
+
+SpmdExecutable::SpmdExecutable(PartitionedProgram program, const compiler::CompileOptions& options,
+                               std::vector<bool> donated)
+    : SpmdExecutable(std::move(program), std::move(donated),
+                     [&](const compiler::Graph& local, const std::vector<bool>& d) {
+                       return compiler::compile(local, options, d);
+                     }) {}
 
 std::vector<Array> SpmdExecutable::run(const std::vector<Array>& args) {
   const auto& in = program_.parameter_shardings;

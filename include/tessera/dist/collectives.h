@@ -70,4 +70,9 @@ Array all_to_all(const Array& x, const Mesh& mesh, const std::vector<int>& axes,
 Array shard_slice(const Array& x, const Mesh& mesh, const std::vector<int>& axes, int dim);
 Array shard_pad(const Array& x, const Mesh& mesh, const std::vector<int>& axes, int dim);
 
+// Teaches the IR parser (compiler/primitive_registry.h) the collectives, so per-device
+// SPMD programs parse and deserialize (the compilation cache stores them). Idempotent;
+// src/api/runtime_hooks.cpp calls it when a program starts.
+void register_collective_parsers();
+
 }  // namespace tessera::dist

@@ -4,6 +4,7 @@
 // arguments are sharded (or that names in/out shardings).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,13 @@ namespace tessera::dist {
 
 class SpmdExecutable {
  public:
+  // Builds each device's executable of program.local (each device needs its own arena
+  // and bindings): jit passes one that loads it from the persistent compilation cache
+  // or compiles and stores it.
+  using ExecutableFactory = std::function<std::unique_ptr<compiler::Executable>(const compiler::Graph& local,
+                                                                                const std::vector<bool>& donated)>;
+  SpmdExecutable(PartitionedProgram program, std::vector<bool> donated, const ExecutableFactory& make_executable);
+  // Compiles program.local once per device.
   SpmdExecutable(PartitionedProgram program, const compiler::CompileOptions& options, std::vector<bool> donated);
 
   // Global arguments (sharded arrays, or host arrays that are split on the fly) ->

@@ -243,6 +243,14 @@ PrimitivePtr make_primitive(const std::string& name, const std::string& attribut
   return primitive;
 }
 
+std::vector<std::string> primitive_names() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : r.factories) names.push_back(name);
+  return names;
+}
+
 void register_primitive(const std::string& name, PrimitiveFactory factory) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);

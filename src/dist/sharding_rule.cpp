@@ -56,6 +56,14 @@ const ShardingRule* find_sharding_rule(const Primitive& primitive) {
   return it == registry().end() ? nullptr : it->second.get();
 }
 
+std::vector<std::string> sharding_rule_keys() {
+  register_builtins();
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  std::vector<std::string> keys;
+  for (const auto& [key, rule] : registry()) keys.push_back(key);
+  return keys;
+}
+
 namespace rules {
 
 void add(const std::string& primitive_name, RuleFn fn) {

@@ -21,5 +21,7 @@ using PrimitiveFactory = std::function<PrimitivePtr(const AttributeMap&)>;
 PrimitivePtr make_primitive(const std::string& name, const std::string& attributes);
 // Adds or replaces a factory (backends and tests register their own primitives).
 void register_primitive(const std::string& name, PrimitiveFactory factory);
+// Every op name with a factory, sorted (the op-coverage test walks it).
+std::vector<std::string> primitive_names();
 
 }  // namespace tessera::compiler

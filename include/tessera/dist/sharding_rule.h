@@ -20,6 +20,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +59,11 @@ namespace tessera::dist {
 void register_sharding_rule(const std::string& primitive_name, std::shared_ptr<const ShardingRule> rule);
 // The rule registered under primitive.sharding_rule_key(), else nullptr.
 const ShardingRule* find_sharding_rule(const Primitive& primitive);
+// Every key with a registered rule, sorted (the op-coverage test walks it).
+std::vector<std::string> sharding_rule_keys();
+// The primitives that deliberately have no sharding rule, each with the reason: the
+// partitioner asks for a sharding constraint around them (rules_opt_out.cpp).
+const std::map<std::string, std::string>& primitives_without_sharding_rule();
 
 // Helpers for rules.
 namespace rules {

@@ -53,4 +53,16 @@ std::vector<std::string> kernel_names() {
   return names;
 }
 
+const std::map<std::string, std::string>& primitives_without_kernel() {
+  static const std::map<std::string, std::string> opt_out = [] {
+    std::map<std::string, std::string> m;
+    for (const char* collective :
+         {"all_gather", "all_reduce", "all_to_all", "reduce_scatter", "shard_pad", "shard_slice"})
+      m[collective] =
+          "SPMD programs do not run on GPUs yet: collectives go through NCCL communicators outside GPU programs";
+    return m;
+  }();
+  return opt_out;
+}
+
 }  // namespace tessera::cuda

@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -78,6 +79,9 @@ void register_group_kernel(std::string_view op, GroupKernelFn fn, int shared_inp
 const GroupKernelFn* find_group_kernel(std::string_view op, int* shared_inputs_from);
 // Names of every op with a kernel, sorted (error messages, docs).
 std::vector<std::string> kernel_names();
+// The primitives that deliberately have no CUDA kernel, each with the reason (the
+// op-coverage test fails for a primitive with neither).
+const std::map<std::string, std::string>& primitives_without_kernel();
 
 // The primitive as its class (ir/primitives/<family>.h); an Error naming `op` when a
 // kernel was registered under the wrong name.

@@ -1,10 +1,8 @@
 // CPU evaluation of layout primitives and reductions.
 #include "backend/cpu/kernels/copy.h"
 #include "backend/cpu/kernels/elementwise.h"
-#include "backend/cpu/kernels/reduce.h"
 #include "tessera/core/array.h"
 #include "tessera/ir/primitives/layout.h"
-#include "tessera/ir/primitives/reduce.h"
 
 namespace tessera {
 
@@ -72,20 +70,6 @@ void Concatenate::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>&
     if (in.size() > 0) cpu::strided_store(in.dtype(), in.raw_data(), in.shape(), out.mutable_raw_data(), offset, dst);
     offset += in.shape()[axis_] * dst[axis_];
   }
-}
-
-void Reduce::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
-  const Array& x = inputs[0];
-  Array& out = outputs[0];
-  out.allocate();
-  cpu::reduce(static_cast<cpu::ReduceOp>(kind_), x.dtype(), x.raw_data(), x.shape(), axes_, out.mutable_raw_data());
-}
-
-void ArgReduce::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
-  const Array& x = inputs[0];
-  Array& out = outputs[0];
-  out.allocate();
-  cpu::arg_reduce(is_max_, x.dtype(), x.raw_data(), x.shape(), axis_, out.mutable_data<int64_t>());
 }
 
 }  // namespace tessera

@@ -1,10 +1,7 @@
 // CPU evaluation of the fused NN primitives and random sampling.
-#include "backend/cpu/kernels/attention.h"
 #include "backend/cpu/kernels/nn.h"
-#include "backend/cpu/kernels/random.h"
 #include "tessera/core/array.h"
 #include "tessera/ir/primitives/nn.h"
-#include "tessera/ir/primitives/random.h"
 
 namespace tessera {
 namespace {
@@ -74,46 +71,6 @@ void NormGrad::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& ou
   }
 }
 
-namespace {
-cpu::AttentionShape attention_shape(const AttentionConfig& c, const std::vector<Array>& inputs) {
-  const Array& q = inputs[0];
-  const Array& k = inputs[1];
-  cpu::AttentionShape s;
-  s.batch = q.shape(0);
-  s.heads = q.shape(1);
-  s.q_len = q.shape(2);
-  s.head_dim = q.shape(3);
-  s.kv_heads = k.shape(1);
-  s.kv_len = k.shape(2);
-  s.causal = c.causal;
-  s.scale = c.scale;
-  if (c.has_mask) {
-    const Array& m = inputs[3];  // [mb, mh, T, S], mb/mh are 1 or full
-    s.mask = m.raw_data();
-    int64_t plane = s.q_len * s.kv_len;
-    s.mask_h_stride = m.shape(1) == 1 ? 0 : plane;
-    s.mask_b_stride = m.shape(0) == 1 ? 0 : m.shape(1) * plane;
-  }
-  return s;
-}
-}  // namespace
-
-void Attention::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
-  for (Array& o : outputs) o.allocate();
-  cpu::AttentionShape s = attention_shape(config_, inputs);
-  cpu::attention_forward(inputs[0].dtype(), s, inputs[0].raw_data(), inputs[1].raw_data(), inputs[2].raw_data(),
-                         outputs[0].mutable_raw_data(), outputs[1].mutable_raw_data());
-}
-
-void AttentionGrad::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
-  for (Array& o : outputs) o.allocate();
-  size_t m = config_.has_mask ? 1 : 0;
-  cpu::AttentionShape s = attention_shape(config_, inputs);
-  cpu::attention_backward(inputs[0].dtype(), s, inputs[0].raw_data(), inputs[1].raw_data(), inputs[2].raw_data(),
-                          inputs[3 + m].raw_data(), inputs[4 + m].raw_data(), inputs[5 + m].raw_data(),
-                          outputs[0].mutable_raw_data(), outputs[1].mutable_raw_data(), outputs[2].mutable_raw_data());
-}
-
 void CrossEntropy::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
   const Array& logits = inputs[0];
   for (Array& o : outputs) o.allocate();
@@ -127,36 +84,6 @@ void CrossEntropyGrad::eval_cpu(const std::vector<Array>& inputs, std::vector<Ar
   cpu::cross_entropy_rows_backward(logits.dtype(), logits.raw_data(), inputs[1].data<int64_t>(), inputs[2].raw_data(),
                                    inputs[3].raw_data(), outputs[0].mutable_raw_data(), logits.shape(0),
                                    logits.shape(1), ignore_index_);
-}
-
-namespace {
-cpu::PhiloxKey philox_key(const Array& key) {
-  const uint32_t* k = key.data<uint32_t>();
-  return {k[0], k[1]};
-}
-}  // namespace
-
-void RandomSplit::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
-  outputs[0].allocate();
-  cpu::split_key(philox_key(inputs[0]), outputs[0].mutable_data<uint32_t>(), num_);
-}
-
-void RandomSample::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
-  Array& out = outputs[0];
-  out.allocate();
-  if (dist_ == Distribution::Uniform) {
-    cpu::random_uniform(philox_key(inputs[0]), out.dtype(), a_, b_, out.mutable_raw_data(), out.size());
-  } else {
-    cpu::random_normal(philox_key(inputs[0]), out.dtype(), a_, b_, out.mutable_raw_data(), out.size());
-  }
-}
-
-void RandomBernoulli::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
-  Array& out = outputs[0];
-  out.allocate();
-  const Array& p = inputs[1];
-  cpu::random_bernoulli(philox_key(inputs[0]), p.dtype(), p.raw_data(), p.size() == 1 && out.size() != 1,
-                        static_cast<bool*>(out.mutable_raw_data()), out.size());
 }
 
 }  // namespace tessera

@@ -55,8 +55,7 @@ PrimitiveFactory plain() {
   return [](const AttributeMap&) -> PrimitivePtr { return std::make_shared<P>(); };
 }
 
-void register_builtins(std::map<std::string, PrimitiveFactory>& f) {
-  // ---- elementwise ----
+void register_elementwise(std::map<std::string, PrimitiveFactory>& f) {
   for (int k = 0; k < kNumUnaryKinds; ++k) {
     auto kind = static_cast<UnaryKind>(k);
     f[unary_name(kind)] = [kind](const AttributeMap&) -> PrimitivePtr { return std::make_shared<Unary>(kind); };
@@ -70,8 +69,9 @@ void register_builtins(std::map<std::string, PrimitiveFactory>& f) {
   f["stop_gradient"] = plain<StopGradient>();
   f["identity"] = plain<Identity>();
   f["convert"] = [](const AttributeMap& a) -> PrimitivePtr { return std::make_shared<Cast>(a.get_dtype("dtype")); };
+}
 
-  // ---- layout ----
+void register_layout(std::map<std::string, PrimitiveFactory>& f) {
   f["reshape"] = [](const AttributeMap& a) -> PrimitivePtr {
     return std::make_shared<Reshape>(checked_shape(a, "reshape", "shape"));
   };
@@ -101,8 +101,9 @@ void register_builtins(std::map<std::string, PrimitiveFactory>& f) {
   f["concatenate"] = [](const AttributeMap& a) -> PrimitivePtr {
     return std::make_shared<Concatenate>(to_int(a.get_int("axis"), "concatenate", "axis"));
   };
+}
 
-  // ---- linalg ----
+void register_linalg(std::map<std::string, PrimitiveFactory>& f) {
   // Matmul prints nothing when neither operand is transposed.
   f["matmul"] = [](const AttributeMap& a) -> PrimitivePtr {
     bool trans_a = a.has("trans_a") && a.get_bool("trans_a");
@@ -110,8 +111,9 @@ void register_builtins(std::map<std::string, PrimitiveFactory>& f) {
     return std::make_shared<Matmul>(trans_a, trans_b);
   };
   f["matmul_epilogue"] = [](const AttributeMap& a) { return parse_matmul_epilogue(a); };
+}
 
-  // ---- reductions ----
+void register_reduce(std::map<std::string, PrimitiveFactory>& f) {
   const std::pair<const char*, ReduceKind> reductions[] = {{"reduce_sum", ReduceKind::Sum},
                                                            {"reduce_prod", ReduceKind::Prod},
                                                            {"reduce_max", ReduceKind::Max},
@@ -129,8 +131,9 @@ void register_builtins(std::map<std::string, PrimitiveFactory>& f) {
       return std::make_shared<ArgReduce>(is_max, to_int(a.get_int("axis"), op, "axis"));
     };
   }
+}
 
-  // ---- indexing ----
+void register_indexing(std::map<std::string, PrimitiveFactory>& f) {
   f["take"] = [](const AttributeMap& a) -> PrimitivePtr {
     return std::make_shared<Take>(to_int(a.get_int("axis"), "take", "axis"));
   };
@@ -145,8 +148,9 @@ void register_builtins(std::map<std::string, PrimitiveFactory>& f) {
     return std::make_shared<TakeAlongScatterAdd>(checked_shape(a, "scatter_add_along_axis", "shape"),
                                                  to_int(a.get_int("axis"), "scatter_add_along_axis", "axis"));
   };
+}
 
-  // ---- nn ----
+void register_nn(std::map<std::string, PrimitiveFactory>& f) {
   for (bool log : {false, true}) {
     f[log ? "log_softmax" : "softmax"] = [log](const AttributeMap&) -> PrimitivePtr {
       return std::make_shared<Softmax>(log);
@@ -182,8 +186,9 @@ void register_builtins(std::map<std::string, PrimitiveFactory>& f) {
   f["cross_entropy_grad"] = [](const AttributeMap& a) -> PrimitivePtr {
     return std::make_shared<CrossEntropyGrad>(a.get_int("ignore_index"));
   };
+}
 
-  // ---- optim ----
+void register_optim(std::map<std::string, PrimitiveFactory>& f) {
   f["adamw_update"] = [](const AttributeMap& a) -> PrimitivePtr {
     AdamWConfig config;
     const bool dynamic = a.has("dynamic") && a.get_bool("dynamic");
@@ -197,8 +202,9 @@ void register_builtins(std::map<std::string, PrimitiveFactory>& f) {
     config.weight_decay = a.get_double("weight_decay");
     return std::make_shared<AdamW>(config, dynamic);
   };
+}
 
-  // ---- random ----
+void register_random(std::map<std::string, PrimitiveFactory>& f) {
   f["random_split"] = [](const AttributeMap& a) -> PrimitivePtr {
     int64_t num = a.get_int("num");
     if (num < 0) fail<ValueError>("random_split: attribute 'num' = {} is negative", num);
@@ -213,6 +219,17 @@ void register_builtins(std::map<std::string, PrimitiveFactory>& f) {
                                           checked_shape(a, "random_normal", "shape"), a.get_dtype("dtype"));
   };
   f["random_bernoulli"] = plain<RandomBernoulli>();
+}
+
+void register_builtins(std::map<std::string, PrimitiveFactory>& f) {
+  register_elementwise(f);
+  register_layout(f);
+  register_linalg(f);
+  register_reduce(f);
+  register_indexing(f);
+  register_nn(f);
+  register_optim(f);
+  register_random(f);
 }
 
 Registry& registry() {

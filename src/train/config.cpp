@@ -119,222 +119,257 @@ void check_compute_dtype(const std::string& dtype, const std::string& where) {
                       where, dtype);
 }
 
+// [model] (model.preset is applied first: the other model keys override it)
+void add_model_fields(std::vector<Field>& f) {
+  using C = TrainConfig;
+  f.push_back(field<std::string>("model.preset", "start from a named shape (tiny, small, gpt2-124m, llama-1b, ...)",
+                                 [](C& c) -> std::string& { return c.model_preset; }));
+  f.push_back(field<std::string>("model.family", "gpt2 | llama", [](C& c) -> std::string& { return c.model.family; }));
+  f.push_back(field<int64_t>("model.vocab", "vocabulary size", [](C& c) -> int64_t& { return c.model.vocab; }));
+  f.push_back(field<int64_t>("model.dim", "model width", [](C& c) -> int64_t& { return c.model.dim; }));
+  f.push_back(field<int64_t>("model.layers", "transformer blocks", [](C& c) -> int64_t& { return c.model.layers; }));
+  f.push_back(field<int64_t>("model.heads", "attention heads", [](C& c) -> int64_t& { return c.model.heads; }));
+  f.push_back(field<int64_t>("model.kv_heads", "key/value heads (0: = heads; fewer: grouped-query)",
+                             [](C& c) -> int64_t& { return c.model.kv_heads; }));
+  f.push_back(field<int64_t>("model.mlp_dim", "MLP hidden size (0: family default)",
+                             [](C& c) -> int64_t& { return c.model.mlp_dim; }));
+  f.push_back(field<int64_t>("model.context", "longest sequence", [](C& c) -> int64_t& { return c.model.context; }));
+  f.push_back(
+      field<double>("model.dropout", "dropout while training", [](C& c) -> double& { return c.model.dropout; }));
+  f.push_back(
+      field<double>("model.norm_eps", "normalization epsilon", [](C& c) -> double& { return c.model.norm_eps; }));
+  f.push_back(
+      field<double>("model.rope_theta", "RoPE base (llama)", [](C& c) -> double& { return c.model.rope_theta; }));
+  f.push_back(field<std::string>("model.rope_scaling", "RoPE scaling (llama): none | llama3 (Llama 3.1's)",
+                                 [](C& c) -> std::string& { return c.model.rope_scaling; }));
+  f.push_back(field<double>("model.rope_factor", "llama3 RoPE scaling: factor the low frequencies are divided by",
+                            [](C& c) -> double& { return c.model.rope_factor; }));
+  f.push_back(field<double>("model.rope_low_freq_factor", "llama3 RoPE scaling: low-frequency band edge factor",
+                            [](C& c) -> double& { return c.model.rope_low_freq_factor; }));
+  f.push_back(field<double>("model.rope_high_freq_factor", "llama3 RoPE scaling: high-frequency band edge factor",
+                            [](C& c) -> double& { return c.model.rope_high_freq_factor; }));
+  f.push_back(field<int64_t>("model.rope_original_context", "llama3 RoPE scaling: the pretraining context",
+                             [](C& c) -> int64_t& { return c.model.rope_original_context; }));
+  f.push_back(field<double>("model.init_std", "weight init std", [](C& c) -> double& { return c.model.init_std; }));
+  {
+    Field tied{"model.tied_embeddings", "boolean", "LM head shares the token embedding (default: gpt2 yes, llama no)",
+               nullptr, nullptr};
+    tied.set = [](C& c, const toml::node& n, const std::string& where) {
+      auto v = n.value_exact<bool>();
+      if (!v) type_error(where, "model.tied_embeddings", "true or false", n);
+      c.model.tied_embeddings = *v;
+    };
+    tied.get = [](const C& c) { return nlohmann::json(c.model.resolved_tied()); };
+    f.push_back(std::move(tied));
+  }
+  {
+    Field dtype = field<std::string>("model.compute_dtype",
+                                     "dtype of activations and matmuls: float32 | bfloat16 | float16 (parameters and "
+                                     "optimizer state stay float32)",
+                                     [](C& c) -> std::string& { return c.model.compute_dtype; });
+    dtype.set = [](C& c, const toml::node& n, const std::string& where) {
+      auto v = n.value_exact<std::string>();
+      if (!v) type_error(where, "model.compute_dtype", "a string", n);
+      check_compute_dtype(*v, where);
+      c.model.compute_dtype = *v;
+    };
+    f.push_back(std::move(dtype));
+  }
+}
+
+// [data]
+void add_data_fields(std::vector<Field>& f) {
+  using C = TrainConfig;
+  f.push_back(
+      field<std::string>("data.train", "training token file", [](C& c) -> std::string& { return c.data.train; }));
+  f.push_back(field<std::string>("data.val", "validation token file", [](C& c) -> std::string& { return c.data.val; }));
+  f.push_back(field<std::vector<std::string>>("data.sources", "text files/directories to prepare train/val from",
+                                              [](C& c) -> std::vector<std::string>& { return c.data.sources; }));
+  f.push_back(
+      field<std::vector<std::string>>("data.fallback_sources", "used when none of data.sources exists",
+                                      [](C& c) -> std::vector<std::string>& { return c.data.fallback_sources; }));
+  f.push_back(field<std::string>("data.tokenizer",
+                                 "tokenizer spec: byte, gpt2:PATH, hf:PATH, spm:PATH, or a path (relative to the "
+                                 "current directory, like data.train)",
+                                 [](C& c) -> std::string& { return c.data.tokenizer; }));
+  f.push_back(field<double>("data.val_fraction", "share of prepared tokens kept for validation",
+                            [](C& c) -> double& { return c.data.val_fraction; }));
+}
+
+// [optimizer]
+void add_optimizer_fields(std::vector<Field>& f) {
+  using C = TrainConfig;
+  f.push_back(
+      field<std::string>("optimizer.name", "adamw | sgd", [](C& c) -> std::string& { return c.optimizer.name; }));
+  f.push_back(field<double>("optimizer.lr", "peak learning rate", [](C& c) -> double& { return c.schedule.peak_lr; }));
+  f.push_back(field<double>("optimizer.beta1", "AdamW beta1", [](C& c) -> double& { return c.optimizer.beta1; }));
+  f.push_back(field<double>("optimizer.beta2", "AdamW beta2", [](C& c) -> double& { return c.optimizer.beta2; }));
+  f.push_back(field<double>("optimizer.eps", "AdamW epsilon", [](C& c) -> double& { return c.optimizer.eps; }));
+  f.push_back(field<double>("optimizer.weight_decay", "decoupled weight decay",
+                            [](C& c) -> double& { return c.optimizer.weight_decay; }));
+  f.push_back(
+      field<double>("optimizer.momentum", "SGD momentum", [](C& c) -> double& { return c.optimizer.momentum; }));
+  f.push_back(
+      field<bool>("optimizer.nesterov", "SGD Nesterov momentum", [](C& c) -> bool& { return c.optimizer.nesterov; }));
+  f.push_back(field<double>("optimizer.clip_norm", "global gradient-norm clip (0: off)",
+                            [](C& c) -> double& { return c.optimizer.clip_norm; }));
+  {
+    Field no_decay{"optimizer.no_decay", "string list",
+                   "parameter kinds without weight decay (weight, bias, norm, embedding)", nullptr, nullptr};
+    no_decay.set = [](C& c, const toml::node& n, const std::string& where) {
+      c.optimizer.no_decay.clear();
+      for (const std::string& name : read_string_list(n, where, "optimizer.no_decay"))
+        c.optimizer.no_decay.push_back(param_kind_from_name(name, where));
+    };
+    no_decay.get = [](const C& c) {
+      nlohmann::json names = nlohmann::json::array();
+      for (nn::ParamKind kind : c.optimizer.no_decay) names.push_back(nn::to_string(kind));
+      return names;
+    };
+    f.push_back(std::move(no_decay));
+  }
+  {
+    Field loss_scale{"optimizer.loss_scale", "string/float",
+                     "loss scaling: auto (dynamic for float16 compute, else none) | dynamic | none | a static scale "
+                     "(0: none)",
+                     nullptr, nullptr};
+    loss_scale.set = [](C& c, const toml::node& n, const std::string& where) {
+      optim::LossScaleConfig& ls = c.optimizer.loss_scale;
+      if (auto text = n.value_exact<std::string>()) {
+        if (*text == "auto") {
+          ls.mode = optim::LossScaling::Auto;
+        } else if (*text == "dynamic") {
+          ls.mode = optim::LossScaling::Dynamic;
+        } else if (*text == "none") {
+          ls.mode = optim::LossScaling::Off;
+        } else {
+          fail<ConfigError>("{}: 'optimizer.loss_scale' = \"{}\" is unknown (expected auto, dynamic, none or a number)",
+                            where, *text);
+        }
+        return;
+      }
+      const double scale = read_float(n, where, "optimizer.loss_scale");
+      if (!(scale >= 0) || !std::isfinite(scale))
+        fail<ConfigError>("{}: 'optimizer.loss_scale' = {} (expected a finite scale >= 0; 0: none)", where, scale);
+      ls.mode = scale == 0 ? optim::LossScaling::Off : optim::LossScaling::Static;
+      if (scale > 0) ls.static_scale = scale;
+    };
+    loss_scale.get = [](const C& c) {
+      const optim::LossScaleConfig& ls = c.optimizer.loss_scale;
+      if (ls.mode == optim::LossScaling::Static) return nlohmann::json(ls.static_scale);
+      return nlohmann::json(optim::loss_scaling_name(ls.mode));
+    };
+    f.push_back(std::move(loss_scale));
+  }
+  f.push_back(field<double>("optimizer.loss_scale_init", "dynamic loss scaling: the first scale (2^16)",
+                            [](C& c) -> double& { return c.optimizer.loss_scale.init_scale; }));
+  f.push_back(field<int64_t>("optimizer.loss_scale_growth_interval",
+                             "dynamic loss scaling: good steps in a row before the scale grows",
+                             [](C& c) -> int64_t& { return c.optimizer.loss_scale.growth_interval; }));
+  f.push_back(field<double>("optimizer.loss_scale_growth_factor", "dynamic loss scaling: growth factor",
+                            [](C& c) -> double& { return c.optimizer.loss_scale.growth_factor; }));
+  f.push_back(field<double>("optimizer.loss_scale_backoff_factor",
+                            "dynamic loss scaling: factor on a step with non-finite gradients (skipped)",
+                            [](C& c) -> double& { return c.optimizer.loss_scale.backoff_factor; }));
+}
+
+// [schedule]
+void add_schedule_fields(std::vector<Field>& f) {
+  using C = TrainConfig;
+  f.push_back(field<std::string>("schedule.decay", "cosine | linear | constant",
+                                 [](C& c) -> std::string& { return c.schedule.decay; }));
+  f.push_back(field<int64_t>("schedule.warmup_steps", "linear warm-up steps",
+                             [](C& c) -> int64_t& { return c.schedule.warmup_steps; }));
+  f.push_back(field<double>("schedule.min_lr_ratio", "final learning rate / peak",
+                            [](C& c) -> double& { return c.schedule.min_lr_ratio; }));
+}
+
+// [train]
+void add_train_fields(std::vector<Field>& f) {
+  using C = TrainConfig;
+  f.push_back(field<int64_t>("train.steps", "optimizer steps", [](C& c) -> int64_t& { return c.loop.steps; }));
+  f.push_back(
+      field<int64_t>("train.batch", "sequences per optimizer step", [](C& c) -> int64_t& { return c.loop.batch; }));
+  f.push_back(field<int64_t>("train.micro_batch", "sequences per forward/backward (0: = batch)",
+                             [](C& c) -> int64_t& { return c.loop.micro_batch; }));
+  f.push_back(field<int64_t>("train.seq", "tokens per sequence", [](C& c) -> int64_t& { return c.loop.seq; }));
+  f.push_back(field<double>("train.time_limit_s", "stop after this many seconds of training (0: none)",
+                            [](C& c) -> double& { return c.loop.time_limit_s; }));
+  f.push_back(field<int64_t>("train.log_interval", "steps between progress records",
+                             [](C& c) -> int64_t& { return c.loop.log_interval; }));
+  f.push_back(field<int64_t>("train.eval_interval", "steps between validation passes (0: at the end)",
+                             [](C& c) -> int64_t& { return c.loop.eval_interval; }));
+  f.push_back(field<int64_t>("train.eval_batches", "validation batches per pass",
+                             [](C& c) -> int64_t& { return c.loop.eval_batches; }));
+}
+
+// [checkpoint]
+void add_checkpoint_fields(std::vector<Field>& f) {
+  using C = TrainConfig;
+  f.push_back(field<int64_t>("checkpoint.interval", "steps between checkpoints (0: at the end)",
+                             [](C& c) -> int64_t& { return c.checkpoint.interval; }));
+  f.push_back(field<int>("checkpoint.keep_last", "newest checkpoints kept",
+                         [](C& c) -> int& { return c.checkpoint.keep_last; }));
+  f.push_back(field<int>("checkpoint.keep_every", "also keep multiples of this step (0: none)",
+                         [](C& c) -> int& { return c.checkpoint.keep_every; }));
+  f.push_back(field<bool>("checkpoint.async", "write checkpoints in a background thread",
+                          [](C& c) -> bool& { return c.checkpoint.async; }));
+  f.push_back(field<std::string>("checkpoint.local_dir", "fast local checkpoint tier, e.g. /dev/shm/... (\"\": off)",
+                                 [](C& c) -> std::string& { return c.checkpoint.local_dir; }));
+  f.push_back(field<int64_t>("checkpoint.local_interval", "steps between local-tier checkpoints",
+                             [](C& c) -> int64_t& { return c.checkpoint.local_interval; }));
+  f.push_back(field<int>("checkpoint.local_keep_last", "newest local-tier checkpoints kept",
+                         [](C& c) -> int& { return c.checkpoint.local_keep_last; }));
+  f.push_back(field<bool>("checkpoint.auto_interval", "Young/Daly interval sqrt(2 * save cost * mtbf_s)",
+                          [](C& c) -> bool& { return c.checkpoint.auto_interval; }));
+  f.push_back(field<double>("checkpoint.mtbf_s", "assumed mean time between failures (auto_interval)",
+                            [](C& c) -> double& { return c.checkpoint.mtbf_s; }));
+}
+
+// [run]
+void add_run_fields(std::vector<Field>& f) {
+  using C = TrainConfig;
+  f.push_back(field<std::string>("run.dir", "run directory (checkpoints, metrics, goodput)",
+                                 [](C& c) -> std::string& { return c.run.dir; }));
+  f.push_back(field<uint64_t>("run.seed", "seed of init, data order and dropout",
+                              [](C& c) -> uint64_t& { return c.run.seed; }));
+  f.push_back(field<int>("run.threads", "CPU threads (0: all cores)", [](C& c) -> int& { return c.run.threads; }));
+  f.push_back(field<std::string>("run.device", "where the training step runs: cpu, cuda or cuda:N",
+                                 [](C& c) -> std::string& { return c.run.device; }));
+  f.push_back(field<bool>("run.tensorboard",
+                          "write the metrics.jsonl scalars as TensorBoard events (RUN_DIR/tensorboard)",
+                          [](C& c) -> bool& { return c.run.tensorboard; }));
+  f.push_back(field<std::string>("run.init_from",
+                                 "start from these weights: a Hugging Face directory, a checkpoint or a run (the "
+                                 "model shape comes from there)",
+                                 [](C& c) -> std::string& { return c.run.init_from; }));
+  f.push_back(field<std::string>("run.compilation_cache",
+                                 "persistent compilation cache directory: auto (RUN_DIR/compilation_cache, or "
+                                 "TESSERA_COMPILATION_CACHE_DIR when set), \"\" (off) or a path",
+                                 [](C& c) -> std::string& { return c.run.compilation_cache; }));
+}
+
+// [parallel]
+void add_parallel_fields(std::vector<Field>& f) {
+  using C = TrainConfig;
+  f.push_back(field<std::string>("parallel.mesh", "device mesh, e.g. data=2,fsdp=2,tensor=2 (empty: one device)",
+                                 [](C& c) -> std::string& { return c.parallel.mesh; }));
+  f.push_back(field<std::string>("parallel.rules",
+                                 "logical axis rules over the defaults, e.g. embed=fsdp,heads=tensor,vocab=",
+                                 [](C& c) -> std::string& { return c.parallel.rules; }));
+}
+
 const std::vector<Field>& schema() {
   static const std::vector<Field> fields = [] {
-    using C = TrainConfig;
     std::vector<Field> f;
-    // [model] (model.preset is applied first: the other model keys override it)
-    f.push_back(field<std::string>("model.preset", "start from a named shape (tiny, small, gpt2-124m, llama-1b, ...)",
-                                   [](C& c) -> std::string& { return c.model_preset; }));
-    f.push_back(
-        field<std::string>("model.family", "gpt2 | llama", [](C& c) -> std::string& { return c.model.family; }));
-    f.push_back(field<int64_t>("model.vocab", "vocabulary size", [](C& c) -> int64_t& { return c.model.vocab; }));
-    f.push_back(field<int64_t>("model.dim", "model width", [](C& c) -> int64_t& { return c.model.dim; }));
-    f.push_back(field<int64_t>("model.layers", "transformer blocks", [](C& c) -> int64_t& { return c.model.layers; }));
-    f.push_back(field<int64_t>("model.heads", "attention heads", [](C& c) -> int64_t& { return c.model.heads; }));
-    f.push_back(field<int64_t>("model.kv_heads", "key/value heads (0: = heads; fewer: grouped-query)",
-                               [](C& c) -> int64_t& { return c.model.kv_heads; }));
-    f.push_back(field<int64_t>("model.mlp_dim", "MLP hidden size (0: family default)",
-                               [](C& c) -> int64_t& { return c.model.mlp_dim; }));
-    f.push_back(field<int64_t>("model.context", "longest sequence", [](C& c) -> int64_t& { return c.model.context; }));
-    f.push_back(
-        field<double>("model.dropout", "dropout while training", [](C& c) -> double& { return c.model.dropout; }));
-    f.push_back(
-        field<double>("model.norm_eps", "normalization epsilon", [](C& c) -> double& { return c.model.norm_eps; }));
-    f.push_back(
-        field<double>("model.rope_theta", "RoPE base (llama)", [](C& c) -> double& { return c.model.rope_theta; }));
-    f.push_back(field<std::string>("model.rope_scaling", "RoPE scaling (llama): none | llama3 (Llama 3.1's)",
-                                   [](C& c) -> std::string& { return c.model.rope_scaling; }));
-    f.push_back(field<double>("model.rope_factor", "llama3 RoPE scaling: factor the low frequencies are divided by",
-                              [](C& c) -> double& { return c.model.rope_factor; }));
-    f.push_back(field<double>("model.rope_low_freq_factor", "llama3 RoPE scaling: low-frequency band edge factor",
-                              [](C& c) -> double& { return c.model.rope_low_freq_factor; }));
-    f.push_back(field<double>("model.rope_high_freq_factor", "llama3 RoPE scaling: high-frequency band edge factor",
-                              [](C& c) -> double& { return c.model.rope_high_freq_factor; }));
-    f.push_back(field<int64_t>("model.rope_original_context", "llama3 RoPE scaling: the pretraining context",
-                               [](C& c) -> int64_t& { return c.model.rope_original_context; }));
-    f.push_back(field<double>("model.init_std", "weight init std", [](C& c) -> double& { return c.model.init_std; }));
-    {
-      Field tied{"model.tied_embeddings", "boolean", "LM head shares the token embedding (default: gpt2 yes, llama no)",
-                 nullptr, nullptr};
-      tied.set = [](C& c, const toml::node& n, const std::string& where) {
-        auto v = n.value_exact<bool>();
-        if (!v) type_error(where, "model.tied_embeddings", "true or false", n);
-        c.model.tied_embeddings = *v;
-      };
-      tied.get = [](const C& c) { return nlohmann::json(c.model.resolved_tied()); };
-      f.push_back(std::move(tied));
-    }
-    {
-      Field dtype = field<std::string>("model.compute_dtype",
-                                       "dtype of activations and matmuls: float32 | bfloat16 | float16 (parameters and "
-                                       "optimizer state stay float32)",
-                                       [](C& c) -> std::string& { return c.model.compute_dtype; });
-      dtype.set = [](C& c, const toml::node& n, const std::string& where) {
-        auto v = n.value_exact<std::string>();
-        if (!v) type_error(where, "model.compute_dtype", "a string", n);
-        check_compute_dtype(*v, where);
-        c.model.compute_dtype = *v;
-      };
-      f.push_back(std::move(dtype));
-    }
-    // [data]
-    f.push_back(
-        field<std::string>("data.train", "training token file", [](C& c) -> std::string& { return c.data.train; }));
-    f.push_back(
-        field<std::string>("data.val", "validation token file", [](C& c) -> std::string& { return c.data.val; }));
-    f.push_back(field<std::vector<std::string>>("data.sources", "text files/directories to prepare train/val from",
-                                                [](C& c) -> std::vector<std::string>& { return c.data.sources; }));
-    f.push_back(
-        field<std::vector<std::string>>("data.fallback_sources", "used when none of data.sources exists",
-                                        [](C& c) -> std::vector<std::string>& { return c.data.fallback_sources; }));
-    f.push_back(field<std::string>("data.tokenizer",
-                                   "tokenizer spec: byte, gpt2:PATH, hf:PATH, spm:PATH, or a path (relative to the "
-                                   "current directory, like data.train)",
-                                   [](C& c) -> std::string& { return c.data.tokenizer; }));
-    f.push_back(field<double>("data.val_fraction", "share of prepared tokens kept for validation",
-                              [](C& c) -> double& { return c.data.val_fraction; }));
-    // [optimizer]
-    f.push_back(
-        field<std::string>("optimizer.name", "adamw | sgd", [](C& c) -> std::string& { return c.optimizer.name; }));
-    f.push_back(
-        field<double>("optimizer.lr", "peak learning rate", [](C& c) -> double& { return c.schedule.peak_lr; }));
-    f.push_back(field<double>("optimizer.beta1", "AdamW beta1", [](C& c) -> double& { return c.optimizer.beta1; }));
-    f.push_back(field<double>("optimizer.beta2", "AdamW beta2", [](C& c) -> double& { return c.optimizer.beta2; }));
-    f.push_back(field<double>("optimizer.eps", "AdamW epsilon", [](C& c) -> double& { return c.optimizer.eps; }));
-    f.push_back(field<double>("optimizer.weight_decay", "decoupled weight decay",
-                              [](C& c) -> double& { return c.optimizer.weight_decay; }));
-    f.push_back(
-        field<double>("optimizer.momentum", "SGD momentum", [](C& c) -> double& { return c.optimizer.momentum; }));
-    f.push_back(
-        field<bool>("optimizer.nesterov", "SGD Nesterov momentum", [](C& c) -> bool& { return c.optimizer.nesterov; }));
-    f.push_back(field<double>("optimizer.clip_norm", "global gradient-norm clip (0: off)",
-                              [](C& c) -> double& { return c.optimizer.clip_norm; }));
-    {
-      Field no_decay{"optimizer.no_decay", "string list",
-                     "parameter kinds without weight decay (weight, bias, norm, embedding)", nullptr, nullptr};
-      no_decay.set = [](C& c, const toml::node& n, const std::string& where) {
-        c.optimizer.no_decay.clear();
-        for (const std::string& name : read_string_list(n, where, "optimizer.no_decay"))
-          c.optimizer.no_decay.push_back(param_kind_from_name(name, where));
-      };
-      no_decay.get = [](const C& c) {
-        nlohmann::json names = nlohmann::json::array();
-        for (nn::ParamKind kind : c.optimizer.no_decay) names.push_back(nn::to_string(kind));
-        return names;
-      };
-      f.push_back(std::move(no_decay));
-    }
-    {
-      Field loss_scale{"optimizer.loss_scale", "string/float",
-                       "loss scaling: auto (dynamic for float16 compute, else none) | dynamic | none | a static scale "
-                       "(0: none)",
-                       nullptr, nullptr};
-      loss_scale.set = [](C& c, const toml::node& n, const std::string& where) {
-        optim::LossScaleConfig& ls = c.optimizer.loss_scale;
-        if (auto text = n.value_exact<std::string>()) {
-          if (*text == "auto") {
-            ls.mode = optim::LossScaling::Auto;
-          } else if (*text == "dynamic") {
-            ls.mode = optim::LossScaling::Dynamic;
-          } else if (*text == "none") {
-            ls.mode = optim::LossScaling::Off;
-          } else {
-            fail<ConfigError>(
-                "{}: 'optimizer.loss_scale' = \"{}\" is unknown (expected auto, dynamic, none or a number)", where,
-                *text);
-          }
-          return;
-        }
-        const double scale = read_float(n, where, "optimizer.loss_scale");
-        if (!(scale >= 0) || !std::isfinite(scale))
-          fail<ConfigError>("{}: 'optimizer.loss_scale' = {} (expected a finite scale >= 0; 0: none)", where, scale);
-        ls.mode = scale == 0 ? optim::LossScaling::Off : optim::LossScaling::Static;
-        if (scale > 0) ls.static_scale = scale;
-      };
-      loss_scale.get = [](const C& c) {
-        const optim::LossScaleConfig& ls = c.optimizer.loss_scale;
-        if (ls.mode == optim::LossScaling::Static) return nlohmann::json(ls.static_scale);
-        return nlohmann::json(optim::loss_scaling_name(ls.mode));
-      };
-      f.push_back(std::move(loss_scale));
-    }
-    f.push_back(field<double>("optimizer.loss_scale_init", "dynamic loss scaling: the first scale (2^16)",
-                              [](C& c) -> double& { return c.optimizer.loss_scale.init_scale; }));
-    f.push_back(field<int64_t>("optimizer.loss_scale_growth_interval",
-                               "dynamic loss scaling: good steps in a row before the scale grows",
-                               [](C& c) -> int64_t& { return c.optimizer.loss_scale.growth_interval; }));
-    f.push_back(field<double>("optimizer.loss_scale_growth_factor", "dynamic loss scaling: growth factor",
-                              [](C& c) -> double& { return c.optimizer.loss_scale.growth_factor; }));
-    f.push_back(field<double>("optimizer.loss_scale_backoff_factor",
-                              "dynamic loss scaling: factor on a step with non-finite gradients (skipped)",
-                              [](C& c) -> double& { return c.optimizer.loss_scale.backoff_factor; }));
-    // [schedule]
-    f.push_back(field<std::string>("schedule.decay", "cosine | linear | constant",
-                                   [](C& c) -> std::string& { return c.schedule.decay; }));
-    f.push_back(field<int64_t>("schedule.warmup_steps", "linear warm-up steps",
-                               [](C& c) -> int64_t& { return c.schedule.warmup_steps; }));
-    f.push_back(field<double>("schedule.min_lr_ratio", "final learning rate / peak",
-                              [](C& c) -> double& { return c.schedule.min_lr_ratio; }));
-    // [train]
-    f.push_back(field<int64_t>("train.steps", "optimizer steps", [](C& c) -> int64_t& { return c.loop.steps; }));
-    f.push_back(
-        field<int64_t>("train.batch", "sequences per optimizer step", [](C& c) -> int64_t& { return c.loop.batch; }));
-    f.push_back(field<int64_t>("train.micro_batch", "sequences per forward/backward (0: = batch)",
-                               [](C& c) -> int64_t& { return c.loop.micro_batch; }));
-    f.push_back(field<int64_t>("train.seq", "tokens per sequence", [](C& c) -> int64_t& { return c.loop.seq; }));
-    f.push_back(field<double>("train.time_limit_s", "stop after this many seconds of training (0: none)",
-                              [](C& c) -> double& { return c.loop.time_limit_s; }));
-    f.push_back(field<int64_t>("train.log_interval", "steps between progress records",
-                               [](C& c) -> int64_t& { return c.loop.log_interval; }));
-    f.push_back(field<int64_t>("train.eval_interval", "steps between validation passes (0: at the end)",
-                               [](C& c) -> int64_t& { return c.loop.eval_interval; }));
-    f.push_back(field<int64_t>("train.eval_batches", "validation batches per pass",
-                               [](C& c) -> int64_t& { return c.loop.eval_batches; }));
-    // [checkpoint]
-    f.push_back(field<int64_t>("checkpoint.interval", "steps between checkpoints (0: at the end)",
-                               [](C& c) -> int64_t& { return c.checkpoint.interval; }));
-    f.push_back(field<int>("checkpoint.keep_last", "newest checkpoints kept",
-                           [](C& c) -> int& { return c.checkpoint.keep_last; }));
-    f.push_back(field<int>("checkpoint.keep_every", "also keep multiples of this step (0: none)",
-                           [](C& c) -> int& { return c.checkpoint.keep_every; }));
-    f.push_back(field<bool>("checkpoint.async", "write checkpoints in a background thread",
-                            [](C& c) -> bool& { return c.checkpoint.async; }));
-    f.push_back(field<std::string>("checkpoint.local_dir", "fast local checkpoint tier, e.g. /dev/shm/... (\"\": off)",
-                                   [](C& c) -> std::string& { return c.checkpoint.local_dir; }));
-    f.push_back(field<int64_t>("checkpoint.local_interval", "steps between local-tier checkpoints",
-                               [](C& c) -> int64_t& { return c.checkpoint.local_interval; }));
-    f.push_back(field<int>("checkpoint.local_keep_last", "newest local-tier checkpoints kept",
-                           [](C& c) -> int& { return c.checkpoint.local_keep_last; }));
-    f.push_back(field<bool>("checkpoint.auto_interval", "Young/Daly interval sqrt(2 * save cost * mtbf_s)",
-                            [](C& c) -> bool& { return c.checkpoint.auto_interval; }));
-    f.push_back(field<double>("checkpoint.mtbf_s", "assumed mean time between failures (auto_interval)",
-                              [](C& c) -> double& { return c.checkpoint.mtbf_s; }));
-    // [run]
-    f.push_back(field<std::string>("run.dir", "run directory (checkpoints, metrics, goodput)",
-                                   [](C& c) -> std::string& { return c.run.dir; }));
-    f.push_back(field<uint64_t>("run.seed", "seed of init, data order and dropout",
-                                [](C& c) -> uint64_t& { return c.run.seed; }));
-    f.push_back(field<int>("run.threads", "CPU threads (0: all cores)", [](C& c) -> int& { return c.run.threads; }));
-    f.push_back(field<std::string>("run.device", "where the training step runs: cpu, cuda or cuda:N",
-                                   [](C& c) -> std::string& { return c.run.device; }));
-    f.push_back(field<bool>("run.tensorboard",
-                            "write the metrics.jsonl scalars as TensorBoard events (RUN_DIR/tensorboard)",
-                            [](C& c) -> bool& { return c.run.tensorboard; }));
-    f.push_back(field<std::string>("run.init_from",
-                                   "start from these weights: a Hugging Face directory, a checkpoint or a run (the "
-                                   "model shape comes from there)",
-                                   [](C& c) -> std::string& { return c.run.init_from; }));
-    f.push_back(field<std::string>("run.compilation_cache",
-                                   "persistent compilation cache directory: auto (RUN_DIR/compilation_cache, or "
-                                   "TESSERA_COMPILATION_CACHE_DIR when set), \"\" (off) or a path",
-                                   [](C& c) -> std::string& { return c.run.compilation_cache; }));
-    // [parallel]
-    f.push_back(field<std::string>("parallel.mesh", "device mesh, e.g. data=2,fsdp=2,tensor=2 (empty: one device)",
-                                   [](C& c) -> std::string& { return c.parallel.mesh; }));
-    f.push_back(field<std::string>("parallel.rules",
-                                   "logical axis rules over the defaults, e.g. embed=fsdp,heads=tensor,vocab=",
-                                   [](C& c) -> std::string& { return c.parallel.rules; }));
+    add_model_fields(f);
+    add_data_fields(f);
+    add_optimizer_fields(f);
+    add_schedule_fields(f);
+    add_train_fields(f);
+    add_checkpoint_fields(f);
+    add_run_fields(f);
+    add_parallel_fields(f);
     return f;
   }();
   return fields;

@@ -1,0 +1,415 @@
+#include "train/train_loop.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+
+#include "tessera/backend/cuda.h"
+#include "tessera/base/error.h"
+#include "tessera/base/flags.h"
+#include "tessera/base/json_field.h"
+#include "tessera/base/statistics.h"
+#include "tessera/base/thread_pool.h"
+#include "tessera/compiler/compilation_cache.h"
+#include "tessera/compiler/device_program.h"
+#include "tessera/data/token_file.h"
+#include "tessera/dist/runtime.h"
+#include "tessera/nn/param.h"
+#include "tessera/optim/schedule.h"
+#include "tessera/train/pretrained.h"
+
+namespace tessera::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The TensorBoard scalars of a metrics.jsonl record: val_loss -> "val/loss", every
+// other number or flag -> "train/<key>"; "step" is the events' step, "final" a marker.
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& record) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& [key, value] : record.items()) {
+    if (key == "step" || key == "final") continue;
+    if (value.is_boolean())
+      out.emplace_back("train/" + key, value.get<bool>() ? 1.0 : 0.0);
+    else if (value.is_number())
+      out.emplace_back(key == "val_loss" ? std::string("val/loss") : "train/" + key, value.get<double>());
+  }
+  return out;
+}
+
+// Loss scaling: this many skipped steps in a row stop the run (a dynamic scale has
+// then backed off by 0.5^100: the gradients are not finite at any scale).
+constexpr int64_t kMaxSkippedStepsInARow = 100;
+
+}  // namespace
+
+TrainLoop::TrainLoop(const TrainConfig& config, const TrainerOptions& options, goodput::Recorder* recorder,
+                     Tree& params, Tree& opt_state, std::unique_ptr<TensorBoardWriter>& tensorboard,
+                     const std::atomic<int>& stop_signal)
+    : cfg_(config),
+      options_(options),
+      recorder_(recorder),
+      params_(params),
+      opt_state_(opt_state),
+      tensorboard_(tensorboard),
+      stop_signal_(stop_signal),
+      primary_(dist::is_primary_process()),
+      show_(options.progress && primary_),
+      run_dir_(config.run.dir) {}
+
+void TrainLoop::note(const std::string& text) const {
+  if (show_) std::fprintf(stderr, "%s\n", text.c_str());
+}
+
+std::unique_ptr<goodput::Span> TrainLoop::span(goodput::Phase phase) const {
+  return recorder_ ? std::make_unique<goodput::Span>(*recorder_, phase, std::string(), -1) : nullptr;
+}
+
+TrainSummary TrainLoop::run() {
+  setup();
+  restore();
+  open_metrics();
+  compile();
+  progress_.emplace(cfg_.loop.steps, show_);
+  heartbeat_.emplace(Heartbeat::from_environment());  // for `tessera launch`
+  loop_start_ = Clock::now();
+  summary_.stop_reason = "steps";
+  while (step_ < cfg_.loop.steps) {
+    if (std::string reason = stop_reason(); !reason.empty()) {
+      summary_.stop_reason = reason;
+      break;
+    }
+    step_once();
+  }
+  return finish();
+}
+
+// ---- setup: threads, the peak for MFU, data, model, optimizer, layout, checkpoints ----
+
+void TrainLoop::setup() {
+  auto init_span = span(goodput::Phase::kBackendInit);
+  if (cfg_.run.threads > 0) set_num_threads(cfg_.run.threads);
+  measure_peak();
+  open_data();
+  model_.emplace(cfg_.model);
+  optimizer_.emplace(cfg_.optimizer_config(), model_->specs());
+  params_ = model_->init(cfg_.run.seed);
+  opt_state_ = optimizer_->init(params_);
+  build_layout();
+  loader_.emplace(train_file_, cfg_.micro_batch_size(), cfg_.loop.seq, cfg_.run.seed);
+  val_loader_.emplace(val_file_, cfg_.micro_batch_size(), cfg_.loop.seq, cfg_.run.seed, 0, 1, /*shuffle=*/false);
+  // Checkpoint tiers, async writes, the save cadence and TESSERA_FAULT (train/checkpoint_saver.h).
+  checkpoints_.emplace(cfg_, recorder_, primary_, dist::is_multi_process() ? dist::local_devices().at(0) : 0,
+                       FaultPlan::from_env(), [this](const std::string& text) { note(text); });
+  summary_.parameters = model_->parameter_count();
+}
+
+void TrainLoop::measure_peak() {
+  if (const compiler::DeviceSpec device = compiler::DeviceSpec::parse(cfg_.run.device); device.cuda) {
+    // On a GPU, MFU is against the device's dense bf16 peak from the one device table.
+    const goodput::DeviceRecord record = cuda_device_peak(cuda::device_info(device.index));
+    if (recorder_) recorder_->device(record);
+    peak_ = record.peak_flops_per_device;
+    peak_source_ = fmt::format("{}: {}", record.name, record.source);
+  } else {
+    const goodput::Calibration calibration = calibrate_peak_flops();
+    if (recorder_) recorder_->calibration(calibration);
+    peak_ = calibration.peak_flops;
+    peak_source_ = "CPU calibration GEMM, " + calibration.method;
+  }
+  if (dist::is_multi_process()) {
+    // Every rank measured its own share of the machine(s): the job's peak is their sum.
+    dist::communicator().all_reduce(dist::local_devices().at(0), dist::world_group(), &peak_, &peak_, 1,
+                                    DType::Float64);
+  }
+  summary_.peak_flops = peak_;
+  summary_.peak_source = peak_source_;
+}
+
+void TrainLoop::open_data() {
+  if (primary_) {
+    if (std::string prepared = ensure_data(cfg_.data); !prepared.empty()) note("data: " + prepared);
+  }
+  if (dist::is_multi_process()) {
+    // The other ranks read the data rank 0 may just have prepared.
+    dist::communicator().barrier(dist::local_devices().at(0), dist::world_group());
+  }
+  tokenizer_ = data::make_tokenizer(cfg_.data.tokenizer);
+  train_file_ = std::make_shared<const data::TokenFile>(cfg_.data.train);
+  val_file_ = std::make_shared<const data::TokenFile>(cfg_.data.val);
+  for (const auto* file : {train_file_.get(), val_file_.get()}) {
+    if (file->header().tokenizer != tokenizer_->id())
+      fail<ConfigError>("data: '{}' was made with tokenizer '{}', but data.tokenizer is '{}'", file->path().string(),
+                        file->header().tokenizer, tokenizer_->id());
+  }
+  if (tokenizer_->vocab_size() > cfg_.model.vocab)
+    fail<ConfigError>("config: model.vocab = {} is smaller than the tokenizer '{}' vocabulary ({})", cfg_.model.vocab,
+                      tokenizer_->id(), tokenizer_->vocab_size());
+  for (const auto* file : {train_file_.get(), val_file_.get()}) file->check_vocabulary(cfg_.model.vocab);
+}
+
+// parallel.mesh: the SPMD layout of parameters, optimizer state and batches.
+void TrainLoop::build_layout() {
+  if (cfg_.parallel.mesh.empty()) return;
+  dist::Mesh mesh = dist::Mesh::parse(cfg_.parallel.mesh);
+  // In-process, the mesh gets its own virtual devices unless the user chose a count.
+  if (!dist::is_multi_process() && dist::device_count() < mesh.size() && flags::env("TESSERA_CPU_DEVICES") == nullptr)
+    dist::set_cpu_devices(mesh.size());
+  dist::check_mesh(mesh);
+  layout_.emplace(mesh, parse_axis_rules(cfg_.parallel.rules), model_->specs());
+  if (cfg_.micro_batch_size() % layout_->data_parallel_size() != 0)
+    fail<ConfigError>(
+        "parallel: the micro-batch of {} sequences does not split over {} data-parallel devices (mesh {})",
+        cfg_.micro_batch_size(), layout_->data_parallel_size(), mesh.to_string());
+  note(fmt::format("parallel: mesh {} on {}; batch split {} ways", mesh.to_string(), dist::runtime_description(),
+                   layout_->data_parallel_size()));
+}
+
+// ---- restore: the newest valid checkpoint, or run.init_from ----
+
+void TrainLoop::restore() {
+  {
+    auto restore_span = span(goodput::Phase::kCheckpointRestore);
+    auto warn = [this](const std::string& w) { note("warning: " + w); };
+    auto restored = checkpoints_->restore(params_, opt_state_, warn);
+    if (restored) {
+      const nlohmann::json& extra = restored->state.extra;
+      if (extra.contains("config")) {
+        // Only the model's shape must match; other keys (steps, intervals) may change on resume.
+        const TrainConfig saved = config_from_json(extra["config"]);
+        if (saved.model.family != cfg_.model.family || saved.model.dim != cfg_.model.dim ||
+            saved.model.layers != cfg_.model.layers || saved.model.vocab != cfg_.model.vocab)
+          fail<ConfigError>("resume: the checkpoint in '{}' was trained with a different model ({}); use a new run.dir",
+                            run_dir_.string(), extra["config"]["model"].dump());
+      }
+      params_ = std::move(restored->state.params);
+      opt_state_ = std::move(restored->state.opt_state);
+      step_ = restored->state.step;
+      const nlohmann::json data_position = json_field_or<nlohmann::json>(extra, "data", nlohmann::json());
+      const std::optional<uint64_t> epoch = json_field<uint64_t>(data_position, "epoch");
+      const std::optional<uint64_t> index = json_field<uint64_t>(data_position, "index");
+      if (!epoch || !index)
+        fail<IOError>("resume: checkpoint {} has no data position (manifest extra.data.epoch/index, unsigned integers)",
+                      restored->path.string());
+      loader_->set_position({*epoch, *index});
+      tokens_seen_ = json_field_or<double>(extra, "tokens_seen", 0.0);
+      summary_.last_checkpoint = restored->path;
+      note(fmt::format("resumed from step {}", step_));
+    } else if (!cfg_.run.init_from.empty()) {
+      params_ = train::load_init_params(cfg_.run.init_from, cfg_.model, warn);
+      opt_state_ = optimizer_->init(params_);
+      note(fmt::format("initialized from {}", cfg_.run.init_from));
+    }
+  }
+  summary_.start_step = step_;
+  checkpoints_->start_at(step_);
+  if (layout_) {
+    // Checkpoints hold whole arrays, so any mesh restores any checkpoint.
+    params_ = layout_->shard_params(params_);
+    opt_state_ = layout_->shard_opt_state(opt_state_);
+  }
+  flops_per_token_ = model_->flops_per_token(cfg_.loop.seq);
+  tokens_per_step_ = static_cast<double>(cfg_.loop.batch * cfg_.loop.seq);
+  note(fmt::format("model {} {:.2f}M parameters | steps {} -> {} x {} tokens | peak {:.1f} GFLOP/s ({})",
+                   cfg_.model.family, static_cast<double>(summary_.parameters) / 1e6, step_, cfg_.loop.steps,
+                   static_cast<int64_t>(tokens_per_step_), peak_ / 1e9, peak_source_));
+}
+
+void TrainLoop::open_metrics() {
+  if (primary_) metrics_.open(run_dir_ / "metrics.jsonl", std::ios::app);
+  if (primary_ && !metrics_)
+    fail<IOError>("cannot append to '{}': {}", (run_dir_ / "metrics.jsonl").string(), std::strerror(errno));
+  // Every metrics.jsonl record also goes to TensorBoard (a new event file per attempt).
+  if (primary_ && cfg_.run.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(run_dir_ / "tensorboard");
+}
+
+void TrainLoop::write_metrics(const nlohmann::json& record) {
+  if (!primary_) return;
+  metrics_ << record.dump() << "\n";
+  if (tensorboard_) tensorboard_->add_scalars(record.at("step").get<int64_t>(), tensorboard_scalars(record));
+}
+
+// ---- compile: before the first step, with the step's argument types ----
+
+void TrainLoop::compile() {
+  const Layout* layout = layout_ ? &*layout_ : nullptr;
+  evaluator_.emplace(*model_, layout, cfg_.run.device);
+  train_step_.emplace(*model_, *optimizer_, cfg_.micro_batches(), layout, cfg_.run.device);
+  // Compile time is its own phase. A batch of the right shape is all it needs (not the next one).
+  auto compile_span = span(goodput::Phase::kCompile);
+  data::DataLoader probe(val_file_, cfg_.micro_batch_size(), cfg_.loop.seq, cfg_.run.seed, 0, 1, /*shuffle=*/false);
+  const data::Batch shape_batch = probe.next();
+  const compiler::CompilationCacheStats cache_before = compiler::compilation_cache_stats();
+  train_step_->compile(params_, opt_state_, layout_ ? layout_->shard_batch(shape_batch) : shape_batch,
+                       dropout_key_for(step_));
+  // A hit: every program came from the persistent compilation cache (none compiled).
+  const compiler::CompilationCacheStats cache_after = compiler::compilation_cache_stats();
+  if (compile_span)
+    compile_span->set_cache_hit(cache_after.hits > cache_before.hits && cache_after.misses == cache_before.misses);
+}
+
+// ---- step ----
+
+std::string TrainLoop::stop_reason() {
+  if (cfg_.loop.time_limit_s > 0 && seconds_since(loop_start_) >= cfg_.loop.time_limit_s) return "time limit";
+  if (options_.stop_at_step > 0 && step_ >= options_.stop_at_step) return "stop_at_step";
+  if (const int signal = stop_signal_.load(); signal != 0) {
+    std::string reason = fmt::format("signal {}", signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "?");
+    progress_->message(fmt::format("{}: saving a checkpoint at step {} and stopping", reason, step_));
+    return reason;
+  }
+  return "";
+}
+
+std::vector<data::Batch> TrainLoop::next_batches() {
+  auto wait_span = span(goodput::Phase::kDataWait);
+  std::vector<data::Batch> micro;
+  for (int64_t i = 0; i < cfg_.micro_batches(); ++i)
+    micro.push_back(layout_ ? layout_->next_batch(*loader_, cfg_.micro_batch_size()) : loader_->next());
+  return micro;
+}
+
+// The dropout key of optimizer step `at_step`: a pure function of (seed, step), so a
+// resumed run draws the same masks as a straight one.
+std::optional<Array> TrainLoop::dropout_key_for(int64_t at_step) const {
+  if (cfg_.model.dropout <= 0) return std::nullopt;
+  return nn::param_key(cfg_.run.seed, fmt::format("dropout/{}", at_step));
+}
+
+double TrainLoop::validate() {
+  auto eval_span = span(goodput::Phase::kEval);
+  return (*evaluator_)(params_, *val_loader_, cfg_.loop.eval_batches);
+}
+
+void TrainLoop::step_once() {
+  checkpoints_->at_step_start(step_);  // a failed background save surfaces here; TESSERA_FAULT
+  const Clock::time_point t0 = Clock::now();
+  const std::vector<data::Batch> micro = next_batches();
+  const double lr = optim::learning_rate(cfg_.schedule, step_);
+  if (recorder_) recorder_->step_start(step_ + 1);
+  const StepStats stats = train_step_->run(params_, opt_state_, micro, lr, dropout_key_for(step_));
+  ++step_;
+  tokens_seen_ += tokens_per_step_;
+  if (recorder_) recorder_->step_end(step_, static_cast<int64_t>(tokens_per_step_), train_step_->compiled_flops());
+  heartbeat_->beat(step_);
+  const double dt = seconds_since(t0);
+  step_times_.push_back(dt);
+  summary_.last_loss = stats.loss;
+  // With loss scaling a non-finite step is skipped (the scale backs off) and training
+  // goes on; only a long run of them means the model itself diverged.
+  skipped_in_a_row_ = stats.skipped ? skipped_in_a_row_ + 1 : 0;
+  if (skipped_in_a_row_ >= kMaxSkippedStepsInARow)
+    fail<ValueError>(
+        "step {}: {} steps in a row had non-finite gradients and were skipped (loss {}, loss scale {:g}); lower "
+        "optimizer.lr, raise schedule.warmup_steps or use model.compute_dtype = \"bfloat16\"",
+        step_, skipped_in_a_row_, stats.loss, stats.loss_scale);
+  if (!std::isfinite(stats.loss) && !stats.skipped)
+    fail<ValueError>("step {}: the loss is {} (lr {:.3g}); lower optimizer.lr or raise schedule.warmup_steps", step_,
+                     stats.loss, lr);
+
+  const double recent =
+      median(std::vector<double>(step_times_.end() - std::min<size_t>(step_times_.size(), 20), step_times_.end()));
+  const double tps = tokens_per_step_ / recent;
+  const double mfu = flops_per_token_ * tps / peak_;
+  progress_->update({step_, stats.loss, lr, tps, mfu, recent, cfg_.loop.time_limit_s, seconds_since(loop_start_)});
+
+  nlohmann::json record = {
+      {"step", step_},          {"loss", stats.loss},  {"lr", lr},  {"grad_norm", stats.grad_norm}, {"step_s", dt},
+      {"tokens", tokens_seen_}, {"tokens_per_s", tps}, {"mfu", mfu}};
+  if (optimizer_->scales_loss()) {
+    record["loss_scale"] = stats.loss_scale;
+    record["skipped"] = stats.skipped;
+  }
+  const bool eval_now = cfg_.loop.eval_interval > 0 && step_ % cfg_.loop.eval_interval == 0 && step_ < cfg_.loop.steps;
+  if (eval_now) {
+    const double v = validate();
+    record["val_loss"] = v;
+    summary_.val_loss = v;
+    progress_->message(fmt::format("step {}: validation loss {:.4f} (perplexity {:.2f})", step_, v, std::exp(v)));
+  }
+  if (step_ % cfg_.loop.log_interval == 0 || eval_now || step_ == cfg_.loop.steps) write_metrics(record);
+  if (checkpoints_->due(step_)) {
+    metrics_.flush();
+    save(step_, /*final=*/false, recent);
+  }
+  if (options_.after_step) options_.after_step(step_);
+}
+
+// ---- checkpoint ----
+
+void TrainLoop::save(int64_t at_step, bool final, double recent_step_s) {
+  checkpoints_->save(
+      at_step,
+      [&] {
+        ckpt::CheckpointState state;
+        state.step = at_step;
+        state.params = layout_ ? Layout::gather(params_) : params_;
+        state.opt_state = layout_ ? Layout::gather(opt_state_) : opt_state_;
+        const data::LoaderPosition pos = loader_->position();
+        state.extra = {{"config", cfg_.to_json()},
+                       {"data", {{"epoch", pos.epoch}, {"index", pos.index}}},
+                       {"rng", {{"seed", cfg_.run.seed}, {"dropout_key", "param_key(seed, \"dropout/<step>\")"}}},
+                       {"tokenizer", tokenizer_->id()},
+                       {"tokenizer_spec", tokenizer_->spec()},
+                       {"tokens_seen", tokens_seen_}};
+        return state;
+      },
+      recent_step_s, final);
+}
+
+// ---- finish ----
+
+std::string TrainLoop::parallel_summary() const {
+  std::string text = fmt::format("mesh {} ({}), batch split {} ways\n", layout_->mesh().to_string(),
+                                 dist::runtime_description(), layout_->data_parallel_size());
+  for (const auto& program : train_step_->spmd_programs()) {
+    const dist::CollectiveSummary& c = program->program().summary;
+    text += fmt::format("  {}: {}", program->program().local.name, c.text().substr(0, c.text().find('\n') + 1));
+    text += fmt::format("    peak memory per device {:.1f} MiB\n",
+                        static_cast<double>(program->peak_bytes_per_device()) / (1024.0 * 1024.0));
+  }
+  text += fmt::format(
+      "  analytic bytes per step and device {:.0f} (train/parallel.h)\n",
+      layout_->analytic_step_bytes(cfg_.model.layers, cfg_.model.dim, cfg_.micro_batch_size(), cfg_.loop.seq));
+  return text;
+}
+
+TrainSummary TrainLoop::finish() {
+  progress_->finish();
+  summary_.end_step = step_;
+  summary_.train_seconds = seconds_since(loop_start_);
+  if (!step_times_.empty()) {
+    summary_.tokens_per_s = tokens_per_step_ / median(step_times_);
+    summary_.mfu = flops_per_token_ * summary_.tokens_per_s / peak_;
+  }
+  if (layout_) summary_.parallel_summary = parallel_summary();
+  if (summary_.stop_reason.starts_with("signal")) {
+    // A preemption notice leaves little time: save first, and skip the final evaluation.
+    metrics_.flush();
+    if (!checkpoints_->persisted(step_)) save(step_, /*final=*/true, median(step_times_));
+    checkpoints_->finish();  // never exit with a save in flight
+    if (!checkpoints_->last_checkpoint().empty()) summary_.last_checkpoint = checkpoints_->last_checkpoint();
+    return summary_;
+  }
+  const double v = validate();
+  summary_.val_loss = v;
+  write_metrics(nlohmann::json{{"step", step_}, {"val_loss", v}, {"final", true}});
+  metrics_.flush();
+  if (!checkpoints_->persisted(step_)) save(step_, /*final=*/true, median(step_times_));
+  checkpoints_->finish();
+  if (!checkpoints_->last_checkpoint().empty()) summary_.last_checkpoint = checkpoints_->last_checkpoint();
+  summary_.train_seconds = seconds_since(loop_start_);
+  return summary_;
+}
+
+}  // namespace tessera::train

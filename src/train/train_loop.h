@@ -1,0 +1,109 @@
+// One attempt of a training run, as named stages (Trainer::run_attempt runs one):
+//   setup     threads, the peak for MFU, data and tokenizer checks, model, optimizer,
+//             the SPMD layout, loaders, checkpoint tiers
+//   restore   the newest valid checkpoint (or run.init_from), then the layout's shards
+//   compile   the step's programs before the first step, as their own goodput phase
+//   step      one optimizer step: batches, the compiled step, loss checks, metrics,
+//             evaluation and checkpoints when due
+//   finish    the summary, the final evaluation and checkpoint (or, after a stop
+//             signal, the checkpoint only)
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/data/loader.h"
+#include "tessera/data/tokenizer.h"
+#include "tessera/goodput/recorder.h"
+#include "tessera/models/model.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/train/parallel.h"
+#include "tessera/train/progress.h"
+#include "tessera/train/tensorboard.h"
+#include "tessera/train/train_step.h"
+#include "tessera/train/trainer.h"
+#include "train/checkpoint_saver.h"
+#include "train/heartbeat.h"
+
+namespace tessera::train {
+
+class TrainLoop {
+ public:
+  // params / opt_state / tensorboard: the Trainer's, which outlive the attempt.
+  // stop_signal: set by SIGINT/SIGTERM (the loop saves and returns).
+  TrainLoop(const TrainConfig& config, const TrainerOptions& options, goodput::Recorder* recorder, Tree& params,
+            Tree& opt_state, std::unique_ptr<TensorBoardWriter>& tensorboard, const std::atomic<int>& stop_signal);
+  TrainSummary run();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  void setup();
+  void measure_peak();
+  void open_data();
+  void build_layout();
+  void restore();
+  void open_metrics();
+  void compile();
+  // The reason to stop before the next step ("" to go on).
+  std::string stop_reason();
+  void step_once();
+  TrainSummary finish();
+  std::string parallel_summary() const;
+
+  void note(const std::string& text) const;
+  std::unique_ptr<goodput::Span> span(goodput::Phase phase) const;
+  void write_metrics(const nlohmann::json& record);
+  double validate();
+  std::vector<data::Batch> next_batches();
+  std::optional<Array> dropout_key_for(int64_t at_step) const;
+  // final: the persistent tier too, whatever the interval; recent_step_s: for the
+  // Young/Daly interval.
+  void save(int64_t at_step, bool final, double recent_step_s);
+
+  const TrainConfig& cfg_;
+  const TrainerOptions& options_;
+  goodput::Recorder* recorder_;
+  Tree& params_;
+  Tree& opt_state_;
+  std::unique_ptr<TensorBoardWriter>& tensorboard_;
+  const std::atomic<int>& stop_signal_;
+  const bool primary_;
+  const bool show_;
+  const std::filesystem::path run_dir_;
+  TrainSummary summary_;
+
+  double peak_ = 0;
+  std::string peak_source_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;
+  std::shared_ptr<const data::TokenFile> train_file_, val_file_;
+  std::optional<models::Model> model_;
+  std::optional<optim::Optimizer> optimizer_;
+  std::optional<Layout> layout_;
+  std::optional<data::DataLoader> loader_, val_loader_;
+  std::optional<CheckpointSaver> checkpoints_;
+  std::optional<Evaluator> evaluator_;
+  std::optional<TrainStep> train_step_;
+
+  int64_t step_ = 0;
+  double tokens_seen_ = 0;
+  double flops_per_token_ = 0;
+  double tokens_per_step_ = 0;
+  std::ofstream metrics_;
+  std::optional<Progress> progress_;
+  std::optional<Heartbeat> heartbeat_;
+  std::vector<double> step_times_;
+  Clock::time_point loop_start_;
+  int64_t skipped_in_a_row_ = 0;  // loss scaling: steps skipped for non-finite gradients
+};
+
+}  // namespace tessera::train

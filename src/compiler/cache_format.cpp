@@ -34,22 +34,6 @@ CompilationCacheStats& global_stats() {
   return s;
 }
 
-void append_string(std::string& out, std::string_view s) {
-  append_pod(out, static_cast<uint64_t>(s.size()));
-  out.append(s.data(), s.size());
-}
-
-bool read_string(std::string_view bytes, size_t& at, std::string_view& s) {
-  uint64_t n = 0;
-  if (bytes.size() - at < sizeof(n)) return false;
-  std::memcpy(&n, bytes.data() + at, sizeof(n));
-  at += sizeof(n);
-  if (bytes.size() - at < n) return false;
-  s = bytes.substr(at, n);
-  at += n;
-  return true;
-}
-
 // The whole file ("" when it cannot be read): one fstat and read, no stream copies
 // (an index hit reads two files, and their reading is part of every warm start).
 std::string read_file(const fs::path& path) {
@@ -89,30 +73,28 @@ std::string read_header(const fs::path& path) {
 // `file_size` bytes long.
 ParsedEntry parse_entry(const std::string& bytes, uint64_t file_size, bool with_payload) {
   ParsedEntry e;
-  size_t at = 0;
   uint32_t version = 0;
   uint32_t json_size = 0;
   if (bytes.size() < sizeof(kMagic) || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
     e.error = "bad magic (not a tessera cache entry)";
     return e;
   }
-  at = sizeof(kMagic);
-  if (!read_pod(bytes, at, version) || version != kCompilationCacheFormatVersion) {
+  ByteReader r(std::string_view(bytes).substr(sizeof(kMagic)), "compilation cache entry");
+  if (!r.try_pod(version) || version != kCompilationCacheFormatVersion) {
     e.error = fmt::format("entry format version {} (expected {})", version, kCompilationCacheFormatVersion);
     return e;
   }
-  if (!read_pod(bytes, at, json_size) || bytes.size() - at < json_size) {
+  if (!r.try_pod(json_size) || !r.try_bytes(json_size, e.key_json)) {
     e.error = "truncated key";
     return e;
   }
-  e.key_json = std::string_view(bytes).substr(at, json_size);
-  at += json_size;
   uint64_t payload_size = 0;
   uint64_t payload_hash = 0;
-  if (!read_pod(bytes, at, payload_size) || !read_pod(bytes, at, payload_hash)) {
+  if (!r.try_pod(payload_size) || !r.try_pod(payload_hash)) {
     e.error = "truncated header";
     return e;
   }
+  const size_t at = sizeof(kMagic) + r.position();
   if (file_size - at != payload_size) {
     e.error = fmt::format("payload is {} bytes (header says {})", file_size - at, payload_size);
     return e;

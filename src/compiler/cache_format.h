@@ -1,6 +1,6 @@
 // Internal to the compilation cache: the on-disk formats its files share (entry and
-// index magic numbers and suffixes, POD and length-prefixed string encoding, whole-file
-// and header reads, the entry header parser) and the process-wide counters.
+// index magic numbers and suffixes, whole-file and header reads, the entry header
+// parser; values are encoded with base/bytes.h) and the process-wide counters.
 //   compilation_cache.cpp  the store: entries, listing, eviction, explain
 //   cache_key.cpp          what a key is made of, its fingerprint and JSON
 //   cache_index.cpp        the second level keyed on the call (a hit skips tracing)
@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "tessera/base/bytes.h"
 #include "tessera/compiler/compilation_cache.h"
 
 // Header-only use of libxxhash.
@@ -39,23 +40,6 @@ bool debug_notes();
 // Counters of every cache of the process (compilation_cache_stats()).
 std::mutex& global_mutex();
 CompilationCacheStats& global_stats();
-
-template <typename T>
-void append_pod(std::string& out, T v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
-}
-
-template <typename T>
-bool read_pod(const std::string& bytes, size_t& at, T& v) {
-  if (at > bytes.size() || bytes.size() - at < sizeof(T)) return false;
-  std::memcpy(&v, bytes.data() + at, sizeof(T));
-  at += sizeof(T);
-  return true;
-}
-
-// u64 length + bytes.
-void append_string(std::string& out, std::string_view s);
-bool read_string(std::string_view bytes, size_t& at, std::string_view& s);
 
 // The whole file ("" when it cannot be read): one fstat and read, no stream copies
 // (an index hit reads two files, and their reading is part of every warm start).

@@ -31,38 +31,32 @@ std::optional<IndexEntry> CompilationCache::read_index(const IndexKey& key, std:
   const std::string bytes = read_file(path);  // "" when there is none
   std::error_code ec;
   if (bytes.empty() && !fs::exists(path, ec)) return std::nullopt;
-  size_t at = sizeof(kIndexMagic);
   uint32_t version = 0;
   uint64_t hash = 0;
   if (bytes.size() < sizeof(kIndexMagic) || std::memcmp(bytes.data(), kIndexMagic, sizeof(kIndexMagic)) != 0) {
     error = "bad magic (not a tessera cache index entry)";
     return std::nullopt;
   }
-  if (!read_pod(bytes, at, version) || version != kCompilationIndexFormatVersion) {
+  ByteReader header(std::string_view(bytes).substr(sizeof(kIndexMagic)), "compilation cache index");
+  if (!header.try_pod(version) || version != kCompilationIndexFormatVersion) {
     error = fmt::format("index format version {} (expected {})", version, kCompilationIndexFormatVersion);
     return std::nullopt;
   }
-  if (!read_pod(bytes, at, hash) || XXH3_64bits(bytes.data() + at, bytes.size() - at) != hash) {
+  if (!header.try_pod(hash) || XXH3_64bits(header.rest().data(), header.rest().size()) != hash) {
     error = "body hash mismatch";
     return std::nullopt;
   }
-  const std::string_view body = std::string_view(bytes).substr(at);
-  at = 0;
+  ByteReader body(header.rest(), "compilation cache index");
   uint64_t num_parts = 0;
-  bool ok = body.size() >= sizeof(num_parts);
-  if (ok) {
-    std::memcpy(&num_parts, body.data(), sizeof(num_parts));
-    at = sizeof(num_parts);
-  }
+  bool ok = body.try_pod(num_parts);
   bool same_key = ok && num_parts == key.parts.size();
   for (uint64_t i = 0; ok && i < num_parts; ++i) {
     std::string_view name, value;
-    ok = read_string(body, at, name) && read_string(body, at, value);
+    ok = body.try_blob(name) && body.try_blob(value);
     same_key = same_key && ok && key.parts[i].first == name && key.parts[i].second == value;
   }
   std::string_view program, program_key_json, outputs;
-  ok = ok && read_string(body, at, program) && read_string(body, at, program_key_json) &&
-       read_string(body, at, outputs) && at == body.size();
+  ok = ok && body.try_blob(program) && body.try_blob(program_key_json) && body.try_blob(outputs) && body.done();
   // The fingerprint names a file: 32 hex digits and nothing else.
   ok = ok && program.size() == 32 && program.find_first_not_of("0123456789abcdef") == std::string_view::npos;
   if (!ok) {
@@ -102,19 +96,20 @@ void CompilationCache::store_index(const IndexKey& key, const IndexEntry& entry)
   if (!usable_) return;
   const std::string fp = key.fingerprint();
   try {
-    std::string body;
-    append_pod(body, static_cast<uint64_t>(key.parts.size()));
+    ByteWriter body;
+    body.pod(static_cast<uint64_t>(key.parts.size()));
     for (const auto& [name, value] : key.parts) {
-      append_string(body, name);
-      append_string(body, value);
+      body.str(name);
+      body.str(value);
     }
-    append_string(body, entry.program);
-    append_string(body, entry.program_key_json);
-    append_string(body, entry.outputs);
-    std::string header(kIndexMagic, sizeof(kIndexMagic));
-    append_pod(header, kCompilationIndexFormatVersion);
-    append_pod(header, static_cast<uint64_t>(XXH3_64bits(body.data(), body.size())));
-    write_atomically(index_path(fp), {header, body});
+    body.str(entry.program);
+    body.str(entry.program_key_json);
+    body.str(entry.outputs);
+    ByteWriter header;
+    header.bytes().assign(kIndexMagic, sizeof(kIndexMagic));
+    header.pod(kCompilationIndexFormatVersion);
+    header.pod(static_cast<uint64_t>(XXH3_64bits(body.bytes().data(), body.bytes().size())));
+    write_atomically(index_path(fp), {header.bytes(), body.bytes()});
   } catch (const std::exception& ex) {
     warn(fmt::format("could not store index entry {} ({}); the run goes on", fp, ex.what()));
     count(&CompilationCacheStats::store_failures);

@@ -130,13 +130,14 @@ void CompilationCache::store(const CacheKey& key, const Executable& executable) 
   try {
     const std::string payload = executable.serialize();
     const std::string json = key.to_json();
-    std::string header(kMagic, sizeof(kMagic));
-    append_pod(header, kCompilationCacheFormatVersion);
-    append_pod(header, static_cast<uint32_t>(json.size()));
-    header += json;
-    append_pod(header, static_cast<uint64_t>(payload.size()));
-    append_pod(header, static_cast<uint64_t>(XXH3_64bits(payload.data(), payload.size())));
-    write_atomically(entry_path(fp), {header, payload});
+    ByteWriter header;
+    header.bytes().assign(kMagic, sizeof(kMagic));
+    header.pod(kCompilationCacheFormatVersion);
+    header.pod(static_cast<uint32_t>(json.size()));
+    header.bytes() += json;
+    header.pod(static_cast<uint64_t>(payload.size()));
+    header.pod(static_cast<uint64_t>(XXH3_64bits(payload.data(), payload.size())));
+    write_atomically(entry_path(fp), {header.bytes(), payload});
     std::error_code ec;
     fs::last_write_time(entry_path(fp), fs::file_time_type::clock::now(), ec);
   } catch (const std::exception& ex) {

@@ -25,6 +25,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "tessera/base/bytes.h"
 #include "tessera/base/error.h"
 #include "tessera/compiler/executable.h"
 #include "tessera/compiler/primitive_registry.h"
@@ -41,66 +42,11 @@ constexpr char kMagic[4] = {'T', 'S', 'R', 'X'};
 constexpr size_t kPreambleBytes = sizeof(kMagic) + sizeof(uint32_t) + 2 * sizeof(uint64_t);
 constexpr uint32_t kMaxRank = 64;
 
-class Writer {
- public:
-  template <typename T>
-  void pod(T v) {
-    bytes_.append(reinterpret_cast<const char*>(&v), sizeof v);
-  }
-  void blob(const void* data, size_t n) {
-    pod<uint64_t>(n);
-    bytes_.append(static_cast<const char*>(data), n);
-  }
-  void str(std::string_view s) { blob(s.data(), s.size()); }
-  void ids(const std::vector<ValueId>& ids) {
-    pod<uint64_t>(ids.size());
-    for (ValueId v : ids) pod<int32_t>(v);
-  }
-  std::string& bytes() { return bytes_; }
-
- private:
-  std::string bytes_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
-  template <typename T>
-  T pod(const char* what) {
-    need(sizeof(T), what);
-    T v;
-    std::memcpy(&v, bytes_.data() + pos_, sizeof v);
-    pos_ += sizeof v;
-    return v;
-  }
-  std::string_view blob(const char* what) {
-    const uint64_t n = pod<uint64_t>(what);
-    need(n, what);
-    std::string_view s = bytes_.substr(pos_, n);
-    pos_ += n;
-    return s;
-  }
-  // A count (stored as Count) of records of at least `record_bytes` each: more than the
-  // bytes left is damage (and would otherwise reserve absurd amounts of memory).
-  template <typename Count = uint64_t>
-  uint64_t count(const char* what, size_t record_bytes) {
-    const uint64_t n = pod<Count>(what);
-    if (n > (bytes_.size() - pos_) / record_bytes)
-      fail<ValueError>("executable: corrupt bytes: {} {} at offset {} exceeds the {} bytes left", what, n, pos_,
-                       bytes_.size() - pos_);
-    return n;
-  }
-  bool done() const { return pos_ == bytes_.size(); }
-
- private:
-  void need(uint64_t n, const char* what) const {
-    if (n > bytes_.size() - pos_)
-      fail<ValueError>("executable: truncated bytes reading {} (need {} at offset {}, have {})", what, n, pos_,
-                       bytes_.size());
-  }
-  std::string_view bytes_;
-  size_t pos_ = 0;
-};
+// The value-id lists of graphs: a u64 count, then int32 ids.
+void write_ids(ByteWriter& w, const std::vector<ValueId>& ids) {
+  w.pod<uint64_t>(ids.size());
+  for (ValueId v : ids) w.pod<int32_t>(v);
+}
 
 // A value id read from the bytes: in range, or kNoValue where `allow_none`.
 ValueId checked_id(int32_t id, size_t num_values, const char* what, bool allow_none = false) {
@@ -108,13 +54,13 @@ ValueId checked_id(int32_t id, size_t num_values, const char* what, bool allow_n
   fail<ValueError>("executable: corrupt bytes: {} names value {} of {}", what, id, num_values);
 }
 
-std::vector<ValueId> read_ids(Reader& r, size_t num_values, const char* what) {
+std::vector<ValueId> read_ids(ByteReader& r, size_t num_values, const char* what) {
   std::vector<ValueId> ids(r.count(what, sizeof(int32_t)));
   for (ValueId& v : ids) v = checked_id(r.pod<int32_t>(what), num_values, what);
   return ids;
 }
 
-void write_graph(Writer& w, const Graph& g) {
+void write_graph(ByteWriter& w, const Graph& g) {
   w.str(g.name);
   w.pod<uint64_t>(g.values.size());
   for (const Value& v : g.values) {
@@ -132,8 +78,8 @@ void write_graph(Writer& w, const Graph& g) {
       w.blob(v.constant.raw_data(), v.constant.nbytes());
     }
   }
-  w.ids(g.parameters);
-  w.ids(g.outputs);
+  write_ids(w, g.parameters);
+  write_ids(w, g.outputs);
   w.pod<uint64_t>(g.nodes.size());
   for (const Node& node : g.nodes) {
     w.pod<uint8_t>(node.dead ? 1 : 0);
@@ -148,7 +94,7 @@ void write_graph(Writer& w, const Graph& g) {
   }
 }
 
-Graph read_graph(Reader& r) {
+Graph read_graph(ByteReader& r) {
   Graph g;
   g.name = std::string(r.blob("graph name"));
   // The smallest value record: 4 u8 fields, 2 i32, a u32 rank.
@@ -217,7 +163,7 @@ Graph read_graph(Reader& r) {
   return g;
 }
 
-void write_plan(Writer& w, const MemoryPlan& plan) {
+void write_plan(ByteWriter& w, const MemoryPlan& plan) {
   w.pod<uint64_t>(plan.values.size());
   for (const BufferAssignment& b : plan.values) {
     w.pod<uint8_t>(static_cast<uint8_t>(b.kind));
@@ -233,7 +179,7 @@ void write_plan(Writer& w, const MemoryPlan& plan) {
   w.pod<uint32_t>(static_cast<uint32_t>(plan.donations));
 }
 
-MemoryPlan read_plan(Reader& r, const Graph& g) {
+MemoryPlan read_plan(ByteReader& r, const Graph& g) {
   MemoryPlan plan;
   plan.values.resize(r.count("plan size", 29));
   if (plan.values.size() != g.values.size())
@@ -283,7 +229,7 @@ MemoryPlan read_plan(Reader& r, const Graph& g) {
 }  // namespace
 
 std::string Executable::serialize() const {
-  Writer w;
+  ByteWriter w;
   w.pod<uint64_t>(donated_.size());
   for (bool d : donated_) w.pod<uint8_t>(d ? 1 : 0);
   write_graph(w, graph_);
@@ -304,7 +250,7 @@ std::string Executable::serialize() const {
 std::unique_ptr<Executable> Executable::deserialize(std::string_view bytes) {
   if (bytes.size() < sizeof kMagic + sizeof(uint32_t) || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
     fail<ValueError>("executable: not a serialized tessera executable (bad magic)");
-  Reader preamble(bytes.substr(sizeof kMagic));
+  ByteReader preamble(bytes.substr(sizeof kMagic), "executable");
   const auto version = preamble.pod<uint32_t>("version");
   if (version != kExecutableFormatVersion)
     fail<ValueError>("executable: format version {} is not supported (this build reads version {})", version,
@@ -316,7 +262,7 @@ std::unique_ptr<Executable> Executable::deserialize(std::string_view bytes) {
     fail<ValueError>("executable: truncated bytes: the body has {} bytes (the header says {})", body.size(), length);
   if (XXH3_64bits(body.data(), body.size()) != hash)
     fail<ValueError>("executable: corrupt bytes: the body hash does not match (damaged)");
-  Reader r(body);
+  ByteReader r(body, "executable");
   std::vector<bool> donated(r.count("donation count", 1));
   for (size_t i = 0; i < donated.size(); ++i) donated[i] = r.pod<uint8_t>("donation flag") != 0;
   Graph graph = read_graph(r);

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/dist/api.h"
-#include "tessera/dist/runtime.h"
+#include "tessera/spmd/api.h"
+#include "tessera/spmd/runtime.h"
 #include "tessera/models/model.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/train/parallel.h"
@@ -84,7 +84,7 @@ ts::data::Batch random_batch(int64_t b, int64_t t, int64_t vocab, uint64_t seed)
 double bytes_on_device0(const ts::Tree& tree) {
   double bytes = 0;
   for (const ts::Array& a : tree.leaves()) {
-    if (const ts::dist::Sharding* s = ts::dist::sharding_of(a))
+    if (const ts::spmd::Sharding* s = ts::spmd::sharding_of(a))
       bytes += static_cast<double>(ts::numel(s->local_shape(a.shape()))) * static_cast<double>(a.itemsize());
     else
       bytes += static_cast<double>(a.nbytes());
@@ -111,14 +111,14 @@ Result run_layout(const Flags& f, const std::string& mesh_text) {
   Result r;
   r.mesh = mesh_text.empty() ? "single" : mesh_text;
   if (!mesh_text.empty()) {
-    ts::dist::Mesh mesh = ts::dist::Mesh::parse(mesh_text);
-    ts::dist::set_cpu_devices(mesh.size());
+    ts::spmd::Mesh mesh = ts::spmd::Mesh::parse(mesh_text);
+    ts::spmd::set_cpu_devices(mesh.size());
     layout.emplace(mesh, ts::train::parse_axis_rules(f.rules), model.specs());
     params = layout->shard_params(params);
     opt = layout->shard_opt_state(opt);
     r.analytic_bytes = layout->analytic_step_bytes(mc.layers, mc.dim, f.batch, f.seq);
   } else {
-    ts::dist::set_cpu_devices(1);
+    ts::spmd::set_cpu_devices(1);
   }
   r.state_bytes = bytes_on_device0(params) + bytes_on_device0(opt);
   ts::train::TrainStep step(model, optimizer, 1, layout ? &*layout : nullptr);

@@ -6,6 +6,6 @@ if(TARGET example_parallel_matmul)
   # product differs from the float64 reference.
   add_dependencies(tessera_tests example_parallel_matmul)
   add_test(NAME example.parallel_matmul COMMAND example_parallel_matmul --size 512)
-  set_tests_properties(example.parallel_matmul PROPERTIES LABELS "dist;examples" TIMEOUT 60
+  set_tests_properties(example.parallel_matmul PROPERTIES LABELS "spmd;examples" TIMEOUT 60
                                                           ENVIRONMENT "TESSERA_CPU_DEVICES=8")
 endif()

@@ -33,12 +33,12 @@ tessera_layer(backend_cpu LIBRARY tessera_core DIRS backend/cpu DEPS core)
 # Graphs, passes, memory planning, Executables, the compilation cache.
 tessera_layer(compiler LIBRARY tessera_compiler DIRS compiler DEPS backend_cpu)
 # SPMD: meshes, shardings, rules, the partitioner, communicators (MPI, NCCL).
-tessera_layer(dist LIBRARY tessera_dist DIRS dist DEPS compiler cuda_kernels)
+tessera_layer(spmd LIBRARY tessera_spmd DIRS spmd DEPS compiler cuda_kernels)
 # The GPU runtime and its executable (or, without CUDA, the stand-in that says why not).
 tessera_layer(backend_cuda LIBRARY tessera_backend_cuda DIRS backend backend/cuda backend/no_cuda
               DEPS compiler cuda_kernels)
 # The user API: jit over the compiler, the partitioner and the devices; tessera.h.
-tessera_layer(api LIBRARY tessera DIRS api . DEPS dist backend_cuda)
+tessera_layer(api LIBRARY tessera DIRS api . DEPS spmd backend_cuda)
 # The trainer's layers.
 tessera_layer(goodput LIBRARY tessera_goodput DIRS goodput DEPS base)
 tessera_layer(nn LIBRARY tessera_nn DIRS nn DEPS api)

@@ -2,11 +2,11 @@
 # test program under mpirun. Built when CMake found MPI; registered when mpirun is
 # there too (otherwise skipped with a message).
 if(TESSERA_HAS_MPI)
-  add_executable(mpi_collectives tests/dist/mpi/mpi_collectives_main.cpp)
+  add_executable(mpi_collectives tests/spmd/mpi/mpi_collectives_main.cpp)
   target_include_directories(mpi_collectives PRIVATE src tests)
   target_link_libraries(mpi_collectives PRIVATE tessera tessera_warnings)
   add_dependencies(tessera_tests mpi_collectives)
-  add_executable(mpi_train tests/dist/mpi/mpi_train_main.cpp)
+  add_executable(mpi_train tests/spmd/mpi/mpi_train_main.cpp)
   target_include_directories(mpi_train PRIVATE src tests)
   target_link_libraries(mpi_train PRIVATE tessera_train tessera_warnings)
   add_dependencies(tessera_tests mpi_train)
@@ -19,37 +19,37 @@ if(TESSERA_HAS_MPI)
     if(TESSERA_SANITIZE)
       # OpenMPI itself leaks at exit (its own allocations and dlopen'ed components), so
       # LeakSanitizer is off for the MPI programs; our code's leaks are checked by the
-      # same collectives and training step in-process (test_dist).
+      # same collectives and training step in-process (test_spmd).
       list(APPEND mpi_test_env
            "ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1")
     endif()
     foreach(np 2 4)
-      add_test(NAME dist.mpi_collectives_np${np}
+      add_test(NAME spmd.mpi_collectives_np${np}
                COMMAND ${TESSERA_MPIEXEC} -n ${np} --oversubscribe $<TARGET_FILE:mpi_collectives>)
-      set_tests_properties(dist.mpi_collectives_np${np} PROPERTIES LABELS dist TIMEOUT 120
+      set_tests_properties(spmd.mpi_collectives_np${np} PROPERTIES LABELS spmd TIMEOUT 120
                                                                    ENVIRONMENT "${mpi_test_env}")
-      # The GPT step of tests/dist/test_parallel_train.cpp, a process per device.
-      add_test(NAME dist.mpi_train_np${np} COMMAND ${TESSERA_MPIEXEC} -n ${np} --oversubscribe $<TARGET_FILE:mpi_train>)
-      set_tests_properties(dist.mpi_train_np${np} PROPERTIES LABELS dist TIMEOUT 300 ENVIRONMENT "${mpi_test_env}")
+      # The GPT step of tests/spmd/test_parallel_train.cpp, a process per device.
+      add_test(NAME spmd.mpi_train_np${np} COMMAND ${TESSERA_MPIEXEC} -n ${np} --oversubscribe $<TARGET_FILE:mpi_train>)
+      set_tests_properties(spmd.mpi_train_np${np} PROPERTIES LABELS spmd TIMEOUT 300 ENVIRONMENT "${mpi_test_env}")
     endforeach()
     # A failing rank makes the others throw instead of hanging; the job then ends with
     # MPI_Abort (nonzero status), so the test looks for rank 0's report instead.
-    add_test(NAME dist.mpi_abort_np2 COMMAND ${TESSERA_MPIEXEC} -n 2 --oversubscribe
+    add_test(NAME spmd.mpi_abort_np2 COMMAND ${TESSERA_MPIEXEC} -n 2 --oversubscribe
                                              $<TARGET_FILE:mpi_collectives> abort)
-    set_tests_properties(dist.mpi_abort_np2 PROPERTIES LABELS dist TIMEOUT 60 ENVIRONMENT "${mpi_test_env}"
+    set_tests_properties(spmd.mpi_abort_np2 PROPERTIES LABELS spmd TIMEOUT 60 ENVIRONMENT "${mpi_test_env}"
                          PASS_REGULAR_EXPRESSION "rank 0 caught after [0-9.]+ s: all_reduce on devices \\[0, 1\\]: aborted: rank 1: device 1 failed: rank 1 fails on purpose")
     # The command line end to end: `mpirun -n 2 tessera train --mesh fsdp=2` on a small
     # model (rank 0 prints the summary and writes the run directory).
     add_dependencies(tessera_tests tessera_cli)
-    add_test(NAME dist.mpi_cli_train_np2
+    add_test(NAME spmd.mpi_cli_train_np2
              COMMAND ${TESSERA_MPIEXEC} -n 2 --oversubscribe $<TARGET_FILE:tessera_cli> train --config
                      ${CMAKE_SOURCE_DIR}/configs/tiny.toml --mesh fsdp=2 -q --set model.dim=64 --set model.layers=2
                      --set train.seq=32 --set train.steps=4 --set train.eval_batches=1
                      --set run.dir=\"${CMAKE_BINARY_DIR}/mpi_cli_run\" --set data.train=\"${CMAKE_BINARY_DIR}/mpi_cli_data/train.bin\"
                      --set data.val=\"${CMAKE_BINARY_DIR}/mpi_cli_data/val.bin\")
-    set_tests_properties(dist.mpi_cli_train_np2 PROPERTIES LABELS dist TIMEOUT 300 ENVIRONMENT "${mpi_test_env}"
+    set_tests_properties(spmd.mpi_cli_train_np2 PROPERTIES LABELS spmd TIMEOUT 300 ENVIRONMENT "${mpi_test_env}"
                          PASS_REGULAR_EXPRESSION "mesh \\(fsdp=2\\) \\(mpi \\(rank 0 of 2\\)\\)")
   else()
-    message(STATUS "tessera: mpirun not found; the MPI tests (dist.mpi_*) are not registered")
+    message(STATUS "tessera: mpirun not found; the MPI tests (spmd.mpi_*) are not registered")
   endif()
 endif()

@@ -22,13 +22,13 @@
 #include <string>
 #include <vector>
 
-#include "tessera/dist/api.h"
-#include "tessera/dist/runtime.h"
-#include "tessera/dist/spmd_executable.h"
+#include "tessera/spmd/api.h"
+#include "tessera/spmd/runtime.h"
+#include "tessera/spmd/spmd_executable.h"
 #include "tessera/tessera.h"
 
 namespace ts = tessera;
-namespace dist = tessera::dist;
+namespace spmd = tessera::spmd;
 
 namespace {
 
@@ -53,9 +53,9 @@ int64_t parse_size(int argc, char** argv) {
 // The local shard of y holding global entry (i, j), and the entry's offset in it;
 // nullptr when that shard lives in another process.
 const float* entry_in_shards(const ts::Array& y, int64_t i, int64_t j) {
-  const dist::Sharding& s = *dist::sharding_of(y);
+  const spmd::Sharding& s = *spmd::sharding_of(y);
   ts::Shape local = s.local_shape(y.shape());
-  const std::vector<ts::Array>& shards = dist::addressable_shards(y);
+  const std::vector<ts::Array>& shards = spmd::addressable_shards(y);
   for (int d = 0; d < s.mesh().size(); ++d) {
     std::vector<int64_t> off = s.shard_offsets(y.shape(), d);
     if (i < off[0] || i >= off[0] + local[0] || j < off[1] || j >= off[1] + local[1]) continue;
@@ -71,19 +71,19 @@ const float* entry_in_shards(const ts::Array& y, int64_t i, int64_t j) {
 int main(int argc, char** argv) {
   const int64_t n = parse_size(argc, argv);
   // 8 virtual CPU devices unless the environment chose (TESSERA_CPU_DEVICES, mpirun).
-  if (std::getenv("TESSERA_CPU_DEVICES") == nullptr && !dist::is_multi_process()) dist::set_cpu_devices(8);
-  const bool primary = dist::is_primary_process();
+  if (std::getenv("TESSERA_CPU_DEVICES") == nullptr && !spmd::is_multi_process()) spmd::set_cpu_devices(8);
+  const bool primary = spmd::is_primary_process();
 
-  dist::Mesh mesh = dist::Mesh::parse("data=2,model=4");
-  dist::NamedSharding layout(mesh, dist::P("data", "model"));
+  spmd::Mesh mesh = spmd::Mesh::parse("data=2,model=4");
+  spmd::NamedSharding layout(mesh, spmd::P("data", "model"));
   if (primary)
     std::printf("tessera %s: x @ x.T, x f32[%lld, %lld] %s on %s\n", ts::version(), static_cast<long long>(n),
-                static_cast<long long>(n), layout.to_string().c_str(), dist::runtime_description().c_str());
+                static_cast<long long>(n), layout.to_string().c_str(), spmd::runtime_description().c_str());
 
   // Every process draws the same x (counter-based random numbers), so each can check
   // the entries its devices hold.
   ts::Array x = ts::random::uniform(ts::key(0), {n, n}, ts::DType::Float32, -1, 1).eval();
-  ts::Array xs = dist::device_put(x, layout, "x");
+  ts::Array xs = spmd::device_put(x, layout, "x");
 
   ts::JitOptions options;
   options.name = "parallel_matmul";
@@ -98,11 +98,11 @@ int main(int argc, char** argv) {
   ts::Array y = f(xs);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (primary) {
-    const dist::CommStats& comm = lowered.spmd()->last_comm_stats().at(0);
+    const spmd::CommStats& comm = lowered.spmd()->last_comm_stats().at(0);
     std::printf("sharded run: %.3f s (%.1f GFLOP/s over all devices; device 0 spent %.3f s in collectives)\n", seconds,
                 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / seconds * 1e-9,
                 comm.seconds);
-    std::printf("output: %s %s\n", ts::type_string(y).c_str(), dist::sharding_of(y)->to_string().c_str());
+    std::printf("output: %s %s\n", ts::type_string(y).c_str(), spmd::sharding_of(y)->to_string().c_str());
   }
 
   // ~1000 random entries (and a few diagonal ones) against float64 dot products of x's rows.
@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
   bool ok = checked > 0 && rel < 1e-4;
   std::printf(
       "%scheck: %d sampled entries vs float64 on the host, max error %.3g (relative %.3g): %s\n",
-      dist::is_multi_process() ? ("[process " + std::to_string(dist::local_devices().at(0)) + "] ").c_str() : "",
+      spmd::is_multi_process() ? ("[process " + std::to_string(spmd::local_devices().at(0)) + "] ").c_str() : "",
       checked, max_err, rel, ok ? "ok" : "MISMATCH");
   return ok ? 0 : 1;
 }

@@ -9,9 +9,9 @@
 #include "core/trace_state.h"
 #include "tessera/compiler/compilation_cache.h"
 #include "tessera/compiler/compile.h"
-#include "tessera/dist/api.h"
-#include "tessera/dist/partitioner.h"
-#include "tessera/dist/spmd_executable.h"
+#include "tessera/spmd/api.h"
+#include "tessera/spmd/partitioner.h"
+#include "tessera/spmd/spmd_executable.h"
 
 namespace tessera {
 
@@ -21,7 +21,7 @@ std::string signature(const std::vector<Array>& leaves, const StaticArgs& static
   std::string key;
   for (const Array& a : leaves) {
     key += type_string(a);
-    if (const dist::Sharding* s = dist::sharding_of(a)) key += "@" + s->mesh().to_string() + s->to_string();
+    if (const spmd::Sharding* s = spmd::sharding_of(a)) key += "@" + s->mesh().to_string() + s->to_string();
     key += ";";
   }
   key += "static=";
@@ -38,15 +38,15 @@ std::string join_paths(const std::vector<std::string>& paths) {
 
 // The layouts of an SPMD call: the options' in_shardings, else each sharded
 // argument's own layout, else replicated. nullopt when the call is not SPMD.
-std::optional<std::vector<std::optional<dist::Sharding>>> spmd_input_shardings(const JitOptions& options,
+std::optional<std::vector<std::optional<spmd::Sharding>>> spmd_input_shardings(const JitOptions& options,
                                                                                const std::vector<Array>& leaves) {
   bool spmd = false;
-  std::vector<std::optional<dist::Sharding>> in(leaves.size());
+  std::vector<std::optional<spmd::Sharding>> in(leaves.size());
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (i < options.in_shardings.size() && options.in_shardings[i]) {
       in[i] = options.in_shardings[i];
       spmd = true;
-    } else if (const dist::Sharding* s = dist::sharding_of(leaves[i])) {
+    } else if (const spmd::Sharding* s = spmd::sharding_of(leaves[i])) {
       in[i] = *s;
       spmd = true;
     }
@@ -57,15 +57,15 @@ std::optional<std::vector<std::optional<dist::Sharding>>> spmd_input_shardings(c
 }
 
 // The one mesh every layout of a call names (an error naming both when two differ).
-dist::Mesh spmd_mesh(const std::vector<std::optional<dist::Sharding>>& in,
-                     const std::vector<std::optional<dist::Sharding>>& out) {
-  std::optional<dist::Mesh> mesh;
-  auto visit = [&](const std::optional<dist::Sharding>& s, const char* what, size_t i) {
+spmd::Mesh spmd_mesh(const std::vector<std::optional<spmd::Sharding>>& in,
+                     const std::vector<std::optional<spmd::Sharding>>& out) {
+  std::optional<spmd::Mesh> mesh;
+  auto visit = [&](const std::optional<spmd::Sharding>& s, const char* what, size_t i) {
     if (!s) return;
     if (!mesh) {
       mesh = s->mesh();
     } else if (*mesh != s->mesh()) {
-      fail<dist::ShardingError>("jit: {} {} is on mesh {} but other layouts of the call use mesh {}", what, i,
+      fail<spmd::ShardingError>("jit: {} {} is on mesh {} but other layouts of the call use mesh {}", what, i,
                                 s->mesh().to_string(), mesh->to_string());
     }
   };
@@ -174,7 +174,7 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
                        leaves.size());
     donated[static_cast<size_t>(d)] = true;
   }
-  const std::optional<std::vector<std::optional<dist::Sharding>>> in = spmd_input_shardings(s.options, leaves);
+  const std::optional<std::vector<std::optional<spmd::Sharding>>> in = spmd_input_shardings(s.options, leaves);
   std::shared_ptr<compiler::CompilationCache> cache = cache_for(s.options);
   std::optional<compiler::IndexKey> index_key;
   // The index keys a call by its argument types, which do not say how they are sharded:
@@ -206,12 +206,12 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
   ++s.traces;
   if (in) {
     std::vector<std::string> names = args.paths();
-    dist::PartitionOptions partition_options;
+    spmd::PartitionOptions partition_options;
     partition_options.parameter_names = names;
-    std::vector<std::optional<dist::Sharding>> out = s.options.out_shardings;
+    std::vector<std::optional<spmd::Sharding>> out = s.options.out_shardings;
     size_t n_out = entry.traced.outputs.size();
     if (!out.empty()) out.resize(n_out);
-    dist::PartitionedProgram program = dist::partition(entry.traced, spmd_mesh(*in, out), *in, out, partition_options);
+    spmd::PartitionedProgram program = spmd::partition(entry.traced, spmd_mesh(*in, out), *in, out, partition_options);
     // Each device's executable of the per-device program: from the persistent cache (the
     // collectives' attributes name the mesh, so the key tells meshes apart), else
     // compiled and stored.
@@ -225,7 +225,7 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
       if (spmd_key) cache->store(*spmd_key, *exe);
       return exe;
     };
-    entry.spmd = std::make_shared<dist::SpmdExecutable>(std::move(program), donated, make_executable);
+    entry.spmd = std::make_shared<spmd::SpmdExecutable>(std::move(program), donated, make_executable);
     // Device 0's executable stands for the program (stats, profile); owned by spmd.
     entry.executable = std::shared_ptr<compiler::Executable>(entry.spmd, &entry.spmd->executable(0));
   } else {

@@ -12,7 +12,7 @@
 #include "tessera/base/flags.h"
 #include "tessera/base/thread_pool.h"
 #include "tessera/base/version.h"
-#include "tessera/dist/runtime.h"
+#include "tessera/spmd/runtime.h"
 #include "tessera/train/trainer.h"
 
 #if __has_include(<cblas.h>)
@@ -59,7 +59,7 @@ int run_info(const InfoSettings& settings) {
   fmt::print("  CPU features   avx2={} fma={} f16c={}\n", yes_no(cpu.avx2), yes_no(cpu.fma), yes_no(cpu.f16c));
   fmt::print("  kernels built  {}\n", kernels_need_avx2() ? "AVX2+FMA+F16C (x86-64-v3)" : "generic (no AVX2)");
   fmt::print("  devices        {} (TESSERA_CPU_DEVICES=N for N virtual devices; mpirun for one per process)\n",
-             dist::runtime_description());
+             spmd::runtime_description());
   fmt::print("  MPI            {}\n",
              TESSERA_HAS_MPI ? "yes (mpirun -n N runs one device per rank)" : "no (not built)");
   if (!TESSERA_HAS_CUDA) {

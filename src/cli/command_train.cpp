@@ -9,7 +9,7 @@
 
 #include "cli/commands.h"
 #include "tessera/data/tokenizer.h"
-#include "tessera/dist/runtime.h"
+#include "tessera/spmd/runtime.h"
 #include "tessera/models/sample.h"
 #include "tessera/train/config.h"
 #include "tessera/train/parallel.h"
@@ -74,8 +74,8 @@ int run_train(const TrainOptions& options) {
   // Sampling reads whole parameters: under mpirun every rank takes part in gathering them
   // (in-process, sharded arrays are assembled when read).
   const Tree params =
-      options.samples > 0 && dist::is_multi_process() ? train::Layout::gather(trainer.params()) : trainer.params();
-  if (!dist::is_primary_process()) return 0;  // under mpirun rank 0 reports
+      options.samples > 0 && spmd::is_multi_process() ? train::Layout::gather(trainer.params()) : trainer.params();
+  if (!spmd::is_primary_process()) return 0;  // under mpirun rank 0 reports
 
   fmt::print("\n== run summary ({}) ==\n", config.run.dir);
   fmt::print("  steps            {} -> {} ({}){}\n", s.start_step, s.end_step, s.stop_reason,

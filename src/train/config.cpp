@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "tessera/compiler/device_program.h"
-#include "tessera/dist/mesh.h"
+#include "tessera/spmd/mesh.h"
 
 #define TOML_EXCEPTIONS 1
 #include <toml++/toml.h>
@@ -547,7 +547,7 @@ void TrainConfig::validate() const {
   if (run.threads < 0) fail<ConfigError>("config: 'run.threads' must be >= 0");
   if (!parallel.mesh.empty()) {
     try {
-      dist::Mesh::parse(parallel.mesh);
+      spmd::Mesh::parse(parallel.mesh);
     } catch (const Error& e) {
       fail<ConfigError>("config: 'parallel.mesh': {}", e.what());
     }

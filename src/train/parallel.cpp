@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include "tessera/base/error.h"
-#include "tessera/dist/api.h"
-#include "tessera/dist/runtime.h"
+#include "tessera/spmd/api.h"
+#include "tessera/spmd/runtime.h"
 
 namespace tessera::train {
 
@@ -41,13 +41,13 @@ AxisRules parse_axis_rules(const std::string& text, const AxisRules& base) {
   return rules;
 }
 
-Layout::Layout(dist::Mesh mesh, AxisRules rules, nn::ParamSpecs specs)
+Layout::Layout(spmd::Mesh mesh, AxisRules rules, nn::ParamSpecs specs)
     : mesh_(std::move(mesh)), rules_(std::move(rules)), specs_(std::move(specs)) {
   for (const auto& [path, info] : specs_) {
-    dist::PartitionSpec spec;
+    spmd::PartitionSpec spec;
     std::vector<std::string> used;
     for (size_t d = 0; d < info.axes.size(); ++d) {
-      dist::Axes axes;
+      spmd::Axes axes;
       auto it = rules_.find(info.axes[d]);
       if (it != rules_.end()) {
         for (const std::string& a : it->second) {
@@ -59,7 +59,7 @@ Layout::Layout(dist::Mesh mesh, AxisRules rules, nn::ParamSpecs specs)
       }
       spec.dims.push_back(axes);
     }
-    dist::Sharding s = dist::Sharding::from_spec(mesh_, spec, static_cast<int>(info.shape.size()), path);
+    spmd::Sharding s = spmd::Sharding::from_spec(mesh_, spec, static_cast<int>(info.shape.size()), path);
     try {
       s.check_divisible(info.shape, "parameter " + path);
     } catch (const ShapeError& e) {
@@ -70,44 +70,44 @@ Layout::Layout(dist::Mesh mesh, AxisRules rules, nn::ParamSpecs specs)
   }
 }
 
-const dist::Sharding& Layout::param(const std::string& path) const {
+const spmd::Sharding& Layout::param(const std::string& path) const {
   auto it = params_.find(path);
   if (it == params_.end()) fail<ValueError>("parallel: no parameter '{}' in the model", path);
   return it->second;
 }
 
-dist::Sharding Layout::batch(int rank) const {
-  dist::Axes axes;
+spmd::Sharding Layout::batch(int rank) const {
+  spmd::Axes axes;
   auto it = rules_.find("batch");
   if (it != rules_.end())
     for (const std::string& a : it->second)
       if (mesh_.has_axis(a) && mesh_.axis_size(a) > 1) axes.push_back(a);
-  dist::PartitionSpec spec;
+  spmd::PartitionSpec spec;
   spec.dims.push_back(axes);
-  return dist::Sharding::from_spec(mesh_, spec, rank, "batch");
+  return spmd::Sharding::from_spec(mesh_, spec, rank, "batch");
 }
 
 int64_t Layout::data_parallel_size() const { return batch(1).num_shards(0); }
 
-std::optional<dist::Sharding> Layout::leaf_sharding(const std::string& path, const Array& leaf) const {
+std::optional<spmd::Sharding> Layout::leaf_sharding(const std::string& path, const Array& leaf) const {
   auto after = [&](const std::string& prefix) -> std::optional<std::string> {
     if (path.starts_with(prefix)) return path.substr(prefix.size());
     return std::nullopt;
   };
   for (const char* prefix : {"params.", "grads."})
     if (auto p = after(prefix)) return param(*p);
-  if (path == "opt.step") return dist::Sharding::replicated(mesh_, leaf.ndim());
+  if (path == "opt.step") return spmd::Sharding::replicated(mesh_, leaf.ndim());
   if (auto rest = after("opt.")) {
     size_t dot = rest->find('.');
     if (dot != std::string::npos && params_.count(rest->substr(dot + 1))) return param(rest->substr(dot + 1));
-    return dist::Sharding::replicated(mesh_, leaf.ndim());
+    return spmd::Sharding::replicated(mesh_, leaf.ndim());
   }
   if (path == "tokens" || path == "targets") return batch(leaf.ndim());
   return std::nullopt;
 }
 
-std::vector<std::optional<dist::Sharding>> Layout::shardings_for(const Tree& tree) const {
-  std::vector<std::optional<dist::Sharding>> out;
+std::vector<std::optional<spmd::Sharding>> Layout::shardings_for(const Tree& tree) const {
+  std::vector<std::optional<spmd::Sharding>> out;
   std::vector<Array> leaves = tree.leaves();
   std::vector<std::string> paths = tree.paths();
   for (size_t i = 0; i < leaves.size(); ++i) out.push_back(leaf_sharding(paths[i], leaves[i]));
@@ -117,7 +117,7 @@ std::vector<std::optional<dist::Sharding>> Layout::shardings_for(const Tree& tre
 Tree Layout::shard_params(const Tree& params) const {
   std::vector<Array> leaves = params.leaves();
   std::vector<std::string> paths = params.paths();
-  for (size_t i = 0; i < leaves.size(); ++i) leaves[i] = dist::device_put(leaves[i], param(paths[i]), paths[i]);
+  for (size_t i = 0; i < leaves.size(); ++i) leaves[i] = spmd::device_put(leaves[i], param(paths[i]), paths[i]);
   return params.with_leaves(leaves);
 }
 
@@ -125,36 +125,36 @@ Tree Layout::shard_opt_state(const Tree& opt_state) const {
   std::vector<Array> leaves = opt_state.leaves();
   std::vector<std::string> paths = opt_state.paths();
   for (size_t i = 0; i < leaves.size(); ++i) {
-    std::optional<dist::Sharding> s = leaf_sharding("opt." + paths[i], leaves[i]);
-    leaves[i] = dist::device_put(leaves[i], s ? *s : dist::Sharding::replicated(mesh_, leaves[i].ndim()), paths[i]);
+    std::optional<spmd::Sharding> s = leaf_sharding("opt." + paths[i], leaves[i]);
+    leaves[i] = spmd::device_put(leaves[i], s ? *s : spmd::Sharding::replicated(mesh_, leaves[i].ndim()), paths[i]);
   }
   return opt_state.with_leaves(leaves);
 }
 
 data::Batch Layout::shard_batch(const data::Batch& batch) const {
   data::Batch out = batch;
-  out.tokens = dist::device_put(batch.tokens, this->batch(batch.tokens.ndim()), "batch tokens");
-  out.targets = dist::device_put(batch.targets, this->batch(batch.targets.ndim()), "batch targets");
+  out.tokens = spmd::device_put(batch.tokens, this->batch(batch.tokens.ndim()), "batch tokens");
+  out.targets = spmd::device_put(batch.targets, this->batch(batch.targets.ndim()), "batch targets");
   return out;
 }
 
 data::Batch Layout::next_batch(data::DataLoader& loader, int64_t batch_size) const {
-  const std::vector<int> devices = dist::local_devices();
-  if (!dist::is_multi_process() || devices.size() != 1) return shard_batch(loader.next());
-  const dist::Sharding s = batch(2);
+  const std::vector<int> devices = spmd::local_devices();
+  if (!spmd::is_multi_process() || devices.size() != 1) return shard_batch(loader.next());
+  const spmd::Sharding s = batch(2);
   const int device = devices[0];
   const int64_t shards = s.num_shards(0), rows = batch_size / shards, index = s.shard_index(0, device);
   data::Batch local = loader.next_rows(index * rows, (index + 1) * rows);
   auto place = [&](const Array& a) {
     std::vector<Array> per_device(static_cast<size_t>(mesh_.size()));
     per_device[static_cast<size_t>(device)] = a;
-    return dist::make_sharded({batch_size, a.shape(1)}, a.dtype(), s, std::move(per_device));
+    return spmd::make_sharded({batch_size, a.shape(1)}, a.dtype(), s, std::move(per_device));
   };
   return {place(local.tokens), place(local.targets)};
 }
 
 Tree Layout::gather(const Tree& tree) {
-  return tree.map([](const Array& a) { return dist::gather(a); });
+  return tree.map([](const Array& a) { return spmd::gather(a); });
 }
 
 std::string Layout::describe() const {

@@ -18,7 +18,7 @@
 #include "tessera/compiler/compilation_cache.h"
 #include "tessera/compiler/device_program.h"
 #include "tessera/data/token_file.h"
-#include "tessera/dist/runtime.h"
+#include "tessera/spmd/runtime.h"
 #include "tessera/nn/param.h"
 #include "tessera/optim/schedule.h"
 #include "tessera/train/pretrained.h"
@@ -63,7 +63,7 @@ TrainLoop::TrainLoop(const TrainConfig& config, const TrainerOptions& options, g
       opt_state_(opt_state),
       tensorboard_(tensorboard),
       stop_signal_(stop_signal),
-      primary_(dist::is_primary_process()),
+      primary_(spmd::is_primary_process()),
       show_(options.progress && primary_),
       run_dir_(config.run.dir) {}
 
@@ -109,7 +109,7 @@ void TrainLoop::setup() {
   loader_.emplace(train_file_, cfg_.micro_batch_size(), cfg_.loop.seq, cfg_.run.seed);
   val_loader_.emplace(val_file_, cfg_.micro_batch_size(), cfg_.loop.seq, cfg_.run.seed, 0, 1, /*shuffle=*/false);
   // Checkpoint tiers, async writes, the save cadence and TESSERA_FAULT (train/checkpoint_saver.h).
-  checkpoints_.emplace(cfg_, recorder_, primary_, dist::is_multi_process() ? dist::local_devices().at(0) : 0,
+  checkpoints_.emplace(cfg_, recorder_, primary_, spmd::is_multi_process() ? spmd::local_devices().at(0) : 0,
                        FaultPlan::from_env(), [this](const std::string& text) { note(text); });
   summary_.parameters = model_->parameter_count();
 }
@@ -127,9 +127,9 @@ void TrainLoop::measure_peak() {
     peak_ = calibration.peak_flops;
     peak_source_ = "CPU calibration GEMM, " + calibration.method;
   }
-  if (dist::is_multi_process()) {
+  if (spmd::is_multi_process()) {
     // Every rank measured its own share of the machine(s): the job's peak is their sum.
-    dist::communicator().all_reduce(dist::local_devices().at(0), dist::world_group(), &peak_, &peak_, 1,
+    spmd::communicator().all_reduce(spmd::local_devices().at(0), spmd::world_group(), &peak_, &peak_, 1,
                                     DType::Float64);
   }
   summary_.peak_flops = peak_;
@@ -140,9 +140,9 @@ void TrainLoop::open_data() {
   if (primary_) {
     if (std::string prepared = ensure_data(cfg_.data); !prepared.empty()) note("data: " + prepared);
   }
-  if (dist::is_multi_process()) {
+  if (spmd::is_multi_process()) {
     // The other ranks read the data rank 0 may just have prepared.
-    dist::communicator().barrier(dist::local_devices().at(0), dist::world_group());
+    spmd::communicator().barrier(spmd::local_devices().at(0), spmd::world_group());
   }
   tokenizer_ = data::make_tokenizer(cfg_.data.tokenizer);
   train_file_ = std::make_shared<const data::TokenFile>(cfg_.data.train);
@@ -161,17 +161,17 @@ void TrainLoop::open_data() {
 // parallel.mesh: the SPMD layout of parameters, optimizer state and batches.
 void TrainLoop::build_layout() {
   if (cfg_.parallel.mesh.empty()) return;
-  dist::Mesh mesh = dist::Mesh::parse(cfg_.parallel.mesh);
+  spmd::Mesh mesh = spmd::Mesh::parse(cfg_.parallel.mesh);
   // In-process, the mesh gets its own virtual devices unless the user chose a count.
-  if (!dist::is_multi_process() && dist::device_count() < mesh.size() && flags::env("TESSERA_CPU_DEVICES") == nullptr)
-    dist::set_cpu_devices(mesh.size());
-  dist::check_mesh(mesh);
+  if (!spmd::is_multi_process() && spmd::device_count() < mesh.size() && flags::env("TESSERA_CPU_DEVICES") == nullptr)
+    spmd::set_cpu_devices(mesh.size());
+  spmd::check_mesh(mesh);
   layout_.emplace(mesh, parse_axis_rules(cfg_.parallel.rules), model_->specs());
   if (cfg_.micro_batch_size() % layout_->data_parallel_size() != 0)
     fail<ConfigError>(
         "parallel: the micro-batch of {} sequences does not split over {} data-parallel devices (mesh {})",
         cfg_.micro_batch_size(), layout_->data_parallel_size(), mesh.to_string());
-  note(fmt::format("parallel: mesh {} on {}; batch split {} ways", mesh.to_string(), dist::runtime_description(),
+  note(fmt::format("parallel: mesh {} on {}; batch split {} ways", mesh.to_string(), spmd::runtime_description(),
                    layout_->data_parallel_size()));
 }
 
@@ -371,9 +371,9 @@ void TrainLoop::save(int64_t at_step, bool final, double recent_step_s) {
 
 std::string TrainLoop::parallel_summary() const {
   std::string text = fmt::format("mesh {} ({}), batch split {} ways\n", layout_->mesh().to_string(),
-                                 dist::runtime_description(), layout_->data_parallel_size());
+                                 spmd::runtime_description(), layout_->data_parallel_size());
   for (const auto& program : train_step_->spmd_programs()) {
-    const dist::CollectiveSummary& c = program->program().summary;
+    const spmd::CollectiveSummary& c = program->program().summary;
     text += fmt::format("  {}: {}", program->program().local.name, c.text().substr(0, c.text().find('\n') + 1));
     text += fmt::format("    peak memory per device {:.1f} MiB\n",
                         static_cast<double>(program->peak_bytes_per_device()) / (1024.0 * 1024.0));

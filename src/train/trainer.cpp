@@ -27,7 +27,7 @@
 #include "tessera/data/loader.h"
 #include "tessera/data/prepare.h"
 #include "tessera/data/tokenizer.h"
-#include "tessera/dist/runtime.h"
+#include "tessera/spmd/runtime.h"
 #include "tessera/goodput/recorder.h"
 #include "tessera/goodput/report.h"
 #include "tessera/models/model.h"
@@ -188,7 +188,7 @@ TrainSummary Trainer::run() {
   const bool already_done = !existing.empty() && existing.back().step >= cfg.loop.steps;
   std::unique_ptr<goodput::Recorder> recorder;
   // Under mpirun every rank trains; rank 0 alone records, prints and writes files.
-  if (impl_->options.record_goodput && !already_done && dist::is_primary_process()) {
+  if (impl_->options.record_goodput && !already_done && spmd::is_primary_process()) {
     recorder = std::make_unique<goodput::Recorder>(cfg.run.dir);
     recorder->job_start(cfg.run.dir);
     recorder->attempt_start();

@@ -1,4 +1,4 @@
-// The NCCL communicator (src/dist/nccl/communicator_nccl.h).
+// The NCCL communicator (src/spmd/nccl/communicator_nccl.h).
 //
 //   * Bootstrap errors (no GPU needed): a missing peer's id times out naming the file, a
 //     stale or foreign id file is refused, a peer's abort note ends the wait.
@@ -32,10 +32,10 @@
 
 #include "backend/cuda/kernels/cuda_check.h"
 #include "cuda_test_util.h"
-#include "dist/nccl/communicator_nccl.h"
+#include "spmd/nccl/communicator_nccl.h"
 #include "tessera/base/error.h"
 
-namespace tessera::dist {
+namespace tessera::spmd {
 namespace {
 
 namespace fs = std::filesystem;
@@ -596,6 +596,6 @@ TEST(NcclMultiProcess, Abort) {
 }
 
 }  // namespace
-}  // namespace tessera::dist
+}  // namespace tessera::spmd
 
 #endif  // TESSERA_HAS_NCCL

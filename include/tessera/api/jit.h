@@ -29,9 +29,9 @@
 #include "tessera/compiler/graph.h"
 #include "tessera/compiler/pass.h"
 #include "tessera/core/tree.h"
-#include "tessera/dist/sharding.h"
+#include "tessera/spmd/sharding.h"
 
-namespace tessera::dist {
+namespace tessera::spmd {
 class SpmdExecutable;
 }
 
@@ -47,12 +47,12 @@ struct JitOptions {
   std::vector<int> donate_leaves;
   compiler::CompileOptions compile;
   std::string name = "main";
-  // SPMD (dist/): layouts of the argument and output leaves (Tree::leaves() order).
+  // SPMD (spmd/): layouts of the argument and output leaves (Tree::leaves() order).
   // Missing or empty entries: a sharded argument keeps its own layout, a host
   // argument is replicated, an output follows propagation (partial sums reduced).
   // A call runs as an SPMD program when any argument is sharded or any entry is set.
-  std::vector<std::optional<dist::Sharding>> in_shardings = {};
-  std::vector<std::optional<dist::Sharding>> out_shardings = {};
+  std::vector<std::optional<spmd::Sharding>> in_shardings = {};
+  std::vector<std::optional<spmd::Sharding>> out_shardings = {};
   // Where the program runs: "cpu", "cuda" or "cuda:N" (compiler/device_program.h). On a
   // GPU, outputs stay in device memory until read on the host.
   std::string device = "cpu";
@@ -70,7 +70,7 @@ struct JitOptions {
 class Lowered {
  public:
   Lowered(compiler::Graph traced, std::shared_ptr<compiler::Executable> executable,
-          std::shared_ptr<dist::SpmdExecutable> spmd = nullptr)
+          std::shared_ptr<spmd::SpmdExecutable> spmd = nullptr)
       : traced_(std::move(traced)), executable_(std::move(executable)), spmd_(std::move(spmd)) {}
   // The traced IR (what the function computes, before any pass); for an SPMD program
   // the per-device program with its collectives and their bytes.
@@ -79,8 +79,8 @@ class Lowered {
   // executable came from the compilation cache's index without tracing.
   std::string global_text() const { return traced_.text(); }
   // The SPMD program, or nullptr when the call was not sharded.
-  dist::SpmdExecutable* spmd() const { return spmd_.get(); }
-  const std::shared_ptr<dist::SpmdExecutable>& spmd_ptr() const { return spmd_; }
+  spmd::SpmdExecutable* spmd() const { return spmd_.get(); }
+  const std::shared_ptr<spmd::SpmdExecutable>& spmd_ptr() const { return spmd_; }
   // The optimized program with its buffer assignment.
   std::string optimized_text() const { return executable_->text(); }
   const compiler::Graph& graph() const { return traced_; }
@@ -90,7 +90,7 @@ class Lowered {
  private:
   compiler::Graph traced_;
   std::shared_ptr<compiler::Executable> executable_;
-  std::shared_ptr<dist::SpmdExecutable> spmd_;
+  std::shared_ptr<spmd::SpmdExecutable> spmd_;
 };
 
 class Jitted {
@@ -116,7 +116,7 @@ class Jitted {
   struct Entry {
     compiler::Graph traced;
     std::shared_ptr<compiler::Executable> executable;         // device 0's for SPMD programs
-    std::shared_ptr<dist::SpmdExecutable> spmd;               // set for SPMD programs
+    std::shared_ptr<spmd::SpmdExecutable> spmd;               // set for SPMD programs
     std::shared_ptr<compiler::DeviceProgram> device_program;  // set when the program runs on a GPU
     Tree output_structure;                                    // leaves are placeholders; rebuilt with the outputs
   };

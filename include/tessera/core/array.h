@@ -19,8 +19,8 @@
 
 namespace tessera {
 
-namespace dist {
-struct ShardedData;  // dist/api.h
+namespace spmd {
+struct ShardedData;  // spmd/api.h
 }
 namespace backend {
 struct DeviceData;  // backend/device_data.h
@@ -66,9 +66,9 @@ struct ArrayImpl {
   int output_index = 0;
   std::shared_ptr<Storage> storage;  // set once evaluated
   uint64_t id = 0;                   // creation order: unique, deterministic
-  // A sharded array (dist/api.h): a leaf whose data lives in per-device shards;
+  // A sharded array (spmd/api.h): a leaf whose data lives in per-device shards;
   // storage is filled with the assembled global value when someone reads it.
-  std::shared_ptr<const dist::ShardedData> shards;
+  std::shared_ptr<const spmd::ShardedData> shards;
   // A value in accelerator memory (backend/device_data.h): a GPU program's output.
   // storage is filled with a host copy when someone reads it; the device copy stays.
   std::shared_ptr<const backend::DeviceData> device_data;

@@ -1,6 +1,6 @@
 // How core reaches the layers built on it. Evaluating an Array means compiling the
 // graph behind it and running the Executable (compiler/), and a leaf whose value lives
-// elsewhere — in per-device shards (dist/) or in accelerator memory (a GPU program's
+// elsewhere — in per-device shards (spmd/) or in accelerator memory (a GPU program's
 // output, backend/cuda/) — is copied to the host by the layer that owns that memory.
 // core cannot include those layers (they include core), so they install their
 // functions here when the program starts: src/api/runtime_hooks.cpp, an object file

@@ -6,7 +6,7 @@
 //   * vjp           - reverse-mode rule, written with ops so it is itself differentiable
 //   * vmap          - batching rule
 //   * cost          - FLOPs and bytes moved (MFU, cost model)
-//   * sharding_rule_key - the key of its placement rule in the SPMD layer (dist/)
+//   * sharding_rule_key - the key of its placement rule in the SPMD layer (spmd/)
 //   * composite     - optional: the same math written with simpler ops; fused
 //                     primitives use it for the rules their kernels do not cover
 //                     (higher-order gradients, unusual cotangents).
@@ -60,7 +60,7 @@ class Primitive {
 
   virtual Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const;
 
-  // The key of this primitive's rule in the SPMD layer's rule table (dist/: placement
+  // The key of this primitive's rule in the SPMD layer's rule table (spmd/: placement
   // propagation for partitioning): name() for most primitives. A primitive that
   // computes like another but partitions differently names its own rule. With no rule
   // under the key, the partitioner asks for an explicit sharding constraint instead of

@@ -23,7 +23,7 @@
 
 #include "tessera/core/tree.h"
 #include "tessera/data/loader.h"
-#include "tessera/dist/sharding.h"
+#include "tessera/spmd/sharding.h"
 #include "tessera/nn/param.h"
 
 namespace tessera::train {
@@ -40,21 +40,21 @@ AxisRules parse_axis_rules(const std::string& text, const AxisRules& base = defa
 
 class Layout {
  public:
-  Layout(dist::Mesh mesh, AxisRules rules, nn::ParamSpecs specs);
+  Layout(spmd::Mesh mesh, AxisRules rules, nn::ParamSpecs specs);
 
-  const dist::Mesh& mesh() const { return mesh_; }
+  const spmd::Mesh& mesh() const { return mesh_; }
   const AxisRules& rules() const { return rules_; }
   // The sharding of parameter `path` (ConfigError if unknown or not divisible).
-  const dist::Sharding& param(const std::string& path) const;
+  const spmd::Sharding& param(const std::string& path) const;
   // Batches [B, ...]: dim 0 over the batch axes.
-  dist::Sharding batch(int rank) const;
+  spmd::Sharding batch(int rank) const;
   // Devices that each hold a different slice of the batch.
   int64_t data_parallel_size() const;
 
   // Layouts for the leaves of a tree with keys params.* / grads.* (parameters),
   // opt.<slot>.* (optimizer moments, like their parameter), opt.step (replicated),
   // tokens / targets (batch); other leaves: nullopt (follow propagation).
-  std::vector<std::optional<dist::Sharding>> shardings_for(const Tree& tree) const;
+  std::vector<std::optional<spmd::Sharding>> shardings_for(const Tree& tree) const;
 
   Tree shard_params(const Tree& params) const;
   Tree shard_opt_state(const Tree& opt_state) const;
@@ -70,7 +70,7 @@ class Layout {
 
   // Bytes each device should send per optimizer step (one micro-batch) for a GPT of
   // `layers` blocks and width `dim` on batches [batch, seq] (ring counts, see
-  // dist::CommStats), from the layouts alone:
+  // spmd::CommStats), from the layouts alone:
   //   parameter p of b bytes, split over tensor axes into b_t per device:
   //     split over batch axes F (FSDP): all-gather F + reduce-scatter F of b_t, then
   //       all-reduce over the other batch axes of b_t / |F|;
@@ -85,11 +85,11 @@ class Layout {
   double analytic_step_bytes(int64_t layers, int64_t dim, int64_t batch, int64_t seq) const;
 
  private:
-  std::optional<dist::Sharding> leaf_sharding(const std::string& path, const Array& leaf) const;
-  dist::Mesh mesh_;
+  std::optional<spmd::Sharding> leaf_sharding(const std::string& path, const Array& leaf) const;
+  spmd::Mesh mesh_;
   AxisRules rules_;
   nn::ParamSpecs specs_;
-  std::map<std::string, dist::Sharding> params_;
+  std::map<std::string, spmd::Sharding> params_;
 };
 
 }  // namespace tessera::train

@@ -22,7 +22,7 @@
 
 #include "tessera/api/jit.h"
 #include "tessera/data/loader.h"
-#include "tessera/dist/spmd_executable.h"
+#include "tessera/spmd/spmd_executable.h"
 #include "tessera/models/model.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/train/parallel.h"
@@ -69,7 +69,7 @@ class TrainStep {
   double compiled_flops() const { return compiled_flops_; }
   // Under a layout: the SPMD programs (collectives per step, communication of the
   // last run, per-device memory); empty otherwise.
-  const std::vector<std::shared_ptr<dist::SpmdExecutable>>& spmd_programs() const { return spmd_; }
+  const std::vector<std::shared_ptr<spmd::SpmdExecutable>>& spmd_programs() const { return spmd_; }
   // The largest peak memory of the step's programs (one device's, under a layout).
   size_t peak_bytes() const;
 
@@ -86,7 +86,7 @@ class TrainStep {
   double compiled_flops_ = 0;
   Tree grad_sum_;
   std::vector<std::shared_ptr<compiler::Executable>> executables_;
-  std::vector<std::shared_ptr<dist::SpmdExecutable>> spmd_;
+  std::vector<std::shared_ptr<spmd::SpmdExecutable>> spmd_;
 
   // The programs, created (traced and compiled) on first use.
   Jitted& fused_program(const Tree& args);

@@ -1,0 +1,78 @@
+// Communicator: moves bytes between the devices of an SPMD program. One interface,
+// three implementations: in-process (N virtual CPU devices, a thread each;
+// communicator_local.cpp), MPI (one process per device; communicator_mpi.cpp) and
+// NCCL (the CUDA backend).
+//
+// Every collective is called by each member of `group` (global device ids, in group
+// order, see Mesh::group) with the same arguments except the buffers. Blocks are
+// ordered by position in the group. Reductions add the members' values in group
+// order (((m0 + m1) + m2) + ...) elementwise, whatever the implementation, so a
+// sharded program gives bitwise the same numbers in-process, under MPI, on every
+// run.
+//
+// A member that fails calls abort(): every member waiting in a collective then
+// throws tessera::Error instead of hanging.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/base/dtype.h"
+
+namespace tessera::spmd {
+
+// Bytes each device sent, per collective kind, counted as a bandwidth-optimal ring
+// algorithm moves them (what the cost model and the reports use): all-gather and
+// reduce-scatter (n-1)/n of the full buffer, all-reduce 2(n-1)/n, all-to-all (n-1)/n.
+struct CommStats {
+  int64_t all_gather_calls = 0, all_reduce_calls = 0, reduce_scatter_calls = 0, all_to_all_calls = 0;
+  double all_gather_bytes = 0, all_reduce_bytes = 0, reduce_scatter_bytes = 0, all_to_all_bytes = 0;
+  double seconds = 0;  // wall time inside collectives
+  double total_bytes() const { return all_gather_bytes + all_reduce_bytes + reduce_scatter_bytes + all_to_all_bytes; }
+  int64_t total_calls() const { return all_gather_calls + all_reduce_calls + reduce_scatter_calls + all_to_all_calls; }
+};
+// What happened between two snapshots of one device's statistics.
+CommStats operator-(const CommStats& after, const CommStats& before);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  // "local", "mpi", "nccl".
+  virtual std::string kind() const = 0;
+  // Devices in the world (mesh devices are 0 .. world_size()-1).
+  virtual int world_size() const = 0;
+  // The devices this process drives (all of them in-process; its rank under MPI).
+  virtual std::vector<int> local_devices() const = 0;
+
+  // recv = concat over members of their `bytes`-sized send blocks (group order).
+  virtual void all_gather(int device, const std::vector<int>& group, const void* send, void* recv, size_t bytes) = 0;
+  // recv = elementwise sum over members of send (count elements); in place allowed.
+  virtual void all_reduce(int device, const std::vector<int>& group, const void* send, void* recv, size_t count,
+                          DType dtype) = 0;
+  // send holds n blocks of `count` elements; member i receives the sum of block i.
+  virtual void reduce_scatter(int device, const std::vector<int>& group, const void* send, void* recv, size_t count,
+                              DType dtype) = 0;
+  // send holds n blocks of `bytes`; member i receives block i of every member,
+  // concatenated in group order.
+  virtual void all_to_all(int device, const std::vector<int>& group, const void* send, void* recv, size_t bytes) = 0;
+  // Broadcast of `bytes` from the group's first member to every member.
+  virtual void broadcast(int device, const std::vector<int>& group, void* buffer, size_t bytes) = 0;
+  virtual void barrier(int device, const std::vector<int>& group) = 0;
+
+  // Wakes every waiting member with an error mentioning `reason`; later calls throw
+  // too until reset().
+  virtual void abort(const std::string& reason) = 0;
+  virtual void reset() = 0;
+
+  // Per-device statistics since the last reset_stats().
+  virtual CommStats stats(int device) const = 0;
+  virtual void reset_stats() = 0;
+};
+
+// Sum of `count` elements of `dtype`: dst[i] = dst[i] + src[i] (floats accumulate in
+// their own precision, the same on every backend).
+void add_into(void* dst, const void* src, size_t count, DType dtype);
+
+}  // namespace tessera::spmd

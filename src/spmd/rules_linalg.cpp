@@ -1,0 +1,96 @@
+// The matmul sharding rule, einsum-style. Labels: A is [batch..., M, K] and B is
+// [batch..., K, N] (after their transpose flags). Per mesh axis:
+//   * a split batch dim stays split (both operands split it alike);
+//   * M split on A -> the output's M; N split on B -> the output's N, unless that
+//     axis already splits another output dim (then B's N is gathered);
+//   * K split alike on both -> the output is a partial sum on those axes; K split on
+//     one side only -> the other side's K is sliced locally (free) and the output is
+//     partial, unless the axes already split an output dim (then K is gathered).
+// A partial operand times a replicated one stays partial (the product is linear).
+#include "spmd/rules.h"
+#include "tessera/ir/primitives/linalg.h"
+
+namespace tessera::spmd::rules {
+
+namespace {
+
+bool any_used(const std::vector<int>& axes, const std::vector<bool>& used) {
+  for (int a : axes)
+    if (used[static_cast<size_t>(a)]) return true;
+  return false;
+}
+void mark(const std::vector<int>& axes, std::vector<bool>& used) {
+  for (int a : axes) used[static_cast<size_t>(a)] = true;
+}
+
+Decision matmul_rule(const Context& c) {
+  const auto& p = static_cast<const Matmul&>(c.primitive);
+  int ra = static_cast<int>(c.in_types[0].shape.size());
+  int rb = static_cast<int>(c.in_types[1].shape.size());
+  int ro = static_cast<int>(c.out_types[0].shape.size());
+  int m_a = p.trans_a() ? ra - 1 : ra - 2, k_a = p.trans_a() ? ra - 2 : ra - 1;
+  int k_b = p.trans_b() ? rb - 1 : rb - 2, n_b = p.trans_b() ? rb - 2 : rb - 1;
+  Sharding a = c.in[0].without_partial();
+  Sharding b = c.in[1].without_partial();
+  Sharding out = Sharding::replicated(c.mesh, ro);
+  std::vector<bool> used(static_cast<size_t>(c.mesh.ndim()), false);
+
+  // Batch dims (present on an operand only when its rank is the output's).
+  for (int d = 0; d < ro - 2; ++d) {
+    std::vector<int> axes_a = ra == ro ? a.dim_axes(d) : std::vector<int>{};
+    std::vector<int> axes_b = rb == ro ? b.dim_axes(d) : std::vector<int>{};
+    std::vector<int> axes = axes_a.size() >= axes_b.size() ? axes_a : axes_b;
+    if (!axes_a.empty() && !axes_b.empty() && axes_a != axes_b) {
+      const std::vector<int>& shorter = axes_a.size() < axes_b.size() ? axes_a : axes_b;
+      if (!std::equal(shorter.begin(), shorter.end(), axes.begin()))
+        fail_rule(c, fmt::format("the operands split batch dimension {} differently ({} vs {})", d, c.in[0].to_string(),
+                                 c.in[1].to_string()));
+    }
+    if (any_used(axes, used)) axes.clear();
+    out = out.with_dim_axes(d, axes);
+    if (ra == ro) a = a.with_dim_axes(d, axes);
+    if (rb == ro) b = b.with_dim_axes(d, axes);
+    mark(axes, used);
+  }
+  // M and N.
+  if (any_used(a.dim_axes(m_a), used)) a = a.with_dim_axes(m_a, {});
+  out = out.with_dim_axes(ro - 2, a.dim_axes(m_a));
+  mark(a.dim_axes(m_a), used);
+  if (any_used(b.dim_axes(n_b), used)) b = b.with_dim_axes(n_b, {});
+  out = out.with_dim_axes(ro - 1, b.dim_axes(n_b));
+  mark(b.dim_axes(n_b), used);
+  // K.
+  std::vector<int> ka = a.dim_axes(k_a), kb = b.dim_axes(k_b), partial;
+  if (!ka.empty() && !any_used(ka, used) && (kb.empty() || kb == ka)) {
+    b = b.with_dim_axes(k_b, ka);
+    partial = ka;
+  } else if (!kb.empty() && !any_used(kb, used) && ka.empty()) {
+    a = a.with_dim_axes(k_a, kb);
+    partial = kb;
+  } else {
+    a = a.with_dim_axes(k_a, {});
+    b = b.with_dim_axes(k_b, {});
+  }
+  mark(partial, used);
+  // One partial operand (the other not split or partial on those axes) stays partial.
+  const Sharding& pa = c.in[0];
+  const Sharding& pb = c.in[1];
+  if (pa.is_partial() != pb.is_partial()) {
+    const std::vector<int>& axes = pa.is_partial() ? pa.partial_axes() : pb.partial_axes();
+    if (!any_used(axes, used)) {
+      if (pa.is_partial()) a = a.with_partial(axes);
+      if (pb.is_partial()) b = b.with_partial(axes);
+      partial.insert(partial.end(), axes.begin(), axes.end());
+    }
+  }
+  Decision dec;
+  dec.inputs = {a, b};
+  dec.outputs = {out.with_partial(partial)};
+  return dec;
+}
+
+}  // namespace
+
+void register_linalg() { add("matmul", matmul_rule); }
+
+}  // namespace tessera::spmd::rules

@@ -1,0 +1,186 @@
+// The parallel GPT training step under MPI (one process per device): run by ctest as
+//   mpirun -n 2 / -n 4 mpi_train          (spmd.mpi_train_np2 / _np4)
+// The same tiny GPT, batches and AdamW settings as tests/spmd/test_parallel_train.cpp.
+// Every rank trains the single-device reference locally (plain jit, no collectives),
+// then every layout whose mesh has as many devices as there are ranks for 3 steps, and
+// checks: the losses (relative 1e-5), every parameter after spmd::gather (relative
+// 2-norm error 1e-5), and the collective bytes of one step (the layout's analytic
+// count, plus at most 256 bytes of scalar reductions; what the rank measured sending
+// over MPI equals the program's count). Rank 0 prints one line per layout with an
+// FNV-1a hash of the gathered parameters (to compare runs by eye).
+// Exits nonzero on any mismatch, on every rank.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "spmd/parallel_train_util.h"
+#include "tessera/spmd/api.h"
+#include "tessera/spmd/runtime.h"
+#include "tessera/models/model.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/train/parallel.h"
+#include "tessera/train/train_step.h"
+
+using namespace tessera;
+using namespace tessera::train;
+
+namespace {
+
+int g_rank = 0;
+int g_failures = 0;
+
+void expect(bool ok, const std::string& what) {
+  if (ok) return;
+  ++g_failures;
+  std::fprintf(stderr, "rank %d: FAILED %s\n", g_rank, what.c_str());
+}
+
+constexpr int64_t kBatch = testing::kTrainBatch, kSeq = testing::kTrainSeq, kSteps = testing::kTrainSteps;
+
+struct TrainRun {
+  std::vector<double> losses;
+  std::vector<Array> params;  // host arrays (gathered), in Tree::leaves() order
+  std::vector<std::string> paths;
+  double summary_bytes = 0, measured_bytes = 0;
+};
+
+// 3 AdamW steps, on one device (empty mesh_text) or SPMD under the mesh's layout.
+TrainRun run_layout(const std::string& mesh_text) {
+  models::Model model(testing::tiny_gpt());
+  optim::OptimizerConfig oc = testing::test_adamw();
+  optim::Optimizer optimizer(oc, model.specs());
+  Tree params = model.init(7);
+  Tree opt = optimizer.init(params);
+  std::optional<Layout> layout;
+  if (!mesh_text.empty()) {
+    layout.emplace(spmd::Mesh::parse(mesh_text), default_axis_rules(), model.specs());
+    params = layout->shard_params(params);
+    opt = layout->shard_opt_state(opt);
+  }
+  TrainStep step(model, optimizer, 1, layout ? &*layout : nullptr);
+  TrainRun run;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    data::Batch b = testing::random_batch(kBatch, kSeq, 64, static_cast<uint64_t>(100 * s));
+    run.losses.push_back(step.run(params, opt, {layout ? layout->shard_batch(b) : b}, 1e-2, std::nullopt).loss);
+  }
+  for (const auto& p : step.spmd_programs()) {
+    run.summary_bytes += p->program().summary.per_device.total_bytes();
+    run.measured_bytes += p->last_comm_stats().at(0).total_bytes();  // this rank's device, sent over MPI
+  }
+  // spmd::gather is collective: every rank gathers the same leaves in the same order.
+  run.paths = params.paths();
+  for (const Array& leaf : params.leaves()) run.params.push_back(spmd::gather(leaf));
+  if (layout) {
+    std::vector<Array> leaves = params.leaves();
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      const spmd::Sharding* sh = spmd::sharding_of(leaves[i]);
+      expect(sh != nullptr && *sh == layout->param(run.paths[i]), mesh_text + ": " + run.paths[i] + " lost its layout");
+    }
+  }
+  return run;
+}
+
+// ||a - b|| / ||b|| over the elements.
+double relative_error(const Array& a, const Array& b) {
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  double err = 0, mag = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    err += (x[i] - y[i]) * (x[i] - y[i]);
+    mag += y[i] * y[i];
+  }
+  return std::sqrt(err) / (std::sqrt(mag) + 1e-30);
+}
+
+// FNV-1a (64-bit) over the bytes of every array.
+uint64_t fnv1a(const std::vector<Array>& arrays) {
+  uint64_t h = 1469598103934665603ull;
+  for (const Array& a : arrays) {
+    const auto* p = static_cast<const unsigned char*>(a.raw_data());
+    for (size_t i = 0; i < a.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
+void check_layout(const std::string& mesh_text, const TrainRun& want) {
+  TrainRun got = run_layout(mesh_text);
+  double loss_err = 0;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    const size_t i = static_cast<size_t>(s);
+    const double e = std::abs(got.losses[i] - want.losses[i]) / std::abs(want.losses[i]);
+    loss_err = std::max(loss_err, e);
+    expect(e <= 1e-5,
+           fmt::format("{}: step {} loss {} but one device gives {}", mesh_text, s, got.losses[i], want.losses[i]));
+  }
+  double param_err = 0;
+  expect(got.params.size() == want.params.size(), mesh_text + ": parameter count");
+  for (size_t i = 0; i < std::min(got.params.size(), want.params.size()); ++i) {
+    if (got.params[i].shape() != want.params[i].shape()) {
+      expect(false, fmt::format("{}: {} has shape {} but one device gives {}", mesh_text, want.paths[i],
+                                to_string(got.params[i].shape()), to_string(want.params[i].shape())));
+      continue;
+    }
+    const double e = relative_error(got.params[i], want.params[i]);
+    param_err = std::max(param_err, e);
+    expect(e <= 1e-5, fmt::format("{}: {} relative error {:.3g} (expected <= 1e-5)", mesh_text, want.paths[i], e));
+  }
+  models::Model model(testing::tiny_gpt());
+  Layout layout(spmd::Mesh::parse(mesh_text), default_axis_rules(), model.specs());
+  const double analytic = layout.analytic_step_bytes(testing::tiny_gpt().layers, testing::tiny_gpt().dim, kBatch, kSeq);
+  // Scalar reductions (loss, token count, gradient norm) are not in the analytic count.
+  expect(got.summary_bytes >= analytic && got.summary_bytes <= analytic + 256,
+         fmt::format("{}: {} bytes per step, analytic {} (+ at most 256)", mesh_text, got.summary_bytes, analytic));
+  if (g_rank == 0)
+    std::printf(
+        "%-16s losses %.7f %.7f %.7f  max rel err: loss %.2e params %.2e  bytes %.0f (analytic %.0f)  "
+        "params fnv1a %016llx\n",
+        mesh_text.c_str(), got.losses[0], got.losses[1], got.losses[2], loss_err, param_err, got.summary_bytes,
+        analytic, static_cast<unsigned long long>(fnv1a(got.params)));
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main() {
+  try {
+    if (!spmd::is_multi_process()) {
+      const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
+      std::printf("mpi_train: %s\n", under_mpirun ? "started by mpirun but the runtime is not MPI"
+                                                  : "not started by mpirun; nothing to check");
+      return under_mpirun ? 1 : 0;
+    }
+    g_rank = spmd::local_devices().front();
+    const int n = spmd::device_count();
+    std::vector<std::string> layouts;
+    if (n == 2) layouts = {"data=2", "fsdp=2", "tensor=2"};
+    if (n == 4) layouts = {"data=4", "fsdp=4", "data=2,tensor=2", "fsdp=2,tensor=2"};
+    if (layouts.empty()) {
+      std::fprintf(stderr, "mpi_train: no layouts for %d ranks (run with mpirun -n 2 or -n 4)\n", n);
+      return 1;
+    }
+    const TrainRun want = run_layout("");
+    if (g_rank == 0)
+      std::printf("%-16s losses %.7f %.7f %.7f  params fnv1a %016llx\n", "one device", want.losses[0], want.losses[1],
+                  want.losses[2], static_cast<unsigned long long>(fnv1a(want.params)));
+    for (const std::string& l : layouts) check_layout(l, want);
+    // Every rank learns the total, so they all exit with the same status.
+    int64_t failures = g_failures;
+    spmd::run_on_devices({g_rank}, [&](int d) {
+      spmd::communicator().all_reduce(d, spmd::world_group(), &failures, &failures, 1, DType::Int64);
+    });
+    if (g_rank == 0)
+      std::printf("mpi_train: %d ranks, %zu layouts, %lld failed checks\n", n, layouts.size(),
+                  static_cast<long long>(failures));
+    return failures == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: error: %s\n", g_rank, e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,113 @@
+// The trainer on a device mesh (parallel.mesh): it trains like one device, resumes
+// bitwise on the same mesh, and a checkpoint written under one mesh resumes under
+// another.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include "spmd_test_util.h"
+#include "tessera/data/token_file.h"
+#include "tessera/train/trainer.h"
+#include "train/tiny_corpus.h"
+
+namespace tessera::train {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::expect_close;
+using testing::VirtualDevices;
+
+class ParallelTrainer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test::fresh_test_dir("tessera_parallel_");
+    test::write_tiny_corpus(dir_, 20000, 18000);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // eps = 1e-3: see test_parallel_train.cpp (the key bias's gradient is rounding noise).
+  TrainConfig config(const std::string& run, const std::string& mesh, int64_t steps) const {
+    std::vector<std::string> overrides = {"model.family=\"gpt2\"",
+                                          "model.vocab=256",
+                                          "model.dim=32",
+                                          "model.layers=2",
+                                          "model.heads=2",
+                                          "model.context=32",
+                                          "train.seq=32",
+                                          "train.batch=4",
+                                          "train.eval_batches=2",
+                                          "train.steps=" + std::to_string(steps),
+                                          "checkpoint.interval=2",
+                                          "optimizer.lr=3e-3",
+                                          "optimizer.eps=1e-3",
+                                          "run.seed=11",
+                                          "parallel.mesh=\"" + mesh + "\"",
+                                          "data.train=\"" + (dir_ / "data/train.bin").string() + "\"",
+                                          "data.val=\"" + (dir_ / "data/val.bin").string() + "\"",
+                                          "run.dir=\"" + (dir_ / run).string() + "\""};
+    return parse_config("", "test", overrides);
+  }
+  static TrainerOptions quiet(int64_t stop_at = 0) { return test::quiet_trainer(stop_at); }
+  static void expect_trees_close(const Tree& a, const Tree& b, double rtol) {
+    std::vector<Array> x = a.leaves(), y = b.leaves();
+    std::vector<std::string> paths = a.paths();
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); ++i) expect_close(x[i], y[i], rtol, paths[i]);
+  }
+  static void expect_bitwise(const Tree& a, const Tree& b) {
+    std::vector<Array> x = a.leaves(), y = b.leaves();
+    std::vector<std::string> paths = a.paths();
+    for (size_t i = 0; i < x.size(); ++i) {
+      Array gx = spmd::gather(x[i]), gy = spmd::gather(y[i]);
+      ASSERT_EQ(gx.nbytes(), gy.nbytes());
+      EXPECT_EQ(std::memcmp(gx.raw_data(), gy.raw_data(), gx.nbytes()), 0) << paths[i] << " differs";
+    }
+  }
+  fs::path dir_;
+};
+
+TEST_F(ParallelTrainer, FsdpTensorRunMatchesOneDevice) {
+  VirtualDevices devices(4);
+  Trainer one(config("one", "", 6), quiet());
+  one.run();
+  Trainer sharded(config("sharded", "fsdp=2,tensor=2", 6), quiet());
+  const TrainSummary s = sharded.run();
+  EXPECT_EQ(s.end_step, 6);
+  EXPECT_NE(s.parallel_summary.find("mesh (fsdp=2, tensor=2)"), std::string::npos) << s.parallel_summary;
+  ASSERT_NE(spmd::sharding_of(sharded.params().at("wte").leaf()), nullptr);
+  expect_trees_close(sharded.params(), one.params(), 1e-5);
+}
+
+TEST_F(ParallelTrainer, ResumeOnTheSameMeshIsBitwise) {
+  VirtualDevices devices(2);
+  Trainer straight(config("straight", "data=2", 6), quiet());
+  straight.run();
+  Trainer first(config("resumed", "data=2", 6), quiet(/*stop_at=*/3));
+  EXPECT_EQ(first.run().end_step, 3);
+  Trainer second(config("resumed", "data=2", 6), quiet());
+  const TrainSummary b = second.run();
+  EXPECT_EQ(b.start_step, 3);
+  expect_bitwise(straight.params(), second.params());
+  expect_bitwise(straight.opt_state(), second.opt_state());
+}
+
+TEST_F(ParallelTrainer, CheckpointFromOneMeshResumesOnAnother) {
+  VirtualDevices devices(4);
+  Trainer one(config("one", "", 6), quiet());
+  one.run();
+  Trainer first(config("moved", "fsdp=4", 6), quiet(/*stop_at=*/4));
+  EXPECT_EQ(first.run().end_step, 4);
+  Trainer second(config("moved", "data=2,tensor=2", 6), quiet());
+  const TrainSummary b = second.run();
+  EXPECT_EQ(b.start_step, 4);
+  EXPECT_EQ(b.end_step, 6);
+  EXPECT_EQ(spmd::sharding_of(second.params().at("layers").at(0).at("mlp").at("fc").at("w").leaf())->to_string(),
+            "P(None, 'tensor')");
+  expect_trees_close(second.params(), one.params(), 1e-5);
+}
+
+}  // namespace
+}  // namespace tessera::train

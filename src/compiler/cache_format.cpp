@@ -36,9 +36,9 @@ CompilationCacheStats& global_stats() {
 
 // The whole file ("" when it cannot be read): one fstat and read, no stream copies
 // (an index hit reads two files, and their reading is part of every warm start).
-std::string read_file(const fs::path& path) {
+std::optional<std::string> read_file(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
+  if (fd < 0) return std::nullopt;
   struct stat st {};
   std::string bytes;
   if (::fstat(fd, &st) == 0 && st.st_size > 0) {

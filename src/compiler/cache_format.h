@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -41,9 +42,11 @@ bool debug_notes();
 std::mutex& global_mutex();
 CompilationCacheStats& global_stats();
 
-// The whole file ("" when it cannot be read): one fstat and read, no stream copies
-// (an index hit reads two files, and their reading is part of every warm start).
-std::string read_file(const std::filesystem::path& path);
+// The whole file: one fstat and read, no stream copies (an index hit reads two files,
+// and their reading is part of every warm start). nullopt when it cannot be opened
+// (there is none yet): the caller must not ask the file system again, since a writer
+// may rename the file into place in between and an empty read would look corrupt.
+std::optional<std::string> read_file(const std::filesystem::path& path);
 
 // An entry's header only (magic through the payload hash), so listing a large cache
 // does not read the executables.

@@ -28,9 +28,9 @@ IndexEntry IndexEntry::of(const CacheKey& program_key, std::string outputs) {
 // damaged one.
 std::optional<IndexEntry> CompilationCache::read_index(const IndexKey& key, std::string& error) {
   const fs::path path = index_path(key.fingerprint());
-  const std::string bytes = read_file(path);  // "" when there is none
-  std::error_code ec;
-  if (bytes.empty() && !fs::exists(path, ec)) return std::nullopt;
+  const std::optional<std::string> file = read_file(path);
+  if (!file) return std::nullopt;  // no index entry (yet)
+  const std::string& bytes = *file;
   uint32_t version = 0;
   uint64_t hash = 0;
   if (bytes.size() < sizeof(kIndexMagic) || std::memcmp(bytes.data(), kIndexMagic, sizeof(kIndexMagic)) != 0) {

@@ -97,8 +97,9 @@ std::unique_ptr<Executable> CompilationCache::load(const CacheKey& key) {
 std::unique_ptr<Executable> CompilationCache::load_entry(const std::string& fingerprint, const std::string& key_json) {
   const fs::path path = entry_path(fingerprint);
   std::error_code ec;
-  const std::string bytes = read_file(path);  // "" when there is none
-  if (bytes.empty() && !fs::exists(path, ec)) return nullptr;
+  const std::optional<std::string> file = read_file(path);
+  if (!file) return nullptr;  // no entry (yet)
+  const std::string& bytes = *file;
   ParsedEntry e = parse_entry(bytes, bytes.size(), /*with_payload=*/true);
   if (e.error.empty() && e.key_json != key_json) e.error = "its key parts do not match its name";
   std::unique_ptr<Executable> exe;
@@ -210,7 +211,7 @@ void CompilationCache::evict_to(uint64_t max_bytes) {
 }
 
 std::string CompilationCache::explain() const {
-  const std::string json = read_file(dir_ / kLastMissFile);
+  const std::string json = read_file(dir_ / kLastMissFile).value_or("");
   if (json.empty()) return fmt::format("no miss recorded in {}\n", dir_.string());
   const CacheKey miss = CacheKey::from_json(json);
   const std::string miss_fp = miss.fingerprint();

@@ -329,7 +329,34 @@ TEST_F(CompilationCacheTest, ConcurrentWritersOfOneKeyLeaveAValidEntry) {
   ASSERT_NE(loaded, nullptr);
   EXPECT_EQ(loaded->serialize(), exe->serialize());
   for (const auto& d : fs::directory_iterator(dir_))
-    EXPECT_NE(d.path().extension(), ".tmp") << "temporary file left behind: " << d.path();
+    EXPECT_EQ(d.path().filename().string().find(".tmp"), std::string::npos)
+        << "temporary file left behind: " << d.path();
+}
+
+// A reader racing the first writer of an entry sees no entry or the whole entry, never
+// a "corrupt" one: an entry that appears between the reader's open and a later check
+// of the file system must not be taken for an empty, damaged file (and deleted).
+TEST_F(CompilationCacheTest, ReadersRacingTheFirstStoreNeverSeeACorruptEntry) {
+  for (int round = 0; round < 20; ++round) {
+    const fs::path dir = dir_ / fmt::format("round{}", round);
+    CompilationCache cache(dir);
+    auto [key, exe] = program("first_store", 3.0f);
+    std::atomic<bool> stored{false};
+    std::thread writer([&] {
+      cache.store(key, *exe);
+      stored = true;
+    });
+    int loads = 0;
+    while (!stored.load() || loads < 2) {
+      if (auto loaded = cache.load(key)) {
+        EXPECT_EQ(loaded->serialize(), exe->serialize());
+      }
+      ++loads;
+    }
+    writer.join();
+    EXPECT_EQ(cache.stats().corrupt, 0u) << "round " << round;
+    EXPECT_NE(cache.load(key), nullptr) << "the stored entry survives its readers (round " << round << ")";
+  }
 }
 
 // ---- the index: a second level keyed on the call, so a hit skips tracing ----

@@ -1,6 +1,6 @@
 // `tessera ckpt ls|verify|inspect|import-hf|export-hf`: what checkpoints a run has,
 // whether they are intact (checksums against manifest.json), what one holds (manifest
-// and tensors), and Hugging Face model directories in and out (interop/pretrained.h).
+// and tensors), and Hugging Face model directories in and out (train/pretrained.h).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

@@ -1,4 +1,4 @@
-// Training the gpt2 "tiny" preset: the jitted step (compiler/jit.h, params and AdamW
+// Training the gpt2 "tiny" preset: the jitted step (api/jit.h, params and AdamW
 // state donated) gives eager's loss and parameters within 1e-5, and the loss falls
 // over 20 AdamW steps on a fixed batch. A disabled test times the jitted step against
 // bench/transformer_step.h's GPT of the same shape.

@@ -25,7 +25,7 @@ struct RestoredModel {
 
 // `path` is one checkpoint directory (verified; an IOError if it fails) or a run
 // directory (its newest valid checkpoint; skipped ones are reported through `warn`),
-// or a Hugging Face model directory (interop/pretrained.h: step 0; tokenizer and
+// or a Hugging Face model directory (train/pretrained.h: step 0; tokenizer and
 // tokenizer_spec empty when the directory has no tokenizer files).
 RestoredModel restore_model(const std::filesystem::path& path, const std::function<void(const std::string&)>& warn);
 

@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "tessera/spmd/api.h"
-#include "tessera/spmd/runtime.h"
 #include "tessera/models/model.h"
 #include "tessera/optim/optimizer.h"
+#include "tessera/spmd/api.h"
+#include "tessera/spmd/runtime.h"
 #include "tessera/train/parallel.h"
 #include "tessera/train/train_step.h"
 

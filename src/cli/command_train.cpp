@@ -9,8 +9,8 @@
 
 #include "cli/commands.h"
 #include "tessera/data/tokenizer.h"
-#include "tessera/spmd/runtime.h"
 #include "tessera/models/sample.h"
+#include "tessera/spmd/runtime.h"
 #include "tessera/train/config.h"
 #include "tessera/train/parallel.h"
 #include "tessera/train/progress.h"

@@ -4,8 +4,8 @@
 #include <map>
 #include <queue>
 
-#include "tessera/spmd/collectives.h"
 #include "tessera/ir/primitives/layout.h"
+#include "tessera/spmd/collectives.h"
 
 namespace tessera::spmd {
 

@@ -7,11 +7,11 @@
 #include "compiler/lazy_graph.h"
 #include "spmd/combine_all_reduces.h"
 #include "tessera/core/checkpoint.h"
+#include "tessera/ir/primitives/layout.h"
 #include "tessera/spmd/api.h"
 #include "tessera/spmd/collectives.h"
 #include "tessera/spmd/reshard.h"
 #include "tessera/spmd/sharding_rule.h"
-#include "tessera/ir/primitives/layout.h"
 
 namespace tessera::spmd {
 

@@ -7,8 +7,8 @@
 
 #include "spmd/rules.h"
 #include "tessera/core/ops.h"
-#include "tessera/spmd/collectives.h"
 #include "tessera/ir/primitives/indexing.h"
+#include "tessera/spmd/collectives.h"
 
 namespace tessera::spmd::rules {
 

@@ -18,9 +18,9 @@
 #include "tessera/compiler/compilation_cache.h"
 #include "tessera/compiler/device_program.h"
 #include "tessera/data/token_file.h"
-#include "tessera/spmd/runtime.h"
 #include "tessera/nn/param.h"
 #include "tessera/optim/schedule.h"
+#include "tessera/spmd/runtime.h"
 #include "tessera/train/pretrained.h"
 
 namespace tessera::train {

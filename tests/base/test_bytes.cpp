@@ -1,12 +1,11 @@
 // base/bytes.h: what the writer writes the reader reads back, and damaged bytes are
 // refused (throwing reads: a ValueError naming the format and what was read; try_
 // reads: false with nothing consumed).
-#include "tessera/base/bytes.h"
-
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "tessera/base/bytes.h"
 #include "tessera/base/error.h"
 
 using tessera::ByteReader;

@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "tessera/compiler/primitive_registry.h"
-#include "tessera/spmd/sharding_rule.h"
 #include "tessera/ir/primitives/elementwise.h"
+#include "tessera/spmd/sharding_rule.h"
 
 namespace fs = std::filesystem;
 using namespace tessera;

@@ -23,8 +23,8 @@
 
 #include "tessera/core/tree.h"
 #include "tessera/data/loader.h"
-#include "tessera/spmd/sharding.h"
 #include "tessera/nn/param.h"
+#include "tessera/spmd/sharding.h"
 
 namespace tessera::train {
 

@@ -22,9 +22,9 @@
 
 #include "tessera/api/jit.h"
 #include "tessera/data/loader.h"
-#include "tessera/spmd/spmd_executable.h"
 #include "tessera/models/model.h"
 #include "tessera/optim/optimizer.h"
+#include "tessera/spmd/spmd_executable.h"
 #include "tessera/train/parallel.h"
 
 namespace tessera::train {

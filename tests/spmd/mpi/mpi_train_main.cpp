@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "spmd/parallel_train_util.h"
-#include "tessera/spmd/api.h"
-#include "tessera/spmd/runtime.h"
 #include "tessera/models/model.h"
 #include "tessera/optim/optimizer.h"
+#include "tessera/spmd/api.h"
+#include "tessera/spmd/runtime.h"
 #include "tessera/train/parallel.h"
 #include "tessera/train/train_step.h"
 

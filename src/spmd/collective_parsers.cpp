@@ -37,14 +37,11 @@ std::vector<int> parse_axes(const AttributeMap& a, const Mesh& mesh, const std::
   std::string_view inner = trim(std::string_view(text).substr(1, text.size() - 2));
   while (!inner.empty()) {
     const size_t comma = inner.find(',');
-    const std::string name(trim(inner.substr(0, comma)));
-    bool found = false;
-    for (int i = 0; i < mesh.ndim(); ++i)
-      if (mesh.axis_name(i) == name) {
-        axes.push_back(i);
-        found = true;
-      }
-    if (!found) fail<ValueError>("{}: axis '{}' is not an axis of mesh {}", op, name, mesh.to_string());
+    try {
+      axes.push_back(mesh.axis_index(trim(inner.substr(0, comma))));
+    } catch (const ValueError& e) {
+      fail<ValueError>("{}: attribute axes: {}", op, e.what());
+    }
     inner = comma == std::string_view::npos ? std::string_view() : trim(inner.substr(comma + 1));
   }
   return axes;

@@ -70,6 +70,10 @@ Layout::Layout(spmd::Mesh mesh, AxisRules rules, nn::ParamSpecs specs)
   }
 }
 
+Layout Layout::one_device(nn::ParamSpecs specs) {
+  return Layout(spmd::Mesh({"data"}, {1}), default_axis_rules(), std::move(specs));
+}
+
 const spmd::Sharding& Layout::param(const std::string& path) const {
   auto it = params_.find(path);
   if (it == params_.end()) fail<ValueError>("parallel: no parameter '{}' in the model", path);
@@ -108,6 +112,7 @@ std::optional<spmd::Sharding> Layout::leaf_sharding(const std::string& path, con
 
 std::vector<std::optional<spmd::Sharding>> Layout::shardings_for(const Tree& tree) const {
   std::vector<std::optional<spmd::Sharding>> out;
+  if (splits_nothing()) return out;  // no layouts: the plain program
   std::vector<Array> leaves = tree.leaves();
   std::vector<std::string> paths = tree.paths();
   for (size_t i = 0; i < leaves.size(); ++i) out.push_back(leaf_sharding(paths[i], leaves[i]));
@@ -115,6 +120,7 @@ std::vector<std::optional<spmd::Sharding>> Layout::shardings_for(const Tree& tre
 }
 
 Tree Layout::shard_params(const Tree& params) const {
+  if (splits_nothing()) return params;
   std::vector<Array> leaves = params.leaves();
   std::vector<std::string> paths = params.paths();
   for (size_t i = 0; i < leaves.size(); ++i) leaves[i] = spmd::device_put(leaves[i], param(paths[i]), paths[i]);
@@ -122,6 +128,7 @@ Tree Layout::shard_params(const Tree& params) const {
 }
 
 Tree Layout::shard_opt_state(const Tree& opt_state) const {
+  if (splits_nothing()) return opt_state;
   std::vector<Array> leaves = opt_state.leaves();
   std::vector<std::string> paths = opt_state.paths();
   for (size_t i = 0; i < leaves.size(); ++i) {
@@ -132,6 +139,7 @@ Tree Layout::shard_opt_state(const Tree& opt_state) const {
 }
 
 data::Batch Layout::shard_batch(const data::Batch& batch) const {
+  if (splits_nothing()) return batch;
   data::Batch out = batch;
   out.tokens = spmd::device_put(batch.tokens, this->batch(batch.tokens.ndim()), "batch tokens");
   out.targets = spmd::device_put(batch.targets, this->batch(batch.targets.ndim()), "batch targets");
@@ -140,7 +148,7 @@ data::Batch Layout::shard_batch(const data::Batch& batch) const {
 
 data::Batch Layout::next_batch(data::DataLoader& loader, int64_t batch_size) const {
   const std::vector<int> devices = spmd::local_devices();
-  if (!spmd::is_multi_process() || devices.size() != 1) return shard_batch(loader.next());
+  if (splits_nothing() || !spmd::is_multi_process() || devices.size() != 1) return shard_batch(loader.next());
   const spmd::Sharding s = batch(2);
   const int device = devices[0];
   const int64_t shards = s.num_shards(0), rows = batch_size / shards, index = s.shard_index(0, device);

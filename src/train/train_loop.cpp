@@ -158,9 +158,13 @@ void TrainLoop::open_data() {
   for (const auto* file : {train_file_.get(), val_file_.get()}) file->check_vocabulary(cfg_.model.vocab);
 }
 
-// parallel.mesh: the SPMD layout of parameters, optimizer state and batches.
+// parallel.mesh: the SPMD layout of parameters, optimizer state and batches. Without
+// one the run is on a 1-device mesh, whose placement is the identity.
 void TrainLoop::build_layout() {
-  if (cfg_.parallel.mesh.empty()) return;
+  if (cfg_.parallel.mesh.empty()) {
+    layout_.emplace(Layout::one_device(model_->specs()));
+    return;
+  }
   spmd::Mesh mesh = spmd::Mesh::parse(cfg_.parallel.mesh);
   // In-process, the mesh gets its own virtual devices unless the user chose a count.
   if (!spmd::is_multi_process() && spmd::device_count() < mesh.size() && flags::env("TESSERA_CPU_DEVICES") == nullptr)
@@ -213,11 +217,9 @@ void TrainLoop::restore() {
   }
   summary_.start_step = step_;
   checkpoints_->start_at(step_);
-  if (layout_) {
-    // Checkpoints hold whole arrays, so any mesh restores any checkpoint.
-    params_ = layout_->shard_params(params_);
-    opt_state_ = layout_->shard_opt_state(opt_state_);
-  }
+  // Checkpoints hold whole arrays, so any mesh restores any checkpoint.
+  params_ = layout_->shard_params(params_);
+  opt_state_ = layout_->shard_opt_state(opt_state_);
   flops_per_token_ = model_->flops_per_token(cfg_.loop.seq);
   tokens_per_step_ = static_cast<double>(cfg_.loop.batch * cfg_.loop.seq);
   note(fmt::format("model {} {:.2f}M parameters | steps {} -> {} x {} tokens | peak {:.1f} GFLOP/s ({})",
@@ -242,16 +244,14 @@ void TrainLoop::write_metrics(const nlohmann::json& record) {
 // ---- compile: before the first step, with the step's argument types ----
 
 void TrainLoop::compile() {
-  const Layout* layout = layout_ ? &*layout_ : nullptr;
-  evaluator_.emplace(*model_, layout, cfg_.run.device);
-  train_step_.emplace(*model_, *optimizer_, cfg_.micro_batches(), layout, cfg_.run.device);
+  evaluator_.emplace(*model_, &*layout_, cfg_.run.device);
+  train_step_.emplace(*model_, *optimizer_, cfg_.micro_batches(), &*layout_, cfg_.run.device);
   // Compile time is its own phase. A batch of the right shape is all it needs (not the next one).
   auto compile_span = span(goodput::Phase::kCompile);
   data::DataLoader probe(val_file_, cfg_.micro_batch_size(), cfg_.loop.seq, cfg_.run.seed, 0, 1, /*shuffle=*/false);
   const data::Batch shape_batch = probe.next();
   const compiler::CompilationCacheStats cache_before = compiler::compilation_cache_stats();
-  train_step_->compile(params_, opt_state_, layout_ ? layout_->shard_batch(shape_batch) : shape_batch,
-                       dropout_key_for(step_));
+  train_step_->compile(params_, opt_state_, layout_->shard_batch(shape_batch), dropout_key_for(step_));
   // A hit: every program came from the persistent compilation cache (none compiled).
   const compiler::CompilationCacheStats cache_after = compiler::compilation_cache_stats();
   if (compile_span)
@@ -275,7 +275,7 @@ std::vector<data::Batch> TrainLoop::next_batches() {
   auto wait_span = span(goodput::Phase::kDataWait);
   std::vector<data::Batch> micro;
   for (int64_t i = 0; i < cfg_.micro_batches(); ++i)
-    micro.push_back(layout_ ? layout_->next_batch(*loader_, cfg_.micro_batch_size()) : loader_->next());
+    micro.push_back(layout_->next_batch(*loader_, cfg_.micro_batch_size()));
   return micro;
 }
 
@@ -353,8 +353,8 @@ void TrainLoop::save(int64_t at_step, bool final, double recent_step_s) {
       [&] {
         ckpt::CheckpointState state;
         state.step = at_step;
-        state.params = layout_ ? Layout::gather(params_) : params_;
-        state.opt_state = layout_ ? Layout::gather(opt_state_) : opt_state_;
+        state.params = Layout::gather(params_);
+        state.opt_state = Layout::gather(opt_state_);
         const data::LoaderPosition pos = loader_->position();
         state.extra = {{"config", cfg_.to_json()},
                        {"data", {{"epoch", pos.epoch}, {"index", pos.index}}},
@@ -392,7 +392,7 @@ TrainSummary TrainLoop::finish() {
     summary_.tokens_per_s = tokens_per_step_ / median(step_times_);
     summary_.mfu = flops_per_token_ * summary_.tokens_per_s / peak_;
   }
-  if (layout_) summary_.parallel_summary = parallel_summary();
+  if (!cfg_.parallel.mesh.empty()) summary_.parallel_summary = parallel_summary();
   if (summary_.stop_reason.starts_with("signal")) {
     // A preemption notice leaves little time: save first, and skip the final evaluation.
     metrics_.flush();

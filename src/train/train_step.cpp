@@ -44,7 +44,7 @@ std::string model_identity(const models::ModelConfig& c) {
 }
 
 std::string step_identity(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches,
-                          const Layout* layout, const Tree& params) {
+                          const Layout& layout, const Tree& params) {
   const optim::OptimizerConfig& o = optimizer.config();
   const optim::LossScaleConfig& ls = o.loss_scale;
   std::string decay;  // the weight-decay mask (the optimizer's specs)
@@ -55,19 +55,19 @@ std::string step_identity(const models::Model& model, const optim::Optimizer& op
       "micro_batches={} layout={}",
       model_identity(model.config()), o.name, o.beta1, o.beta2, o.eps, o.weight_decay, o.momentum, o.nesterov,
       o.clip_norm, decay, optim::loss_scaling_name(ls.mode), ls.static_scale, ls.init_scale, ls.growth_interval,
-      ls.growth_factor, ls.backoff_factor, micro_batches, layout != nullptr ? layout->describe() : "none");
+      ls.growth_factor, ls.backoff_factor, micro_batches, layout.describe());
 }
 
 // `outputs`: a tree shaped like the program's result (its leaves' layouts are pinned
-// under a layout). `identity`: JitOptions::cache_identity.
-JitOptions jit_options(std::vector<int> donate, std::string name, const Layout* layout, const Tree& outputs,
+// on a mesh of several devices). `identity`: JitOptions::cache_identity.
+JitOptions jit_options(std::vector<int> donate, std::string name, const Layout& layout, const Tree& outputs,
                        const std::string& device, std::string identity) {
   JitOptions options;
   options.cache_identity = std::move(identity);
   options.device = device;
   options.donate_leaves = std::move(donate);
   options.name = std::move(name);
-  if (layout != nullptr) options.out_shardings = layout->shardings_for(outputs);
+  options.out_shardings = layout.shardings_for(outputs);
   return options;
 }
 
@@ -98,7 +98,11 @@ std::pair<Array, Tree> loss_and_grads(const models::Model& model, const optim::O
 
 TrainStep::TrainStep(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches,
                      const Layout* layout, std::string device)
-    : model_(model), optimizer_(optimizer), micro_batches_(micro_batches), layout_(layout), device_(std::move(device)) {
+    : model_(model),
+      optimizer_(optimizer),
+      micro_batches_(micro_batches),
+      layout_(layout != nullptr ? *layout : Layout::one_device(model.specs())),
+      device_(std::move(device)) {
   if (micro_batches < 1) fail<ValueError>("TrainStep: micro_batches must be >= 1 (got {})", micro_batches);
 }
 
@@ -281,8 +285,8 @@ Evaluator::Evaluator(const models::Model& model, const Layout* layout, const std
           [&model](const Tree& a) -> Tree {
             return Tree(model.loss(a.at("params"), a.at("tokens").leaf(), a.at("targets").leaf()));
           },
-          jit_options({}, "eval", nullptr, Tree(), device, model_identity(model.config())))),
-      layout_(layout) {}
+          jit_options({}, "eval", Layout::one_device(model.specs()), Tree(), device, model_identity(model.config())))),
+      layout_(layout != nullptr ? *layout : Layout::one_device(model.specs())) {}
 
 double Evaluator::operator()(const Tree& params, data::DataLoader& loader, int64_t batches) {
   if (batches < 1) fail<ValueError>("evaluate: batches must be >= 1 (got {})", batches);
@@ -290,7 +294,7 @@ double Evaluator::operator()(const Tree& params, data::DataLoader& loader, int64
   double total = 0;
   const int64_t n = std::min<int64_t>(batches, static_cast<int64_t>(loader.batches_per_epoch()));
   for (int64_t i = 0; i < n; ++i) {
-    data::Batch batch = layout_ != nullptr ? layout_->next_batch(loader, loader.batch_size()) : loader.next();
+    data::Batch batch = layout_.next_batch(loader, loader.batch_size());
     total +=
         forward_(Tree{{"params", params}, {"tokens", batch.tokens}, {"targets", batch.targets}}).leaf().item<double>();
   }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <random>
 
@@ -125,6 +126,60 @@ TEST(ParallelTrain, VocabularyReplicatedTensorParallelMatchesOneDevice) {
   double analytic = layout.analytic_step_bytes(testing::tiny_gpt().layers, testing::tiny_gpt().dim, kBatch, kSeq);
   EXPECT_GE(got.summary_bytes, analytic);
   EXPECT_LE(got.summary_bytes, analytic + 256) << "analytic " << analytic;
+}
+
+// One device is a 1-device mesh: the trainer's layout for it (Layout::one_device)
+// places nothing and compiles the plain program. Partitioning the same step onto that
+// mesh (arguments placed on it, so jit runs the partitioner and the SPMD executable)
+// must give bitwise the same losses and parameters: the identity placement is exactly
+// what the partitioner would do.
+TEST(ParallelTrain, OneDeviceLayoutIsThePartitionedProgramOnAOneDeviceMeshBitwise) {
+  models::Model model(testing::tiny_gpt());
+  optim::Optimizer optimizer(testing::test_adamw(), model.specs());
+  const Layout one = Layout::one_device(model.specs());
+  ASSERT_TRUE(one.splits_nothing());
+  const spmd::Mesh mesh = one.mesh();
+  ASSERT_EQ(mesh.size(), 1);
+  auto place = [&](const Array& a) { return spmd::device_put(a, spmd::Sharding::replicated(mesh, a.ndim()), "test"); };
+  struct Run {
+    std::vector<double> losses;
+    Tree params;
+    size_t spmd_programs = 0;
+  };
+  auto run = [&](bool partitioned, int64_t micro_batches) {
+    Tree params = model.init(7), opt = optimizer.init(params);
+    params = partitioned ? params.map(place) : one.shard_params(params);
+    opt = partitioned ? opt.map(place) : one.shard_opt_state(opt);
+    TrainStep step(model, optimizer, micro_batches, &one);
+    Run r;
+    for (int64_t s = 0; s < kSteps; ++s) {
+      std::vector<data::Batch> micro;
+      for (int64_t m = 0; m < micro_batches; ++m) {
+        data::Batch b = testing::random_batch(kBatch / micro_batches, kSeq, 64, static_cast<uint64_t>(100 * s + m));
+        micro.push_back(partitioned ? data::Batch{place(b.tokens), place(b.targets)} : one.shard_batch(b));
+      }
+      r.losses.push_back(step.run(params, opt, micro, 1e-2, std::nullopt).loss);
+    }
+    r.params = Layout::gather(params);
+    r.spmd_programs = step.spmd_programs().size();
+    return r;
+  };
+  for (int64_t micro_batches : {1, 2}) {
+    SCOPED_TRACE("micro_batches " + std::to_string(micro_batches));
+    const Run plain = run(false, micro_batches), partitioned = run(true, micro_batches);
+    EXPECT_EQ(plain.spmd_programs, 0u) << "the 1-device layout must compile the plain program";
+    EXPECT_GT(partitioned.spmd_programs, 0u) << "arguments placed on the mesh must go through the partitioner";
+    for (size_t s = 0; s < plain.losses.size(); ++s) EXPECT_EQ(plain.losses[s], partitioned.losses[s]) << "step " << s;
+    std::vector<Array> p = plain.params.leaves(), q = partitioned.params.leaves();
+    std::vector<std::string> paths = plain.params.paths();
+    ASSERT_EQ(p.size(), q.size());
+    for (size_t i = 0; i < p.size(); ++i) {
+      EXPECT_EQ(spmd::sharding_of(p[i]), nullptr) << paths[i] << ": the 1-device layout placed a shard";
+      const std::vector<float> a = p[i].to_vector<float>(), b = q[i].to_vector<float>();
+      ASSERT_EQ(a.size(), b.size()) << paths[i];
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << paths[i] << " differs";
+    }
+  }
 }
 
 TEST(ParallelTrain, GradientAccumulationKeepsFsdpLayouts) {

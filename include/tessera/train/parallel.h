@@ -38,9 +38,16 @@ AxisRules default_axis_rules();
 // right side, "vocab=", means not split). Throws ConfigError naming the entry.
 AxisRules parse_axis_rules(const std::string& text, const AxisRules& base = default_axis_rules());
 
+// Where parameters, optimizer state and batches live on a mesh. One device is a
+// 1-device mesh (one_device()): partitioning onto one device splits nothing and
+// inserts no collectives, so its placement is the identity and its programs are the
+// plain ones (tests/spmd/test_parallel_train.cpp shows them bitwise equal to the
+// partitioned program on that mesh). The trainer therefore always has a layout.
 class Layout {
  public:
   Layout(spmd::Mesh mesh, AxisRules rules, nn::ParamSpecs specs);
+  // The 1-device mesh (data=1) with the default rules.
+  static Layout one_device(nn::ParamSpecs specs);
 
   const spmd::Mesh& mesh() const { return mesh_; }
   const AxisRules& rules() const { return rules_; }
@@ -50,6 +57,9 @@ class Layout {
   spmd::Sharding batch(int rank) const;
   // Devices that each hold a different slice of the batch.
   int64_t data_parallel_size() const;
+  // A 1-device mesh: every placement below is the identity and shardings_for gives
+  // no layouts, so jit compiles the unpartitioned program.
+  bool splits_nothing() const { return mesh_.size() == 1; }
 
   // Layouts for the leaves of a tree with keys params.* / grads.* (parameters),
   // opt.<slot>.* (optimizer moments, like their parameter), opt.step (replicated),

@@ -40,9 +40,10 @@ struct StepStats {
 
 class TrainStep {
  public:
-  // With a layout (train/parallel.h) the programs run SPMD over its mesh: arguments
-  // must be placed with it (Layout::shard_params / shard_opt_state / shard_batch);
-  // outputs keep the same layouts (gradients of the accumulation path included).
+  // The programs run over the layout's mesh (train/parallel.h; nullptr: one device,
+  // Layout::one_device): arguments must be placed with it (Layout::shard_params /
+  // shard_opt_state / shard_batch); outputs keep the same layouts (gradients of the
+  // accumulation path included).
   // `device`: where the programs run ("cpu", "cuda", "cuda:N"). On a GPU the parameters
   // and optimizer state stay in device memory between steps (donated buffers); reading
   // the loss is the step's only synchronization.
@@ -67,17 +68,17 @@ class TrainStep {
 
   // Model FLOPs of one program execution as the compiled program counts them.
   double compiled_flops() const { return compiled_flops_; }
-  // Under a layout: the SPMD programs (collectives per step, communication of the
-  // last run, per-device memory); empty otherwise.
+  // The SPMD programs (collectives per step, communication of the last run, per-device
+  // memory); empty on one device.
   const std::vector<std::shared_ptr<spmd::SpmdExecutable>>& spmd_programs() const { return spmd_; }
-  // The largest peak memory of the step's programs (one device's, under a layout).
+  // The largest peak memory of the step's programs (one device's on a mesh).
   size_t peak_bytes() const;
 
  private:
   const models::Model& model_;
   const optim::Optimizer& optimizer_;
   int64_t micro_batches_;
-  const Layout* layout_;
+  Layout layout_;
   std::string device_;
   std::optional<Jitted> fused_;       // micro_batches == 1
   std::optional<Jitted> grad_first_;  // micro_batches > 1
@@ -100,13 +101,13 @@ class TrainStep {
 // reused by every later pass.
 class Evaluator {
  public:
-  // With a layout, validation batches are split over its batch axes.
+  // Validation batches are split over the layout's batch axes (nullptr: one device).
   explicit Evaluator(const models::Model& model, const Layout* layout = nullptr, const std::string& device = "cpu");
   double operator()(const Tree& params, data::DataLoader& loader, int64_t batches);
 
  private:
   Jitted forward_;
-  const Layout* layout_;
+  Layout layout_;
 };
 
 // One-off form of Evaluator.

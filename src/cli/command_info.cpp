@@ -1,6 +1,7 @@
 // `tessera info`: what this build is and what it runs on (version, threads, BLAS,
 // CPU features, CUDA). The first thing to paste into a bug report. `--flags` lists the
-// TESSERA_* environment variables (base/flags.h).
+// TESSERA_* environment variables (base/flags.h), `--ops` the primitive table
+// (ir/primitive_table.h).
 #include <fmt/format.h>
 
 #include <memory>
@@ -12,6 +13,7 @@
 #include "tessera/base/flags.h"
 #include "tessera/base/thread_pool.h"
 #include "tessera/base/version.h"
+#include "tessera/ir/primitive_table.h"
 #include "tessera/spmd/runtime.h"
 #include "tessera/train/trainer.h"
 
@@ -41,11 +43,17 @@ std::string blas_description() {
 const char* yes_no(bool value) { return value ? "yes" : "no"; }
 
 struct InfoSettings {
+  bool ops = false;
   bool flags = false;
   bool markdown = false;
 };
 
 int run_info(const InfoSettings& settings) {
+  if (settings.ops) {
+    // The primitive table (ir/primitive_table.h), as docs/ops.md holds it.
+    fmt::print("{}", primitive_table_markdown());
+    return 0;
+  }
   if (settings.flags) {
     // --markdown: the table docs/flags.md holds (a test compares them); else with this
     // process's values.
@@ -90,6 +98,9 @@ Command add_info_command(CLI::App& app) {
   sub->add_flag("--flags", settings->flags,
                 "List every TESSERA_* environment variable: default, who sets it, what it does, its value here");
   sub->add_flag("--markdown", settings->markdown, "With --flags: the table without values (docs/flags.md)");
+  sub->add_flag("--ops", settings->ops,
+                "List every primitive: its family and where its CPU evaluation, CUDA kernel and sharding rule live "
+                "(or why it has none; docs/ops.md)");
   return Command{sub, [settings] { return run_info(*settings); }};
 }
 

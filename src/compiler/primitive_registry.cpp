@@ -9,6 +9,7 @@
 
 #include "tessera/base/error.h"
 #include "tessera/core/array.h"
+#include "tessera/ir/primitive_table.h"
 #include "tessera/ir/primitives/elementwise.h"
 #include "tessera/ir/primitives/fusion.h"
 #include "tessera/ir/primitives/indexing.h"
@@ -167,6 +168,15 @@ void register_nn(std::map<std::string, PrimitiveFactory>& f) {
       return std::make_shared<NormGrad>(rms, a.get_bool("weight"), a.get_bool("bias"));
     };
   }
+  f["cross_entropy"] = [](const AttributeMap& a) -> PrimitivePtr {
+    return std::make_shared<CrossEntropy>(a.get_int("ignore_index"));
+  };
+  f["cross_entropy_grad"] = [](const AttributeMap& a) -> PrimitivePtr {
+    return std::make_shared<CrossEntropyGrad>(a.get_int("ignore_index"));
+  };
+}
+
+void register_attention(std::map<std::string, PrimitiveFactory>& f) {
   auto attention_config = [](const AttributeMap& a) {
     AttentionConfig config;
     config.causal = a.get_bool("causal");
@@ -179,12 +189,6 @@ void register_nn(std::map<std::string, PrimitiveFactory>& f) {
   };
   f["attention_grad"] = [attention_config](const AttributeMap& a) -> PrimitivePtr {
     return std::make_shared<AttentionGrad>(attention_config(a));
-  };
-  f["cross_entropy"] = [](const AttributeMap& a) -> PrimitivePtr {
-    return std::make_shared<CrossEntropy>(a.get_int("ignore_index"));
-  };
-  f["cross_entropy_grad"] = [](const AttributeMap& a) -> PrimitivePtr {
-    return std::make_shared<CrossEntropyGrad>(a.get_int("ignore_index"));
   };
 }
 
@@ -221,15 +225,28 @@ void register_random(std::map<std::string, PrimitiveFactory>& f) {
   f["random_bernoulli"] = plain<RandomBernoulli>();
 }
 
+// Each family's factories, checked against the primitive table (ir/primitive_table.h)
+// as they are added: a name the table does not list, or lists in another family, is
+// an Error here rather than a parser that silently knows more than the table.
 void register_builtins(std::map<std::string, PrimitiveFactory>& f) {
-  register_elementwise(f);
-  register_layout(f);
-  register_linalg(f);
-  register_reduce(f);
-  register_indexing(f);
-  register_nn(f);
-  register_optim(f);
-  register_random(f);
+  using Register = void (*)(std::map<std::string, PrimitiveFactory>&);
+  const std::pair<OpFamily, Register> families[] = {{OpFamily::Elementwise, register_elementwise},
+                                                    {OpFamily::Layout, register_layout},
+                                                    {OpFamily::Linalg, register_linalg},
+                                                    {OpFamily::Reduce, register_reduce},
+                                                    {OpFamily::Indexing, register_indexing},
+                                                    {OpFamily::Nn, register_nn},
+                                                    {OpFamily::Attention, register_attention},
+                                                    {OpFamily::Optim, register_optim},
+                                                    {OpFamily::Random, register_random}};
+  for (const auto& [family, register_family] : families) {
+    std::map<std::string, PrimitiveFactory> added;
+    register_family(added);
+    for (auto& [name, factory] : added) {
+      check_registration(name, family, OpProvider::ParserFactory);
+      f[name] = std::move(factory);
+    }
+  }
 }
 
 Registry& registry() {

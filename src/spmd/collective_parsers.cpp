@@ -9,6 +9,7 @@
 
 #include "tessera/base/error.h"
 #include "tessera/compiler/primitive_registry.h"
+#include "tessera/ir/primitive_table.h"
 #include "tessera/spmd/collectives.h"
 
 namespace tessera::spmd {
@@ -60,6 +61,7 @@ void register_collective_parsers() {
     for (CollectiveKind kind : {CollectiveKind::AllGather, CollectiveKind::AllReduce, CollectiveKind::ReduceScatter,
                                 CollectiveKind::AllToAll, CollectiveKind::ShardSlice, CollectiveKind::ShardPad}) {
       const std::string op = to_string(kind);
+      check_registration(op, OpFamily::Collective, OpProvider::ParserFactory);
       compiler::register_primitive(op, [kind, op](const AttributeMap& a) -> PrimitivePtr {
         Mesh mesh = parse_mesh(a, op);
         std::vector<int> axes = parse_axes(a, mesh, op);

@@ -12,14 +12,19 @@
 namespace tessera::spmd::rules {
 
 using RuleFn = std::function<ShardingRule::Decision(const ShardingRule::Context&)>;
+// Registers a built-in rule; only inside a family's register_<family>() below, which
+// sharding_rule.cpp calls with the family set, so `add` checks the name against the
+// primitive table (ir/primitive_table.h).
 void add(const std::string& primitive_name, RuleFn fn);
 
 void register_elementwise();
 void register_layout();
 void register_linalg();
 void register_reduce();
-void register_nn();
 void register_indexing();
+void register_nn();
+void register_attention();
+void register_optim();
 
 // Shorthands.
 using Decision = ShardingRule::Decision;

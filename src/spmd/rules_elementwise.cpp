@@ -108,17 +108,6 @@ void register_elementwise() {
   });
   add("stop_gradient", [](const Context& c) { return elementwise(c, Linearity::AllPartial); });
   add("identity", [](const Context& c) { return elementwise(c, Linearity::AllPartial); });
-  // AdamW: param, grad, m, v elementwise ([lr, step] scalars replicated). The update
-  // follows the parameter's layout: a partial gradient is reduce-scattered onto it
-  // (FSDP) or all-reduced (data parallel).
-  add("adamw_update", [](const Context& c) {
-    Decision d;
-    Sharding target = c.in.at(0).without_partial();
-    for (size_t i = 0; i < c.in.size(); ++i)
-      d.inputs.push_back(i < 4 ? target : Sharding::replicated(c.mesh, static_cast<int>(c.in_types[i].shape.size())));
-    d.outputs.assign(c.out_types.size(), target);
-    return d;
-  });
 }
 
 }  // namespace tessera::spmd::rules

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "spmd/rules.h"
+#include "tessera/ir/primitive_table.h"
 
 namespace tessera::spmd {
 
@@ -30,15 +32,22 @@ std::map<std::string, std::shared_ptr<const ShardingRule>>& registry() {
   return r;
 }
 
+// The family whose rules are being registered (set only inside register_builtins).
+std::optional<OpFamily> g_registering;
+
 void register_builtins() {
   static std::once_flag once;
   std::call_once(once, [] {
-    rules::register_elementwise();
-    rules::register_layout();
-    rules::register_linalg();
-    rules::register_reduce();
-    rules::register_nn();
-    rules::register_indexing();
+    const std::pair<OpFamily, void (*)()> families[] = {
+        {OpFamily::Elementwise, rules::register_elementwise}, {OpFamily::Layout, rules::register_layout},
+        {OpFamily::Linalg, rules::register_linalg},           {OpFamily::Reduce, rules::register_reduce},
+        {OpFamily::Indexing, rules::register_indexing},       {OpFamily::Nn, rules::register_nn},
+        {OpFamily::Attention, rules::register_attention},     {OpFamily::Optim, rules::register_optim}};
+    for (const auto& [family, register_family] : families) {
+      g_registering = family;
+      register_family();
+    }
+    g_registering.reset();
   });
 }
 
@@ -67,6 +76,8 @@ std::vector<std::string> sharding_rule_keys() {
 namespace rules {
 
 void add(const std::string& primitive_name, RuleFn fn) {
+  if (!g_registering) fail<Error>("rules::add('{}') outside a family's registration", primitive_name);
+  check_registration(primitive_name, *g_registering, OpProvider::ShardingRule);
   std::lock_guard<std::mutex> lock(registry_mutex());
   registry()[primitive_name] = std::make_shared<FunctionRule>(std::move(fn));
 }

@@ -61,9 +61,9 @@ void register_sharding_rule(const std::string& primitive_name, std::shared_ptr<c
 const ShardingRule* find_sharding_rule(const Primitive& primitive);
 // Every key with a registered rule, sorted (the op-coverage test walks it).
 std::vector<std::string> sharding_rule_keys();
-// The primitives that deliberately have no sharding rule, each with the reason: the
-// partitioner asks for a sharding constraint around them (rules_opt_out.cpp).
-const std::map<std::string, std::string>& primitives_without_sharding_rule();
+// (The primitives that deliberately have none, each with the reason, are the rows of
+// ir/primitive_table.h with no_sharding_rule: the partitioner asks for a sharding
+// constraint around them.)
 
 // Helpers for rules.
 namespace rules {

@@ -1,7 +1,7 @@
 // CUDA kernels of the linear-algebra primitives: matmul and matmul_epilogue, both
 // through gemm() (backend/cuda/kernels/gemm.h: cuBLASLt with a fused bias / activation
 // epilogue). Shapes and attributes are read exactly as the CPU evals read them
-// (backend/cpu/eval_linalg.cpp, eval_matmul_epilogue.cpp).
+// (backend/cpu/eval_linalg.cpp, eval_linalg_epilogue.cpp).
 #include <string>
 
 #include "backend/cuda/kernel_registry.h"

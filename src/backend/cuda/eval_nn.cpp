@@ -221,7 +221,6 @@ void register_nn_kernels() {
   register_kernel("rms_norm_grad", norm_grad_kernel);
   register_kernel("cross_entropy", cross_entropy_kernel);
   register_kernel("cross_entropy_grad", cross_entropy_grad_kernel);
-  register_attention_kernels();  // eval_attention.cpp
 }
 
 }  // namespace tessera::cuda

@@ -2,6 +2,9 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
+
+#include "tessera/ir/primitive_table.h"
 
 namespace tessera::cuda {
 
@@ -15,9 +18,33 @@ Registry& registry() {
   static Registry r;
   return r;
 }
+// The family being registered (only inside register_builtin_kernels).
+std::optional<OpFamily> g_registering;
+
+void check_builtin(std::string_view op) {
+  if (g_registering) check_registration(op, *g_registering, OpProvider::CudaKernel);
+}
 }  // namespace
 
+void register_builtin_kernels() {
+  const std::pair<OpFamily, void (*)()> families[] = {{OpFamily::Elementwise, register_elementwise_kernels},
+                                                      {OpFamily::Layout, register_layout_kernels},
+                                                      {OpFamily::Linalg, register_linalg_kernels},
+                                                      {OpFamily::Reduce, register_reduce_kernels},
+                                                      {OpFamily::Indexing, register_indexing_kernels},
+                                                      {OpFamily::Nn, register_nn_kernels},
+                                                      {OpFamily::Attention, register_attention_kernels},
+                                                      {OpFamily::Optim, register_optim_kernels},
+                                                      {OpFamily::Random, register_random_kernels}};
+  for (const auto& [family, register_family] : families) {
+    g_registering = family;
+    register_family();
+  }
+  g_registering.reset();
+}
+
 void register_kernel(std::string_view op, KernelFn fn) {
+  check_builtin(op);
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.kernels[std::string(op)] = std::move(fn);
@@ -31,6 +58,7 @@ const KernelFn* find_kernel(std::string_view op) {
 }
 
 void register_group_kernel(std::string_view op, GroupKernelFn fn, int shared_inputs_from) {
+  check_builtin(op);
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.group_kernels[std::string(op)] = {std::move(fn), shared_inputs_from};
@@ -51,18 +79,6 @@ std::vector<std::string> kernel_names() {
   std::vector<std::string> names;
   for (const auto& [name, fn] : r.kernels) names.push_back(name);
   return names;
-}
-
-const std::map<std::string, std::string>& primitives_without_kernel() {
-  static const std::map<std::string, std::string> opt_out = [] {
-    std::map<std::string, std::string> m;
-    for (const char* collective :
-         {"all_gather", "all_reduce", "all_to_all", "reduce_scatter", "shard_pad", "shard_slice"})
-      m[collective] =
-          "SPMD programs do not run on GPUs yet: collectives go through NCCL communicators outside GPU programs";
-    return m;
-  }();
-  return opt_out;
 }
 
 }  // namespace tessera::cuda

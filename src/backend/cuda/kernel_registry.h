@@ -12,7 +12,8 @@
 //
 // Families register themselves from backend/cuda/eval_<family>.cpp through the
 // register_<family>_kernels functions below (explicit calls, not static
-// initializers, which a static library would drop).
+// initializers, which a static library would drop), each checked against the
+// primitive table (ir/primitive_table.h) as it registers.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -69,7 +70,9 @@ using GroupKernelFn =
     std::function<void(const Primitive& primitive, const std::vector<std::vector<DeviceTensor>>& inputs,
                        const std::vector<std::vector<DeviceTensor>>& outputs, KernelContext& ctx)>;
 
-// Registers `fn` for primitives named `op` (replacing an earlier one).
+// Registers `fn` for primitives named `op` (replacing an earlier one). Inside
+// register_builtin_kernels the name is checked against the primitive table for the
+// family being registered; outside it (extensions, tests) any name is accepted.
 void register_kernel(std::string_view op, KernelFn fn);
 // The kernel for `op`, or nullptr when there is none.
 const KernelFn* find_kernel(std::string_view op);
@@ -77,11 +80,10 @@ const KernelFn* find_kernel(std::string_view op);
 // applications whose non-per-tensor inputs, from `shared_inputs_from` on, are the same values).
 void register_group_kernel(std::string_view op, GroupKernelFn fn, int shared_inputs_from);
 const GroupKernelFn* find_group_kernel(std::string_view op, int* shared_inputs_from);
-// Names of every op with a kernel, sorted (error messages, docs).
+// Names of every op with a kernel, sorted (error messages, docs). The primitives that
+// deliberately have none, with the reason, are the primitive table's rows with
+// no_cuda_kernel (the op-coverage test fails for a primitive with neither).
 std::vector<std::string> kernel_names();
-// The primitives that deliberately have no CUDA kernel, each with the reason (the
-// op-coverage test fails for a primitive with neither).
-const std::map<std::string, std::string>& primitives_without_kernel();
 
 // The primitive as its class (ir/primitives/<family>.h); an Error naming `op` when a
 // kernel was registered under the wrong name.
@@ -92,12 +94,15 @@ const P& primitive_as(const Primitive& primitive, const char* op) {
   return *p;
 }
 
+// Every family below, each under its OpFamily (runtime.cpp calls it once).
+void register_builtin_kernels();
+
 // One per family file (backend/cuda/eval_<family>.cpp).
 void register_elementwise_kernels();  // unary, binary, convert, where, fusion (NVRTC)
 void register_layout_kernels();       // transpose, broadcast_to, slice, pad, concatenate, copy
 void register_reduce_kernels();       // reduce_sum / reduce_max / ...
 void register_linalg_kernels();       // matmul, matmul_epilogue (cuBLASLt)
-void register_nn_kernels();           // norms, softmax, cross-entropy (and calls the next one)
+void register_nn_kernels();           // norms, softmax, cross-entropy
 void register_attention_kernels();    // flash attention forward and backward
 void register_indexing_kernels();     // take (embedding), scatter_add, take_along_axis
 void register_optim_kernels();        // adamw_update

@@ -147,16 +147,7 @@ void synchronize(int device) {
 
 void ensure_kernels_registered() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    register_elementwise_kernels();
-    register_layout_kernels();
-    register_reduce_kernels();
-    register_linalg_kernels();
-    register_nn_kernels();
-    register_indexing_kernels();
-    register_optim_kernels();
-    register_random_kernels();
-  });
+  std::call_once(once, register_builtin_kernels);
 }
 
 }  // namespace tessera::cuda

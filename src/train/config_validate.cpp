@@ -1,0 +1,90 @@
+// TrainConfig::validate: the checks that need the whole config (keys against each
+// other, the device, the mesh, the schedule), each a ConfigError naming the keys.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "tessera/base/error.h"
+#include "tessera/compiler/device_program.h"
+#include "tessera/spmd/mesh.h"
+#include "tessera/train/config.h"
+#include "train/config_checks.h"
+
+namespace tessera::train {
+
+namespace detail {
+
+void check_compute_dtype(const std::string& dtype, const std::string& where) {
+  if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16")
+    fail<ConfigError>("{}: 'model.compute_dtype' = \"{}\" is unknown (expected one of: float32, bfloat16, float16)",
+                      where, dtype);
+}
+
+}  // namespace detail
+
+void TrainConfig::validate() const {
+  detail::check_compute_dtype(model.compute_dtype, "config");
+  try {
+    model.validate();
+    optimizer_config().validate();
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    fail<ConfigError>("config: {}", e.what());
+  }
+  auto positive = [](const char* key, int64_t v) {
+    if (v <= 0) fail<ConfigError>("config: '{}' must be positive (got {})", key, v);
+  };
+  try {
+    compiler::DeviceSpec::parse(run.device);
+  } catch (const ValueError& e) {
+    fail<ConfigError>("config: 'run.device': {}", e.what());
+  }
+  if (compiler::DeviceSpec::parse(run.device).cuda && !parallel.mesh.empty())
+    fail<ConfigError>(
+        "config: 'parallel.mesh' = \"{}\" with 'run.device' = \"{}\": sharded training on GPUs is not "
+        "supported yet (one GPU per run)",
+        parallel.mesh, run.device);
+  positive("train.steps", loop.steps);
+  positive("train.batch", loop.batch);
+  positive("train.seq", loop.seq);
+  positive("train.log_interval", loop.log_interval);
+  positive("train.eval_batches", loop.eval_batches);
+  if (loop.micro_batch < 0 || (loop.micro_batch > 0 && loop.batch % loop.micro_batch != 0))
+    fail<ConfigError>("config: 'train.micro_batch' = {} must divide 'train.batch' = {}", loop.micro_batch, loop.batch);
+  if (loop.seq > model.context)
+    fail<ConfigError>("config: 'train.seq' = {} exceeds 'model.context' = {}", loop.seq, model.context);
+  if (loop.eval_interval < 0) fail<ConfigError>("config: 'train.eval_interval' must be >= 0");
+  if (loop.time_limit_s < 0) fail<ConfigError>("config: 'train.time_limit_s' must be >= 0");
+  if (checkpoint.interval < 0) fail<ConfigError>("config: 'checkpoint.interval' must be >= 0");
+  if (checkpoint.keep_last < 1)
+    fail<ConfigError>("config: 'checkpoint.keep_last' must be >= 1 (got {})", checkpoint.keep_last);
+  if (checkpoint.keep_every < 0) fail<ConfigError>("config: 'checkpoint.keep_every' must be >= 0");
+  if (checkpoint.local_interval < 0) fail<ConfigError>("config: 'checkpoint.local_interval' must be >= 0");
+  if (checkpoint.local_keep_last < 1)
+    fail<ConfigError>("config: 'checkpoint.local_keep_last' must be >= 1 (got {})", checkpoint.local_keep_last);
+  if (!checkpoint.local_dir.empty() && checkpoint.local_interval == 0)
+    fail<ConfigError>("config: 'checkpoint.local_dir' = \"{}\" needs 'checkpoint.local_interval' > 0",
+                      checkpoint.local_dir);
+  if (!(checkpoint.mtbf_s > 0) || !std::isfinite(checkpoint.mtbf_s))
+    fail<ConfigError>("config: 'checkpoint.mtbf_s' = {} must be a finite number of seconds > 0", checkpoint.mtbf_s);
+  if (run.threads < 0) fail<ConfigError>("config: 'run.threads' must be >= 0");
+  if (!parallel.mesh.empty()) {
+    try {
+      spmd::Mesh::parse(parallel.mesh);
+    } catch (const Error& e) {
+      fail<ConfigError>("config: 'parallel.mesh': {}", e.what());
+    }
+  }
+  if (data.val_fraction <= 0 || data.val_fraction >= 1)
+    fail<ConfigError>("config: 'data.val_fraction' = {} must be in (0, 1)", data.val_fraction);
+  optim::ScheduleConfig s = schedule;
+  s.total_steps = loop.steps;
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    fail<ConfigError>("config: {}", e.what());
+  }
+}
+
+}  // namespace tessera::train

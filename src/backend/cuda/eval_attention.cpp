@@ -14,8 +14,6 @@
 
 namespace tessera::cuda {
 
-void register_attention_kernels();  // called by register_nn_kernels (eval_nn.cpp)
-
 namespace {
 
 std::string type_of(const DeviceTensor& t) { return fmt::format("{}{}", short_name(t.dtype), to_string(t.shape)); }

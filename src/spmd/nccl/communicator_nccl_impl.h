@@ -3,7 +3,8 @@
 // members are defined:
 //   nccl_bootstrap.cpp: init, select_device, exchange_id (the world's setup and the
 //     unique-id exchange);
-//   communicator_nccl.cpp: communicators, waiting, abort, the host-buffer API;
+//   communicator_nccl.cpp: communicators, the host-buffer API, split;
+//   communicator_nccl_wait.cpp: waiting and abort;
 //   communicator_nccl_device.cpp: the enqueueing bodies and the device-buffer API.
 #pragma once
 
@@ -111,7 +112,7 @@ struct NcclCommunicator::Impl {
   // A member's communicator for `group` (it is member `index`), waited for.
   ncclComm_t init_comm(const ncclUniqueId& id, const std::vector<int>& group, int index, const char* what);
 
-  // ---- waiting ----
+  // ---- waiting (communicator_nccl_wait.cpp) ----
 
   // Polls `ready` until true, watching the abort channel and the timeout; throws when aborted.
   void wait_until(const std::function<bool()>& ready, const char* op, const std::vector<int>& group, double limit);
@@ -125,7 +126,7 @@ struct NcclCommunicator::Impl {
   // Everything queued on `s` has run; NCCL errors and peers' aborts are watched meanwhile.
   void wait_stream(cudaStream_t s, ncclComm_t comm, const char* op, const std::vector<int>& group);
 
-  // ---- abort ----
+  // ---- abort (communicator_nccl_wait.cpp) ----
 
   // A peer's note: MPI message or <dir>/abort.
   // Rate-limited for the file (a stat per 10 ms) unless `now`.

@@ -108,13 +108,18 @@ Command add_launch_command(CLI::App& app) {
   sub->add_option("--nproc,-n", o.nproc, "Worker processes (ranks)")->capture_default_str();
   sub->add_option("--max-restarts", o.max_restarts, "Restarts of the whole job (not per rank)")->capture_default_str();
   sub->add_option("--hang-timeout", options->hang_timeout,
-                  "Seconds without step progress that count as a hang, or auto: max(60 s, 10 x the median step time)")
+                  "Seconds without step progress that count as a hang, or auto: max(3 s, 5 x the median step "
+                  "time), 60 s until a step time is known (eval, save and start-up have their own limits: "
+                  "docs/launch.md)")
       ->capture_default_str();
-  sub->add_option("--startup-timeout", o.hang.startup_s, "Seconds allowed before each attempt's first step")
+  sub->add_option("--startup-timeout", o.hang.startup_s,
+                  "Seconds allowed for start-up, restore and compile (and eval or save without an estimate)")
       ->capture_default_str();
   sub->add_option("--heartbeat-dir", o.heartbeat_dir,
                   "Where workers write heartbeats (default: a temporary directory; shared storage for srun)");
-  sub->add_option("--backoff", o.backoff_s, "Seconds before the first restart, doubling for each further one")
+  sub->add_option("--backoff", o.backoff_s,
+                  "Seconds before restarting after an attempt that failed before any step, doubling for each "
+                  "such attempt in a row (after progress the restart is immediate)")
       ->capture_default_str();
   sub->add_option("--grace", o.grace_s, "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str();

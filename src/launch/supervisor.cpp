@@ -71,11 +71,12 @@ void interruptible_sleep(double seconds) {
 
 fs::path heartbeat_file(const fs::path& dir, int rank) { return dir / fmt::format("rank-{}.json", rank); }
 
-// The heartbeat of a rank, or nullopt while there is none (or it cannot be parsed:
-// the writer renames whole files, so that means a foreign file; it is ignored).
+// The heartbeat of a rank (train/heartbeat.h), or nullopt while there is none (or it
+// cannot be parsed: the writer renames whole files, so that means a foreign file; it is
+// ignored). A beat without a phase is a step beat.
 struct Beat {
-  int64_t step = -1;
-  double time = 0;
+  Progress progress;
+  int64_t pid = 0;
 };
 std::optional<Beat> read_heartbeat(const fs::path& path) {
   std::ifstream in(path);
@@ -83,8 +84,35 @@ std::optional<Beat> read_heartbeat(const fs::path& path) {
   std::stringstream text;
   text << in.rdbuf();
   const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) return std::nullopt;
-  return Beat{j["step"].get<int64_t>(), json_field_or<double>(j, "time", 0.0)};
+  const std::optional<int64_t> step = json_field<int64_t>(j, "step");
+  if (!step) return std::nullopt;
+  Beat beat;
+  beat.progress.step = *step;
+  beat.progress.phase = json_field_or<std::string>(j, "phase", "step");
+  beat.progress.worker_time = json_field_or<double>(j, "time", 0.0);
+  beat.progress.expect_s = json_field<double>(j, "expect_s");
+  beat.pid = json_field_or<int64_t>(j, "pid", 0);
+  return beat;
+}
+
+fs::path stacks_marker(const fs::path& heartbeat) { return fs::path(heartbeat.string() + ".stacks"); }
+
+// Asks the stuck rank for every thread's stack before it is killed: SIGUSR1 to the pid
+// its heartbeat names, then up to `wait_s` for the marker the trainer touches when done.
+// The pid is only meaningful on this host (fork and local mpirun workers).
+std::string request_stacks(const std::optional<Beat>& beat, const fs::path& heartbeat, double wait_s) {
+  if (!beat || beat->pid <= 0) return "no pid in its heartbeat to ask for stacks";
+  const auto pid = static_cast<pid_t>(beat->pid);
+  std::error_code ec;
+  fs::remove(stacks_marker(heartbeat), ec);
+  if (::kill(pid, SIGUSR1) != 0) return fmt::format("pid {} cannot be signalled for stacks", pid);
+  const double end = monotonic_now() + wait_s;
+  while (monotonic_now() < end) {
+    if (fs::exists(stacks_marker(heartbeat), ec))
+      return fmt::format("pid {} wrote its threads' stacks to its log", pid);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return fmt::format("pid {} wrote no stacks within {:.0f} s (stopped, or not a tessera trainer)", pid, wait_s);
 }
 
 std::string step_text(int64_t step) { return step < 0 ? "before its first step" : fmt::format("at step {}", step); }
@@ -124,6 +152,8 @@ void check_options(const LaunchOptions& o) {
   if (o.nproc < 1) fail<ValueError>("launch: --nproc {}; expected at least 1", o.nproc);
   if (o.max_restarts < 0) fail<ValueError>("launch: --max-restarts {}; expected 0 or more", o.max_restarts);
   if (!(o.backoff_s >= 0)) fail<ValueError>("launch: --backoff {} s; expected 0 or more", o.backoff_s);
+  if (!(o.stack_dump_wait_s >= 0))
+    fail<ValueError>("launch: stack dump wait {} s; expected 0 or more", o.stack_dump_wait_s);
   if (!(o.grace_s >= 0)) fail<ValueError>("launch: --grace {} s; expected 0 or more", o.grace_s);
   if (!(o.poll_s > 0)) fail<ValueError>("launch: poll interval {} s; expected a positive number", o.poll_s);
   if (o.mode == LaunchMode::kSrun && std::getenv("SLURM_JOB_ID") == nullptr)
@@ -162,6 +192,7 @@ LaunchResult supervise(const LaunchOptions& options) {
   HangDetector detector(options.nproc, options.hang);
   LaunchResult result;
   std::string previous_reason;
+  int failures_without_progress = 0;  // consecutive attempts that failed before any step
   for (int attempt = 0;; ++attempt) {
     if (const int signal = g_launcher_signal.load(); signal != 0) {  // during the backoff
       print(fmt::format("launch: stopped by {} before attempt {}", signal_name(signal), attempt));
@@ -223,10 +254,14 @@ LaunchResult supervise(const LaunchOptions& options) {
       const double now = monotonic_now();
       for (int rank = 0; rank < options.nproc; ++rank)
         if (const std::optional<Beat> beat = read_heartbeat(heartbeat_file(beats, rank)))
-          detector.observe(rank, beat->step, beat->time, now);
+          detector.observe(rank, beat->progress, now);
       if (std::optional<std::string> hang = detector.check(now)) {
         failed = true;
         outcome.reason = *hang;
+        const int rank = std::max(detector.hung_rank(now), 0);
+        const fs::path file = heartbeat_file(beats, rank);
+        print(fmt::format("launch: {}; rank {}: {}", *hang, rank,
+                          request_stacks(read_heartbeat(file), file, options.stack_dump_wait_s)));
         break;
       }
       interruptible_sleep(options.poll_s);
@@ -255,9 +290,21 @@ LaunchResult supervise(const LaunchOptions& options) {
       result.exit_code = no_retry ? kExitNoRetry : kExitBudgetExhausted;
       break;
     }
-    outcome.backoff_s = std::min(options.backoff_s * std::pow(2.0, attempt), std::max(options.backoff_s, 300.0));
-    print(fmt::format("launch: attempt {} failed after {:.1f} s: {}; restarting in {:.1f} s ({} restart(s) left)",
-                      attempt, outcome.seconds, outcome.reason, outcome.backoff_s, options.max_restarts - attempt));
+    // After progress the next attempt starts at once; only a crash loop backs off.
+    if (detector.made_progress()) {
+      failures_without_progress = 0;
+      outcome.backoff_s = 0;
+    } else {
+      ++failures_without_progress;
+      outcome.backoff_s = std::min(options.backoff_s * std::pow(2.0, failures_without_progress - 1),
+                                   std::max(options.backoff_s, 300.0));
+    }
+    print(fmt::format("launch: attempt {} failed after {:.1f} s: {}; restarting in {:.1f} s ({}; {} restart(s) left)",
+                      attempt, outcome.seconds, outcome.reason, outcome.backoff_s,
+                      failures_without_progress == 0
+                          ? "it made progress"
+                          : fmt::format("{} failure(s) in a row before any step", failures_without_progress),
+                      options.max_restarts - attempt));
     result.attempts.push_back(outcome);
     previous_reason = outcome.reason;
     if (outcome.backoff_s > 0) {

@@ -5,6 +5,13 @@
 // says why the previous one ended (the workers' own Recorder joins it through
 // TESSERA_GOODPUT_ATTEMPT), a failure with the reason when it fails, the backoff as a
 // launch_wait; job_end at the end.
+//
+// Restarts: an attempt that completed a training step (a crash after progress) is
+// retried at once; only a run of attempts that fail before any step (a crash loop)
+// waits, backoff_s * 2^(k-1) before the k-th of them, at most max(backoff_s, 300).
+// On a hang the stuck rank is first asked for every thread's stack (SIGUSR1 to the pid
+// in its heartbeat; the trainer writes them to its log, then touches
+// <heartbeat file>.stacks), at most stack_dump_wait_s, then the group is stopped.
 #pragma once
 
 #include <functional>
@@ -32,9 +39,10 @@ struct LaunchOptions {
   int nproc = 1;
   int max_restarts = 3;  // job restarts (all ranks together), not per rank
   HangPolicy hang;
-  std::string heartbeat_dir;  // empty: a temporary directory, removed at the end
-  double backoff_s = 1;       // before restart k (1, 2, ...): backoff_s * 2^(k-1), at most max(backoff_s, 300)
-  double grace_s = 30;        // SIGTERM -> SIGKILL
+  std::string heartbeat_dir;     // empty: a temporary directory, removed at the end
+  double backoff_s = 1;          // crash loops: backoff_s * 2^(k-1) before the k-th restart without progress
+  double stack_dump_wait_s = 3;  // on a hang: how long the stuck rank gets to write its stacks
+  double grace_s = 30;           // SIGTERM -> SIGKILL
   double poll_s = 0.2;
   LaunchMode mode = LaunchMode::kFork;
   std::function<void(const std::string&)> print;  // one line per event; default: stderr

@@ -34,10 +34,21 @@ Heartbeat Heartbeat::from_environment() {
 
 void Heartbeat::beat(int64_t step) {
   if (path_.empty()) return;
+  if (wrote_ && std::chrono::steady_clock::now() - last_write_ < kMinInterval) return;
+  write("step", step, -1);
+}
+
+void Heartbeat::enter(std::string_view phase, int64_t step, double expect_s) {
+  if (path_.empty()) return;
+  write(phase, step, expect_s);
+}
+
+void Heartbeat::write(std::string_view phase, int64_t step, double expect_s) {
   const auto now = std::chrono::steady_clock::now();
-  if (wrote_ && now - last_write_ < kMinInterval) return;
   const double unix_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const std::string line = fmt::format("{{\"step\":{},\"time\":{:.3f},\"pid\":{}}}\n", step, unix_s, ::getpid());
+  const std::string expect = expect_s >= 0 ? fmt::format(",\"expect_s\":{:.3f}", expect_s) : std::string();
+  const std::string line = fmt::format("{{\"step\":{},\"phase\":\"{}\",\"time\":{:.3f},\"pid\":{}{}}}\n", step, phase,
+                                       unix_s, ::getpid(), expect);
   // Atomic, not durable: the supervisor reads it every few seconds, and a power cut ends
   // the supervisor too.
   bool ok = true;

@@ -2,17 +2,21 @@
 // calls beat(step), which (at most every kMinInterval) replaces the file named by
 // TESSERA_HEARTBEAT_FILE with one line
 //
-//   {"step":7,"time":1718000000.25,"pid":1234}
+//   {"step":7,"phase":"step","time":1718000000.25,"pid":1234}
 //
 // written to a temporary file and renamed over the old one, so the supervisor never
-// reads a torn line. A "{rank}" in the path is replaced by the process's rank
-// (TESSERA_RANK, or the rank mpirun/srun give it), so one path serves a whole job.
-// Without TESSERA_HEARTBEAT_FILE beat() does nothing.
+// reads a torn line. Entering another phase (startup, restore, compile, eval, save)
+// writes at once, with the worker's estimate of the phase's length when it has one
+// ("expect_s"), so the supervisor's hang limits follow the phase
+// (launch/hang_detector.h): a long evaluation is not a hang, a stuck step is. A "{rank}" in the path is replaced by the
+// process's rank (TESSERA_RANK, or the rank mpirun/srun give it), so one path serves a whole job. Without
+// TESSERA_HEARTBEAT_FILE beat() does nothing.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace tessera::train {
 
@@ -26,11 +30,16 @@ class Heartbeat {
 
   bool enabled() const { return !path_.empty(); }
   const std::string& path() const { return path_; }
-  // Records that `step` steps are done. A failed write is reported once on stderr and
-  // never stops training: the heartbeat is advice for the supervisor.
+  // Records that `step` steps are done (phase "step"). A failed write is reported once
+  // on stderr and never stops training: the heartbeat is advice for the supervisor.
   void beat(int64_t step);
+  // Records that the worker enters `phase` after `step` steps; `expect_s`: how long it
+  // should take (negative: unknown).
+  void enter(std::string_view phase, int64_t step, double expect_s = -1);
 
  private:
+  void write(std::string_view phase, int64_t step, double expect_s);
+
   std::string path_;
   std::chrono::steady_clock::time_point last_write_{};
   bool wrote_ = false;

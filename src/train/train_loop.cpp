@@ -13,6 +13,7 @@
 #include "tessera/base/error.h"
 #include "tessera/base/flags.h"
 #include "tessera/base/json_field.h"
+#include "tessera/base/stack_dump.h"
 #include "tessera/base/statistics.h"
 #include "tessera/base/thread_pool.h"
 #include "tessera/compiler/compilation_cache.h"
@@ -71,17 +72,41 @@ void TrainLoop::note(const std::string& text) const {
   if (show_) std::fprintf(stderr, "%s\n", text.c_str());
 }
 
-std::unique_ptr<goodput::Span> TrainLoop::span(goodput::Phase phase) const {
+std::unique_ptr<goodput::Span> TrainLoop::span(goodput::Phase phase) {
+  switch (phase) {
+    case goodput::Phase::kBackendInit:
+      heartbeat_->enter("startup", step_);
+      break;
+    case goodput::Phase::kCompile:
+      heartbeat_->enter("compile", step_);
+      break;
+    case goodput::Phase::kCheckpointRestore:
+      heartbeat_->enter("restore", step_);
+      break;
+    case goodput::Phase::kEval: {
+      // An evaluation batch costs about a micro-batch's forward, less than a step's
+      // share: the step time is a generous estimate.
+      const double expect = step_times_.empty() ? -1
+                                                : median(step_times_) / static_cast<double>(cfg_.micro_batches()) *
+                                                      static_cast<double>(cfg_.loop.eval_batches);
+      heartbeat_->enter("eval", step_, expect);
+      break;
+    }
+    default:
+      break;  // data waits are part of a step
+  }
   return recorder_ ? std::make_unique<goodput::Span>(*recorder_, phase, std::string(), -1) : nullptr;
 }
 
 TrainSummary TrainLoop::run() {
+  heartbeat_.emplace(Heartbeat::from_environment());  // for `tessera launch`
+  // SIGUSR1: every thread's stack to the log (launch asks a hung rank for it).
+  install_stack_dump(SIGUSR1, heartbeat_->enabled() ? heartbeat_->path() + ".stacks" : std::string());
   setup();
   restore();
   open_metrics();
   compile();
   progress_.emplace(cfg_.loop.steps, show_);
-  heartbeat_.emplace(Heartbeat::from_environment());  // for `tessera launch`
   loop_start_ = Clock::now();
   summary_.stop_reason = "steps";
   while (step_ < cfg_.loop.steps) {
@@ -348,6 +373,8 @@ void TrainLoop::step_once() {
 // ---- checkpoint ----
 
 void TrainLoop::save(int64_t at_step, bool final, double recent_step_s) {
+  const double last = checkpoints_->last_blocking_s();
+  heartbeat_->enter("save", at_step, last > 0 ? last : -1);
   checkpoints_->save(
       at_step,
       [&] {

@@ -61,7 +61,9 @@ class TrainLoop {
   std::string parallel_summary() const;
 
   void note(const std::string& text) const;
-  std::unique_ptr<goodput::Span> span(goodput::Phase phase) const;
+  // A goodput span for `phase`; the heartbeat enters the phase too (launch's hang limits
+  // follow it).
+  std::unique_ptr<goodput::Span> span(goodput::Phase phase);
   void write_metrics(const nlohmann::json& record);
   double validate();
   std::vector<data::Batch> next_batches();

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A stand-in worker for the supervisor tests. FAKE_PLAN lists one action per attempt
-# (TESSERA_ATTEMPT picks it; the last one repeats): ok, exitN, kill, hang. The rank
-# FAKE_RANK (default 0) performs it after heartbeating steps 1..3; the other ranks keep
-# heartbeating until stopped (or finish with ok). FAKE_PIDS collects every worker's pid.
+# (TESSERA_ATTEMPT picks it; the last one repeats): ok, exitN, kill, hang, earlyN. The
+# rank FAKE_RANK (default 0) performs it after heartbeating steps 1..3 (earlyN: exits N
+# before any heartbeat, a crash loop); the other ranks keep heartbeating until stopped
+# (or finish with ok). FAKE_PIDS collects every worker's pid. While it hangs, SIGUSR1
+# writes "fake stacks" to stderr and touches <heartbeat>.stacks, as tessera train does.
 set -u
 read -r -a plan <<<"${FAKE_PLAN:-ok}"
 attempt="${TESSERA_ATTEMPT:-0}"
@@ -13,6 +15,9 @@ beat() {
   printf '{"step":%d,"time":%s,"pid":%d}\n' "$1" "${FAKE_BEAT_TIME:-$(date +%s.%N)}" "$$" >"$TESSERA_HEARTBEAT_FILE.tmp"
   mv -f "$TESSERA_HEARTBEAT_FILE.tmp" "$TESSERA_HEARTBEAT_FILE"
 }
+if [[ "$action" == early* && "${TESSERA_RANK:-0}" == "${FAKE_RANK:-0}" ]]; then
+  exit "${action#early}"
+fi
 if [[ "$action" != ok && "${TESSERA_RANK:-0}" != "${FAKE_RANK:-0}" ]]; then
   for ((step = 1; ; ++step)); do beat "$step"; sleep 0.05; done
 fi
@@ -21,7 +26,13 @@ case "$action" in
   ok) exit 0 ;;
   exit*) exit "${action#exit}" ;;
   kill) kill -KILL $$ ;;
-  hang) exec sleep 1000 ;;
+  hang)
+    trap 'echo "fake stacks" >&2; touch "$TESSERA_HEARTBEAT_FILE.stacks"' USR1
+    while true; do
+      sleep 1000 &
+      wait $!
+    done
+    ;;
 esac
 echo "fake_worker: unknown action '$action'" >&2
 exit 99

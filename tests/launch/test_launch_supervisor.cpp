@@ -96,8 +96,8 @@ TEST_F(SupervisorTest, SucceedsAfterTwoFailuresWithinTheBudget) {
 }
 
 TEST_F(SupervisorTest, ExhaustedBudgetExits75WithEveryAttemptRecorded) {
-  LaunchOptions o = options("exit3", 2);
-  o.backoff_s = 0.05;  // 0.05 then 0.1: recorded as launcher waits
+  LaunchOptions o = options("early3", 2);
+  o.backoff_s = 0.05;  // a crash loop (no step): 0.05 then 0.1, recorded as launcher waits
   const LaunchResult r = supervise(o);
   EXPECT_EQ(r.exit_code, kExitBudgetExhausted);
   EXPECT_EQ(kExitBudgetExhausted, 75);
@@ -114,6 +114,25 @@ TEST_F(SupervisorTest, ExhaustedBudgetExits75WithEveryAttemptRecorded) {
   EXPECT_EQ(ends[0].text("status"), "failed");
 }
 
+// After an attempt that made progress the restart is immediate and the crash-loop count
+// starts again; attempts that fail before any step back off exponentially.
+TEST_F(SupervisorTest, BackoffResetsAfterAnAttemptThatMadeProgress) {
+  LaunchOptions o = options("early1 early1 exit1 early1 ok", 5);
+  o.backoff_s = 0.05;
+  const LaunchResult r = supervise(o);
+  EXPECT_EQ(r.exit_code, kExitOk);
+  ASSERT_EQ(r.attempts.size(), 5u);
+  EXPECT_DOUBLE_EQ(r.attempts[0].backoff_s, 0.05);  // no step: crash loop 1
+  EXPECT_DOUBLE_EQ(r.attempts[1].backoff_s, 0.1);   // crash loop 2
+  EXPECT_DOUBLE_EQ(r.attempts[2].backoff_s, 0);     // steps 1..3 done, then exit 1: at once
+  EXPECT_DOUBLE_EQ(r.attempts[3].backoff_s, 0.05);  // the count started again
+  EXPECT_EQ(events_of(goodput::EventType::kLaunchWait).size(), 3u);
+  bool said = false;
+  for (const std::string& line : lines_)
+    said = said || line.find("restarting in 0.0 s (it made progress") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
 TEST_F(SupervisorTest, HangIsDetectedWithinTimeoutPlusPollAndRecovered) {
   LaunchOptions o = options("hang ok", 1);
   o.hang.timeout_s = 1.0;
@@ -127,6 +146,12 @@ TEST_F(SupervisorTest, HangIsDetectedWithinTimeoutPlusPollAndRecovered) {
   EXPECT_LT(r.attempts[0].seconds, 1.0 + 0.05 + 0.8);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
   for (pid_t pid : worker_pids()) EXPECT_NE(::kill(pid, 0), 0) << "worker " << pid << " still runs";
+  // The stuck rank was asked for its stacks first, and answered (the fake's SIGUSR1 trap).
+  bool asked = false;
+  for (const std::string& line : lines_)
+    asked = asked || (line.find("rank 0: pid ") != std::string::npos &&
+                      line.find("wrote its threads' stacks to its log") != std::string::npos);
+  EXPECT_TRUE(asked) << "no stack request in the launcher's lines";
 }
 
 // A heartbeat whose time is not a number (a foreign or damaged file) still gives its

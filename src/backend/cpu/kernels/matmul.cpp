@@ -34,6 +34,7 @@
 #include "backend/cpu/kernels/nn_common.h"
 #include "backend/cpu/kernels/scratch.h"
 #include "tessera/base/error.h"
+#include "tessera/base/signal_mask.h"
 #include "tessera/base/thread_pool.h"
 
 namespace tessera::cpu {
@@ -73,6 +74,8 @@ constexpr double kDnnlMinMacs = 1 << 22;
 void gemm_one(const float* a, const float* b, float* c, const MatmulShape& s, const MatmulShape& full) {
   if (static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k) >= kDnnlMinMacs) {
     single_threaded_dnnl();
+    // No signal frame may land while oneDNN's kernel has rsp in the heap (signal_mask.h).
+    const AsyncSignalsBlocked no_signals;
     const dnnl_status_t status = dnnl_sgemm(s.trans_a ? 'T' : 'N', s.trans_b ? 'T' : 'N', s.m, s.n, s.k, 1.0f, a,
                                             s.trans_a ? full.m : s.k, b, s.trans_b ? s.k : full.n, 0.0f, c, full.n);
     if (status != dnnl_success) fail<Error>("matmul: oneDNN sgemm failed (status {})", static_cast<int>(status));

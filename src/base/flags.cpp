@@ -17,6 +17,10 @@ constexpr Flag kFlags[] = {
     {"TESSERA_ATTEMPT", "", "The attempt number (0 first) of the worker group this process belongs to.", kLaunch},
     {"TESSERA_BUFFER_CACHE_MB", "4096",
      "Upper bound, in MiB, of the host buffers the caching allocator keeps for reuse.", ""},
+    {"TESSERA_CALIBRATION_CACHE", "~/.cache/tessera/calibration.json",
+     "Where the CPU peak for MFU is cached per machine, thread count and build, so a restart does not measure it "
+     "again (a leading ~/ is the home directory); empty: measure every run.",
+     ""},
     {"TESSERA_COMPILATION_CACHE_DEBUG", "0",
      "1: note on stderr each program the persistent compilation cache cannot store (not serializable).", ""},
     {"TESSERA_COMPILATION_CACHE_DIR", "RUN_DIR/compilation_cache (tessera train); none for programs",

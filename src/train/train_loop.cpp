@@ -23,6 +23,7 @@
 #include "tessera/optim/schedule.h"
 #include "tessera/spmd/runtime.h"
 #include "tessera/train/pretrained.h"
+#include "train/peak_calibration.h"
 
 namespace tessera::train {
 
@@ -147,7 +148,7 @@ void TrainLoop::measure_peak() {
     peak_ = record.peak_flops_per_device;
     peak_source_ = fmt::format("{}: {}", record.name, record.source);
   } else {
-    const goodput::Calibration calibration = calibrate_peak_flops();
+    const goodput::Calibration calibration = machine_peak_flops(calibration_cache_path());
     if (recorder_) recorder_->calibration(calibration);
     peak_ = calibration.peak_flops;
     peak_source_ = "CPU calibration GEMM, " + calibration.method;

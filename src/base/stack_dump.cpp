@@ -124,13 +124,18 @@ void dump_every_thread(int fd) {
   put(fd, "=== tessera: end of stacks ===\n");
 }
 
-extern "C" void on_stack_dump_signal(int) {
+extern "C" void on_stack_dump_signal(int, siginfo_t* info, void*) {
   const int saved_errno = errno;
   const pid_t tid = this_tid();
-  if (g_leader.load() != 0 && g_target.load() == tid) {
-    // Asked by the leader: this thread's frames only.
-    put_own_frames(STDERR_FILENO);
-    g_acked.store(1);
+  // tgkill from this process: a leader's request for one thread's frames. One that
+  // arrives late (the thread had signals blocked, e.g. inside a GEMM, past the leader's
+  // wait) is dropped rather than starting a second dump.
+  const bool from_leader = info != nullptr && info->si_code == SI_TKILL && info->si_pid == ::getpid();
+  if (from_leader) {
+    if (g_leader.load() != 0 && g_target.load() == tid) {
+      put_own_frames(STDERR_FILENO);
+      g_acked.store(1);
+    }
   } else {
     int none = 0;
     if (g_leader.compare_exchange_strong(none, tid)) {
@@ -154,9 +159,9 @@ void install_stack_dump(int signal, const std::string& done_marker) {
   std::strncpy(g_marker, done_marker.c_str(), kPathMax - 1);
   g_signal = signal;
   struct sigaction action {};
-  action.sa_handler = on_stack_dump_signal;
+  action.sa_sigaction = on_stack_dump_signal;
   sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
+  action.sa_flags = SA_RESTART | SA_SIGINFO;
   ::sigaction(signal, &action, nullptr);
 }
 

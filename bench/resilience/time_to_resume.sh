@@ -15,7 +15,7 @@
 #   death       the killed attempt's last step_end (the kill fires at the next step's start,
 #               after only the heartbeat and metrics bookkeeping)
 #   detect      death -> the supervisor's `failure` event (it polls every 0.2 s)
-#   restart     failure -> the next `attempt_start` (stopping the group + the --backoff wait)
+#   restart     failure -> the next `attempt_start` (stopping the group; a --backoff wait only in crash loops)
 #   exec+cfg    attempt_start (just before fork/exec) -> the trainer's first event
 #               (backend_init_start: process loaded, config parsed, run dir checked, log opened)
 #   init        backend_init (of which `calib`: the CPU calibration GEMM), data files, model
@@ -86,7 +86,8 @@ def parts(run_dir):
         return next(e for e in events if e["type"] == kind and e.get("attempt") == attempt and pred(e))
     death = max(e["t"] for e in events if e["type"] == "step_end" and e.get("attempt") == 0)
     failure = first("failure", 0)
-    wait = next(e for e in events if e["type"] == "launch_wait")
+    # A restart after progress is immediate (no launch_wait); only crash loops back off.
+    wait = next((e for e in events if e["type"] == "launch_wait"), {"start": 0.0, "end": 0.0})
     start = first("attempt_start", 1)
     init0, init1 = first("backend_init_start", 1), first("backend_init_end", 1)
     calib = first("calibration", 1)

@@ -121,7 +121,8 @@ Command add_launch_command(CLI::App& app) {
                   "Seconds before restarting after an attempt that failed before any step, doubling for each "
                   "such attempt in a row (after progress the restart is immediate)")
       ->capture_default_str();
-  sub->add_option("--grace", o.grace_s, "Seconds between SIGTERM and SIGKILL when stopping workers")
+  sub->add_option("--grace", o.grace_s,
+                  "Seconds between SIGTERM and SIGKILL when stopping workers after a crash (after a hang: none)")
       ->capture_default_str();
   sub->add_option("--run-dir", o.run_dir,
                   "Run directory for the goodput log (default: the run.dir of a `tessera train` command)");

@@ -100,9 +100,19 @@ fs::path stacks_marker(const fs::path& heartbeat) { return fs::path(heartbeat.st
 // Asks the stuck rank for every thread's stack before it is killed: SIGUSR1 to the pid
 // its heartbeat names, then up to `wait_s` for the marker the trainer touches when done.
 // The pid is only meaningful on this host (fork and local mpirun workers).
+// The state letter of /proc/PID/stat ('R', 'S', 'T' stopped, ...), or '?'.
+char process_state(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string text;
+  std::getline(in, text);
+  const size_t paren = text.rfind(')');  // the command name may hold spaces and parentheses
+  return paren != std::string::npos && paren + 2 < text.size() ? text[paren + 2] : '?';
+}
+
 std::string request_stacks(const std::optional<Beat>& beat, const fs::path& heartbeat, double wait_s) {
   if (!beat || beat->pid <= 0) return "no pid in its heartbeat to ask for stacks";
   const auto pid = static_cast<pid_t>(beat->pid);
+  if (process_state(pid) == 'T') return fmt::format("pid {} is stopped (SIGSTOP): it cannot write stacks", pid);
   std::error_code ec;
   fs::remove(stacks_marker(heartbeat), ec);
   if (::kill(pid, SIGUSR1) != 0) return fmt::format("pid {} cannot be signalled for stacks", pid);
@@ -221,6 +231,7 @@ LaunchResult supervise(const LaunchOptions& options) {
 
     AttemptOutcome outcome{attempt, "ok", 0, 0, 0, 0};
     bool failed = false;
+    bool hung = false;
     while (true) {
       if (const int signal = g_launcher_signal.load(); signal != 0) {
         // Stopped from outside (preemption, Ctrl-C): the workers get the same signal and
@@ -257,6 +268,7 @@ LaunchResult supervise(const LaunchOptions& options) {
           detector.observe(rank, beat->progress, now);
       if (std::optional<std::string> hang = detector.check(now)) {
         failed = true;
+        hung = true;
         outcome.reason = *hang;
         const int rank = std::max(detector.hung_rank(now), 0);
         const fs::path file = heartbeat_file(beats, rank);
@@ -278,7 +290,9 @@ LaunchResult supervise(const LaunchOptions& options) {
     // The failure is recorded before the others are stopped, so it is the attempt's
     // first failure in the log (a stopped trainer records "stopped by SIGTERM" after it).
     recorder.failure(outcome.signal, outcome.exit_code, outcome.reason);
-    group.terminate(options.grace_s);
+    // After a hang no grace: the hung rank cannot checkpoint, and the others wait on it
+    // in a collective (a stopped process would not even see SIGTERM).
+    group.terminate(hung ? 0 : options.grace_s);
     const bool no_retry = outcome.signal == 0 && outcome.exit_code == kExitNoRetry;
     const bool exhausted = attempt >= options.max_restarts;
     if (no_retry || exhausted) {

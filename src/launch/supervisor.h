@@ -11,7 +11,9 @@
 // waits, backoff_s * 2^(k-1) before the k-th of them, at most max(backoff_s, 300).
 // On a hang the stuck rank is first asked for every thread's stack (SIGUSR1 to the pid
 // in its heartbeat; the trainer writes them to its log, then touches
-// <heartbeat file>.stacks), at most stack_dump_wait_s, then the group is stopped.
+// <heartbeat file>.stacks), at most stack_dump_wait_s (none for a stopped process),
+// then the group is killed at once: a hung rank cannot checkpoint and the others wait
+// on it, so --grace applies only after a crash.
 #pragma once
 
 #include <functional>
@@ -42,7 +44,7 @@ struct LaunchOptions {
   std::string heartbeat_dir;     // empty: a temporary directory, removed at the end
   double backoff_s = 1;          // crash loops: backoff_s * 2^(k-1) before the k-th restart without progress
   double stack_dump_wait_s = 3;  // on a hang: how long the stuck rank gets to write its stacks
-  double grace_s = 30;           // SIGTERM -> SIGKILL
+  double grace_s = 30;           // SIGTERM -> SIGKILL after a crash (a hang is killed at once)
   double poll_s = 0.2;
   LaunchMode mode = LaunchMode::kFork;
   std::function<void(const std::string&)> print;  // one line per event; default: stderr

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A stand-in worker for the supervisor tests. FAKE_PLAN lists one action per attempt
-# (TESSERA_ATTEMPT picks it; the last one repeats): ok, exitN, kill, hang, earlyN. The
+# (TESSERA_ATTEMPT picks it; the last one repeats): ok, exitN, kill, hang, stop, earlyN. The
 # rank FAKE_RANK (default 0) performs it after heartbeating steps 1..3 (earlyN: exits N
 # before any heartbeat, a crash loop); the other ranks keep heartbeating until stopped
 # (or finish with ok). FAKE_PIDS collects every worker's pid. While it hangs, SIGUSR1
@@ -26,6 +26,7 @@ case "$action" in
   ok) exit 0 ;;
   exit*) exit "${action#exit}" ;;
   kill) kill -KILL $$ ;;
+  stop) kill -STOP $$ ;;
   hang)
     trap 'echo "fake stacks" >&2; touch "$TESSERA_HEARTBEAT_FILE.stacks"' USR1
     while true; do

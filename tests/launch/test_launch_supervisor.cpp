@@ -154,6 +154,30 @@ TEST_F(SupervisorTest, HangIsDetectedWithinTimeoutPlusPollAndRecovered) {
   EXPECT_TRUE(asked) << "no stack request in the launcher's lines";
 }
 
+// A SIGSTOPped rank (how failure_run.sh injects a hang) cannot write stacks, is not
+// waited for, and the group is killed at once instead of after --grace (SIGTERM does
+// nothing to a stopped process).
+TEST_F(SupervisorTest, AStoppedRankIsKilledAtOnceWithoutTheGrace) {
+  LaunchOptions o = options("stop ok", 1);
+  o.hang.timeout_s = 1.0;
+  o.grace_s = 10;
+  const LaunchResult r = supervise(o);
+  EXPECT_EQ(r.exit_code, kExitOk);
+  ASSERT_EQ(r.attempts.size(), 2u);
+  EXPECT_EQ(r.attempts[0].reason, "hang: no step progress for 1 s (rank 0 stuck after step 3)");
+  bool said = false;
+  for (const std::string& line : lines_) said = said || line.find("is stopped (SIGSTOP)") != std::string::npos;
+  EXPECT_TRUE(said) << "the launcher did not say the rank was stopped";
+  // Detected within the timeout and a poll; not the 3 s stack wait, not the 10 s grace.
+  const auto failures = events_of(goodput::EventType::kFailure);
+  const auto starts = events_of(goodput::EventType::kAttemptStart);
+  ASSERT_EQ(failures.size(), 1u);
+  ASSERT_EQ(starts.size(), 2u);
+  EXPECT_LT(starts[1].t - failures[0].t, 1.0) << "the group was not killed at once";
+  EXPECT_LT(r.attempts[0].seconds, 1.0 + 0.2 + 1.0);
+  for (pid_t pid : worker_pids()) EXPECT_NE(::kill(pid, 0), 0) << "worker " << pid << " still runs";
+}
+
 // A heartbeat whose time is not a number (a foreign or damaged file) still gives its
 // step; the supervisor does not stop on a JSON type error.
 TEST_F(SupervisorTest, HeartbeatWithAWrongTypedTimeIsStillRead) {

@@ -47,7 +47,9 @@ std::string format_table(const GoodputReport& r) {
                      si(r.tokens_per_s), si(r.effective_tokens_per_s), r.step_stats.median_s, r.step_stats.mad_s,
                      r.step_stats.anomalous.size());
   if (r.program_goodput && r.peak_source.starts_with("CPU"))
-    out += "  MFU is relative to the CPU calibration GEMM measured at start-up\n";
+    out +=
+        "  MFU is relative to the CPU calibration GEMM (measured at start-up, or cached from a quiet run on this "
+        "machine: --json's peak_source says which)\n";
   constexpr size_t kShown = 5;
   for (size_t i = 0; i < r.warnings.size() && i < kShown; ++i) out += "  warning: " + r.warnings[i] + "\n";
   if (r.warnings.size() > kShown)

@@ -5,6 +5,8 @@
 #
 # `tessera launch --max-restarts 5` runs configs/fortunes.toml with default settings: no
 # hang timeout, backoff or checkpoint interval flags (issue 21 measures the defaults).
+# STEPS (default 2700) makes the run last over 10 minutes on a fast machine, so that all
+# three injections land (the config's own 1800 steps take about 7 minutes on 2 Xeon cores).
 # From outside, at fixed times after the start, this script injects:
 #   1. at  ~150 s: SIGKILL of the worker (a node failure)
 #   2. at  ~300 s: SIGSTOP of the worker (a hang: no step progress; the supervisor's hang
@@ -22,7 +24,7 @@ rm -rf "$run_dir" "$beats"
 
 "$tessera" launch --max-restarts 5 --heartbeat-dir "$beats" --run-dir "$run_dir" -- \
   "$tessera" train --config configs/fortunes.toml --quiet --set run.dir="$run_dir" \
-  --set train.time_limit_s=0 >"$run_dir.launch.txt" 2>&1 &
+  --set train.steps="${STEPS:-2700}" --set train.time_limit_s=0 >"$run_dir.launch.txt" 2>&1 &
 launcher=$!
 start=$(date +%s)
 

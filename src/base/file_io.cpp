@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -136,5 +137,11 @@ uint64_t hash_file(const std::filesystem::path& path) {
 }
 
 std::string hex64(uint64_t value) { return fmt::format("{:016x}", value); }
+
+std::string expand_home(const std::string& path) {
+  if (!path.starts_with("~/")) return path;
+  const char* home = std::getenv("HOME");
+  return home != nullptr ? std::string(home) + path.substr(1) : path;
+}
 
 }  // namespace tessera::fileio

@@ -9,6 +9,7 @@
 
 #include "compiler/cache_format.h"
 #include "tessera/base/error.h"
+#include "tessera/base/file_io.h"
 #include "tessera/base/flags.h"
 #include "tessera/compiler/compilation_cache.h"
 
@@ -64,10 +65,7 @@ std::shared_ptr<CompilationCache> compilation_cache() {
     max_bytes = env_max_bytes();
   }
   if (dir.empty()) return nullptr;
-  if (dir.starts_with("~/")) {
-    const char* home = std::getenv("HOME");
-    if (home != nullptr) dir = std::string(home) + dir.substr(1);
-  }
+  dir = fileio::expand_home(dir);
   if (!g.cache || g.cache->dir() != fs::path(dir) || g.cache->max_bytes() != max_bytes) {
     if (g.warned.count(dir)) return nullptr;  // warned once already; no cache for this directory
     auto cache = std::make_shared<CompilationCache>(dir, max_bytes);

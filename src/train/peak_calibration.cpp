@@ -130,13 +130,8 @@ std::string calibration_key() {
 
 std::string calibration_cache_path() {
   const char* value = flags::env("TESSERA_CALIBRATION_CACHE");
-  std::string path = value != nullptr ? value : "~/.cache/tessera/calibration.json";
-  if (path.starts_with("~/")) {
-    const char* home = std::getenv("HOME");
-    if (home == nullptr) return "";
-    path = std::string(home) + path.substr(1);
-  }
-  return path;
+  const std::string path = fileio::expand_home(value != nullptr ? value : "~/.cache/tessera/calibration.json");
+  return path.starts_with("~/") ? std::string() : path;  // no HOME: measure every run
 }
 
 goodput::Calibration machine_peak_flops(const std::string& cache_path, const std::function<Trial()>& trial) {

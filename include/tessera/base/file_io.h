@@ -63,4 +63,8 @@ uint64_t hash_file(const std::filesystem::path& path);
 // "0123456789abcdef": the 16 hex digits manifests store.
 std::string hex64(uint64_t value);
 
+// A leading "~/" replaced by $HOME (paths from TESSERA_* variables); unchanged
+// otherwise, or when HOME is not set.
+std::string expand_home(const std::string& path);
+
 }  // namespace tessera::fileio

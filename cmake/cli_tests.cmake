@@ -54,3 +54,13 @@ if(TESSERA_HAS_MPI AND TESSERA_MPIEXEC)
   unset(CLI_CASE_ARGS)
   unset(CLI_CASE_ENV)
 endif()
+
+# The kill soak, reduced (bench/resilience/kill_soak.sh; the full one is 100 kills):
+# 20 SIGKILLs of supervised runs with asynchronous and synchronous saves, in saves,
+# restores, start-up and steps; final state byte-identical, every checkpoint verifies.
+add_test(NAME resilience.kill_soak_reduced
+         COMMAND bash ${CMAKE_SOURCE_DIR}/bench/resilience/kill_soak.sh 20 ${CMAKE_BINARY_DIR}/kill-soak
+                 $<TARGET_FILE:tessera_cli>
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(resilience.kill_soak_reduced PROPERTIES LABELS "cli;resilience;soak" TIMEOUT 600 ENVIRONMENT
+                                                             "STEPS=600")

@@ -14,13 +14,15 @@
 #                  restart the job; a stopped process cannot write its stacks)
 #   3. at  ~450 s: SIGKILL of the worker again
 # Each injection targets the pid in the current heartbeat file (the live worker). The
-# run then finishes, and `tessera goodput RUN_DIR` accounts for the time.
+# run then finishes, and `tessera goodput RUN_DIR` accounts for the time (its JSON goes
+# to RUN_DIR.goodput.json). Then (REFERENCE=0 skips it) the same training runs again
+# without failures, and the final parameters and optimizer state must be byte-identical.
 set -euo pipefail
 
 run_dir="${1:-runs/failure-run}"
 tessera="${2:-build/bin/tessera}"
 beats="$run_dir.beats"
-rm -rf "$run_dir" "$beats"
+rm -rf "$run_dir" "$beats" "$run_dir.straight"
 
 "$tessera" launch --max-restarts 5 --heartbeat-dir "$beats" --run-dir "$run_dir" -- \
   "$tessera" train --config configs/fortunes.toml --quiet --set run.dir="$run_dir" \
@@ -52,3 +54,18 @@ wait "$launcher" || status=$?
 echo "[failure_run] launch exited $status after $(($(date +%s) - start)) s"
 grep -E "^\[launch\]|attempt" "$run_dir.launch.txt" | tail -20 || true
 "$tessera" goodput "$run_dir"
+"$tessera" goodput "$run_dir" --json >"$run_dir.goodput.json"
+[[ "${REFERENCE:-1}" == 1 ]] || exit "$status"
+
+steps="${STEPS:-2700}"
+echo "[failure_run] the same training without failures, for the final state"
+"$tessera" train --config configs/fortunes.toml --quiet --set run.dir="$run_dir.straight" \
+  --set train.steps="$steps" --set train.time_limit_s=0 >"$run_dir.straight.txt" 2>&1 ||
+  { echo "[failure_run] the uninterrupted run failed: $(tail -3 "$run_dir.straight.txt")"; exit 1; }
+final="checkpoints/$(printf 'step_%08d' "$steps")"
+identical=true
+for file in params.safetensors opt_state.safetensors; do
+  cmp -s "$run_dir/$final/$file" "$run_dir.straight/$final/$file" || identical=false
+done
+echo "[failure_run] final params and optimizer state byte-identical to the uninterrupted run: $identical"
+[[ $identical == true && $status == 0 ]]

@@ -6,12 +6,18 @@
 #
 # KILLS (default 100) SIGKILLs land on the live worker of one `tessera launch` job, half of
 # them (the first KILLS/2) with asynchronous saves and the rest in a second job with
-# synchronous ones (SAVES=async or SAVES=sync runs only one kind). Each kill comes at a
-# random moment after the worker's start (0.01 to MAX_DELAY_S seconds, default 1.2), so
-# kills land during start-up, restore, compile, steps and saves of both tiers; the phase
-# each kill hit is read from the worker's heartbeat and counted. The checkpoint settings
-# are the defaults (local tier and Young/Daly intervals "auto"); --backoff 0 so that a kill
-# during start-up costs no waiting.
+# synchronous ones (SAVES=async or SAVES=sync runs only one kind). Of each job's kills:
+#   * a fifth are TESSERA_FAULT kill@save=2 items: the worker SIGKILLs itself in the middle
+#     of its 2nd checkpoint write (params written, manifest and commit not; on the writer
+#     thread for an asynchronous save), each item once;
+#   * a tenth are kill@restore items: SIGKILL in a restore, after the newest checkpoint was
+#     read and verified, before its tensors are loaded;
+#   * the rest come from this script at a random moment after a worker's start (0.01 to
+#     MAX_DELAY_S seconds, default 1.5): during start-up, compile, steps and saves of both
+#     tiers; the phase each hit is read from the worker's heartbeat and counted. Checkpoints: the default
+# local tier (under OUT_DIR/local) every 5 steps and the persistent tier by Young/Daly
+# with checkpoint.mtbf_s = 20 s (about every 40 steps), so that many kills land in a save;
+# --backoff 0 so that a kill during start-up costs no waiting.
 #
 # Afterwards every job must have finished (exit 0), its final parameters and optimizer
 # state must be byte-identical to an uninterrupted run's, every checkpoint left in either
@@ -20,15 +26,15 @@
 # The log ends with one JSON line: kills, restarts, identical (true/false), kills by phase.
 # Exit status 0 when the soak passes.
 #
-# Environment: STEPS (default 1500) of a 1-layer GPT (dim 64, batch 4, seq 64) on the
-# fortunes bytes; SEED (default 1) of the kill timing.
+# Environment: STEPS (default 2000) of a 2-layer GPT (dim 128, batch 4, seq 128; about
+# 20 ms a step on 2 cores) on the fortunes bytes; SEED (default 1) of the kill timing.
 set -euo pipefail
 
 kills_wanted="${1:-100}"
 out="${2:-runs/kill-soak}"
 tessera="${3:-build/bin/tessera}"
-steps="${STEPS:-1500}"
-max_delay="${MAX_DELAY_S:-1.2}"
+steps="${STEPS:-2000}"
+max_delay="${MAX_DELAY_S:-1.5}"
 saves="${SAVES:-both}"
 RANDOM="${SEED:-1}"
 rm -rf "$out"
@@ -37,11 +43,13 @@ log="$out/soak.log"
 : >"$log"
 say() { echo "[kill_soak] $*" | tee -a "$log"; }
 
-train_args=(train --config configs/tiny.toml --quiet
+# Not --quiet: the workers' notes (resumed from, partial saves skipped) are counted below.
+train_args=(train --config configs/tiny.toml --set train.log_interval=500
   --set data.train="$out/data/train.bin" --set data.val="$out/data/val.bin"
-  --set model.layers=1 --set model.dim=64 --set model.heads=2 --set model.context=64
-  --set train.steps="$steps" --set train.batch=4 --set train.seq=64 --set train.eval_batches=1
-  --set train.eval_interval=0 --set run.tensorboard=false)
+  --set model.layers=2 --set model.dim=128 --set model.heads=2 --set model.context=128
+  --set train.steps="$steps" --set train.batch=4 --set train.seq=128 --set train.eval_batches=1
+  --set train.eval_interval=0 --set run.tensorboard=false
+  --set checkpoint.local_interval=5 --set checkpoint.mtbf_s=20)
 # The local tiers go under OUT_DIR, so a failed soak leaves nothing in /dev/shm.
 export TESSERA_LOCAL_TIER_ROOT="$out/local"
 mkdir -p "$TESSERA_LOCAL_TIER_ROOT"
@@ -63,11 +71,16 @@ soak() {
   local kind="$1" wanted="$2" run="$out/run-$1" beats="$out/beats-$1"
   local async=true
   [[ "$kind" == sync ]] && async=false
-  "$tessera" launch --max-restarts $((wanted + 50)) --backoff 0 --heartbeat-dir "$beats" --run-dir "$run" -- \
+  local in_save=$((wanted / 5)) in_restore=$((wanted / 10)) faults="" i
+  for ((i = 0; i < in_save; i++)); do faults+="kill@save=2;"; done
+  for ((i = 1; i <= in_restore; i++)); do faults+="kill@restore=$((3 * i));"; done
+  local external=$((wanted - in_save - in_restore))
+  TESSERA_FAULT="${faults%;}" "$tessera" launch --max-restarts $((wanted + 50)) --backoff 0 \
+    --heartbeat-dir "$beats" --run-dir "$run" -- \
     "$tessera" "${train_args[@]}" --set checkpoint.async="$async" --set run.dir="$run" \
     >"$out/launch-$kind.txt" 2>&1 &
   local launcher=$! kills=0 last_pid="" phase step pid delay
-  while ((kills < wanted)) && kill -0 "$launcher" 2>/dev/null; do
+  while ((kills < external)) && kill -0 "$launcher" 2>/dev/null; do
     pid="$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "$beats/rank-0.json" 2>/dev/null || true)"
     if [[ -z "$pid" || "$pid" == "$last_pid" ]] || ! kill -0 "$pid" 2>/dev/null; then
       sleep 0.005
@@ -79,6 +92,9 @@ soak() {
     sleep "$delay"
     phase="$(sed -n 's/.*"phase":"\([a-z]*\)".*/\1/p' "$beats/rank-0.json" 2>/dev/null || true)"
     step="$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$beats/rank-0.json" 2>/dev/null || true)"
+    # Not a worker that already died (a zombie until the launcher reaps it, e.g. after an
+    # injected kill): that kill would count but kill nothing.
+    [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" =~ ^[RSDt]$ ]] || continue
     if kill -KILL "$pid" 2>/dev/null; then
       kills=$((kills + 1))
       by_phase[${phase:-none}]=$((${by_phase[${phase:-none}]:-0} + 1))
@@ -87,9 +103,22 @@ soak() {
   done
   local status=0
   wait "$launcher" || status=$?
-  local restarts
-  restarts="$(grep -c '"type":"attempt_start"' "$run/goodput/events.jsonl" 2>/dev/null || echo 1)"
-  restarts=$((restarts - 1))
+  local fired_save fired_restore
+  fired_save="$(ls -A "$run" | grep -c '^\.fault_fired\..*kill@save' || true)"
+  fired_restore="$(ls -A "$run" | grep -c '^\.fault_fired\..*kill@restore' || true)"
+  by_phase[save-injected]=$((${by_phase[save-injected]:-0} + fired_save))
+  by_phase[restore-injected]=$((${by_phase[restore-injected]:-0} + fired_restore))
+  say "$kind saves: $kills kills from outside, $fired_save of $in_save kill@save and $fired_restore of $in_restore kill@restore fired"
+  ((fired_save == in_save && fired_restore == in_restore)) ||
+    problems+=("$kind: not every injected kill fired (the run finished first: raise STEPS)")
+  kills=$((kills + fired_save + fired_restore))
+  # What the launcher saw: each SIGKILL is a failed attempt, each failed attempt a restart.
+  local restarts sigkilled
+  restarts="$(sed -n 's/.*succeeded after [0-9]* attempt(s) (\([0-9]*\) restart(s)).*/\1/p' "$out/launch-$kind.txt")"
+  restarts="${restarts:-0}"
+  sigkilled="$(grep -c "failed after .* killed by SIGKILL" "$out/launch-$kind.txt" || true)"
+  ((sigkilled == kills)) || say "$kind: $kills kills sent or injected, $sigkilled attempts died of SIGKILL (two at once hit one worker): counting $sigkilled"
+  kills="$sigkilled"
   total_kills=$((total_kills + kills))
   total_restarts=$((total_restarts + restarts))
   say "$kind saves: $kills kills, $restarts restarts, launch exited $status"

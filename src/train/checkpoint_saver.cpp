@@ -2,12 +2,14 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <vector>
 
 #include "tessera/base/error.h"
 #include "tessera/base/file_io.h"
@@ -50,7 +52,35 @@ struct CheckpointSaver::WriteCosts {
   std::mutex mutex;
   Tier local, persistent;
   int64_t local_seen = 0, persistent_seen = 0;
+  // The last few writes each tier's interval follows (training thread only): their
+  // median, since one save's cost jitters with what else the machine does.
+  std::vector<Tier> local_recent, persistent_recent;
 };
+
+namespace {
+
+constexpr size_t kCostHistory = 5;
+
+// Appends `latest` (dropping the oldest beyond kCostHistory) and returns the
+// component-wise median of the history.
+CheckpointSaver::WriteCosts::Tier typical_write(std::vector<CheckpointSaver::WriteCosts::Tier>* recent,
+                                                const CheckpointSaver::WriteCosts::Tier& latest) {
+  recent->push_back(latest);
+  if (recent->size() > kCostHistory) recent->erase(recent->begin());
+  auto median_of = [&](double CheckpointSaver::WriteCosts::Tier::*field) {
+    std::vector<double> v;
+    for (const auto& t : *recent) v.push_back(t.*field);
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  CheckpointSaver::WriteCosts::Tier typical = latest;
+  typical.blocking_s = median_of(&CheckpointSaver::WriteCosts::Tier::blocking_s);
+  typical.wall_s = median_of(&CheckpointSaver::WriteCosts::Tier::wall_s);
+  typical.cpu_s = median_of(&CheckpointSaver::WriteCosts::Tier::cpu_s);
+  return typical;
+}
+
+}  // namespace
 
 CheckpointSaver::CheckpointSaver(const TrainConfig& config, goodput::Recorder* recorder, bool primary, int rank,
                                  FaultPlan faults, std::function<void(const std::string&)> note, uint64_t state_bytes,
@@ -162,27 +192,27 @@ void CheckpointSaver::follow_costs(double step_time_s) {
   };
   if (local_auto_ && costs_->local.writes > costs_->local_seen) {
     costs_->local_seen = costs_->local.writes;
-    const int64_t steps =
-        budget_interval_steps(cost(costs_->local), async_ ? costs_->local.wall_s : 0.0, step_time_s, kLocalTierBudget);
+    const WriteCosts::Tier l = typical_write(&costs_->local_recent, costs_->local);
+    const int64_t steps = budget_interval_steps(cost(l), async_ ? l.wall_s : 0.0, step_time_s, kLocalTierBudget);
     if (worth_saying(steps, &local_said_) && note_)
       note_(
-          fmt::format("checkpoints: a local save costs {}, written in {:.3f} s; step {:.3f} s -> local tier every {} "
-                      "steps (under {:g}% of the step time)",
-                      explain(costs_->local), costs_->local.wall_s, step_time_s, steps, 100 * kLocalTierBudget));
+          fmt::format("checkpoints: a local save costs {}, written in {:.3f} s (medians of the last {}); step {:.3f} "
+                      "s -> local tier every {} steps (under {:g}% of the step time)",
+                      explain(l), l.wall_s, costs_->local_recent.size(), step_time_s, steps, 100 * kLocalTierBudget));
     local_interval_ = steps;
   }
   if (persistent_auto_ && costs_->persistent.writes > costs_->persistent_seen) {
     costs_->persistent_seen = costs_->persistent.writes;
-    const WriteCosts::Tier& p = costs_->persistent;
+    const WriteCosts::Tier p = typical_write(&costs_->persistent_recent, costs_->persistent);
     // Never more often than one write takes: a save would wait for the previous one.
     const int64_t steps = std::max(young_daly_interval_steps(cost(p), config_.checkpoint.mtbf_s, step_time_s),
                                    budget_interval_steps(0, async_ ? p.wall_s : 0.0, step_time_s, 1));
     if (worth_saying(steps, &persistent_said_) && note_)
       note_(
-          fmt::format("checkpoints: a persistent save costs {}, written in {:.3f} s; mtbf {:g} s, step {:.3f} s -> "
-                      "Young/Daly interval {} steps (sqrt(2 C M) = {:.1f} s)",
-                      explain(p), p.wall_s, config_.checkpoint.mtbf_s, step_time_s, steps,
-                      young_daly_interval_s(cost(p), config_.checkpoint.mtbf_s)));
+          fmt::format("checkpoints: a persistent save costs {}, written in {:.3f} s (medians of the last {}); mtbf "
+                      "{:g} s, step {:.3f} s -> Young/Daly interval {} steps (sqrt(2 C M) = {:.1f} s)",
+                      explain(p), p.wall_s, costs_->persistent_recent.size(), config_.checkpoint.mtbf_s, step_time_s,
+                      steps, young_daly_interval_s(cost(p), config_.checkpoint.mtbf_s)));
     persistent_interval_ = steps;
   }
 }

@@ -76,9 +76,11 @@ class CheckpointSaver {
   double last_blocking_s() const { return last_blocking_s_; }
   double last_background_s() const;
 
- private:
+ public:
   // What the background writes measured, per tier; filled by the writer, read by due().
   struct WriteCosts;
+
+ private:
   bool persistent_due(int64_t step) const;
   bool local_due(int64_t step) const;
   void follow_costs(double step_time_s);

@@ -34,7 +34,7 @@ Heartbeat Heartbeat::from_environment() {
 
 void Heartbeat::beat(int64_t step) {
   if (path_.empty()) return;
-  if (wrote_ && std::chrono::steady_clock::now() - last_write_ < kMinInterval) return;
+  if (wrote_ && stepping_ && std::chrono::steady_clock::now() - last_write_ < kMinInterval) return;
   write("step", step, -1);
 }
 
@@ -64,6 +64,7 @@ void Heartbeat::write(std::string_view phase, int64_t step, double expect_s) {
     warned_ = true;
   }
   wrote_ = true;
+  stepping_ = phase == "step";
   last_write_ = now;
 }
 

@@ -30,8 +30,11 @@ class Heartbeat {
 
   bool enabled() const { return !path_.empty(); }
   const std::string& path() const { return path_; }
-  // Records that `step` steps are done (phase "step"). A failed write is reported once
-  // on stderr and never stops training: the heartbeat is advice for the supervisor.
+  // Records that `step` steps are done (phase "step"). Throttled to one write per
+  // kMinInterval while stepping; the first beat after another phase is written at once,
+  // so the step after an eval or save runs under the step limit, not the phase's. A
+  // failed write is reported once on stderr and never stops training: the heartbeat is
+  // advice for the supervisor.
   void beat(int64_t step);
   // Records that the worker enters `phase` after `step` steps; `expect_s`: how long it
   // should take (negative: unknown).
@@ -43,6 +46,7 @@ class Heartbeat {
   std::string path_;
   std::chrono::steady_clock::time_point last_write_{};
   bool wrote_ = false;
+  bool stepping_ = false;  // the last write was a "step" beat
   bool warned_ = false;
 };
 

@@ -317,8 +317,13 @@ std::optional<Array> TrainLoop::dropout_key_for(int64_t at_step) const {
 }
 
 double TrainLoop::validate() {
-  auto eval_span = span(goodput::Phase::kEval);
-  return (*evaluator_)(params_, *val_loader_, cfg_.loop.eval_batches);
+  double loss = 0;
+  {
+    auto eval_span = span(goodput::Phase::kEval);
+    loss = (*evaluator_)(params_, *val_loader_, cfg_.loop.eval_batches);
+  }
+  heartbeat_->beat(step_);  // back to stepping: the next step runs under the step limit
+  return loss;
 }
 
 void TrainLoop::step_once() {
@@ -397,6 +402,7 @@ void TrainLoop::save(int64_t at_step, bool final, double recent_step_s) {
         return state;
       },
       recent_step_s, final);
+  heartbeat_->beat(step_);  // back to stepping: the next step runs under the step limit
 }
 
 // ---- finish ----

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "data/temp_dir.h"
@@ -208,6 +209,25 @@ TEST_F(AsyncCheckpointTraining, TheLocalTierIsOnByDefaultAndACrashLosesFewSteps)
   expect_bitwise_equal(straight.opt_state(), resumed.opt_state());
   EXPECT_FALSE(fs::exists(tier.dir)) << "a run that finished removes its automatic local tier";
   EXPECT_EQ(s.last_checkpoint, checkpoint("run", "step_00000040"));
+}
+
+TEST_F(AsyncCheckpointTraining, AfterASaveOrEvalTheHeartbeatIsBackToStepping) {
+  // A save or an evaluation every step; after each, the heartbeat says "step" again, so a
+  // hang in the next step is judged by the step limit, not the save's or eval's.
+  const fs::path beats = dir_ / "beat.json";
+  ::setenv("TESSERA_HEARTBEAT_FILE", beats.c_str(), 1);
+  TrainerOptions options = quiet();
+  std::vector<std::string> phases;
+  options.after_step = [&](int64_t) {
+    std::ifstream in(beats);
+    std::string line;
+    std::getline(in, line);
+    phases.push_back(line.substr(line.find("\"phase\""), 14));
+  };
+  Trainer trainer(config("run", {"train.steps=4", "checkpoint.interval=1", "train.eval_interval=1"}), options);
+  trainer.run();
+  ::unsetenv("TESSERA_HEARTBEAT_FILE");
+  EXPECT_EQ(phases, std::vector<std::string>(4, "\"phase\":\"step\""));
 }
 
 TEST_F(AsyncCheckpointTraining, CheckpointIntervalsTakeAutoOrSteps) {

@@ -212,10 +212,14 @@ TrainSummary Trainer::run() {
   const bool already_done = !existing.empty() && existing.back().step >= cfg.loop.steps;
   std::unique_ptr<goodput::Recorder> recorder;
   // Under mpirun every rank trains; rank 0 alone records the job's log, prints and writes
-  // files. Every rank records its own steps (stragglers: goodput/rank_log.h).
+  // files. Workers of `tessera launch` without MPI (fork, srun tasks) share the launcher's
+  // goodput directory: there too rank 0 alone writes the job's log; a trainer on its own
+  // writes its own. Every rank records its own steps (stragglers: goodput/rank_log.h).
   const goodput::RankIdentity rank = job_rank();
   const fs::path goodput_run_dir = goodput_dir(cfg);
-  if (impl_->options.record_goodput && !already_done && spmd::is_primary_process() && rank.rank == 0) {
+  const bool under_launcher = flags::env("TESSERA_GOODPUT_DIR") != nullptr;
+  const bool writes_job_log = spmd::is_primary_process() && (!under_launcher || rank.rank == 0);
+  if (impl_->options.record_goodput && !already_done && writes_job_log) {
     recorder = std::make_unique<goodput::Recorder>(goodput_run_dir);
     recorder->job_start(cfg.run.dir);
     recorder->attempt_start();
@@ -232,7 +236,7 @@ TrainSummary Trainer::run() {
       else if (summary.stop_reason.starts_with("signal"))
         recorder->failure(g_stop_signal.load(), 0, "stopped by " + summary.stop_reason);
     }
-    if (impl_->options.record_goodput && rank.rank == 0 && fs::exists(goodput::event_log_path(goodput_run_dir))) {
+    if (impl_->options.record_goodput && writes_job_log && fs::exists(goodput::event_log_path(goodput_run_dir))) {
       const goodput::GoodputReport report = goodput::report_for_run(goodput_run_dir);
       summary.goodput_table = goodput::format_table(report);
       if (impl_->tensorboard)

@@ -38,7 +38,8 @@ struct MetricPoint {
 std::vector<MetricPoint> read_metrics(const std::filesystem::path& path, std::vector<std::string>* warnings);
 
 // The HTML document: summary table, timeline of attempts and phases, badput breakdown,
-// step time over steps, loss curve (when there are metrics).
+// step time over steps, loss curve (when there are metrics), stragglers (when there are
+// per-rank logs).
 std::string render_html(const GoodputReport& report, const std::vector<MetricPoint>& metrics, std::string_view title);
 
 // read_event_log(RUN_DIR/goodput/events.jsonl) + compute_goodput, and the straggler

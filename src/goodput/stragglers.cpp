@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 
 // The rank in a file name events.rank-<R>.jsonl, or nullopt.
 std::optional<int> rank_of_file(const fs::path& path) {
-  static const std::regex kName(R"(events\.rank-([0-9]{1,9})\.jsonl)");
+  static const std::regex kName(R"(events\.rank-(0|[1-9][0-9]{0,8})\.jsonl)");
   std::smatch match;
   const std::string name = path.filename().string();
   if (!std::regex_match(name, match, kName)) return std::nullopt;
@@ -131,11 +131,15 @@ StragglerReport compute_stragglers(const std::vector<EventLog>& rank_logs,
     while (i < static_cast<int>(r.ranks.size()) && r.ranks[i].rank < rank) ++i;
     if (i >= static_cast<int>(r.ranks.size()) || r.ranks[i].rank != rank) missing.push_back(rank);
   }
-  if (!missing.empty())
+  if (!missing.empty()) {
+    constexpr size_t kListed = 10;
+    const std::vector<int> listed(missing.begin(), missing.begin() + std::min(missing.size(), kListed));
     r.notes.push_back(fmt::format(
-        "{} of {} ranks left no per-rank log (goodput/events.rank-R.jsonl): rank{} {}; they never started recording "
-        "(died at start-up?) or wrote to another run directory",
-        missing.size(), r.world_size, missing.size() == 1 ? "" : "s", fmt::join(missing, ", ")));
+        "{} of {} ranks left no per-rank log (goodput/events.rank-R.jsonl): rank{} {}{}; they never started "
+        "recording (died at start-up?) or wrote to another run directory",
+        missing.size(), r.world_size, missing.size() == 1 ? "" : "s", fmt::join(listed, ", "),
+        missing.size() > kListed ? ", ..." : ""));
+  }
 
   // ---- ranks that stopped early in an attempt (died or were stopped there) ----
   std::map<int, int64_t> furthest;  // attempt -> the last step any rank recorded

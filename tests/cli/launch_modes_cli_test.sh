@@ -18,7 +18,7 @@
 #                and what the killed task committed verifies
 #   fork_stragglers, srun_stragglers, mpi_stragglers
 #                a 2-rank job under `tessera launch` (fork workers, the srun stand-in's tasks,
-#                or `--mpi` on a `--mesh data=2` run) with rank 1 slowed by 500 ms on two
+#                or `--mpi` on a `--mesh data=2` run) with rank 1 slowed by 800 ms on two
 #                steps (TESSERA_FAULT slow@step=3 and slow@step=5, rank=1: recorded as steps 4
 #                and 6): every rank wrote goodput/events.rank-R.jsonl into the launcher's run
 #                directory, rank 0 alone the job's log, and `tessera goodput` (text, --json,
@@ -52,7 +52,8 @@ check_stragglers() {
   cat "$tmp/goodput.txt"
   grep -q "stragglers: 2 ranks recorded, 8 steps compared" "$tmp/goodput.txt" || fail "no straggler summary"
   grep -q "slowest rank overall: rank 1 " "$tmp/goodput.txt" || fail "rank 1 is not named the slowest"
-  # Each slowed step: rank 1 took over 0.5 s, 0.25 s or more above the median of two.
+  # Each slowed step: rank 1 took over 0.8 s, 0.6 s or more above the fastest rank (on a
+  # loaded machine the other rank's step may take 0.2 s), so 0.3 s above the median of two.
   grep -Eq "worst step [46]: rank 1 took [0-9.]+ s" "$tmp/goodput.txt" || fail "the worst step is not step 4 or 6"
   grep -Eq "      step [46]: rank 1 took [0-9.]+ s" "$tmp/goodput.txt" || fail "the second worst is not step 4 or 6"
   "$tessera" goodput "$job" --json >"$tmp/goodput.json" || fail "tessera goodput --json failed"
@@ -62,12 +63,13 @@ s = json.load(open(sys.argv[1]))["stragglers"]
 assert s["slowest_rank"] == 1 and s["world_size"] == 2, s["slowest_rank"]
 worst = {w["step"]: w for w in s["worst"][:2]}
 assert set(worst) == {4, 6}, list(worst)
-assert all(w["slowest_rank"] == 1 and w["slowest_s"] >= 0.5 and w["excess_s"] >= 0.24 for w in worst.values()), worst
-assert s["lost_s"] >= 0.48, s["lost_s"]
+assert all(w["slowest_rank"] == 1 and w["slowest_s"] >= 0.8 and w["slowest_s"] - w["fastest_s"] >= 0.6
+           and w["excess_s"] >= 0.3 for w in worst.values()), worst
+assert s["lost_s"] >= 0.6, s["lost_s"]
 PY
   grep -q 'id="stragglers"' "$tmp/report.html" || fail "no straggler section in the HTML report"
 }
-slow_rank_1="slow@step=3,ms=500,rank=1;slow@step=5,ms=500,rank=1"
+slow_rank_1="slow@step=3,ms=800,rank=1;slow@step=5,ms=800,rank=1"
 
 mkdir -p "$tmp/bin"
 case "$case_name" in
@@ -93,6 +95,23 @@ case "$case_name" in
     same_final_state "$tmp/straight" "$tmp/launched" "2 ranks after the kill and the restart"
     log="$tmp/launched/goodput/events.jsonl"
     [[ "$(grep -c '"type":"attempt_start"' "$log")" -eq 2 ]] || fail "attempt_start lines: $(grep attempt_start "$log")"
+    # Both ranks' step records survive the kill and the restart, each under its attempt
+    # (steps 1-5 in attempt 0, again from the last committed checkpoint in attempt 1).
+    "$tessera" goodput "$tmp/launched" >"$tmp/goodput.txt" || fail "tessera goodput after the restart failed"
+    cat "$tmp/goodput.txt"
+    grep -q "stragglers: 2 ranks recorded" "$tmp/goodput.txt" || fail "no straggler section after the restart"
+    "$tessera" goodput "$tmp/launched" --json >"$tmp/goodput.json" || fail "tessera goodput --json failed"
+    python3 -c "
+import json
+steps = json.load(open('$tmp/goodput.json'))['stragglers']['steps']
+assert [s['step'] for s in steps if s['attempt'] == 0] == [1, 2, 3, 4, 5], steps
+assert [s['step'] for s in steps if s['attempt'] == 1][-1] == 8, steps
+" || fail "compared steps by attempt: $(grep -c '"excess_s"' "$tmp/goodput.json") entries"
+    for rank in 0 1; do
+      grep -q '"type":"rank_step"' "$tmp/launched/goodput/events.rank-$rank.jsonl" || fail "no step records of rank $rank"
+      [[ "$(grep -c '"type":"rank_start"' "$tmp/launched/goodput/events.rank-$rank.jsonl")" -eq 2 ]] ||
+        fail "rank $rank: one rank_start per attempt expected"
+    done
     ;;
   srun_kill | srun_budget)
     ln -s "$src/tests/cli/srun_stand_in/srun" "$tmp/bin/srun"
@@ -161,7 +180,7 @@ case "$case_name" in
     python3 -c "
 import json, sys
 r = {x['rank']: x for x in json.load(open('$tmp/goodput.json'))['stragglers']['ranks']}
-assert r[0]['collective_s'] >= 0.9, r  # rank 0 waited in collectives for both delays
+assert r[0]['collective_s'] >= 1.2, r  # rank 0 waited in collectives for both delays
 " || fail "rank 0's time in collectives does not show the wait: $(grep -B2 -A6 '"collective_s"' "$tmp/goodput.json" | head -20)"
     ;;
   *)

@@ -11,9 +11,9 @@ function(tessera_cli_cases name labels timeout)
     add_test(NAME cli.${name}_${case} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/cli/${name}_cli_test.sh
                                               $<TARGET_FILE:tessera_cli> ${CMAKE_SOURCE_DIR} ${case} ${CLI_CASE_ARGS})
     set_tests_properties(cli.${name}_${case} PROPERTIES LABELS "${labels}" TIMEOUT ${timeout} SKIP_RETURN_CODE 77)
-    if(CLI_CASE_ENV)
-      set_tests_properties(cli.${name}_${case} PROPERTIES ENVIRONMENT "${CLI_CASE_ENV}")
-    endif()
+    # Automatic local checkpoint tiers in the build tree (CMakeLists.txt says why).
+    set(case_env TESSERA_LOCAL_TIER_ROOT=${CMAKE_BINARY_DIR}/test-local-tiers ${CLI_CASE_ENV})
+    set_tests_properties(cli.${name}_${case} PROPERTIES ENVIRONMENT "${case_env}")
   endforeach()
 endfunction()
 

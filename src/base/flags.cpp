@@ -56,6 +56,10 @@ constexpr Flag kFlags[] = {
      "hang detector reads it.",
      kLaunch},
     {"TESSERA_LOCAL_RANK", "", "This worker's rank on its host.", kLaunch},
+    {"TESSERA_LOCAL_TIER_ROOT", "/dev/shm:$TMPDIR (else /tmp)",
+     "Where checkpoint.local_dir = \"auto\" may put a run's local checkpoint tier: ':'-separated parent "
+     "directories, tried in order (the tests point it into their build tree).",
+     ""},
     {"TESSERA_NCCL_BOOTSTRAP", "mpi under mpirun, else file", "How NCCL ranks exchange their unique id: mpi or file.",
      ""},
     {"TESSERA_NCCL_BOOTSTRAP_DIR", "", "The shared directory of the file bootstrap.", ""},

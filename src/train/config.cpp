@@ -104,6 +104,28 @@ Field field(std::string key, std::string help, std::function<T&(TrainConfig&)> r
   return f;
 }
 
+// A step count that may also be "auto" (kAutoInterval): chosen from measured costs.
+Field auto_or_steps_field(std::string key, std::string help, std::function<int64_t&(TrainConfig&)> ref) {
+  Field f{std::move(key), "integer/\"auto\"", std::move(help), nullptr, nullptr};
+  f.set = [ref, k = f.key](TrainConfig& c, const toml::node& n, const std::string& where) {
+    if (auto text = n.value_exact<std::string>()) {
+      if (*text != "auto")
+        fail<ConfigError>("{}: '{}' = \"{}\" is unknown (expected \"auto\" or a number of steps)", where, k, *text);
+      ref(c) = kAutoInterval;
+      return;
+    }
+    if (!n.value_exact<int64_t>()) type_error(where, k, "\"auto\" or an integer", n);
+    const int64_t v = read_integer(n, where, k);
+    if (v < 0) fail<ConfigError>("{}: '{}' = {} must be \"auto\" or >= 0 steps", where, k, v);
+    ref(c) = v;
+  };
+  f.get = [ref](const TrainConfig& c) {
+    const int64_t v = ref(const_cast<TrainConfig&>(c));
+    return v == kAutoInterval ? nlohmann::json("auto") : nlohmann::json(v);
+  };
+  return f;
+}
+
 nn::ParamKind param_kind_from_name(const std::string& name, const std::string& where) {
   for (nn::ParamKind kind : {nn::ParamKind::Weight, nn::ParamKind::Bias, nn::ParamKind::Norm, nn::ParamKind::Embedding})
     if (name == nn::to_string(kind)) return kind;
@@ -298,23 +320,25 @@ void add_train_fields(std::vector<Field>& f) {
 // [checkpoint]
 void add_checkpoint_fields(std::vector<Field>& f) {
   using C = TrainConfig;
-  f.push_back(field<int64_t>("checkpoint.interval", "steps between checkpoints (0: at the end)",
-                             [](C& c) -> int64_t& { return c.checkpoint.interval; }));
+  f.push_back(auto_or_steps_field(
+      "checkpoint.interval", "steps between checkpoints (\"auto\": Young/Daly from the measured cost; 0: at the end)",
+      [](C& c) -> int64_t& { return c.checkpoint.interval; }));
   f.push_back(field<int>("checkpoint.keep_last", "newest checkpoints kept",
                          [](C& c) -> int& { return c.checkpoint.keep_last; }));
   f.push_back(field<int>("checkpoint.keep_every", "also keep multiples of this step (0: none)",
                          [](C& c) -> int& { return c.checkpoint.keep_every; }));
   f.push_back(field<bool>("checkpoint.async", "write checkpoints in a background thread",
                           [](C& c) -> bool& { return c.checkpoint.async; }));
-  f.push_back(field<std::string>("checkpoint.local_dir", "fast local checkpoint tier, e.g. /dev/shm/... (\"\": off)",
+  f.push_back(field<std::string>("checkpoint.local_dir",
+                                 "fast local tier (\"auto\": /dev/shm, else the temp dir; a path; \"\": off)",
                                  [](C& c) -> std::string& { return c.checkpoint.local_dir; }));
-  f.push_back(field<int64_t>("checkpoint.local_interval", "steps between local-tier checkpoints",
-                             [](C& c) -> int64_t& { return c.checkpoint.local_interval; }));
+  f.push_back(auto_or_steps_field(
+      "checkpoint.local_interval",
+      "steps between local-tier checkpoints (\"auto\": cost under 1% of the steps; 0: no local tier)",
+      [](C& c) -> int64_t& { return c.checkpoint.local_interval; }));
   f.push_back(field<int>("checkpoint.local_keep_last", "newest local-tier checkpoints kept",
                          [](C& c) -> int& { return c.checkpoint.local_keep_last; }));
-  f.push_back(field<bool>("checkpoint.auto_interval", "Young/Daly interval sqrt(2 * save cost * mtbf_s)",
-                          [](C& c) -> bool& { return c.checkpoint.auto_interval; }));
-  f.push_back(field<double>("checkpoint.mtbf_s", "assumed mean time between failures (auto_interval)",
+  f.push_back(field<double>("checkpoint.mtbf_s", "assumed mean time between failures (Young/Daly interval)",
                             [](C& c) -> double& { return c.checkpoint.mtbf_s; }));
 }
 
@@ -519,17 +543,24 @@ TrainConfig config_from_json(const nlohmann::json& json) {
   // Through TOML so every key takes the same checked path as a config file.
   std::vector<std::string> overrides;
   TrainConfig config;
+  bool legacy_auto_interval = false;
   if (json.contains("model") && json["model"].contains("preset") && !json["model"]["preset"].get<std::string>().empty())
     apply_preset(config, json["model"]["preset"].get<std::string>(), "checkpoint config");
   for (const auto& [section, keys] : json.items())
     for (const auto& [key, value] : keys.items()) {
       const std::string full = section + "." + key;
       if (full == "model.preset") continue;
+      if (full == "checkpoint.auto_interval") {
+        // Written by checkpoints before "auto" became a value of checkpoint.interval.
+        legacy_auto_interval = value == true;
+        continue;
+      }
       const Field* f = find_field(full);
       if (!f) fail<ConfigError>("checkpoint config: unknown key '{}'", full);
       toml::table parsed = toml::parse("v = " + value.dump());
       f->set(config, *parsed.get("v"), "checkpoint config");
     }
+  if (legacy_auto_interval) config.checkpoint.interval = kAutoInterval;
   config.model_preset =
       json_field_or<std::string>(json_field_or<nlohmann::json>(json, "model", nlohmann::json()), "preset", "");
   config.schedule.total_steps = config.loop.steps;

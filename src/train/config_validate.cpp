@@ -56,16 +56,16 @@ void TrainConfig::validate() const {
     fail<ConfigError>("config: 'train.seq' = {} exceeds 'model.context' = {}", loop.seq, model.context);
   if (loop.eval_interval < 0) fail<ConfigError>("config: 'train.eval_interval' must be >= 0");
   if (loop.time_limit_s < 0) fail<ConfigError>("config: 'train.time_limit_s' must be >= 0");
-  if (checkpoint.interval < 0) fail<ConfigError>("config: 'checkpoint.interval' must be >= 0");
+  if (checkpoint.interval < 0 && checkpoint.interval != kAutoInterval)
+    fail<ConfigError>("config: 'checkpoint.interval' must be \"auto\" or >= 0");
   if (checkpoint.keep_last < 1)
     fail<ConfigError>("config: 'checkpoint.keep_last' must be >= 1 (got {})", checkpoint.keep_last);
   if (checkpoint.keep_every < 0) fail<ConfigError>("config: 'checkpoint.keep_every' must be >= 0");
-  if (checkpoint.local_interval < 0) fail<ConfigError>("config: 'checkpoint.local_interval' must be >= 0");
+  if (checkpoint.local_interval < 0 && checkpoint.local_interval != kAutoInterval)
+    fail<ConfigError>("config: 'checkpoint.local_interval' = {} must be \"auto\" or >= 0 steps (0: no local tier)",
+                      checkpoint.local_interval);
   if (checkpoint.local_keep_last < 1)
     fail<ConfigError>("config: 'checkpoint.local_keep_last' must be >= 1 (got {})", checkpoint.local_keep_last);
-  if (!checkpoint.local_dir.empty() && checkpoint.local_interval == 0)
-    fail<ConfigError>("config: 'checkpoint.local_dir' = \"{}\" needs 'checkpoint.local_interval' > 0",
-                      checkpoint.local_dir);
   if (!(checkpoint.mtbf_s > 0) || !std::isfinite(checkpoint.mtbf_s))
     fail<ConfigError>("config: 'checkpoint.mtbf_s' = {} must be a finite number of seconds > 0", checkpoint.mtbf_s);
   if (run.threads < 0) fail<ConfigError>("config: 'run.threads' must be >= 0");

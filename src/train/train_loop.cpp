@@ -150,8 +150,12 @@ void TrainLoop::setup() {
   loader_.emplace(train_file_, cfg_.micro_batch_size(), cfg_.loop.seq, cfg_.run.seed);
   val_loader_.emplace(val_file_, cfg_.micro_batch_size(), cfg_.loop.seq, cfg_.run.seed, 0, 1, /*shuffle=*/false);
   // Checkpoint tiers, async writes, the save cadence and TESSERA_FAULT (train/checkpoint_saver.h).
-  checkpoints_.emplace(cfg_, recorder_, primary_, job_rank().rank, FaultPlan::from_env(),
-                       [this](const std::string& text) { note(text); });
+  uint64_t state_bytes = 0;
+  for (const Tree* tree : {&params_, &opt_state_})
+    for (const Array& leaf : tree->leaves()) state_bytes += leaf.nbytes();
+  checkpoints_.emplace(
+      cfg_, recorder_, primary_, job_rank().rank, FaultPlan::from_env(),
+      [this](const std::string& text) { note(text); }, state_bytes, spmd::is_multi_process());
   summary_.parameters = model_->parameter_count();
 }
 
@@ -384,7 +388,7 @@ void TrainLoop::step_once() {
     progress_->message(fmt::format("step {}: validation loss {:.4f} (perplexity {:.2f})", step_, v, std::exp(v)));
   }
   if (step_ % cfg_.loop.log_interval == 0 || eval_now || step_ == cfg_.loop.steps) write_metrics(record);
-  if (checkpoints_->due(step_)) {
+  if (checkpoints_->due(step_, recent)) {
     metrics_.flush();
     save(step_, /*final=*/false, recent);
   }
@@ -456,6 +460,7 @@ TrainSummary TrainLoop::finish() {
   if (!checkpoints_->persisted(step_)) save(step_, /*final=*/true, median(step_times_));
   checkpoints_->finish();
   if (!checkpoints_->last_checkpoint().empty()) summary_.last_checkpoint = checkpoints_->last_checkpoint();
+  checkpoints_->discard_local_tier();  // the persistent tier holds the last step
   summary_.train_seconds = seconds_since(loop_start_);
   return summary_;
 }

@@ -24,7 +24,8 @@ skip() {
 }
 
 # The tiny job the resilience tests train: `tiny_train_args STEPS [EXTRA...]` sets the array
-# train_args (data under $tmp/data, one layer of width 64, a checkpoint every 2 steps).
+# train_args (data under $tmp/data, one layer of width 64, a checkpoint every 2 steps, no
+# local tier: the fault counts below are the persistent tier's saves).
 tiny_train_args() {
   local steps="$1"
   shift
@@ -32,5 +33,5 @@ tiny_train_args() {
     --set data.train="$tmp/data/train.bin" --set data.val="$tmp/data/val.bin"
     --set model.layers=1 --set model.dim=64 --set model.heads=2 --set model.context=64
     --set train.steps="$steps" --set train.batch=4 --set train.seq=64 --set train.eval_batches=1
-    --set train.eval_interval=0 --set checkpoint.interval=2 --set run.tensorboard=false)
+    --set train.eval_interval=0 --set checkpoint.interval=2 --set 'checkpoint.local_dir=""' --set run.tensorboard=false)
 }

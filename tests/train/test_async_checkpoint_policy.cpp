@@ -30,5 +30,18 @@ TEST(YoungDaly, BadInputsAreErrors) {
   EXPECT_THROW(young_daly_interval_steps(1, 3600, 0), ValueError);
 }
 
+TEST(LocalTierInterval, SavesAsOftenAsTheBudgetAllowsButNotFasterThanAWrite) {
+  // 0.05 s per save, 0.5 s steps, 1%: every 0.05 / 0.005 = 10 steps.
+  EXPECT_EQ(budget_interval_steps(0.05, 0.1, 0.5, 0.01), 10);
+  EXPECT_EQ(budget_interval_steps(0.051, 0.1, 0.5, 0.01), 11);  // rounded up: never over the budget
+  // A write that takes 14.4 steps' time: no save before it finished.
+  EXPECT_EQ(budget_interval_steps(0.05, 7.2, 0.5, 0.01), 15);
+  EXPECT_EQ(budget_interval_steps(0, 0, 0.5, 0.01), 1);  // free: every step
+  EXPECT_THROW(budget_interval_steps(-1, 0, 0.5, 0.01), ValueError);
+  EXPECT_THROW(budget_interval_steps(0.05, NAN, 0.5, 0.01), ValueError);
+  EXPECT_THROW(budget_interval_steps(0.05, 0, 0, 0.01), ValueError);
+  EXPECT_THROW(budget_interval_steps(0.05, 0, 0.5, 0), ValueError);
+}
+
 }  // namespace
 }  // namespace tessera::train

@@ -14,6 +14,8 @@
 #include "tessera/base/error.h"
 #include "tessera/ckpt/checkpoint.h"
 #include "tessera/train/trainer.h"
+#include "train/checkpoint_interval.h"
+#include "train/local_tier.h"
 #include "train/tiny_corpus.h"
 
 namespace tessera::train {
@@ -160,26 +162,74 @@ TEST_F(AsyncCheckpointTraining, InjectedWriteFailureIsAClearErrorAndKeepsThePrev
 }
 
 TEST_F(AsyncCheckpointTraining, AutoIntervalSavesAtTheYoungDalyInterval) {
-  // A huge MTBF makes the interval longer than the run: only the first (measuring) save and the final one.
-  Trainer trainer(config("run", {"train.steps=6", "checkpoint.interval=1", "checkpoint.auto_interval=true",
-                                 "checkpoint.mtbf_s=1e12", "checkpoint.keep_last=10"}),
+  // "auto" is the default. A huge MTBF makes the interval longer than the run: only the
+  // first (measuring) save, kFirstAutoSaveStep steps in, and the final one.
+  Trainer trainer(config("run", {"train.steps=14", "checkpoint.mtbf_s=1e12", "checkpoint.keep_last=20",
+                                 "checkpoint.local_dir=\"\""}),
                   quiet());
+  EXPECT_EQ(trainer.config().checkpoint.interval, kAutoInterval);
   trainer.run();
   std::vector<int64_t> steps;
   for (const ckpt::CheckpointInfo& info : ckpt::list_checkpoints(dir_ / "run/checkpoints")) steps.push_back(info.step);
-  EXPECT_EQ(steps, (std::vector<int64_t>{1, 6}));
-  // A tiny MTBF: the interval is 1 step.
-  Trainer often(config("often", {"train.steps=4", "checkpoint.interval=1", "checkpoint.auto_interval=true",
-                                 "checkpoint.mtbf_s=1e-9", "checkpoint.keep_last=10"}),
+  EXPECT_EQ(steps, (std::vector<int64_t>{kFirstAutoSaveStep, 14}));
+  // A tiny MTBF: after the first save, every step. (Synchronous: an async save also waits
+  // for the previous write, which takes several of this tiny model's steps.)
+  Trainer often(config("often", {"train.steps=18", "checkpoint.interval=\"auto\"", "checkpoint.mtbf_s=1e-9",
+                                 "checkpoint.keep_last=20", "checkpoint.local_dir=\"\"", "checkpoint.async=false"}),
                 quiet());
   often.run();
-  EXPECT_EQ(ckpt::list_checkpoints(dir_ / "often/checkpoints").size(), 4u);
+  EXPECT_EQ(ckpt::list_checkpoints(dir_ / "often/checkpoints").size(), 9u) << "steps 10, 11, ... 18";
 }
 
-TEST_F(AsyncCheckpointTraining, LocalTierNeedsAnInterval) {
-  EXPECT_THROW(config("run", {"checkpoint.local_dir=\"/tmp/x\""}).validate(), ConfigError);
+TEST_F(AsyncCheckpointTraining, TheLocalTierIsOnByDefaultAndACrashLosesFewSteps) {
+  EXPECT_EQ(config("run").checkpoint.local_dir, "auto");
+  EXPECT_EQ(config("run").checkpoint.local_interval, kAutoInterval);
+  // The default tier at a fixed interval (the "auto" one depends on this machine's speed):
+  // local saves at 4, 8, ... 36; the persistent tier only at step 10 (a huge MTBF).
+  const TrainConfig cfg = config("run", {"train.steps=40", "checkpoint.local_interval=4", "checkpoint.mtbf_s=1e12"});
+  const LocalTier tier = resolve_local_tier(cfg.checkpoint, cfg.run.dir, 1 << 20, /*multi_process=*/false);
+  ASSERT_FALSE(tier.dir.empty()) << tier.why;
+  EXPECT_TRUE(tier.automatic);
+  fs::remove_all(tier.dir);
+  Trainer straight(config("straight", {"train.steps=40"}), quiet());
+  straight.run();
+  TrainerOptions crashing = quiet();
+  crashing.after_step = [&](int64_t step) {
+    if (step == 37) throw std::runtime_error("simulated crash after step 37");
+  };
+  Trainer crashed(cfg, crashing);
+  EXPECT_THROW(crashed.run(), std::runtime_error);
+  EXPECT_TRUE(fs::exists(tier.dir / "checkpoints/step_00000036")) << "a failed run keeps its local tier";
+  EXPECT_EQ(ckpt::list_checkpoints(dir_ / "run/checkpoints").back().step, kFirstAutoSaveStep);
+  Trainer resumed(cfg, quiet());
+  const TrainSummary s = resumed.run();
+  EXPECT_EQ(s.start_step, 36) << "the local tier's step 36, not the persistent step 10";
+  expect_bitwise_equal(straight.params(), resumed.params());
+  expect_bitwise_equal(straight.opt_state(), resumed.opt_state());
+  EXPECT_FALSE(fs::exists(tier.dir)) << "a run that finished removes its automatic local tier";
+  EXPECT_EQ(s.last_checkpoint, checkpoint("run", "step_00000040"));
+}
+
+TEST_F(AsyncCheckpointTraining, CheckpointIntervalsTakeAutoOrSteps) {
+  EXPECT_THROW(config("run", {"checkpoint.local_interval=-3"}), ConfigError);
   EXPECT_THROW(config("run", {"checkpoint.mtbf_s=0"}).validate(), ConfigError);
+  EXPECT_THROW(config("run", {"checkpoint.interval=-2"}), ConfigError);
   EXPECT_NO_THROW(config("run", {"checkpoint.local_dir=\"/tmp/x\"", "checkpoint.local_interval=5"}).validate());
+  try {
+    config("run", {"checkpoint.interval=\"often\""});
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected \"auto\" or a number of steps"), std::string::npos) << e.what();
+  }
+  TrainConfig fixed = config("run", {"checkpoint.interval=7"});
+  EXPECT_EQ(fixed.checkpoint.interval, 7);
+  EXPECT_EQ(fixed.to_json()["checkpoint"]["interval"], 7);
+  EXPECT_EQ(config("run").to_json()["checkpoint"]["interval"], "auto");
+  // A checkpoint's config round-trips, and one written before "auto" existed still reads.
+  EXPECT_EQ(config_from_json(config("run").to_json()).checkpoint.interval, kAutoInterval);
+  nlohmann::json legacy = fixed.to_json();
+  legacy["checkpoint"]["auto_interval"] = true;
+  EXPECT_EQ(config_from_json(legacy).checkpoint.interval, kAutoInterval);
 }
 
 }  // namespace

@@ -11,8 +11,8 @@
 //                loss_scale_growth_interval, loss_scale_growth_factor, loss_scale_backoff_factor
 //   [schedule]   decay, warmup_steps, min_lr_ratio
 //   [train]      steps, batch, micro_batch, seq, time_limit_s, log_interval, eval_interval, eval_batches
-//   [checkpoint] interval, keep_last, keep_every, async, local_dir, local_interval, local_keep_last,
-//                auto_interval, mtbf_s
+//   [checkpoint] interval ("auto" | steps), keep_last, keep_every, async, local_dir ("auto" | path | ""),
+//                local_interval ("auto" | steps), local_keep_last, mtbf_s
 //   [run]        dir, seed, threads, device, tensorboard, init_from, compilation_cache
 #pragma once
 
@@ -52,20 +52,28 @@ struct LoopConfig {
   int64_t eval_batches = 16;  // validation batches per pass
 };
 
+// An integer checkpoint setting written "auto" in the config: chosen from measured costs.
+inline constexpr int64_t kAutoInterval = -1;
+
 struct CheckpointConfig {
-  int64_t interval = 0;  // steps between checkpoints (0: only at the end)
+  // Steps between checkpoints of the persistent tier (the run directory); 0: only at the
+  // end; kAutoInterval ("auto", the default): Young/Daly, sqrt(2 * save cost * mtbf_s)
+  // seconds of training, recomputed from the measured cost after every save (the first
+  // save comes after kFirstAutoSaveStep steps, train/checkpoint_interval.h).
+  int64_t interval = kAutoInterval;
   int keep_last = 3;
   int keep_every = 0;
   bool async = true;  // write in a background thread; the step blocks only for a host copy
-  // A second, fast tier (e.g. "/dev/shm/tessera/<run>"; "" off) saved every local_interval
-  // steps and keeping local_keep_last; restore takes the newest valid one of both tiers.
-  std::string local_dir;
-  int64_t local_interval = 0;
+  // A second, fast tier that a restart on the same machine resumes from: "auto" (the
+  // default) is /dev/shm/tessera-<uid>/<run>-<hash> with a fallback to the temporary
+  // directory (train/local_tier.h), off in multi-process jobs; a path; "" off. Saved every
+  // local_interval steps ("auto": as often as keeps its measured cost under 1% of the
+  // step time; 0: no local tier), keeping local_keep_last; restore takes the newest valid one of both
+  // tiers. Removed once a run ends with its final step in the persistent tier.
+  std::string local_dir = "auto";
+  int64_t local_interval = kAutoInterval;
   int local_keep_last = 2;
-  // Young/Daly: save every sqrt(2 * save cost * mtbf_s) seconds of training, recomputed
-  // from the measured blocking save cost after each save (interval: the first save).
-  bool auto_interval = false;
-  double mtbf_s = 3600;
+  double mtbf_s = 3600;  // assumed mean time between failures for the Young/Daly interval
 };
 
 struct RunConfig {

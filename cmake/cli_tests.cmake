@@ -47,10 +47,14 @@ tessera_cli_cases(full_disk "cli;resilience" 120 fsize fsize_sync tmpfs)
 # here) and, with mpirun, `--mpi` on a 2-rank data-parallel run: a killed rank restarts
 # the job, final state byte-identical.
 tessera_cli_cases(launch_modes "cli;resilience" 120 srun_kill srun_budget)
+# Per-rank goodput records and straggler attribution under each launch mode: rank 1 of 2
+# slowed by TESSERA_FAULT slow@step, named by `tessera goodput` (text, --json, --html).
+tessera_cli_cases(launch_modes "cli;goodput" 120 fork_stragglers srun_stragglers)
 if(TESSERA_HAS_MPI AND TESSERA_MPIEXEC)
   set(CLI_CASE_ARGS ${TESSERA_MPIEXEC})
   set(CLI_CASE_ENV "${mpi_test_env}")  # cmake/mpi_tests.cmake: no LeakSanitizer for OpenMPI
   tessera_cli_cases(launch_modes "cli;mpi;resilience" 120 mpi_kill)
+  tessera_cli_cases(launch_modes "cli;mpi;goodput" 120 mpi_stragglers)
   unset(CLI_CASE_ARGS)
   unset(CLI_CASE_ENV)
 endif()

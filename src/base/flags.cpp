@@ -47,6 +47,10 @@ constexpr Flag kFlags[] = {
     {"TESSERA_GEMM_TF32", "0", "1: allow TF32 tensor cores for float32 GEMMs on the GPU.", ""},
     {"TESSERA_GOODPUT_ATTEMPT", "",
      "The attempt the supervisor opened in the run's goodput log; the worker records into it.", kLaunch},
+    {"TESSERA_GOODPUT_DIR", "run.dir",
+     "The run directory whose goodput/ a worker records into (the launcher's --run-dir): the job log on rank 0, "
+     "events.rank-R.jsonl on every rank.",
+     kLaunch},
     {"TESSERA_HEARTBEAT_FILE", "",
      "The file a worker rewrites with its step as it trains ({rank} is replaced by the rank); the supervisor's "
      "hang detector reads it.",

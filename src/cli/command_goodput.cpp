@@ -1,5 +1,6 @@
 // `tessera goodput RUN_DIR`: where a run's time went (goodput %, badput by category,
-// MFU, tokens/s, disruptions), from RUN_DIR/goodput/events.jsonl. --json for the full
+// MFU, tokens/s, disruptions), from RUN_DIR/goodput/events.jsonl, and which rank each
+// step waited for, from the per-rank logs events.rank-<R>.jsonl. --json for the full
 // report, --html FILE for a self-contained page with charts, --watch to follow a run.
 #include <fmt/format.h>
 
@@ -32,7 +33,7 @@ double unix_now() { return std::chrono::duration<double>(std::chrono::system_clo
 goodput::GoodputReport report(const GoodputSettings& s, bool live) {
   goodput::CalculatorOptions options;
   if (live) options.now = unix_now();
-  return goodput::compute_goodput(goodput::read_event_log(goodput::event_log_path(s.run_dir)), options);
+  return goodput::report_for_run(s.run_dir, options);
 }
 
 void write_html(const GoodputSettings& s, const goodput::GoodputReport& r) {

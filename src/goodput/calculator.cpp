@@ -72,6 +72,9 @@ bool GoodputComputation::group_events() {
       case EventType::kCalibration:
         calibration = &e;
         continue;
+      case EventType::kRankStart:
+      case EventType::kRankStep:
+        continue;  // per-rank records (stragglers.h), not the job's wall time
       default:
         break;
     }

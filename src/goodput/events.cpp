@@ -10,7 +10,7 @@
 namespace tessera::goodput {
 namespace {
 
-constexpr std::array<std::pair<EventType, std::string_view>, 23> kNames{{
+constexpr std::array<std::pair<EventType, std::string_view>, 25> kNames{{
     {EventType::kJobStart, "job_start"},
     {EventType::kJobEnd, "job_end"},
     {EventType::kAttemptStart, "attempt_start"},
@@ -34,6 +34,8 @@ constexpr std::array<std::pair<EventType, std::string_view>, 23> kNames{{
     {EventType::kCalibration, "calibration"},
     {EventType::kDevice, "device"},
     {EventType::kLaunchWait, "launch_wait"},
+    {EventType::kRankStart, "rank_start"},
+    {EventType::kRankStep, "rank_step"},
 }};
 
 }  // namespace

@@ -188,6 +188,52 @@ std::string xy_chart(const char* id, const std::string& title, const std::string
   return s + "</svg>\n";
 }
 
+constexpr std::array<const char*, 8> kRankColors{"#1565c0", "#c62828", "#2e7d32", "#6a1b9a",
+                                                 "#ef6c00", "#00838f", "#ad1457", "#5d4037"};
+
+// Per-rank step records merged: each step's excess over the median rank, coloured by
+// the rank that was slowest, a row per rank and the worst steps.
+std::string stragglers_section(const StragglerReport& st) {
+  if (!st.present) return "";
+  std::string s = fmt::format(
+      "<section id=\"stragglers\"><h2>Stragglers</h2>\n<p>{} rank(s) recorded, {} steps compared: <b>{:.3f} s "
+      "lost</b> (sum over steps of the slowest rank's own time minus the median rank's; own time = step time minus "
+      "time inside collectives); {} step(s) over {:.0f}% above the median{}.</p>\n",
+      st.ranks.size(), st.steps.size(), st.lost_s, st.straggler_steps, 100 * st.threshold,
+      st.slowest_rank >= 0 ? fmt::format("; slowest rank overall: <b>rank {}</b>", st.slowest_rank) : std::string());
+  std::vector<Series> series;
+  for (size_t i = 0; i < st.ranks.size(); ++i) {
+    Series se{{}, kRankColors[i % kRankColors.size()], false, fmt::format("rank {}", st.ranks[i].rank)};
+    for (const StepStraggler& x : st.steps)
+      if (x.slowest_rank == st.ranks[i].rank && x.slowest_s > x.fastest_s)
+        se.points.emplace_back(static_cast<double>(x.step), x.excess_s());
+    series.push_back(std::move(se));
+  }
+  s += xy_chart("straggler-excess", "Excess of the slowest rank over the median, per step (colour: the slowest rank)",
+                "step", "seconds over the median", series);
+  s += "<table><tr><th>rank</th><th>steps</th><th>slowest in</th><th>seconds charged</th><th>median own step "
+       "s</th><th>data wait s</th><th>collectives s</th></tr>\n";
+  for (const RankStragglerStats& r : st.ranks)
+    s += fmt::format(
+        "<tr class=\"rank-row\"><td>rank {}</td><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.4f}</td><td>{:.3f}</td>"
+        "<td>{:.3f}</td></tr>\n",
+        r.rank, r.steps, r.slowest_count, r.lost_s, r.median_own_s, r.data_wait_s, r.collective_s);
+  s += "</table>\n<h3>Worst steps</h3><table><tr><th>attempt</th><th>step</th><th>slowest rank</th><th>its "
+       "s</th><th>median s</th><th>fastest s</th><th>excess s</th></tr>\n";
+  for (const StepStraggler& x : st.worst)
+    s += fmt::format(
+        "<tr class=\"worst-step\"><td>{}</td><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.3f}</td><td>{:.3f}</td>"
+        "<td>{:.3f}</td></tr>\n",
+        x.attempt, x.step, x.slowest_rank, x.slowest_s, x.median_s, x.fastest_s, x.excess_s());
+  s += "</table>\n";
+  if (!st.notes.empty()) {
+    s += "<ul id=\"straggler-notes\">";
+    for (const std::string& n : st.notes) s += "<li>" + escape(n) + "</li>";
+    s += "</ul>\n";
+  }
+  return s + "</section>\n";
+}
+
 }  // namespace
 
 std::string render_html(const GoodputReport& r, const std::vector<MetricPoint>& metrics, std::string_view title) {
@@ -228,6 +274,7 @@ std::string render_html(const GoodputReport& r, const std::vector<MetricPoint>& 
   for (const MetricPoint& p : metrics) loss.emplace_back(static_cast<double>(p.step), p.loss);
   html += "<section>" + xy_chart("loss", "Loss (metrics.jsonl)", "step", "loss", {{loss, "#1565c0", true, "loss"}}) +
           "</section>\n";
+  html += stragglers_section(r.stragglers);
   html += "<section><h2>Summary</h2><pre>" + escape(format_table(r)) + "</pre>";
   if (!r.notes.empty()) {
     html += "<ul>";

@@ -50,6 +50,7 @@ std::string format_table(const GoodputReport& r) {
     out +=
         "  MFU is relative to the CPU calibration GEMM (measured at start-up, or cached from a quiet run on this "
         "machine: --json's peak_source says which)\n";
+  out += format_stragglers(r.stragglers);
   constexpr size_t kShown = 5;
   for (size_t i = 0; i < r.warnings.size() && i < kShown; ++i) out += "  warning: " + r.warnings[i] + "\n";
   if (r.warnings.size() > kShown)
@@ -116,13 +117,18 @@ nlohmann::json report_to_json(const GoodputReport& r) {
                        {"median_step_s", w.median_step_s}});
   j["step_stats"] = {{"count", st.count}, {"median_s", st.median_s}, {"mad_s", st.mad_s},      {"mean_s", st.mean_s},
                      {"min_s", st.min_s}, {"max_s", st.max_s},       {"anomalous", anomalous}, {"windows", windows}};
+  j["stragglers"] = stragglers_to_json(r.stragglers);
   j["warnings"] = r.warnings;
   j["notes"] = r.notes;
   return j;
 }
 
 GoodputReport report_for_run(const std::filesystem::path& run_dir, const CalculatorOptions& options) {
-  return compute_goodput(read_event_log(event_log_path(run_dir)), options);
+  GoodputReport r = compute_goodput(read_event_log(event_log_path(run_dir)), options);
+  std::vector<std::pair<int, double>> attempt_starts;
+  for (const AttemptSummary& a : r.attempts) attempt_starts.emplace_back(a.attempt, a.start);
+  r.stragglers = compute_stragglers(read_rank_logs(run_dir), attempt_starts);
+  return r;
 }
 
 }  // namespace tessera::goodput

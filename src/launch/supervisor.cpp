@@ -132,6 +132,9 @@ std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const fs::path& bea
       {"TESSERA_WORLD_SIZE", std::to_string(o.nproc)},
       {"TESSERA_ATTEMPT", std::to_string(attempt)},
       {"TESSERA_GOODPUT_ATTEMPT", std::to_string(log_attempt)},
+      // Every rank records into the launcher's run directory, even a task that trains in
+      // a directory of its own, so the job's log and the per-rank logs sit together.
+      {"TESSERA_GOODPUT_DIR", fs::absolute(o.run_dir).string()},
   };
   std::vector<WorkerSpec> specs;
   if (o.mode == LaunchMode::kFork) {

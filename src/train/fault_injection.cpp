@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 
 #include "tessera/base/error.h"
 #include "tessera/base/file_io.h"
@@ -21,8 +23,8 @@ namespace tessera::train {
 namespace {
 
 constexpr std::string_view kGrammar =
-    "a ';'-separated list of kill@step=N, hang@step=N, fail_write@step=N, kill@save=N, kill@restore=N or "
-    "corrupt_newest, each optionally followed by ,rank=R";
+    "a ';'-separated list of kill@step=N, hang@step=N, slow@step=N,ms=M, fail_write@step=N, kill@save=N, "
+    "kill@restore=N or corrupt_newest, each optionally followed by ,rank=R";
 
 [[noreturn]] void fail_item(std::string_view spec, size_t index, std::string_view item, std::string_view problem) {
   fail<ValueError>("TESSERA_FAULT '{}': item {} '{}': {}; expected {}", spec, index + 1, item, problem, kGrammar);
@@ -44,7 +46,7 @@ int64_t parse_number(std::string_view text, std::string_view spec, size_t index,
   return value;
 }
 
-// One item: a fault, then optional ",rank=R".
+// One item: a fault, then optional ",rank=R" (and ",ms=M" for slow@step).
 Fault parse_item(std::string_view spec, size_t index, std::string_view item) {
   struct Form {
     std::string_view prefix;
@@ -54,6 +56,7 @@ Fault parse_item(std::string_view spec, size_t index, std::string_view item) {
   static constexpr Form kForms[] = {
       {"kill@step=", Fault::Kind::kKill, 0},
       {"hang@step=", Fault::Kind::kHang, 0},
+      {"slow@step=", Fault::Kind::kSlow, 0},
       {"fail_write@step=", Fault::Kind::kFailWrite, 0},
       {"kill@save=", Fault::Kind::kKillInSave, 1},
       {"kill@restore=", Fault::Kind::kKillInRestore, 1},
@@ -74,6 +77,11 @@ Fault parse_item(std::string_view spec, size_t index, std::string_view item) {
       fault.rank = static_cast<int>(parse_number(part.substr(5), spec, index, item, 0));
       continue;
     }
+    if (part.starts_with("ms=")) {
+      if (fault.ms >= 0) fail_item(spec, index, item, "two ms= delays");
+      fault.ms = parse_number(part.substr(3), spec, index, item, 0);
+      continue;
+    }
     if (have_kind)
       fail_item(spec, index, item, fmt::format("'{}' is a second fault in one item (separate faults with ';')", part));
     const Form* form = nullptr;
@@ -85,6 +93,9 @@ Fault parse_item(std::string_view spec, size_t index, std::string_view item) {
     have_kind = true;
   }
   if (!have_kind) fail_item(spec, index, item, "a rank filter but no fault");
+  if ((fault.kind == Fault::Kind::kSlow) != (fault.ms >= 0))
+    fail_item(spec, index, item,
+              fault.kind == Fault::Kind::kSlow ? "slow@step needs ,ms=M (the delay)" : "ms= belongs to slow@step only");
   return fault;
 }
 
@@ -131,8 +142,8 @@ FaultInjector::FaultInjector(FaultPlan plan, int rank, int64_t start_step, fs::p
     Armed entry;
     entry.marker = run_dir_ / fmt::format(".fault_fired.{}.{}.rank{}", fault.index, marker_text(fault.text), rank);
     const bool rank_matches = fault.rank < 0 || fault.rank == rank;
-    const bool is_step_fault =
-        fault.kind == Fault::Kind::kKill || fault.kind == Fault::Kind::kHang || fault.kind == Fault::Kind::kFailWrite;
+    const bool is_step_fault = fault.kind == Fault::Kind::kKill || fault.kind == Fault::Kind::kHang ||
+                               fault.kind == Fault::Kind::kSlow || fault.kind == Fault::Kind::kFailWrite;
     const bool step_ahead = !is_step_fault || start_step < fault.at;
     entry.armed = rank_matches && step_ahead && !fs::exists(entry.marker);
     entry.fault = std::move(fault);
@@ -162,6 +173,11 @@ void FaultInjector::at_step_start(int64_t step) {
       mark_fired(a);
       announce(a.fault, fmt::format("hanging at the start of step {}", step));
       while (true) ::pause();  // only a signal ends it
+    }
+    if (a.fault.kind == Fault::Kind::kSlow) {
+      mark_fired(a);
+      announce(a.fault, fmt::format("sleeping {} ms at the start of step {}", a.fault.ms, step));
+      std::this_thread::sleep_for(std::chrono::milliseconds(a.fault.ms));
     }
   }
 }

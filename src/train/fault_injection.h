@@ -3,6 +3,8 @@
 //
 //   kill@step=7        raise(SIGKILL) at the start of step 7 (as a node failure would)
 //   hang@step=5        sleep forever at the start of step 5 (for a supervisor's hang detector)
+//   slow@step=5,ms=300 sleep 300 ms at the start of step 5, then go on (a straggler for the
+//                      per-rank goodput records; the step is recorded as step 6)
 //   kill@save=2        SIGKILL in the middle of this process's 2nd checkpoint write: after its
 //                      params file is written, before its manifest and the commit (rename);
 //                      on the writer thread for an asynchronous save
@@ -10,7 +12,8 @@
 //                      restarts): the checkpoint was read and verified, its tensors not loaded
 //   corrupt_newest     at startup, flip bytes in the newest committed checkpoint's params file
 //   fail_write@step=4  the first checkpoint write of step >= 4 fails with an injected EIO
-//   ...,rank=1         only on process rank 1 (default: every rank)
+//   ...,rank=1         only on process rank 1 (default: every rank): the MPI rank, else the
+//                      launcher's (TESSERA_RANK, SLURM_PROCID) for workers without MPI
 //
 // e.g. TESSERA_FAULT="kill@step=5;kill@save=2;kill@restore=1;corrupt_newest".
 //
@@ -35,10 +38,11 @@
 namespace tessera::train {
 
 struct Fault {
-  enum class Kind { kKill, kHang, kCorruptNewest, kFailWrite, kKillInSave, kKillInRestore };
+  enum class Kind { kKill, kHang, kSlow, kCorruptNewest, kFailWrite, kKillInSave, kKillInRestore };
   Kind kind = Kind::kKill;
-  int64_t at = -1;   // the step (kill, hang, fail_write) or the save / restore count (from 1)
+  int64_t at = -1;   // the step (kill, hang, slow, fail_write) or the save / restore count (from 1)
   int rank = -1;     // -1: every rank
+  int64_t ms = -1;   // slow: the delay in milliseconds
   size_t index = 0;  // its place in the list, from 0
   std::string text;  // the item as written ("kill@save=2,rank=0")
 };
@@ -60,7 +64,7 @@ class FaultInjector {
 
   // Whether some fault may still fire in this process.
   bool active() const;
-  // Kill or hang when `step` (the steps done so far) is a fault's step.
+  // Kill, hang or sleep when `step` (the steps done so far) is a fault's step.
   void at_step_start(int64_t step);
   // True once, for the first save of a step >= the fault's step: the caller fails that write.
   bool fail_this_write(int64_t save_step);

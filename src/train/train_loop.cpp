@@ -49,18 +49,33 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::
   return out;
 }
 
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+// Seconds this process has spent inside collectives with other processes (0 in-process,
+// where the devices are threads of one rank).
+double collective_seconds() {
+  if (!spmd::is_multi_process()) return 0;
+  return spmd::communicator().stats(spmd::local_devices().at(0)).seconds;
+}
+
 // Loss scaling: this many skipped steps in a row stop the run (a dynamic scale has
 // then backed off by 0.5^100: the gradients are not finite at any scale).
 constexpr int64_t kMaxSkippedStepsInARow = 100;
 
 }  // namespace
 
+goodput::RankIdentity job_rank() {
+  if (!spmd::is_multi_process()) return goodput::rank_from_environment();
+  return {spmd::local_devices().at(0), spmd::device_count()};
+}
+
 TrainLoop::TrainLoop(const TrainConfig& config, const TrainerOptions& options, goodput::Recorder* recorder,
-                     Tree& params, Tree& opt_state, std::unique_ptr<TensorBoardWriter>& tensorboard,
-                     const std::atomic<int>& stop_signal)
+                     goodput::RankRecorder* rank_recorder, Tree& params, Tree& opt_state,
+                     std::unique_ptr<TensorBoardWriter>& tensorboard, const std::atomic<int>& stop_signal)
     : cfg_(config),
       options_(options),
       recorder_(recorder),
+      rank_recorder_(rank_recorder),
       params_(params),
       opt_state_(opt_state),
       tensorboard_(tensorboard),
@@ -139,7 +154,7 @@ void TrainLoop::setup() {
   for (const Tree* tree : {&params_, &opt_state_})
     for (const Array& leaf : tree->leaves()) state_bytes += leaf.nbytes();
   checkpoints_.emplace(
-      cfg_, recorder_, primary_, spmd::is_multi_process() ? spmd::local_devices().at(0) : 0, FaultPlan::from_env(),
+      cfg_, recorder_, primary_, job_rank().rank, FaultPlan::from_env(),
       [this](const std::string& text) { note(text); }, state_bytes, spmd::is_multi_process());
   summary_.parameters = model_->parameter_count();
 }
@@ -327,15 +342,20 @@ double TrainLoop::validate() {
 }
 
 void TrainLoop::step_once() {
+  // This rank's step record spans the whole step, injected faults and data wait included.
+  const double wall_start = unix_now(), collectives_before = collective_seconds();
   checkpoints_->at_step_start(step_);  // a failed background save surfaces here; TESSERA_FAULT
   const Clock::time_point t0 = Clock::now();
   const std::vector<data::Batch> micro = next_batches();
+  const double data_wait_s = seconds_since(t0);
   const double lr = optim::learning_rate(cfg_.schedule, step_);
   if (recorder_) recorder_->step_start(step_ + 1);
   const StepStats stats = train_step_->run(params_, opt_state_, micro, lr, dropout_key_for(step_));
   ++step_;
   tokens_seen_ += tokens_per_step_;
   if (recorder_) recorder_->step_end(step_, static_cast<int64_t>(tokens_per_step_), train_step_->compiled_flops());
+  if (rank_recorder_)
+    rank_recorder_->step(step_, wall_start, unix_now(), data_wait_s, collective_seconds() - collectives_before);
   heartbeat_->beat(step_);
   const double dt = seconds_since(t0);
   step_times_.push_back(dt);

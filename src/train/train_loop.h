@@ -23,6 +23,7 @@
 
 #include "tessera/data/loader.h"
 #include "tessera/data/tokenizer.h"
+#include "tessera/goodput/rank_log.h"
 #include "tessera/goodput/recorder.h"
 #include "tessera/models/model.h"
 #include "tessera/optim/optimizer.h"
@@ -36,12 +37,19 @@
 
 namespace tessera::train {
 
+// This process's rank in the job: its MPI rank under mpirun (or srun with PMI), else
+// what the launcher said (TESSERA_RANK for `tessera launch` workers, which share no
+// communicator; goodput::rank_from_environment).
+goodput::RankIdentity job_rank();
+
 class TrainLoop {
  public:
   // params / opt_state / tensorboard: the Trainer's, which outlive the attempt.
-  // stop_signal: set by SIGINT/SIGTERM (the loop saves and returns).
-  TrainLoop(const TrainConfig& config, const TrainerOptions& options, goodput::Recorder* recorder, Tree& params,
-            Tree& opt_state, std::unique_ptr<TensorBoardWriter>& tensorboard, const std::atomic<int>& stop_signal);
+  // stop_signal: set by SIGINT/SIGTERM (the loop saves and returns). recorder: the job's
+  // goodput log (rank 0 only); rank_recorder: this rank's step records (every rank).
+  TrainLoop(const TrainConfig& config, const TrainerOptions& options, goodput::Recorder* recorder,
+            goodput::RankRecorder* rank_recorder, Tree& params, Tree& opt_state,
+            std::unique_ptr<TensorBoardWriter>& tensorboard, const std::atomic<int>& stop_signal);
   TrainSummary run();
 
  private:
@@ -75,6 +83,7 @@ class TrainLoop {
   const TrainConfig& cfg_;
   const TrainerOptions& options_;
   goodput::Recorder* recorder_;
+  goodput::RankRecorder* rank_recorder_;
   Tree& params_;
   Tree& opt_state_;
   std::unique_ptr<TensorBoardWriter>& tensorboard_;

@@ -27,6 +27,7 @@
 #include "tessera/data/loader.h"
 #include "tessera/data/prepare.h"
 #include "tessera/data/tokenizer.h"
+#include "tessera/goodput/rank_log.h"
 #include "tessera/goodput/recorder.h"
 #include "tessera/goodput/report.h"
 #include "tessera/models/model.h"
@@ -148,7 +149,30 @@ struct Trainer::Impl {
   Tree params, opt_state;
   bool ran = false;
   std::unique_ptr<TensorBoardWriter> tensorboard;  // primary process with run.tensorboard
+  std::unique_ptr<goodput::RankRecorder> rank_recorder;
 };
+
+namespace {
+
+// Where the goodput logs go: the launcher's run directory (TESSERA_GOODPUT_DIR, which
+// `tessera launch` sets, so tasks that train in directories of their own still record
+// into one job), else run.dir.
+fs::path goodput_dir(const TrainConfig& cfg) {
+  const char* dir = flags::env("TESSERA_GOODPUT_DIR");
+  return dir != nullptr && *dir != '\0' ? fs::path(dir) : fs::path(cfg.run.dir);
+}
+
+// The attempt a rank other than 0 records under: the one the launcher opened, or -1
+// (the reader places its steps by time).
+int launcher_attempt() {
+  const char* attempt = flags::env("TESSERA_GOODPUT_ATTEMPT");
+  if (attempt == nullptr || *attempt == '\0') return -1;
+  char* end = nullptr;
+  const long n = std::strtol(attempt, &end, 10);
+  return *end == '\0' && n >= 0 && n < (1L << 30) ? static_cast<int>(n) : -1;
+}
+
+}  // namespace
 
 Trainer::Trainer(TrainConfig config, TrainerOptions options) : impl_(std::make_unique<Impl>()) {
   // run.init_from: the model's shape is the stored model's (its weights load in run_attempt);
@@ -187,12 +211,22 @@ TrainSummary Trainer::run() {
   const std::vector<ckpt::CheckpointInfo> existing = ckpt::list_checkpoints(fs::path(cfg.run.dir) / "checkpoints");
   const bool already_done = !existing.empty() && existing.back().step >= cfg.loop.steps;
   std::unique_ptr<goodput::Recorder> recorder;
-  // Under mpirun every rank trains; rank 0 alone records, prints and writes files.
-  if (impl_->options.record_goodput && !already_done && spmd::is_primary_process()) {
-    recorder = std::make_unique<goodput::Recorder>(cfg.run.dir);
+  // Under mpirun every rank trains; rank 0 alone records the job's log, prints and writes
+  // files. Workers of `tessera launch` without MPI (fork, srun tasks) share the launcher's
+  // goodput directory: there too rank 0 alone writes the job's log; a trainer on its own
+  // writes its own. Every rank records its own steps (stragglers: goodput/rank_log.h).
+  const goodput::RankIdentity rank = job_rank();
+  const fs::path goodput_run_dir = goodput_dir(cfg);
+  const bool under_launcher = flags::env("TESSERA_GOODPUT_DIR") != nullptr;
+  const bool writes_job_log = spmd::is_primary_process() && (!under_launcher || rank.rank == 0);
+  if (impl_->options.record_goodput && !already_done && writes_job_log) {
+    recorder = std::make_unique<goodput::Recorder>(goodput_run_dir);
     recorder->job_start(cfg.run.dir);
     recorder->attempt_start();
   }
+  if (impl_->options.record_goodput && !already_done)
+    impl_->rank_recorder = std::make_unique<goodput::RankRecorder>(goodput_run_dir, rank,
+                                                                   recorder ? recorder->attempt() : launcher_attempt());
   StopSignalScope signals;
   try {
     TrainSummary summary = run_attempt(recorder.get());
@@ -202,8 +236,8 @@ TrainSummary Trainer::run() {
       else if (summary.stop_reason.starts_with("signal"))
         recorder->failure(g_stop_signal.load(), 0, "stopped by " + summary.stop_reason);
     }
-    if (impl_->options.record_goodput && fs::exists(fs::path(cfg.run.dir) / "goodput" / "events.jsonl")) {
-      const goodput::GoodputReport report = goodput::report_for_run(cfg.run.dir);
+    if (impl_->options.record_goodput && writes_job_log && fs::exists(goodput::event_log_path(goodput_run_dir))) {
+      const goodput::GoodputReport report = goodput::report_for_run(goodput_run_dir);
       summary.goodput_table = goodput::format_table(report);
       if (impl_->tensorboard)
         impl_->tensorboard->add_scalars(summary.end_step, {{"goodput/goodput", report.goodput},
@@ -222,8 +256,8 @@ TrainSummary Trainer::run() {
 }
 
 TrainSummary Trainer::run_attempt(goodput::Recorder* recorder) {
-  return TrainLoop(impl_->config, impl_->options, recorder, impl_->params, impl_->opt_state, impl_->tensorboard,
-                   g_stop_signal)
+  return TrainLoop(impl_->config, impl_->options, recorder, impl_->rank_recorder.get(), impl_->params, impl_->opt_state,
+                   impl_->tensorboard, g_stop_signal)
       .run();
 }
 

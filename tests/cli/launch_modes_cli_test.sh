@@ -16,6 +16,15 @@
 #                byte-identical to one uninterrupted run
 #   srun_budget  the same with --max-restarts 0: the launcher exits 75 (EX_TEMPFAIL, requeue)
 #                and what the killed task committed verifies
+#   fork_stragglers, srun_stragglers, mpi_stragglers
+#                a 2-rank job under `tessera launch` (fork workers, the srun stand-in's tasks,
+#                or `--mpi` on a `--mesh data=2` run) with rank 1 slowed by 800 ms on two
+#                steps (TESSERA_FAULT slow@step=3 and slow@step=5, rank=1: recorded as steps 4
+#                and 6): every rank wrote goodput/events.rank-R.jsonl into the launcher's run
+#                directory, rank 0 alone the job's log, and `tessera goodput` (text, --json,
+#                --html) names rank 1 as the slowest rank with steps 4 and 6 as the worst.
+#                Fork workers and srun stand-in tasks share no communicator: each trains in a
+#                run directory of its own.
 # Exit status 0 when the case passes; a failure says what differed.
 source "$(dirname "$0")/cli_common.sh" "$@"
 mpiexec="${4:-}"
@@ -28,6 +37,39 @@ same_final_state() {  # reference run dir, run dir, what
       fail "$3: $f differs from the uninterrupted run's"
   done
 }
+
+# The straggler checks of the *_stragglers cases: JOB_DIR.
+check_stragglers() {
+  local job="$1"
+  for rank in 0 1; do
+    local log="$job/goodput/events.rank-$rank.jsonl"
+    [[ -f "$log" ]] || fail "no per-rank log $log: $(ls "$job/goodput")"
+    [[ "$(grep -c '"type":"rank_step"' "$log")" -eq 8 ]] || fail "rank $rank: $(grep -c rank_step "$log") step records"
+  done
+  [[ "$(grep -c '"type":"step_end"' "$job/goodput/events.jsonl")" -eq 8 ]] ||
+    fail "the job log holds $(grep -c step_end "$job/goodput/events.jsonl") step_end lines, expected rank 0's 8"
+  "$tessera" goodput "$job" --html "$tmp/report.html" >"$tmp/goodput.txt" || fail "tessera goodput failed"
+  cat "$tmp/goodput.txt"
+  grep -q "stragglers: 2 ranks recorded, 8 steps compared" "$tmp/goodput.txt" || fail "no straggler summary"
+  grep -q "slowest rank overall: rank 1 " "$tmp/goodput.txt" || fail "rank 1 is not named the slowest"
+  # Each slowed step: rank 1 took over 0.8 s, 0.6 s or more above the fastest rank (on a
+  # loaded machine the other rank's step may take 0.2 s), so 0.3 s above the median of two.
+  grep -Eq "worst step [46]: rank 1 took [0-9.]+ s" "$tmp/goodput.txt" || fail "the worst step is not step 4 or 6"
+  grep -Eq "      step [46]: rank 1 took [0-9.]+ s" "$tmp/goodput.txt" || fail "the second worst is not step 4 or 6"
+  "$tessera" goodput "$job" --json >"$tmp/goodput.json" || fail "tessera goodput --json failed"
+  python3 - "$tmp/goodput.json" <<'PY' || fail "--json stragglers: $(grep -A3 '"lost_s"' "$tmp/goodput.json" | head -8)"
+import json, sys
+s = json.load(open(sys.argv[1]))["stragglers"]
+assert s["slowest_rank"] == 1 and s["world_size"] == 2, s["slowest_rank"]
+worst = {w["step"]: w for w in s["worst"][:2]}
+assert set(worst) == {4, 6}, list(worst)
+assert all(w["slowest_rank"] == 1 and w["slowest_s"] >= 0.8 and w["slowest_s"] - w["fastest_s"] >= 0.6
+           and w["excess_s"] >= 0.3 for w in worst.values()), worst
+assert s["lost_s"] >= 0.6, s["lost_s"]
+PY
+  grep -q 'id="stragglers"' "$tmp/report.html" || fail "no straggler section in the HTML report"
+}
+slow_rank_1="slow@step=3,ms=800,rank=1;slow@step=5,ms=800,rank=1"
 
 mkdir -p "$tmp/bin"
 case "$case_name" in
@@ -53,6 +95,23 @@ case "$case_name" in
     same_final_state "$tmp/straight" "$tmp/launched" "2 ranks after the kill and the restart"
     log="$tmp/launched/goodput/events.jsonl"
     [[ "$(grep -c '"type":"attempt_start"' "$log")" -eq 2 ]] || fail "attempt_start lines: $(grep attempt_start "$log")"
+    # Both ranks' step records survive the kill and the restart, each under its attempt
+    # (steps 1-5 in attempt 0, again from the last committed checkpoint in attempt 1).
+    "$tessera" goodput "$tmp/launched" >"$tmp/goodput.txt" || fail "tessera goodput after the restart failed"
+    cat "$tmp/goodput.txt"
+    grep -q "stragglers: 2 ranks recorded" "$tmp/goodput.txt" || fail "no straggler section after the restart"
+    "$tessera" goodput "$tmp/launched" --json >"$tmp/goodput.json" || fail "tessera goodput --json failed"
+    python3 -c "
+import json
+steps = json.load(open('$tmp/goodput.json'))['stragglers']['steps']
+assert [s['step'] for s in steps if s['attempt'] == 0] == [1, 2, 3, 4, 5], steps
+assert [s['step'] for s in steps if s['attempt'] == 1][-1] == 8, steps
+" || fail "compared steps by attempt: $(grep -c '"excess_s"' "$tmp/goodput.json") entries"
+    for rank in 0 1; do
+      grep -q '"type":"rank_step"' "$tmp/launched/goodput/events.rank-$rank.jsonl" || fail "no step records of rank $rank"
+      [[ "$(grep -c '"type":"rank_start"' "$tmp/launched/goodput/events.rank-$rank.jsonl")" -eq 2 ]] ||
+        fail "rank $rank: one rank_start per attempt expected"
+    done
     ;;
   srun_kill | srun_budget)
     ln -s "$src/tests/cli/srun_stand_in/srun" "$tmp/bin/srun"
@@ -86,6 +145,43 @@ case "$case_name" in
       [[ ! -d "$tmp/task1/checkpoints/step_00000008" ]] || fail "task 1 finished although it was killed"
       "$tessera" ckpt verify "$tmp/task1" >"$tmp/verify.txt" 2>&1 || fail "after the kill: $(cat "$tmp/verify.txt")"
     fi
+    ;;
+  fork_stragglers | srun_stragglers)
+    # The data first, so the two tasks do not both prepare it.
+    "$tessera" "${train_args[@]}" --set train.steps=1 --set run.dir="$tmp/warm" >"$tmp/warm.txt" 2>&1 ||
+      fail "warm-up run: $(tail -5 "$tmp/warm.txt")"
+    if [[ "$case_name" == fork_stragglers ]]; then
+      mode=() rank_var=TESSERA_RANK
+    else
+      ln -s "$src/tests/cli/srun_stand_in/srun" "$tmp/bin/srun"
+      export PATH="$tmp/bin:$PATH" SLURM_JOB_ID=4243
+      mode=(--srun) rank_var=SLURM_PROCID
+    fi
+    printf '%s\n' '#!/usr/bin/env bash' \
+      "exec $(printf '%q ' "$tessera" "${train_args[@]}") --set run.dir=\"$tmp/task\$$rank_var\"" >"$tmp/task.sh"
+    chmod +x "$tmp/task.sh"
+    TESSERA_FAULT="$slow_rank_1" "$tessera" launch "${mode[@]}" --nproc 2 --max-restarts 0 --run-dir "$tmp/job" -- \
+      "$tmp/task.sh" >"$tmp/launch.txt" 2>&1 || fail "launch exited $?: $(tail -5 "$tmp/launch.txt")"
+    [[ -d "$tmp/task1/checkpoints/step_00000008" ]] || fail "task 1 did not train in its own directory"
+    check_stragglers "$tmp/job"
+    ;;
+  mpi_stragglers)
+    [[ -n "$mpiexec" ]] || fail "no MPIEXEC argument"
+    ln -s "$mpiexec" "$tmp/bin/mpirun"
+    export PATH="$tmp/bin:$PATH"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+    export OMPI_MCA_rmaps_base_oversubscribe=1
+    # One synchronous job: rank 0 waits for rank 1 in the gradient all-reduce, so the two
+    # step times agree and only rank 1's own time (outside collectives) shows the delay.
+    TESSERA_FAULT="$slow_rank_1" "$tessera" launch --mpi --nproc 2 --max-restarts 0 -- \
+      "$tessera" "${train_args[@]}" --mesh data=2 --set run.dir="$tmp/launched" >"$tmp/launch.txt" 2>&1 ||
+      fail "launch --mpi exited $?: $(tail -5 "$tmp/launch.txt")"
+    check_stragglers "$tmp/launched"
+    python3 -c "
+import json, sys
+r = {x['rank']: x for x in json.load(open('$tmp/goodput.json'))['stragglers']['ranks']}
+assert r[0]['collective_s'] >= 1.2, r  # rank 0 waited in collectives for both delays
+" || fail "rank 0's time in collectives does not show the wait: $(grep -B2 -A6 '"collective_s"' "$tmp/goodput.json" | head -20)"
     ;;
   *)
     fail "unknown case"

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "goodput/log_builder.h"
 #include "tessera/goodput/calculator.h"
 #include "tessera/goodput/report.h"
 
@@ -34,6 +35,22 @@ std::string run_command(const std::string& command, int* status) {
 
 fs::path build_dir() { return fs::read_symlink("/proc/self/exe").parent_path().parent_path(); }
 
+// Per-rank records of 3 ranks over 40 steps; rank 2 is slow on every 7th step.
+StragglerReport three_ranks_rank_2_slow() {
+  std::vector<EventLog> logs;
+  for (int rank = 0; rank < 3; ++rank) {
+    testing::LogBuilder log;
+    log.event(0, "rank_start", {{"rank", rank}, {"world_size", 3}, {"attempt", 0}});
+    for (int step = 1; step <= 40; ++step) {
+      const double slow = rank == 2 && step % 7 == 0 ? 0.3 : 0.01 * rank;
+      log.event(step + 1, "rank_step",
+                {{"rank", rank}, {"attempt", 0}, {"step", step}, {"start", step}, {"end", step + 1 + slow}});
+    }
+    logs.push_back(parse_event_log(log.text(), "events.rank-" + std::to_string(rank) + ".jsonl"));
+  }
+  return compute_stragglers(logs, {{0, 0.0}});
+}
+
 size_t count(const std::string& haystack, const std::string& needle) {
   size_t n = 0;
   for (size_t pos = haystack.find(needle); pos != std::string::npos; pos = haystack.find(needle, pos + 1)) ++n;
@@ -44,8 +61,9 @@ TEST(GoodputHtml, RendersInHeadlessChromiumWithItsCharts) {
   const char* chromium = "/usr/bin/chromium";
   if (!fs::exists(chromium)) GTEST_SKIP() << "chromium not installed at /usr/bin/chromium (make deps installs it)";
 
-  const GoodputReport r =
+  GoodputReport r =
       compute_goodput(read_event_log(fs::path(TESSERA_SOURCE_DIR) / "tests/goodput/fixtures/restarts_run.jsonl"));
+  r.stragglers = three_ranks_rank_2_slow();
   std::vector<MetricPoint> metrics;
   for (int s = 0; s < 240; ++s) metrics.push_back({s, 10.0 / (1.0 + 0.05 * s) + 1.5});
   const std::string html = render_html(r, metrics, "goodput: restarts_run fixture");
@@ -87,13 +105,16 @@ TEST(GoodputHtml, RendersInHeadlessChromiumWithItsCharts) {
       &status);
   fs::remove_all(profile);
   ASSERT_EQ(status, 0) << "chromium --dump-dom failed";
-  for (const char* id : {"id=\"timeline\"", "id=\"breakdown\"", "id=\"step-time\"", "id=\"loss\""})
+  for (const char* id : {"id=\"timeline\"", "id=\"breakdown\"", "id=\"step-time\"", "id=\"loss\"", "id=\"stragglers\"",
+                         "id=\"straggler-excess\""})
     EXPECT_NE(dom.find(id), std::string::npos) << id << " missing from the rendered DOM";
   EXPECT_GT(count(dom, "class=\"seg\""), 10u);          // timeline segments
   EXPECT_EQ(count(dom, "class=\"attempt\""), 3u);       // one bar per attempt
   EXPECT_GT(count(dom, "class=\"bar\""), 5u);           // badput categories
   EXPECT_GT(count(dom, "<circle"), 200u);               // step times
   EXPECT_NE(dom.find("<polyline"), std::string::npos);  // loss curve
+  EXPECT_EQ(count(dom, "class=\"rank-row\""), 3u);      // straggler table: a row per rank
+  EXPECT_EQ(count(dom, "class=\"worst-step\""), 5u);    // and the five worst steps
   std::printf("[goodput html] screenshot: %s (%zu bytes)\n", png.c_str(), bytes.size());
 }
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -37,6 +38,7 @@ class SupervisorTest : public ::testing::Test {
     ::unsetenv("FAKE_PIDS");
     ::unsetenv("FAKE_RANK");
     ::unsetenv("FAKE_BEAT_TIME");
+    ::unsetenv("FAKE_ENV");
     fs::remove_all(dir_);
   }
   LaunchOptions options(const std::string& plan, int max_restarts) {
@@ -200,6 +202,21 @@ TEST_F(SupervisorTest, ARankCrashStopsTheOtherRanks) {
   const std::vector<pid_t> pids = worker_pids();
   EXPECT_EQ(pids.size(), 6u);  // 3 ranks x 2 attempts
   for (pid_t pid : pids) EXPECT_NE(::kill(pid, 0), 0) << "worker " << pid << " still runs";
+}
+
+// Each rank records its own steps into the job's run directory (goodput/rank_log.h),
+// whatever directory its command trains in: the launcher names it.
+TEST_F(SupervisorTest, EveryRankIsToldItsRankAndTheJobsGoodputDirectory) {
+  ::setenv("FAKE_ENV", (dir_ / "env.txt").c_str(), 1);
+  LaunchOptions o = options("ok", 0);
+  o.nproc = 2;
+  ASSERT_EQ(supervise(o).exit_code, kExitOk);
+  std::ifstream in(dir_ / "env.txt");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::sort(lines.begin(), lines.end());
+  const std::string dir = fs::absolute(dir_ / "run").string();
+  EXPECT_EQ(lines, (std::vector<std::string>{"0 2 " + dir, "1 2 " + dir}));
 }
 
 TEST_F(SupervisorTest, ExitTwoIsAConfigErrorAndNotRetried) {

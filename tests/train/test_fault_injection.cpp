@@ -6,6 +6,7 @@
 // checkpoint comes back bitwise; the restore after a killed one succeeds).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -111,6 +112,38 @@ TEST(FaultInjector, FiresOnceInAnAttemptThatStartedBeforeTheStepAndOnTheRightRan
   EXPECT_TRUE(FaultInjector(on_rank_1, 1, 0, dir.path()).active());
   // An inactive kill at its step does nothing (this process survives the call).
   FaultInjector(on_rank_1, 0, 0, dir.path()).at_step_start(3);
+}
+
+// slow@step: a straggler for the per-rank goodput records (the step goes on, late).
+TEST(FaultInjector, SlowSleepsAtItsStepOnItsRankOnce) {
+  const Fault slow = FaultPlan::parse("slow@step=2,ms=150,rank=1").faults.at(0);
+  EXPECT_EQ(slow.kind, Fault::Kind::kSlow);
+  EXPECT_EQ(slow.at, 2);
+  EXPECT_EQ(slow.ms, 150);
+  EXPECT_EQ(slow.rank, 1);
+  for (const char* bad : {"slow@step=2", "kill@step=2,ms=5", "slow@step=2,ms=1,ms=2", "slow@step=2,ms=-1"}) {
+    try {
+      FaultPlan::parse(bad);
+      ADD_FAILURE() << bad << ": no error";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("slow@step=N,ms=M"), std::string::npos) << "the grammar: " << e.what();
+    }
+  }
+  TempDir dir;
+  const FaultPlan plan = FaultPlan::parse("slow@step=2,ms=150,rank=1");
+  const auto seconds_of = [](const std::function<void()>& fn) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  EXPECT_FALSE(FaultInjector(plan, 0, 0, dir.path()).active()) << "another rank";
+  EXPECT_FALSE(FaultInjector(plan, 1, 2, dir.path()).active()) << "resumed at its step";
+  FaultInjector injector(plan, 1, 0, dir.path());
+  EXPECT_LT(seconds_of([&] { injector.at_step_start(1); }), 0.1);
+  EXPECT_GE(seconds_of([&] { injector.at_step_start(2); }), 0.15);
+  EXPECT_LT(seconds_of([&] { injector.at_step_start(2); }), 0.1) << "once";
+  EXPECT_TRUE(fs::exists(dir / ".fault_fired.0.slow@step=2_ms=150_rank=1.rank1"));
 }
 
 TEST(FaultInjector, EachItemOfAListFiresOnceWithItsOwnMarker) {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "tessera/goodput/events.h"
+#include "tessera/goodput/stragglers.h"
 
 namespace tessera::goodput {
 
@@ -129,6 +130,8 @@ struct GoodputReport {
   std::vector<Segment> segments;  // time order, covering [start, end]
   std::vector<std::pair<double, double>> background_saves;
   StepStats step_stats;
+  // From the per-rank logs (report_for_run reads them; compute_goodput leaves it empty).
+  StragglerReport stragglers;
 
   std::vector<std::string> warnings;  // the reader's and the calculator's
   std::vector<std::string> notes;     // how figures were obtained (peak source, no scheduling records)

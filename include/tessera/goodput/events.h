@@ -42,6 +42,8 @@ enum class EventType {
   kCalibration,  // CPU peak FLOP/s measured by a calibration GEMM
   kDevice,       // accelerator name, count and peak FLOP/s
   kLaunchWait,   // a launcher's record of time spent queued/scheduling: {"start","end"}
+  kRankStart,    // per-rank logs only (rank_log.h): a rank's process started
+  kRankStep,     // per-rank logs only: one rank's step {"step","start","end","data_wait_s","collective_s"}
 };
 
 // "job_start", "step_end", ...; nullopt for a name this version does not know.

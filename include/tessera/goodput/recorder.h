@@ -10,8 +10,8 @@
 //   }
 //   rec.job_end(true);
 //
-// One Recorder per job (rank 0 writes; other ranks' events are merged into the same
-// file by whoever collects them). Every event is one write() of one line; phase
+// One Recorder per job (rank 0 writes; every rank's own step times go to its per-rank
+// log, rank_log.h, which the reader merges into straggler attribution). Every event is one write() of one line; phase
 // boundaries (everything except step, data-wait and span-internal events) are also
 // fsynced so a crash loses at most the steps since the last boundary. Thread-safe.
 #pragma once

@@ -74,13 +74,18 @@ soak() {
   local in_save=$((wanted / 5)) in_restore=$((wanted / 10)) faults="" i
   for ((i = 0; i < in_save; i++)); do faults+="kill@save=2;"; done
   for ((i = 1; i <= in_restore; i++)); do faults+="kill@restore=$((3 * i));"; done
-  local external=$((wanted - in_save - in_restore))
   TESSERA_FAULT="${faults%;}" "$tessera" launch --max-restarts $((wanted + 50)) --backoff 0 \
     --heartbeat-dir "$beats" --run-dir "$run" -- \
     "$tessera" "${train_args[@]}" --set checkpoint.async="$async" --set run.dir="$run" \
     >"$out/launch-$kind.txt" 2>&1 &
   local launcher=$! kills=0 last_pid="" phase step pid delay
-  while ((kills < external)) && kill -0 "$launcher" 2>/dev/null; do
+  # Until the attempts killed so far and the injected kills still to fire make `wanted`
+  # (the launcher's log counts what died: two kills can meet in one worker).
+  while kill -0 "$launcher" 2>/dev/null; do
+    local died unfired
+    died="$(grep -c "failed after .* killed by SIGKILL" "$out/launch-$kind.txt" 2>/dev/null || true)"
+    unfired=$((in_save + in_restore - $(ls -A "$run" 2>/dev/null | grep -c '^\.fault_fired\.' || true)))
+    ((died + unfired < wanted)) || break
     pid="$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "$beats/rank-0.json" 2>/dev/null || true)"
     if [[ -z "$pid" || "$pid" == "$last_pid" ]] || ! kill -0 "$pid" 2>/dev/null; then
       sleep 0.005
@@ -119,10 +124,10 @@ soak() {
   sigkilled="$(grep -c "failed after .* killed by SIGKILL" "$out/launch-$kind.txt" || true)"
   ((sigkilled == kills)) || say "$kind: $kills kills sent or injected, $sigkilled attempts died of SIGKILL (two at once hit one worker): counting $sigkilled"
   kills="$sigkilled"
+  ((kills >= wanted)) || problems+=("$kind: the run finished after $kills of $wanted kills (raise STEPS)")
   total_kills=$((total_kills + kills))
   total_restarts=$((total_restarts + restarts))
   say "$kind saves: $kills kills, $restarts restarts, launch exited $status"
-  ((kills == wanted)) || problems+=("$kind: the run finished after $kills of $wanted kills (raise STEPS)")
   ((status == 0)) || problems+=("$kind: launch exited $status: $(tail -3 "$out/launch-$kind.txt" | tr '\n' ' ')")
   local final="$run/checkpoints/$(printf 'step_%08d' "$steps")" file
   for file in params.safetensors opt_state.safetensors; do

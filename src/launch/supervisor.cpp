@@ -19,6 +19,7 @@
 
 #include "launch/worker_group.h"
 #include "tessera/base/error.h"
+#include "tessera/base/file_io.h"
 #include "tessera/base/json_field.h"
 #include "tessera/goodput/recorder.h"
 
@@ -77,6 +78,7 @@ fs::path heartbeat_file(const fs::path& dir, int rank) { return dir / fmt::forma
 struct Beat {
   Progress progress;
   int64_t pid = 0;
+  std::string host;  // the worker's host name ("" from a worker that does not say)
 };
 std::optional<Beat> read_heartbeat(const fs::path& path) {
   std::ifstream in(path);
@@ -92,14 +94,12 @@ std::optional<Beat> read_heartbeat(const fs::path& path) {
   beat.progress.worker_time = json_field_or<double>(j, "time", 0.0);
   beat.progress.expect_s = json_field<double>(j, "expect_s");
   beat.pid = json_field_or<int64_t>(j, "pid", 0);
+  beat.host = json_field_or<std::string>(j, "host", "");
   return beat;
 }
 
 fs::path stacks_marker(const fs::path& heartbeat) { return fs::path(heartbeat.string() + ".stacks"); }
 
-// Asks the stuck rank for every thread's stack before it is killed: SIGUSR1 to the pid
-// its heartbeat names, then up to `wait_s` for the marker the trainer touches when done.
-// The pid is only meaningful on this host (fork and local mpirun workers).
 // The state letter of /proc/PID/stat ('R', 'S', 'T' stopped, ...), or '?'.
 char process_state(pid_t pid) {
   std::ifstream in(fmt::format("/proc/{}/stat", pid));
@@ -109,20 +109,38 @@ char process_state(pid_t pid) {
   return paren != std::string::npos && paren + 2 < text.size() ? text[paren + 2] : '?';
 }
 
+std::string this_host() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 ? std::string(name) : std::string();
+}
+
+// Asks the stuck rank for every thread's stack before it is killed, then waits up to
+// `wait_s` for the marker the trainer touches when done. A rank on this host gets
+// SIGUSR1 at the pid its heartbeat names; a rank on another host (whose pid means
+// nothing here) gets a request file beside its heartbeat (train/stack_request.h).
 std::string request_stacks(const std::optional<Beat>& beat, const fs::path& heartbeat, double wait_s) {
   if (!beat || beat->pid <= 0) return "no pid in its heartbeat to ask for stacks";
   const auto pid = static_cast<pid_t>(beat->pid);
-  if (process_state(pid) == 'T') return fmt::format("pid {} is stopped (SIGSTOP): it cannot write stacks", pid);
+  const bool remote = !beat->host.empty() && beat->host != this_host();
+  const std::string who = remote ? fmt::format("pid {} on {}", pid, beat->host) : fmt::format("pid {}", pid);
   std::error_code ec;
   fs::remove(stacks_marker(heartbeat), ec);
-  if (::kill(pid, SIGUSR1) != 0) return fmt::format("pid {} cannot be signalled for stacks", pid);
+  if (remote) {
+    try {
+      fileio::write_file_atomic(heartbeat.string() + ".stacks-request", "", fileio::Durability::Atomic);
+    } catch (const IOError& e) {
+      return fmt::format("{}: cannot request stacks: {}", who, e.what());
+    }
+  } else {
+    if (process_state(pid) == 'T') return fmt::format("{} is stopped (SIGSTOP): it cannot write stacks", who);
+    if (::kill(pid, SIGUSR1) != 0) return fmt::format("{} cannot be signalled for stacks", who);
+  }
   const double end = monotonic_now() + wait_s;
   while (monotonic_now() < end) {
-    if (fs::exists(stacks_marker(heartbeat), ec))
-      return fmt::format("pid {} wrote its threads' stacks to its log", pid);
+    if (fs::exists(stacks_marker(heartbeat), ec)) return fmt::format("{} wrote its threads' stacks to its log", who);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return fmt::format("pid {} wrote no stacks within {:.0f} s (stopped, or not a tessera trainer)", pid, wait_s);
+  return fmt::format("{} wrote no stacks within {:.0f} s (stopped, or not a tessera trainer)", who, wait_s);
 }
 
 std::string step_text(int64_t step) { return step < 0 ? "before its first step" : fmt::format("at step {}", step); }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "tessera/base/error.h"
 #include "tessera/base/file_io.h"
@@ -24,6 +25,12 @@ std::string rank_from_environment() {
 }
 
 }  // namespace
+
+Heartbeat::Heartbeat(std::string path) : path_(std::move(path)) {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
+  host_json_ = nlohmann::json(std::string(name)).dump();
+}
 
 Heartbeat Heartbeat::from_environment() {
   const char* file = flags::env("TESSERA_HEARTBEAT_FILE");
@@ -47,8 +54,8 @@ void Heartbeat::write(std::string_view phase, int64_t step, double expect_s) {
   const auto now = std::chrono::steady_clock::now();
   const double unix_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const std::string expect = expect_s >= 0 ? fmt::format(",\"expect_s\":{:.3f}", expect_s) : std::string();
-  const std::string line = fmt::format("{{\"step\":{},\"phase\":\"{}\",\"time\":{:.3f},\"pid\":{}{}}}\n", step, phase,
-                                       unix_s, ::getpid(), expect);
+  const std::string line = fmt::format("{{\"step\":{},\"phase\":\"{}\",\"time\":{:.3f},\"pid\":{},\"host\":{}{}}}\n",
+                                       step, phase, unix_s, ::getpid(), host_json_, expect);
   // Atomic, not durable: the supervisor reads it every few seconds, and a power cut ends
   // the supervisor too.
   bool ok = true;

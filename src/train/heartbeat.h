@@ -2,7 +2,7 @@
 // calls beat(step), which (at most every kMinInterval) replaces the file named by
 // TESSERA_HEARTBEAT_FILE with one line
 //
-//   {"step":7,"phase":"step","time":1718000000.25,"pid":1234}
+//   {"step":7,"phase":"step","time":1718000000.25,"pid":1234,"host":"node-3"}
 //
 // written to a temporary file and renamed over the old one, so the supervisor never
 // reads a torn line. Entering another phase (startup, restore, compile, eval, save)
@@ -26,7 +26,7 @@ class Heartbeat {
 
   // Reads TESSERA_HEARTBEAT_FILE (and the rank variables) from the environment.
   static Heartbeat from_environment();
-  explicit Heartbeat(std::string path) : path_(std::move(path)) {}
+  explicit Heartbeat(std::string path);
 
   bool enabled() const { return !path_.empty(); }
   const std::string& path() const { return path_; }
@@ -44,6 +44,7 @@ class Heartbeat {
   void write(std::string_view phase, int64_t step, double expect_s);
 
   std::string path_;
+  std::string host_json_;  // this host's name as a JSON string: the supervisor signals only its own host's pids
   std::chrono::steady_clock::time_point last_write_{};
   bool wrote_ = false;
   bool stepping_ = false;  // the last write was a "step" beat

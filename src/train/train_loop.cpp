@@ -118,6 +118,8 @@ TrainSummary TrainLoop::run() {
   heartbeat_.emplace(Heartbeat::from_environment());  // for `tessera launch`
   // SIGUSR1: every thread's stack to the log (launch asks a hung rank for it).
   install_stack_dump(SIGUSR1, heartbeat_->enabled() ? heartbeat_->path() + ".stacks" : std::string());
+  // ... and the same from a supervisor on another host (train/stack_request.h).
+  stack_requests_.emplace(heartbeat_->enabled() ? heartbeat_->path() + ".stacks-request" : std::string());
   setup();
   restore();
   open_metrics();

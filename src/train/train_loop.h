@@ -34,6 +34,7 @@
 #include "tessera/train/trainer.h"
 #include "train/checkpoint_saver.h"
 #include "train/heartbeat.h"
+#include "train/stack_request.h"
 
 namespace tessera::train {
 
@@ -112,6 +113,7 @@ class TrainLoop {
   std::ofstream metrics_;
   std::optional<Progress> progress_;
   std::optional<Heartbeat> heartbeat_;
+  std::optional<StackRequestWatcher> stack_requests_;
   std::vector<double> step_times_;
   Clock::time_point loop_start_;
   int64_t skipped_in_a_row_ = 0;  // loss scaling: steps skipped for non-finite gradients

@@ -3,8 +3,10 @@
 # (TESSERA_ATTEMPT picks it; the last one repeats): ok, exitN, kill, hang, stop, earlyN. The
 # rank FAKE_RANK (default 0) performs it after heartbeating steps 1..3 (earlyN: exits N
 # before any heartbeat, a crash loop); the other ranks keep heartbeating until stopped
-# (or finish with ok). FAKE_PIDS collects every worker's pid. While it hangs, SIGUSR1
-# writes "fake stacks" to stderr and touches <heartbeat>.stacks, as tessera train does.
+# (or finish with ok). FAKE_PIDS collects every worker's pid. While it hangs, SIGUSR1 or
+# a <heartbeat>.stacks-request file makes it write "fake stacks" to stderr and touch
+# <heartbeat>.stacks, as tessera train does; FAKE_ASKED collects how it was asked
+# ("signal" or "file"). FAKE_HOST replaces the host its heartbeat names.
 set -u
 read -r -a plan <<<"${FAKE_PLAN:-ok}"
 attempt="${TESSERA_ATTEMPT:-0}"
@@ -14,7 +16,8 @@ action="${plan[$((attempt < ${#plan[@]} ? attempt : ${#plan[@]} - 1))]}"
 [[ -n "${FAKE_ENV:-}" ]] && echo "${TESSERA_RANK:-} ${TESSERA_WORLD_SIZE:-} ${TESSERA_GOODPUT_DIR:-}" >>"$FAKE_ENV"
 # FAKE_BEAT_TIME replaces the heartbeat's time (JSON text, e.g. '"soon"': a damaged beat).
 beat() {
-  printf '{"step":%d,"time":%s,"pid":%d}\n' "$1" "${FAKE_BEAT_TIME:-$(date +%s.%N)}" "$$" >"$TESSERA_HEARTBEAT_FILE.tmp"
+  printf '{"step":%d,"time":%s,"pid":%d,"host":"%s"}\n' "$1" "${FAKE_BEAT_TIME:-$(date +%s.%N)}" "$$" \
+    "${FAKE_HOST:-$(hostname)}" >"$TESSERA_HEARTBEAT_FILE.tmp"
   mv -f "$TESSERA_HEARTBEAT_FILE.tmp" "$TESSERA_HEARTBEAT_FILE"
 }
 if [[ "$action" == early* && "${TESSERA_RANK:-0}" == "${FAKE_RANK:-0}" ]]; then
@@ -30,10 +33,16 @@ case "$action" in
   kill) kill -KILL $$ ;;
   stop) kill -STOP $$ ;;
   hang)
-    trap 'echo "fake stacks" >&2; touch "$TESSERA_HEARTBEAT_FILE.stacks"' USR1
+    answer() {
+      echo "fake stacks" >&2
+      [[ -n "${FAKE_ASKED:-}" ]] && echo "$1" >>"$FAKE_ASKED"
+      touch "$TESSERA_HEARTBEAT_FILE.stacks"
+    }
+    trap 'answer signal' USR1
     while true; do
-      sleep 1000 &
+      sleep 0.05 &
       wait $!
+      if rm "$TESSERA_HEARTBEAT_FILE.stacks-request" 2>/dev/null; then answer file; fi
     done
     ;;
 esac

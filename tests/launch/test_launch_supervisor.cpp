@@ -39,6 +39,8 @@ class SupervisorTest : public ::testing::Test {
     ::unsetenv("FAKE_RANK");
     ::unsetenv("FAKE_BEAT_TIME");
     ::unsetenv("FAKE_ENV");
+    ::unsetenv("FAKE_HOST");
+    ::unsetenv("FAKE_ASKED");
     fs::remove_all(dir_);
   }
   LaunchOptions options(const std::string& plan, int max_restarts) {
@@ -138,6 +140,7 @@ TEST_F(SupervisorTest, BackoffResetsAfterAnAttemptThatMadeProgress) {
 TEST_F(SupervisorTest, HangIsDetectedWithinTimeoutPlusPollAndRecovered) {
   LaunchOptions o = options("hang ok", 1);
   o.hang.timeout_s = 1.0;
+  ::setenv("FAKE_ASKED", (dir_ / "asked.txt").c_str(), 1);
   const auto t0 = std::chrono::steady_clock::now();
   const LaunchResult r = supervise(o);
   EXPECT_EQ(r.exit_code, kExitOk);
@@ -154,6 +157,30 @@ TEST_F(SupervisorTest, HangIsDetectedWithinTimeoutPlusPollAndRecovered) {
     asked = asked || (line.find("rank 0: pid ") != std::string::npos &&
                       line.find("wrote its threads' stacks to its log") != std::string::npos);
   EXPECT_TRUE(asked) << "no stack request in the launcher's lines";
+  std::ifstream how(dir_ / "asked.txt");
+  std::string way;
+  how >> way;
+  EXPECT_EQ(way, "signal") << "a rank on this host is asked with SIGUSR1";
+}
+
+// A hung rank on another host (srun, multi-host mpirun) has a pid that means nothing
+// here: it is asked by a request file beside its heartbeat, never by a signal.
+TEST_F(SupervisorTest, AHungRankOnAnotherHostIsAskedForStacksByFileNotSignal) {
+  LaunchOptions o = options("hang ok", 1);
+  o.hang.timeout_s = 1.0;
+  ::setenv("FAKE_HOST", "another-host.example", 1);
+  ::setenv("FAKE_ASKED", (dir_ / "asked.txt").c_str(), 1);
+  const LaunchResult r = supervise(o);
+  EXPECT_EQ(r.exit_code, kExitOk);
+  std::ifstream in(dir_ / "asked.txt");
+  std::string how, more;
+  in >> how;
+  EXPECT_EQ(how, "file");
+  EXPECT_FALSE(in >> more) << "asked twice: " << more;
+  bool answered = false;
+  for (const std::string& line : lines_)
+    answered = answered || line.find("on another-host.example wrote its threads' stacks") != std::string::npos;
+  EXPECT_TRUE(answered) << "no answered stack request in the launcher's lines";
 }
 
 // A SIGSTOPped rank (how failure_run.sh injects a hang) cannot write stacks, is not

@@ -115,8 +115,9 @@ LocalTier resolve_local_tier(const CheckpointConfig& config, const fs::path& run
     for (const auto& entry : fs::recursive_directory_iterator(dir, ec))
       if (entry.is_regular_file(ec)) held += static_cast<double>(entry.file_size(ec));
     const double available = free_bytes(user_dir);
-    if (available >= 0 && available + held < needed) {
-      skipped.push_back(fmt::format("{} has {} free, {} needed ({} checkpoints of {})", parent.string(),
+    // At most half of what is free: a memory-backed tier must leave the machine its RAM.
+    if (available >= 0 && available + held < 2 * needed) {
+      skipped.push_back(fmt::format("{} has {} free, twice {} needed ({} checkpoints of {})", parent.string(),
                                     gib(available + held), gib(needed), config.local_keep_last + 1,
                                     gib(static_cast<double>(state_bytes))));
       continue;

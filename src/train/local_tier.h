@@ -3,8 +3,8 @@
 // more often than the persistent tier because it is cheap (memory-backed where possible).
 //
 // checkpoint.local_dir = "auto" (the default) picks the first candidate that is a
-// writable directory with room for local_keep_last + 1 checkpoints (the kept ones and
-// the one being written), state_bytes each:
+// writable directory where local_keep_last + 1 checkpoints (the kept ones and the one
+// being written), state_bytes each, take at most half of the free space (tmpfs is RAM):
 //   1. /dev/shm/tessera-<uid>/<run name>-<hash of the run directory's absolute path>
 //      (tmpfs: a save is a memory copy; gone on reboot, which the persistent tier covers)
 //   2. the same under the temporary directory ($TMPDIR or /tmp: a local disk)

@@ -96,7 +96,7 @@ TEST_F(AsyncCheckpointTraining, ACrashResumesFromTheNewestCheckpointOfEitherTier
   };
   Trainer crashed(config("run", tiers), crashing);
   EXPECT_THROW(crashed.run(), std::runtime_error);
-  // Persistent: step 2; local (keep 2): steps 2 and 3.
+  // Persistent: step 2; local (keeps 1): step 3.
   EXPECT_TRUE(fs::exists(checkpoint("run", "step_00000002")));
   EXPECT_FALSE(fs::exists(checkpoint("run", "step_00000003")));
   EXPECT_TRUE(fs::exists(fs::path(local) / "checkpoints/step_00000003"));

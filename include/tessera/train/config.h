@@ -72,7 +72,7 @@ struct CheckpointConfig {
   // tiers. Removed once a run ends with its final step in the persistent tier.
   std::string local_dir = "auto";
   int64_t local_interval = kAutoInterval;
-  int local_keep_last = 2;
+  int local_keep_last = 1;  // the tier is RAM: one kept, plus the one being written
   double mtbf_s = 3600;  // assumed mean time between failures for the Young/Daly interval
 };
 

@@ -73,7 +73,7 @@ struct CheckpointConfig {
   std::string local_dir = "auto";
   int64_t local_interval = kAutoInterval;
   int local_keep_last = 1;  // the tier is RAM: one kept, plus the one being written
-  double mtbf_s = 3600;  // assumed mean time between failures for the Young/Daly interval
+  double mtbf_s = 3600;     // assumed mean time between failures for the Young/Daly interval
 };
 
 struct RunConfig {

@@ -20,7 +20,8 @@ nlohmann::json step_json(const StepStraggler& s) {
 }  // namespace
 
 std::string format_stragglers(const StragglerReport& st) {
-  if (!st.present) return "";
+  // A one-process job has no one to wait for: nothing to say in the table (JSON keeps it).
+  if (!st.present || st.world_size <= 1) return "";
   std::string out = fmt::format(
       "  stragglers: {} rank{} recorded, {} steps compared; {:.3f} s lost (sum over steps of slowest - median "
       "rank), {} step{} over {:.0f}% above the median\n",

@@ -191,6 +191,7 @@ TEST_F(StragglerTest, OneRankOrNoneIsNoAttribution) {
   EXPECT_EQ(st.slowest_rank, -1);
   ASSERT_EQ(st.notes.size(), 1u);
   EXPECT_NE(st.notes[0].find("1 rank only"), std::string::npos) << st.notes[0];
+  EXPECT_EQ(format_stragglers(st), "") << "a one-process job's table has no straggler section";
 }
 
 TEST(RankIdentity, ComesFromTheLaunchersEnvironment) {

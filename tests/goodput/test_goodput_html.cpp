@@ -113,5 +113,21 @@ TEST(GoodputHtml, MetricsReaderSkipsBadLines) {
   EXPECT_TRUE(read_metrics("/nonexistent/metrics.jsonl", &warnings).empty());
 }
 
+// A step that int64 cannot hold is a bad line, not a cast with undefined behaviour
+// (found by fuzz_goodput_log); a float step that it holds still counts.
+TEST(GoodputHtml, MetricsReaderSkipsStepsOutOfRange) {
+  const fs::path path = fs::temp_directory_path() / ("tessera_metrics_big_" + std::to_string(::getpid()) + ".jsonl");
+  std::ofstream(path) << "{\"step\":1e300,\"loss\":2.5}\n{\"step\":-1e19,\"loss\":2.5}\n{\"step\":4.0,\"loss\":1.5}\n"
+                      << "{\"step\":true,\"loss\":1.0}\n";
+  std::vector<std::string> warnings;
+  const std::vector<MetricPoint> points = read_metrics(path, &warnings);
+  fs::remove(path);
+  ASSERT_EQ(points.size(), 1u);
+  EXPECT_EQ(points[0].step, 4);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find(":1: 3 lines without a numeric \"step\" and finite \"loss\"; skipped"), std::string::npos)
+      << warnings[0];
+}
+
 }  // namespace
 }  // namespace tessera::goodput

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tessera/goodput/calculator.h"
+#include "tessera/goodput/events.h"
 #include "tessera/goodput/report.h"
 
 namespace tessera::goodput {
@@ -111,6 +112,17 @@ TEST(GoodputHtml, MetricsReaderSkipsBadLines) {
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find(":2: 2 lines"), std::string::npos) << warnings[0];
   EXPECT_TRUE(read_metrics("/nonexistent/metrics.jsonl", &warnings).empty());
+}
+
+// A log whose times span more hours than an int holds (damage, or a clock jump) prints
+// its total, not an overflowed cast (found by fuzz_goodput_log).
+TEST(GoodputHtml, TableShowsHugeSpans) {
+  const GoodputReport report = compute_goodput(parse_event_log(
+      "{\"v\":1,\"t\":0,\"type\":\"job_start\"}\n{\"v\":1,\"t\":1e15,\"type\":\"job_end\",\"ok\":true}\n", "x"));
+  ASSERT_DOUBLE_EQ(report.total_s, 1e15);
+  const std::string table = format_table(report);
+  EXPECT_NE(table.find("of 277777777777h46m ("), std::string::npos) << table;
+  EXPECT_NE(render_html(report, {}, "huge").find("277777777777h46m"), std::string::npos);
 }
 
 // A step that int64 cannot hold is a bad line, not a cast with undefined behaviour

@@ -1,7 +1,7 @@
 // Writes the binary seed corpora of fuzz/corpus/ with tessera's own writers, so the seeds
 // are what the programs really produce (docs/fuzzing.md). Built in the fuzz tree as
 // `fuzz_make_seeds`; run from anywhere: `build-fuzz/bin/fuzz_make_seeds fuzz/corpus`.
-// Text seeds (configs, tokenizer files, IR) are copied from the repo (fuzz/corpus/README.md).
+// Text seeds (configs, tokenizer files) are copies from the repo (docs/fuzzing.md, Seeds).
 #include <fmt/format.h>
 
 #include <fstream>

@@ -11,7 +11,7 @@
 #   make bench        build and run build/bin/bench_ops; output kept in bench/results/
 #   make format       clang-format -i every C++ file git knows of (tracked or new, not ignored)
 #   make format-check list C++ files that clang-format would change (fails if any)
-#   make test-fuzz    only the fuzz half of `make test` (docs/fuzzing.md runs the targets longer)
+#   make test-fuzz    only the fuzz part of `make test` (docs/fuzzing.md runs the targets longer)
 #   make clean        remove build/, build-asan/ and build-fuzz/
 
 SHELL := /bin/bash
@@ -39,8 +39,8 @@ DEB_LIBS := libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libfmt-dev libcli11-d
   libtomlplusplus-dev libxxhash-dev libicu-dev libsentencepiece-dev libopenmpi-dev openmpi-bin
 #   GoogleTest; python3 for the CLI test scripts; chromium renders the goodput HTML report in its test.
 #   The fuzz tree: clang (libFuzzer is clang's), libclang-rt-14-dev (libclang_rt.fuzzer, asan,
-#   ubsan: only a "recommends" of clang-14) and libomp-14-dev (clang's OpenMP, which oneDNN's
-#   kernels link; also a mere "recommends").
+#   ubsan: only a "recommends" of clang-14) and libomp-14-dev (clang's OpenMP: the CPU kernels
+#   link OpenMP for oneDNN, and find_package(OpenMP) fails without it; also a "recommends").
 DEB_TEST := libgtest-dev python3 chromium clang libclang-rt-14-dev libomp-14-dev
 #   The text `make train` learns from (/usr/share/games/fortunes).
 DEB_TRAIN := fortunes

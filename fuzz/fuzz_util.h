@@ -35,12 +35,19 @@ inline std::vector<std::string> split_fields(std::string_view text) {
 
 // A directory of this process under the temp dir, emptied on each call (libFuzzer runs
 // inputs one after another in a process; -fork and -jobs give each worker its own pid).
+// Removed again when the process exits (libFuzzer ends a run with exit()).
 inline std::filesystem::path scratch_dir() {
-  static const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("tessera-fuzz-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+  struct Scratch {
+    std::filesystem::path dir = std::filesystem::temp_directory_path() / ("tessera-fuzz-" + std::to_string(::getpid()));
+    ~Scratch() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  };
+  static const Scratch scratch;
+  std::filesystem::remove_all(scratch.dir);
+  std::filesystem::create_directories(scratch.dir);
+  return scratch.dir;
 }
 
 inline void write_file(const std::filesystem::path& path, std::string_view bytes) {

@@ -3,14 +3,16 @@
 # (apt-get), configure, build and run. Nothing here relies on anything installed by hand.
 #
 #   make deps         install missing Debian packages (no apt calls when all are present)
-#   make configure-all configure both trees `make test` builds (build/ and build-asan/)
+#   make configure-all configure the three trees `make test` builds (build/, build-asan/, build-fuzz/)
 #   make build        configure (Release, Ninja) and build into build/ (binaries in build/bin/)
-#   make test         build, run every test; then ASan+UBSan build (build-asan/) of the tests, small sizes
+#   make test         build, run every test; then ASan+UBSan build (build-asan/) of the tests, small sizes;
+#                     then the libFuzzer targets (build-fuzz/, clang), each a few seconds over its seeds
 #   make train        build and run the default training job (configs/fortunes.toml)
 #   make bench        build and run build/bin/bench_ops; output kept in bench/results/
 #   make format       clang-format -i every C++ file git knows of (tracked or new, not ignored)
 #   make format-check list C++ files that clang-format would change (fails if any)
-#   make clean        remove build/ and build-asan/
+#   make test-fuzz    only the fuzz part of `make test` (docs/fuzzing.md runs the targets longer)
+#   make clean        remove build/, build-asan/ and build-fuzz/
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
@@ -18,6 +20,7 @@ SHELL := /bin/bash
 
 BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
+FUZZ_DIR ?= build-fuzz
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 
@@ -35,7 +38,10 @@ DEB_BUILD := build-essential cmake ninja-build ccache pkg-config
 DEB_LIBS := libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libfmt-dev libcli11-dev nlohmann-json3-dev \
   libtomlplusplus-dev libxxhash-dev libicu-dev libsentencepiece-dev libopenmpi-dev openmpi-bin
 #   GoogleTest; python3 for the CLI test scripts; chromium renders the goodput HTML report in its test.
-DEB_TEST := libgtest-dev python3 chromium
+#   The fuzz tree: clang (libFuzzer is clang's), libclang-rt-14-dev (libclang_rt.fuzzer, asan,
+#   ubsan: only a "recommends" of clang-14) and libomp-14-dev (clang's OpenMP: the CPU kernels
+#   link OpenMP for oneDNN, and find_package(OpenMP) fails without it; also a "recommends").
+DEB_TEST := libgtest-dev python3 chromium clang libclang-rt-14-dev libomp-14-dev
 #   The text `make train` learns from (/usr/share/games/fortunes).
 DEB_TRAIN := fortunes
 DEB_PACKAGES := $(DEB_BUILD) $(DEB_LIBS) $(DEB_TEST) $(DEB_TRAIN)
@@ -44,7 +50,8 @@ DEB_DEV_PACKAGES := clang-format
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps deps-dev build configure configure-asan configure-all test test-release test-asan train bench \
+.PHONY: deps deps-dev build configure configure-asan configure-fuzz configure-all test test-release test-asan \
+  test-fuzz train bench \
   format format-check clean
 
 # Installs what is missing (no apt call at all when everything is installed). A package
@@ -85,17 +92,26 @@ ASAN_CMAKE_ARGS := -DTESSERA_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTES
 configure-asan: deps
 	cmake -S . -B $(ASAN_DIR) -G Ninja $(ASAN_CMAKE_ARGS) $(CMAKE_ARGS)
 
-# Both trees `make test` uses (tools/fresh-machine.sh configure runs this on a clean root).
-configure-all: configure configure-asan
+# The fuzz tree (docs/fuzzing.md): clang with libFuzzer, ASan and UBSan, CPU-only, no MPI;
+# only the fuzz targets and their ctests (TESSERA_BUILD_TESTS here adds no GoogleTest
+# binaries to its build, `tessera_fuzz_targets` being all it builds).
+FUZZ_CMAKE_ARGS := -DTESSERA_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_ENABLE_CUDA=OFF \
+  -DTESSERA_ENABLE_MPI=OFF -DTESSERA_BUILD_BENCH=OFF
+configure-fuzz: deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -G Ninja $(FUZZ_CMAKE_ARGS) $(CMAKE_ARGS)
+
+# The trees `make test` uses (tools/fresh-machine.sh configure runs this on a clean root).
+configure-all: configure configure-asan configure-fuzz
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# Both halves always run and print their ctest summary; the target fails if either failed.
+# Every part always runs and prints its ctest summary; the target fails if any failed.
 test: build
 	@rc=0; \
 	$(MAKE) --no-print-directory test-release || rc=1; \
 	$(MAKE) --no-print-directory test-asan || rc=1; \
+	$(MAKE) --no-print-directory test-fuzz || rc=1; \
 	if [ $$rc -ne 0 ]; then echo "make test: FAILED (see the summaries above)"; else echo "make test: all passed"; fi; \
 	exit $$rc
 
@@ -116,6 +132,18 @@ test-asan: deps
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_DIR) --output-on-failure --no-tests=error -j2 || rc=$$?; \
 	echo "=== sanitizer half took $$(( $$(date +%s) - start )) s (configure + build + tests)"; \
+	exit $$rc
+
+# Fuzz part: every libFuzzer target runs TESSERA_FUZZ_SECONDS (8) over its committed seeds
+# (fuzz/corpus/<target>/); a crash, sanitizer report, leak, >2 GB or >10 s input fails it.
+test-fuzz: deps
+	@echo "=== fuzz targets: libFuzzer + ASan+UBSan, a few seconds each ($(FUZZ_DIR)/)"
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory configure-fuzz; \
+	cmake --build $(FUZZ_DIR) -j $(JOBS) --target tessera_fuzz_targets; \
+	rc=0; \
+	ctest --test-dir $(FUZZ_DIR) -L fuzz --output-on-failure --no-tests=error -j2 || rc=$$?; \
+	echo "=== fuzz part took $$(( $$(date +%s) - start )) s (configure + build + fuzzing)"; \
 	exit $$rc
 
 # The embedded default job: prepares byte-level data from Debian's fortunes (installed by
@@ -151,4 +179,4 @@ format-check: deps-dev
 	echo "format-check: all C++ files are formatted"
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)

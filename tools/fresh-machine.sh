@@ -5,7 +5,7 @@
 #
 #   train      `make train` (installs, builds, trains on the embedded default)
 #   test       `make test`  (installs, builds, runs every test)
-#   configure  `make configure-all`: `make deps`, then the cmake configure of both trees
+#   configure  `make configure-all`: `make deps`, then the cmake configure of the trees
 #              `make build` and `make test` use (what .ci/run checks, in a few minutes)
 #
 # What it does:

@@ -26,9 +26,6 @@ void check_dtype(DType d, const char* where) {
 
 // ---- element conversions -------------------------------------------------------
 
-template <typename T>
-constexpr bool kIsHalf = std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
-
 // The exact value of x as a native arithmetic type (halves widen to float exactly).
 template <typename T>
 inline auto widen(T x) {
@@ -312,7 +309,10 @@ float f16_to_float(float16 x) {
 
 float16 float_to_f16(float f) {
 #if defined(__F16C__)
-  return float16{static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))};
+  // The vector form: clang's _cvtss_sh macro expands to a compound literal, which
+  // -Wpedantic refuses in C++.
+  const __m128i h = _mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return float16{static_cast<uint16_t>(_mm_cvtsi128_si32(h))};
 #else
   return float16{detail::float_to_f16_bits_portable(f)};
 #endif

@@ -225,7 +225,9 @@ nlohmann::json read_manifest(const fs::path& checkpoint_dir) {
     nlohmann::json manifest = nlohmann::json::parse(text);
     if (!manifest.is_object()) fail<IOError>("manifest {}: not a JSON object", path.string());
     return manifest;
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // Not only parse_error: a number past double's range ("1e999") is an out_of_range,
+    // which must reach restore_latest's fallback as an IOError like any other damage.
     fail<IOError>("manifest {}: malformed JSON: {}", path.string(), e.what());
   }
 }

@@ -167,7 +167,8 @@ SafetensorsHeader read_safetensors_header(const std::filesystem::path& path) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text, callback);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // Not only parse_error: a number past double's range ("1e999") is an out_of_range.
     fail<IOError>("safetensors {}: header is not valid JSON: {}", path.string(), e.what());
   }
   if (!header.is_object()) fail<IOError>("safetensors {}: header is not a JSON object", path.string());

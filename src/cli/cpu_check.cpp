@@ -4,6 +4,10 @@
 
 #include <fmt/format.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #ifndef TESSERA_KERNELS_AVX2
 #define TESSERA_KERNELS_AVX2 0
 #endif
@@ -16,7 +20,10 @@ CpuFeatures detect_cpu_features() {
   __builtin_cpu_init();
   features.avx2 = __builtin_cpu_supports("avx2");
   features.fma = __builtin_cpu_supports("fma");
-  features.f16c = __builtin_cpu_supports("f16c");
+  // CPUID leaf 1, ECX bit 29, which __builtin_cpu_supports("f16c") reads too: clang
+  // before 16 does not know that name.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  features.f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
 #endif
   return features;
 }

@@ -9,7 +9,10 @@ namespace tessera::goodput {
 namespace {
 
 std::string duration(double s) {
-  if (s >= 3600) return fmt::format("{}h{:02}m", static_cast<int>(s / 3600), static_cast<int>(std::fmod(s, 3600) / 60));
+  // The hours as a float rounded down, not an int: a log whose times span more than 2^31
+  // hours (damage) must print, not overflow a cast; minutes and seconds are below 60.
+  if (!std::isfinite(s)) return fmt::format("{}s", s);
+  if (s >= 3600) return fmt::format("{:.0f}h{:02}m", std::floor(s / 3600), static_cast<int>(std::fmod(s, 3600) / 60));
   if (s >= 60) return fmt::format("{}m{:02}s", static_cast<int>(s / 60), static_cast<int>(std::fmod(s, 60)));
   return fmt::format("{:.1f}s", s);
 }

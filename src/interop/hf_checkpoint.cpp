@@ -33,7 +33,8 @@ json read_json(const fs::path& path) {
   text << in.rdbuf();
   try {
     return json::parse(text.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // Not only parse_error: a number past double's range ("1e999") is an out_of_range.
     fail<IOError>("{}: not valid JSON: {}", path.string(), e.what());
   }
 }

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdint>
+#include <limits>
+
 #include "tessera/base/error.h"
 
 namespace tessera::interop {
@@ -30,6 +33,10 @@ class Reader {
     const json& v = config_[key];
     if (!v.is_number_integer() || v.get<int64_t>() <= 0)
       fail<ValueError>("{}: '{}' = {} (expected a positive integer)", origin_, key, v.dump());
+    // Every size of a model is far below 2^31 (vocab must fit int32 token ids); the bound
+    // keeps products such as 4 * n_embd or head_dim * heads from overflowing int64.
+    if (v.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      fail<ValueError>("{}: '{}' = {} is too large (expected a positive integer below 2^31)", origin_, key, v.dump());
     return v.get<int64_t>();
   }
   int64_t integer_or(const char* key, int64_t fallback) const { return has(key) ? integer(key) : fallback; }

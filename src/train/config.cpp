@@ -455,8 +455,36 @@ void apply_table(TrainConfig& config, const toml::table& root, const std::string
   }
 }
 
+// The offset of the first byte that does not belong to well-formed UTF-8, or npos. The
+// table is RFC 3629's syntax (section 4): per lead byte range, the number of continuation
+// bytes and the range of the first one (which excludes overlong forms, surrogates and
+// code points past U+10FFFF); later continuation bytes are 80..BF.
+size_t invalid_utf8_at(std::string_view text) {
+  struct Lead {
+    unsigned char first, last, continuation, lo, hi;
+  };
+  constexpr Lead kLeads[] = {{0x00, 0x7F, 0, 0, 0},       {0xC2, 0xDF, 1, 0x80, 0xBF}, {0xE0, 0xE0, 2, 0xA0, 0xBF},
+                             {0xE1, 0xEC, 2, 0x80, 0xBF}, {0xED, 0xED, 2, 0x80, 0x9F}, {0xEE, 0xEF, 2, 0x80, 0xBF},
+                             {0xF0, 0xF0, 3, 0x90, 0xBF}, {0xF1, 0xF3, 3, 0x80, 0xBF}, {0xF4, 0xF4, 3, 0x80, 0x8F}};
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  for (size_t i = 0; i < text.size();) {
+    const Lead* lead = std::find_if(std::begin(kLeads), std::end(kLeads),
+                                    [c = p[i]](const Lead& l) { return c >= l.first && c <= l.last; });
+    if (lead == std::end(kLeads) || lead->continuation > text.size() - i - 1) return i;
+    for (size_t k = 1; k <= lead->continuation; ++k)
+      if (p[i + k] < (k == 1 ? lead->lo : 0x80) || p[i + k] > (k == 1 ? lead->hi : 0xBF)) return i;
+    i += lead->continuation + size_t{1};
+  }
+  return std::string_view::npos;
+}
+
 void apply_override(TrainConfig& config, const std::string& override_text) {
   const std::string where = "--set " + override_text;
+  // TOML files are UTF-8 (toml++ checks), and so must an override be, or a bare-word value
+  // would carry invalid text into the checkpoint manifest, whose JSON cannot hold it.
+  if (const size_t bad = invalid_utf8_at(override_text); bad != std::string_view::npos)
+    fail<ConfigError>("{}: not valid UTF-8 (byte 0x{:02x} at offset {}; expected text)", where,
+                      static_cast<unsigned char>(override_text[bad]), bad);
   const size_t eq = override_text.find('=');
   if (eq == std::string::npos || eq == 0)
     fail<ConfigError>("{}: expected section.key=value (e.g. --set optimizer.lr=3e-4)", where);
@@ -540,13 +568,21 @@ TrainConfig load_config(const std::filesystem::path& path, const std::vector<std
 }
 
 TrainConfig config_from_json(const nlohmann::json& json) {
-  // Through TOML so every key takes the same checked path as a config file.
-  std::vector<std::string> overrides;
+  // Through TOML so every key takes the same checked path as a config file. The JSON comes
+  // from a checkpoint manifest, so its shape is checked too: a damaged one is a
+  // ConfigError, never a JSON or TOML library error thrown past the resume logic.
+  constexpr const char* kWhere = "checkpoint config";
+  if (!json.is_object()) fail<ConfigError>("{}: expected an object of sections (got {})", kWhere, json.type_name());
   TrainConfig config;
   bool legacy_auto_interval = false;
-  if (json.contains("model") && json["model"].contains("preset") && !json["model"]["preset"].get<std::string>().empty())
-    apply_preset(config, json["model"]["preset"].get<std::string>(), "checkpoint config");
-  for (const auto& [section, keys] : json.items())
+  const nlohmann::json model = json_field_or<nlohmann::json>(json, "model", nlohmann::json());
+  const std::optional<nlohmann::json> preset = json_field<nlohmann::json>(model, "preset");
+  if (preset && !preset->is_string())
+    fail<ConfigError>("{}: key 'model.preset' is {} (expected a string)", kWhere, preset->dump());
+  if (preset && !preset->get<std::string>().empty()) apply_preset(config, preset->get<std::string>(), kWhere);
+  for (const auto& [section, keys] : json.items()) {
+    if (!keys.is_object())
+      fail<ConfigError>("{}: section '{}' is {} (expected an object of keys)", kWhere, section, keys.type_name());
     for (const auto& [key, value] : keys.items()) {
       const std::string full = section + "." + key;
       if (full == "model.preset") continue;
@@ -556,13 +592,19 @@ TrainConfig config_from_json(const nlohmann::json& json) {
         continue;
       }
       const Field* f = find_field(full);
-      if (!f) fail<ConfigError>("checkpoint config: unknown key '{}'", full);
-      toml::table parsed = toml::parse("v = " + value.dump());
-      f->set(config, *parsed.get("v"), "checkpoint config");
+      if (!f) fail<ConfigError>("{}: unknown key '{}'", kWhere, full);
+      toml::table parsed;
+      try {
+        parsed = toml::parse("v = " + value.dump());
+      } catch (const toml::parse_error& e) {
+        fail<ConfigError>("{}: key '{}' is {} (not a TOML value: {})", kWhere, full, value.dump(),
+                          std::string(e.description()));
+      }
+      f->set(config, *parsed.get("v"), kWhere);
     }
+  }
   if (legacy_auto_interval) config.checkpoint.interval = kAutoInterval;
-  config.model_preset =
-      json_field_or<std::string>(json_field_or<nlohmann::json>(json, "model", nlohmann::json()), "preset", "");
+  config.model_preset = preset ? preset->get<std::string>() : "";
   config.schedule.total_steps = config.loop.steps;
   config.validate();
   return config;

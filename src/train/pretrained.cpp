@@ -70,9 +70,11 @@ std::vector<std::pair<fs::path, std::string>> tokenizer_files(const std::string&
                                                        {"tokenizer.model", "tokenizer.model"},
                                                        {"encoder.json", "vocab.json"},
                                                        {"vocab.bpe", "merges.txt"}};
-  for (const auto& [from, to] : names) {
+  for (const auto& name : names) {
+    // Not a structured binding: clang before 16 cannot capture one in the lambda.
+    const char* to = name.second;
     const bool taken = std::any_of(out.begin(), out.end(), [&](const auto& f) { return f.second == to; });
-    if (!taken && fs::is_regular_file(dir / from)) out.emplace_back(dir / from, to);
+    if (!taken && fs::is_regular_file(dir / name.first)) out.emplace_back(dir / name.first, to);
   }
   return out;
 }

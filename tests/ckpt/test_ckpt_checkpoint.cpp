@@ -211,6 +211,23 @@ TEST(Checkpoint, ManifestWithWrongTypesIsCorruptAndRestoreFallsBack) {
   EXPECT_EQ(expect_restores_step_one(manager).size(), 2u);
 }
 
+// A number past double's range is an out_of_range in the JSON library, not a parse_error;
+// it too is a corrupt manifest (found by the fuzz targets), so the resume falls back.
+TEST(Checkpoint, ManifestWithNumberOverflowIsCorruptAndRestoreFallsBack) {
+  TempDir run;
+  CheckpointManager manager(run.path(), RetentionPolicy{.keep_last = 5});
+  for (int64_t step : {1, 2, 3}) manager.save(make_state(step));
+  const fs::path dir = run / "checkpoints";
+  write_bytes(dir / "step_00000003" / "manifest.json", R"({"format": "tessera-checkpoint", "step": 1e999})");
+  write_bytes(dir / "step_00000002" / "manifest.json", R"({"version": -1e400})");
+
+  const VerifyResult overflow = CheckpointManager::verify(dir / "step_00000003");
+  EXPECT_FALSE(overflow.ok);
+  EXPECT_NE(overflow.problem.find("manifest.json: malformed JSON"), std::string::npos) << overflow.problem;
+  EXPECT_NE(overflow.problem.find("number overflow parsing '1e999'"), std::string::npos) << overflow.problem;
+  EXPECT_EQ(expect_restores_step_one(manager).size(), 2u);
+}
+
 TEST(Checkpoint, StructureMismatchNamesThePathAndBothTypes) {
   TempDir run;
   CheckpointManager manager(run.path());

@@ -117,6 +117,9 @@ TEST(Safetensors, RejectsMalformedFiles) {
       {"short", "abc", "too short"},
       {"length_past_end", le64(1000) + "{}", "header length 1000"},
       {"not_json", safetensors_bytes("{\"w\": [", data), "not valid JSON"},
+      // The JSON library's out_of_range, not a parse_error (found by the fuzz targets).
+      {"number_overflow", safetensors_bytes(R"({"w":{"dtype":"F32","shape":[1e999],"data_offsets":[0,8]}})", data),
+       "header is not valid JSON: [json.exception.out_of_range.406] number overflow parsing '1e999'"},
       {"not_object_start", safetensors_bytes("[1, 2]", ""), "does not start with '{'"},
       {"unknown_dtype", safetensors_bytes(R"({"w":{"dtype":"I16","shape":[4],"data_offsets":[0,8]}})", data),
        "dtype I16 is not supported"},

@@ -72,6 +72,13 @@ TEST_F(Gpt2FileErrors, InvalidJson) {
   expect_io_error([&] { load(); }, {"vocab.json", "invalid JSON", "parse error"});
 }
 
+// A number past double's range is the JSON library's out_of_range, not a parse_error
+// (found by fuzz_gpt2_bpe and fuzz_tokenizer_json): an IOError all the same.
+TEST_F(Gpt2FileErrors, NumberOverflowIsInvalidJson) {
+  testing::write_bytes(file("vocab.json"), R"({"a": 1e999})");
+  expect_io_error([&] { load(); }, {"vocab.json: invalid JSON", "number overflow parsing '1e999'"});
+}
+
 TEST_F(Gpt2FileErrors, MissingByteToken) {
   json vocab = json::parse(testing::read_bytes(file("vocab.json")));
   vocab.erase("!");
@@ -148,6 +155,9 @@ TEST_F(TokenizerJsonErrors, AddedTokenIdsThatDoNotFit) {
 TEST_F(TokenizerJsonErrors, InvalidJson) {
   testing::write_bytes(dir_ / "tokenizer.json", "{\"model\": ");
   expect_io_error([&] { load_tokenizer_json(dir_ / "tokenizer.json"); }, {"tokenizer.json", "invalid JSON"});
+  testing::write_bytes(dir_ / "tokenizer.json", R"({"model": {"vocab": {"a": -88e888}}})");
+  expect_io_error([&] { load_tokenizer_json(dir_ / "tokenizer.json"); },
+                  {"tokenizer.json: invalid JSON", "number overflow parsing '-88e888'"});
 }
 
 }  // namespace

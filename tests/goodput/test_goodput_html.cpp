@@ -12,6 +12,7 @@
 
 #include "goodput/log_builder.h"
 #include "tessera/goodput/calculator.h"
+#include "tessera/goodput/events.h"
 #include "tessera/goodput/report.h"
 
 namespace tessera::goodput {
@@ -132,6 +133,33 @@ TEST(GoodputHtml, MetricsReaderSkipsBadLines) {
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find(":2: 2 lines"), std::string::npos) << warnings[0];
   EXPECT_TRUE(read_metrics("/nonexistent/metrics.jsonl", &warnings).empty());
+}
+
+// A log whose times span more hours than an int holds (damage, or a clock jump) prints
+// its total, not an overflowed cast (found by fuzz_goodput_log).
+TEST(GoodputHtml, TableShowsHugeSpans) {
+  const GoodputReport report = compute_goodput(parse_event_log(
+      "{\"v\":1,\"t\":0,\"type\":\"job_start\"}\n{\"v\":1,\"t\":1e15,\"type\":\"job_end\",\"ok\":true}\n", "x"));
+  ASSERT_DOUBLE_EQ(report.total_s, 1e15);
+  const std::string table = format_table(report);
+  EXPECT_NE(table.find("of 277777777777h46m ("), std::string::npos) << table;
+  EXPECT_NE(render_html(report, {}, "huge").find("277777777777h46m"), std::string::npos);
+}
+
+// A step that int64 cannot hold is a bad line, not a cast with undefined behaviour
+// (found by fuzz_goodput_log); a float step that it holds still counts.
+TEST(GoodputHtml, MetricsReaderSkipsStepsOutOfRange) {
+  const fs::path path = fs::temp_directory_path() / ("tessera_metrics_big_" + std::to_string(::getpid()) + ".jsonl");
+  std::ofstream(path) << "{\"step\":1e300,\"loss\":2.5}\n{\"step\":-1e19,\"loss\":2.5}\n{\"step\":4.0,\"loss\":1.5}\n"
+                      << "{\"step\":true,\"loss\":1.0}\n";
+  std::vector<std::string> warnings;
+  const std::vector<MetricPoint> points = read_metrics(path, &warnings);
+  fs::remove(path);
+  ASSERT_EQ(points.size(), 1u);
+  EXPECT_EQ(points[0].step, 4);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find(":1: 3 lines without a numeric \"step\" and finite \"loss\"; skipped"), std::string::npos)
+      << warnings[0];
 }
 
 }  // namespace

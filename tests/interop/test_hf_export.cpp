@@ -318,6 +318,15 @@ TEST(HfImportErrors, DirectoriesWithoutAModel) {
   expect_error([&] { interop::load_hf_model(dir); }, {"pytorch_model.bin", "only safetensors"});
 }
 
+// config.json with a number past double's range: the JSON library's out_of_range, not a
+// parse_error (found by fuzz_hf_weights), reported like any other invalid JSON.
+TEST(HfImportErrors, ConfigNumberOverflowIsInvalidJson) {
+  const fs::path dir = test::hf_test_dir();
+  std::ofstream(dir / "config.json") << R"({"model_type": "gpt2", "n_embd": 1e999})";
+  expect_error([&] { interop::load_hf_model(dir); },
+               {"config.json: not valid JSON", "number overflow parsing '1e999'"});
+}
+
 TEST(HfExport, ByteSizesParseLikeTransformers) {
   EXPECT_EQ(interop::parse_byte_size("5GB"), 5'000'000'000u);
   EXPECT_EQ(interop::parse_byte_size("20KB"), 20'000u);

@@ -188,6 +188,26 @@ TEST(HfConfig, UnsupportedSettingsAreErrorsNamingKeyAndValue) {
   EXPECT_NE(config_error(c).find("architectures"), std::string::npos);
 }
 
+// Sizes past 2^31 are refused by name before any arithmetic on them: 4 * n_embd and
+// head_dim * num_attention_heads overflowed int64 (found by fuzz_hf_config).
+TEST(HfConfig, HugeSizesAreErrorsNamingTheKey) {
+  json c = fixture_config("hf_gpt2");
+  c["n_embd"] = int64_t{1} << 62;
+  std::string e = config_error(c);
+  EXPECT_NE(e.find("x/config.json: 'n_embd' = 4611686018427387904 is too large (expected a positive integer below "
+                   "2^31)"),
+            std::string::npos)
+      << e;
+  c = fixture_config("hf_llama");
+  c["head_dim"] = int64_t{1} << 62;
+  e = config_error(c);
+  EXPECT_NE(e.find("'head_dim' = 4611686018427387904 is too large"), std::string::npos) << e;
+  c = fixture_config("hf_llama");
+  c["vocab_size"] = uint64_t{1} << 63;
+  EXPECT_NE(config_error(c).find("'vocab_size' = 9223372036854775808 (expected a positive integer)"),
+            std::string::npos);
+}
+
 TEST(HfConfig, BadLlama3RopeScalingIsAnErrorNamingTheKey) {
   auto error_with = [](const std::function<void(json&)>& edit) {
     json c = fixture_config("hf_llama31");

@@ -92,6 +92,17 @@ TEST(TrainConfig, BadOverrides) {
   EXPECT_NE(error_of("", {"train.steps"}).find("expected section.key=value"), std::string::npos);
 }
 
+// A bare-word value is taken as a string without TOML's UTF-8 check; invalid bytes would
+// reach the checkpoint manifest, whose JSON writer throws on them (found by fuzz_config).
+TEST(TrainConfig, OverrideMustBeUtf8) {
+  const std::string e = error_of("", {"run.dir=runs/\x8e\x8a"});
+  EXPECT_NE(e.find("--set run.dir=runs/"), std::string::npos) << e;
+  EXPECT_NE(e.find("not valid UTF-8 (byte 0x8e at offset 13; expected text)"), std::string::npos) << e;
+  EXPECT_NE(error_of("", {"run.dir=\xed\xa0\x80"}).find("byte 0xed at offset 8"), std::string::npos);  // a surrogate
+  EXPECT_NE(error_of("", {"run.dir=\xc0\xaf"}).find("byte 0xc0 at offset 8"), std::string::npos);      // overlong
+  EXPECT_EQ(parse_config("", "x.toml", {"run.dir=runs/caf\xc3\xa9-\xf0\x9f\x99\x82"}).run.dir, "runs/café-🙂");
+}
+
 TEST(TrainConfig, SyntaxErrorHasLineAndColumn) {
   const std::string e = error_of("[train]\nsteps = = 3\n");
   EXPECT_NE(e.find("configs/x.toml:2:"), std::string::npos) << e;
@@ -121,6 +132,30 @@ TEST(TrainConfig, JsonRoundTrip) {
   EXPECT_EQ(back.to_json(), c.to_json());
   EXPECT_EQ(back.model.family, "llama");
   EXPECT_EQ(back.loop.steps, 7);
+}
+
+// A checkpoint manifest's extra.config of the wrong shape (damage, found by fuzz_manifest)
+// is a ConfigError naming the key, never a JSON or TOML library error that escapes resume.
+std::string json_error_of(const nlohmann::json& json) {
+  try {
+    config_from_json(json);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(TrainConfig, DamagedJsonIsAConfigError) {
+  EXPECT_NE(json_error_of({{"model", {{"preset", 5}}}}).find("'model.preset' is 5 (expected a string)"),
+            std::string::npos);
+  EXPECT_NE(json_error_of({{"optimizer", {{"lr", nullptr}}}}).find("key 'optimizer.lr' is null (not a TOML value"),
+            std::string::npos);
+  EXPECT_NE(json_error_of(nlohmann::json::parse(R"({"train": {"steps": {"a": 1}}})")).find("key 'train.steps'"),
+            std::string::npos);
+  EXPECT_NE(json_error_of({{"train", 3}}).find("section 'train' is number (expected an object of keys)"),
+            std::string::npos);
+  EXPECT_NE(json_error_of(nlohmann::json::array()).find("expected an object of sections (got array)"),
+            std::string::npos);
 }
 
 TEST(TrainConfig, RopeScalingKeysRoundTripAndAreChecked) {

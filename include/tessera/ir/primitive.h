@@ -56,7 +56,9 @@ class Primitive {
                                                                const std::vector<int>& axes);
 
   // The same outputs written with other ops; empty when the primitive is basic.
-  virtual std::vector<Array> composite(const std::vector<Array>& /*inputs*/) const { return {}; }
+  // Defined out of line: an inline `return {}` instantiates ~vector<Array> where Array is
+  // incomplete, which clang (C++20's constexpr vector) refuses.
+  virtual std::vector<Array> composite(const std::vector<Array>& inputs) const;
 
   virtual Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const;
 

@@ -149,7 +149,9 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, int64_t>>& vocab,
   merge_table_.resize(size);
   merge_ids_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [left, right] = merges[rank];
+    // Named references, not a structured binding: clang before 16 cannot capture those.
+    const std::string& left = merges[rank].first;
+    const std::string& right = merges[rank].second;
     auto id_of = [&](const std::string& text) {
       const auto it = text_to_id.find(text);
       if (it == text_to_id.end())

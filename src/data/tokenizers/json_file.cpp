@@ -19,7 +19,8 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
   const std::string text = read_text_file(path);
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // Not only parse_error: a number past double's range ("1e999") is an out_of_range.
     fail<IOError>("{}: invalid JSON: {}", path.string(), e.what());
   }
 }

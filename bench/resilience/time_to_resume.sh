@@ -46,8 +46,9 @@ run_one() {  # run_one CONFIG INDEX -> RUN_DIR of a finished run
     --set schedule.warmup_steps=5 --set train.eval_interval=0 --set train.eval_batches=1
     --set checkpoint.interval="$interval")
   case "$config" in
-    cold) sets+=(--set run.compilation_cache=) ;;
-    cache) sets+=(--set run.compilation_cache=auto) ;;
+    # cold and cache: no local tier (it is on by default since the local-tier change).
+    cold) sets+=(--set run.compilation_cache= --set 'checkpoint.local_dir=""') ;;
+    cache) sets+=(--set run.compilation_cache=auto --set 'checkpoint.local_dir=""') ;;
     local) sets+=(--set run.compilation_cache=auto --set checkpoint.local_dir="$local_dir"
       --set checkpoint.local_interval="$local_interval") ;;
     *) echo "time_to_resume: unknown config '$config' (expected cold, cache or local)" >&2 && exit 2 ;;

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "tessera/base/error.h"
+#include "tessera/base/file_io.h"
 #include "tessera/base/flags.h"
 #include "tessera/goodput/events.h"
 
@@ -64,13 +65,12 @@ RankRecorder::RankRecorder(const std::filesystem::path& run_dir, RankIdentity id
   std::error_code ec;
   std::filesystem::create_directories(path_.parent_path(), ec);
   if (ec) fail<IOError>("goodput: cannot create {}: {}", path_.parent_path().string(), ec.message());
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail<IOError>("goodput: cannot open {} for appending: {}", path_.string(), std::strerror(errno));
+  file_ = std::make_unique<fileio::File>(path_, O_RDWR | O_CREAT | O_APPEND);
   // A previous process of this rank may have died mid-line: start on a line of our own.
   bool torn = false;
-  if (const off_t size = ::lseek(fd_, 0, SEEK_END); size > 0) {
+  if (const uint64_t size = file_->size(); size > 0) {
     char last = '\n';
-    torn = ::pread(fd_, &last, 1, size - 1) == 1 && last != '\n';
+    torn = file_->read_at(size - 1, &last, 1) == 1 && last != '\n';
   }
   const nlohmann::json start = {{"v", kSchemaVersion},
                                 {"t", clock_()},
@@ -83,9 +83,7 @@ RankRecorder::RankRecorder(const std::filesystem::path& run_dir, RankIdentity id
   write_line((torn ? "\n" : "") + start.dump());
 }
 
-RankRecorder::~RankRecorder() {
-  if (fd_ >= 0) ::close(fd_);
-}
+RankRecorder::~RankRecorder() = default;
 
 void RankRecorder::step(int64_t step, double start, double end, double data_wait_s, double collective_s) {
   const nlohmann::json line = {{"v", kSchemaVersion},
@@ -105,13 +103,7 @@ void RankRecorder::write_line(const std::string& line) {
   // One write() of the whole line: O_APPEND keeps it contiguous, so a crash can only cut
   // its end, never interleave it with another line.
   const std::string data = line + "\n";
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail<IOError>("goodput: cannot write to {}: {}", path_.string(), std::strerror(errno));
-    done += static_cast<size_t>(n);
-  }
+  file_->write_all(data.data(), data.size());
 }
 
 }  // namespace tessera::goodput

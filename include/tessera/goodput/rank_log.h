@@ -20,7 +20,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
+
+namespace tessera::fileio {
+class File;
+}
 
 namespace tessera::goodput {
 
@@ -62,7 +67,7 @@ class RankRecorder {
   RankIdentity identity_;
   int attempt_;
   std::function<double()> clock_;
-  int fd_ = -1;
+  std::unique_ptr<fileio::File> file_;  // opened for appending
 };
 
 }  // namespace tessera::goodput

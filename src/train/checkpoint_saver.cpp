@@ -222,8 +222,7 @@ bool CheckpointSaver::due(int64_t step, double step_time_s) {
   return persistent_due(step) || local_due(step);
 }
 
-void CheckpointSaver::save(int64_t step, const std::function<ckpt::CheckpointState()>& make_state, double step_time_s,
-                           bool final) {
+void CheckpointSaver::save(int64_t step, const std::function<ckpt::CheckpointState()>& make_state, bool final) {
   const bool to_persistent = final || persistent_due(step);
   const bool to_local = local_due(step);
   if (!to_persistent && !to_local) return;
@@ -297,7 +296,6 @@ void CheckpointSaver::save(int64_t step, const std::function<ckpt::CheckpointSta
   std::lock_guard lock(costs_->mutex);
   if (to_local) costs_->local.blocking_s = last_blocking_s_;
   if (to_persistent) costs_->persistent.blocking_s = last_blocking_s_;
-  (void)step_time_s;
 }
 
 void CheckpointSaver::finish() {

@@ -58,9 +58,8 @@ class CheckpointSaver {
   // Whether the persistent tier holds `step` (saved, or the step this attempt resumed from).
   bool persisted(int64_t step) const { return persistent_holds_ == step; }
   // Saves to the due tiers (the persistent one too when `final`); make_state runs on every
-  // rank. step_time_s (the recent step time) feeds the Young/Daly interval.
-  void save(int64_t step, const std::function<ckpt::CheckpointState()>& make_state, double step_time_s,
-            bool final = false);
+  // rank. Its costs reach the "auto" intervals through due().
+  void save(int64_t step, const std::function<ckpt::CheckpointState()>& make_state, bool final = false);
   // Waits for the save in flight and rethrows its failure: before returning from a run.
   void finish();
   // After a run that ended with its last step in the persistent tier: removes an

@@ -397,14 +397,14 @@ void TrainLoop::step_once() {
   if (step_ % cfg_.loop.log_interval == 0 || eval_now || step_ == cfg_.loop.steps) write_metrics(record);
   if (checkpoints_->due(step_, recent)) {
     metrics_.flush();
-    save(step_, /*final=*/false, recent);
+    save(step_, /*final=*/false);
   }
   if (options_.after_step) options_.after_step(step_);
 }
 
 // ---- checkpoint ----
 
-void TrainLoop::save(int64_t at_step, bool final, double recent_step_s) {
+void TrainLoop::save(int64_t at_step, bool final) {
   const double last = checkpoints_->last_blocking_s();
   heartbeat_->enter("save", at_step, last > 0 ? last : -1);
   checkpoints_->save(
@@ -423,7 +423,7 @@ void TrainLoop::save(int64_t at_step, bool final, double recent_step_s) {
                        {"tokens_seen", tokens_seen_}};
         return state;
       },
-      recent_step_s, final);
+      final);
   heartbeat_->beat(step_);  // back to stepping: the next step runs under the step limit
 }
 
@@ -456,7 +456,7 @@ TrainSummary TrainLoop::finish() {
   if (summary_.stop_reason.starts_with("signal")) {
     // A preemption notice leaves little time: save first, and skip the final evaluation.
     metrics_.flush();
-    if (!checkpoints_->persisted(step_)) save(step_, /*final=*/true, median(step_times_));
+    if (!checkpoints_->persisted(step_)) save(step_, /*final=*/true);
     checkpoints_->finish();  // never exit with a save in flight
     if (!checkpoints_->last_checkpoint().empty()) summary_.last_checkpoint = checkpoints_->last_checkpoint();
     return summary_;
@@ -465,7 +465,7 @@ TrainSummary TrainLoop::finish() {
   summary_.val_loss = v;
   write_metrics(nlohmann::json{{"step", step_}, {"val_loss", v}, {"final", true}});
   metrics_.flush();
-  if (!checkpoints_->persisted(step_)) save(step_, /*final=*/true, median(step_times_));
+  if (!checkpoints_->persisted(step_)) save(step_, /*final=*/true);
   checkpoints_->finish();
   if (!checkpoints_->last_checkpoint().empty()) summary_.last_checkpoint = checkpoints_->last_checkpoint();
   checkpoints_->discard_local_tier();  // the persistent tier holds the last step

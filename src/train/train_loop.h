@@ -77,9 +77,8 @@ class TrainLoop {
   double validate();
   std::vector<data::Batch> next_batches();
   std::optional<Array> dropout_key_for(int64_t at_step) const;
-  // final: the persistent tier too, whatever the interval; recent_step_s: for the
-  // Young/Daly interval.
-  void save(int64_t at_step, bool final, double recent_step_s);
+  // final: the persistent tier too, whatever the interval.
+  void save(int64_t at_step, bool final);
 
   const TrainConfig& cfg_;
   const TrainerOptions& options_;

@@ -64,7 +64,13 @@ std::map<std::string, Array> tree_tensors(const Tree& tree, std::string_view wha
   return tensors;
 }
 
-// The template's structure filled with the file's tensors; any difference is an IOError.
+// The template's structure filled with the file's tensors. Any difference is a
+// ConfigError: the checkpoints are verified before they are loaded, so a file of another
+// structure holds another model (the run's config changed), which no older checkpoint of
+// the run would fix, and skipping them all would silently restart from step 0.
+constexpr const char* kAnotherModel =
+    " (the config describes another model than the one saved: use its model settings or a new run directory)";
+
 Tree match_tree(const fs::path& dir, const char* file_name, const Tree& like) {
   const fs::path file = dir / file_name;
   SafetensorsFile contents = read_safetensors(file);
@@ -75,19 +81,19 @@ Tree match_tree(const fs::path& dir, const char* file_name, const Tree& like) {
   for (size_t i = 0; i < paths.size(); ++i) {
     const auto it = contents.tensors.find(paths[i]);
     if (it == contents.tensors.end())
-      fail<IOError>("checkpoint {}: {} has no tensor '{}' (expected {})", dir.string(), file_name, paths[i],
-                    type_string(leaves[i]));
+      fail<ConfigError>("checkpoint {}: {} has no tensor '{}' (expected {}){}", dir.string(), file_name, paths[i],
+                        type_string(leaves[i]), kAnotherModel);
     const Array& array = it->second;
     if (array.dtype() != leaves[i].dtype() || array.shape() != leaves[i].shape())
-      fail<IOError>("checkpoint {}: {}: '{}' is {} in the checkpoint but {} is expected", dir.string(), file_name,
-                    paths[i], type_string(array), type_string(leaves[i]));
+      fail<ConfigError>("checkpoint {}: {}: '{}' is {} in the checkpoint but {} is expected{}", dir.string(), file_name,
+                        paths[i], type_string(array), type_string(leaves[i]), kAnotherModel);
     loaded.push_back(array);
     used.insert(paths[i]);
   }
   for (const auto& [name, array] : contents.tensors)
     if (!used.contains(name))
-      fail<IOError>("checkpoint {}: {}: tensor '{}' ({}) is not in the expected structure", dir.string(), file_name,
-                    name, type_string(array));
+      fail<ConfigError>("checkpoint {}: {}: tensor '{}' ({}) is not in the expected structure{}", dir.string(),
+                        file_name, name, type_string(array), kAnotherModel);
   return like.with_leaves(loaded);
 }
 

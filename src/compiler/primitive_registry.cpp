@@ -168,11 +168,13 @@ void register_nn(std::map<std::string, PrimitiveFactory>& f) {
       return std::make_shared<NormGrad>(rms, a.get_bool("weight"), a.get_bool("bias"));
     };
   }
-  f["cross_entropy"] = [](const AttributeMap& a) -> PrimitivePtr {
-    return std::make_shared<CrossEntropy>(a.get_int("ignore_index"));
+  // "classes" is written only when the vocabulary is padded (CrossEntropy::attributes).
+  auto classes = [](const AttributeMap& a) { return a.has("classes") ? a.get_int("classes") : int64_t{0}; };
+  f["cross_entropy"] = [classes](const AttributeMap& a) -> PrimitivePtr {
+    return std::make_shared<CrossEntropy>(a.get_int("ignore_index"), classes(a));
   };
-  f["cross_entropy_grad"] = [](const AttributeMap& a) -> PrimitivePtr {
-    return std::make_shared<CrossEntropyGrad>(a.get_int("ignore_index"));
+  f["cross_entropy_grad"] = [classes](const AttributeMap& a) -> PrimitivePtr {
+    return std::make_shared<CrossEntropyGrad>(a.get_int("ignore_index"), classes(a));
   };
 }
 

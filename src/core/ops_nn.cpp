@@ -110,7 +110,8 @@ Array scaled_dot_product_attention(const Array& q_in, const Array& k_in, const A
   return Array::make({q.shape(), Shape{b, h, t}}, {dtype, accumulation_dtype(dtype)}, prim, inputs)[0];
 }
 
-Array cross_entropy(const Array& logits, const Array& targets, int64_t ignore_index, Reduction reduction) {
+Array cross_entropy(const Array& logits, const Array& targets, int64_t ignore_index, Reduction reduction,
+                    int64_t classes) {
   const char* op = "cross_entropy";
   require_floating(logits, op, "logits");
   if (!is_integral(targets.dtype()))
@@ -119,12 +120,15 @@ Array cross_entropy(const Array& logits, const Array& targets, int64_t ignore_in
     fail<ShapeError>("{}: logits {} and targets {} do not match (expected targets of shape logits.shape[:-1])", op,
                      to_string(logits.shape()), to_string(targets.shape()));
   int64_t vocab = logits.shape(-1);
+  if (classes < 0 || classes > vocab)
+    fail<ValueError>("{}: classes = {} is outside [0, {}] (the logits' last dimension; 0: all)", op, classes, vocab);
+  if (classes == vocab) classes = 0;
   Array flat_logits = reshape(logits, {-1, vocab});
   if (vocab == 0) flat_logits = reshape(logits, {targets.size(), 0});
   Array flat_targets = reshape(astype(targets, DType::Int64), {targets.size()});
   DType acc = accumulation_dtype(logits.dtype());
   int64_t n = targets.size();
-  auto outs = Array::make({Shape{n}, Shape{n}}, {acc, acc}, std::make_shared<CrossEntropy>(ignore_index),
+  auto outs = Array::make({Shape{n}, Shape{n}}, {acc, acc}, std::make_shared<CrossEntropy>(ignore_index, classes),
                           {flat_logits, flat_targets});
   Array loss = outs[0];
   switch (reduction) {

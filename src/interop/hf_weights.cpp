@@ -359,7 +359,7 @@ Tree params_from_hf(const models::ModelConfig& config, const HfTensors& tensors,
   TensorTaker taker(tensors, origin);
   Tree params = config.family == "gpt2" ? gpt2_from_hf(config, tensors, taker) : llama_from_hf(config, tensors, taker);
   taker.check_all_taken();
-  return params;
+  return models::pad_vocabulary(config, params);  // the files hold `vocab` rows
 }
 
 std::vector<std::pair<std::string, Array>> hf_tensors_from_params(const models::ModelConfig& config, const Tree& params,
@@ -384,10 +384,11 @@ std::vector<std::pair<std::string, Array>> hf_tensors_from_params(const models::
                        to_string(leaves[i].shape()), to_string(it->second.shape));
   }
   TensorList out{dtype, {}};
+  const Tree unpadded = models::strip_vocabulary(config, params);  // the files hold `vocab` rows
   if (config.family == "gpt2")
-    gpt2_to_hf(config, params, out);
+    gpt2_to_hf(config, unpadded, out);
   else
-    llama_to_hf(config, params, out);
+    llama_to_hf(config, unpadded, out);
   return out.items;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -31,6 +32,8 @@ void ModelConfig::validate() const {
   if (kv_heads < 0) fail<ValueError>("ModelConfig: kv_heads = {} must be >= 0 (0: = heads)", kv_heads);
   if (mlp_dim < 0) fail<ValueError>("ModelConfig: mlp_dim = {} must be >= 0 (0: the family default)", mlp_dim);
   if (vocab > (int64_t{1} << 31)) fail<ValueError>("ModelConfig: vocab = {} does not fit int32 token ids", vocab);
+  if (vocab_pad_to < 1 || vocab_pad_to > 65536)
+    fail<ValueError>("ModelConfig: vocab_pad_to = {} must be in [1, 65536] (1: no padding)", vocab_pad_to);
   if (dim % heads != 0) fail<ValueError>("ModelConfig: dim = {} is not a multiple of heads = {}", dim, heads);
   if (heads % resolved_kv_heads() != 0)
     fail<ValueError>("ModelConfig: heads = {} is not a multiple of kv_heads = {}", heads, resolved_kv_heads());
@@ -64,6 +67,11 @@ DType ModelConfig::compute() const {
   if (compute_dtype == "float16") return DType::Float16;
   fail<ValueError>("ModelConfig: compute_dtype = '{}' is unknown (expected one of: float32, bfloat16, float16)",
                    compute_dtype);
+}
+
+int64_t ModelConfig::padded_vocab() const {
+  const int64_t multiple = std::max<int64_t>(vocab_pad_to, 1);
+  return (vocab + multiple - 1) / multiple * multiple;
 }
 
 int64_t ModelConfig::resolved_kv_heads() const { return kv_heads == 0 ? heads : kv_heads; }
@@ -162,7 +170,7 @@ Tree build_params(const ModelConfig& c, const nn::ParamScope& scope) {
   using nn::Initializer;
   using nn::ParamKind;
   Tree p;
-  p["wte"] = scope.param("wte", {.shape = {c.vocab, c.dim},
+  p["wte"] = scope.param("wte", {.shape = {c.padded_vocab(), c.dim},
                                  .axes = {"vocab", "embed"},
                                  .init = Initializer::normal(c.init_std),
                                  .kind = ParamKind::Embedding});
@@ -186,7 +194,7 @@ Tree build_params(const ModelConfig& c, const nn::ParamScope& scope) {
   p["layers"] = Tree::list(std::move(layers));
   p["lnf"] = norm_init(c, scope.child("lnf"));
   if (!c.resolved_tied())
-    p["head"] = scope.param("head", {.shape = {c.dim, c.vocab},
+    p["head"] = scope.param("head", {.shape = {c.dim, c.padded_vocab()},
                                      .axes = {"embed", "vocab"},
                                      .init = Initializer::normal(c.init_std),
                                      .kind = ParamKind::Weight});
@@ -222,9 +230,52 @@ Model::Model(ModelConfig config) : config_(std::move(config)) {
   specs_ = scope.specs();
 }
 
-Tree Model::init(uint64_t seed) const { return build_params(config_, nn::ParamScope(seed)); }
+// The parameters are drawn at the unpadded shapes (the same values as a model without
+// padding) and then padded with zeros.
+Tree Model::init(uint64_t seed) const {
+  ModelConfig unpadded = config_;
+  unpadded.vocab_pad_to = 1;
+  return pad_vocabulary(config_, build_params(unpadded, nn::ParamScope(seed)));
+}
 
-int64_t Model::parameter_count() const { return nn::parameter_count(specs_); }
+int64_t Model::parameter_count() const {
+  const int64_t tables = config_.resolved_tied() ? 1 : 2;
+  return nn::parameter_count(specs_) - tables * (config_.padded_vocab() - config_.vocab) * config_.dim;
+}
+
+namespace {
+
+// Resizes the vocabulary axis of one table from `from` to `to` entries (zeros added, or
+// the tail dropped); any other size is a ShapeError naming the parameter.
+Array resize_vocab_axis(const Array& table, int axis, int64_t from, int64_t to, const char* name) {
+  const int64_t n = table.shape(axis);
+  if (n == to) return table;
+  if (n != from)
+    fail<ShapeError>("Model: parameter '{}' has {} entries along the vocabulary (expected {} or {})", name, n, from,
+                     to);
+  if (to < from) return slice_axis(table, axis, 0, to).eval();
+  Shape pad = table.shape();
+  pad[static_cast<size_t>(axis)] = to - from;
+  return concatenate({table, zeros(pad, table.dtype())}, axis).eval();
+}
+
+Tree resize_vocabulary(const Tree& params, int64_t from, int64_t to) {
+  if (from == to) return params;
+  Tree out = params;
+  out["wte"] = resize_vocab_axis(params.at("wte").leaf(), 0, from, to, "wte");
+  if (params.items().count("head") > 0) out["head"] = resize_vocab_axis(params.at("head").leaf(), 1, from, to, "head");
+  return out;
+}
+
+}  // namespace
+
+Tree pad_vocabulary(const ModelConfig& config, const Tree& params) {
+  return resize_vocabulary(params, config.vocab, config.padded_vocab());
+}
+
+Tree strip_vocabulary(const ModelConfig& config, const Tree& params) {
+  return resize_vocabulary(params, config.padded_vocab(), config.vocab);
+}
 
 namespace {
 
@@ -296,9 +347,18 @@ Array forward(const ModelConfig& c, const Tree& master, const Array& tokens, con
 
 }  // namespace
 
+namespace {
+// The logits without the padding columns (a copy, for inference; the loss reads the
+// padded logits in place).
+Array real_classes(const ModelConfig& c, const Array& logits) {
+  if (c.padded_vocab() == c.vocab) return logits;
+  return slice_axis(logits, -1, 0, c.vocab);
+}
+}  // namespace
+
 Array Model::logits(const Tree& params, const Array& tokens, const std::optional<Array>& dropout_key) const {
   check_tokens(config_, tokens, 0, "logits");
-  return forward(config_, params, tokens, dropout_key, nullptr);
+  return real_classes(config_, forward(config_, params, tokens, dropout_key, nullptr));
 }
 
 Array Model::loss(const Tree& params, const Array& tokens, const Array& targets,
@@ -306,7 +366,9 @@ Array Model::loss(const Tree& params, const Array& tokens, const Array& targets,
   if (targets.shape() != tokens.shape())
     fail<ShapeError>("Model::loss: targets {} do not match tokens {}", to_string(targets.shape()),
                      to_string(tokens.shape()));
-  return cross_entropy(logits(params, tokens, dropout_key), targets);
+  check_tokens(config_, tokens, 0, "loss");
+  return cross_entropy(forward(config_, params, tokens, dropout_key, nullptr), targets, -100, Reduction::Mean,
+                       config_.vocab);
 }
 
 KVCache Model::empty_cache(int64_t batch) const {
@@ -330,7 +392,7 @@ Array Model::logits_with_cache(const Tree& params, const Array& tokens, KVCache&
       fail<ValueError>("Model::logits_with_cache: cache keys {} do not match batch {} and length {}",
                        to_string(k.shape()), tokens.shape(0), cache.length);
   KVCache next = cache;
-  Array out = forward(config_, params, tokens, std::nullopt, &next);
+  Array out = real_classes(config_, forward(config_, params, tokens, std::nullopt, &next));
   std::vector<Array> results{out};
   results.insert(results.end(), next.k.begin(), next.k.end());
   results.insert(results.end(), next.v.begin(), next.v.end());
@@ -342,7 +404,7 @@ Array Model::logits_with_cache(const Tree& params, const Array& tokens, KVCache&
 
 double Model::flops_per_token(int64_t seq) const {
   if (seq <= 0) fail<ValueError>("Model::flops_per_token: seq {} must be positive", seq);
-  int64_t n = parameter_count();
+  int64_t n = parameter_count();  // without the vocabulary padding
   if (is_gpt2(config_)) n -= config_.context * config_.dim;
   return 6.0 * static_cast<double>(n) +
          12.0 * static_cast<double>(config_.layers) * static_cast<double>(seq) * static_cast<double>(config_.dim);

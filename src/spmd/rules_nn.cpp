@@ -6,6 +6,9 @@
 // Parameter gradients of a norm sum over the split rows: partial sums.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "spmd/rules.h"
 #include "tessera/core/ops.h"
 #include "tessera/ir/primitives/nn.h"
@@ -87,29 +90,39 @@ Array local_vocab_ids(const Mesh& mesh, const std::vector<int>& axes, int64_t vo
 // vocab axes finish the job: the row maxima (all-gather of [rows]), the sums of
 // exponentials and the target logit (all-reduces of [rows]). The gradient needs no
 // communication: softmax - onehot on the local slice, with the global lse.
+// With a padded vocabulary (classes < vocab) the padding columns are -inf on every
+// device, so they drop out of the maxima, the sums and the gradient.
+Array mask_padding(const Array& logits, const Array& ids, int64_t classes, int64_t vocab) {
+  if (classes >= vocab) return logits;
+  Array real = expand_dims(less(ids, full({}, static_cast<double>(classes), DType::Int64)), 0);
+  return where(real, logits, full({}, -std::numeric_limits<double>::infinity(), logits.dtype()));
+}
+
 std::vector<Array> vocab_parallel_loss(const std::vector<Array>& in, const Mesh& mesh, const std::vector<int>& axes,
-                                       int64_t vocab, int64_t ignore_index) {
-  Array logits = astype(in[0], accumulation_dtype(in[0].dtype()));
+                                       int64_t vocab, int64_t classes, int64_t ignore_index) {
+  Array ids = local_vocab_ids(mesh, axes, vocab);
+  Array raw = astype(in[0], accumulation_dtype(in[0].dtype()));
+  Array logits = mask_padding(raw, ids, classes, vocab);
   Array targets = astype(in[1], DType::Int64);
   const int64_t rows = logits.shape(0);
   Array m_local = max(stop_gradient(logits), {-1});
   Array m = max(all_gather(reshape(m_local, {1, rows}), mesh, axes, 0), {0});
   Array sum_exp = all_reduce(sum(exp(logits - expand_dims(m, -1)), {-1}), mesh, axes);
   Array lse = m + log(sum_exp);
-  Array ids = local_vocab_ids(mesh, axes, vocab);
   Array onehot = astype(equal(expand_dims(targets, -1), expand_dims(ids, 0)), logits.dtype());
-  Array picked = all_reduce(sum(logits * onehot, {-1}), mesh, axes);
+  // The target logit from the unmasked values (-inf * 0 would be NaN; no target is padding).
+  Array picked = all_reduce(sum(raw * onehot, {-1}), mesh, axes);
   Array valid = not_equal(targets, full({}, static_cast<double>(ignore_index), DType::Int64));
   return {where(valid, lse - picked, zeros({}, logits.dtype())), lse};
 }
 
 std::vector<Array> vocab_parallel_grad(const std::vector<Array>& in, const Mesh& mesh, const std::vector<int>& axes,
-                                       int64_t vocab, int64_t ignore_index) {
+                                       int64_t vocab, int64_t classes, int64_t ignore_index) {
   DType acc = accumulation_dtype(in[0].dtype());
-  Array logits = astype(in[0], acc);
+  Array ids = local_vocab_ids(mesh, axes, vocab);
+  Array logits = mask_padding(astype(in[0], acc), ids, classes, vocab);
   Array targets = astype(in[1], DType::Int64);
   Array p = exp(logits - expand_dims(in[2], -1));
-  Array ids = local_vocab_ids(mesh, axes, vocab);
   Array onehot = astype(equal(expand_dims(targets, -1), expand_dims(ids, 0)), acc);
   Array valid = not_equal(targets, full({}, static_cast<double>(ignore_index), DType::Int64));
   Array scale = where(valid, in[3], zeros({}, acc));
@@ -141,9 +154,11 @@ Decision cross_entropy_rule(const Context& c) {
     const int64_t vocab = c.in_types[0].shape[1];
     const int64_t ignore = grad ? static_cast<const CrossEntropyGrad&>(c.primitive).ignore_index()
                                 : static_cast<const CrossEntropy&>(c.primitive).ignore_index();
-    dec.expand = [mesh, vocab_axes, vocab, ignore, grad](const std::vector<Array>& in) {
-      return grad ? vocab_parallel_grad(in, mesh, vocab_axes, vocab, ignore)
-                  : vocab_parallel_loss(in, mesh, vocab_axes, vocab, ignore);
+    const int64_t classes = grad ? static_cast<const CrossEntropyGrad&>(c.primitive).classes_in(vocab)
+                                 : static_cast<const CrossEntropy&>(c.primitive).classes_in(vocab);
+    dec.expand = [mesh, vocab_axes, vocab, classes, ignore, grad](const std::vector<Array>& in) {
+      return grad ? vocab_parallel_grad(in, mesh, vocab_axes, vocab, classes, ignore)
+                  : vocab_parallel_loss(in, mesh, vocab_axes, vocab, classes, ignore);
     };
   }
   return dec;

@@ -140,6 +140,9 @@ void add_model_fields(std::vector<Field>& f) {
                                  [](C& c) -> std::string& { return c.model_preset; }));
   f.push_back(field<std::string>("model.family", "gpt2 | llama", [](C& c) -> std::string& { return c.model.family; }));
   f.push_back(field<int64_t>("model.vocab", "vocabulary size", [](C& c) -> int64_t& { return c.model.vocab; }));
+  f.push_back(field<int64_t>("model.vocab_pad_to",
+                             "embedding rows padded with zeros to a multiple of this (fast GEMMs; 1: none)",
+                             [](C& c) -> int64_t& { return c.model.vocab_pad_to; }));
   f.push_back(field<int64_t>("model.dim", "model width", [](C& c) -> int64_t& { return c.model.dim; }));
   f.push_back(field<int64_t>("model.layers", "transformer blocks", [](C& c) -> int64_t& { return c.model.layers; }));
   f.push_back(field<int64_t>("model.heads", "attention heads", [](C& c) -> int64_t& { return c.model.heads; }));
@@ -604,6 +607,8 @@ TrainConfig config_from_json(const nlohmann::json& json) {
     }
   }
   if (legacy_auto_interval) config.checkpoint.interval = kAutoInterval;
+  // Checkpoints written before model.vocab_pad_to existed hold unpadded tables.
+  if (!model.is_object() || !model.contains("vocab_pad_to")) config.model.vocab_pad_to = 1;
   config.model_preset = preset ? preset->get<std::string>() : "";
   config.schedule.total_steps = config.loop.steps;
   config.validate();

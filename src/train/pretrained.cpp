@@ -36,9 +36,10 @@ std::optional<int64_t> token_id(const json& config, const char* key) {
 
 // The fields that define the model's computation (what a checkpoint must agree on).
 bool same_shape(const models::ModelConfig& a, const models::ModelConfig& b) {
-  return a.family == b.family && a.vocab == b.vocab && a.dim == b.dim && a.layers == b.layers && a.heads == b.heads &&
-         a.resolved_kv_heads() == b.resolved_kv_heads() && a.resolved_mlp_dim() == b.resolved_mlp_dim() &&
-         a.context == b.context && a.resolved_tied() == b.resolved_tied();
+  return a.family == b.family && a.vocab == b.vocab && a.padded_vocab() == b.padded_vocab() && a.dim == b.dim &&
+         a.layers == b.layers && a.heads == b.heads && a.resolved_kv_heads() == b.resolved_kv_heads() &&
+         a.resolved_mlp_dim() == b.resolved_mlp_dim() && a.context == b.context &&
+         a.resolved_tied() == b.resolved_tied();
 }
 
 std::string shape_string(const models::ModelConfig& c) {

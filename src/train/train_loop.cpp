@@ -239,7 +239,8 @@ void TrainLoop::restore() {
         // Only the model's shape must match; other keys (steps, intervals) may change on resume.
         const TrainConfig saved = config_from_json(extra["config"]);
         if (saved.model.family != cfg_.model.family || saved.model.dim != cfg_.model.dim ||
-            saved.model.layers != cfg_.model.layers || saved.model.vocab != cfg_.model.vocab)
+            saved.model.layers != cfg_.model.layers || saved.model.vocab != cfg_.model.vocab ||
+            saved.model.padded_vocab() != cfg_.model.padded_vocab())
           fail<ConfigError>("resume: the checkpoint in '{}' was trained with a different model ({}); use a new run.dir",
                             run_dir_.string(), extra["config"]["model"].dump());
       }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/run_on_gpu.h"
@@ -290,6 +291,35 @@ TEST(CudaCrossEntropy, BackwardMatchesCpu) {
         if (t[r] != ignore) continue;
         for (int64_t j = 0; j < vocab; ++j) ASSERT_EQ(d[r * vocab + j], 0.0f) << r << " " << j;
       }
+    }
+}
+
+// A padded vocabulary (CrossEntropy classes < the row length, GPT-2's 50257 of 50304):
+// the GPU matches the CPU, the padding never enters the loss and gets a zero gradient.
+TEST(CudaCrossEntropy, PaddedVocabularyMatchesCpu) {
+  TESSERA_REQUIRE_GPU();
+  for (DType dtype : kFloatTypes)
+    for (auto [classes, stride] : {std::pair<int64_t, int64_t>{50257, 50304}, {1031, 1152}, {5, 8}}) {
+      const int64_t rows = 7, ignore = -100;
+      Array logits = random_array({rows, stride}, dtype, 3.0f);
+      Array targets = random_targets(rows, classes, ignore, true);
+      const DType acc = ts::accumulation_dtype(dtype);
+      auto fwd =
+          make(std::make_shared<ts::CrossEntropy>(ignore, classes), {{rows}, {rows}}, {acc, acc}, {logits, targets});
+      const std::string what = ts::type_string(logits) + " classes=" + std::to_string(classes);
+      std::vector<Array> gpu_fwd = expect_matches_cpu(fwd, "cross_entropy " + what);
+      Array dloss = random_array({rows}, acc, 1.0f, 0.5f);
+      auto grad = make(std::make_shared<ts::CrossEntropyGrad>(ignore, classes), {logits.shape()}, {dtype},
+                       {logits, targets, gpu_fwd[1], dloss});
+      std::vector<Array> gpu = expect_matches_cpu(grad, "cross_entropy_grad " + what);
+      const std::vector<float> d = values(gpu[0]);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = classes; j < stride; ++j) ASSERT_EQ(d[r * stride + j], 0.0f) << r << " " << j;
+      // The padding's values do not matter: the loss of the rows' first `classes` alone.
+      Array real = ts::slice_axis(logits, 1, 0, classes).eval();
+      auto plain = make(std::make_shared<ts::CrossEntropy>(ignore), {{rows}, {rows}}, {acc, acc}, {real, targets});
+      const std::vector<float> want = values(ts::cuda::run_on_gpu(plain[0])[0]), got = values(gpu_fwd[0]);
+      for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(got[r], want[r], 1e-5 * (1 + std::fabs(want[r]))) << r;
     }
 }
 

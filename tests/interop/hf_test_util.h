@@ -76,12 +76,13 @@ inline void expect_trees_bitwise_equal(const Tree& a, const Tree& b) {
 
 // Parameters with every leaf random (norm scales and biases too), so a mapping that
 // swaps or drops a tensor shows in the round trip.
+// The vocabulary padding stays zero, as in a model (the files hold `vocab` rows only).
 inline Tree random_params(const models::ModelConfig& config, uint64_t seed) {
-  const Tree init = models::Model(config).init(seed);
+  const Tree init = models::strip_vocabulary(config, models::Model(config).init(seed));
   std::vector<Array> leaves = init.leaves();
   for (size_t i = 0; i < leaves.size(); ++i)
     leaves[i] = random::normal(key(seed * 1000 + i), leaves[i].shape(), DType::Float32, 0.0, 0.3).eval();
-  return init.with_leaves(leaves);
+  return models::pad_vocabulary(config, init.with_leaves(leaves));
 }
 
 inline std::string read_text(const std::filesystem::path& path) {

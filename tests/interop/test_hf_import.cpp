@@ -94,7 +94,9 @@ TEST(HfImport, ConfigsMapToModelConfigs) {
   EXPECT_EQ(llama.config.rope_theta, 10000.0);
   EXPECT_EQ(llama.config.norm_eps, 1e-5);
   EXPECT_FALSE(llama.config.resolved_tied());
-  EXPECT_EQ(llama.params.at("head").leaf().shape(), Shape({32, 96}));
+  EXPECT_EQ(llama.config.vocab, 96);
+  EXPECT_EQ(llama.params.at("head").leaf().shape(), Shape({32, 128}));  // padded to vocab_pad_to
+  EXPECT_EQ(llama.config.padded_vocab(), 128);
   EXPECT_EQ(llama.config.rope_scaling, "none");
   const interop::HfModel llama31 = interop::load_hf_model(kHfFixtures / "hf_llama31");
   EXPECT_EQ(llama31.config.rope_theta, 100.0);

@@ -149,6 +149,14 @@ std::vector<Case> nn_cases() {
                    ce(Reduction::Mean)));
   v.push_back(make("cross_entropy_targets_split", "x=2", {{{16, 32}, P()}, {{16}, P("x"), Gen::Targets, 32}},
                    ce(Reduction::None)));
+  // A padded vocabulary (21 classes of 32 columns): the last device holds only padding.
+  auto ce_padded = [](const std::vector<Array>& a) {
+    return std::vector<Array>{cross_entropy(a[0], a[1], -100, Reduction::Mean, 21)};
+  };
+  v.push_back(
+      make("cross_entropy_vocab_padded", "x=4", {{{16, 32}, P(None, "x")}, {{16}, P(), Gen::Targets, 21}}, ce_padded));
+  v.push_back(make("cross_entropy_rows_vocab_padded", "a=2,b=2",
+                   {{{16, 32}, P("a", "b")}, {{16}, P("a"), Gen::Targets, 21}}, ce_padded));
   v.push_back(make("cross_entropy_rank3", "a=2,b=4",
                    {{{4, 8, 32}, P("a", "b")}, {{4, 8}, P("a", "b"), Gen::Targets, 32}}, ce(Reduction::Mean)));
   return v;

@@ -142,9 +142,11 @@ Array scaled_dot_product_attention(const Array& q, const Array& k, const Array& 
                                    std::optional<double> scale = std::nullopt);
 enum class Reduction { Mean, Sum, None };
 // logits [..., V], integer targets [...]; targets == ignore_index contribute 0 and
-// are excluded from the mean. Never materializes the probability tensor.
+// are excluded from the mean. Never materializes the probability tensor. `classes`
+// (0: V) counts the real classes when the vocabulary is padded: the logits' last
+// V - classes columns never enter the softmax and get a zero gradient.
 Array cross_entropy(const Array& logits, const Array& targets, int64_t ignore_index = -100,
-                    Reduction reduction = Reduction::Mean);
+                    Reduction reduction = Reduction::Mean, int64_t classes = 0);
 
 // ---- optimizer updates (fused kernels) ----
 // One AdamW step with decoupled weight decay (Loshchilov & Hutter):

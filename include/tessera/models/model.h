@@ -19,6 +19,15 @@ namespace tessera::models {
 struct ModelConfig {
   std::string family = "gpt2";  // "gpt2" | "llama"
   int64_t vocab = 256;
+  // The embedding table (and an untied head) get zero rows up to a multiple of this:
+  // GPT-2's 50257 -> 50304 at 128, as llm.c does. The vocabulary is a GEMM dimension
+  // of the logits, and tensor-core GEMMs need it a multiple of 8 16-bit elements to run
+  // at speed (an H100: the three logits GEMMs of GPT-2 124M take 4.9 ms per step at
+  // 50304 against 10.6 at 50257). The padding columns never enter the loss
+  // (cross_entropy's `classes`), get no gradient, so their rows stay 0; logits() returns
+  // [.., vocab]; parameter counts, FLOPs and Hugging Face files count `vocab` only.
+  // 1: no padding.
+  int64_t vocab_pad_to = 128;
   int64_t dim = 256;
   int64_t layers = 4;
   int64_t heads = 4;
@@ -57,6 +66,8 @@ struct ModelConfig {
   // The llama3 scaling parameters when rope_scaling is "llama3", else nullopt.
   std::optional<nn::Llama3RopeScaling> rope_llama3() const;
   int64_t head_dim() const { return dim / heads; }
+  // vocab rounded up to a multiple of vocab_pad_to: the rows of the embedding table.
+  int64_t padded_vocab() const;
   // compute_dtype as a DType (ValueError naming the allowed values when unknown).
   DType compute() const;
 };
@@ -67,6 +78,12 @@ struct ModelConfig {
 // listing the known ones.
 ModelConfig preset(const std::string& name);
 std::vector<std::string> preset_names();
+
+// The parameters with the vocabulary padding added (zero rows of "wte", zero columns
+// of "head") or removed: for files that hold `vocab` rows (Hugging Face). Leaves that
+// already have the wanted size pass through; another size is a ShapeError.
+Tree pad_vocabulary(const ModelConfig& config, const Tree& params);
+Tree strip_vocabulary(const ModelConfig& config, const Tree& params);
 
 // Per-layer attention keys and values of the tokens seen so far, for incremental
 // decoding: k[l], v[l] are [B, kv_heads, length, head_dim].
@@ -83,11 +100,13 @@ class Model {
   // Parameters, deterministic in `seed` (GPT-2 / Llama initializers: normal(init_std),
   // residual output projections scaled by 1/sqrt(2*layers), zero biases, unit norms).
   Tree init(uint64_t seed) const;
-  // Shapes, logical axes, initializers and kinds of every parameter (no values).
+  // Shapes, logical axes, initializers and kinds of every parameter (no values); the
+  // vocabulary dimensions are padded_vocab().
   const nn::ParamSpecs& specs() const { return specs_; }
+  // Parameters without the vocabulary padding (GPT-2 124M: 124,439,808).
   int64_t parameter_count() const;
 
-  // Logits [B, T, vocab] of int32 tokens [B, T] (T <= context), in the compute dtype
+  // Logits [B, T, vocab] (the padding columns left out) of int32 tokens [B, T] (T <= context), in the compute dtype
   // (float32 unless config.compute_dtype says otherwise). With a dropout key,
   // dropout (config.dropout) is applied as in training; without, it is inference.
   Array logits(const Tree& params, const Array& tokens, const std::optional<Array>& dropout_key = std::nullopt) const;

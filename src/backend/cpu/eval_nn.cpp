@@ -75,7 +75,8 @@ void CrossEntropy::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>
   const Array& logits = inputs[0];
   for (Array& o : outputs) o.allocate();
   cpu::cross_entropy_rows(logits.dtype(), logits.raw_data(), inputs[1].data<int64_t>(), logits.shape(0),
-                          logits.shape(1), ignore_index_, outputs[0].mutable_raw_data(), outputs[1].mutable_raw_data());
+                          logits.shape(1), classes_in(logits.shape(1)), ignore_index_, outputs[0].mutable_raw_data(),
+                          outputs[1].mutable_raw_data());
 }
 
 void CrossEntropyGrad::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
@@ -83,7 +84,7 @@ void CrossEntropyGrad::eval_cpu(const std::vector<Array>& inputs, std::vector<Ar
   outputs[0].allocate();
   cpu::cross_entropy_rows_backward(logits.dtype(), logits.raw_data(), inputs[1].data<int64_t>(), inputs[2].raw_data(),
                                    inputs[3].raw_data(), outputs[0].mutable_raw_data(), logits.shape(0),
-                                   logits.shape(1), ignore_index_);
+                                   logits.shape(1), classes_in(logits.shape(1)), ignore_index_);
 }
 
 }  // namespace tessera

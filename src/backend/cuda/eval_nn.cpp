@@ -190,8 +190,8 @@ void cross_entropy_kernel(const Primitive& p, const std::vector<DeviceTensor>& i
   const int64_t rows = logits.shape[0], vocab = logits.shape[1];
   check_stat("cross_entropy", "loss", outputs[0], rows, logits.dtype);
   check_stat("cross_entropy", "lse", outputs[1], rows, logits.dtype);
-  cross_entropy_forward(logits.dtype, logits.data, inputs[1].as<int64_t>(), rows, vocab, ce.ignore_index(),
-                        outputs[0].data, outputs[1].data, ctx.stream);
+  cross_entropy_forward(logits.dtype, logits.data, inputs[1].as<int64_t>(), rows, vocab, ce.classes_in(vocab),
+                        ce.ignore_index(), outputs[0].data, outputs[1].data, ctx.stream);
 }
 
 void cross_entropy_grad_kernel(const Primitive& p, const std::vector<DeviceTensor>& inputs,
@@ -205,7 +205,7 @@ void cross_entropy_grad_kernel(const Primitive& p, const std::vector<DeviceTenso
   check_stat("cross_entropy_grad", "dloss", inputs[3], rows, logits.dtype);
   check_like("cross_entropy_grad", "dlogits", outputs[0], logits);
   cross_entropy_backward(logits.dtype, logits.data, inputs[1].as<int64_t>(), inputs[2].data, inputs[3].data,
-                         outputs[0].data, rows, vocab, ce.ignore_index(), ctx.stream);
+                         outputs[0].data, rows, vocab, ce.classes_in(vocab), ce.ignore_index(), ctx.stream);
 }
 
 }  // namespace

@@ -359,8 +359,17 @@ Cost AttentionGrad::cost(const std::vector<Array>& inputs, const std::vector<Arr
 
 // ---- cross-entropy ----
 
-std::string CrossEntropy::attributes() const { return fmt::format("ignore_index={}", ignore_index_); }
-std::string CrossEntropyGrad::attributes() const { return fmt::format("ignore_index={}", ignore_index_); }
+namespace {
+// "classes" only when set, so programs without vocabulary padding keep their text (and
+// their compilation-cache keys).
+std::string cross_entropy_attributes(int64_t ignore_index, int64_t classes) {
+  if (classes > 0) return fmt::format("ignore_index={}, classes={}", ignore_index, classes);
+  return fmt::format("ignore_index={}", ignore_index);
+}
+}  // namespace
+
+std::string CrossEntropy::attributes() const { return cross_entropy_attributes(ignore_index_, classes_); }
+std::string CrossEntropyGrad::attributes() const { return cross_entropy_attributes(ignore_index_, classes_); }
 
 namespace {
 struct SafeTargets {
@@ -375,6 +384,7 @@ SafeTargets safe_targets(const Array& targets, int64_t ignore_index) {
 
 std::vector<Array> CrossEntropy::composite(const std::vector<Array>& in) const {
   Array logits = astype(in[0], accumulation_dtype(in[0].dtype()));
+  if (classes_ > 0) logits = slice_axis(logits, -1, 0, classes_);
   SafeTargets t = safe_targets(in[1], ignore_index_);
   Array lse = logsumexp(logits, {-1});
   Array picked = squeeze(take_along_axis(logits, expand_dims(t.targets, -1), -1), {-1});
@@ -391,7 +401,7 @@ std::vector<Array> CrossEntropy::vjp(const std::vector<Array>& primals, const st
       continue;
     }
     result.push_back(Array::make(primals[0].shape(), primals[0].dtype(),
-                                 std::make_shared<CrossEntropyGrad>(ignore_index_),
+                                 std::make_shared<CrossEntropyGrad>(ignore_index_, classes_),
                                  {primals[0], primals[1], outputs[1], cotangents[0]}));
   }
   return result;
@@ -402,8 +412,8 @@ std::pair<std::vector<Array>, std::vector<int>> CrossEntropy::vmap(const std::ve
   int64_t n = rules::batch_size(inputs, axes, "cross_entropy");
   Array logits = fold_batch(inputs[0], axes[0], n), targets = fold_batch(inputs[1], axes[1], n);
   DType acc = accumulation_dtype(logits.dtype());
-  auto outs = Array::make({targets.shape(), targets.shape()}, {acc, acc}, std::make_shared<CrossEntropy>(ignore_index_),
-                          {logits, targets});
+  auto outs = Array::make({targets.shape(), targets.shape()}, {acc, acc},
+                          std::make_shared<CrossEntropy>(ignore_index_, classes_), {logits, targets});
   return {{unfold_batch(outs[0], n), unfold_batch(outs[1], n)}, {0, 0}};
 }
 
@@ -418,19 +428,23 @@ std::pair<std::vector<Array>, std::vector<int>> CrossEntropyGrad::vmap(const std
   int64_t n = rules::batch_size(inputs, axes, "cross_entropy_grad");
   std::vector<Array> folded;
   for (size_t i = 0; i < inputs.size(); ++i) folded.push_back(fold_batch(inputs[i], axes[i], n));
-  Array dlogits =
-      Array::make(folded[0].shape(), folded[0].dtype(), std::make_shared<CrossEntropyGrad>(ignore_index_), folded);
+  Array dlogits = Array::make(folded[0].shape(), folded[0].dtype(),
+                              std::make_shared<CrossEntropyGrad>(ignore_index_, classes_), folded);
   return {{unfold_batch(dlogits, n)}, {0}};
 }
 
 std::vector<Array> CrossEntropyGrad::composite(const std::vector<Array>& in) const {
   DType acc = accumulation_dtype(in[0].dtype());
   Array logits = astype(in[0], acc);
+  const int64_t row = logits.shape(-1), classes = classes_in(row);
+  if (classes < row) logits = slice_axis(logits, -1, 0, classes);
   SafeTargets t = safe_targets(in[1], ignore_index_);
   Array p = exp(logits - expand_dims(in[2], -1));
-  Array onehot = one_hot(t.targets, logits.shape(-1), acc);
+  Array onehot = one_hot(t.targets, classes, acc);
   Array scale = where(t.valid, in[3], zeros({}, acc));
-  return {astype((p - onehot) * expand_dims(scale, -1), in[0].dtype())};
+  Array dlogits = (p - onehot) * expand_dims(scale, -1);
+  if (classes < row) dlogits = concatenate({dlogits, zeros({logits.shape(0), row - classes}, acc)}, -1);
+  return {astype(dlogits, in[0].dtype())};
 }
 
 }  // namespace tessera

@@ -118,10 +118,15 @@ class AttentionGrad : public Primitive {
 };
 
 // Inputs: logits [N, V], targets [N] int64. Outputs: loss [N], lse [N] (accumulation dtype).
+// `classes` (0: all V): only the first `classes` columns are classes; the rest are
+// vocabulary padding, outside the softmax, with zero gradient.
 class CrossEntropy : public Primitive {
  public:
-  explicit CrossEntropy(int64_t ignore_index) : ignore_index_(ignore_index) {}
+  explicit CrossEntropy(int64_t ignore_index, int64_t classes = 0) : ignore_index_(ignore_index), classes_(classes) {}
   int64_t ignore_index() const { return ignore_index_; }
+  int64_t classes() const { return classes_; }
+  // The number of classes in rows of `row_length` logits.
+  int64_t classes_in(int64_t row_length) const { return classes_ > 0 ? classes_ : row_length; }
   std::string name() const override { return "cross_entropy"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL
@@ -132,13 +137,17 @@ class CrossEntropy : public Primitive {
 
  private:
   int64_t ignore_index_;
+  int64_t classes_;
 };
 
 // Inputs: logits, targets, lse, dloss. Output: dlogits.
 class CrossEntropyGrad : public Primitive {
  public:
-  explicit CrossEntropyGrad(int64_t ignore_index) : ignore_index_(ignore_index) {}
+  explicit CrossEntropyGrad(int64_t ignore_index, int64_t classes = 0)
+      : ignore_index_(ignore_index), classes_(classes) {}
   int64_t ignore_index() const { return ignore_index_; }
+  int64_t classes() const { return classes_; }
+  int64_t classes_in(int64_t row_length) const { return classes_ > 0 ? classes_ : row_length; }
   std::string name() const override { return "cross_entropy_grad"; }
   std::string attributes() const override;
   TESSERA_PRIMITIVE_EVAL
@@ -147,6 +156,7 @@ class CrossEntropyGrad : public Primitive {
 
  private:
   int64_t ignore_index_;
+  int64_t classes_;
 };
 
 }  // namespace tessera

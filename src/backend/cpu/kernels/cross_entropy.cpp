@@ -1,5 +1,9 @@
 // Cross-entropy over rows of logits, forward and backward.
 //
+// A row holds `stride` logits of which the first `classes` are the classes; the rest
+// are padding (a vocabulary padded to a multiple of 128 for the GEMMs): they never enter
+// the softmax and their gradient is 0. j below runs over [0, classes).
+//
 //   forward:  lse_r = m_r + log(sum_j exp(x_rj - m_r)), m_r = max_j x_rj
 //             loss_r = lse_r - x_r,t_r   (0 where t_r == ignore_index)
 //   backward: dx_rj = dloss_r * (exp(x_rj - lse_r) - [j == t_r])   (0 rows where ignored)
@@ -62,8 +66,11 @@ void scaled_exp(const float* x, float shift, float scale, float* dx, int64_t n) 
 #endif
 
 // Validates every target before any work starts (workers must not throw).
-void check_targets(const char* op, const int64_t* targets, int64_t rows, int64_t vocab, int64_t ignore_index) {
-  check_rows(op, rows, vocab);
+void check_targets(const char* op, const int64_t* targets, int64_t rows, int64_t stride, int64_t vocab,
+                   int64_t ignore_index) {
+  check_rows(op, rows, stride);
+  if (vocab < 0 || vocab > stride)
+    fail<ValueError>("{}: {} classes in rows of {} logits (expected classes <= the row length)", op, vocab, stride);
   if (rows > 0 && !targets) fail<ValueError>("{}: targets buffer is null", op);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = targets[r];
@@ -77,8 +84,8 @@ void check_targets(const char* op, const int64_t* targets, int64_t rows, int64_t
 }
 
 template <typename T>
-void cross_entropy_impl(const T* logits, const int64_t* targets, int64_t rows, int64_t vocab, int64_t ignore_index,
-                        Acc<T>* loss, Acc<T>* lse) {
+void cross_entropy_impl(const T* logits, const int64_t* targets, int64_t rows, int64_t stride, int64_t vocab,
+                        int64_t ignore_index, Acc<T>* loss, Acc<T>* lse) {
   using A = Acc<T>;
   parallel_for_widened<T>(rows, row_grain(vocab), vocab, Scratch::CrossEntropyChunks,
                           [&](int64_t begin, int64_t end, float* scratch) {
@@ -86,11 +93,11 @@ void cross_entropy_impl(const T* logits, const int64_t* targets, int64_t rows, i
                               const A* x;
                               const A* next = nullptr;  // the next row of this chunk, prefetched during this one
                               if constexpr (kIsHalf<T>) {
-                                widen(logits + r * vocab, scratch, vocab);
+                                widen(logits + r * stride, scratch, vocab);
                                 x = scratch;
                               } else {
-                                x = logits + r * vocab;
-                                if (r + 1 < end) next = x + vocab;
+                                x = logits + r * stride;
+                                if (r + 1 < end) next = x + stride;
                               }
                               const MaxLogSum<A> l = row_lse(x, vocab, next);
                               const int64_t t = targets[r];
@@ -102,12 +109,13 @@ void cross_entropy_impl(const T* logits, const int64_t* targets, int64_t rows, i
 
 template <typename T>
 void cross_entropy_backward_impl(const T* logits, const int64_t* targets, const Acc<T>* lse, const Acc<T>* dloss,
-                                 T* dlogits, int64_t rows, int64_t vocab, int64_t ignore_index) {
+                                 T* dlogits, int64_t rows, int64_t stride, int64_t vocab, int64_t ignore_index) {
   using A = Acc<T>;
   parallel_for_widened<T>(rows, row_grain(vocab), 2 * vocab, Scratch::CrossEntropyChunks,
                           [&](int64_t begin, int64_t end, float* scratch) {
                             for (int64_t r = begin; r < end; ++r) {
-                              T* out = dlogits + r * vocab;
+                              T* out = dlogits + r * stride;
+                              for (int64_t j = vocab; j < stride; ++j) out[j] = from_acc<T>(A(0));
                               const int64_t t = targets[r];
                               if (t == ignore_index) {
                                 for (int64_t j = 0; j < vocab; ++j) out[j] = from_acc<T>(A(0));
@@ -116,12 +124,12 @@ void cross_entropy_backward_impl(const T* logits, const int64_t* targets, const 
                               if constexpr (kIsHalf<T>) {
                                 float* xs = scratch;
                                 float* ds = scratch + vocab;
-                                widen(logits + r * vocab, xs, vocab);
+                                widen(logits + r * stride, xs, vocab);
                                 scaled_exp(xs, lse[r], dloss[r], ds, vocab);
                                 ds[t] -= dloss[r];
                                 narrow(ds, out, vocab);
                               } else {
-                                scaled_exp(logits + r * vocab, lse[r], dloss[r], out, vocab);
+                                scaled_exp(logits + r * stride, lse[r], dloss[r], out, vocab);
                                 out[t] -= dloss[r];
                               }
                             }
@@ -130,26 +138,28 @@ void cross_entropy_backward_impl(const T* logits, const int64_t* targets, const 
 
 }  // namespace
 
-void cross_entropy_rows(DType dtype, const void* logits, const int64_t* targets, int64_t rows, int64_t vocab,
-                        int64_t ignore_index, void* loss, void* lse) {
-  check_targets("cross_entropy", targets, rows, vocab, ignore_index);
+void cross_entropy_rows(DType dtype, const void* logits, const int64_t* targets, int64_t rows, int64_t stride,
+                        int64_t vocab, int64_t ignore_index, void* loss, void* lse) {
+  check_targets("cross_entropy", targets, rows, stride, vocab, ignore_index);
   dispatch_float(dtype, "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     using A = Acc<T>;
-    cross_entropy_impl(static_cast<const T*>(logits), targets, rows, vocab, ignore_index, static_cast<A*>(loss),
+    cross_entropy_impl(static_cast<const T*>(logits), targets, rows, stride, vocab, ignore_index, static_cast<A*>(loss),
                        static_cast<A*>(lse));
   });
 }
 
 void cross_entropy_rows_backward(DType dtype, const void* logits, const int64_t* targets, const void* lse,
-                                 const void* dloss, void* dlogits, int64_t rows, int64_t vocab, int64_t ignore_index) {
-  check_targets("cross_entropy_backward", targets, rows, vocab, ignore_index);
+                                 const void* dloss, void* dlogits, int64_t rows, int64_t stride, int64_t vocab,
+                                 int64_t ignore_index) {
+  check_targets("cross_entropy_backward", targets, rows, stride, vocab, ignore_index);
   if (rows > 0 && (!lse || !dloss)) fail<ValueError>("cross_entropy_backward: lse and dloss must not be null");
   dispatch_float(dtype, "cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
     using A = Acc<T>;
     cross_entropy_backward_impl(static_cast<const T*>(logits), targets, static_cast<const A*>(lse),
-                                static_cast<const A*>(dloss), static_cast<T*>(dlogits), rows, vocab, ignore_index);
+                                static_cast<const A*>(dloss), static_cast<T*>(dlogits), rows, stride, vocab,
+                                ignore_index);
   });
 }
 

@@ -31,14 +31,17 @@ void rms_norm_rows(DType dtype, const void* x, const void* w, void* y, void* rst
 void rms_norm_rows_backward(DType dtype, const void* x, const void* w, const void* rstd, const void* dy, void* dx,
                             void* dw, int64_t rows, int64_t cols);
 
-// loss[r] = logsumexp(logits[r]) - logits[r, target[r]], and 0 where target[r] ==
-// ignore_index. lse[r] is saved for the backward. A target outside [0, vocab) that is
-// not ignore_index throws ValueError naming the row and the value.
-void cross_entropy_rows(DType dtype, const void* logits, const int64_t* targets, int64_t rows, int64_t vocab,
-                        int64_t ignore_index, void* loss, void* lse);
-// dlogits[r] = dloss[r] * (softmax(logits[r]) - onehot(target[r])), 0 for ignored rows.
-// The probabilities are recomputed from lse (never stored).
+// Rows of `stride` logits whose first `vocab` are the classes (the rest: vocabulary
+// padding, outside the softmax). loss[r] = logsumexp(logits[r, :vocab]) -
+// logits[r, target[r]], and 0 where target[r] == ignore_index. lse[r] is saved for the
+// backward. A target outside [0, vocab) that is not ignore_index throws ValueError naming
+// the row and the value.
+void cross_entropy_rows(DType dtype, const void* logits, const int64_t* targets, int64_t rows, int64_t stride,
+                        int64_t vocab, int64_t ignore_index, void* loss, void* lse);
+// dlogits[r, :vocab] = dloss[r] * (softmax(logits[r, :vocab]) - onehot(target[r])), 0 for
+// ignored rows and padding columns. The probabilities are recomputed from lse (never stored).
 void cross_entropy_rows_backward(DType dtype, const void* logits, const int64_t* targets, const void* lse,
-                                 const void* dloss, void* dlogits, int64_t rows, int64_t vocab, int64_t ignore_index);
+                                 const void* dloss, void* dlogits, int64_t rows, int64_t stride, int64_t vocab,
+                                 int64_t ignore_index);
 
 }  // namespace tessera::cpu

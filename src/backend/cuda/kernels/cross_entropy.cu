@@ -12,12 +12,12 @@ using rows::Acc;
 
 template <typename T, int V>
 __global__ void cross_entropy_forward_kernel(const T* __restrict__ logits, const int64_t* __restrict__ targets,
-                                             int64_t n_rows, int64_t vocab, int64_t ignore_index,
+                                             int64_t n_rows, int64_t stride, int64_t vocab, int64_t ignore_index,
                                              Acc<T>* __restrict__ loss, Acc<T>* __restrict__ lse) {
   using A = Acc<T>;
   __shared__ A red_m[33], red_s[33];
   for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
-    const T* xr = logits + r * vocab;
+    const T* xr = logits + r * stride;
     rows::MaxSum<A> st = rows::maxsum_init<A>();
     rows::row_segments<V>(xr, vocab, [&](int64_t j, auto width) {
       constexpr int W = decltype(width)::value;
@@ -45,21 +45,22 @@ __global__ void cross_entropy_forward_kernel(const T* __restrict__ logits, const
 template <typename T, int V>
 __global__ void cross_entropy_backward_kernel(const T* __restrict__ logits, const int64_t* __restrict__ targets,
                                               const Acc<T>* __restrict__ lse, const Acc<T>* __restrict__ dloss,
-                                              T* __restrict__ dlogits, int64_t n_rows, int64_t vocab,
+                                              T* __restrict__ dlogits, int64_t n_rows, int64_t stride, int64_t vocab,
                                               int64_t ignore_index) {
   using A = Acc<T>;
   for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
-    const T* xr = logits + r * vocab;
-    T* out = dlogits + r * vocab;
+    const T* xr = logits + r * stride;
+    T* out = dlogits + r * stride;
     const int64_t t = targets[r];
     const bool ignored = t == ignore_index;
     const bool bad = !ignored && (t < 0 || t >= vocab);
     const A d = dloss[r];
     const A shift = lse[r];
-    rows::row_segments<V>(xr, vocab, [&](int64_t j, auto width) {
+    // The whole row is written: the padding columns [vocab, stride) get 0.
+    rows::row_segments<V>(xr, stride, [&](int64_t j, auto width) {
       constexpr int W = decltype(width)::value;
       A v[W];
-      if (ignored) {
+      if (ignored || j >= vocab) {
 #pragma unroll
         for (int k = 0; k < W; ++k) v[k] = A(0);
       } else if (bad) {
@@ -69,7 +70,7 @@ __global__ void cross_entropy_backward_kernel(const T* __restrict__ logits, cons
         rows::load_vec<W>(xr + j, v);
 #pragma unroll
         for (int k = 0; k < W; ++k) {
-          v[k] = d * rows::exp_(v[k] - shift);
+          v[k] = j + k < vocab ? d * rows::exp_(v[k] - shift) : A(0);
           if (j + k == t) v[k] -= d;
         }
       }
@@ -78,10 +79,13 @@ __global__ void cross_entropy_backward_kernel(const T* __restrict__ logits, cons
   }
 }
 
-void check_sizes(const char* op, int64_t n_rows, int64_t vocab, const int64_t* targets) {
+void check_sizes(const char* op, int64_t n_rows, int64_t stride, int64_t vocab, const int64_t* targets) {
   if (n_rows < 0 || vocab < 0)
     throw_value_error(std::string(op) + ": negative size (got rows=" + std::to_string(n_rows) +
                       ", vocab=" + std::to_string(vocab) + "; expected >= 0)");
+  if (vocab > stride)
+    throw_value_error(std::string(op) + ": " + std::to_string(vocab) + " classes in rows of " + std::to_string(stride) +
+                      " logits (expected classes <= the row length)");
   if (n_rows > 0 && targets == nullptr) throw_value_error(std::string(op) + ": targets buffer is null");
 }
 
@@ -100,9 +104,9 @@ void launch_rows(int64_t n_rows, int64_t vocab, bool vec, Launch&& launch) {
 
 }  // namespace
 
-void cross_entropy_forward(DType dtype, const void* logits, const int64_t* targets, int64_t n_rows, int64_t vocab,
-                           int64_t ignore_index, void* loss, void* lse, cudaStream_t stream) {
-  check_sizes("cross_entropy", n_rows, vocab, targets);
+void cross_entropy_forward(DType dtype, const void* logits, const int64_t* targets, int64_t n_rows, int64_t stride,
+                           int64_t vocab, int64_t ignore_index, void* loss, void* lse, cudaStream_t stream) {
+  check_sizes("cross_entropy", n_rows, stride, vocab, targets);
   if (n_rows == 0) return;
   if (loss == nullptr) throw_value_error("cross_entropy: loss buffer is null");
   rows::dispatch_float(dtype, "cross_entropy", [&](auto tag) {
@@ -110,24 +114,25 @@ void cross_entropy_forward(DType dtype, const void* logits, const int64_t* targe
     using A = Acc<T>;
     launch_rows<T>(n_rows, vocab, true, [&](auto v, unsigned blocks, int threads) {
       cross_entropy_forward_kernel<T, decltype(v)::value>
-          <<<blocks, threads, 0, stream>>>(static_cast<const T*>(logits), targets, n_rows, vocab, ignore_index,
+          <<<blocks, threads, 0, stream>>>(static_cast<const T*>(logits), targets, n_rows, stride, vocab, ignore_index,
                                            static_cast<A*>(loss), static_cast<A*>(lse));
     });
   });
 }
 
 void cross_entropy_backward(DType dtype, const void* logits, const int64_t* targets, const void* lse, const void* dloss,
-                            void* dlogits, int64_t n_rows, int64_t vocab, int64_t ignore_index, cudaStream_t stream) {
-  check_sizes("cross_entropy_backward", n_rows, vocab, targets);
-  if (n_rows == 0 || vocab == 0) return;
+                            void* dlogits, int64_t n_rows, int64_t stride, int64_t vocab, int64_t ignore_index,
+                            cudaStream_t stream) {
+  check_sizes("cross_entropy_backward", n_rows, stride, vocab, targets);
+  if (n_rows == 0 || stride == 0) return;
   if (lse == nullptr || dloss == nullptr) throw_value_error("cross_entropy_backward: lse and dloss must not be null");
   rows::dispatch_float(dtype, "cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
     using A = Acc<T>;
-    launch_rows<T>(n_rows, vocab, rows::congruent16(logits, dlogits), [&](auto v, unsigned blocks, int threads) {
+    launch_rows<T>(n_rows, stride, rows::congruent16(logits, dlogits), [&](auto v, unsigned blocks, int threads) {
       cross_entropy_backward_kernel<T, decltype(v)::value><<<blocks, threads, 0, stream>>>(
           static_cast<const T*>(logits), targets, static_cast<const A*>(lse), static_cast<const A*>(dloss),
-          static_cast<T*>(dlogits), n_rows, vocab, ignore_index);
+          static_cast<T*>(dlogits), n_rows, stride, vocab, ignore_index);
     });
   });
 }

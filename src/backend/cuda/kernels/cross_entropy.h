@@ -1,5 +1,7 @@
-// Cross-entropy over the rows of logits [rows, vocab] (dense, row-major) on the device,
-// forward and backward (the CUDA twins of backend/cpu/kernels/cross_entropy.cpp):
+// Cross-entropy over the rows of logits [rows, stride] (dense, row-major) on the device,
+// forward and backward (the CUDA twins of backend/cpu/kernels/cross_entropy.cpp). The
+// first `vocab` columns of a row are the classes; the rest are vocabulary padding,
+// outside the softmax, and the backward writes them 0 (j below runs over [0, vocab)):
 //
 //   forward:  lse_r = m_r + log(sum_j exp(x_rj - m_r)), m_r = max_j x_rj
 //             loss_r = (m_r - x_r,t_r) + log(sum_j exp(x_rj - m_r)), 0 where t_r == ignore_index
@@ -24,10 +26,11 @@
 
 namespace tessera::cuda {
 
-void cross_entropy_forward(DType dtype, const void* logits, const int64_t* targets, int64_t rows, int64_t vocab,
-                           int64_t ignore_index, void* loss, void* lse, cudaStream_t stream);
+void cross_entropy_forward(DType dtype, const void* logits, const int64_t* targets, int64_t rows, int64_t stride,
+                           int64_t vocab, int64_t ignore_index, void* loss, void* lse, cudaStream_t stream);
 
 void cross_entropy_backward(DType dtype, const void* logits, const int64_t* targets, const void* lse, const void* dloss,
-                            void* dlogits, int64_t rows, int64_t vocab, int64_t ignore_index, cudaStream_t stream);
+                            void* dlogits, int64_t rows, int64_t stride, int64_t vocab, int64_t ignore_index,
+                            cudaStream_t stream);
 
 }  // namespace tessera::cuda

@@ -4,13 +4,14 @@
 // write); the second and third read the row from L1/L2. Statistics in the
 // accumulation type with a deterministic block reduction.
 //
-// Backward: one block per chunk of rows. For each row the block reduces sum(g) and
-// sum(g xhat), then writes dx and adds dy xhat / dy into the chunk's dw / db
-// accumulators. Thread t always owns the same columns (vectors t, t + blockDim, ...),
-// so the accumulators need no synchronization: they live in shared memory when they
-// fit (else in the chunk's partial row in global scratch) and each thread copies its
-// own columns out at the end. column_sum_kernel then adds the chunk partials in chunk
-// order: the result is independent of scheduling.
+// Backward: rows of up to 1024 16-bit columns (512 float32) take a warp each
+// (norm_backward_warp_kernel, below); longer rows take one block per chunk of rows. For
+// each row the block reduces sum(g) and sum(g xhat), then writes dx and adds dy xhat / dy
+// into the chunk's dw / db accumulators. Thread t always owns the same columns (vectors
+// t, t + blockDim, ...), so the accumulators need no synchronization: they live in shared
+// memory when they fit (else in the chunk's partial row in global scratch) and each
+// thread copies its own columns out at the end. column_sum_kernel then adds the chunk
+// partials in chunk order: the result is independent of scheduling.
 #include <initializer_list>
 #include <string>
 
@@ -183,6 +184,130 @@ __global__ void norm_backward_kernel(const T* __restrict__ x, const T* __restric
   }
 }
 
+constexpr int kRowWarps = 8;        // warps per block of norm_backward_warp_kernel
+constexpr int kMaxLaneVectors = 4;  // its rows: at most 32 * 4 vectors (1024 bf16 columns)
+
+// The backward with one warp per row, for rows of at most 32 * NV vectors (GPT-2's 768
+// bf16 columns: 3 vectors of 8 per lane). Lane l owns vectors l, l + 32, ... of every
+// row, so the row sums are warp butterflies (no block barrier per row), the row's x and
+// dy are read once (held in registers for the second half), and the lane's dw / db
+// accumulators live in registers. Block c handles the rows of chunk c as
+// norm_backward_kernel does (warp w takes rows r0 + w, r0 + w + kRowWarps, ...); its
+// warps then add their accumulators into shared memory in warp order and the block
+// writes the chunk's partial row. Same partial layout, fixed orders throughout: the
+// result does not depend on scheduling.
+template <typename T, int V, int NV>
+__global__ void __launch_bounds__(kRowWarps * 32)
+    norm_backward_warp_kernel(const T* __restrict__ x, const T* __restrict__ w, const Acc<T>* __restrict__ mean,
+                              const Acc<T>* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
+                              Acc<T>* __restrict__ dw_part, Acc<T>* __restrict__ db_part, int64_t n_rows, int64_t cols,
+                              int64_t rows_per_chunk, bool centered) {
+  using A = Acc<T>;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  A* s_dw = reinterpret_cast<A*>(shared_raw);  // [cols]
+  A* s_db = s_dw + cols;                       // [cols]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t nvec = cols / V;
+  const int64_t c = blockIdx.x;
+  const int64_t r0 = c * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < n_rows ? r0 + rows_per_chunk : n_rows;
+  const A n = static_cast<A>(cols);
+
+  A adw[NV][V], adb[NV][V];
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      adw[i][k] = A(0);
+      adb[i][k] = A(0);
+    }
+  }
+  // g = dy w: w is re-read for each row (from L1) rather than held, which keeps the
+  // registers under 128 so that 16 warps fit on an SM.
+  auto times_w = [&](int64_t v, A(&d)[V], A(&g)[V]) {
+    if (w != nullptr) {
+      rows::load_vec<V>(w + v * V, g);
+#pragma unroll
+      for (int k = 0; k < V; ++k) g[k] *= d[k];
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) g[k] = d[k];
+    }
+  };
+
+  for (int64_t r = r0 + warp; r < r1; r += kRowWarps) {
+    const T* xr = x + r * cols;
+    const T* dyr = dy + r * cols;
+    const A mu = centered ? mean[r] : A(0);
+    const A rs = rstd[r];
+    A xh[NV][V], dv[NV][V];  // xhat and dy of the lane's vectors
+    A sg = 0, sgx = 0;       // the lane's part of sum(g) and sum(g xhat), g = dy w
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const int64_t v = lane + 32 * i;
+      if (v < nvec) {
+        rows::load_vec<V>(xr + v * V, xh[i]);
+        rows::load_vec<V>(dyr + v * V, dv[i]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const int64_t v = lane + 32 * i;
+      if (v >= nvec) continue;
+      A g[V];
+      times_w(v, dv[i], g);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        xh[i][k] = (xh[i][k] - mu) * rs;
+        sg += g[k];
+        sgx += g[k] * xh[i][k];
+      }
+    }
+    sg = rows::warp_sum(sg);
+    sgx = rows::warp_sum(sgx);
+    const A mean_g = centered ? sg / n : A(0);
+    const A mean_gx = sgx / n;
+    T* dxr = dx + r * cols;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const int64_t v = lane + 32 * i;
+      if (v >= nvec) continue;
+      A out[V];
+      times_w(v, dv[i], out);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        out[k] = rs * (out[k] - mean_g - xh[i][k] * mean_gx);
+        adw[i][k] += dv[i][k] * xh[i][k];
+        adb[i][k] += dv[i][k];
+      }
+      rows::store_vec<V>(dxr + v * V, out);
+    }
+  }
+
+  if (dw_part == nullptr && db_part == nullptr) return;  // uniform over the block
+  // Warp 0 stores its accumulators, then warps 1, 2, ... add theirs, one at a time.
+  for (int turn = 0; turn < kRowWarps; ++turn) {
+    if (warp == turn) {
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        const int64_t v = lane + 32 * i;
+        if (v >= nvec) continue;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const int64_t j = v * V + k;
+          s_dw[j] = turn == 0 ? adw[i][k] : s_dw[j] + adw[i][k];
+          s_db[j] = turn == 0 ? adb[i][k] : s_db[j] + adb[i][k];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    if (dw_part != nullptr) dw_part[c * cols + j] = s_dw[j];
+    if (db_part != nullptr) db_part[c * cols + j] = s_db[j];
+  }
+}
+
 // out[j] = sum over c in [0, chunks) of part[c * cols + j], in a fixed order: thread row
 // ty sums chunks ty, ty + kSumRows, ... in order, then row 0 adds the kSumRows partials
 // in order. Block (32, kSumRows) per tile of 32 columns. chunks may be 0 (zeros).
@@ -290,8 +415,30 @@ void backward_impl(const void* x, const void* w, const void* mean, const void* r
   A* dw_part = want_dw ? static_cast<A*>(scratch) : nullptr;
   A* db_part = want_db ? reinterpret_cast<A*>(static_cast<unsigned char*>(scratch) + (want_dw ? part : 0)) : nullptr;
 
-  if (n_rows > 0) {
-    const bool vec = can_vectorize<T>(cols, {x, w, dy, dx});
+  const bool vec = can_vectorize<T>(cols, {x, w, dy, dx});
+  const int64_t lane_vectors = vec ? (cols / rows::kVec<T> + 31) / 32 : kMaxLaneVectors + 1;
+  if (n_rows > 0 && lane_vectors <= kMaxLaneVectors && sizeof(T) <= 4) {
+    // Rows short enough for a warp each (see norm_backward_warp_kernel).
+    const size_t shared = 2 * static_cast<size_t>(cols) * sizeof(A);
+    auto launch = [&](auto kernel) {
+      kernel<<<static_cast<unsigned>(ch.chunks), kRowWarps * 32, shared, stream>>>(
+          static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const A*>(mean), static_cast<const A*>(rstd),
+          static_cast<const T*>(dy), static_cast<T*>(dx), dw_part, db_part, n_rows, cols, ch.rows_per_chunk, centered);
+    };
+    constexpr int V = rows::kVec<T>;
+    if constexpr (sizeof(T) > 4) {
+      // float64 keeps the block kernel (its rows are short here and it is no hot path).
+    } else if (lane_vectors == 1) {
+      launch(norm_backward_warp_kernel<T, V, 1>);
+    } else if (lane_vectors == 2) {
+      launch(norm_backward_warp_kernel<T, V, 2>);
+    } else if (lane_vectors == 3) {
+      launch(norm_backward_warp_kernel<T, V, 3>);
+    } else {
+      launch(norm_backward_warp_kernel<T, V, 4>);
+    }
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  } else if (n_rows > 0) {
     const int64_t units = vec ? cols / rows::kVec<T> : cols;
     const int threads = rows::block_threads(units, 512);
     const size_t acc_bytes = static_cast<size_t>(cols) * sizeof(A) * static_cast<size_t>(accumulators);

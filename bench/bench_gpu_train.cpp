@@ -3,8 +3,9 @@
 //
 // tessera's trainer step (forward, backward, clipping, AdamW, one compiled program,
 // parameters and optimizer state resident on the GPU, bf16 compute with f32 master
-// weights) on the GPT-2 124M shape: vocab 50257, 12 layers, 12 heads, dim 768,
-// seq 1024. Batches of uniform random tokens are made before timing; --warmup steps
+// weights) on the GPT-2 124M shape: vocab 50257 (tessera pads its embedding table to
+// 50304, model.vocab_pad_to; the classes and FLOPs are 50257's), 12 layers, 12 heads,
+// dim 768, seq 1024. Batches of uniform random tokens are made before timing; --warmup steps
 // are not timed (compilation, autotuning, CUDA graph capture); each timed step ends
 // when its loss is on the host, and tokens/s = batch * seq / median step time.
 //
@@ -13,8 +14,11 @@
 // MaxText) and peak = the device's dense bf16 peak (989 TFLOP/s on H100 / H200).
 //
 // The peers (bench/peers/gpt2_torch_gpu.py: torch.compile + SDPA flash attention;
-// bench/peers/gpt2_jax_gpu.py: jax.jit, same model) run afterwards with the same
-// shape and steps; their last output line is a JSON object with tokens_per_s.
+// bench/peers/gpt2_jax_gpu.py: jax.jit, same model) run afterwards with the preset's
+// shape (vocab, layers, heads, dim), batch, seq and steps, after tessera has released
+// its device memory; their last output line is a JSON object with tokens_per_s. They
+// implement GPT-2 in bfloat16 only: another family or dtype needs --peers none.
+// `params_hash` (FNV-1a of the final parameters) tells two runs apart bitwise.
 //
 //   build/bin/bench_gpu_train [--preset gpt2-124m] [--batch 16] [--seq 1024] [--steps 20] [--warmup 5]
 //                             [--dtype bfloat16] [--peers torch,jax|none] [--python python3]
@@ -98,10 +102,13 @@ struct PeerResult {
 };
 
 // Runs a peer script and returns its last JSON line (stderr is passed through).
-PeerResult run_peer(const Flags& f, const std::string& name, const std::string& script) {
+// The peer trains the model tessera trained: the preset's shape is passed along.
+PeerResult run_peer(const Flags& f, const ts::models::ModelConfig& c, const std::string& name,
+                    const std::string& script) {
   PeerResult r{name, std::nullopt, ""};
-  const std::string command = fmt::format("{} {} --batch {} --seq {} --steps {} --warmup {}", f.python, script, f.batch,
-                                          f.seq, f.steps, f.warmup);
+  const std::string command =
+      fmt::format("{} {} --vocab {} --layers {} --heads {} --dim {} --batch {} --seq {} --steps {} --warmup {}",
+                  f.python, script, c.vocab, c.layers, c.heads, c.dim, f.batch, f.seq, f.steps, f.warmup);
   fmt::print("running peer {}: {}\n", name, command);
   std::fflush(stdout);
   FILE* pipe = popen(command.c_str(), "r");
@@ -130,6 +137,18 @@ PeerResult run_peer(const Flags& f, const std::string& name, const std::string& 
   return r;
 }
 
+// FNV-1a (64-bit) over the parameters' bytes in tree order: two runs of the same
+// binary, config and seed on one GPU must print the same value (determinism).
+std::string params_hash(const ts::Tree& params) {
+  uint64_t h = 1469598103934665603ull;
+  for (const ts::Array& leaf : params.leaves()) {
+    const ts::Array host = leaf.eval();
+    const auto* bytes = static_cast<const unsigned char*>(host.raw_data());
+    for (size_t i = 0; i < host.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
 int run(const Flags& f) {
   if (!ts::cuda::available()) {
     fmt::print(stderr, "bench_gpu_train: no GPU: {}\n", ts::cuda::unavailable_reason());
@@ -141,12 +160,18 @@ int run(const Flags& f) {
   config.context = std::max(config.context, f.seq);
   config.compute_dtype = f.dtype;
   ts::models::Model model(config);
+  const bool with_peers = f.peers != "none" && !f.peers.empty();
+  if (with_peers && (config.family != "gpt2" || f.dtype != "bfloat16" || config.resolved_kv_heads() != config.heads))
+    ts::fail<ts::ValueError>(
+        "bench_gpu_train: the peers train GPT-2 (multi-head attention) with bfloat16 compute; preset '{}' with "
+        "--dtype {} would compare different models (use --peers none)",
+        f.preset, f.dtype);
   ts::optim::OptimizerConfig adamw;  // lr 3e-4, betas (0.9, 0.95), wd 0.1, clip 1.0: the peers' settings
   adamw.no_decay = {ts::nn::ParamKind::Bias, ts::nn::ParamKind::Norm};
   ts::optim::Optimizer optimizer(adamw, model.specs());
-  ts::Tree params = model.init(0);
-  ts::Tree opt_state = optimizer.init(params);
-  ts::train::TrainStep step(model, optimizer, 1, nullptr, f.device);
+  auto params = std::make_unique<ts::Tree>(model.init(0));
+  auto opt_state = std::make_unique<ts::Tree>(optimizer.init(*params));
+  auto step = std::make_unique<ts::train::TrainStep>(model, optimizer, 1, nullptr, f.device);
 
   std::mt19937_64 gen(1);
   std::vector<ts::data::Batch> batches;
@@ -157,7 +182,8 @@ int run(const Flags& f) {
   double first_step_s = 0;
   for (int64_t i = 0; i < f.warmup + f.steps; ++i) {
     const auto t0 = Clock::now();
-    const ts::train::StepStats s = step.run(params, opt_state, {batches[static_cast<size_t>(i)]}, 3e-4, std::nullopt);
+    const ts::train::StepStats s =
+        step->run(*params, *opt_state, {batches[static_cast<size_t>(i)]}, 3e-4, std::nullopt);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     if (i == 0) first_step_s = dt;
     losses.push_back(s.loss);
@@ -165,8 +191,14 @@ int run(const Flags& f) {
   }
   if (const char* profile = std::getenv("TESSERA_PROFILE"); profile != nullptr && *profile != '0')
     fmt::print("kernel profile (TESSERA_PROFILE={}, steps run without CUDA graphs are timed):\n{}", profile,
-               step.profile_text());
+               step->profile_text());
   const ts::cuda::MemoryStats mem = ts::cuda::memory_stats(device.index);
+  const std::string hash = params_hash(*params);
+  // The peers get the GPU as tessera found it: its arrays, programs and cached blocks go.
+  step.reset();
+  opt_state.reset();
+  params.reset();
+  ts::cuda::empty_cache(device.index);
   const double step_s = ts::median(times);
   const double tokens_per_s = static_cast<double>(f.batch * f.seq) / step_s;
   const double n_params = static_cast<double>(model.parameter_count());
@@ -181,7 +213,7 @@ int run(const Flags& f) {
     if (name == "none" || name.empty()) continue;
     if (name != "torch" && name != "jax")
       ts::fail<ts::ValueError>("bench_gpu_train: unknown peer '{}' (torch, jax or none)", name);
-    peers.push_back(run_peer(f, name, fmt::format("bench/peers/gpt2_{}_gpu.py", name)));
+    peers.push_back(run_peer(f, config, name, fmt::format("bench/peers/gpt2_{}_gpu.py", name)));
   }
   double best_peer = 0;
   std::string best_name;
@@ -226,6 +258,7 @@ int run(const Flags& f) {
   out["mfu"] = mfu;
   out["peak_allocated_bytes"] = mem.peak_allocated_bytes;
   out["losses"] = losses;
+  out["params_hash"] = hash;
   for (const PeerResult& p : peers) {
     if (p.json)
       out["peers"][p.name] = *p.json;

@@ -15,6 +15,8 @@
 #                          words become spaces: bench:--batch:32)
 #   torch[:ARGS] jax[:ARGS] the peers bench/peers/gpt2_{torch,jax}_gpu.py ARGS
 #   cli[:ARGS]             bin/tessera ARGS
+#   determinism[:ARGS]     bench_gpu_train twice (8 steps, no warm-up, ARGS added): the two
+#                          runs' params_hash must be equal
 # Logs go to $OUT (or build-gpu/bundle-logs) as N-PHASE.log; each phase has its own time
 # limit (BUNDLE_<PHASE>_TIMEOUT seconds). Environment variables reach the phases'
 # programs, e.g. TESSERA_PROFILE=2 TESSERA_CUDA_GRAPHS=0 for a kernel profile.
@@ -116,7 +118,7 @@ run_bundle() {
           nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
           echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
           ldd "$dir/bin/test_cuda" | grep -E "not found|cuda|cublas|nvrtc|nccl"
-          python3 -c 'import torch, jax; print("torch", torch.__version__, torch.version.cuda, "jax", jax.__version__)'
+          python3 -c 'import torch, jax; print("torch", torch.__version__, torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "jax", jax.__version__)'
         } 2>&1 | tee "$LOGS/0-device.log"
         ;;
       test)
@@ -136,6 +138,20 @@ run_bundle() {
         ;;
       cli)
         run_phase cli "${BUNDLE_CLI_TIMEOUT:-200}" "$dir/bin/tessera" "${args[@]}"
+        ;;
+      determinism)
+        # shellcheck disable=SC2016 # $0 and $@ belong to the inner shell
+        run_phase determinism "${BUNDLE_BENCH_TIMEOUT:-180}" bash -c \
+          'for run in 1 2; do "$0" --preset gpt2-124m --peers none --steps 8 --warmup 0 "$@" || exit; done' \
+          "$dir/bin/bench_gpu_train" "${args[@]}"
+        local hashes
+        hashes="$(grep -o '"params_hash":"[0-9a-f]*"' "$LOGS/$PHASE_COUNT-determinism.log" | sort -u)"
+        if [[ $(grep -c . <<<"$hashes") == 1 ]]; then
+          echo "determinism: both runs end with $hashes"
+        else
+          echo "determinism: the runs DIFFER: $hashes"
+          STATUS_LINES+=("determinism FAIL: the two runs' params_hash differ")
+        fi
         ;;
       *)
         echo "gpu-bundle: unknown phase $name" >&2

@@ -23,8 +23,10 @@ struct BwdQGenericConfig {
   static size_t smem_bytes(int D) { return sizeof(float) * static_cast<size_t>((2 * kBM + 2 * kBN) * ld(D)); }
 };
 
+// (128, 1): with no minimum, ptxas capped the kDPL = 1 instances at 64 registers and
+// spilled (a build error, -warn-spills).
 template <typename T, int kDPL>
-__global__ void __launch_bounds__(128) bwd_dq_generic_kernel(const Params p) {
+__global__ void __launch_bounds__(128, 1) bwd_dq_generic_kernel(const Params p) {
   using C = BwdQGenericConfig;
   constexpr int kBM = C::kBM, kBN = C::kBN, kRows = C::kRowsPerWarp;
   const int D = p.D, ld = C::ld(D);

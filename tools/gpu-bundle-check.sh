@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The prepared GPU acceptance call (issue 20's protocol): one command on a lent GPU machine
+# that runs tools/gpu-bundle.sh's phases in order of importance, each under its own time
+# limit, and brings every log back as one archive (a device call returns at most 8 files).
+#
+#   here:   tools/gpu-bundle.sh make test_cuda bench_gpu_train bench_gpu_reduce tessera_cli
+#           tools/gpu-bundle-check.sh                 # rehearsal: every phase fails fast, no GPU
+#   there:  tools/gpu-bundle-check.sh                 # with .gpucarry/bundle.tar.xz carried
+#
+# Phases (GPT-2 124M, bf16, batch 16 x 1024 unless named):
+#   1 device       nvidia-smi, libraries, torch / cuDNN / jax versions
+#   2 test         test_cuda, every test
+#   3 bench        tessera, then PyTorch (torch.compile) in the same process call: vs_best_peer
+#   4 profile      per-kernel GPU profile of 3 steps (TESSERA_PROFILE=2, no CUDA graphs)
+#   5 before       tessera with the previous kernels (TESSERA_ATTENTION_KERNEL=v1,
+#                  TESSERA_CUDA_REDUCE=legacy): what this issue's kernels changed
+#   6 determinism  two runs, equal parameter hashes
+#   7 batch32, batch64
+#   8 reduce       bench_gpu_reduce (the step's reductions, column vs legacy)
+# CHECK_PHASES="test bench" runs a subset (a rerun of failed phases). Logs: $OUT/gpu-logs.tgz
+# and, as they finish, $OUT/summary.txt; the summary table is printed last.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT" || exit 2
+FINAL="${OUT:-$ROOT/build-gpu/check}"
+WORK="$(mktemp -d /tmp/gpu-check.XXXXXX)"
+mkdir -p "$FINAL"
+PHASES="${CHECK_PHASES:-device test bench profile before determinism batch32 batch64 reduce}"
+PEER_PYTHON="env LD_LIBRARY_PATH= python3"  # the peers use the machine's own CUDA libraries
+
+# run NAME ENV... -- BUNDLE-PHASES...: one gpu-bundle.sh invocation with its own log folder.
+run() {
+  local name="$1"
+  shift
+  local env=()
+  while [[ $# -gt 0 && "$1" != "--" ]]; do
+    env+=("$1")
+    shift
+  done
+  shift
+  echo "##### $name ($(date +%T))"
+  env "${env[@]}" OUT="$WORK/$name" BUNDLE_TAIL="${BUNDLE_TAIL:-6}" tools/gpu-bundle.sh run "$@" 2>&1 |
+    tee "$WORK/$name.out" | grep -E '^(=== |\| |[a-z]+ +(ok|FAIL|TIMEOUT)|determinism|skipped)' | cut -c1-300
+  grep -A20 'gpu-bundle summary' "$WORK/$name.out" | tail -n +2 | cut -c1-600 >>"$FINAL/summary.txt"
+  tar -C "$WORK" -czf "$FINAL/gpu-logs.tgz" . 2>/dev/null
+}
+
+for phase in $PHASES; do
+  case "$phase" in
+    device) run device -- device ;;
+    test) run test BUNDLE_TEST_TIMEOUT=170 -- test ;;
+    bench) run bench BUNDLE_BENCH_TIMEOUT=240 -- "bench:--steps:20:--warmup:5:--peers:torch:--python:$PEER_PYTHON" ;;
+    profile) run profile TESSERA_PROFILE=2 TESSERA_CUDA_GRAPHS=0 BUNDLE_BENCH_TIMEOUT=90 -- bench:--steps:3:--warmup:1 ;;
+    before)
+      run before TESSERA_ATTENTION_KERNEL=v1 TESSERA_CUDA_REDUCE=legacy BUNDLE_BENCH_TIMEOUT=90 -- \
+        bench:--steps:20:--warmup:5
+      ;;
+    determinism) run determinism BUNDLE_BENCH_TIMEOUT=120 -- determinism ;;
+    batch32) run batch32 BUNDLE_BENCH_TIMEOUT=90 -- bench:--batch:32:--steps:10:--warmup:3 ;;
+    batch64) run batch64 BUNDLE_BENCH_TIMEOUT=120 -- bench:--batch:64:--steps:10:--warmup:3 ;;
+    reduce) run reduce BUNDLE_REDUCE_TIMEOUT=60 -- reduce:--repeats:20 ;;
+    *) echo "gpu-bundle-check: unknown phase $phase" >&2 ;;
+  esac
+done
+echo
+echo "=== gpu-bundle-check summary ($FINAL)"
+cut -c1-400 "$FINAL/summary.txt"

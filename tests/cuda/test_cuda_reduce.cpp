@@ -239,3 +239,28 @@ TEST(CudaReducePlan, ChoosesThePathFromTheShape) {
   ASSERT_TRUE(cu::plan_reduce(DType::Float32, {5, 0}, {1}, &p));
   EXPECT_EQ(p.kind, cu::ReducePlan::Kind::Fill);
 }
+
+TEST(CudaReducePlan, CutsFewLongRowsIntoAboutFiveHundredChunks) {
+  // Host-only. A gradient norm sums the squares of a whole weight: one long row.
+  namespace cu = ts::cuda;
+  struct Restore {
+    cu::ReducePath path = cu::reduce_path();
+    ~Restore() { cu::set_reduce_path(path); }
+  } restore;
+  cu::set_reduce_path(cu::ReducePath::Column);
+  cu::ReducePlan p;
+  ASSERT_TRUE(cu::plan_reduce(DType::Float32, {768, 768}, {0, 1}, &p));
+  EXPECT_EQ(p.kind, cu::ReducePlan::Kind::Rows);
+  EXPECT_EQ(p.chunk_len, 2048);  // the smallest chunk: 8 elements per thread
+  EXPECT_EQ(p.chunks, 288);
+  EXPECT_EQ(p.scratch_bytes, 288u * 4);
+  ASSERT_TRUE(cu::plan_reduce(DType::Float32, {50257, 768}, {0, 1}, &p));
+  EXPECT_EQ(p.chunks, 512);
+  EXPECT_GE(p.chunks * p.chunk_len, 50257 * 768);
+  ASSERT_TRUE(cu::plan_reduce(DType::Float32, {3072}, {0}, &p));  // a bias: one block
+  EXPECT_EQ(p.chunks, 1);
+  cu::set_reduce_path(cu::ReducePath::Legacy);
+  ASSERT_TRUE(cu::plan_reduce(DType::Float32, {768, 768}, {0, 1}, &p));
+  EXPECT_EQ(p.chunk_len, 16384);
+  EXPECT_EQ(p.chunks, 36);
+}

@@ -19,11 +19,13 @@ using namespace reduce_element;  // NOLINT(build/namespaces): the shared element
 
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 4096;
-constexpr int64_t kThreadRowMax = 16;  // rows this short: a thread per row
-constexpr int64_t kWarpRowMax = 1024;  // rows this short: a warp per row (else a block)
-constexpr int64_t kLongRow = 32768;    // rows longer than this, when fewer than kFewRows,
-constexpr int64_t kFewRows = 256;      // are cut into chunks of kRowChunk (two passes)
-constexpr int64_t kRowChunk = 16384;
+constexpr int64_t kThreadRowMax = 16;   // rows this short: a thread per row
+constexpr int64_t kWarpRowMax = 1024;   // rows this short: a warp per row (else a block)
+constexpr int64_t kFewRows = 256;       // fewer rows than this, when long, are cut into chunks (two passes):
+constexpr int64_t kRowUnits = 512;      //   about this many (row, chunk) blocks (~4 per SM of an H100),
+constexpr int64_t kRowChunkMin = 2048;  //   each of this many elements at least (8 per thread)
+constexpr int64_t kLongRow = 32768;     // TESSERA_CUDA_REDUCE=legacy: rows longer than this,
+constexpr int64_t kRowChunk = 16384;    //   in chunks of this
 constexpr int64_t kColumnChunks = 256;  // target row chunks of a column reduction
 constexpr int64_t kColumnChunkMin = 16;
 
@@ -89,6 +91,29 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Elements a row kernel's thread loads before it adds them (loads in flight: a loop of
+// one load per add leaves a warp one outstanding load): 32 bytes of accumulators, as
+// many as fit in 64 registers without spilling.
+template <typename T>
+constexpr int kRowBatch = static_cast<int>(32 / sizeof(Acc<T>));
+
+// acc combined with x[first], x[first + step], ... < x[end] in order, kRowBatch<T>
+// loads at a time.
+template <typename T>
+__device__ __forceinline__ Acc<T> strided_span(ReduceOp op, Acc<T> acc, const T* x, int64_t first, int64_t end,
+                                               int64_t step) {
+  for (int64_t c = first; c < end; c += kRowBatch<T> * step) {
+    Acc<T> v[kRowBatch<T>];
+#pragma unroll
+    for (int b = 0; b < kRowBatch<T>; ++b)
+      if (c + b * step < end) v[b] = load(x, c + b * step);
+#pragma unroll
+    for (int b = 0; b < kRowBatch<T>; ++b)
+      if (c + b * step < end) acc = combine(op, acc, v[b]);
+  }
+  return acc;
+}
+
 // [rows, len]: a block per (row, chunk of chunk_len columns). One chunk: the block
 // writes the output; several: partial[row * chunks + chunk].
 template <typename T>
@@ -100,8 +125,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
     const int64_t row = u / chunks, c0 = (u - row * chunks) * chunk_len;
     const int64_t c1 = len - c0 < chunk_len ? len : c0 + chunk_len;
-    Acc<T> acc = identity<Acc<T>>(op);
-    for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) acc = combine(op, acc, load(x, row * len + c));
+    Acc<T> acc = strided_span(op, identity<Acc<T>>(op), x + row * len, c0 + threadIdx.x, c1, blockDim.x);
     acc = block_reduce(op, acc, shared);
     if (threadIdx.x == 0) {
       if (chunks == 1)
@@ -120,7 +144,15 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t warps = grid_threads() >> 5;
   for (int64_t r = global_thread() >> 5; r < rows; r += warps) {
     Acc<T> acc = identity<Acc<T>>(op);
-    for (int64_t k = lane; k < chunks; k += 32) acc = combine(op, acc, partial[r * chunks + k]);
+    for (int64_t k0 = lane; k0 < chunks; k0 += kRowBatch<T> * 32) {  // loads in flight, as strided_span
+      Acc<T> v[kRowBatch<T>];
+#pragma unroll
+      for (int b = 0; b < kRowBatch<T>; ++b)
+        if (k0 + b * 32 < chunks) v[b] = partial[r * chunks + k0 + b * 32];
+#pragma unroll
+      for (int b = 0; b < kRowBatch<T>; ++b)
+        if (k0 + b * 32 < chunks) acc = combine(op, acc, v[b]);
+    }
     acc = warp_reduce(op, acc);
     if (lane == 0) store(out, r, acc);
   }
@@ -419,9 +451,16 @@ bool plan_reduce(DType dtype, const std::vector<int64_t>& shape, const std::vect
     p.outer = g == 2 ? sizes[0] : 1;
     p.len = sizes[g - 1];
     p.chunk_len = p.len;
-    if (p.outer < kFewRows && p.len > kLongRow) {
-      p.chunk_len = kRowChunk;
-      p.chunks = (p.len + kRowChunk - 1) / kRowChunk;
+    if (reduce_path() == ReducePath::Legacy) {
+      if (p.outer < kFewRows && p.len > kLongRow) p.chunk_len = kRowChunk;
+    } else if (p.outer < kFewRows && p.len >= 2 * kRowChunkMin) {
+      // Few long rows (a gradient norm's sum of squares over a whole weight): chunks
+      // enough for about kRowUnits blocks.
+      const int64_t wanted = (kRowUnits + p.outer - 1) / p.outer;
+      p.chunk_len = std::max(kRowChunkMin, (p.len + wanted - 1) / wanted);
+    }
+    if (p.chunk_len < p.len) {
+      p.chunks = (p.len + p.chunk_len - 1) / p.chunk_len;
       p.scratch_bytes = static_cast<size_t>(p.outer * p.chunks) * accumulator_bytes(dtype);
     }
   } else if (!kinds[g - 1] && (g == 2 || (g == 3 && !kinds[0]))) {  // [R, K] or [K, R, K]

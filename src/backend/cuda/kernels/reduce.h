@@ -35,8 +35,10 @@ inline constexpr int kReduceMaxDims = 8;  // kept or reduced dim groups of the g
 //   Fill    every output is the identity (a reduced dim is 0: sum 0, prod 1);
 //   Copy    nothing is reduced (only size-1 axes): out[i] = x[i];
 //   Rows    [outer, len], reducing len (trailing axes): a thread, warp or block per
-//           row by length; rows longer than 32768 of fewer than 256 rows are cut into
-//           `chunks` of chunk_len and finished by a second pass over the partials;
+//           row by length; fewer than 256 rows of 4096 or more (a gradient norm's
+//           sums of squares) are cut into `chunks` of chunk_len, about 512 blocks in
+//           all, and finished by a second pass over the partials (legacy: rows longer
+//           than 32768 in chunks of 16384);
 //   ColumnStrips [outer, len, inner], reducing len (leading/middle axes, e.g. a bias
 //           gradient [tokens, d] -> [d]) of a float dtype with inner >= 64: a block
 //           per strip of columns and chunk of chunk_len rows with 16-byte loads, and
@@ -61,9 +63,10 @@ struct ReducePlan {
   size_t scratch_bytes = 0;
 };
 
-// Which kernels reduce over leading axes (TESSERA_CUDA_REDUCE, read on first use):
-// Column the ColumnStrips kernels where they apply (the default), Legacy always the
-// thread-per-column Columns kernel (kept for A/B timing and as a reference).
+// The plans (TESSERA_CUDA_REDUCE, read on first use): Column the ColumnStrips kernels
+// where they apply and the Rows chunking above (the default); Legacy the earlier plans,
+// always the thread-per-column Columns kernel and the legacy Rows chunking (kept for
+// A/B timing and as a reference).
 enum class ReducePath { Column, Legacy };
 ReducePath reduce_path();
 void set_reduce_path(ReducePath path);  // tests

@@ -66,31 +66,6 @@ __global__ void __launch_bounds__(kThreads) copy_kernel(const T* x, T* out, int6
   for (int64_t i = global_thread(); i < n; i += grid_threads()) store(out, i, load(x, i));
 }
 
-// [rows, len]: a thread per row, in column order.
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    rows_thread_kernel(ReduceOp op, const T* x, T* out, int64_t rows, int64_t len) {
-  for (int64_t r = global_thread(); r < rows; r += grid_threads()) {
-    Acc<T> acc = identity<Acc<T>>(op);
-    for (int64_t c = 0; c < len; ++c) acc = combine(op, acc, load(x, r * len + c));
-    store(out, r, acc);
-  }
-}
-
-// [rows, len]: a warp per row; lane l takes columns l, l + 32, ...
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    rows_warp_kernel(ReduceOp op, const T* x, T* out, int64_t rows, int64_t len) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = grid_threads() >> 5;
-  for (int64_t r = global_thread() >> 5; r < rows; r += warps) {
-    Acc<T> acc = identity<Acc<T>>(op);
-    for (int64_t c = lane; c < len; c += 32) acc = combine(op, acc, load(x, r * len + c));
-    acc = warp_reduce(op, acc);
-    if (lane == 0) store(out, r, acc);
-  }
-}
-
 // Elements a row kernel's thread loads before it adds them (loads in flight: a loop of
 // one load per add leaves a warp one outstanding load): 32 bytes of accumulators, as
 // many as fit in 64 registers without spilling.
@@ -112,6 +87,30 @@ __device__ __forceinline__ Acc<T> strided_span(ReduceOp op, Acc<T> acc, const T*
       if (c + b * step < end) acc = combine(op, acc, v[b]);
   }
   return acc;
+}
+
+// [rows, len]: a thread per row, in column order.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    rows_thread_kernel(ReduceOp op, const T* x, T* out, int64_t rows, int64_t len) {
+  for (int64_t r = global_thread(); r < rows; r += grid_threads()) {
+    Acc<T> acc = identity<Acc<T>>(op);
+    for (int64_t c = 0; c < len; ++c) acc = combine(op, acc, load(x, r * len + c));
+    store(out, r, acc);
+  }
+}
+
+// [rows, len]: a warp per row; lane l takes columns l, l + 32, ...
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    rows_warp_kernel(ReduceOp op, const T* x, T* out, int64_t rows, int64_t len) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = grid_threads() >> 5;
+  for (int64_t r = global_thread() >> 5; r < rows; r += warps) {
+    Acc<T> acc = strided_span(op, identity<Acc<T>>(op), x + r * len, lane, len, 32);
+    acc = warp_reduce(op, acc);
+    if (lane == 0) store(out, r, acc);
+  }
 }
 
 // [rows, len]: a block per (row, chunk of chunk_len columns). One chunk: the block
@@ -143,16 +142,7 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x & 31;
   const int64_t warps = grid_threads() >> 5;
   for (int64_t r = global_thread() >> 5; r < rows; r += warps) {
-    Acc<T> acc = identity<Acc<T>>(op);
-    for (int64_t k0 = lane; k0 < chunks; k0 += kRowBatch<T> * 32) {  // loads in flight, as strided_span
-      Acc<T> v[kRowBatch<T>];
-#pragma unroll
-      for (int b = 0; b < kRowBatch<T>; ++b)
-        if (k0 + b * 32 < chunks) v[b] = partial[r * chunks + k0 + b * 32];
-#pragma unroll
-      for (int b = 0; b < kRowBatch<T>; ++b)
-        if (k0 + b * 32 < chunks) acc = combine(op, acc, v[b]);
-    }
+    Acc<T> acc = strided_span(op, identity<Acc<T>>(op), partial + r * chunks, lane, chunks, 32);
     acc = warp_reduce(op, acc);
     if (lane == 0) store(out, r, acc);
   }

@@ -13,6 +13,7 @@
 #   test[:FILTER]          bin/test_cuda (gtest filter FILTER, default all)
 #   bench[:ARGS]           bin/bench_gpu_train --preset gpt2-124m --peers none ARGS (':'-separated
 #                          words become spaces: bench:--batch:32)
+#   reduce[:ARGS]          bin/bench_gpu_reduce ARGS (make it with: make test_cuda bench_gpu_reduce)
 #   torch[:ARGS] jax[:ARGS] the peers bench/peers/gpt2_{torch,jax}_gpu.py ARGS
 #   cli[:ARGS]             bin/tessera ARGS
 #   determinism[:ARGS]     bench_gpu_train twice (8 steps, no warm-up, ARGS added): the two
@@ -131,6 +132,9 @@ run_bundle() {
         ;;
       bench)
         run_phase bench "${BUNDLE_BENCH_TIMEOUT:-180}" "$dir/bin/bench_gpu_train" --preset gpt2-124m --peers none "${args[@]}"
+        ;;
+      reduce)
+        run_phase reduce "${BUNDLE_REDUCE_TIMEOUT:-120}" "$dir/bin/bench_gpu_reduce" "${args[@]}"
         ;;
       torch | jax)
         PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="" run_phase "$name" "${BUNDLE_PEER_TIMEOUT:-200}" \

@@ -32,6 +32,11 @@ constexpr Flag kFlags[] = {
     {"TESSERA_CPU_DEVICES", "1", "The number of virtual CPU devices of an in-process mesh (1 to 4096).", ""},
     {"TESSERA_CUDA_GRAPHS", "1", "0: GPU programs launch their kernels one by one instead of replaying a CUDA graph.",
      ""},
+    {"TESSERA_CUDA_REDUCE", "column",
+     "GPU reduction plans: column (sums over leading axes of wide rows, e.g. bias gradients, by a block per strip "
+     "of columns and chunk of rows with 16-byte loads; few long rows in about 512 chunks) or legacy (a thread per "
+     "column; long rows in chunks of 16384; for A/B timing).",
+     ""},
     {"TESSERA_DISABLE_PASSES", "",
      "Compiler passes to skip, by name (e.g. fusion,cse: bisecting a miscompile); part of compilation-cache keys.", ""},
     {"TESSERA_DUMP", "", "A directory: the compiler writes the program after every pass there (IR text).", ""},

@@ -1,6 +1,7 @@
 // Reductions on the GPU (backend/cuda/eval_reduce.cpp, kernels/reduce.cu) against the
 // CPU backend: sum / prod / max / min over axis sets that take every path of the plan
-// (rows by thread, warp, block and two-pass chunks; columns in one and two passes;
+// (rows by thread, warp, block and two-pass chunks; columns in one and two passes, by
+// the column kernels for wide float rows (more in test_cuda_reduce_columns.cpp);
 // the general strided kernel; nothing reduced; empty reductions), every dtype family,
 // and argmax / argmin with ties and NaN.
 #include <gtest/gtest.h>
@@ -122,7 +123,7 @@ const AxisCase kAxisCases[] = {
     {{3, 70001}, {1}},       // rows, two passes over chunks
     {{1000003}, {0}},        // everything, two passes
     {{7, 1000}, {0}},        // columns, two passes
-    {{2048, 768}, {0}},      // a bias gradient
+    {{2048, 768}, {0}},      // a bias gradient (the column kernels for floats)
     {{20, 7}, {0}},          // columns, one pass
     {{4, 50, 6}, {1}},       // columns with an outer dim
     {{4, 5, 6, 7}, {0, 2}},  // general
@@ -221,7 +222,8 @@ TEST(CudaReducePlan, ChoosesThePathFromTheShape) {
   namespace cu = ts::cuda;
   cu::ReducePlan p;
   ASSERT_TRUE(cu::plan_reduce(DType::Float32, {2048, 768}, {0}, &p));
-  EXPECT_EQ(p.kind, cu::ReducePlan::Kind::Columns);
+  EXPECT_EQ(p.kind, cu::reduce_path() == cu::ReducePath::Column ? cu::ReducePlan::Kind::ColumnStrips
+                                                                : cu::ReducePlan::Kind::Columns);
   EXPECT_GT(p.chunks, 1);
   EXPECT_EQ(p.scratch_bytes, static_cast<size_t>(p.chunks * 768 * 4));
   ASSERT_TRUE(cu::plan_reduce(DType::BFloat16, {8, 1, 3, 5}, {2, 3}, &p));
@@ -236,4 +238,29 @@ TEST(CudaReducePlan, ChoosesThePathFromTheShape) {
   EXPECT_EQ(p.kind, cu::ReducePlan::Kind::Copy);
   ASSERT_TRUE(cu::plan_reduce(DType::Float32, {5, 0}, {1}, &p));
   EXPECT_EQ(p.kind, cu::ReducePlan::Kind::Fill);
+}
+
+TEST(CudaReducePlan, CutsFewLongRowsIntoAboutFiveHundredChunks) {
+  // Host-only. A gradient norm sums the squares of a whole weight: one long row.
+  namespace cu = ts::cuda;
+  struct Restore {
+    cu::ReducePath path = cu::reduce_path();
+    ~Restore() { cu::set_reduce_path(path); }
+  } restore;
+  cu::set_reduce_path(cu::ReducePath::Column);
+  cu::ReducePlan p;
+  ASSERT_TRUE(cu::plan_reduce(DType::Float32, {768, 768}, {0, 1}, &p));
+  EXPECT_EQ(p.kind, cu::ReducePlan::Kind::Rows);
+  EXPECT_EQ(p.chunk_len, 2048);  // the smallest chunk: 8 elements per thread
+  EXPECT_EQ(p.chunks, 288);
+  EXPECT_EQ(p.scratch_bytes, 288u * 4);
+  ASSERT_TRUE(cu::plan_reduce(DType::Float32, {50257, 768}, {0, 1}, &p));
+  EXPECT_EQ(p.chunks, 512);
+  EXPECT_GE(p.chunks * p.chunk_len, 50257 * 768);
+  ASSERT_TRUE(cu::plan_reduce(DType::Float32, {3072}, {0}, &p));  // a bias: one block
+  EXPECT_EQ(p.chunks, 1);
+  cu::set_reduce_path(cu::ReducePath::Legacy);
+  ASSERT_TRUE(cu::plan_reduce(DType::Float32, {768, 768}, {0, 1}, &p));
+  EXPECT_EQ(p.chunk_len, 16384);
+  EXPECT_EQ(p.chunks, 36);
 }

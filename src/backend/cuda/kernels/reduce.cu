@@ -6,125 +6,28 @@
 // warp 0 for a block), so the result depends on the shape only, never on the grid.
 // The reduce op is a kernel argument (a uniform branch), not a template parameter:
 // ten dtypes x eight kernels instead of forty x eight.
-#include <cuda_fp16.h>
-
 #include <algorithm>
-#include <limits>
-#include <type_traits>
 
+#include "backend/cuda/kernels/column_sum.h"
 #include "backend/cuda/kernels/reduce.h"
+#include "backend/cuda/kernels/reduce_element.cuh"
 
 namespace tessera::cuda {
 namespace {
 
+using namespace reduce_element;  // NOLINT(build/namespaces): the shared element helpers
+
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 4096;
-constexpr int64_t kThreadRowMax = 16;  // rows this short: a thread per row
-constexpr int64_t kWarpRowMax = 1024;  // rows this short: a warp per row (else a block)
-constexpr int64_t kLongRow = 32768;    // rows longer than this, when fewer than kFewRows,
-constexpr int64_t kFewRows = 256;      // are cut into chunks of kRowChunk (two passes)
-constexpr int64_t kRowChunk = 16384;
+constexpr int64_t kThreadRowMax = 16;   // rows this short: a thread per row
+constexpr int64_t kWarpRowMax = 1024;   // rows this short: a warp per row (else a block)
+constexpr int64_t kFewRows = 256;       // fewer rows than this, when long, are cut into chunks (two passes):
+constexpr int64_t kRowUnits = 512;      //   about this many (row, chunk) blocks (~4 per SM of an H100),
+constexpr int64_t kRowChunkMin = 2048;  //   each of this many elements at least (8 per thread)
+constexpr int64_t kLongRow = 32768;     // TESSERA_CUDA_REDUCE=legacy: rows longer than this,
+constexpr int64_t kRowChunk = 16384;    //   in chunks of this
 constexpr int64_t kColumnChunks = 256;  // target row chunks of a column reduction
 constexpr int64_t kColumnChunkMin = 16;
-
-// ---- element access ------------------------------------------------------------
-
-template <typename T>
-struct AccOf {
-  using type = long long;  // integers and bool: int64, wrapping
-};
-template <>
-struct AccOf<float> {
-  using type = float;
-};
-template <>
-struct AccOf<bfloat16> {
-  using type = float;
-};
-template <>
-struct AccOf<float16> {
-  using type = float;
-};
-template <>
-struct AccOf<double> {
-  using type = double;
-};
-template <typename T>
-using Acc = typename AccOf<T>::type;
-
-template <typename T>
-__device__ __forceinline__ Acc<T> load(const T* x, int64_t i) {
-  if constexpr (std::is_same_v<T, bfloat16>) {
-    return __uint_as_float(static_cast<unsigned int>(reinterpret_cast<const unsigned short*>(x)[i]) << 16);
-  } else if constexpr (std::is_same_v<T, float16>) {
-    return __half2float(__ushort_as_half(reinterpret_cast<const unsigned short*>(x)[i]));
-  } else if constexpr (std::is_same_v<T, bool>) {
-    return reinterpret_cast<const unsigned char*>(x)[i] != 0 ? 1 : 0;  // any nonzero byte is true
-  } else {
-    return static_cast<Acc<T>>(x[i]);
-  }
-}
-
-// float -> bfloat16 bits, round to nearest even (tessera::float_to_bf16).
-__device__ __forceinline__ unsigned short bf16_bits(float f) {
-  unsigned int u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<unsigned short>((u >> 16) | 0x0040u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<unsigned short>(u >> 16);
-}
-
-template <typename T>
-__device__ __forceinline__ void store(T* out, int64_t i, Acc<T> v) {
-  if constexpr (std::is_same_v<T, bfloat16>) {
-    reinterpret_cast<unsigned short*>(out)[i] = bf16_bits(v);
-  } else if constexpr (std::is_same_v<T, float16>) {
-    reinterpret_cast<unsigned short*>(out)[i] = __half_as_ushort(__float2half_rn(v));
-  } else if constexpr (std::is_same_v<T, bool>) {
-    reinterpret_cast<unsigned char*>(out)[i] = v != 0 ? 1 : 0;
-  } else {
-    out[i] = static_cast<T>(v);  // integers: the int64 accumulator wraps into T
-  }
-}
-
-// ---- the reduce ops --------------------------------------------------------------
-
-template <typename A>
-__device__ __forceinline__ A identity(ReduceOp op) {
-  constexpr bool kFloat = std::is_floating_point_v<A>;
-  switch (op) {
-    case ReduceOp::Sum:
-      return A(0);
-    case ReduceOp::Prod:
-      return A(1);
-    case ReduceOp::Max:
-      return kFloat ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::lowest();
-    case ReduceOp::Min:
-      break;
-  }
-  return kFloat ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max();
-}
-
-// NaN in either operand wins for Max/Min; integer sums and products wrap.
-template <typename A>
-__device__ __forceinline__ A combine(ReduceOp op, A a, A b) {
-  switch (op) {
-    case ReduceOp::Sum:
-      if constexpr (std::is_integral_v<A>)
-        return static_cast<A>(static_cast<unsigned long long>(a) + static_cast<unsigned long long>(b));
-      else
-        return a + b;
-    case ReduceOp::Prod:
-      if constexpr (std::is_integral_v<A>)
-        return static_cast<A>(static_cast<unsigned long long>(a) * static_cast<unsigned long long>(b));
-      else
-        return a * b;
-    case ReduceOp::Max:
-      return (b > a || b != b) ? b : a;
-    case ReduceOp::Min:
-      break;
-  }
-  return (b < a || b != b) ? b : a;
-}
 
 // Fixed tree: lane l takes lane l + o for o = 16, 8, 4, 2, 1; the result is in lane 0.
 template <typename A>
@@ -163,6 +66,29 @@ __global__ void __launch_bounds__(kThreads) copy_kernel(const T* x, T* out, int6
   for (int64_t i = global_thread(); i < n; i += grid_threads()) store(out, i, load(x, i));
 }
 
+// Elements a row kernel's thread loads before it adds them (loads in flight: a loop of
+// one load per add leaves a warp one outstanding load): 32 bytes of accumulators, as
+// many as fit in 64 registers without spilling.
+template <typename T>
+constexpr int kRowBatch = static_cast<int>(32 / sizeof(Acc<T>));
+
+// acc combined with x[first], x[first + step], ... < x[end] in order, kRowBatch<T>
+// loads at a time.
+template <typename T>
+__device__ __forceinline__ Acc<T> strided_span(ReduceOp op, Acc<T> acc, const T* x, int64_t first, int64_t end,
+                                               int64_t step) {
+  for (int64_t c = first; c < end; c += kRowBatch<T> * step) {
+    Acc<T> v[kRowBatch<T>];
+#pragma unroll
+    for (int b = 0; b < kRowBatch<T>; ++b)
+      if (c + b * step < end) v[b] = load(x, c + b * step);
+#pragma unroll
+    for (int b = 0; b < kRowBatch<T>; ++b)
+      if (c + b * step < end) acc = combine(op, acc, v[b]);
+  }
+  return acc;
+}
+
 // [rows, len]: a thread per row, in column order.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -181,8 +107,7 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x & 31;
   const int64_t warps = grid_threads() >> 5;
   for (int64_t r = global_thread() >> 5; r < rows; r += warps) {
-    Acc<T> acc = identity<Acc<T>>(op);
-    for (int64_t c = lane; c < len; c += 32) acc = combine(op, acc, load(x, r * len + c));
+    Acc<T> acc = strided_span(op, identity<Acc<T>>(op), x + r * len, lane, len, 32);
     acc = warp_reduce(op, acc);
     if (lane == 0) store(out, r, acc);
   }
@@ -199,8 +124,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
     const int64_t row = u / chunks, c0 = (u - row * chunks) * chunk_len;
     const int64_t c1 = len - c0 < chunk_len ? len : c0 + chunk_len;
-    Acc<T> acc = identity<Acc<T>>(op);
-    for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) acc = combine(op, acc, load(x, row * len + c));
+    Acc<T> acc = strided_span(op, identity<Acc<T>>(op), x + row * len, c0 + threadIdx.x, c1, blockDim.x);
     acc = block_reduce(op, acc, shared);
     if (threadIdx.x == 0) {
       if (chunks == 1)
@@ -218,8 +142,7 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x & 31;
   const int64_t warps = grid_threads() >> 5;
   for (int64_t r = global_thread() >> 5; r < rows; r += warps) {
-    Acc<T> acc = identity<Acc<T>>(op);
-    for (int64_t k = lane; k < chunks; k += 32) acc = combine(op, acc, partial[r * chunks + k]);
+    Acc<T> acc = strided_span(op, identity<Acc<T>>(op), partial + r * chunks, lane, chunks, 32);
     acc = warp_reduce(op, acc);
     if (lane == 0) store(out, r, acc);
   }
@@ -413,6 +336,8 @@ void launch_reduce(ReduceOp op, const ReducePlan& p, const void* xv, void* outv,
         rows_block_kernel<T><<<blocks_for(p.outer, 1), kThreads, 0, s>>>(op, x, out, nullptr, p.outer, p.len, p.len, 1);
       }
       return;
+    case ReducePlan::Kind::ColumnStrips:
+      return;  // reduce() launches it (column_sum.h)
     case ReducePlan::Kind::Columns:
       columns_kernel<T><<<blocks_for(p.outer * p.chunks * p.inner, kThreads), kThreads, 0, s>>>(
           op, x, out, partial, p.outer, p.len, p.inner, p.chunk_len, p.chunks);
@@ -516,18 +441,31 @@ bool plan_reduce(DType dtype, const std::vector<int64_t>& shape, const std::vect
     p.outer = g == 2 ? sizes[0] : 1;
     p.len = sizes[g - 1];
     p.chunk_len = p.len;
-    if (p.outer < kFewRows && p.len > kLongRow) {
-      p.chunk_len = kRowChunk;
-      p.chunks = (p.len + kRowChunk - 1) / kRowChunk;
+    if (reduce_path() == ReducePath::Legacy) {
+      if (p.outer < kFewRows && p.len > kLongRow) p.chunk_len = kRowChunk;
+    } else if (p.outer < kFewRows && p.len >= 2 * kRowChunkMin) {
+      // Few long rows (a gradient norm's sum of squares over a whole weight): chunks
+      // enough for about kRowUnits blocks.
+      const int64_t wanted = (kRowUnits + p.outer - 1) / p.outer;
+      p.chunk_len = std::max(kRowChunkMin, (p.len + wanted - 1) / wanted);
+    }
+    if (p.chunk_len < p.len) {
+      p.chunks = (p.len + p.chunk_len - 1) / p.chunk_len;
       p.scratch_bytes = static_cast<size_t>(p.outer * p.chunks) * accumulator_bytes(dtype);
     }
   } else if (!kinds[g - 1] && (g == 2 || (g == 3 && !kinds[0]))) {  // [R, K] or [K, R, K]
-    p.kind = ReducePlan::Kind::Columns;
     p.outer = g == 3 ? sizes[0] : 1;
     p.len = sizes[g - 2];
     p.inner = sizes[g - 1];
     p.chunk_len = p.len;
-    if (p.len > 2 * kColumnChunkMin) {
+    if (reduce_path() == ReducePath::Column && column_sum_applies(dtype, p.inner)) {
+      p.kind = ReducePlan::Kind::ColumnStrips;
+      plan_column_sum(dtype, p.outer, p.len, p.inner, &p.chunk_len, &p.chunks);
+      if (p.chunks > 1) p.scratch_bytes = static_cast<size_t>(p.outer * p.chunks * p.inner) * accumulator_bytes(dtype);
+    } else {
+      p.kind = ReducePlan::Kind::Columns;
+    }
+    if (p.kind == ReducePlan::Kind::Columns && p.len > 2 * kColumnChunkMin) {
       p.chunk_len = std::max(kColumnChunkMin, (p.len + kColumnChunks - 1) / kColumnChunks);
       p.chunks = (p.len + p.chunk_len - 1) / p.chunk_len;
       p.scratch_bytes = static_cast<size_t>(p.outer * p.chunks * p.inner) * accumulator_bytes(dtype);
@@ -554,6 +492,9 @@ bool plan_reduce(DType dtype, const std::vector<int64_t>& shape, const std::vect
 
 cudaError_t reduce(ReduceOp op, DType dtype, const ReducePlan& plan, const void* x, void* out, void* scratch,
                    cudaStream_t stream) {
+  if (plan.kind == ReducePlan::Kind::ColumnStrips)
+    return column_sum(op, dtype, plan.outer, plan.len, plan.inner, plan.chunk_len, plan.chunks, x, out, scratch,
+                      stream);
   dispatch(dtype, [&]<typename T>() { launch_reduce<T>(op, plan, x, out, scratch, stream); });
   return cudaGetLastError();
 }

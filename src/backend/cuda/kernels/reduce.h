@@ -8,9 +8,10 @@
 // on the shape (fixed trees, fixed chunking, no atomics): results are deterministic,
 // though not bitwise the CPU's (its blocked order differs).
 //
-// A reduction is planned on the host from the shape alone (plan_reduce), then launched
-// on a stream; the launchers never allocate or synchronize. Scratch (two-pass
-// schemes) comes from the caller: plan.scratch_bytes, 256-byte aligned.
+// A reduction is planned on the host from the shape alone (plan_reduce; and the path
+// flag below, read once per process), then launched on a stream; the launchers never
+// allocate or synchronize. Scratch (two-pass schemes) comes from the caller:
+// plan.scratch_bytes, 256-byte aligned.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -34,16 +35,23 @@ inline constexpr int kReduceMaxDims = 8;  // kept or reduced dim groups of the g
 //   Fill    every output is the identity (a reduced dim is 0: sum 0, prod 1);
 //   Copy    nothing is reduced (only size-1 axes): out[i] = x[i];
 //   Rows    [outer, len], reducing len (trailing axes): a thread, warp or block per
-//           row by length; rows longer than 32768 of fewer than 256 rows are cut into
-//           `chunks` of chunk_len and finished by a second pass over the partials;
-//   Columns [outer, len, inner], reducing len (leading/middle axes, e.g. a bias
-//           gradient [tokens, d] -> [d]): a thread per output column and chunk of
+//           row by length; fewer than 256 rows of 4096 or more (a gradient norm's
+//           sums of squares) are cut into `chunks` of chunk_len, about 512 blocks in
+//           all, and finished by a second pass over the partials (legacy: rows longer
+//           than 32768 in chunks of 16384);
+//   ColumnStrips [outer, len, inner], reducing len (leading/middle axes, e.g. a bias
+//           gradient [tokens, d] -> [d]) of a float dtype with inner >= 64: a block
+//           per strip of columns and chunk of chunk_len rows with 16-byte loads, and
+//           with chunks > 1 a second kernel adding the chunk partials in chunk order
+//           (column_sum.h);
+//   Columns the same shapes otherwise (narrow rows, integers; and every such shape
+//           with TESSERA_CUDA_REDUCE=legacy): a thread per output column and chunk of
 //           chunk_len rows, summed in row order; with chunks > 1 a second pass adds
 //           the chunk partials in chunk order;
 //   General any other pattern: a warp per output over the reduced index, with the
 //           kept and reduced groups' strides (div/mod index math).
 struct ReducePlan {
-  enum class Kind { Empty, Fill, Copy, Rows, Columns, General };
+  enum class Kind { Empty, Fill, Copy, Rows, ColumnStrips, Columns, General };
   Kind kind = Kind::Empty;
   int64_t out_numel = 0;      // outputs
   int64_t reduced_numel = 0;  // elements reduced into each output
@@ -54,6 +62,14 @@ struct ReducePlan {
   int64_t reduced_dims[kReduceMaxDims] = {}, reduced_strides[kReduceMaxDims] = {};
   size_t scratch_bytes = 0;
 };
+
+// The plans (TESSERA_CUDA_REDUCE, read on first use): Column the ColumnStrips kernels
+// where they apply and the Rows chunking above (the default); Legacy the earlier plans,
+// always the thread-per-column Columns kernel and the legacy Rows chunking (kept for
+// A/B timing and as a reference).
+enum class ReducePath { Column, Legacy };
+ReducePath reduce_path();
+void set_reduce_path(ReducePath path);  // tests
 
 // Plans reducing an array of `dtype` and `shape` over `axes` (sorted, unique, in range:
 // the caller checks). Returns false when the general kernel would need more than

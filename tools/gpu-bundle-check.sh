@@ -42,7 +42,8 @@ run() {
   echo "##### $name ($(date +%T))"
   env "${env[@]}" OUT="$WORK/$name" BUNDLE_TAIL="${BUNDLE_TAIL:-6}" tools/gpu-bundle.sh run "$@" 2>&1 |
     tee "$WORK/$name.out" | grep -E '^(=== |\| |[a-z]+ +(ok|FAIL|TIMEOUT)|determinism|skipped)' | cut -c1-300
-  grep -A20 'gpu-bundle summary' "$WORK/$name.out" | tail -n +2 | cut -c1-600 >>"$FINAL/summary.txt"
+  grep -A20 'gpu-bundle summary' "$WORK/$name.out" | tail -n +2 | grep . | sed "s/^/$name: /" | cut -c1-600 \
+    >>"$FINAL/summary.txt"
   tar -C "$WORK" -czf "$FINAL/gpu-logs.tgz" . 2>/dev/null
 }
 

@@ -17,6 +17,8 @@
 #   6 determinism  two runs, equal parameter hashes
 #   7 batch32, batch64
 #   8 reduce       bench_gpu_reduce (the step's reductions, column vs legacy)
+#   9 ncu          Nsight Compute on this new kernels (attention v2, column sums,
+#                  warp-per-row layer-norm backward), one launch each
 # CHECK_PHASES="test bench" runs a subset (a rerun of failed phases). Logs: $OUT/gpu-logs.tgz
 # and, as they finish, $OUT/summary.txt; the summary table is printed last.
 set -uo pipefail
@@ -26,7 +28,7 @@ cd "$ROOT" || exit 2
 FINAL="${OUT:-$ROOT/build-gpu/check}"
 WORK="$(mktemp -d /tmp/gpu-check.XXXXXX)"
 mkdir -p "$FINAL"
-PHASES="${CHECK_PHASES:-device test bench profile before determinism batch32 batch64 reduce}"
+PHASES="${CHECK_PHASES:-device test bench profile before determinism batch32 batch64 reduce ncu}"
 PEER_PYTHON="env LD_LIBRARY_PATH= python3"  # the peers use the machine's own CUDA libraries
 
 # run NAME ENV... -- BUNDLE-PHASES...: one gpu-bundle.sh invocation with its own log folder.
@@ -61,6 +63,7 @@ for phase in $PHASES; do
     batch32) run batch32 BUNDLE_BENCH_TIMEOUT=90 -- bench:--batch:32:--steps:10:--warmup:3 ;;
     batch64) run batch64 BUNDLE_BENCH_TIMEOUT=120 -- bench:--batch:64:--steps:10:--warmup:3 ;;
     reduce) run reduce BUNDLE_REDUCE_TIMEOUT=60 -- reduce:--repeats:20 ;;
+    ncu) run ncu BUNDLE_NCU_TIMEOUT=120 -- "ncu:fwd_v2|bwd_dkdv_v2|bwd_dq_v2|column_chunks|norm_backward_warp" ;;
     *) echo "gpu-bundle-check: unknown phase $phase" >&2 ;;
   esac
 done

@@ -18,6 +18,9 @@
 #   cli[:ARGS]             bin/tessera ARGS
 #   determinism[:ARGS]     bench_gpu_train twice (8 steps, no warm-up, ARGS added): the two
 #                          runs' params_hash must be equal
+#   ncu[:REGEX[:COUNT]]    Nsight Compute (SpeedOfLight, Occupancy, LaunchStats, WarpStateStats)
+#                          on the first COUNT (default 1) launches of each launch configuration
+#                          of the kernels matching REGEX, in one bench_gpu_train step
 # Logs go to $OUT (or build-gpu/bundle-logs) as N-PHASE.log; each phase has its own time
 # limit (BUNDLE_<PHASE>_TIMEOUT seconds). Environment variables reach the phases'
 # programs, e.g. TESSERA_PROFILE=2 TESSERA_CUDA_GRAPHS=0 for a kernel profile.
@@ -142,6 +145,12 @@ run_bundle() {
         ;;
       cli)
         run_phase cli "${BUNDLE_CLI_TIMEOUT:-200}" "$dir/bin/tessera" "${args[@]}"
+        ;;
+      ncu)
+        run_phase ncu "${BUNDLE_NCU_TIMEOUT:-150}" ncu --clock-control none --section SpeedOfLight \
+          --section Occupancy --section LaunchStats --section WarpStateStats -k "regex:${args[0]:-.}" \
+          --filter-mode per-launch-config -c "${args[1]:-1}" \
+          "$dir/bin/bench_gpu_train" --preset gpt2-124m --peers none --steps 1 --warmup 0
         ;;
       determinism)
         # shellcheck disable=SC2016 # $0 and $@ belong to the inner shell

@@ -15,10 +15,11 @@
 #   5 before       tessera with the previous kernels (TESSERA_ATTENTION_KERNEL=v1,
 #                  TESSERA_CUDA_REDUCE=legacy): what this kernels changed
 #   6 determinism  two runs, equal parameter hashes
-#   7 batch32, batch64
+#   7 batch32, batch64 (each with PyTorch)
 #   8 reduce       bench_gpu_reduce (the step's reductions, column vs legacy)
 #   9 ncu          Nsight Compute on this new kernels (attention v2, column sums,
 #                  warp-per-row layer-norm backward), one launch each
+#  10 jax          tessera and JAX (jit) at batch 16
 # CHECK_PHASES="test bench" runs a subset (a rerun of failed phases). Logs: $OUT/gpu-logs.tgz
 # and, as they finish, $OUT/summary.txt; the summary table is printed last.
 set -uo pipefail
@@ -28,7 +29,7 @@ cd "$ROOT" || exit 2
 FINAL="${OUT:-$ROOT/build-gpu/check}"
 WORK="$(mktemp -d /tmp/gpu-check.XXXXXX)"
 mkdir -p "$FINAL"
-PHASES="${CHECK_PHASES:-device test bench profile before determinism batch32 batch64 reduce ncu}"
+PHASES="${CHECK_PHASES:-device test bench profile before determinism batch32 batch64 reduce ncu jax}"
 PEER_PYTHON="env LD_LIBRARY_PATH= python3"  # the peers use the machine's own CUDA libraries
 
 # run NAME ENV... -- BUNDLE-PHASES...: one gpu-bundle.sh invocation with its own log folder.
@@ -60,9 +61,10 @@ for phase in $PHASES; do
         bench:--steps:20:--warmup:5
       ;;
     determinism) run determinism BUNDLE_BENCH_TIMEOUT=120 -- determinism ;;
-    batch32) run batch32 BUNDLE_BENCH_TIMEOUT=90 -- bench:--batch:32:--steps:10:--warmup:3 ;;
-    batch64) run batch64 BUNDLE_BENCH_TIMEOUT=120 -- bench:--batch:64:--steps:10:--warmup:3 ;;
+    batch32) run batch32 BUNDLE_BENCH_TIMEOUT=150 -- "bench:--batch:32:--steps:10:--warmup:3:--peers:torch:--python:$PEER_PYTHON" ;;
+    batch64) run batch64 BUNDLE_BENCH_TIMEOUT=180 -- "bench:--batch:64:--steps:10:--warmup:3:--peers:torch:--python:$PEER_PYTHON" ;;
     reduce) run reduce BUNDLE_REDUCE_TIMEOUT=60 -- reduce:--repeats:20 ;;
+    jax) run jax BUNDLE_BENCH_TIMEOUT=150 -- "bench:--steps:20:--warmup:5:--peers:jax:--python:$PEER_PYTHON" ;;
     ncu) run ncu BUNDLE_NCU_TIMEOUT=120 -- "ncu:fwd_v2|bwd_dkdv_v2|bwd_dq_v2|column_chunks|norm_backward_warp" ;;
     *) echo "gpu-bundle-check: unknown phase $phase" >&2 ;;
   esac

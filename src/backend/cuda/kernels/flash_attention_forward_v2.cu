@@ -235,10 +235,8 @@ bool launch_v2(const Params& p, cudaStream_t stream) {
   using C = FwdV2Config<D>;
   // Positions are 32-bit in the kernel.
   if (p.T > INT32_MAX - 2 * C::kBM || p.S > INT32_MAX - 2 * C::kBM) return false;
-  int device = 0, optin = 0;
-  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
-  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (static_cast<size_t>(optin) < C::kSmemBytes) return false;  // e.g. D = 128 on sm_86/89 (99 KiB)
+  // Not enough shared memory per block (e.g. sm_86/89 with 99 KiB): v1.
+  if (static_cast<size_t>(max_dynamic_smem_per_block()) < C::kSmemBytes) return false;
   launch(fwd_v2_kernel<T, D>, p.B * p.H * ceil_div(p.T, C::kBM), C::kThreads, C::kSmemBytes, stream, p);
   return true;
 }

@@ -21,6 +21,10 @@
 
 namespace tessera::cuda::flash {
 
+#ifndef TESSERA_FLASH_HOST_EMULATION
+// Hardware primitives, behind TESSERA_FLASH_HOST_EMULATION like those of
+// flash_attention_common.cuh (a host emulation may provide them instead).
+
 // The 32-bit shared-state-space address of a pointer into shared memory.
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -33,6 +37,16 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int s
   __trap();  // the launchers never pick the v2 kernels below sm_80
 #else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+#endif
+}
+
+// 4 bytes global -> shared (the float lse/delta rows, only 4-byte aligned); src_bytes = 0
+// writes zeros.
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, int src_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();
+#else
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 #endif
 }
 
@@ -63,6 +77,16 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
+// The most dynamic shared memory a block may opt into on the current device.
+inline int max_dynamic_smem_per_block() {
+  int device = 0, optin = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return optin;
+}
+
+#endif  // TESSERA_FLASH_HOST_EMULATION
+
 // Queues the copy of a [kRows][D] tile of 16-bit elements (rows contiguous in global
 // memory from src, 16-byte aligned) into shared memory at dst with row stride kLd
 // elements; rows r >= valid become zeros. Thread i moves 16-byte chunks i, i + kThreads,
@@ -90,5 +114,9 @@ __device__ __forceinline__ void cp_async_tile(uint32_t dst, const uint16_t* src,
 // sm_80+. Returns false (launching nothing) when it does not apply to p on the current
 // device (other D, or not enough shared memory per block), so the caller runs v1.
 bool launch_forward_v2(DType dtype, const Params& p, cudaStream_t stream);
+
+// The v2 backward's dK/dV and dQ kernels (flash_attention_backward_v2.cu), same
+// conditions; p.delta must already hold delta. False: nothing launched, run v1.
+bool launch_backward_v2(DType dtype, const Params& p, cudaStream_t stream);
 
 }  // namespace tessera::cuda::flash

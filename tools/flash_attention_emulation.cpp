@@ -10,11 +10,12 @@
 // against a float64 reference and prints one line per run.
 //
 //   g++ -std=c++20 -O2 -I/usr/local/cuda/include -Isrc -Iinclude
-//       tools/flash_attention_emulation.cpp -o /tmp/flash_emu && /tmp/flash_emu [N]
+//       tools/flash_attention_emulation.cpp -o /tmp/flash_emu && /tmp/flash_emu [N [SEED]]
 //
-// (N: only the N-th problem.) About a minute for all; not part of the build: it includes
-// the kernel sources with TESSERA_FLASH_HOST_EMULATION defined, which swaps the hardware
-// primitives of flash_attention_common.cuh and flash_attention_v2.cuh for the ones here.
+// (N: only the N-th problem, 0 all; SEED: the scheduler's random seed.) About a minute
+// for all; not part of the build: it includes the kernel sources with
+// TESSERA_FLASH_HOST_EMULATION defined, which swaps the hardware primitives of
+// flash_attention_common.cuh and flash_attention_v2.cuh for the ones here.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -512,6 +513,7 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(99);
   std::vector<Problem> problems;
   const int which = argc > 1 ? std::atoi(argv[1]) : 0;
+  if (argc > 2) emu::g_rng.seed(std::strtoull(argv[2], nullptr, 10));  // another schedule
   for (bool bf16 : {true, false})
     for (int D : {64, 128})
       for (int t : {1, 17, 64, 127, 130})

@@ -3,7 +3,7 @@
 # that runs tools/gpu-bundle.sh's phases in order of importance, each under its own time
 # limit, and brings every log back as one archive (a device call returns at most 8 files).
 #
-#   here:   tools/gpu-bundle.sh make test_cuda bench_gpu_train bench_gpu_reduce tessera_cli
+#   here:   tools/gpu-bundle.sh make
 #           tools/gpu-bundle-check.sh                 # rehearsal: every phase fails fast, no GPU
 #   there:  tools/gpu-bundle-check.sh                 # with .gpucarry/bundle.tar.xz carried
 #
@@ -14,7 +14,8 @@
 #   4 profile      per-kernel GPU profile of 3 steps (TESSERA_PROFILE=2, no CUDA graphs)
 #   5 before       tessera with the previous kernels (TESSERA_ATTENTION_KERNEL=v1,
 #                  TESSERA_CUDA_REDUCE=legacy): what this kernels changed
-#   6 determinism  two runs, equal parameter hashes
+#   6 attention    bench_gpu_attention: the attention kernels v1 against v2, one by one
+#     determinism  two runs, equal parameter hashes
 #   7 batch32, batch64 (each with PyTorch)
 #   8 reduce       bench_gpu_reduce (the step's reductions, column vs legacy)
 #   9 ncu          Nsight Compute on this new kernels (attention v2, column sums,
@@ -29,7 +30,7 @@ cd "$ROOT" || exit 2
 FINAL="${OUT:-$ROOT/build-gpu/check}"
 WORK="$(mktemp -d /tmp/gpu-check.XXXXXX)"
 mkdir -p "$FINAL"
-PHASES="${CHECK_PHASES:-device test bench profile before determinism batch32 batch64 reduce ncu jax}"
+PHASES="${CHECK_PHASES:-device test bench profile before attention determinism batch32 batch64 reduce ncu jax}"
 PEER_PYTHON="env LD_LIBRARY_PATH= python3"  # the peers use the machine's own CUDA libraries
 
 # run NAME ENV... -- BUNDLE-PHASES...: one gpu-bundle.sh invocation with its own log folder.
@@ -60,6 +61,7 @@ for phase in $PHASES; do
       run before TESSERA_ATTENTION_KERNEL=v1 TESSERA_CUDA_REDUCE=legacy BUNDLE_BENCH_TIMEOUT=90 -- \
         bench:--steps:20:--warmup:5
       ;;
+    attention) run attention BUNDLE_ATTENTION_TIMEOUT=60 -- attention ;;
     determinism) run determinism BUNDLE_BENCH_TIMEOUT=120 -- determinism ;;
     batch32) run batch32 BUNDLE_BENCH_TIMEOUT=150 -- "bench:--batch:32:--steps:10:--warmup:3:--peers:torch:--python:$PEER_PYTHON" ;;
     batch64) run batch64 BUNDLE_BENCH_TIMEOUT=180 -- "bench:--batch:64:--steps:10:--warmup:3:--peers:torch:--python:$PEER_PYTHON" ;;

@@ -4,7 +4,8 @@
 # tessera's Debian dependencies, without building there.
 #
 #   tools/gpu-bundle.sh make [TARGET...]   # here: build-sm90/, then .gpucarry/bundle.tar.xz
-#                                          # (default targets: test_cuda bench_gpu_train tessera_cli)
+#                                          # (default targets: test_cuda bench_gpu_train
+#                                          # bench_gpu_attention bench_gpu_reduce tessera_cli)
 #   tools/gpu-bundle.sh run PHASE...       # there: unpack the bundle, find the CUDA libraries,
 #                                          # run the phases, print a table last
 #
@@ -14,6 +15,7 @@
 #   bench[:ARGS]           bin/bench_gpu_train --preset gpt2-124m --peers none ARGS (':'-separated
 #                          words become spaces: bench:--batch:32)
 #   reduce[:ARGS]          bin/bench_gpu_reduce ARGS (make it with: make test_cuda bench_gpu_reduce)
+#   attention[:ARGS]       bin/bench_gpu_attention ARGS (flash-attention kernels v1 vs v2)
 #   torch[:ARGS] jax[:ARGS] the peers bench/peers/gpt2_{torch,jax}_gpu.py ARGS
 #   cli[:ARGS]             bin/tessera ARGS
 #   determinism[:ARGS]     bench_gpu_train twice (8 steps, no warm-up, ARGS added): the two
@@ -37,7 +39,7 @@ BUNDLE="$CARRY/bundle.tar.xz"
 
 make_bundle() {
   local targets=("$@")
-  ((${#targets[@]})) || targets=(test_cuda bench_gpu_train tessera_cli)
+  ((${#targets[@]})) || targets=(test_cuda bench_gpu_train bench_gpu_attention bench_gpu_reduce tessera_cli)
   cmake -S . -B build-sm90 -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DTESSERA_BUILD_BENCH=ON -DTESSERA_BUILD_TESTS=ON >/dev/null || return 1
   CCACHE_BASEDIR="$ROOT" cmake --build build-sm90 -j "$(nproc)" --target "${targets[@]}" || return 1
@@ -138,6 +140,10 @@ run_bundle() {
         ;;
       reduce)
         run_phase reduce "${BUNDLE_REDUCE_TIMEOUT:-120}" "$dir/bin/bench_gpu_reduce" "${args[@]}"
+        ;;
+      attention)
+        [[ -x "$dir/bin/bench_gpu_attention" ]] || { echo "gpu-bundle: no bench_gpu_attention in the bundle" >&2; continue; }
+        run_phase attention "${BUNDLE_ATTENTION_TIMEOUT:-120}" "$dir/bin/bench_gpu_attention" "${args[@]}"
         ;;
       torch | jax)
         PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="" run_phase "$name" "${BUNDLE_PEER_TIMEOUT:-200}" \

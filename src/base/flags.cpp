@@ -15,6 +15,10 @@ constexpr std::string_view kLaunch = "tessera launch";
 // Sorted by name (a test checks it).
 constexpr Flag kFlags[] = {
     {"TESSERA_ATTEMPT", "", "The attempt number (0 first) of the worker group this process belongs to.", kLaunch},
+    {"TESSERA_ATTENTION_KERNEL", "v2",
+     "Which tensor-core flash-attention kernels the GPU runs (bf16/f16, head_dim 64 or 128, no mask): v2 "
+     "(cp.async pipelined, ldmatrix) or v1 (the first ones, kept for comparison). Read on every launch.",
+     ""},
     {"TESSERA_BUFFER_CACHE_MB", "4096",
      "Upper bound, in MiB, of the host buffers the caching allocator keeps for reuse.", ""},
     {"TESSERA_CALIBRATION_CACHE", "~/.cache/tessera/calibration.json",

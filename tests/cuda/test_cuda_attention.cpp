@@ -11,18 +11,25 @@
 //    directions are checked separately. Outputs are poisoned with NaN first.
 //  * op level (run_on_gpu): the registered "attention" / "attention_grad" kernels.
 //  * the backward is deterministic: two runs are bitwise equal.
+//  * both generations of tensor-core kernels (TESSERA_ATTENTION_KERNEL = v2, the default,
+//    and v1) run every 16-bit case; V2Shapes adds lengths 1, 17, 64, 127, 1024, 2048
+//    with batch x heads not a multiple of anything, bf16 and f16, D = 64 and 128;
+//    FragmentPatterns checks the v2 kernels' ldmatrix lane patterns on the host.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/kernels/attention.h"
 #include "backend/cuda/kernels/flash_attention.h"
+#include "backend/cuda/kernels/flash_attention_fragments.h"
 #include "backend/cuda/run_on_gpu.h"
 #include "cuda/cuda_test_util.h"
 #include "tessera/core/ops.h"
@@ -47,7 +54,48 @@ uint64_t next_seed() {
 }
 
 bool is_half(DType d) { return d == DType::BFloat16 || d == DType::Float16; }
-double tolerance(DType d) { return is_half(d) ? ts::cuda_test::kBf16Tolerance : ts::cuda_test::kF32Tolerance; }
+
+// Relative (norm-wise) error bound for results of sums over n terms (n = the longer of
+// the two sequence lengths). Both backends read the same rounded inputs and accumulate
+// in float32; the GPU also rounds P and dS to the 16-bit dtype (relative 2^-9 for bf16)
+// to feed the tensor cores. For independent rounding errors the relative error of a sum
+// stays near 2^-9 whatever n (numerator and norm both grow like sqrt(n)); the bound
+// allows, beyond n = 1024, a random-walk growth sqrt(n / 1024) on top of the 1e-2
+// (about 5x the expected 16-bit error) that holds for short rows, in case the errors of
+// long rows correlate (causal rows put much weight on few keys).
+double tolerance(DType d, int64_t n = 1) {
+  const double growth = std::sqrt(std::max(1.0, static_cast<double>(n) / 1024.0));
+  return (is_half(d) ? ts::cuda_test::kBf16Tolerance : ts::cuda_test::kF32Tolerance) * growth;
+}
+
+// Sets TESSERA_ATTENTION_KERNEL for its lifetime (the launchers read it on every call)
+// and restores the previous value.
+class KernelFlag {
+ public:
+  explicit KernelFlag(const char* value) {
+    const char* old = std::getenv(kName);
+    if (old != nullptr) saved_ = old;
+    ::setenv(kName, value, 1);
+  }
+  ~KernelFlag() {
+    if (saved_) {
+      ::setenv(kName, saved_->c_str(), 1);
+    } else {
+      ::unsetenv(kName);
+    }
+  }
+  KernelFlag(const KernelFlag&) = delete;
+  KernelFlag& operator=(const KernelFlag&) = delete;
+
+ private:
+  static constexpr const char* kName = "TESSERA_ATTENTION_KERNEL";
+  std::optional<std::string> saved_;
+};
+
+const char* kernel_label(FlashAttentionPath path) {
+  if (path == FlashAttentionPath::Generic) return " [generic]";
+  return ts::cuda::flash_attention_kernel() == ts::cuda::FlashAttentionKernel::V1 ? " [auto v1]" : " [auto v2]";
+}
 
 // Host values stored in `dtype` (raw bytes, what both backends read).
 struct Host {
@@ -214,13 +262,17 @@ Case make_case(const Problem& pr, DType dtype) {
   return c;
 }
 
+// The GPU's results of one check_case: forward (out, lse) and backward (dq, dk, dv).
 struct GpuGrads {
+  std::vector<unsigned char> out;
+  std::vector<float> lse;
   std::vector<unsigned char> dq, dk, dv;
 };
 
 // Runs forward and backward on the GPU with `path` and compares with the CPU.
 GpuGrads check_case(const Case& c, FlashAttentionPath path) {
-  const std::string what = c.pr.str(c.dtype) + (path == FlashAttentionPath::Generic ? " [generic]" : " [auto]");
+  const std::string what = c.pr.str(c.dtype) + kernel_label(path);
+  const double tol = tolerance(c.dtype, std::max(c.pr.T, c.pr.S));
   DeviceBuffer<unsigned char> q(c.q.bytes), k(c.k.bytes), v(c.v.bytes), dout(c.dout.bytes);
   DeviceBuffer<uint8_t> mask(c.mask);
   const ts::cuda::FlashAttentionShape s = c.gpu_shape(c.mask.empty() ? nullptr : mask.get());
@@ -230,10 +282,12 @@ GpuGrads check_case(const Case& c, FlashAttentionPath path) {
   out.poison();
   lse.poison();
   ts::cuda::flash_attention_forward(c.dtype, s, q.get(), k.get(), v.get(), out.get(), lse.get(), nullptr, path);
-  EXPECT_LT(rel_error_inf(to_floats(out.download(), c.dtype), to_floats(c.out, c.dtype)), tolerance(c.dtype))
-      << what << ": out";
+  GpuGrads g;
+  g.out = out.download();
+  g.lse = lse.download();
+  EXPECT_LT(rel_error_inf(to_floats(g.out, c.dtype), to_floats(c.out, c.dtype)), tol) << what << ": out";
   // lse is float32 from identical inputs on both sides.
-  EXPECT_LT(rel_error_inf(lse.download(), c.lse), ts::cuda_test::kF32Tolerance) << what << ": lse";
+  EXPECT_LT(rel_error_inf(g.lse, c.lse), ts::cuda_test::kF32Tolerance) << what << ": lse";
 
   // Backward from the CPU's out and lse.
   DeviceBuffer<unsigned char> out_in(c.out);
@@ -246,7 +300,9 @@ GpuGrads check_case(const Case& c, FlashAttentionPath path) {
   scratch.poison();
   ts::cuda::flash_attention_backward(c.dtype, s, q.get(), k.get(), v.get(), out_in.get(), lse_in.get(), dout.get(),
                                      dq.get(), dk.get(), dv.get(), scratch.get(), nullptr, path);
-  GpuGrads g{dq.download(), dk.download(), dv.download()};
+  g.dq = dq.download();
+  g.dk = dk.download();
+  g.dv = dv.download();
   // A query that sees a single key has P = 1 and dq = dk = 0 in exact arithmetic (dP and
   // delta cancel); both sides then hold rounding noise, checked to be tiny instead.
   const bool single_key = c.pr.mask == Mask::None && (c.pr.S == 1 || (c.pr.causal && c.pr.T == 1));
@@ -254,21 +310,26 @@ GpuGrads check_case(const Case& c, FlashAttentionPath path) {
     EXPECT_LT(max_abs(to_floats(g.dq, c.dtype)), 1e-4) << what << ": dq (= 0)";
     EXPECT_LT(max_abs(to_floats(g.dk, c.dtype)), 1e-4) << what << ": dk (= 0)";
   } else {
-    EXPECT_LT(ts::cuda_test::rel_error(to_floats(g.dq, c.dtype), to_floats(c.dq, c.dtype)), tolerance(c.dtype))
-        << what << ": dq";
-    EXPECT_LT(ts::cuda_test::rel_error(to_floats(g.dk, c.dtype), to_floats(c.dk, c.dtype)), tolerance(c.dtype))
-        << what << ": dk";
+    EXPECT_LT(ts::cuda_test::rel_error(to_floats(g.dq, c.dtype), to_floats(c.dq, c.dtype)), tol) << what << ": dq";
+    EXPECT_LT(ts::cuda_test::rel_error(to_floats(g.dk, c.dtype), to_floats(c.dk, c.dtype)), tol) << what << ": dk";
   }
-  EXPECT_LT(ts::cuda_test::rel_error(to_floats(g.dv, c.dtype), to_floats(c.dv, c.dtype)), tolerance(c.dtype))
-      << what << ": dv";
+  EXPECT_LT(ts::cuda_test::rel_error(to_floats(g.dv, c.dtype), to_floats(c.dv, c.dtype)), tol) << what << ": dv";
   return g;
 }
 
-// Every path that applies: Auto, and for 16-bit dtypes also the fp32 kernels.
+// Every path that applies: Auto, and for 16-bit dtypes Auto with both generations of
+// tensor-core kernels and the fp32 kernels.
 void check_problem(const Problem& pr, DType dtype) {
   const Case c = make_case(pr, dtype);
-  check_case(c, FlashAttentionPath::Auto);
-  if (is_half(dtype)) check_case(c, FlashAttentionPath::Generic);
+  if (!is_half(dtype)) {
+    check_case(c, FlashAttentionPath::Auto);
+    return;
+  }
+  for (const char* version : {"v2", "v1"}) {
+    KernelFlag flag(version);
+    check_case(c, FlashAttentionPath::Auto);
+  }
+  check_case(c, FlashAttentionPath::Generic);
 }
 
 }  // namespace
@@ -388,6 +449,119 @@ TEST(CudaAttention, BackwardIsDeterministic) {
     const GpuGrads a = check_case(c, FlashAttentionPath::Auto);
     const GpuGrads b = check_case(c, FlashAttentionPath::Auto);
     EXPECT_TRUE(a.dq == b.dq && a.dk == b.dk && a.dv == b.dv) << pr.str(dtype);
+  }
+}
+
+TEST(CudaAttention, V2Shapes) {
+  TESSERA_REQUIRE_GPU();
+  // Lengths around the v2 tiles (128 queries x 64 or 32 keys): 1, 17, 64, 127 with 3 x 5
+  // (batch, heads), and 1024, 2048 (GPT-2's and twice it) with 1 x 3, so that the
+  // grid is no multiple of the SM count or of a wave.
+  for (DType dtype : {DType::BFloat16, DType::Float16})
+    for (int64_t d : {64, 128})
+      for (int64_t t : {1, 17, 64, 127, 1024, 2048})
+        for (bool causal : {true, false}) {
+          Problem pr;
+          pr.B = t >= 1024 ? 1 : 3;
+          pr.H = pr.Hkv = t >= 1024 ? 3 : 5;
+          pr.T = pr.S = t;
+          pr.D = d;
+          pr.causal = causal;
+          check_problem(pr, dtype);
+        }
+}
+
+TEST(CudaAttention, V2IsDeterministic) {
+  TESSERA_REQUIRE_GPU();
+  // Forward and backward twice on the same inputs: bitwise equal (no atomics, one order
+  // of every sum).
+  KernelFlag flag("v2");
+  for (DType dtype : {DType::BFloat16, DType::Float16})
+    for (bool causal : {true, false}) {
+      Problem pr;
+      pr.B = 2;
+      pr.H = 6;
+      pr.Hkv = 3;
+      pr.T = pr.S = 333;
+      pr.causal = causal;
+      const Case c = make_case(pr, dtype);
+      const GpuGrads a = check_case(c, FlashAttentionPath::Auto);
+      const GpuGrads b = check_case(c, FlashAttentionPath::Auto);
+      const bool lse_equal =
+          a.lse.size() == b.lse.size() && std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)) == 0;
+      EXPECT_TRUE(a.out == b.out && lse_equal) << pr.str(dtype) << ": forward";
+      EXPECT_TRUE(a.dq == b.dq && a.dk == b.dk && a.dv == b.dv) << pr.str(dtype) << ": backward";
+    }
+}
+
+TEST(CudaAttention, KernelFlagValues) {
+  // No GPU needed: the flag is read on the host.
+  {
+    KernelFlag flag("v1");
+    EXPECT_EQ(ts::cuda::flash_attention_kernel(), ts::cuda::FlashAttentionKernel::V1);
+  }
+  {
+    KernelFlag flag("v2");
+    EXPECT_EQ(ts::cuda::flash_attention_kernel(), ts::cuda::FlashAttentionKernel::V2);
+  }
+  {
+    KernelFlag flag("");  // empty = unset: the default
+    EXPECT_EQ(ts::cuda::flash_attention_kernel(), ts::cuda::FlashAttentionKernel::V2);
+  }
+  {
+    KernelFlag flag("v3");
+    EXPECT_THROW(ts::cuda::flash_attention_kernel(), ts::ValueError);
+  }
+}
+
+namespace {
+
+// ldmatrix x4 on the host (flash_attention_fragments.h): lane l's register i of a tile
+// of element ids, from the 32 lanes' (row, col) addresses. Plain: matrix i's row l / 4,
+// elements 2 (l % 4), +1; .trans: matrix i's rows 2 (l % 4), +1, element l / 4.
+using LaneFn = ts::cuda::flash::LaneRowCol (*)(int);
+std::pair<int, int> ldmatrix_pair(LaneFn fn, bool trans, int lane, int i, int ld) {
+  const auto address = [&](int row_of_matrix) {
+    const ts::cuda::flash::LaneRowCol rc = fn(8 * i + row_of_matrix);
+    return rc.row * ld + rc.col;
+  };
+  const int g = lane / 4, t = lane % 4;
+  if (!trans) return {address(g) + 2 * t, address(g) + 2 * t + 1};
+  return {address(2 * t) + g, address(2 * t + 1) + g};
+}
+
+}  // namespace
+
+TEST(CudaAttention, FragmentPatterns) {
+  // The v2 kernels' ldmatrix lane patterns give the mma.sync m16n8k16 fragments
+  // (flash_attention_common.cuh) of a 16 x 16 block of a row-major tile with row stride
+  // ld: element (r, c) has id r * ld + c. No GPU needed.
+  namespace fl = ts::cuda::flash;
+  const int ld = 72;
+  const auto id = [&](int r, int c) { return r * ld + c; };
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    // A = Q[m][k]: a[0] = A[g][2t..], a[1] = A[g+8][2t..], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..].
+    const std::pair<int, int> a[4] = {{id(g, 2 * t), id(g, 2 * t + 1)},
+                                      {id(g + 8, 2 * t), id(g + 8, 2 * t + 1)},
+                                      {id(g, 2 * t + 8), id(g, 2 * t + 9)},
+                                      {id(g + 8, 2 * t + 8), id(g + 8, 2 * t + 9)}};
+    // B[k][n] = K[n][k] for n-tiles 0, 1: b[0] = B[2t..][g] = K[g][2t..], b[1] = K[g][2t+8..].
+    const std::pair<int, int> bk[4] = {{id(g, 2 * t), id(g, 2 * t + 1)},
+                                       {id(g, 2 * t + 8), id(g, 2 * t + 9)},
+                                       {id(g + 8, 2 * t), id(g + 8, 2 * t + 1)},
+                                       {id(g + 8, 2 * t + 8), id(g + 8, 2 * t + 9)}};
+    // B[k][n] = V[k][n] for n-tiles 0, 1: b[0] = V[2t..][g] (down a column), b[1] = V[2t+8..][g].
+    const std::pair<int, int> bv[4] = {{id(2 * t, g), id(2 * t + 1, g)},
+                                       {id(2 * t + 8, g), id(2 * t + 9, g)},
+                                       {id(2 * t, g + 8), id(2 * t + 1, g + 8)},
+                                       {id(2 * t + 8, g + 8), id(2 * t + 9, g + 8)}};
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(ldmatrix_pair(fl::ldsm_a_lane, false, lane, i, ld), a[i]) << "A, lane " << lane << ", reg " << i;
+      EXPECT_EQ(ldmatrix_pair(fl::ldsm_b_nk_lane, false, lane, i, ld), bk[i]) << "K, lane " << lane << ", reg " << i;
+      EXPECT_EQ(ldmatrix_pair(fl::ldsm_b_kn_trans_lane, true, lane, i, ld), bv[i])
+          << "V, lane " << lane << ", reg " << i;
+    }
   }
 }
 

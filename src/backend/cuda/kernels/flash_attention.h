@@ -20,7 +20,9 @@
 //
 // Kernels:
 //  * bfloat16 / float16 with D = 64 or 128, no mask, 16-byte aligned tensors, sm_80+:
-//    tensor cores (mma.sync m16n8k16, fp32 accumulators), 64 x 64 tiles.
+//    tensor cores (mma.sync m16n8k16, fp32 accumulators), 64 x 64 tiles (v1); v2
+//    (TESSERA_ATTENTION_KERNEL, below) adds cp.async double buffering, ldmatrix operands
+//    and 128-row CTAs (flash_attention_forward_v2.cu, flash_attention_backward_v2.cu).
 //  * everything else (float32, other D, masks): fp32 CUDA-core kernels (float32 math
 //    throughout, so float32 matches the CPU to ~1e-6).
 // The backward is deterministic (no atomics): delta = rowsum(dout * out) first, then one
@@ -52,6 +54,13 @@ struct FlashAttentionShape {
 // Which kernels run: Auto picks the tensor-core kernels where they apply (see above);
 // Generic forces the fp32 CUDA-core kernels (tests compare both against the CPU).
 enum class FlashAttentionPath { Auto, Generic };
+
+// Which tensor-core kernels Auto runs, from TESSERA_ATTENTION_KERNEL (read on every call,
+// so a test can switch it in-process): V2 (the default: the kernels of
+// flash_attention_forward_v2.cu and flash_attention_backward_v2.cu where they apply) or
+// V1 (the first kernels, kept to compare). An Error for any other value.
+enum class FlashAttentionKernel { V1, V2 };
+FlashAttentionKernel flash_attention_kernel();
 
 // True when Auto would use the tensor-core kernels for this dtype and shape on the
 // current device (given 16-byte aligned tensors).

@@ -24,6 +24,7 @@
 #include "backend/cuda/kernels/flash_attention.h"
 #include "backend/cuda/kernels/flash_attention_backward_kernels.h"
 #include "backend/cuda/kernels/flash_attention_common.cuh"
+#include "backend/cuda/kernels/flash_attention_v2.cuh"
 
 namespace tessera::cuda {
 namespace flash {
@@ -101,7 +102,11 @@ void flash_attention_backward(DType dtype, const FlashAttentionShape& shape, con
       launch_delta<float>(p, stream);
       break;
   }
-  tc ? launch_backward_tensor_core(dtype, p, stream) : launch_backward_generic(dtype, p, stream);
+  if (!tc) {
+    launch_backward_generic(dtype, p, stream);
+  } else if (flash_attention_kernel() != FlashAttentionKernel::V2 || !launch_backward_v2(dtype, p, stream)) {
+    launch_backward_tensor_core(dtype, p, stream);
+  }
 }
 
 }  // namespace tessera::cuda

@@ -9,7 +9,8 @@
 //    CUDA threads, the MMA evaluated from its documented fragment layout) can provide
 //    them instead and run the kernels' index math on a machine without a GPU. (Such an
 //    emulation, with randomized warp scheduling to expose missing barriers, was used to
-//    check these kernels against a float64 reference before they first ran on a GPU.)
+//    check these kernels against a float64 reference before they first ran on a GPU;
+//    tools/flash_attention_emulation.cpp is such an emulation, for v1 and v2.)
 //  * Plain device helpers built on them: dtype conversions, packing two floats into the
 //    16-bit pair an MMA operand register holds, warp reductions, tile loads.
 //

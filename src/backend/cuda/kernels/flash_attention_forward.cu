@@ -22,6 +22,7 @@
 
 #include "backend/cuda/kernels/flash_attention.h"
 #include "backend/cuda/kernels/flash_attention_common.cuh"
+#include "backend/cuda/kernels/flash_attention_v2.cuh"
 
 namespace tessera::cuda {
 namespace flash {
@@ -346,6 +347,7 @@ void flash_attention_forward(DType dtype, const FlashAttentionShape& shape, cons
   p.lse = lse;
   const bool tc = path == FlashAttentionPath::Auto && tensor_core_shape(dtype, shape) && aligned16(q) && aligned16(k) &&
                   aligned16(v) && aligned16(out);
+  if (tc && flash_attention_kernel() == FlashAttentionKernel::V2 && launch_forward_v2(dtype, p, stream)) return;
   switch (dtype) {
     case DType::BFloat16:
       tc ? launch_tc_forward<__nv_bfloat16>(p, stream) : launch_generic_forward<__nv_bfloat16>(p, stream);

@@ -7,20 +7,22 @@
 #           tools/gpu-bundle-check.sh                 # rehearsal: every phase fails fast, no GPU
 #   there:  tools/gpu-bundle-check.sh                 # with .gpucarry/bundle.tar.xz carried
 #
-# Phases (GPT-2 124M, bf16, batch 16 x 1024 unless named):
-#   1 device       nvidia-smi, libraries, torch / cuDNN / jax versions
-#   2 test         test_cuda, every test
-#   3 bench        tessera, then PyTorch (torch.compile) in the same process call: vs_best_peer
-#   4 profile      per-kernel GPU profile of 3 steps (TESSERA_PROFILE=2, no CUDA graphs)
-#   5 before       tessera with the previous kernels (TESSERA_ATTENTION_KERNEL=v1,
-#                  TESSERA_CUDA_REDUCE=legacy): what this kernels changed
-#   6 attention    bench_gpu_attention: the attention kernels v1 against v2, one by one
-#     determinism  two runs, equal parameter hashes
-#   7 batch32, batch64 (each with PyTorch)
-#   8 reduce       bench_gpu_reduce (the step's reductions, column vs legacy)
-#   9 ncu          Nsight Compute on this new kernels (attention v2, column sums,
-#                  warp-per-row layer-norm backward), one launch each
-#  10 jax          tessera and JAX (jit) at batch 16
+# Phases, in this order (GPT-2 124M, bf16, batch 16 x 1024 unless named):
+#   device       nvidia-smi, libraries, torch / cuDNN / jax versions
+#   test         test_cuda, every test
+#   bench        tessera, then PyTorch (torch.compile) in the same process: vs_best_peer
+#   profile      per-kernel GPU profile of 3 steps (TESSERA_PROFILE=2, no CUDA graphs)
+#   before       tessera with the earlier kernels and passes where a switch keeps them
+#                (TESSERA_ATTENTION_KERNEL=v1, TESSERA_CUDA_REDUCE=legacy, no classifier fusion)
+#   attention    bench_gpu_attention: the attention kernels v1 against v2, one by one
+#   determinism  two runs, equal parameter hashes
+#   batch32      tessera and PyTorch at batch 32
+#   reduce       bench_gpu_reduce (the step's reductions, column vs legacy)
+#   batch64      tessera alone at batch 64
+#   ncu          Nsight Compute on the new kernels (attention v2, column sums, warp-per-row
+#                norm backward), one launch per launch configuration
+#   jax          tessera and JAX at batch 16 (not in the default list: PyTorch is the
+#                faster peer, and a device call has 10 minutes)
 # CHECK_PHASES="test bench" runs a subset (a rerun of failed phases). Logs: $OUT/gpu-logs.tgz
 # and, as they finish, $OUT/summary.txt; the summary table is printed last.
 set -uo pipefail
@@ -30,7 +32,7 @@ cd "$ROOT" || exit 2
 FINAL="${OUT:-$ROOT/build-gpu/check}"
 WORK="$(mktemp -d /tmp/gpu-check.XXXXXX)"
 mkdir -p "$FINAL"
-PHASES="${CHECK_PHASES:-device test bench profile before attention determinism batch32 batch64 reduce ncu jax}"
+PHASES="${CHECK_PHASES:-device test bench profile before attention determinism batch32 reduce batch64 ncu}"
 PEER_PYTHON="env LD_LIBRARY_PATH= python3"  # the peers use the machine's own CUDA libraries
 
 # run NAME ENV... -- BUNDLE-PHASES...: one gpu-bundle.sh invocation with its own log folder.
@@ -58,13 +60,14 @@ for phase in $PHASES; do
     bench) run bench BUNDLE_BENCH_TIMEOUT=240 -- "bench:--steps:20:--warmup:5:--peers:torch:--python:$PEER_PYTHON" ;;
     profile) run profile TESSERA_PROFILE=2 TESSERA_CUDA_GRAPHS=0 BUNDLE_BENCH_TIMEOUT=90 -- bench:--steps:3:--warmup:1 ;;
     before)
-      run before TESSERA_ATTENTION_KERNEL=v1 TESSERA_CUDA_REDUCE=legacy BUNDLE_BENCH_TIMEOUT=90 -- \
+      run before TESSERA_ATTENTION_KERNEL=v1 TESSERA_CUDA_REDUCE=legacy TESSERA_DISABLE_PASSES=classifier-fusion \
+        BUNDLE_BENCH_TIMEOUT=90 -- \
         bench:--steps:20:--warmup:5
       ;;
     attention) run attention BUNDLE_ATTENTION_TIMEOUT=60 -- attention ;;
     determinism) run determinism BUNDLE_BENCH_TIMEOUT=120 -- determinism ;;
     batch32) run batch32 BUNDLE_BENCH_TIMEOUT=150 -- "bench:--batch:32:--steps:10:--warmup:3:--peers:torch:--python:$PEER_PYTHON" ;;
-    batch64) run batch64 BUNDLE_BENCH_TIMEOUT=180 -- "bench:--batch:64:--steps:10:--warmup:3:--peers:torch:--python:$PEER_PYTHON" ;;
+    batch64) run batch64 BUNDLE_BENCH_TIMEOUT=90 -- bench:--batch:64:--steps:10:--warmup:3 ;;
     reduce) run reduce BUNDLE_REDUCE_TIMEOUT=60 -- reduce:--repeats:20 ;;
     jax) run jax BUNDLE_BENCH_TIMEOUT=150 -- "bench:--steps:20:--warmup:5:--peers:jax:--python:$PEER_PYTHON" ;;
     ncu) run ncu BUNDLE_NCU_TIMEOUT=120 -- "ncu:fwd_v2|bwd_dkdv_v2|bwd_dq_v2|column_chunks|norm_backward_warp" ;;

@@ -176,6 +176,9 @@ void register_nn(std::map<std::string, PrimitiveFactory>& f) {
   f["cross_entropy_grad"] = [classes](const AttributeMap& a) -> PrimitivePtr {
     return std::make_shared<CrossEntropyGrad>(a.get_int("ignore_index"), classes(a));
   };
+  f["cross_entropy_with_grad"] = [classes](const AttributeMap& a) -> PrimitivePtr {
+    return std::make_shared<CrossEntropyWithGrad>(a.get_int("ignore_index"), classes(a));
+  };
 }
 
 void register_attention(std::map<std::string, PrimitiveFactory>& f) {

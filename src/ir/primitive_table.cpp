@@ -61,6 +61,7 @@ std::vector<PrimitiveEntry> make_table() {
   for (const char* name : {"softmax", "log_softmax", "softmax_grad", "log_softmax_grad", "layer_norm", "rms_norm",
                            "layer_norm_grad", "rms_norm_grad", "cross_entropy", "cross_entropy_grad"})
     row(name, F::Nn);
+  row("cross_entropy_with_grad", F::Nn, {}, "made by the classifier-fusion pass, which runs after partitioning");
 
   // attention
   row("attention", F::Attention);

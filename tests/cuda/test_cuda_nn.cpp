@@ -323,6 +323,28 @@ TEST(CudaCrossEntropy, PaddedVocabularyMatchesCpu) {
     }
 }
 
+// The fused classifier (cross_entropy_with_grad, made by the classifier-fusion pass):
+// loss, lse and dlogits as the CPU computes them, padded or not, ignored rows included.
+TEST(CudaCrossEntropy, WithGradMatchesCpu) {
+  TESSERA_REQUIRE_GPU();
+  for (DType dtype : kFloatTypes)
+    for (auto [classes, stride] : {std::pair<int64_t, int64_t>{50257, 50304}, {1000, 1000}, {37, 48}, {5, 5}}) {
+      const int64_t rows = 9, ignore = -100;
+      Array logits = random_array({rows, stride}, dtype, 3.0f);
+      Array targets = random_targets(rows, classes, ignore, true);
+      const DType acc = ts::accumulation_dtype(dtype);
+      Array dloss = random_array({rows}, acc, 1.0f, 0.5f);
+      auto outs = make(std::make_shared<ts::CrossEntropyWithGrad>(ignore, classes == stride ? 0 : classes),
+                       {{rows}, {rows}, {rows, stride}}, {acc, acc, dtype}, {logits, targets, dloss});
+      std::vector<Array> gpu =
+          expect_matches_cpu(outs, "cross_entropy_with_grad " + ts::type_string(logits) + " classes=" +
+                                       std::to_string(classes));
+      const std::vector<float> d = values(gpu[2]);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = classes; j < stride; ++j) ASSERT_EQ(d[r * stride + j], 0.0f) << r << " " << j;
+    }
+}
+
 TEST(CudaCrossEntropy, OutOfRangeTargetGivesNaN) {
   TESSERA_REQUIRE_GPU();
   // The CPU throws; the device cannot without a host synchronization: NaN loss and row.

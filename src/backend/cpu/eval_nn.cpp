@@ -87,4 +87,17 @@ void CrossEntropyGrad::eval_cpu(const std::vector<Array>& inputs, std::vector<Ar
                                    logits.shape(1), classes_in(logits.shape(1)), ignore_index_);
 }
 
+void CrossEntropyWithGrad::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  // The forward over every row, then the backward (whose dlogits may be the logits'
+  // buffer: each row is read before it is written).
+  const Array& logits = inputs[0];
+  for (Array& o : outputs) o.allocate();
+  const int64_t rows = logits.shape(0), row = logits.shape(1), classes = classes_in(row);
+  cpu::cross_entropy_rows(logits.dtype(), logits.raw_data(), inputs[1].data<int64_t>(), rows, row, classes,
+                          ignore_index_, outputs[0].mutable_raw_data(), outputs[1].mutable_raw_data());
+  cpu::cross_entropy_rows_backward(logits.dtype(), logits.raw_data(), inputs[1].data<int64_t>(), outputs[1].raw_data(),
+                                   inputs[2].raw_data(), outputs[2].mutable_raw_data(), rows, row, classes,
+                                   ignore_index_);
+}
+
 }  // namespace tessera

@@ -208,6 +208,22 @@ void cross_entropy_grad_kernel(const Primitive& p, const std::vector<DeviceTenso
                          outputs[0].data, rows, vocab, ce.classes_in(vocab), ce.ignore_index(), ctx.stream);
 }
 
+void cross_entropy_with_grad_kernel(const Primitive& p, const std::vector<DeviceTensor>& inputs,
+                                    const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
+  const auto& ce = dynamic_cast<const CrossEntropyWithGrad&>(p);
+  check_counts("cross_entropy_with_grad", inputs, outputs, 3, 3);
+  const DeviceTensor& logits = inputs[0];
+  check_logits("cross_entropy_with_grad", logits, inputs[1]);
+  const int64_t rows = logits.shape[0], vocab = logits.shape[1];
+  check_stat("cross_entropy_with_grad", "dloss", inputs[2], rows, logits.dtype);
+  check_stat("cross_entropy_with_grad", "loss", outputs[0], rows, logits.dtype);
+  check_stat("cross_entropy_with_grad", "lse", outputs[1], rows, logits.dtype);
+  check_like("cross_entropy_with_grad", "dlogits", outputs[2], logits);
+  cross_entropy_with_grad(logits.dtype, logits.data, inputs[1].as<int64_t>(), inputs[2].data, rows, vocab,
+                          ce.classes_in(vocab), ce.ignore_index(), outputs[0].data, outputs[1].data, outputs[2].data,
+                          ctx.stream);
+}
+
 }  // namespace
 
 void register_nn_kernels() {
@@ -221,6 +237,7 @@ void register_nn_kernels() {
   register_kernel("rms_norm_grad", norm_grad_kernel);
   register_kernel("cross_entropy", cross_entropy_kernel);
   register_kernel("cross_entropy_grad", cross_entropy_grad_kernel);
+  register_kernel("cross_entropy_with_grad", cross_entropy_with_grad_kernel);
 }
 
 }  // namespace tessera::cuda

@@ -370,6 +370,7 @@ std::string cross_entropy_attributes(int64_t ignore_index, int64_t classes) {
 
 std::string CrossEntropy::attributes() const { return cross_entropy_attributes(ignore_index_, classes_); }
 std::string CrossEntropyGrad::attributes() const { return cross_entropy_attributes(ignore_index_, classes_); }
+std::string CrossEntropyWithGrad::attributes() const { return cross_entropy_attributes(ignore_index_, classes_); }
 
 namespace {
 struct SafeTargets {
@@ -445,6 +446,12 @@ std::vector<Array> CrossEntropyGrad::composite(const std::vector<Array>& in) con
   Array dlogits = (p - onehot) * expand_dims(scale, -1);
   if (classes < row) dlogits = concatenate({dlogits, zeros({logits.shape(0), row - classes}, acc)}, -1);
   return {astype(dlogits, in[0].dtype())};
+}
+
+std::vector<Array> CrossEntropyWithGrad::composite(const std::vector<Array>& in) const {
+  std::vector<Array> out = CrossEntropy(ignore_index_, classes_).composite({in[0], in[1]});
+  out.push_back(CrossEntropyGrad(ignore_index_, classes_).composite({in[0], in[1], out[1], in[2]})[0]);
+  return out;
 }
 
 }  // namespace tessera

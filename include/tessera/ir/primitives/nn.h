@@ -159,4 +159,27 @@ class CrossEntropyGrad : public Primitive {
   int64_t classes_;
 };
 
+// The loss and its gradient in one pass over the logits (llm.c's fused classifier),
+// made by the classifier-fusion pass (compiler/passes/classifier_fusion.h) from a
+// cross_entropy whose cross_entropy_grad's dloss does not depend on it. Inputs: logits
+// [N, V], targets [N] int64, dloss [N] (accumulation dtype). Outputs: loss [N], lse [N],
+// dlogits [N, V], the values of the two primitives it replaces. dlogits may take the
+// logits' buffer: each element is read before it is overwritten.
+class CrossEntropyWithGrad : public Primitive {
+ public:
+  CrossEntropyWithGrad(int64_t ignore_index, int64_t classes) : ignore_index_(ignore_index), classes_(classes) {}
+  int64_t ignore_index() const { return ignore_index_; }
+  int64_t classes() const { return classes_; }
+  int64_t classes_in(int64_t row_length) const { return classes_ > 0 ? classes_ : row_length; }
+  std::string name() const override { return "cross_entropy_with_grad"; }
+  std::string attributes() const override;
+  bool can_write_in_place(int input, int output) const override { return input == 0 && output == 2; }
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_COMPOSITE
+
+ private:
+  int64_t ignore_index_;
+  int64_t classes_;
+};
+
 }  // namespace tessera

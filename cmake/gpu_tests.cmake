@@ -54,3 +54,21 @@ if(TESSERA_HAS_NCCL AND TARGET test_cuda)
     set_tests_properties(cuda.nccl_file_abort_np2 PROPERTIES PASS_REGULAR_EXPRESSION "${nccl_abort_regex}")
   endif()
 endif()
+
+# The flash-attention kernels' index math on the CPU: tools/flash_attention_emulation.cpp
+# compiles the kernel sources as host C++ (every CUDA thread a fiber; mma.sync, ldmatrix
+# and cp.async from their PTX fragment layouts; cp.async destinations poisoned until the
+# wait that retires them) and runs v1 and v2, forward and backward, on 51 problems against
+# a float64 reference. It needs the CUDA headers, not a GPU, so it runs wherever the CUDA
+# backend builds, GPU or not (about a minute).
+if(TESSERA_HAS_CUDA AND TESSERA_BUILD_TESTS)
+  add_executable(flash_attention_emulation ${CMAKE_SOURCE_DIR}/tools/flash_attention_emulation.cpp)
+  target_include_directories(flash_attention_emulation PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include
+                                                               ${CUDAToolkit_INCLUDE_DIRS})
+  target_link_libraries(flash_attention_emulation PRIVATE tessera_warnings)
+  # The kernels' `#pragma unroll` means nothing to the host compiler.
+  target_compile_options(flash_attention_emulation PRIVATE -Wno-unknown-pragmas)
+  set_target_properties(flash_attention_emulation PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+  add_test(NAME cuda.flash_attention_emulation COMMAND flash_attention_emulation)
+  set_tests_properties(cuda.flash_attention_emulation PROPERTIES LABELS cuda TIMEOUT 600)
+endif()

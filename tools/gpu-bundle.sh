@@ -124,7 +124,17 @@ run_bundle() {
           nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
           echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
           ldd "$dir/bin/test_cuda" | grep -E "not found|cuda|cublas|nvrtc|nccl"
-          python3 -c 'import torch, jax; print("torch", torch.__version__, torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "jax", jax.__version__)'
+          # The toolkit's cuDNN headers, if any. (On the H100 machine of 2026-11-26 a cuDNN
+          # 9.14 was on the bundle's library path; torch bundles 9.19 and refuses the older
+          # one, hence python3 without LD_LIBRARY_PATH.)
+          grep -h -E '#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ' /usr/local/cuda/include/cudnn_version*.h 2>/dev/null
+          LD_LIBRARY_PATH="" python3 -c '
+import torch, jax
+try:
+    cudnn = torch.backends.cudnn.version()
+except Exception as e:
+    cudnn = "unavailable (%s)" % e
+print("torch", torch.__version__, torch.version.cuda, "cudnn", cudnn, "jax", jax.__version__)'
         } 2>&1 | tee "$LOGS/0-device.log"
         ;;
       test)

@@ -336,9 +336,8 @@ TEST(CudaCrossEntropy, WithGradMatchesCpu) {
       Array dloss = random_array({rows}, acc, 1.0f, 0.5f);
       auto outs = make(std::make_shared<ts::CrossEntropyWithGrad>(ignore, classes == stride ? 0 : classes),
                        {{rows}, {rows}, {rows, stride}}, {acc, acc, dtype}, {logits, targets, dloss});
-      std::vector<Array> gpu =
-          expect_matches_cpu(outs, "cross_entropy_with_grad " + ts::type_string(logits) + " classes=" +
-                                       std::to_string(classes));
+      std::vector<Array> gpu = expect_matches_cpu(
+          outs, "cross_entropy_with_grad " + ts::type_string(logits) + " classes=" + std::to_string(classes));
       const std::vector<float> d = values(gpu[2]);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = classes; j < stride; ++j) ASSERT_EQ(d[r * stride + j], 0.0f) << r << " " << j;

@@ -36,8 +36,8 @@ void cross_entropy_backward(DType dtype, const void* logits, const int64_t* targ
 // Both (ir/primitives/nn.h's cross_entropy_with_grad, made by the classifier-fusion
 // pass): loss and lse as the forward writes them and dlogits as the backward writes them
 // for `dloss`. dlogits may be the logits buffer.
-void cross_entropy_with_grad(DType dtype, const void* logits, const int64_t* targets, const void* dloss,
-                             int64_t rows, int64_t stride, int64_t vocab, int64_t ignore_index, void* loss, void* lse,
-                             void* dlogits, cudaStream_t stream);
+void cross_entropy_with_grad(DType dtype, const void* logits, const int64_t* targets, const void* dloss, int64_t rows,
+                             int64_t stride, int64_t vocab, int64_t ignore_index, void* loss, void* lse, void* dlogits,
+                             cudaStream_t stream);
 
 }  // namespace tessera::cuda

@@ -149,8 +149,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 // starts there (if one does) and writes out[o, key, :] = sum of the run's update rows in
 // position order. Every output row is written by at most one block; rows no index names
 // keep the zeros written before.
+// (kThreadsPerBlock, 1): with no minimum, ptxas spilled the integer instances for sm_80
+// (a build error, -warn-spills).
 template <typename T>
-__global__ void __launch_bounds__(kThreadsPerBlock)
+__global__ void __launch_bounds__(kThreadsPerBlock, 1)
     scatter_runs_kernel(const T* __restrict__ upd, const uint32_t* __restrict__ keys, const int32_t* __restrict__ pos,
                         T* __restrict__ out, int64_t outer, int64_t axis_len, int64_t n_idx, int64_t inner) {
   using S = Sum<T>;

@@ -30,6 +30,7 @@
 #include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/kernels/flash_attention.h"
 #include "backend/cuda/runtime.h"
+#include "gpu_bench_util.h"
 #endif
 
 namespace ts = tessera;
@@ -48,27 +49,6 @@ float bf16_to_float(uint16_t h) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
-}
-
-// n bf16 values uniform in [-1, 1) from a splitmix64 stream (host copy kept in `host`).
-void* random_bf16(int64_t n, uint64_t seed) {
-  std::vector<uint16_t> host(static_cast<size_t>(n));
-  uint64_t x = seed;
-  for (uint16_t& h : host) {
-    x += 0x9e3779b97f4a7c15ull;
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    const float f = static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
-    uint32_t bits = 0;
-    std::memcpy(&bits, &f, 4);
-    h = static_cast<uint16_t>(bits >> 16);
-  }
-  void* d = nullptr;
-  TESSERA_CUDA_CHECK(cudaMalloc(&d, static_cast<size_t>(n) * 2));
-  TESSERA_CUDA_CHECK(cudaMemcpy(d, host.data(), static_cast<size_t>(n) * 2, cudaMemcpyHostToDevice));
-  return d;
 }
 
 std::vector<uint16_t> download16(const void* d, int64_t n) {
@@ -129,10 +109,10 @@ int run(int64_t repeats) {
       "| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const Case& c : cases) {
     const int64_t nq = c.B * c.H * c.T * c.D, rows_n = c.B * c.H * c.T;
-    void* q = random_bf16(nq, 1);
-    void* k = random_bf16(nq, 2);
-    void* v = random_bf16(nq, 3);
-    void* dout = random_bf16(nq, 4);
+    void* q = ts::bench::random_bf16_on_device(nq, 1);
+    void* k = ts::bench::random_bf16_on_device(nq, 2);
+    void* v = ts::bench::random_bf16_on_device(nq, 3);
+    void* dout = ts::bench::random_bf16_on_device(nq, 4);
     void *out = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
     float *lse = nullptr, *scratch = nullptr;
     for (void** p : {&out, &dq, &dk, &dv}) TESSERA_CUDA_CHECK(cudaMalloc(p, static_cast<size_t>(nq) * 2));
@@ -215,14 +195,5 @@ int run(int64_t repeats) {
 #endif
 
 int main(int argc, char** argv) {
-  int64_t repeats = 20;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const std::string value = ts::bench::flag_value("bench_gpu_attention", argc, argv, i);
-    if (arg == "--repeats")
-      repeats = std::max<int64_t>(1, ts::bench::flag_integer("bench_gpu_attention", arg, value));
-    else
-      ts::fail<ts::ValueError>("bench_gpu_attention: unknown flag {} (flags: --repeats)", arg);
-  }
-  return run(repeats);
+  return run(ts::bench::parse_kernel_bench_flags("bench_gpu_attention", argc, argv, false).repeats);
 }

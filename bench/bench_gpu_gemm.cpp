@@ -25,6 +25,7 @@
 #include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/kernels/gemm.h"
 #include "backend/cuda/runtime.h"
+#include "gpu_bench_util.h"
 #endif
 
 namespace ts = tessera;
@@ -36,28 +37,6 @@ struct Case {
   std::string name;
   ts::cuda::GemmShape shape;
 };
-
-// Device buffer of n bf16 values uniform in [-1, 1) (never zeros: see the method notes),
-// from a splitmix64 stream: fast enough for the 824M-element logits matrices.
-void* random_bf16(int64_t n, uint64_t seed) {
-  std::vector<uint16_t> host(static_cast<size_t>(n));
-  uint64_t x = seed;
-  for (uint16_t& h : host) {
-    x += 0x9e3779b97f4a7c15ull;
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    const float f = static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
-    uint32_t bits = 0;
-    std::memcpy(&bits, &f, 4);
-    h = static_cast<uint16_t>(bits >> 16);
-  }
-  void* d = nullptr;
-  TESSERA_CUDA_CHECK(cudaMalloc(&d, static_cast<size_t>(n) * 2));
-  TESSERA_CUDA_CHECK(cudaMemcpy(d, host.data(), static_cast<size_t>(n) * 2, cudaMemcpyHostToDevice));
-  return d;
-}
 
 int run(int64_t repeats, int64_t tokens) {
   if (!ts::cuda::available()) {
@@ -107,8 +86,8 @@ int run(int64_t repeats, int64_t tokens) {
       opt.restage = restage;
       ts::cuda::set_gemm_options(opt);
       const ts::cuda::GemmShape& s = c.shape;
-      void* a = random_bf16(s.m * s.k, 1);
-      void* b = random_bf16(s.k * s.n, 2);
+      void* a = ts::bench::random_bf16_on_device(s.m * s.k, 1);
+      void* b = ts::bench::random_bf16_on_device(s.k * s.n, 2);
       void* out = nullptr;
       TESSERA_CUDA_CHECK(cudaMalloc(&out, static_cast<size_t>(s.m * s.n) * 2));
       const size_t staging = ts::cuda::gemm_staging_bytes(ts::DType::BFloat16, s);
@@ -173,16 +152,6 @@ int run(int64_t repeats, int64_t tokens) {
 #endif
 
 int main(int argc, char** argv) {
-  int64_t repeats = 20, tokens = 16384;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const std::string value = ts::bench::flag_value("bench_gpu_gemm", argc, argv, i);
-    if (arg == "--repeats")
-      repeats = std::max<int64_t>(1, ts::bench::flag_integer("bench_gpu_gemm", arg, value));
-    else if (arg == "--tokens")
-      tokens = std::max<int64_t>(1, ts::bench::flag_integer("bench_gpu_gemm", arg, value));
-    else
-      ts::fail<ts::ValueError>("bench_gpu_gemm: unknown flag {} (flags: --repeats --tokens)", arg);
-  }
-  return run(repeats, tokens);
+  const ts::bench::KernelBenchFlags f = ts::bench::parse_kernel_bench_flags("bench_gpu_gemm", argc, argv, true);
+  return run(f.repeats, f.tokens);
 }

@@ -247,16 +247,6 @@ int run(int64_t repeats, int64_t tokens) {
 #endif
 
 int main(int argc, char** argv) {
-  int64_t repeats = 20, tokens = 16384;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const std::string value = ts::bench::flag_value("bench_gpu_reduce", argc, argv, i);
-    if (arg == "--repeats")
-      repeats = std::max<int64_t>(1, ts::bench::flag_integer("bench_gpu_reduce", arg, value));
-    else if (arg == "--tokens")
-      tokens = std::max<int64_t>(1, ts::bench::flag_integer("bench_gpu_reduce", arg, value));
-    else
-      ts::fail<ts::ValueError>("bench_gpu_reduce: unknown flag {} (flags: --repeats --tokens)", arg);
-  }
-  return run(repeats, tokens);
+  const ts::bench::KernelBenchFlags f = ts::bench::parse_kernel_bench_flags("bench_gpu_reduce", argc, argv, true);
+  return run(f.repeats, f.tokens);
 }

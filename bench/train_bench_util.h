@@ -48,6 +48,26 @@ inline int64_t flag_integer(const char* program, const std::string& flag, const 
   return static_cast<int64_t>(v);
 }
 
+// The flags of the GPU kernel benchmarks: --repeats (timed runs per case) and, where the
+// program takes it (`with_tokens`), --tokens (rows of the training step's activations).
+struct KernelBenchFlags {
+  int64_t repeats = 20, tokens = 16384;
+};
+inline KernelBenchFlags parse_kernel_bench_flags(const char* program, int argc, char** argv, bool with_tokens) {
+  KernelBenchFlags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const std::string value = flag_value(program, argc, argv, i);
+    if (arg == "--repeats")
+      f.repeats = std::max<int64_t>(1, flag_integer(program, arg, value));
+    else if (with_tokens && arg == "--tokens")
+      f.tokens = std::max<int64_t>(1, flag_integer(program, arg, value));
+    else
+      fail<ValueError>("{}: unknown flag {} (flags: --repeats{})", program, arg, with_tokens ? " --tokens" : "");
+  }
+  return f;
+}
+
 // A positive number flag value; a ValueError naming the program and flag otherwise.
 inline double flag_positive_number(const char* program, const std::string& flag, const std::string& value) {
   size_t used = 0;

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <sstream>
 #include <string>
 
@@ -171,57 +170,18 @@ struct MtMeta {
 static_assert(sizeof(MtMeta) + sizeof(Coeffs<float>) + sizeof(Dynamic) < 4000, "multi-tensor launch parameters");
 static_assert(kMtTensors <= 256, "block_tensor is a byte");
 
-// Four consecutive parameters or gradients, loaded and stored as one vector.
-template <typename T>
-struct alignas(4 * sizeof(T)) Quad {
-  T x[4];
-};
-
-// One block per (tensor, chunk) pair of the launch. Where the tensor's four buffers allow
-// it, each thread updates 4 consecutive elements per iteration with vector loads and
-// stores (p and g 4 * sizeof(T) bytes, m and v 16 bytes): more bytes in flight per
-// thread for this memory-bound update. The per-element arithmetic is update_one's, so
-// the results are the same bits either way.
+// One block per (tensor, chunk) pair of the launch.
 template <typename T>
 __global__ void __launch_bounds__(kMtThreads) adamw_multi_tensor_kernel(MtMeta meta, Coeffs<float> k, Dynamic d) {
-  __shared__ Coeffs<float> block_k;  // resolved once per block (two pow() in double)
-  if (threadIdx.x == 0) block_k = resolve(k, d);
-  __syncthreads();
-  k = block_k;
+  k = resolve(k, d);
   const int t = meta.block_tensor[blockIdx.x];
-  const int64_t begin = static_cast<int64_t>(meta.block_chunk[blockIdx.x]) * kMtChunk;  // a multiple of 4
+  const int64_t begin = static_cast<int64_t>(meta.block_chunk[blockIdx.x]) * kMtChunk;
   const int64_t end = std::min(meta.n[t], begin + kMtChunk);
   T* p = static_cast<T*>(meta.p[t]);
   const T* g = static_cast<const T*>(meta.g[t]);
   float* m = meta.m[t];
   float* v = meta.v[t];
-  const auto address = [](const void* q) { return reinterpret_cast<uintptr_t>(q); };
-  const bool quads =
-      (address(p) | address(g)) % sizeof(Quad<T>) == 0 && (address(m) | address(v)) % sizeof(float4) == 0;
-  int64_t tail = begin;
-  if (quads) {
-    const int64_t n4 = (end - begin) / 4;
-    for (int64_t q = threadIdx.x; q < n4; q += blockDim.x) {
-      const int64_t e = begin + 4 * q;
-      Quad<T> pq = *reinterpret_cast<const Quad<T>*>(p + e);
-      const Quad<T> gq = *reinterpret_cast<const Quad<T>*>(g + e);
-      const float4 mq = *reinterpret_cast<const float4*>(m + e);
-      const float4 vq = *reinterpret_cast<const float4*>(v + e);
-      const float mi[4] = {mq.x, mq.y, mq.z, mq.w}, vi[4] = {vq.x, vq.y, vq.z, vq.w};
-      float mn[4], vn[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        float pn;
-        adamw_element(Param<T>::load(pq.x[j]), Param<T>::load(gq.x[j]), mi[j], vi[j], k, pn, mn[j], vn[j]);
-        pq.x[j] = Param<T>::store(pn);
-      }
-      *reinterpret_cast<Quad<T>*>(p + e) = pq;
-      *reinterpret_cast<float4*>(m + e) = make_float4(mn[0], mn[1], mn[2], mn[3]);
-      *reinterpret_cast<float4*>(v + e) = make_float4(vn[0], vn[1], vn[2], vn[3]);
-    }
-    tail = begin + 4 * n4;
-  }
-  for (int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) update_one<T>(p, g, m, v, p, m, v, i, k);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) update_one<T>(p, g, m, v, p, m, v, i, k);
 }
 
 void check_hyper(const char* op, const AdamWHyper& h) {

@@ -195,5 +195,11 @@ int run(int64_t repeats) {
 #endif
 
 int main(int argc, char** argv) {
-  return run(ts::bench::parse_kernel_bench_flags("bench_gpu_attention", argc, argv, false).repeats);
+  try {
+    const ts::bench::KernelBenchFlags f = ts::bench::parse_kernel_bench_flags("bench_gpu_attention", argc, argv, false);
+    return run(f.repeats);
+  } catch (const ts::Error& e) {  // bad flags: the message and exit 1
+    fmt::print(stderr, "{}\n", e.what());
+    return 1;
+  }
 }

@@ -247,6 +247,11 @@ int run(int64_t repeats, int64_t tokens) {
 #endif
 
 int main(int argc, char** argv) {
-  const ts::bench::KernelBenchFlags f = ts::bench::parse_kernel_bench_flags("bench_gpu_reduce", argc, argv, true);
-  return run(f.repeats, f.tokens);
+  try {
+    const ts::bench::KernelBenchFlags f = ts::bench::parse_kernel_bench_flags("bench_gpu_reduce", argc, argv, true);
+    return run(f.repeats, f.tokens);
+  } catch (const ts::Error& e) {  // bad flags: the message and exit 1
+    fmt::print(stderr, "{}\n", e.what());
+    return 1;
+  }
 }

@@ -8,39 +8,12 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "cli/cpu_check.h"
-#include "tessera/backend/cuda.h"
+#include "cli/info_text.h"
 #include "tessera/base/flags.h"
-#include "tessera/base/thread_pool.h"
-#include "tessera/base/version.h"
 #include "tessera/ir/primitive_table.h"
-#include "tessera/spmd/runtime.h"
-#include "tessera/train/trainer.h"
-
-#if __has_include(<cblas.h>)
-#include <cblas.h>
-#endif
-
-#ifndef TESSERA_HAS_MPI
-#define TESSERA_HAS_MPI 0
-#endif
-#ifndef TESSERA_HAS_CUDA
-#define TESSERA_HAS_CUDA 0
-#endif
 
 namespace tessera::cli {
 namespace {
-
-std::string blas_description() {
-#if defined(OPENBLAS_VERSION)
-  // openblas_get_config() reports version, build options, core type and thread limit.
-  return openblas_get_config();
-#else
-  return "BLAS (vendor unknown: not OpenBLAS)";
-#endif
-}
-
-const char* yes_no(bool value) { return value ? "yes" : "no"; }
 
 struct InfoSettings {
   bool ops = false;
@@ -60,33 +33,7 @@ int run_info(const InfoSettings& settings) {
     fmt::print("{}", flags::table(!settings.markdown));
     return 0;
   }
-  const CpuFeatures cpu = detect_cpu_features();
-  fmt::print("tessera {}\n", version());
-  fmt::print("  threads        {}\n", num_threads());
-  fmt::print("  BLAS           {}\n", blas_description());
-  fmt::print("  CPU features   avx2={} fma={} f16c={}\n", yes_no(cpu.avx2), yes_no(cpu.fma), yes_no(cpu.f16c));
-  fmt::print("  kernels built  {}\n", kernels_need_avx2() ? "AVX2+FMA+F16C (x86-64-v3)" : "generic (no AVX2)");
-  fmt::print("  devices        {} (TESSERA_CPU_DEVICES=N for N virtual devices; mpirun for one per process)\n",
-             spmd::runtime_description());
-  fmt::print("  MPI            {}\n",
-             TESSERA_HAS_MPI ? "yes (mpirun -n N runs one device per rank)" : "no (not built)");
-  if (!TESSERA_HAS_CUDA) {
-    fmt::print("  CUDA           no (CPU-only build)\n");
-  } else if (!cuda::available()) {
-    fmt::print("  CUDA           built, but {}\n", cuda::unavailable_reason());
-  } else {
-    for (int d = 0; d < cuda::device_count(); ++d) {
-      const cuda::DeviceInfo info = cuda::device_info(d);
-      const goodput::DeviceRecord peak = train::cuda_device_peak(info);
-      fmt::print(
-          "  GPU {}          {} (sm_{}{}, {} SMs, {:.1f} GiB, driver {}.{}, runtime {}.{}, peak bf16 {:.0f} "
-          "TFLOP/s from {})\n",
-          d, info.name, info.sm_major, info.sm_minor, info.multiprocessors,
-          static_cast<double>(info.memory_bytes) / (1 << 30), info.driver_version / 1000,
-          info.driver_version % 1000 / 10, info.runtime_version / 1000, info.runtime_version % 1000 / 10,
-          peak.peak_flops_per_device / 1e12, peak.source);
-    }
-  }
+  fmt::print("{}", info_text());
   return 0;
 }
 

@@ -1,0 +1,102 @@
+"""NumPy basic indexing for tessera.Array (ints, slices with positive steps, None,
+Ellipsis) plus one integer-array index (a gather along that axis). Arrays are
+immutable: item assignment is an error that says what to do instead."""
+
+import numpy as np
+
+from . import _tessera as C
+from ._convert import asarray
+from ._tessera import Array
+
+
+def _is_int_array(value):
+    if isinstance(value, Array):
+        return True
+    if isinstance(value, np.ndarray):
+        return True
+    return isinstance(value, list)
+
+
+def getitem(x, index):
+    if not isinstance(index, tuple):
+        index = (index,)
+    consumed = sum(1 for i in index if i is not None and i is not Ellipsis)
+    if sum(1 for i in index if i is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if consumed > x.ndim:
+        raise IndexError(f"too many indices for an array of shape {x.shape}: {consumed} given")
+    expanded = []
+    for i in index:
+        if i is Ellipsis:
+            expanded.extend([slice(None)] * (x.ndim - consumed))
+        else:
+            expanded.append(i)
+    if Ellipsis not in index:
+        expanded.extend([slice(None)] * (x.ndim - consumed))
+
+    start, stop, step = [], [], []
+    squeeze_axes = []
+    new_axes = []  # positions in the result
+    gather = None  # (axis in the sliced array, indices)
+    dim = 0
+    out_pos = 0
+    for i in expanded:
+        if i is None:
+            new_axes.append(out_pos)
+            out_pos += 1
+            continue
+        n = x.shape[dim]
+        if isinstance(i, (bool, np.bool_)):
+            raise IndexError("boolean scalar indices are not supported; use tessera.where")
+        if isinstance(i, (int, np.integer)):
+            k = int(i)
+            if not -n <= k < n:
+                raise IndexError(f"index {k} is out of bounds for axis {dim} with size {n}")
+            k %= n
+            start.append(k), stop.append(k + 1), step.append(1)
+            squeeze_axes.append(dim)
+        elif isinstance(i, slice):
+            b, e, s = i.indices(n)
+            if s <= 0:
+                raise IndexError(f"slice steps must be positive in tessera (axis {dim} has step {s})")
+            e = max(e, b)
+            start.append(b), stop.append(e), step.append(s)
+            out_pos += 1
+        elif _is_int_array(i):
+            if gather is not None:
+                raise IndexError("only one integer-array index is supported; index the axes one at a time")
+            idx = i if isinstance(i, Array) else asarray(np.asarray(i))
+            if idx._dtype_name == "bool":
+                raise IndexError("boolean mask indices are not supported (the result's shape would depend on "
+                                 "values); use tessera.where")
+            if idx._dtype_name not in ("int32", "int64", "uint8", "int8", "uint32"):
+                raise IndexError(f"array indices must be integers, got {idx._dtype_name}")
+            start.append(0), stop.append(n), step.append(1)
+            gather = (dim, idx, out_pos)
+            out_pos += 1
+        else:
+            raise IndexError(
+                f"tessera arrays are indexed by ints, slices, None, Ellipsis or one integer array; got {type(i).__name__}"
+            )
+        dim += 1
+
+    y = x
+    if any(b != 0 or e != n or s != 1 for b, e, s, n in zip(start, stop, step, x.shape)):
+        y = C._slice(x, start, stop, step)
+    if gather is not None:
+        axis, idx, _ = gather
+        y = C.take(y, idx, axis)
+        # the gathered axis became idx.ndim axes; later squeezed axes shift
+        squeeze_axes = [a + (idx.ndim - 1 if a > axis else 0) for a in squeeze_axes]
+    if squeeze_axes:
+        y = C.squeeze(y, squeeze_axes)
+    for pos in new_axes:
+        y = C.expand_dims(y, pos)
+    return y
+
+
+def setitem(x, index, value):
+    raise TypeError(
+        "tessera arrays are immutable: a[i] = v is not supported. Build the new array instead: "
+        "tessera.where(mask, v, a), or tessera.concatenate of slices"
+    )

@@ -5,7 +5,8 @@
 #   make deps         install missing Debian packages (no apt calls when all are present)
 #   make configure-all configure the three trees `make test` builds (build/, build-asan/, build-fuzz/)
 #   make build        configure (Release, Ninja) and build into build/ (binaries in build/bin/)
-#   make test         build, run every test; then ASan+UBSan build (build-asan/) of the tests, small sizes;
+#   make test         build, run every test (C++ with ctest, Python with pytest); then ASan+UBSan build
+#                     (build-asan/) of the tests, small sizes;
 #                     then the libFuzzer targets (build-fuzz/, clang), each a few seconds over its seeds
 #   make train        build and run the default training job (configs/fortunes.toml)
 #   make bench        build and run build/bin/bench_ops; output kept in bench/results/
@@ -33,6 +34,9 @@ export CCACHE_BASEDIR ?= $(CURDIR)
 # Derived from what CMakeLists.txt finds and what the tests and `make train` run;
 # tools/fresh-machine.sh proves the list on a clean debootstrap root.
 DEB_BUILD := build-essential cmake ninja-build ccache pkg-config
+#   The Python package (python/, cmake/python.cmake): the interpreter's headers, and venv for the
+#   cached venv the build fetches nanobind (pinned) and the Python tests' packages into from PyPI.
+DEB_PYTHON := python3-dev python3-venv
 #   libdnnl-dev's CMake config calls find_package(OpenCL): ocl-icd-opencl-dev (a mere
 #   "recommends" of libdnnl-dev) provides libOpenCL.so and the CL headers it looks for.
 DEB_LIBS := libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libfmt-dev libcli11-dev nlohmann-json3-dev \
@@ -44,13 +48,13 @@ DEB_LIBS := libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libfmt-dev libcli11-d
 DEB_TEST := libgtest-dev python3 chromium clang libclang-rt-14-dev libomp-14-dev
 #   The text `make train` learns from (/usr/share/games/fortunes).
 DEB_TRAIN := fortunes
-DEB_PACKAGES := $(DEB_BUILD) $(DEB_LIBS) $(DEB_TEST) $(DEB_TRAIN)
+DEB_PACKAGES := $(DEB_BUILD) $(DEB_PYTHON) $(DEB_LIBS) $(DEB_TEST) $(DEB_TRAIN)
 #   Only for `make format` / `make format-check`.
 DEB_DEV_PACKAGES := clang-format
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps deps-dev build configure configure-asan configure-fuzz configure-all test test-release test-asan \
+.PHONY: deps deps-dev build configure configure-asan configure-fuzz configure-all test test-release test-python test-asan \
   test-fuzz train bench \
   format format-check clean
 
@@ -88,7 +92,7 @@ configure: deps
 # compiles the CUDA backend where nvcc exists). It also builds the benchmarks, so a
 # CPU-only build of them is compiled by every `make test`, warnings as errors.
 ASAN_CMAKE_ARGS := -DTESSERA_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_BUILD_BENCH=ON \
-  -DTESSERA_ENABLE_CUDA=OFF
+  -DTESSERA_ENABLE_CUDA=OFF -DTESSERA_PYTHON=OFF
 configure-asan: deps
 	cmake -S . -B $(ASAN_DIR) -G Ninja $(ASAN_CMAKE_ARGS) $(CMAKE_ARGS)
 
@@ -96,7 +100,7 @@ configure-asan: deps
 # only the fuzz targets and their ctests (TESSERA_BUILD_TESTS here adds no GoogleTest
 # binaries to its build, `tessera_fuzz_targets` being all it builds).
 FUZZ_CMAKE_ARGS := -DTESSERA_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_ENABLE_CUDA=OFF \
-  -DTESSERA_ENABLE_MPI=OFF -DTESSERA_BUILD_BENCH=OFF
+  -DTESSERA_ENABLE_MPI=OFF -DTESSERA_BUILD_BENCH=OFF -DTESSERA_PYTHON=OFF
 configure-fuzz: deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -G Ninja $(FUZZ_CMAKE_ARGS) $(CMAKE_ARGS)
 
@@ -115,9 +119,22 @@ test: build
 	if [ $$rc -ne 0 ]; then echo "make test: FAILED (see the summaries above)"; else echo "make test: all passed"; fi; \
 	exit $$rc
 
+# The Python tests (label python) run after the C++ ones, through pytest itself so that
+# its summary line prints; the tree must have the Python package (TESSERA_PYTHON, on by
+# default when python3-dev is installed, which `make deps` does).
 test-release: build
 	@echo "=== tests: Release, full size ($(BUILD_DIR)/)"
-	ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j2
+	@rc=0; \
+	ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j2 -LE '^python$$' || rc=1; \
+	$(MAKE) --no-print-directory test-python || rc=1; \
+	exit $$rc
+
+test-python: build
+	@echo "=== tests: Python (pytest, $(BUILD_DIR)/python)"
+	@if [ ! -x $(BUILD_DIR)/python/run-pytest ]; then \
+	  echo "test-python: $(BUILD_DIR)/ has no Python package (see cmake's 'Python package off' line)"; exit 1; \
+	fi; \
+	$(BUILD_DIR)/python/run-pytest
 
 # Sanitizer half: the test binaries and the benchmarks (built, not run), tests shrunk
 # with TESSERA_TEST_SIZE=small.

@@ -37,7 +37,9 @@ void register_info(nb::module_& m);
 // in errors ("add: argument 'x1'").
 Array as_array(nb::handle value, const char* what, const Array* like = nullptr);
 // Two operands of a binary op; a Python scalar takes the other operand's dtype.
-std::pair<Array, Array> as_operands(nb::handle a, nb::handle b, const char* op);
+// `a_name` / `b_name` name them in errors ("add: argument 'x1': ...").
+std::pair<Array, Array> as_operands(nb::handle a, nb::handle b, const char* op, const char* a_name = "x1",
+                                    const char* b_name = "x2");
 // Optional array argument (None: absent).
 std::optional<Array> as_optional_array(nb::handle value, const char* what);
 // A list of arrays (a list, tuple or other sequence of array-likes).

@@ -16,8 +16,7 @@ nb::object g_numpy_dtype;
 }  // namespace
 
 bool is_python_scalar(nb::handle value) {
-  return PyBool_Check(value.ptr()) || PyLong_CheckExact(value.ptr()) || PyFloat_CheckExact(value.ptr()) ||
-         PyLong_Check(value.ptr()) || PyFloat_Check(value.ptr());
+  return PyBool_Check(value.ptr()) || PyLong_CheckExact(value.ptr()) || PyFloat_CheckExact(value.ptr());
 }
 
 Array as_array(nb::handle value, const char* what, const Array* like) {
@@ -27,12 +26,13 @@ Array as_array(nb::handle value, const char* what, const Array* like) {
     // A bool stays bool (promotion then follows the other operand, as in JAX).
     return Array::scalar(p == Py_True ? 1 : 0, DType::Bool);
   }
-  if (PyLong_Check(p)) {
+  // Exact types: NumPy's float64 and int64 scalars subclass Python's and keep their dtype.
+  if (PyLong_CheckExact(p)) {
     const double v = static_cast<double>(nb::cast<int64_t>(value));
     if (like != nullptr) return scalar_like(v, *like);
     return Array::scalar(v, DType::Int32);
   }
-  if (PyFloat_Check(p)) {
+  if (PyFloat_CheckExact(p)) {
     const double v = PyFloat_AS_DOUBLE(p);
     if (like != nullptr) return scalar_like(v, *like);
     return Array::scalar(v, DType::Float32);
@@ -42,20 +42,23 @@ Array as_array(nb::handle value, const char* what, const Array* like) {
   return nb::cast<Array>(g_array_converter(value, what));
 }
 
-std::pair<Array, Array> as_operands(nb::handle a, nb::handle b, const char* op) {
+std::pair<Array, Array> as_operands(nb::handle a, nb::handle b, const char* op, const char* a_name,
+                                    const char* b_name) {
+  const std::string a_what = fmt::format("{}: argument '{}'", op, a_name);
+  const std::string b_what = fmt::format("{}: argument '{}'", op, b_name);
   const bool a_array = nb::isinstance<Array>(a);
   const bool b_array = nb::isinstance<Array>(b);
   if (a_array && b_array) return {nb::cast<Array>(a), nb::cast<Array>(b)};
   if (a_array && is_python_scalar(b)) {
     Array x = nb::cast<Array>(a);
-    return {x, as_array(b, op, &x)};
+    return {x, as_array(b, b_what.c_str(), &x)};
   }
   if (b_array && is_python_scalar(a)) {
     Array y = nb::cast<Array>(b);
-    return {as_array(a, op, &y), y};
+    return {as_array(a, a_what.c_str(), &y), y};
   }
-  Array x = as_array(a, op);
-  return {x, as_array(b, op, &x)};
+  Array x = as_array(a, a_what.c_str());
+  return {x, as_array(b, b_what.c_str(), &x)};
 }
 
 std::optional<Array> as_optional_array(nb::handle value, const char* what) {

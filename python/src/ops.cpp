@@ -148,7 +148,7 @@ void register_ops(nb::module_& m) {
   m.def(
       "where",
       [](nb::handle condition, nb::handle x, nb::handle y) {
-        auto [a, b] = as_operands(x, y, "where");
+        auto [a, b] = as_operands(x, y, "where", "x", "y");
         return where(as_array(condition, "where"), a, b);
       },
       nb::arg("condition"), nb::arg("x"), nb::arg("y"));
@@ -185,12 +185,16 @@ void register_ops(nb::module_& m) {
 
   // ---- linear algebra ----
   m.def(
-      "matmul", [](nb::handle a, nb::handle b) { return binary<matmul>(a, b, "matmul"); }, nb::arg("a"), nb::arg("b"));
+      "matmul",
+      [](nb::handle a, nb::handle b) {
+        auto [x, y] = as_operands(a, b, "matmul", "a", "b");
+        return matmul(x, y);
+      }, nb::arg("a"), nb::arg("b"));
   m.def(
       "dot_general",
       [](nb::handle a, nb::handle b, std::vector<int> a_contract, std::vector<int> b_contract, std::vector<int> a_batch,
          std::vector<int> b_batch) {
-        auto [x, y] = as_operands(a, b, "dot_general");
+        auto [x, y] = as_operands(a, b, "dot_general", "a", "b");
         return dot_general(x, y, a_contract, b_contract, a_batch, b_batch);
       },
       nb::arg("a"), nb::arg("b"), nb::arg("a_contract"), nb::arg("b_contract"), nb::arg("a_batch") = std::vector<int>{},

@@ -26,11 +26,10 @@ def _array(self, dtype=None, copy=None):
 
 
 def _dlpack(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-    view = self._dlpack_view()
-    kwargs = {}
-    if max_version is not None:
-        kwargs["max_version"] = max_version
-    return view.__dlpack__(**kwargs)
+    # A DLPack capsule over the buffer (the array stays alive until the consumer is done).
+    if copy:
+        raise BufferError("tessera.Array.__dlpack__: copy=True is not supported (the export never copies)")
+    return self._dlpack_view()
 
 
 def _iter(self):
@@ -60,6 +59,18 @@ def _index(self):
     if self._dtype_name in ("float16", "bfloat16", "float32", "float64"):
         raise TypeError(f"only integer arrays can be used as an index (this one is {self._dtype_name})")
     return int(self.item())
+
+
+def _reduction_method(fn):
+    # NumPy's signature (np.sum(a) calls a.sum(axis=None, dtype=None, out=None)).
+    def method(self, axis=None, dtype=None, out=None, keepdims=False, **unused):
+        if out is not None:
+            raise TypeError(f"{fn.__name__}: out= is not supported (tessera arrays are immutable)")
+        x = self if dtype is None else C.astype(self, dtype)
+        return fn(x, axis, keepdims)
+
+    method.__name__ = fn.__name__
+    return method
 
 
 def install():
@@ -92,7 +103,7 @@ def install():
     A.flatten = lambda self: C.ravel(self)
     A.ravel = lambda self: C.ravel(self)
     for name in ("sum", "mean", "max", "min", "prod", "var"):
-        setattr(A, name, (lambda f: lambda self, axis=None, keepdims=False: f(self, axis, keepdims))(getattr(C, name)))
+        setattr(A, name, _reduction_method(getattr(C, name)))
     A.argmax = lambda self, axis=None, keepdims=False: C.argmax(self, axis, keepdims)
     A.argmin = lambda self, axis=None, keepdims=False: C.argmin(self, axis, keepdims)
 

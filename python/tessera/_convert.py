@@ -62,13 +62,13 @@ def asarray(value, dtype=None):
 
     if isinstance(value, Array):
         a = value
-    elif isinstance(value, (bool, int, float)) and dtype is not None:
+    elif type(value) in (bool, int, float) and dtype is not None:
         return C._scalar(float(value), _dtypes.dtype(dtype).name)
-    elif isinstance(value, bool):
+    elif type(value) is bool:
         a = C._scalar(float(value), "bool")
-    elif isinstance(value, int):
+    elif type(value) is int:
         a = C._scalar(float(value), "int32")
-    elif isinstance(value, float):
+    elif type(value) is float:
         a = C._scalar(value, "float32")
     else:
         a = array_from_object(value)

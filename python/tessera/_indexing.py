@@ -31,7 +31,7 @@ def getitem(x, index):
             expanded.extend([slice(None)] * (x.ndim - consumed))
         else:
             expanded.append(i)
-    if Ellipsis not in index:
+    if not any(i is Ellipsis for i in index):
         expanded.extend([slice(None)] * (x.ndim - consumed))
 
     start, stop, step = [], [], []

@@ -9,6 +9,7 @@ grad(grad(f)), grad(checkpoint(f)).
 
 import functools
 import inspect
+import threading
 
 from . import _tessera as C
 from ._convert import asarray
@@ -16,6 +17,28 @@ from ._tessera import Array
 from .tree_util import broadcast_prefix, tree_flatten, tree_unflatten
 
 __all__ = ["grad", "value_and_grad", "vjp", "vmap", "jit", "checkpoint", "remat", "checkpoint_policies"]
+
+
+class _TraceState(threading.local):
+    depth = 0  # how many transforms are tracing a function on this thread
+
+
+_trace = _TraceState()
+
+
+def _traced(fn):
+    """fn (a flat function C++ traces) with the trace depth raised while it runs: a jitted
+    function called inside another transform is inlined into that trace (JAX's rule),
+    not run as a separate program on tracer values."""
+
+    def inner(xs):
+        _trace.depth += 1
+        try:
+            return fn(xs)
+        finally:
+            _trace.depth -= 1
+
+    return inner
 
 
 def _leaf_arrays(leaves, what):
@@ -69,7 +92,7 @@ def value_and_grad(fun, argnums=0, has_aux=False):
                 out = asarray(out)
             return out
 
-        value, grads = C._value_and_grad(flat, arrays)
+        value, grads = C._value_and_grad(_traced(flat), arrays)
         g = tree_unflatten(treedef, grads)
         g = g[0] if single else tuple(g)
         return ((value, aux_box[0]), g) if has_aux else (value, g)
@@ -112,7 +135,7 @@ def vjp(fun, *primals, has_aux=False):
         ct_leaves, ct_tree = tree_flatten(cotangents)
         if ct_tree != out_tree:
             raise ValueError(f"vjp: the cotangents have structure {ct_tree}, the outputs {out_tree}")
-        _, grads = C._vjp(flat, arrays, _leaf_arrays(ct_leaves, "vjp: the cotangents"))
+        _, grads = C._vjp(_traced(flat), arrays, _leaf_arrays(ct_leaves, "vjp: the cotangents"))
         return tuple(tree_unflatten(in_tree, grads))
 
     result = tree_unflatten(out_tree, outs)
@@ -142,7 +165,7 @@ def vmap(fun, in_axes=0, out_axes=0):
             out_leaves, box["out_tree"] = tree_flatten(fun(*tree_unflatten(tree, xs)))
             return _leaf_arrays(out_leaves, "vmap: the function's outputs")
 
-        outs = C._vmap(flat, arrays, axes)
+        outs = C._vmap(_traced(flat), arrays, axes)
         out_tree = box["out_tree"]
         result = tree_unflatten(out_tree, outs)
         o_axes = broadcast_prefix(out_axes, result, "vmap out_axes")
@@ -194,7 +217,7 @@ def checkpoint(fun, policy="full"):
             out_leaves, box["out_tree"] = tree_flatten(fun(*tree_unflatten(tree, xs)))
             return _leaf_arrays(out_leaves, "checkpoint: the function's outputs")
 
-        outs = C._checkpoint(flat, arrays, kind, list(names))
+        outs = C._checkpoint(_traced(flat), arrays, kind, list(names))
         return tree_unflatten(box["out_tree"], outs)
 
     return checkpointed
@@ -293,7 +316,7 @@ class Jitted:
             for i, (s, a) in enumerate(zip(per_leaf, arrays)):
                 in_shardings.append(None if s is None else s.resolve(a.ndim, f"argument leaf {i}"))
         name = getattr(self._fun, "__name__", "main")
-        spec.jitted = C._Jitted(flat, donate, in_shardings, [], self._device, name, "")
+        spec.jitted = C._Jitted(_traced(flat), donate, in_shardings, [], self._device, name, "")
         self._cache[key] = spec
         return spec
 
@@ -308,6 +331,8 @@ class Jitted:
         return spec, arrays
 
     def __call__(self, *args, **kwargs):
+        if _trace.depth:
+            return self._fun(*args, **kwargs)  # inside another transform's trace: inline
         spec, arrays = self._prepare(args, kwargs)
         outs = spec.jitted(arrays)
         return tree_unflatten(spec.out_tree, outs)

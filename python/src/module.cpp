@@ -16,4 +16,6 @@ NB_MODULE(_tessera, m) {
   register_transforms(m);
   register_spmd(m);
   register_info(m);
+  register_training(m);
+  register_goodput(m);
 }

@@ -189,7 +189,8 @@ void register_ops(nb::module_& m) {
       [](nb::handle a, nb::handle b) {
         auto [x, y] = as_operands(a, b, "matmul", "a", "b");
         return matmul(x, y);
-      }, nb::arg("a"), nb::arg("b"));
+      },
+      nb::arg("a"), nb::arg("b"));
   m.def(
       "dot_general",
       [](nb::handle a, nb::handle b, std::vector<int> a_contract, std::vector<int> b_contract, std::vector<int> a_batch,

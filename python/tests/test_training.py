@@ -1,0 +1,188 @@
+"""The training stack from Python: models, optimizer, schedules, checkpoints, tokenizers,
+the Trainer (with resume), and the goodput Recorder from a plain Python loop."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import tessera as ts
+
+SMALL = {"preset": "tiny", "dim": 64, "layers": 2, "heads": 2, "context": 32}
+
+
+@pytest.fixture
+def model():
+    return ts.models.Model(**SMALL)
+
+
+def batch(model, seed=0, b=4, t=16):
+    ids = np.random.default_rng(seed).integers(0, model.vocab, (b, t + 1)).astype(np.int32)
+    return ts.array(ids[:, :-1]), ts.array(ids[:, 1:])
+
+
+def test_model_init_is_deterministic_and_loss_is_log_vocab_at_start(model):
+    p1, p2 = model.init(seed=3), model.init(seed=3)
+    for a, b in zip(ts.tree_util.tree_leaves(p1), ts.tree_util.tree_leaves(p2)):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    x, y = batch(model)
+    assert float(model.loss(p1, x, y)) == pytest.approx(np.log(model.vocab), rel=0.05)
+    assert model.logits(p1, x).shape == (4, 16, model.vocab)
+    assert model.parameter_count == sum(a.size for a in ts.tree_util.tree_leaves(p1)) - 0  # vocab 256: no padding
+    assert "tiny" in ts.models.preset_names()
+    with pytest.raises(ValueError, match="dim"):
+        ts.models.Model("tiny", dimm=3)
+
+
+def test_jitted_training_loop_from_python_learns(model):
+    params = model.init(0)
+    opt = ts.optim.Optimizer(model, weight_decay=0.0, clip_norm=1.0)
+    state = opt.init(params)
+    x, y = batch(model)
+
+    @ts.jit
+    def step(params, state, x, y, lr):
+        loss, grads = ts.value_and_grad(model.loss)(params, x, y)
+        params, state, norm = opt.apply(params, grads, state, lr)
+        return params, state, loss, norm
+
+    losses = []
+    for i in range(8):
+        params, state, loss, norm = step(params, state, x, y, ts.array(3e-3))
+        losses.append(float(loss))
+    assert step.trace_count == 1
+    assert losses[-1] < losses[0] - 0.5, losses
+    assert int(state["step"]) == 8
+
+
+def test_schedule_and_clipping():
+    assert ts.optim.learning_rate(0, peak_lr=1.0, warmup_steps=4) == pytest.approx(0.25)
+    assert ts.optim.learning_rate(1000, peak_lr=1.0, total_steps=1000, min_lr_ratio=0.1) == pytest.approx(0.1)
+    assert ts.optim.learning_rate(7, peak_lr=2.0, decay="constant") == 2.0
+    grads = {"a": ts.full((4,), 3.0), "b": [ts.full((9,), 1.0)]}
+    assert float(ts.optim.global_norm(grads)) == pytest.approx(np.sqrt(36 + 9))
+    clipped, norm = ts.optim.clip_by_global_norm(grads, 1.0)
+    assert float(ts.optim.global_norm(clipped)) == pytest.approx(1.0, rel=1e-6)
+    p, m, v = ts.optim.adamw_update(ts.ones(3), ts.ones(3), ts.zeros(3), ts.zeros(3), ts.array(0.1), ts.array(1))
+    np.testing.assert_allclose(np.asarray(p), 0.9, rtol=1e-5)
+
+
+def test_checkpoints(tmp_path, model):
+    params = model.init(1)
+    ts.checkpoints.save(tmp_path / "p.safetensors", params)
+    loaded = ts.checkpoints.load(tmp_path / "p.safetensors")
+    assert loaded["wte"].shape == params["wte"].shape
+    want = dict(zip(ts.tree_util.tree_paths(params), ts.tree_util.tree_leaves(params)))
+    assert sorted(loaded) == sorted(want)
+    for name, value in want.items():
+        assert np.asarray(loaded[name]).tobytes() == np.asarray(value).tobytes(), name
+    manager = ts.checkpoints.CheckpointManager(tmp_path / "run", keep_last=2)
+    for step in (1, 2, 3):
+        path = manager.save(step, params, {"step": ts.array(step)})
+    assert manager.steps() == [2, 3]
+    assert ts.checkpoints.verify(path) == (True, "")
+    step, restored, opt = manager.restore_latest(params, {"step": ts.array(0)})
+    assert step == 3 and int(opt["step"]) == 3
+    # a damaged newest checkpoint is skipped with a warning, never loaded
+    with open(os.path.join(path, "params.safetensors"), "r+b") as f:
+        f.seek(-4, os.SEEK_END)
+        f.write(b"\0\0\0\1")
+    with pytest.warns(UserWarning, match="checksum"):
+        step, _, _ = manager.restore_latest(params, {"step": ts.array(0)})
+    assert step == 2
+
+
+def test_tokenizer():
+    tok = ts.tokenizer("byte")
+    assert tok.vocab_size == 256 and tok.decode(tok.encode("héllo")) == "héllo"
+    with pytest.raises(Exception, match="nope"):
+        ts.tokenizer("spm:/nope/tokenizer.model")
+
+
+def trainer_config(tmp_path, steps):
+    text = tmp_path / "text"
+    text.mkdir(parents=True, exist_ok=True)
+    (text / "a.txt").write_text("the quick brown fox jumps over the lazy dog. " * 400)
+    return {
+        "model": SMALL,
+        "data": {"train": str(tmp_path / "train.bin"), "val": str(tmp_path / "val.bin"), "sources": [str(text)],
+                 "tokenizer": "byte"},
+        "optimizer": {"lr": 3e-3},
+        "train": {"steps": steps, "batch": 4, "seq": 16, "eval_interval": 0, "log_interval": 1},
+        "checkpoint": {"interval": 0},
+        "run": {"dir": str(tmp_path / "run"), "threads": 1, "tensorboard": False},
+    }
+
+
+def test_trainer_fit_resume_is_bitwise_and_records_goodput(tmp_path):
+    straight = ts.train.Trainer(trainer_config(tmp_path / "a", 6))
+    seen = []
+    summary = straight.fit(callback=seen.append)
+    assert seen == [1, 2, 3, 4, 5, 6] and summary["end_step"] == 6 and summary["stop_reason"] == "steps"
+
+    first = ts.train.Trainer(trainer_config(tmp_path / "b", 6))
+    first.fit(stop_at_step=3)
+    resumed = ts.train.Trainer(trainer_config(tmp_path / "b", 6))
+    summary = resumed.fit()
+    assert summary["start_step"] == 3 and summary["end_step"] == 6
+    for a, b in zip(ts.tree_util.tree_leaves(straight.params), ts.tree_util.tree_leaves(resumed.params)):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    report = ts.goodput.report_dict(tmp_path / "b" / "run")
+    assert len(report["attempts"]) == 2 and report["kept_steps"] == 6 and report["finished"] is True
+    assert ts.goodput.report(tmp_path / "b" / "run").startswith("goodput [")
+    with pytest.raises(ts.ConfigError, match="train.stepz"):
+        ts.train.Trainer(trainer_config(tmp_path / "c", 1), ["train.stepz=3"])
+
+
+def test_goodput_recorder_from_a_plain_python_loop(tmp_path):
+    run = tmp_path / "loop"
+    rec = ts.goodput.Recorder(run)
+    with rec.job("python-loop"):
+        with rec.phase("compile"):
+            pass
+        for i in range(3):
+            with rec.phase("data_wait"):
+                pass
+            with rec.step(i, tokens=128, model_flops=1e6):
+                pass
+        with rec.phase("checkpoint_save", step=2):
+            pass
+        with rec.phase("my_badput"):
+            pass
+    events = [json.loads(line) for line in (run / "goodput" / "events.jsonl").read_text().splitlines()]
+    types = [e["type"] for e in events]
+    assert types[0] == "job_start" and types[-1] == "job_end"
+    assert types.count("step_end") == 3 and "compile_end" in types and "custom_badput_start" in types
+    report = ts.goodput.report_dict(run)
+    assert report["finished"] is True and report["job"] == "python-loop"
+    assert report["kept_steps"] == 3 and report["tokens"] == 3 * 128
+    assert set(report["seconds"]) >= {"productive", "compile", "data_loading", "checkpoint_save", "custom"}
+    assert report["custom_seconds"].keys() == {"my_badput"}
+    assert ts.goodput.report(run).startswith("goodput [python-loop]")
+    # a failing job is recorded as such, and the exception still propagates
+    rec2 = ts.goodput.Recorder(tmp_path / "failing")
+    with pytest.raises(RuntimeError):
+        with rec2.job("bad"):
+            raise RuntimeError("boom")
+    text = (tmp_path / "failing" / "goodput" / "events.jsonl").read_text()
+    assert "boom" in text and '"failure"' in text
+
+
+def test_ctrl_c_during_fit_checkpoints_and_raises_keyboard_interrupt(tmp_path):
+    import signal
+
+    config = trainer_config(tmp_path, 8)
+    trainer = ts.train.Trainer(config)
+
+    def interrupt(step):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C
+
+    with pytest.raises(KeyboardInterrupt, match="checkpoint saved"):
+        trainer.fit(callback=interrupt)
+    assert trainer.summary["end_step"] in (2, 3)
+    resumed = ts.train.Trainer(config).fit()
+    assert resumed["start_step"] == trainer.summary["end_step"] and resumed["end_step"] == 8
+    # Python's own Ctrl-C handling is back after fit()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

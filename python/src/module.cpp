@@ -18,4 +18,5 @@ NB_MODULE(_tessera, m) {
   register_info(m);
   register_training(m);
   register_goodput(m);
+  register_compilation_cache(m);
 }

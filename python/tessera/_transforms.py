@@ -14,7 +14,7 @@ import threading
 from . import _tessera as C
 from ._convert import asarray
 from ._tessera import Array
-from .tree_util import broadcast_prefix, tree_flatten, tree_unflatten
+from .tree_util import _LEAF_DEF, broadcast_prefix, tree_flatten, tree_unflatten
 
 __all__ = ["grad", "value_and_grad", "vjp", "vmap", "jit", "checkpoint", "remat", "checkpoint_policies"]
 
@@ -250,6 +250,11 @@ class Jitted:
         self._out_shardings = out_shardings
         self._device = device or "cpu"
         self._cache = {}
+        # Calls whose arguments are all positional arrays (no static ones): the
+        # specialization by argument count, found without flattening (the per-call cost
+        # from Python is then a dict lookup, the C++ call and the result's rebuild).
+        self._plain = not self._static_argnums and not self._static_argnames
+        self._fast = {}
         functools.update_wrapper(self, fun)
 
     def _split(self, args, kwargs):
@@ -333,8 +338,15 @@ class Jitted:
     def __call__(self, *args, **kwargs):
         if _trace.depth:
             return self._fun(*args, **kwargs)  # inside another transform's trace: inline
+        if self._plain and not kwargs:
+            spec = self._fast.get(len(args))
+            if spec is not None and all(type(a) is Array for a in args):
+                outs = spec.jitted(args)
+                return outs[0] if spec.out_tree is _LEAF_DEF else tree_unflatten(spec.out_tree, outs)
         spec, arrays = self._prepare(args, kwargs)
         outs = spec.jitted(arrays)
+        if self._plain and not kwargs and all(type(a) is Array for a in args):
+            self._fast[len(args)] = spec
         return tree_unflatten(spec.out_tree, outs)
 
     def lower(self, *args, **kwargs):

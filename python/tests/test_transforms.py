@@ -239,3 +239,22 @@ def test_checkpoint_gives_identical_values_and_gradients(params, xs):
             np.testing.assert_array_equal(np.asarray(g1[k]), np.asarray(g2[k]))
     tagged = ts.checkpoint_name(xs, "h")
     np.testing.assert_array_equal(np.asarray(tagged), np.asarray(xs))
+
+
+def test_persistent_compilation_cache_works_across_processes(tmp_path):
+    import subprocess
+    import sys
+
+    script = (
+        "import tessera as ts\n"
+        f"ts.compilation_cache.set_dir({str(tmp_path)!r})\n"
+        "f = ts.jit(lambda x: ts.tanh(x) * 2 + ts.sum(x))\n"
+        "f(ts.ones((5, 3)))\n"
+        "s = ts.compilation_cache.stats()\n"
+        "print(s['hits'], s['misses'], s['stores'])\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    assert runs[0].stdout.split() == ["0", "1", "1"]  # compiled and stored
+    assert runs[1].stdout.split() == ["1", "0", "0"]  # loaded by another process

@@ -188,3 +188,20 @@ def test_block_until_ready_and_info(capsys):
     ts.info()
     out = capsys.readouterr().out
     assert out.startswith("tessera ") and "threads" in out and "devices" in out
+
+
+def test_type_stubs_are_generated_and_declare_the_api():
+    import ast
+    import os
+
+    stub_dir = os.path.join(os.path.dirname(ts.__file__), "_tessera")
+    init = os.path.join(stub_dir, "__init__.pyi")
+    tree = ast.parse(open(init).read())
+    names = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assert {"Array", "add", "matmul", "sum", "_Jitted", "Mesh", "NamedSharding", "ShapeError", "AxisError"} <= names
+    array = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Array")
+    methods = {n.name for n in array.body if isinstance(n, ast.FunctionDef)}
+    assert {"__add__", "__matmul__", "__getitem__", "reshape", "sum", "dtype", "T", "item"} <= methods
+    for sub in ("nn.pyi", "random.pyi", "_goodput.pyi"):
+        ast.parse(open(os.path.join(stub_dir, sub)).read())
+    assert os.path.exists(os.path.join(os.path.dirname(ts.__file__), "py.typed"))

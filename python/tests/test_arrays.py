@@ -205,3 +205,33 @@ def test_type_stubs_are_generated_and_declare_the_api():
     for sub in ("nn.pyi", "random.pyi", "_goodput.pyi"):
         ast.parse(open(os.path.join(stub_dir, sub)).read())
     assert os.path.exists(os.path.join(os.path.dirname(ts.__file__), "py.typed"))
+
+
+def test_version_threads_and_error_classes():
+    assert ts.__version__.count(".") == 2
+    assert ts.num_threads() >= 1
+    with pytest.raises(ts.DTypeError, match="integer class indices"):
+        ts.nn.cross_entropy(ts.zeros((2, 3)), ts.zeros(2))
+    with pytest.raises(TypeError, match="integer array"):
+        ts.take(ts.zeros(3), ts.zeros(2), 0)
+    for cls, bases in [(ts.Error, RuntimeError), (ts.ShardingError, ValueError), (ts.ConfigError, ValueError),
+                       (ts.TransformError, TypeError), (ts.ShapeError, ValueError), (ts.DTypeError, TypeError)]:
+        assert issubclass(cls, bases) and cls.__module__ == "tessera"
+    with pytest.raises(TypeError, match="shape"):
+        ts.zeros("abc")
+    with pytest.raises(TypeError, match="axis"):
+        ts.sum(ts.zeros(3), axis="x")
+
+
+def test_small_aliases():
+    x = ts.array([-1.0, 0.5])
+    np.testing.assert_allclose(np.asarray(ts.nn.swish(x)), np.asarray(ts.nn.silu(x)))
+    assert np.array_equal(np.asarray(ts.random.PRNGKey(3)), np.asarray(ts.random.key(3)))
+    view = ts.to_numpy([1.0, 2.0])
+    assert view.dtype == np.float32 and not view.flags.writeable
+    assert isinstance(ts.tokenizer("byte"), ts.Tokenizer)
+    assert "train.steps" in ts.train.config_keys()
+    assert isinstance(ts.jit(lambda v: v + 1).lower(x), ts.Lowered)
+    assert isinstance(ts.tree_util.tree_structure({"a": 1}), ts.tree_util.PyTreeDef)
+    assert ts.sharding.PartitionSpec("a", None) == ts.P("a", None) == ts.PartitionSpec("a", None)
+    assert repr(ts.P("a", ("b", "c"))) == "P('a', ('b', 'c'))"

@@ -72,3 +72,17 @@ def test_make_mesh_needs_enough_devices():
         ts.make_mesh((64, 64), ("a", "b"))
     with pytest.raises(TypeError, match="entry 0"):
         ts.P(3)
+
+
+def test_sharding_objects_on_one_device():
+    import tessera as ts
+
+    mesh = ts.make_mesh((1,), ("data",))
+    x = ts.device_put(ts.ones((4, 2)), ts.NamedSharding(mesh, ts.P("data")))
+    assert isinstance(x.sharding, ts.sharding.Sharding) and x.sharding.spec == ts.P("data")
+    assert x.sharding.shard_shape((4, 2)) == (4, 2)
+    assert ts.NamedSharding(mesh, ts.P("data")).shard_shape((4, 2)) == (4, 2)
+    with pytest.raises(ValueError, match="twice"):
+        ts.NamedSharding(ts.Mesh((1, 1), ("a", "b")), ts.P("a", "a")).resolve(2)
+    with pytest.raises(ValueError, match="1 axis sizes for 2 axis names"):
+        ts.Mesh((1,), ("a", "b"))

@@ -32,6 +32,7 @@ void register_info(nb::module_& m);
 void register_training(nb::module_& m);
 void register_goodput(nb::module_& m);
 void register_compilation_cache(nb::module_& m);
+void register_nn_modules(nb::module_& m);
 
 // A tessera Array from `value`: an Array as is; a Python bool, int or float as a scalar
 // (bool, int32, float32: JAX's defaults) or, with `like`, in `like`'s dtype (weak typing:

@@ -13,6 +13,7 @@ NB_MODULE(_tessera, m) {
   register_array(m);
   register_ops(m);
   register_nn_ops(m);
+  register_nn_modules(m);
   register_transforms(m);
   register_spmd(m);
   register_info(m);

@@ -1,6 +1,16 @@
-"""Activations, normalization, attention and losses (fused kernels), like jax.nn."""
+"""Activations, normalization, attention and losses (fused kernels), like jax.nn; and the
+layers the models are built from (Linear, Embedding, LayerNorm, RMSNorm, GeluMLP, SwiGLU,
+Attention, Dropout): module.init(seed) gives the parameters, module(params, x) applies it."""
 
 from ._tessera.nn import (
+    Attention,
+    Dropout,
+    Embedding,
+    GeluMLP,
+    LayerNorm,
+    Linear,
+    RMSNorm,
+    SwiGLU,
     cross_entropy,
     gelu,
     layer_norm,
@@ -18,6 +28,14 @@ from ._tessera.nn import (
 )
 
 __all__ = [
+    "Attention",
+    "Dropout",
+    "Embedding",
+    "GeluMLP",
+    "LayerNorm",
+    "Linear",
+    "RMSNorm",
+    "SwiGLU",
     "cross_entropy",
     "gelu",
     "layer_norm",

@@ -186,3 +186,53 @@ def test_ctrl_c_during_fit_checkpoints_and_raises_keyboard_interrupt(tmp_path):
     assert resumed["start_step"] == trainer.summary["end_step"] and resumed["end_step"] == 8
     # Python's own Ctrl-C handling is back after fit()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_nn_modules(rng):
+    x_np = rng.standard_normal((4, 3)).astype(np.float32)
+    lin = ts.nn.Linear(3, 2)
+    p = lin.init(seed=0)
+    np.testing.assert_allclose(np.asarray(lin(p, x_np)), x_np @ np.asarray(p["w"]) + np.asarray(p["b"]), rtol=1e-5)
+    assert lin.param_specs()["w"] == {"shape": (3, 2), "axes": ("embed", "mlp"), "kind": "weight", "init": "normal(0.02)"}
+    assert np.asarray(lin.init(seed=0)["w"]).tobytes() == np.asarray(p["w"]).tobytes()
+    assert np.asarray(lin.init(seed=0, name="proj")["w"]).tobytes() != np.asarray(p["w"]).tobytes()
+    assert ts.nn.Linear(3, 2, bias=False).init().keys() == {"w"}
+
+    ln = ts.nn.LayerNorm(3)
+    pl = ln.init()
+    np.testing.assert_allclose(np.asarray(ln(pl, x_np)), np.asarray(ts.nn.layer_norm(x_np, pl["scale"], pl["bias"])),
+                               rtol=1e-6)
+    rms = ts.nn.RMSNorm(3)
+    assert rms(rms.init(), x_np).shape == (4, 3) and rms.param_specs()["scale"]["kind"] == "norm"
+
+    emb = ts.nn.Embedding(10, 4)
+    pe = emb.init(seed=2)
+    ids = np.array([[1, 9], [0, 1]], dtype=np.int32)
+    np.testing.assert_array_equal(np.asarray(emb(pe, ids)), np.asarray(pe["w"])[ids])
+    np.testing.assert_allclose(np.asarray(emb.attend(pe, np.ones((2, 4), np.float32))),
+                               np.ones((2, 4)) @ np.asarray(pe["w"]).T, rtol=1e-5)
+
+    for mlp in (ts.nn.GeluMLP(4, 8), ts.nn.SwiGLU(4, 8)):
+        pm = mlp.init(seed=1)
+        assert mlp(pm, np.ones((2, 4), np.float32)).shape == (2, 4)
+
+    att = ts.nn.Attention(16, 4, kv_heads=2, rope=True)
+    pa = att.init(seed=1)
+    xa = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    y = np.asarray(att(pa, xa))
+    assert y.shape == (2, 5, 16)
+    # causal: the first position's output does not depend on later positions
+    xb = xa.copy()
+    xb[:, 3:] += 1.0
+    np.testing.assert_allclose(np.asarray(att(pa, xb))[:, :3], y[:, :3], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="heads"):
+        ts.nn.Attention(16, 3)
+
+    drop = ts.nn.Dropout(0.5)
+    kept = np.asarray(drop(ts.ones(1000), ts.random.key(0)))
+    assert set(np.unique(kept)) == {0.0, 2.0} and 400 < (kept > 0).sum() < 600
+    np.testing.assert_array_equal(np.asarray(drop(ts.ones(5))), np.ones(5))
+
+    g = ts.grad(lambda params: ts.sum(lin(params, x_np) ** 2))(p)
+    want = 2 * x_np.T @ (x_np @ np.asarray(p["w"]) + np.asarray(p["b"]))
+    np.testing.assert_allclose(np.asarray(g["w"]), want, rtol=1e-5, atol=1e-6)

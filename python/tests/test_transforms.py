@@ -258,3 +258,59 @@ def test_persistent_compilation_cache_works_across_processes(tmp_path):
         assert r.returncode == 0, r.stderr
     assert runs[0].stdout.split() == ["0", "1", "1"]  # compiled and stored
     assert runs[1].stdout.split() == ["1", "0", "0"]  # loaded by another process
+
+
+def test_the_gil_is_released_while_a_program_runs():
+    import threading
+    import time
+
+    big = ts.random.normal(ts.random.key(0), (768, 768))
+    heavy = ts.jit(lambda a: ts.sum(((a @ a) @ a) @ a))
+    heavy(big).block_until_ready()  # compiled
+    counter = [0]
+    done = threading.Event()
+
+    def count():
+        while not done.is_set():
+            counter[0] += 1
+
+    t = threading.Thread(target=count)
+    t.start()
+    start = time.perf_counter()
+    before = counter[0]
+    for _ in range(3):
+        heavy(big).block_until_ready()
+    during = counter[0] - before
+    elapsed = time.perf_counter() - start
+    done.set()
+    t.join()
+    # The counting thread ran while the programs ran: with the GIL held it would get only
+    # the switch intervals between calls.
+    assert during > 1000, (during, elapsed)
+
+
+def test_ctrl_c_during_a_jitted_loop_raises_keyboard_interrupt():
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import tessera as ts, sys\n"
+        "f = ts.jit(lambda a: ts.tanh(a @ a))\n"
+        "x = ts.ones((256, 256))\n"
+        "print('ready', flush=True)\n"
+        "try:\n"
+        "    while True:\n"
+        "        f(x).block_until_ready()\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted cleanly', flush=True)\n"
+        "    sys.exit(3)\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 3, (out, err)
+    assert "interrupted cleanly" in out

@@ -111,8 +111,21 @@ void register_ops(nb::module_& m) {
   TESSERA_BINARY("add", add);
   TESSERA_BINARY("subtract", subtract);
   TESSERA_BINARY("multiply", multiply);
-  TESSERA_BINARY("divide", divide);
-  TESSERA_BINARY("true_divide", divide);
+  // Python's `/` is true division: integer (and bool) operands divide as float32 (JAX's
+  // result type; the C++ divide of two integers truncates, docs/dtypes.md).
+  for (const char* name : {"divide", "true_divide"}) {
+    m.def(
+        name,
+        [name](nb::handle x1, nb::handle x2) {
+          auto [a, b] = as_operands(x1, x2, name);
+          if (!is_floating(a.dtype()) && !is_floating(b.dtype())) {
+            a = astype(a, DType::Float32);
+            b = astype(b, DType::Float32);
+          }
+          return divide(a, b);
+        },
+        nb::arg("x1"), nb::arg("x2"));
+  }
   TESSERA_BINARY("power", power);
   TESSERA_BINARY("maximum", maximum);
   TESSERA_BINARY("minimum", minimum);

@@ -124,10 +124,13 @@ std::vector<Array> Binary::vjp(const std::vector<Array>& primals, const std::vec
                         : g * y * log(where(greater(a, zeros({}, a.dtype())), a, ones({}, a.dtype())));
       case BinaryKind::Maximum:
       case BinaryKind::Minimum: {
-        // Ties send the gradient to the first operand.
-        Array pick_a = kind_ == BinaryKind::Maximum ? greater_equal(a, b) : less_equal(a, b);
-        Array mask = arg == 0 ? pick_a : logical_not(pick_a);
-        return g * astype(mask, g.dtype());
+        // The operand that is picked gets the gradient; a tie splits it equally (JAX's and
+        // PyTorch's rule, and the max reduction's: the mean of the one-sided derivatives).
+        const Array& self = arg == 0 ? a : b;
+        const Array& other = arg == 0 ? b : a;
+        Array wins = kind_ == BinaryKind::Maximum ? greater(self, other) : less(self, other);
+        Array share = astype(wins, g.dtype()) + astype(equal(self, other), g.dtype()) * 0.5;
+        return g * share;
       }
       case BinaryKind::TanhGrad:
       case BinaryKind::SigmoidGrad:

@@ -120,6 +120,24 @@ from ._tessera import (  # noqa: E402
 )
 from ._tessera import Tokenizer, clip_by_global_norm, global_norm, tokenizer  # noqa: E402
 from . import checkpoints, compilation_cache, goodput, models, nn, optim, random, sharding, train, tree_util  # noqa: E402
+from ._composites import (  # noqa: E402
+    all,
+    any,
+    clip,
+    eye,
+    flip,
+    isfinite,
+    isinf,
+    isnan,
+    pad,
+    repeat,
+    split,
+    std,
+    tan,
+    tile,
+    tril,
+    triu,
+)
 from ._linalg import dot, einsum, outer, tensordot  # noqa: E402
 from ._transforms import checkpoint, checkpoint_policies, grad, jit, remat, value_and_grad, vjp, vmap  # noqa: E402
 from .sharding import Mesh, NamedSharding, P, PartitionSpec, make_mesh  # noqa: E402

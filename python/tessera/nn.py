@@ -27,7 +27,11 @@ from ._tessera.nn import (
     tanh,
 )
 
+from ._composites import log_sigmoid, softplus
+
 __all__ = [
+    "log_sigmoid",
+    "softplus",
     "Attention",
     "Dropout",
     "Embedding",

@@ -217,3 +217,41 @@ def test_dtype_casts():
     assert ts.finfo(ts.bfloat16).bits == 16
     with pytest.raises(TypeError, match="no dtype"):
         ts.dtype(np.int16)
+
+
+def test_numpy_composites(rng, x):
+    v = x.astype(np.float64)
+    check(ts.clip(x, -0.5, 0.5), np.clip(v, -0.5, 0.5))
+    check(ts.clip(x, a_max=0.0), np.clip(v, None, 0.0))
+    check(ts.std(x, axis=1), np.std(v, axis=1))
+    check(ts.tan(x * 0.5), np.tan(v * 0.5), rtol=2e-5)
+    special = np.array([1.0, np.nan, np.inf, -np.inf, 0.0], np.float32)
+    np.testing.assert_array_equal(np.asarray(ts.isnan(special)), np.isnan(special))
+    np.testing.assert_array_equal(np.asarray(ts.isinf(special)), np.isinf(special))
+    np.testing.assert_array_equal(np.asarray(ts.isfinite(special)), np.isfinite(special))
+    b = x > 0.5
+    for axis in (None, 0, 1):
+        np.testing.assert_array_equal(np.asarray(ts.any(b, axis=axis)), np.any(b, axis=axis))
+        np.testing.assert_array_equal(np.asarray(ts.all(b, axis=axis)), np.all(b, axis=axis))
+    check(ts.eye(3, 4, k=1), np.eye(3, 4, k=1))
+    check(ts.tril(x), np.tril(x))
+    check(ts.triu(x, k=1), np.triu(x, k=1))
+    check(ts.flip(x, axis=1), np.flip(x, axis=1))
+    check(ts.flip(x), np.flip(x))
+    for got, want in zip(ts.split(x, 2, axis=1), np.split(x, 2, axis=1)):
+        check(got, want)
+    for got, want in zip(ts.split(x, [1, 3], axis=1), np.split(x, [1, 3], axis=1)):
+        check(got, want)
+    with pytest.raises(ValueError, match="equal sections"):
+        ts.split(x, 3, axis=1)
+    check(ts.repeat(x, 2, axis=0), np.repeat(x, 2, axis=0))
+    check(ts.repeat(x, 3), np.repeat(x, 3))
+    check(ts.tile(x, (2, 1)), np.tile(x, (2, 1)))
+    check(ts.tile(x[0], 3), np.tile(x[0], 3))
+    check(ts.pad(x, 1), np.pad(x, 1))
+    check(ts.pad(x, ((0, 2), (1, 0)), constant_values=7.0), np.pad(x, ((0, 2), (1, 0)), constant_values=7.0))
+    check(ts.nn.softplus(x * 30), np.logaddexp(0, v * 30), rtol=1e-5)
+    check(ts.nn.log_sigmoid(x), -np.logaddexp(0, -v), rtol=1e-5)
+    # they differentiate like any op
+    g = ts.grad(lambda a: ts.sum(ts.nn.softplus(a) + ts.clip(a, -0.5, 0.5) * ts.tril(a)))(x)
+    assert g.shape == x.shape

@@ -54,12 +54,12 @@ if(NOT TESSERA_PYTHON STREQUAL "OFF")
       if(NOT EXISTS "${stamp}")
         message(STATUS "tessera: creating ${TESSERA_PYTHON_VENV} (nanobind, NumPy, ml_dtypes, pytest from PyPI)")
         execute_process(COMMAND ${Python_EXECUTABLE} -m venv --clear "${TESSERA_PYTHON_VENV}" RESULT_VARIABLE venv_rc
-                        OUTPUT_QUIET ERROR_VARIABLE venv_err)
+                        OUTPUT_VARIABLE venv_err ERROR_VARIABLE venv_err)
         if(venv_rc EQUAL 0)
           execute_process(COMMAND "${venv_python}" -m pip install --quiet --disable-pip-version-check -r
                                   ${CMAKE_SOURCE_DIR}/python/requirements-build.txt -r
                                   ${CMAKE_SOURCE_DIR}/python/requirements-test.txt RESULT_VARIABLE venv_rc
-                          ERROR_VARIABLE venv_err)
+                          OUTPUT_VARIABLE venv_err ERROR_VARIABLE venv_err)
         endif()
         if(venv_rc EQUAL 0)
           file(WRITE "${stamp}" "${build_pins}${test_pins}")
@@ -73,7 +73,7 @@ if(NOT TESSERA_PYTHON STREQUAL "OFF")
         set(nanobind_rc 1)
         string(STRIP "${venv_err}" venv_err)
         tessera_python_unavailable("could not make the venv ${TESSERA_PYTHON_VENV} "
-                                   "(Debian: python3-venv; PyPI must be reachable): ${venv_err}")
+                                   "(Debian: python3-venv; PyPI must be reachable; exit status ${venv_rc}): ${venv_err}")
       endif()
     endif()
     if(nanobind_rc EQUAL 0)

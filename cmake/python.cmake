@@ -18,7 +18,9 @@ set(TESSERA_PYTHON AUTO CACHE STRING "Build the Python package: AUTO, ON or OFF"
 set_property(CACHE TESSERA_PYTHON PROPERTY STRINGS AUTO ON OFF)
 set(TESSERA_HAS_PYTHON OFF)
 
-function(tessera_python_unavailable reason)
+# The reason may come in several pieces (joined).
+function(tessera_python_unavailable)
+  string(CONCAT reason ${ARGN})
   if(TESSERA_PYTHON STREQUAL "ON")
     message(FATAL_ERROR "tessera: TESSERA_PYTHON=ON but ${reason}")
   endif()

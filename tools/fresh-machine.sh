@@ -158,6 +158,15 @@ remove_root() {
 trap '[ "$keep" = 1 ] || remove_root' EXIT
 tar -C "$root" -xf "$base"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# The host's own certificate authorities (a network that inspects TLS, as this CI's does)
+# join the root's, so HTTPS to PyPI (the Python package's pinned build tools) works as it
+# does from a user's machine. Plumbing of the host's network, like resolv.conf: nothing a
+# user installs.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  chroot "$root" update-ca-certificates >/dev/null 2>&1 ||
+    echo "fresh-machine: warning: update-ca-certificates failed in the root" >&2
+fi
 home="$root/home/newcomer"
 git clone --quiet --no-hardlinks "$repo" "$home/tessera"
 git -C "$home/tessera" checkout --quiet --detach "$sha"

@@ -5,7 +5,7 @@ import numpy as np
 from . import _dtypes
 from . import _tessera as C
 from ._convert import to_numpy
-from ._indexing import getitem, setitem
+from ._indexing import _At, getitem, setitem
 from ._tessera import Array
 
 
@@ -94,6 +94,7 @@ def install():
     A.__str__ = lambda self: str(to_numpy(self))
     A.__getitem__ = getitem
     A.__setitem__ = setitem
+    A.at = property(lambda self: _At(self), doc="Functional updates: x.at[i].set(v) / .add(v) / .multiply(v).")
     A.tolist = lambda self: to_numpy(self).tolist()
     A.astype = lambda self, dtype: C.astype(self, dtype)
     A.reshape = lambda self, *shape: C.reshape(self, _axis_args(shape))

@@ -1,6 +1,7 @@
 """NumPy basic indexing for tessera.Array (ints, slices with positive steps, None,
 Ellipsis) plus one integer-array index (a gather along that axis). Arrays are
-immutable: item assignment is an error that says what to do instead."""
+immutable: item assignment is an error that says what to do instead, x.at[i].set(v)
+(JAX's functional update, built from concatenate and where, so it differentiates)."""
 
 import numpy as np
 
@@ -97,6 +98,109 @@ def getitem(x, index):
 
 def setitem(x, index, value):
     raise TypeError(
-        "tessera arrays are immutable: a[i] = v is not supported. Build the new array instead: "
-        "tessera.where(mask, v, a), or tessera.concatenate of slices"
+        "tessera arrays are immutable: a[i] = v is not supported. Use b = a.at[i].set(v) (also .add, "
+        ".multiply: a new array, as in JAX), or tessera.where(mask, v, a)"
     )
+
+
+def _region(x, index):
+    """(start, stop) per axis and the int-indexed axes, for basic indexing with ints and
+    step-1 slices (what .at[] updates)."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    if builtins_sum(1 for i in index if i is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = builtins_sum(1 for i in index if i is not Ellipsis)
+    if consumed > x.ndim:
+        raise IndexError(f"too many indices for an array of shape {x.shape}: {consumed} given")
+    expanded = []
+    for i in index:
+        if i is Ellipsis:
+            expanded.extend([slice(None)] * (x.ndim - consumed))
+        else:
+            expanded.append(i)
+    expanded.extend([slice(None)] * (x.ndim - len(expanded)))
+    bounds, int_axes = [], []
+    for dim, (i, n) in enumerate(zip(expanded, x.shape)):
+        if isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)):
+            k = int(i)
+            if not -n <= k < n:
+                raise IndexError(f"index {k} is out of bounds for axis {dim} with size {n}")
+            bounds.append((k % n, k % n + 1))
+            int_axes.append(dim)
+        elif isinstance(i, slice):
+            b, e, s = i.indices(n)
+            if s != 1:
+                raise IndexError(f".at[] takes ints and slices with step 1 (axis {dim} has step {s})")
+            bounds.append((b, max(e, b)))
+        else:
+            raise IndexError(f".at[] takes ints, slices with step 1 and '...'; got {type(i).__name__} at axis {dim}")
+    return bounds, int_axes
+
+
+def builtins_sum(values):
+    total = 0
+    for v in values:
+        total += v
+    return total
+
+
+def _scatter(x, index, value, how):
+    bounds, int_axes = _region(x, index)
+    region = [e - b for b, e in bounds]
+    if isinstance(value, (int, float, bool)):
+        v = C.full(region, value, x.dtype)
+    else:
+        v = asarray(value)
+        v = C.astype(v, x.dtype) if v._dtype_name != x._dtype_name else v
+        for ax in int_axes:  # the value's shape has no axis where an int indexed
+            if v.ndim < len(region):
+                v = C.expand_dims(v, ax)
+        v = C.broadcast_to(v, region)
+    mask = C.full(region, 1, "bool")
+    for ax, (b, e) in enumerate(bounds):
+        n = x.shape[ax]
+        if b > 0 or e < n:
+            before, after = list(v.shape), list(v.shape)
+            before[ax], after[ax] = b, n - e
+            pieces_v = [C.zeros(before, x.dtype), v, C.zeros(after, x.dtype)]
+            pieces_m = [C.zeros(before, "bool"), mask, C.zeros(after, "bool")]
+            v = C.concatenate([p for p in pieces_v if p.shape[ax] > 0], ax)
+            mask = C.concatenate([p for p in pieces_m if p.shape[ax] > 0], ax)
+    if how == "set":
+        return C.where(mask, v, x)
+    if how == "add":
+        return C.add(x, v)
+    if how == "multiply":
+        return C.where(mask, C.multiply(x, v), x)
+    raise AssertionError(how)
+
+
+class _AtIndex:
+    __slots__ = ("_x", "_index")
+
+    def __init__(self, x, index):
+        self._x, self._index = x, index
+
+    def set(self, value):
+        """A new array equal to x except x[index] = value (JAX's x.at[index].set(value))."""
+        return _scatter(self._x, self._index, value, "set")
+
+    def add(self, value):
+        return _scatter(self._x, self._index, value, "add")
+
+    def multiply(self, value):
+        return _scatter(self._x, self._index, value, "multiply")
+
+    def get(self):
+        return getitem(self._x, self._index)
+
+
+class _At:
+    __slots__ = ("_x",)
+
+    def __init__(self, x):
+        self._x = x
+
+    def __getitem__(self, index):
+        return _AtIndex(self._x, index)

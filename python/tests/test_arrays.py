@@ -235,3 +235,36 @@ def test_small_aliases():
     assert isinstance(ts.tree_util.tree_structure({"a": 1}), ts.tree_util.PyTreeDef)
     assert ts.sharding.PartitionSpec("a", None) == ts.P("a", None) == ts.PartitionSpec("a", None)
     assert repr(ts.P("a", ("b", "c"))) == "P('a', ('b', 'c'))"
+
+
+@pytest.mark.parametrize("index", [1, (slice(1, 3),), (Ellipsis, 2), (0, slice(None)), (slice(None), slice(2, 5)),
+                                   (-1, 4)], ids=repr)
+def test_at_set_add_multiply_match_numpy(rng, index):
+    x_np = rng.standard_normal((3, 6)).astype(np.float32)
+    x = ts.array(x_np)
+    region = x_np[index]
+    value = rng.standard_normal(np.shape(region)).astype(np.float32)
+    for how in ("set", "add", "multiply"):
+        want = x_np.copy()
+        if how == "set":
+            want[index] = value
+        elif how == "add":
+            want[index] += value
+        else:
+            want[index] *= value
+        got = getattr(x.at[index], how)(value)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, err_msg=how)
+    np.testing.assert_array_equal(np.asarray(x), x_np)  # the original is unchanged
+    scalar = x_np.copy()
+    scalar[index] = 2.5
+    np.testing.assert_array_equal(np.asarray(x.at[index].set(2.5)), scalar)
+
+
+def test_at_differentiates_and_refuses_what_it_cannot_do():
+    x = ts.arange(6).astype(ts.float32)
+    g = ts.grad(lambda v: ts.sum(v.at[1:3].set(0.0) * v))(x)
+    np.testing.assert_array_equal(np.asarray(g), [0, 0, 0, 6, 8, 10])  # 2 v outside the zeroed region
+    with pytest.raises(IndexError, match="step 1"):
+        x.at[::2].set(0.0)
+    with pytest.raises(IndexError, match="out of bounds"):
+        x.at[6].set(0.0)

@@ -29,6 +29,9 @@ CMAKE_ARGS ?=
 # independent of where the checkout lives). CMakeLists.txt sets the launcher.
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 export CCACHE_BASEDIR ?= $(CURDIR)
+#   Three trees (Release with the Python package's position-independent objects, ASan, fuzz)
+#   outgrow ccache's default 5 GB: evictions made a CI run recompile most of them.
+export CCACHE_MAXSIZE ?= 12G
 
 # What `make deps` installs on a bare Debian 12 (apt-get --no-install-recommends), and why.
 # Derived from what CMakeLists.txt finds and what the tests and `make train` run;

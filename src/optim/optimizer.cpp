@@ -7,6 +7,7 @@
 #include <iterator>
 #include <limits>
 
+#include "optim/rules.h"
 #include "tessera/core/ops.h"
 
 namespace tessera::optim {
@@ -87,6 +88,12 @@ void check_state_keys(const Tree& state, std::vector<std::string> keys, const st
 // x is finite (not inf, not NaN): |x| < inf is false for both.
 Array is_finite(const Array& x) { return less(abs(x), scalar_like(std::numeric_limits<double>::infinity(), x)); }
 
+std::vector<std::string> with_step(std::vector<std::string> keys) {
+  keys.push_back("step");
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
 Tree moments_like(const Tree& params) {
   return params.map([](const Array& p) { return zeros(p.shape(), accumulation_dtype(p.dtype())); });
 }
@@ -96,6 +103,17 @@ Tree moments_like(const Tree& params) {
 Optimizer::Optimizer(OptimizerConfig config, nn::ParamSpecs specs)
     : config_(std::move(config)), specs_(std::move(specs)) {
   config_.validate();
+}
+
+std::vector<bool> Optimizer::muon_mask(const Tree& params) const {
+  std::vector<bool> mask;
+  const std::vector<Array> leaves = params.leaves();
+  const std::vector<std::string> paths = params.paths();
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    decays(paths[i]);  // a spec for every path (ValueError naming it otherwise)
+    mask.push_back(detail::muon_param(specs_.at(paths[i]), leaves[i].shape()));
+  }
+  return mask;
 }
 
 bool Optimizer::decays(const std::string& path) const {
@@ -117,8 +135,19 @@ Tree Optimizer::init(const Tree& params) const {
                        type_string(leaves[i]));
   }
   Array step = zeros({}, DType::Int64);
-  Tree state = config_.name == "adamw" ? Tree{{"m", moments_like(params)}, {"v", moments_like(params)}, {"step", step}}
-                                       : Tree{{"momentum", moments_like(params)}, {"step", step}};
+  Tree state;
+  if (config_.name == "adamw") {
+    state = Tree{{"m", moments_like(params)}, {"v", moments_like(params)}};
+  } else if (config_.name == "sgd") {
+    state = Tree{{"momentum", moments_like(params)}};
+  } else if (config_.name == "lion") {
+    state = detail::lion_init(params);
+  } else if (config_.name == "adafactor") {
+    state = detail::adafactor_init(config_, params);
+  } else {
+    state = detail::muon_init(params, muon_mask(params));
+  }
+  state["step"] = step;
   if (scales_loss())
     state["loss_scale"] = Tree{{"scale", full({}, config_.loss_scale.initial(), DType::Float32)},
                                {"good_steps", zeros({}, DType::Int64)}};
@@ -129,10 +158,7 @@ Array Optimizer::loss_scale(const Tree& state) const {
   if (!scales_loss())
     fail<ValueError>("optimizer: loss_scale() without loss scaling (config loss_scale is {})",
                      loss_scaling_name(config_.loss_scale.mode));
-  check_state_keys(state,
-                   config_.name == "adamw" ? std::vector<std::string>{"m", "step", "v"}
-                                           : std::vector<std::string>{"momentum", "step"},
-                   config_.name, true);
+  check_state_keys(state, with_step(detail::state_keys(config_.name)), config_.name, true);
   return state.at("loss_scale").at("scale").leaf();
 }
 
@@ -140,13 +166,18 @@ Optimizer::Update Optimizer::apply(const Tree& params, const Tree& grads, const 
   const bool adamw = config_.name == "adamw";
   const bool scaling = scales_loss();
   check_like_params("grads", params, grads, false);
+  check_state_keys(state, with_step(detail::state_keys(config_.name)), config_.name, scaling);
   if (adamw) {
-    check_state_keys(state, {"m", "step", "v"}, "adamw", scaling);
     check_like_params("state m", params, state.at("m"), true);
     check_like_params("state v", params, state.at("v"), true);
-  } else {
-    check_state_keys(state, {"momentum", "step"}, "sgd", scaling);
+  } else if (config_.name == "sgd") {
     check_like_params("state momentum", params, state.at("momentum"), true);
+  } else if (config_.name == "lion") {
+    detail::lion_check(params, state);
+  } else if (config_.name == "adafactor") {
+    detail::adafactor_check(config_, params, state);
+  } else {
+    detail::muon_check(params, state, muon_mask(params));
   }
   if (!lr.valid() || lr.ndim() != 0 || !is_floating(lr.dtype()))
     fail<ValueError>("optimizer: lr is {} (expected a floating scalar)", lr.valid() ? type_string(lr) : "empty");
@@ -175,7 +206,21 @@ Optimizer::Update Optimizer::apply(const Tree& params, const Tree& grads, const 
   Array step = add(state.at("step").leaf(), Array::scalar(1, DType::Int64));
   std::vector<Array> p = params.leaves(), g = g_tree.leaves(), new_p(p.size());
 
-  if (adamw) {
+  if (config_.name == "lion" || config_.name == "adafactor" || config_.name == "muon") {
+    std::vector<const nn::ParamInfo*> infos;
+    for (const std::string& path : paths) infos.push_back(&specs_.at(path));
+    const detail::StepInputs in{config_, paths, infos, decay, p, g, lr, step};
+    Tree rule_state;
+    if (config_.name == "lion") {
+      new_p = detail::lion_apply(in, state, rule_state);
+    } else if (config_.name == "adafactor") {
+      new_p = detail::adafactor_apply(in, state, rule_state);
+    } else {
+      new_p = detail::muon_apply(in, state, rule_state);
+    }
+    rule_state["step"] = step;
+    out.state = rule_state;
+  } else if (adamw) {
     AdamWConfig with_decay{
         .beta1 = config_.beta1, .beta2 = config_.beta2, .eps = config_.eps, .weight_decay = config_.weight_decay};
     AdamWConfig without_decay = with_decay;

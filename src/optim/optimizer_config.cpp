@@ -39,14 +39,26 @@ const char* loss_scaling_name(LossScaling mode) {
 }
 
 void OptimizerConfig::validate() const {
-  if (name != "adamw" && name != "sgd")
-    fail<ValueError>("optimizer: name = \"{}\" is unknown (expected one of: adamw, sgd)", name);
+  if (name != "adamw" && name != "sgd" && name != "lion" && name != "adafactor" && name != "muon")
+    fail<ValueError>("optimizer: name = \"{}\" is unknown (expected one of: adamw, sgd, lion, adafactor, muon)", name);
   check_at_least("weight_decay", weight_decay, 0, false);
   check_at_least("clip_norm", clip_norm, 0, false);
-  if (name == "adamw") {
+  if (name == "adamw" || name == "lion" || name == "muon") {
     check_range("beta1", beta1, 0, false, 1, true);
     check_range("beta2", beta2, 0, false, 1, true);
     check_at_least("eps", eps, 0, true);
+    if (name == "muon") {
+      check_range("muon_momentum", muon_momentum, 0, false, 1, true);
+      if (muon_ns_steps < 1 || muon_ns_steps > 20)
+        fail<ValueError>("optimizer: muon_ns_steps = {} (expected 1 to 20)", muon_ns_steps);
+    }
+  } else if (name == "adafactor") {
+    check_range("adafactor_decay_rate", adafactor_decay_rate, 0, true, 1, false);
+    if (adafactor_min_dim_to_factor < 1)
+      fail<ValueError>("optimizer: adafactor_min_dim_to_factor = {} (expected >= 1)", adafactor_min_dim_to_factor);
+    check_at_least("adafactor_clip_threshold", adafactor_clip_threshold, 0, false);
+    check_at_least("adafactor_eps", adafactor_eps, 0, true);
+    check_at_least("adafactor_min_scale", adafactor_min_scale, 0, false);
   } else {
     check_range("momentum", momentum, 0, false, 1, true);
     // Nesterov's look-ahead is g + momentum * buf: without momentum it is plain SGD,

@@ -11,8 +11,10 @@ namespace tessera::optim {
 void ScheduleConfig::validate() const {
   if (!std::isfinite(peak_lr) || peak_lr < 0)
     fail<ValueError>("schedule: peak_lr = {} (expected a finite learning rate >= 0)", peak_lr);
-  if (decay != "cosine" && decay != "linear" && decay != "constant")
-    fail<ValueError>("schedule: decay = \"{}\" is unknown (expected one of: cosine, linear, constant)", decay);
+  if (decay != "cosine" && decay != "linear" && decay != "constant" && decay != "wsd")
+    fail<ValueError>("schedule: decay = \"{}\" is unknown (expected one of: cosine, linear, constant, wsd)", decay);
+  if (!(decay_fraction > 0 && decay_fraction <= 1))
+    fail<ValueError>("schedule: decay_fraction = {} (expected 0 < decay_fraction <= 1)", decay_fraction);
   if (warmup_steps < 0) fail<ValueError>("schedule: warmup_steps = {} (expected >= 0)", warmup_steps);
   if (total_steps < 0) fail<ValueError>("schedule: total_steps = {} (expected >= 0)", total_steps);
   if (warmup_steps > total_steps)
@@ -34,6 +36,12 @@ double learning_rate(const ScheduleConfig& s, int64_t step) {
   // Fraction of the decay interval [warmup, total) done: 0 at its first step.
   const double t = static_cast<double>(step - s.warmup_steps) / static_cast<double>(s.total_steps - s.warmup_steps);
   if (s.decay == "linear") return s.peak_lr - (s.peak_lr - floor) * t;
+  if (s.decay == "wsd") {
+    // Stable until the last decay_fraction of [warmup, total), then linear to the floor.
+    const double stable = 1 - s.decay_fraction;
+    if (t < stable) return s.peak_lr;
+    return s.peak_lr - (s.peak_lr - floor) * (t - stable) / s.decay_fraction;
+  }
   return floor + (s.peak_lr - floor) * 0.5 * (1 + std::cos(std::numbers::pi * t));
 }
 

@@ -216,8 +216,8 @@ void add_data_fields(std::vector<Field>& f) {
 // [optimizer]
 void add_optimizer_fields(std::vector<Field>& f) {
   using C = TrainConfig;
-  f.push_back(
-      field<std::string>("optimizer.name", "adamw | sgd", [](C& c) -> std::string& { return c.optimizer.name; }));
+  f.push_back(field<std::string>("optimizer.name", "adamw | sgd | lion | adafactor | muon",
+                                 [](C& c) -> std::string& { return c.optimizer.name; }));
   f.push_back(field<double>("optimizer.lr", "peak learning rate", [](C& c) -> double& { return c.schedule.peak_lr; }));
   f.push_back(field<double>("optimizer.beta1", "AdamW beta1", [](C& c) -> double& { return c.optimizer.beta1; }));
   f.push_back(field<double>("optimizer.beta2", "AdamW beta2", [](C& c) -> double& { return c.optimizer.beta2; }));
@@ -230,6 +230,28 @@ void add_optimizer_fields(std::vector<Field>& f) {
       field<bool>("optimizer.nesterov", "SGD Nesterov momentum", [](C& c) -> bool& { return c.optimizer.nesterov; }));
   f.push_back(field<double>("optimizer.clip_norm", "global gradient-norm clip (0: off)",
                             [](C& c) -> double& { return c.optimizer.clip_norm; }));
+  f.push_back(field<double>("optimizer.adafactor_decay_rate", "Adafactor: second-moment decay 1 - t^-rate",
+                            [](C& c) -> double& { return c.optimizer.adafactor_decay_rate; }));
+  f.push_back(field<int64_t>("optimizer.adafactor_min_dim_to_factor",
+                             "Adafactor: factor a tensor's moments when its two largest dims are at least this",
+                             [](C& c) -> int64_t& { return c.optimizer.adafactor_min_dim_to_factor; }));
+  f.push_back(field<double>("optimizer.adafactor_clip_threshold", "Adafactor: update RMS clip (0: off)",
+                            [](C& c) -> double& { return c.optimizer.adafactor_clip_threshold; }));
+  f.push_back(field<double>("optimizer.adafactor_eps", "Adafactor: epsilon added to squared gradients",
+                            [](C& c) -> double& { return c.optimizer.adafactor_eps; }));
+  f.push_back(field<bool>("optimizer.adafactor_param_scale", "Adafactor: step relative to the parameter's RMS",
+                          [](C& c) -> bool& { return c.optimizer.adafactor_param_scale; }));
+  f.push_back(field<double>("optimizer.adafactor_min_scale", "Adafactor: the smallest parameter RMS the step uses",
+                            [](C& c) -> double& { return c.optimizer.adafactor_min_scale; }));
+  f.push_back(field<bool>("optimizer.adafactor_relative_step",
+                          "Adafactor: the paper's step min(1e-2, 1/sqrt(t)) instead of the schedule",
+                          [](C& c) -> bool& { return c.optimizer.adafactor_relative_step; }));
+  f.push_back(field<double>("optimizer.muon_momentum", "Muon: momentum of the orthogonalized matrices",
+                            [](C& c) -> double& { return c.optimizer.muon_momentum; }));
+  f.push_back(field<bool>("optimizer.muon_nesterov", "Muon: Nesterov momentum",
+                          [](C& c) -> bool& { return c.optimizer.muon_nesterov; }));
+  f.push_back(field<int>("optimizer.muon_ns_steps", "Muon: Newton-Schulz iterations",
+                         [](C& c) -> int& { return c.optimizer.muon_ns_steps; }));
   {
     Field no_decay{"optimizer.no_decay", "string list",
                    "parameter kinds without weight decay (weight, bias, norm, embedding)", nullptr, nullptr};
@@ -293,8 +315,10 @@ void add_optimizer_fields(std::vector<Field>& f) {
 // [schedule]
 void add_schedule_fields(std::vector<Field>& f) {
   using C = TrainConfig;
-  f.push_back(field<std::string>("schedule.decay", "cosine | linear | constant",
+  f.push_back(field<std::string>("schedule.decay", "cosine | linear | constant | wsd (warmup-stable-decay)",
                                  [](C& c) -> std::string& { return c.schedule.decay; }));
+  f.push_back(field<double>("schedule.decay_fraction", "wsd: the share of the steps after warm-up spent decaying",
+                            [](C& c) -> double& { return c.schedule.decay_fraction; }));
   f.push_back(field<int64_t>("schedule.warmup_steps", "linear warm-up steps",
                              [](C& c) -> int64_t& { return c.schedule.warmup_steps; }));
   f.push_back(field<double>("schedule.min_lr_ratio", "final learning rate / peak",

@@ -102,8 +102,15 @@ std::optional<spmd::Sharding> Layout::leaf_sharding(const std::string& path, con
     if (auto p = after(prefix)) return param(*p);
   if (path == "opt.step") return spmd::Sharding::replicated(mesh_, leaf.ndim());
   if (auto rest = after("opt.")) {
+    // Optimizer state: a leaf shaped like its parameter ("opt.m.<path>") follows the
+    // parameter's layout; any other (Adafactor's factored rows and columns, 0-d slots,
+    // the step count) is replicated.
     size_t dot = rest->find('.');
-    if (dot != std::string::npos && params_.count(rest->substr(dot + 1))) return param(rest->substr(dot + 1));
+    if (dot != std::string::npos) {
+      const std::string path = rest->substr(dot + 1);
+      auto spec = specs_.find(path);
+      if (params_.count(path) && spec != specs_.end() && spec->second.shape == leaf.shape()) return param(path);
+    }
     return spmd::Sharding::replicated(mesh_, leaf.ndim());
   }
   if (path == "tokens" || path == "targets") return batch(leaf.ndim());

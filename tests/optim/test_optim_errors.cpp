@@ -44,7 +44,7 @@ TEST(OptimErrors, ConfigValidateNamesTheField) {
       },
       {"nesterov", "momentum"});
   // The constructor validates too.
-  expect_error<ValueError>([] { Optimizer(with([](auto& c) { c.name = "lion"; }), {}); }, {"name", "lion"});
+  expect_error<ValueError>([] { Optimizer(with([](auto& c) { c.name = "lamb"; }), {}); }, {"name", "lamb", "muon"});
 }
 
 TEST(OptimErrors, ParamMissingFromSpecsIsNamed) {
@@ -91,6 +91,42 @@ TEST(OptimErrors, MismatchedGradsStateAndLr) {
   expect_error<ValueError>([&] { opt.apply(params, params, state, zeros({1})); }, {"lr"});
   Tree int_params{{"head", zeros({3, 2}, DType::Int32)}};
   expect_error<ValueError>([&] { opt.init(int_params); }, {"head", "floating"});
+}
+
+}  // namespace
+}  // namespace tessera::test
+
+namespace tessera::test {
+namespace {
+
+TEST(OptimErrors, NewOptimizersValidateTheirFields) {
+  using optim::OptimizerConfig;
+  auto with = [](auto edit) {
+    OptimizerConfig c;
+    edit(c);
+    return c;
+  };
+  expect_error<ValueError>([&] { with([](auto& c) { c.name = "lion", c.beta2 = 1; }).validate(); }, {"beta2"});
+  expect_error<ValueError>([&] { with([](auto& c) { c.name = "muon", c.muon_momentum = 1; }).validate(); },
+                           {"muon_momentum"});
+  expect_error<ValueError>([&] { with([](auto& c) { c.name = "muon", c.muon_ns_steps = 0; }).validate(); },
+                           {"muon_ns_steps"});
+  expect_error<ValueError>([&] { with([](auto& c) { c.name = "adafactor", c.adafactor_decay_rate = 0; }).validate(); },
+                           {"adafactor_decay_rate"});
+  expect_error<ValueError>(
+      [&] { with([](auto& c) { c.name = "adafactor", c.adafactor_min_dim_to_factor = 0; }).validate(); },
+      {"adafactor_min_dim_to_factor"});
+}
+
+TEST(OptimErrors, StateOfAnotherOptimizerIsRefusedByName) {
+  std::vector<LeafSpec> leaves = test_leaves();
+  optim::OptimizerConfig adamw, lion;
+  lion.name = "lion";
+  Tree params = tree_of(leaves, random_values_for(leaves, 1, DType::Float32), DType::Float32);
+  Tree adamw_state = optim::Optimizer(adamw, specs_of(leaves)).init(params);
+  expect_error<ValueError>(
+      [&] { optim::Optimizer(lion, specs_of(leaves)).apply(params, params, adamw_state, Array::scalar(0.1)); },
+      {"lion", "keys"});
 }
 
 }  // namespace

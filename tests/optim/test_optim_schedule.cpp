@@ -82,3 +82,28 @@ TEST(OptimSchedule, ValidateNamesTheField) {
 
 }  // namespace
 }  // namespace tessera::test
+
+namespace tessera::test {
+namespace {
+
+TEST(OptimSchedule, WarmupStableDecay) {
+  optim::ScheduleConfig s;
+  s.peak_lr = 1.0;
+  s.decay = "wsd";
+  s.warmup_steps = 10;
+  s.total_steps = 110;
+  s.decay_fraction = 0.2;
+  s.min_lr_ratio = 0.0;
+  EXPECT_DOUBLE_EQ(optim::learning_rate(s, 0), 0.1);  // warm-up
+  EXPECT_DOUBLE_EQ(optim::learning_rate(s, 9), 1.0);
+  EXPECT_DOUBLE_EQ(optim::learning_rate(s, 10), 1.0);     // stable from the end of warm-up ...
+  EXPECT_DOUBLE_EQ(optim::learning_rate(s, 89), 1.0);     // ... to 80% of the 100 steps after it
+  EXPECT_DOUBLE_EQ(optim::learning_rate(s, 90), 1.0);     // the decay starts here (t = 0.8)
+  EXPECT_NEAR(optim::learning_rate(s, 100), 0.5, 1e-12);  // halfway down
+  EXPECT_DOUBLE_EQ(optim::learning_rate(s, 110), 0.0);
+  s.decay_fraction = 0;
+  EXPECT_THROW(s.validate(), ValueError);
+}
+
+}  // namespace
+}  // namespace tessera::test

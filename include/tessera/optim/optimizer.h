@@ -43,12 +43,27 @@ struct LossScaleConfig {
 };
 
 struct OptimizerConfig {
-  std::string name = "adamw";                    // "adamw" | "sgd"
-  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;  // adamw
+  std::string name = "adamw";                    // "adamw" | "sgd" | "lion" | "adafactor" | "muon"
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;  // adamw (and muon's AdamW group); lion's two betas
   double weight_decay = 0.1;                     // decoupled (adamw) / L2-free decoupled form for sgd too
   double momentum = 0.9;                         // sgd
   bool nesterov = false;                         // sgd
   double clip_norm = 1.0;                        // global-norm clipping threshold; 0 = off
+  // Adafactor (Optax's defaults): second-moment decay 1 - t^-decay_rate; tensors whose two
+  // largest dims are both >= min_dim_to_factor keep factored row/column moments; updates
+  // clipped to RMS clip_threshold (0: off); step relative to max(RMS(param), min_scale)
+  // when param_scale; relative_step: the paper's step min(1e-2, 1/sqrt(t)) replaces lr.
+  double adafactor_decay_rate = 0.8;
+  int64_t adafactor_min_dim_to_factor = 128;
+  double adafactor_clip_threshold = 1.0;
+  double adafactor_eps = 1e-30;
+  bool adafactor_param_scale = true;
+  double adafactor_min_scale = 1e-3;
+  bool adafactor_relative_step = false;
+  // Muon: momentum of the orthogonalized matrices, Nesterov's form, Newton-Schulz steps.
+  double muon_momentum = 0.95;
+  bool muon_nesterov = true;
+  int muon_ns_steps = 5;
   // Parameter kinds that get no weight decay (default: norms, biases, embeddings).
   std::vector<nn::ParamKind> no_decay = {nn::ParamKind::Norm, nn::ParamKind::Bias, nn::ParamKind::Embedding};
   LossScaleConfig loss_scale;  // off by default
@@ -70,8 +85,12 @@ class Optimizer {
   const OptimizerConfig& config() const { return config_; }
 
   // State: adamw {"m": like params, "v": like params, "step": int64 0};
-  // sgd {"momentum": like params, "step": int64 0}. Moments are float32. With loss
-  // scaling also "loss_scale": {"scale": float32 initial scale, "good_steps": int64 0}.
+  // sgd {"momentum": like params, "step"}; lion {"m": like params, "step"};
+  // adafactor {"v", "v_row", "v_col", "step"} (per parameter: the full second moment, or
+  // its factored rows and columns; 0-d where unused); muon {"m": like params, "v": like
+  // params for the AdamW group, 0-d for the orthogonalized matrices, "step"} (optim/rules.h).
+  // Moments are float32. With loss scaling also "loss_scale": {"scale": float32 initial
+  // scale, "good_steps": int64 0}.
   Tree init(const Tree& params) const;
 
   struct Update {
@@ -93,6 +112,8 @@ class Optimizer {
 
   // Whether the parameter at `path` gets weight decay.
   bool decays(const std::string& path) const;
+  // Per leaf of params (in order): whether Muon orthogonalizes it (muon only).
+  std::vector<bool> muon_mask(const Tree& params) const;
 
  private:
   void apply_loss_scale(const Tree& params, const Tree& state, const Array& scale, Update& out) const;

@@ -9,7 +9,10 @@ namespace tessera::optim {
 
 struct ScheduleConfig {
   double peak_lr = 1e-3;
-  std::string decay = "cosine";  // "cosine" | "linear" | "constant"
+  std::string decay = "cosine";  // "cosine" | "linear" | "constant" | "wsd"
+  // wsd (warmup-stable-decay): after the warm-up the rate stays at the peak, then falls
+  // linearly to min_lr_ratio * peak over the last decay_fraction of the steps after warm-up.
+  double decay_fraction = 0.2;
   int64_t warmup_steps = 0;
   int64_t total_steps = 1000;
   double min_lr_ratio = 0.1;

@@ -307,7 +307,10 @@ def test_ctrl_c_during_a_jitted_loop_raises_keyboard_interrupt():
         "    print('interrupted cleanly', flush=True)\n"
         "    sys.exit(3)\n"
     )
-    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A background job (CI, nohup) starts with SIGINT ignored, and a Python started that way
+    # keeps ignoring it: the child gets the default disposition, as a terminal's process has.
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert p.stdout.readline().strip() == "ready"
     time.sleep(0.5)
     p.send_signal(signal.SIGINT)

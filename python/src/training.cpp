@@ -41,6 +41,8 @@ nb::dict summary_dict(const train::TrainSummary& s) {
   d["val_loss"] = s.val_loss ? nb::cast(*s.val_loss) : nb::none();
   d["last_checkpoint"] = s.last_checkpoint.string();
   d["parameters"] = s.parameters;
+  d["optimizer"] = s.optimizer;
+  d["optimizer_state_bytes"] = s.optimizer_state_bytes;
   d["goodput_table"] = s.goodput_table;
   d["parallel_summary"] = s.parallel_summary;
   return d;

@@ -1,6 +1,7 @@
-"""Optimizers, schedules and clipping: the trainer's own (fused AdamW with decoupled
-weight decay masked by parameter kind, SGD with momentum, global-norm clipping,
-warm-up + cosine / linear decay).
+"""Optimizers, schedules and clipping: the trainer's own (name = adamw: fused, decoupled
+weight decay masked by parameter kind; sgd with momentum; lion; adafactor: factored second
+moments; muon: Newton-Schulz-orthogonalized momentum for hidden matrices, AdamW for the
+rest), global-norm clipping, warm-up + cosine / linear / warmup-stable-decay schedules.
 
     opt = tessera.optim.Optimizer(model, name="adamw", weight_decay=0.1, clip_norm=1.0)
     state = opt.init(params)
@@ -37,13 +38,16 @@ class Optimizer:
         return self._optimizer.apply(params, grads, state, lr if hasattr(lr, "_dtype_name") else asarray(lr, "float32"))
 
 
-def learning_rate(step, peak_lr=1e-3, decay="cosine", warmup_steps=0, total_steps=1000, min_lr_ratio=0.1):
+def learning_rate(step, peak_lr=1e-3, decay="cosine", warmup_steps=0, total_steps=1000, min_lr_ratio=0.1,
+                  decay_fraction=0.2):
     """The learning rate of optimizer step `step` (0-based): linear warm-up over
     warmup_steps, then cosine / linear decay to min_lr_ratio * peak_lr at total_steps
-    (or constant), exactly as `tessera train` schedules it."""
+    (or constant; "wsd": at the peak until the last decay_fraction of the steps after
+    warm-up, then linear down), exactly as `tessera train` schedules it."""
     config = make_config({
         "optimizer": {"lr": float(peak_lr)},
-        "schedule": {"decay": decay, "warmup_steps": int(warmup_steps), "min_lr_ratio": float(min_lr_ratio)},
+        "schedule": {"decay": decay, "warmup_steps": int(warmup_steps), "min_lr_ratio": float(min_lr_ratio),
+                     "decay_fraction": float(decay_fraction)},
         "train": {"steps": int(total_steps)},
     })
     return C._learning_rate(config, int(step))

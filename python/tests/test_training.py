@@ -56,10 +56,37 @@ def test_jitted_training_loop_from_python_learns(model):
     assert int(state["step"]) == 8
 
 
+def test_every_optimizer_from_python(model):
+    params = model.init(0)
+    x, y = batch(model)
+    losses = {}
+    for name in ("adamw", "sgd", "lion", "adafactor", "muon"):
+        opt = ts.optim.Optimizer(model, name=name, adafactor_min_dim_to_factor=16)
+        state = opt.init(params)
+
+        @ts.jit
+        def step(p, s):
+            loss, g = ts.value_and_grad(model.loss)(p, x, y)
+            p, s, _ = opt.apply(p, g, s, ts.array(1e-2 if name != "sgd" else 0.1))
+            return p, s, loss
+
+        p, s = params, state
+        for _ in range(4):
+            p, s, loss = step(p, s)
+        losses[name] = float(model.loss(p, x, y))
+    start = float(model.loss(params, x, y))
+    for name, loss in losses.items():
+        assert loss < start, (name, loss, start)
+    with pytest.raises(ValueError, match="lamb"):
+        ts.optim.Optimizer(model, name="lamb")
+
+
 def test_schedule_and_clipping():
     assert ts.optim.learning_rate(0, peak_lr=1.0, warmup_steps=4) == pytest.approx(0.25)
     assert ts.optim.learning_rate(1000, peak_lr=1.0, total_steps=1000, min_lr_ratio=0.1) == pytest.approx(0.1)
     assert ts.optim.learning_rate(7, peak_lr=2.0, decay="constant") == 2.0
+    assert ts.optim.learning_rate(50, peak_lr=1.0, decay="wsd", total_steps=100) == 1.0
+    assert ts.optim.learning_rate(90, peak_lr=1.0, decay="wsd", total_steps=100, min_lr_ratio=0.0) == pytest.approx(0.5)
     grads = {"a": ts.full((4,), 3.0), "b": [ts.full((9,), 1.0)]}
     assert float(ts.optim.global_norm(grads)) == pytest.approx(np.sqrt(36 + 9))
     clipped, norm = ts.optim.clip_by_global_norm(grads, 1.0)
@@ -120,6 +147,9 @@ def test_trainer_fit_resume_is_bitwise_and_records_goodput(tmp_path):
     seen = []
     summary = straight.fit(callback=seen.append)
     assert seen == [1, 2, 3, 4, 5, 6] and summary["end_step"] == 6 and summary["stop_reason"] == "steps"
+    # AdamW: two float32 moments per parameter and the int64 step count
+    assert summary["optimizer"] == "adamw"
+    assert summary["optimizer_state_bytes"] == 8 * summary["parameters"] + 8
 
     first = ts.train.Trainer(trainer_config(tmp_path / "b", 6))
     first.fit(stop_at_step=3)

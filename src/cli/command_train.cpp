@@ -81,6 +81,9 @@ int run_train(const TrainOptions& options) {
   fmt::print("  steps            {} -> {} ({}){}\n", s.start_step, s.end_step, s.stop_reason,
              s.start_step > 0 ? ", resumed" : "");
   fmt::print("  parameters       {:.2f}M\n", static_cast<double>(s.parameters) / 1e6);
+  fmt::print("  optimizer        {}, state {} ({:.2f} bytes per parameter)\n", s.optimizer,
+             human_bytes(s.optimizer_state_bytes),
+             static_cast<double>(s.optimizer_state_bytes) / static_cast<double>(std::max<int64_t>(s.parameters, 1)));
   fmt::print("  training time    {} ({:.1f} s)\n", train::format_duration(s.train_seconds), s.train_seconds);
   if (s.end_step > s.start_step) {
     fmt::print("  throughput       {:.0f} tokens/s (median step), MFU {:.1f}% of {:.1f} GFLOP/s ({})\n", s.tokens_per_s,

@@ -159,6 +159,8 @@ void TrainLoop::setup() {
       cfg_, recorder_, primary_, job_rank().rank, FaultPlan::from_env(),
       [this](const std::string& text) { note(text); }, state_bytes, spmd::is_multi_process());
   summary_.parameters = model_->parameter_count();
+  summary_.optimizer = cfg_.optimizer.name;
+  for (const Array& leaf : opt_state_.leaves()) summary_.optimizer_state_bytes += leaf.nbytes();
 }
 
 void TrainLoop::measure_peak() {

@@ -35,6 +35,10 @@ struct TrainSummary {
   std::optional<double> val_loss;
   std::filesystem::path last_checkpoint;
   int64_t parameters = 0;
+  // The optimizer and the bytes of its state (moments, factors, step: all devices'
+  // together), for comparing optimizers' memory (AdamW: 8 bytes per float32 parameter).
+  std::string optimizer;
+  uint64_t optimizer_state_bytes = 0;
   std::string goodput_table;  // where the run's time went (goodput/report.h), "" if not recorded
   // SPMD runs (parallel.mesh): the mesh, the collectives of one step and their bytes
   // per device, the peak memory of one device; "" on one device.

@@ -68,13 +68,17 @@ std::vector<Array> adafactor_apply(const StepInputs& in, const Tree& state, Tree
   const OptimizerConfig& c = in.config;
   std::vector<Array> v = state.at("v").leaves(), row = state.at("v_row").leaves(), col = state.at("v_col").leaves();
   std::vector<Array> new_p(in.params.size());
-  // The second-moment decay of step t (1-based): 1 - t^(-decay_rate) (0 at the first step).
+  // The second-moment decay of step t (1-based): 1 - t^(-decay_rate) (0 at the first step),
+  // in float32 whatever the parameters' dtype, as Optax's _decay_rate_pow computes it
+  // (tests/optim/test_optim_optax_oracle.cpp matches Optax's float64 steps to ~1e-14).
   const Array t = astype(in.step, DType::Float32);
   const Array decay = 1.0 - power(t, scalar_like(-c.adafactor_decay_rate, t));
-  // The step size: the schedule's, or the paper's relative step min(1e-2, 1 / sqrt(t)).
-  const Array lr = c.adafactor_relative_step ? minimum(scalar_like(1e-2, t), rsqrt(t)) : astype(in.lr, DType::Float32);
   for (size_t i = 0; i < in.params.size(); ++i) {
     const DType acc = accumulation_dtype(in.params[i].dtype());
+    // The step size in the moments' dtype (a float64 parameter takes a float64 learning
+    // rate unrounded): the schedule's, or the paper's relative step min(1e-2, 1 / sqrt(t)).
+    const Array t_acc = astype(in.step, acc);
+    const Array lr = c.adafactor_relative_step ? minimum(scalar_like(1e-2, t_acc), rsqrt(t_acc)) : astype(in.lr, acc);
     const Array g = astype(in.grads[i], acc), p = astype(in.params[i], acc);
     const Array d = astype(decay, acc);
     const Array g2 = square(g) + c.adafactor_eps;
@@ -94,7 +98,7 @@ std::vector<Array> adafactor_apply(const StepInputs& in, const Tree& state, Tree
     if (c.adafactor_clip_threshold > 0) u = u / maximum(scalar_like(1, u), rms(u) / c.adafactor_clip_threshold);
     if (c.adafactor_param_scale) u = u * maximum(rms(p), scalar_like(c.adafactor_min_scale, p));
     if (in.decay[i]) u = u + p * c.weight_decay;
-    new_p[i] = astype(subtract(p, multiply(astype(lr, acc), u)), in.params[i].dtype());
+    new_p[i] = astype(subtract(p, multiply(lr, u)), in.params[i].dtype());
   }
   new_state = Tree{{"v", state.at("v").with_leaves(v)},
                    {"v_row", state.at("v_row").with_leaves(row)},

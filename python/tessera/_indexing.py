@@ -18,22 +18,26 @@ def _is_int_array(value):
     return isinstance(value, list)
 
 
-def getitem(x, index):
+def _expand(x, index):
+    """The index as a list with one entry per axis of x (Ellipsis and the missing trailing
+    axes become full slices; None entries, which add axes, are kept)."""
     if not isinstance(index, tuple):
         index = (index,)
     consumed = sum(1 for i in index if i is not None and i is not Ellipsis)
-    if sum(1 for i in index if i is Ellipsis) > 1:
+    ellipses = sum(1 for i in index if i is Ellipsis)
+    if ellipses > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     if consumed > x.ndim:
         raise IndexError(f"too many indices for an array of shape {x.shape}: {consumed} given")
+    fill = [slice(None)] * (x.ndim - consumed)
     expanded = []
     for i in index:
-        if i is Ellipsis:
-            expanded.extend([slice(None)] * (x.ndim - consumed))
-        else:
-            expanded.append(i)
-    if not any(i is Ellipsis for i in index):
-        expanded.extend([slice(None)] * (x.ndim - consumed))
+        expanded.extend(fill if i is Ellipsis else [i])
+    return expanded if ellipses else expanded + fill
+
+
+def getitem(x, index):
+    expanded = _expand(x, index)
 
     start, stop, step = [], [], []
     squeeze_axes = []
@@ -106,20 +110,7 @@ def setitem(x, index, value):
 def _region(x, index):
     """(start, stop) per axis and the int-indexed axes, for basic indexing with ints and
     step-1 slices (what .at[] updates)."""
-    if not isinstance(index, tuple):
-        index = (index,)
-    if builtins_sum(1 for i in index if i is Ellipsis) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    consumed = builtins_sum(1 for i in index if i is not Ellipsis)
-    if consumed > x.ndim:
-        raise IndexError(f"too many indices for an array of shape {x.shape}: {consumed} given")
-    expanded = []
-    for i in index:
-        if i is Ellipsis:
-            expanded.extend([slice(None)] * (x.ndim - consumed))
-        else:
-            expanded.append(i)
-    expanded.extend([slice(None)] * (x.ndim - len(expanded)))
+    expanded = _expand(x, index)
     bounds, int_axes = [], []
     for dim, (i, n) in enumerate(zip(expanded, x.shape)):
         if isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)):
@@ -136,13 +127,6 @@ def _region(x, index):
         else:
             raise IndexError(f".at[] takes ints, slices with step 1 and '...'; got {type(i).__name__} at axis {dim}")
     return bounds, int_axes
-
-
-def builtins_sum(values):
-    total = 0
-    for v in values:
-        total += v
-    return total
 
 
 def _scatter(x, index, value, how):

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tessera/core/array.h"
@@ -37,7 +38,11 @@ struct LoaderPosition {
 
 struct Batch {
   Array tokens;   // int32 [batch, seq]
-  Array targets;  // int32 [batch, seq] (tokens shifted by one)
+  Array targets;  // int32 [batch, seq] (tokens shifted by one; -100: no target, left out of the loss)
+  // Packed documents (data/pipeline.h): int32 [batch, seq] each. A token attends only to
+  // earlier tokens of its own segment (its document); positions restart at 0 at every
+  // document start. Absent for plain windows: one segment, positions 0..seq-1.
+  std::optional<Array> segments, positions;
 };
 
 class DataLoader {

@@ -1,33 +1,14 @@
 #include "tessera/data/loader.h"
 
 #include <numeric>
-#include <random>
 
+#include "data/random_draws.h"
 #include "tessera/base/error.h"
+#include "tessera/base/json_field.h"
 
 namespace tessera::data {
-namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Uniform in [0, bound] without modulo bias: reject draws from the incomplete last block.
-uint64_t uniform_upto(std::mt19937_64& rng, uint64_t bound) {
-  if (bound == UINT64_MAX) return rng();
-  const uint64_t range = bound + 1;
-  const uint64_t limit = UINT64_MAX - (UINT64_MAX % range + 1) % range;  // largest multiple of range, minus 1
-  uint64_t draw;
-  do {
-    draw = rng();
-  } while (draw > limit);
-  return draw % range;
-}
-
-}  // namespace
+using detail::splitmix64;
+using detail::uniform_upto;
 
 DataLoader::DataLoader(std::shared_ptr<const TokenFile> file, int64_t batch, int64_t seq, uint64_t seed, int rank,
                        int world, bool shuffle)
@@ -70,6 +51,17 @@ void DataLoader::set_position(LoaderPosition position) {
                      position.index, batches_per_epoch());
   position_ = position;
   if (order_epoch_ != position_.epoch) shuffle_epoch();
+}
+
+nlohmann::json DataLoader::position_json() const { return {{"epoch", position_.epoch}, {"index", position_.index}}; }
+
+void DataLoader::restore_position(const nlohmann::json& position, const std::string& where) {
+  const std::optional<uint64_t> epoch = json_field<uint64_t>(position, "epoch");
+  const std::optional<uint64_t> index = json_field<uint64_t>(position, "index");
+  if (!epoch || !index)
+    fail<IOError>("resume: checkpoint {} has no data position (manifest extra.data.epoch/index, unsigned integers)",
+                  where);
+  set_position({*epoch, *index});
 }
 
 Batch DataLoader::next() { return next_rows(0, batch_); }

@@ -216,21 +216,20 @@ uint64_t choose_split(const std::vector<int32_t>& tokens, const std::vector<uint
 
 }  // namespace
 
-PrepareResult prepare_dataset(const std::vector<fs::path>& inputs, const fs::path& out_dir,
-                              const PrepareOptions& options) {
+EncodedCorpus encode_corpus(const std::vector<fs::path>& inputs, const Tokenizer& tokenizer,
+                            const PrepareOptions& options) {
   if (inputs.empty()) fail<ValueError>("data prepare: no inputs (give text files or directories)");
-  if (!(options.val_fraction >= 0.0 && options.val_fraction < 1.0))
-    fail<ValueError>("data prepare: val_fraction {} out of range (expected 0 <= f < 1)", options.val_fraction);
   if (options.threads < 0)
     fail<ValueError>("data prepare: threads = {} (expected >= 0; 0: all cores)", options.threads);
-  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(options.tokenizer);
-  const Separator separator = choose_separator(options.separator, *tokenizer);
-  const int32_t newline = newline_id(*tokenizer);
+  const Separator separator = choose_separator(options.separator, tokenizer);
   // Lanes of the thread pool: --threads beyond its size (TESSERA_NUM_THREADS, run.threads) add nothing.
   const int threads =
       std::max(1, std::min(options.threads > 0 ? options.threads : tessera::num_threads(), tessera::num_threads()));
 
-  PrepareResult result;
+  EncodedCorpus corpus;
+  PrepareResult& result = corpus.result;
+  std::vector<int32_t>& tokens = corpus.tokens;
+  std::vector<uint64_t>& doc_starts = corpus.doc_starts;
   result.separator = separator_name(separator);
   result.threads = threads;
   std::vector<fs::path> files;
@@ -260,8 +259,6 @@ PrepareResult prepare_dataset(const std::vector<fs::path>& inputs, const fs::pat
   // tokens do not depend on the thread count.
   const auto start = std::chrono::steady_clock::now();
   ProgressBar progress(options.progress, total_bytes);
-  std::vector<int32_t> tokens;
-  std::vector<uint64_t> doc_starts;
   uint64_t done = 0;
   const std::thread::id main_thread = std::this_thread::get_id();  // the one that draws the progress bar
   for (size_t first = 0; first < files.size();) {
@@ -274,7 +271,7 @@ PrepareResult prepare_dataset(const std::vector<fs::path>& inputs, const fs::pat
     std::atomic<uint64_t> batch_done{0};
     for_each_index(docs.size(), big ? 1 : threads, [&](size_t i) {
       try {
-        docs[i] = encode_document(files[first + i], *tokenizer, separator, big ? threads : 1);
+        docs[i] = encode_document(files[first + i], tokenizer, separator, big ? threads : 1);
       } catch (...) {
         docs[i].error = std::current_exception();
       }
@@ -305,6 +302,18 @@ PrepareResult prepare_dataset(const std::vector<fs::path>& inputs, const fs::pat
   if (tokens.empty())
     fail<ValueError>("data prepare: no text in the inputs ({} files considered, {} skipped)", files.size(),
                      result.skipped.size());
+  return corpus;
+}
+
+PrepareResult prepare_dataset(const std::vector<fs::path>& inputs, const fs::path& out_dir,
+                              const PrepareOptions& options) {
+  if (!(options.val_fraction >= 0.0 && options.val_fraction < 1.0))
+    fail<ValueError>("data prepare: val_fraction {} out of range (expected 0 <= f < 1)", options.val_fraction);
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(options.tokenizer);
+  EncodedCorpus corpus = encode_corpus(inputs, *tokenizer, options);
+  PrepareResult& result = corpus.result;
+  std::vector<int32_t>& tokens = corpus.tokens;
+  const int32_t newline = newline_id(*tokenizer);
 
   uint64_t want_val = 0;
   if (options.val_fraction > 0) {
@@ -314,8 +323,9 @@ PrepareResult prepare_dataset(const std::vector<fs::path>& inputs, const fs::pat
     want_val = static_cast<uint64_t>(std::llround(options.val_fraction * static_cast<double>(tokens.size())));
     want_val = std::clamp<uint64_t>(want_val, 1, tokens.size() - 1);
   }
-  const uint64_t split =
-      want_val == 0 ? tokens.size() : choose_split(tokens, doc_starts, want_val, newline, &result.split_at_document);
+  const uint64_t split = want_val == 0
+                             ? tokens.size()
+                             : choose_split(tokens, corpus.doc_starts, want_val, newline, &result.split_at_document);
   result.train_tokens = split;
   result.val_tokens = tokens.size() - split;
 
@@ -338,14 +348,14 @@ PrepareResult prepare_dataset(const std::vector<fs::path>& inputs, const fs::pat
                          {"val_fraction", options.val_fraction},
                          {"split_at_document", result.split_at_document},
                          {"bytes_read", result.bytes_read}};
-  if (separator == Separator::kEos) meta["eos_id"] = *tokenizer->eos_id();
+  if (result.separator == "eos") meta["eos_id"] = *tokenizer->eos_id();
   meta["files"] = nlohmann::json::array();
   for (const fs::path& path : result.files) meta["files"].push_back(path.string());
   meta["skipped"] = nlohmann::json::array();
   for (const SkippedFile& s : result.skipped)
     meta["skipped"].push_back({{"path", s.path.string()}, {"reason", s.reason}});
   fileio::write_file_atomic(out_dir / "meta.json", meta.dump(2) + "\n");
-  return result;
+  return std::move(corpus.result);
 }
 
 }  // namespace tessera::data

@@ -15,6 +15,7 @@
 #include "tessera/base/error.h"
 #include "tessera/base/json_field.h"
 #include "train/config_checks.h"
+#include "train/config_mixture.h"
 
 namespace tessera::train {
 
@@ -211,6 +212,26 @@ void add_data_fields(std::vector<Field>& f) {
                                  [](C& c) -> std::string& { return c.data.tokenizer; }));
   f.push_back(field<double>("data.val_fraction", "share of prepared tokens kept for validation",
                             [](C& c) -> double& { return c.data.val_fraction; }));
+  {
+    Field mixture{"data.mixture", "source list",
+                  "training sources mixed by weight ([[data.mixture]] path, weight, name, kind, documents); "
+                  "none: data.train",
+                  nullptr, nullptr};
+    mixture.set = [](C& c, const toml::node& n, const std::string& where) {
+      c.data.pipeline.sources = detail::read_mixture(n, where);
+    };
+    mixture.get = [](const C& c) { return detail::mixture_json(c.data.pipeline.sources); };
+    f.push_back(std::move(mixture));
+  }
+  f.push_back(field<std::string>(
+      "data.packing", "documents (segment masks stop attention at document ends) | concat (with data.mixture)",
+      [](C& c) -> std::string& { return c.data.pipeline.packing; }));
+  f.push_back(field<int64_t>("data.shuffle_buffer", "rows in the shuffle buffer (with data.mixture; <= 1: no shuffle)",
+                             [](C& c) -> int64_t& { return c.data.pipeline.shuffle_buffer; }));
+  f.push_back(field<int>("data.workers", "prefetch threads (with data.mixture; 0: on the training thread)",
+                         [](C& c) -> int& { return c.data.pipeline.workers; }));
+  f.push_back(field<int64_t>("data.prefetch", "batches prepared ahead (with data.mixture)",
+                             [](C& c) -> int64_t& { return c.data.pipeline.prefetch; }));
 }
 
 // [optimizer]
@@ -622,7 +643,8 @@ TrainConfig config_from_json(const nlohmann::json& json) {
       if (!f) fail<ConfigError>("{}: unknown key '{}'", kWhere, full);
       toml::table parsed;
       try {
-        parsed = toml::parse("v = " + value.dump());
+        // data.mixture holds tables, whose JSON is not TOML; every other value's JSON is.
+        parsed = toml::parse("v = " + (full == "data.mixture" ? detail::toml_inline(value) : value.dump()));
       } catch (const toml::parse_error& e) {
         fail<ConfigError>("{}: key '{}' is {} (not a TOML value: {})", kWhere, full, value.dump(),
                           std::string(e.description()));

@@ -153,9 +153,9 @@ data::Batch Layout::shard_batch(const data::Batch& batch) const {
   return out;
 }
 
-data::Batch Layout::next_batch(data::DataLoader& loader, int64_t batch_size) const {
+data::Batch Layout::next_batch(data::BatchStream& loader, int64_t batch_size) const {
   const std::vector<int> devices = spmd::local_devices();
-  if (splits_nothing() || !spmd::is_multi_process() || devices.size() != 1) return shard_batch(loader.next());
+  if (splits_nothing() || !spmd::is_multi_process() || devices.size() != 1) return shard_batch(loader.next_batch());
   const spmd::Sharding s = batch(2);
   const int device = devices[0];
   const int64_t shards = s.num_shards(0), rows = batch_size / shards, index = s.shard_index(0, device);
@@ -165,7 +165,10 @@ data::Batch Layout::next_batch(data::DataLoader& loader, int64_t batch_size) con
     per_device[static_cast<size_t>(device)] = a;
     return spmd::make_sharded({batch_size, a.shape(1)}, a.dtype(), s, std::move(per_device));
   };
-  return {place(local.tokens), place(local.targets)};
+  data::Batch out{place(local.tokens), place(local.targets)};
+  if (local.segments) out.segments = place(*local.segments);
+  if (local.positions) out.positions = place(*local.positions);
+  return out;
 }
 
 Tree Layout::gather(const Tree& tree) {

@@ -18,6 +18,7 @@
 #include "tessera/base/thread_pool.h"
 #include "tessera/compiler/compilation_cache.h"
 #include "tessera/compiler/device_program.h"
+#include "tessera/data/pipeline.h"
 #include "tessera/data/token_file.h"
 #include "tessera/nn/param.h"
 #include "tessera/optim/schedule.h"
@@ -61,6 +62,17 @@ double collective_seconds() {
 // Loss scaling: this many skipped steps in a row stop the run (a dynamic scale has
 // then backed off by 0.5^100: the gradients are not finite at any scale).
 constexpr int64_t kMaxSkippedStepsInARow = 100;
+
+// "data: pipeline, 2 sources, packing documents, ...": what the run reads, in one note.
+std::string pipeline_description(const data::Pipeline& pipeline) {
+  const data::PipelineSpec& spec = pipeline.spec();
+  std::string text = fmt::format("data: pipeline of {} source(s), packing {}, shuffle buffer {} rows, {} worker(s)",
+                                 pipeline.sources().size(), spec.packing, spec.shuffle_buffer, spec.workers);
+  for (const data::SourceStats& s : pipeline.stats())
+    text += fmt::format("\n  {:<16} weight {:.3f}  {} {} shard(s), {} tokens, {} rows", s.name, s.weight, s.shards,
+                        s.kind, s.source_tokens, s.source_rows);
+  return text;
+}
 
 }  // namespace
 
@@ -149,7 +161,14 @@ void TrainLoop::setup() {
   params_ = model_->init(cfg_.run.seed);
   opt_state_ = optimizer_->init(params_);
   build_layout();
-  loader_.emplace(train_file_, cfg_.micro_batch_size(), cfg_.loop.seq, cfg_.run.seed);
+  if (cfg_.data.uses_pipeline()) {
+    auto pipeline = std::make_unique<data::Pipeline>(cfg_.data.pipeline, *tokenizer_, cfg_.micro_batch_size(),
+                                                     cfg_.loop.seq, cfg_.run.seed, 0, 1, cfg_.model.vocab);
+    note(pipeline_description(*pipeline));
+    loader_ = std::move(pipeline);
+  } else {
+    loader_ = std::make_unique<data::DataLoader>(train_file_, cfg_.micro_batch_size(), cfg_.loop.seq, cfg_.run.seed);
+  }
   val_loader_.emplace(val_file_, cfg_.micro_batch_size(), cfg_.loop.seq, cfg_.run.seed, 0, 1, /*shuffle=*/false);
   // Checkpoint tiers, async writes, the save cadence and TESSERA_FAULT (train/checkpoint_saver.h).
   uint64_t state_bytes = 0;
@@ -194,9 +213,11 @@ void TrainLoop::open_data() {
     spmd::communicator().barrier(spmd::local_devices().at(0), spmd::world_group());
   }
   tokenizer_ = data::make_tokenizer(cfg_.data.tokenizer);
-  train_file_ = std::make_shared<const data::TokenFile>(cfg_.data.train);
+  // With data.mixture the pipeline opens (and checks) its own sources.
+  if (!cfg_.data.uses_pipeline()) train_file_ = std::make_shared<const data::TokenFile>(cfg_.data.train);
   val_file_ = std::make_shared<const data::TokenFile>(cfg_.data.val);
   for (const auto* file : {train_file_.get(), val_file_.get()}) {
+    if (!file) continue;
     if (file->header().tokenizer != tokenizer_->id())
       fail<ConfigError>("data: '{}' was made with tokenizer '{}', but data.tokenizer is '{}'", file->path().string(),
                         file->header().tokenizer, tokenizer_->id());
@@ -204,7 +225,8 @@ void TrainLoop::open_data() {
   if (tokenizer_->vocab_size() > cfg_.model.vocab)
     fail<ConfigError>("config: model.vocab = {} is smaller than the tokenizer '{}' vocabulary ({})", cfg_.model.vocab,
                       tokenizer_->id(), tokenizer_->vocab_size());
-  for (const auto* file : {train_file_.get(), val_file_.get()}) file->check_vocabulary(cfg_.model.vocab);
+  for (const auto* file : {train_file_.get(), val_file_.get()})
+    if (file) file->check_vocabulary(cfg_.model.vocab);
 }
 
 // parallel.mesh: the SPMD layout of parameters, optimizer state and batches. Without
@@ -249,13 +271,8 @@ void TrainLoop::restore() {
       params_ = std::move(restored->state.params);
       opt_state_ = std::move(restored->state.opt_state);
       step_ = restored->state.step;
-      const nlohmann::json data_position = json_field_or<nlohmann::json>(extra, "data", nlohmann::json());
-      const std::optional<uint64_t> epoch = json_field<uint64_t>(data_position, "epoch");
-      const std::optional<uint64_t> index = json_field<uint64_t>(data_position, "index");
-      if (!epoch || !index)
-        fail<IOError>("resume: checkpoint {} has no data position (manifest extra.data.epoch/index, unsigned integers)",
-                      restored->path.string());
-      loader_->set_position({*epoch, *index});
+      loader_->restore_position(json_field_or<nlohmann::json>(extra, "data", nlohmann::json()),
+                                restored->path.string());
       tokens_seen_ = json_field_or<double>(extra, "tokens_seen", 0.0);
       summary_.last_checkpoint = restored->path;
       note(fmt::format("resumed from step {}", step_));
@@ -417,9 +434,8 @@ void TrainLoop::save(int64_t at_step, bool final) {
         state.step = at_step;
         state.params = Layout::gather(params_);
         state.opt_state = Layout::gather(opt_state_);
-        const data::LoaderPosition pos = loader_->position();
         state.extra = {{"config", cfg_.to_json()},
-                       {"data", {{"epoch", pos.epoch}, {"index", pos.index}}},
+                       {"data", loader_->position_json()},
                        {"rng", {{"seed", cfg_.run.seed}, {"dropout_key", "param_key(seed, \"dropout/<step>\")"}}},
                        {"tokenizer", tokenizer_->id()},
                        {"tokenizer_spec", tokenizer_->spec()},

@@ -99,8 +99,9 @@ class TrainLoop {
   std::shared_ptr<const data::TokenFile> train_file_, val_file_;
   std::optional<models::Model> model_;
   std::optional<optim::Optimizer> optimizer_;
-  std::optional<Layout> layout_;  // always set by setup(): a 1-device mesh without parallel.mesh
-  std::optional<data::DataLoader> loader_, val_loader_;
+  std::optional<Layout> layout_;               // always set by setup(): a 1-device mesh without parallel.mesh
+  std::unique_ptr<data::BatchStream> loader_;  // a DataLoader over data.train, or the data pipeline
+  std::optional<data::DataLoader> val_loader_;
   std::optional<CheckpointSaver> checkpoints_;
   std::optional<Evaluator> evaluator_;
   std::optional<TrainStep> train_step_;

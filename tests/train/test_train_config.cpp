@@ -134,6 +134,52 @@ TEST(TrainConfig, JsonRoundTrip) {
   EXPECT_EQ(back.loop.steps, 7);
 }
 
+TEST(TrainConfig, DataMixtureTablesRoundTripAndAreChecked) {
+  const std::string text = R"([data]
+packing = "concat"
+workers = 3
+[[data.mixture]]
+path = "web/"
+weight = 0.7
+[[data.mixture]]
+name = "notes"
+path = "notes.txt"
+kind = "text"
+weight = 3
+[[data.mixture]]
+path = "code.bin"
+documents = 10
+)";
+  const TrainConfig c = parse_config(text, "m.toml");
+  ASSERT_EQ(c.data.pipeline.sources.size(), 3u);
+  EXPECT_TRUE(c.data.uses_pipeline());
+  EXPECT_EQ(c.data.pipeline.sources[0].path, "web/");
+  EXPECT_DOUBLE_EQ(c.data.pipeline.sources[0].weight, 0.7);
+  EXPECT_EQ(c.data.pipeline.sources[1].name, "notes");
+  EXPECT_EQ(c.data.pipeline.sources[1].kind, "text");
+  EXPECT_DOUBLE_EQ(c.data.pipeline.sources[1].weight, 3.0);
+  EXPECT_EQ(c.data.pipeline.sources[2].documents, "10");
+  EXPECT_EQ(c.data.pipeline.packing, "concat");
+  EXPECT_EQ(c.data.pipeline.workers, 3);
+  const TrainConfig back = config_from_json(c.to_json());
+  EXPECT_EQ(back.to_json(), c.to_json());
+  EXPECT_EQ(back.data.pipeline.fingerprint(), c.data.pipeline.fingerprint());
+  // As an override, with inline tables.
+  const TrainConfig o = parse_config("", "t", {"data.mixture=[{path = \"a.bin\", weight = 2}, {path = \"b\"}]"});
+  ASSERT_EQ(o.data.pipeline.sources.size(), 2u);
+  EXPECT_DOUBLE_EQ(o.data.pipeline.sources[1].weight, 1.0);
+  EXPECT_FALSE(parse_config("", "t").data.uses_pipeline());
+
+  EXPECT_NE(error_of("[[data.mixture]]\npath = \"a\"\nweight = 0\n[[data.mixture]]\npath = \"b\"\nweight = 0\n")
+                .find("weights sum to 0"),
+            std::string::npos);
+  EXPECT_NE(error_of("[[data.mixture]]\npath = \"a\"\nweight = -1\n").find("weight -1"), std::string::npos);
+  EXPECT_NE(error_of("[[data.mixture]]\nweight = 1\n").find("data.mixture[0]: no path"), std::string::npos);
+  EXPECT_NE(error_of("[[data.mixture]]\npath = \"a\"\nwieght = 1\n").find("unknown key 'wieght'"), std::string::npos);
+  EXPECT_NE(error_of("[data]\nmixture = \"a.bin\"\n").find("expects a list of sources"), std::string::npos);
+  EXPECT_NE(error_of("[[data.mixture]]\npath = \"a\"\n[data]\npacking = \"bins\"\n").find("'bins'"), std::string::npos);
+}
+
 // A checkpoint manifest's extra.config of the wrong shape (damage, found by fuzz_manifest)
 // is a ConfigError naming the key, never a JSON or TOML library error that escapes resume.
 std::string json_error_of(const nlohmann::json& json) {

@@ -106,6 +106,35 @@ TEST_F(TrainerTest, ResumeIsBitwiseForEveryOptimizer) {
   }
 }
 
+// Training from the data pipeline: a token file and a text directory mixed 2:1, packed
+// with document boundaries, prefetched by workers. A stop and a resume (with another
+// worker count) give bitwise the straight run; the position is in the checkpoint.
+TEST_F(TrainerTest, ResumeFromTheDataPipelineIsBitwiseForAnyWorkerCount) {
+  fs::create_directories(dir_ / "notes");
+  for (int i = 0; i < 3; ++i) {
+    std::ofstream note(dir_ / ("notes/" + std::to_string(i) + ".txt"));
+    for (int line = 0; line < 40; ++line) note << "note " << i << " line " << line << ": the cat sat on the mat.\n";
+  }
+  auto with_pipeline = [&](int workers) {
+    return std::vector<std::string>{
+        "train.steps=6", "checkpoint.interval=2", "data.workers=" + std::to_string(workers), "data.prefetch=2",
+        "data.mixture=[{path = \"" + (dir_ / "data/train.bin").string() + "\", weight = 2, documents = 10}, " +
+            "{name = \"notes\", path = \"" + (dir_ / "notes").string() + "\"}]"};
+  };
+  Trainer straight(config("straight", with_pipeline(2)), quiet());
+  const TrainSummary s = straight.run();
+  EXPECT_TRUE(std::isfinite(s.last_loss));
+  Trainer first(config("resumed", with_pipeline(2)), quiet(/*stop_at=*/3));
+  first.run();
+  Trainer second(config("resumed", with_pipeline(0)), quiet());
+  EXPECT_EQ(second.run().start_step, 3);
+  expect_bitwise_equal(straight.params(), second.params());
+  expect_bitwise_equal(straight.opt_state(), second.opt_state());
+  // A checkpoint of the pipeline does not resume a run reading data.train alone.
+  Trainer other(config("resumed", {"train.steps=8"}), quiet());
+  EXPECT_THROW(other.run(), IOError);
+}
+
 TEST_F(TrainerTest, ResumeWithMicroBatchesAndDropoutIsBitwiseIdentical) {
   const std::vector<std::string> extra = {"train.steps=5", "train.micro_batch=2", "model.dropout=0.1"};
   Trainer straight(config("straight", extra), quiet());

@@ -22,10 +22,10 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "tessera/core/array.h"
+#include "tessera/data/batch_stream.h"
 #include "tessera/data/token_file.h"
 
 namespace tessera::data {
@@ -36,16 +36,7 @@ struct LoaderPosition {
   bool operator==(const LoaderPosition&) const = default;
 };
 
-struct Batch {
-  Array tokens;   // int32 [batch, seq]
-  Array targets;  // int32 [batch, seq] (tokens shifted by one; -100: no target, left out of the loss)
-  // Packed documents (data/pipeline.h): int32 [batch, seq] each. A token attends only to
-  // earlier tokens of its own segment (its document); positions restart at 0 at every
-  // document start. Absent for plain windows: one segment, positions 0..seq-1.
-  std::optional<Array> segments, positions;
-};
-
-class DataLoader {
+class DataLoader : public BatchStream {
  public:
   // A file too short for one batch of this rank is a ValueError giving the numbers.
   DataLoader(std::shared_ptr<const TokenFile> file, int64_t batch, int64_t seq, uint64_t seed, int rank = 0,
@@ -54,13 +45,15 @@ class DataLoader {
   Batch next();  // wraps into the next epoch when this one is exhausted
   // Rows [begin, end) of what next() would return (and the same advance): a
   // data-parallel process reads only its own slice of the global batch.
-  Batch next_rows(int64_t begin, int64_t end);
+  Batch next_rows(int64_t begin, int64_t end) override;
   LoaderPosition position() const { return position_; }
   void set_position(LoaderPosition position);  // ValueError if out of range
   uint64_t batches_per_epoch() const;
   uint64_t windows() const;  // windows in the file (all ranks)
-  int64_t batch_size() const { return batch_; }
-  int64_t seq() const { return seq_; }
+  int64_t batch_size() const override { return batch_; }
+  int64_t seq() const override { return seq_; }
+  nlohmann::json position_json() const override;  // {"epoch": e, "index": i}
+  void restore_position(const nlohmann::json& position, const std::string& where) override;
 
  private:
   std::shared_ptr<const TokenFile> file_;

@@ -22,6 +22,8 @@
 
 namespace tessera::data {
 
+class Tokenizer;
+
 struct PrepareOptions {
   std::string tokenizer = "byte";  // a make_tokenizer spec: "byte", "gpt2:PATH", "hf:PATH", "spm:PATH", PATH
   int threads = 0;                 // encoding threads; 0: tessera::num_threads()
@@ -53,6 +55,18 @@ struct PrepareResult {
   double seconds = 0;               // reading and encoding the documents
   double megabytes_per_second = 0;  // bytes_read / 1e6 / seconds
 };
+
+// The documents of `inputs` encoded and joined in path order with the separator: what
+// prepare_dataset splits and writes, and what a text source of a data pipeline reads
+// (data/source.h). result has everything but the split (train/val tokens,
+// split_at_document). No inputs, or no text in them, is a ValueError.
+struct EncodedCorpus {
+  std::vector<int32_t> tokens;
+  std::vector<uint64_t> doc_starts;  // where each document (file) starts in tokens
+  PrepareResult result;
+};
+EncodedCorpus encode_corpus(const std::vector<std::filesystem::path>& inputs, const Tokenizer& tokenizer,
+                            const PrepareOptions& options);
 
 // `inputs` are files or directories (directories are walked, files sorted by path so
 // the result is deterministic). Binary files (a NUL byte in the first 8 KiB) are

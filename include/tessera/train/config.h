@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/data/pipeline_spec.h"
 #include "tessera/models/model.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/optim/schedule.h"
@@ -39,6 +40,11 @@ struct DataConfig {
   // train/val, a relative path is taken from the current directory.
   std::string tokenizer = "byte";
   double val_fraction = 0.05;
+  // With sources in pipeline.sources ([[data.mixture]]), training batches come from the
+  // data pipeline (data/pipeline.h) and data.train is only what `data prepare` fills;
+  // validation always reads data.val.
+  data::PipelineSpec pipeline;
+  bool uses_pipeline() const { return !pipeline.sources.empty(); }
 };
 
 struct LoopConfig {

@@ -71,7 +71,7 @@ class Layout {
   data::Batch shard_batch(const data::Batch& batch) const;
   // The next batch of `loader`, placed: in-process the global batch is read and split;
   // under MPI each process reads only the rows of its own devices' shards.
-  data::Batch next_batch(data::DataLoader& loader, int64_t batch) const;
+  data::Batch next_batch(data::BatchStream& loader, int64_t batch) const;
   // Host copies (checkpoints): every leaf gathered.
   static Tree gather(const Tree& tree);
 

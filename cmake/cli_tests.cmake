@@ -18,8 +18,8 @@ function(tessera_cli_cases name labels timeout)
 endfunction()
 
 # The byte tokenizer and the SentencePiece fixture: tokenize round trips, bad ids,
-# --info/--stats, data prepare with several threads.
-tessera_cli_cases(tokenize cli 60 byte_round_trip spm_round_trip bad_ids info_and_stats prepare_threads)
+# --info/--stats, data prepare with several threads, data stats on a two-source mixture.
+tessera_cli_cases(tokenize cli 60 byte_round_trip spm_round_trip bad_ids info_and_stats prepare_threads data_stats)
 
 # A BPE-tokenized training run sampled back, and the Hugging Face import/export round trip
 # with its error cases.
@@ -30,8 +30,9 @@ tessera_cli_cases(interop cli 120 bpe_train_sample hf_round_trip)
 tessera_cli_cases(launch cli 180 kill_resume exit_codes)
 
 # TESSERA_FAULT kill@step SIGKILLs `tessera train`, the same command resumes to
-# byte-identical params; hang@step is ended by a timeout.
-tessera_cli_cases(fault cli 120 kill_resume hang)
+# byte-identical params (also through the data pipeline, resumed with another worker
+# count); hang@step is ended by a timeout.
+tessera_cli_cases(fault cli 120 kill_resume kill_resume_pipeline hang)
 
 # A TESSERA_FAULT list (kill@step, kill@save, kill@restore, corrupt_newest) under
 # `tessera launch`, and kills in a synchronous save and a restore: each restart makes

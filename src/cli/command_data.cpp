@@ -1,5 +1,7 @@
 // `tessera data prepare INPUT... --out DIR`: text files or directories -> train.bin,
 // val.bin and meta.json (data/prepare.h), then a short summary of what was taken.
+// `tessera data stats --config FILE`: the sources of a config's data.mixture (tokens,
+// documents, rows) and the mixture its run will realize against the one asked.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -8,8 +10,12 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "tessera/base/error.h"
 #include "tessera/base/thread_pool.h"
+#include "tessera/data/pipeline.h"
 #include "tessera/data/prepare.h"
+#include "tessera/data/tokenizer.h"
+#include "tessera/train/config.h"
 
 namespace tessera::cli {
 namespace {
@@ -63,10 +69,65 @@ int run_prepare(DataPrepareArgs& args) {
   return 0;
 }
 
+struct DataStatsArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  int64_t rows = 0;
+  bool json = false;
+};
+
+int run_stats(const DataStatsArgs& args) {
+  const train::TrainConfig cfg = train::load_config(args.config, args.overrides);
+  if (!cfg.data.uses_pipeline())
+    fail<ConfigError>("{}: no data.mixture ([[data.mixture]] sources); the run reads the one file data.train = {}",
+                      args.config, cfg.data.train);
+  const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(cfg.data.tokenizer);
+  data::PipelineSpec spec = cfg.data.pipeline;
+  spec.workers = 0;
+  const data::Pipeline pipeline(spec, *tokenizer, cfg.loop.batch, cfg.loop.seq, cfg.run.seed, 0, 1, cfg.model.vocab);
+  const uint64_t rows = args.rows > 0 ? static_cast<uint64_t>(args.rows)
+                                      : static_cast<uint64_t>(cfg.loop.steps) * static_cast<uint64_t>(cfg.loop.batch);
+  const std::vector<data::SourceStats> stats = pipeline.planned_stats(rows);
+  nlohmann::json out = {{"config", args.config},
+                        {"packing", spec.packing},
+                        {"seq", cfg.loop.seq},
+                        {"rows", rows},
+                        {"tokens", rows * static_cast<uint64_t>(cfg.loop.seq)},
+                        {"sources", nlohmann::json::array()}};
+  fmt::print("data stats: {} ({} source{}, packing {}, shuffle buffer {} rows)\n", args.config, stats.size(),
+             stats.size() == 1 ? "" : "s", spec.packing, spec.shuffle_buffer);
+  fmt::print("over {} rows of {} tokens ({} tokens{}):\n", rows, cfg.loop.seq,
+             rows * static_cast<uint64_t>(cfg.loop.seq),
+             args.rows > 0 ? "" : fmt::format(", the run: {} steps x {} rows", cfg.loop.steps, cfg.loop.batch));
+  fmt::print("  {:<16} {:<6} {:>6} {:>12} {:>10} {:>9} {:>8} {:>9} {:>12} {:>7}\n", "source", "kind", "shards",
+             "tokens", "documents", "rows", "asked", "realized", "drawn", "epochs");
+  for (const data::SourceStats& s : stats) {
+    const uint64_t documents = pipeline.sources()[&s - stats.data()]->documents();
+    const double realized = rows > 0 ? static_cast<double>(s.rows) / static_cast<double>(rows) : 0.0;
+    const double epochs = static_cast<double>(s.rows) / static_cast<double>(s.source_rows);
+    fmt::print("  {:<16} {:<6} {:>6} {:>12} {:>10} {:>9} {:>8.4f} {:>9.4f} {:>12} {:>7.2f}\n", s.name, s.kind, s.shards,
+               s.source_tokens, documents, s.source_rows, s.weight, realized, s.tokens, epochs);
+    out["sources"].push_back({{"name", s.name},
+                              {"kind", s.kind},
+                              {"shards", s.shards},
+                              {"tokens", s.source_tokens},
+                              {"documents", documents},
+                              {"rows", s.source_rows},
+                              {"weight_asked", s.weight},
+                              {"weight_realized", realized},
+                              {"rows_drawn", s.rows},
+                              {"tokens_drawn", s.tokens},
+                              {"epochs", epochs}});
+  }
+  if (args.json) fmt::print("{}\n", out.dump());
+  return 0;
+}
+
 }  // namespace
 
 Command add_data_command(CLI::App& app) {
-  CLI::App* data = app.add_subcommand("data", "Prepare datasets: text files -> token files");
+  CLI::App* data =
+      app.add_subcommand("data", "Prepare datasets (text files -> token files) and inspect a data mixture");
   data->require_subcommand(1);
   auto args = std::make_shared<DataPrepareArgs>();
   CLI::App* prepare = data->add_subcommand(
@@ -98,7 +159,18 @@ Command add_data_command(CLI::App& app) {
                       "Skip files whose name or path matches this glob (repeatable)");
   prepare->add_flag("--no-progress", args->no_progress, "No progress bar on stderr");
   prepare->add_flag("--verbose,-v", args->verbose, "List every file taken or skipped");
-  return Command{data, [args] { return run_prepare(*args); }};
+
+  auto stats_args = std::make_shared<DataStatsArgs>();
+  CLI::App* stats = data->add_subcommand(
+      "stats", "The sources of a config's data.mixture (tokens, documents, rows) and the mixture its run realizes");
+  stats->add_option("--config,-c", stats_args->config, "Training config (TOML) with [[data.mixture]] sources")
+      ->required();
+  stats->add_option("--set", stats_args->overrides, "Override a config key: section.key=value (repeatable)");
+  stats->add_option("--rows", stats_args->rows, "Rows to plan (default: the run's train.steps x train.batch)")
+      ->check(CLI::PositiveNumber);
+  stats->add_flag("--json", stats_args->json, "Also print the figures as one JSON line");
+  return Command{data,
+                 [args, stats_args, stats] { return stats->parsed() ? run_stats(*stats_args) : run_prepare(*args); }};
 }
 
 }  // namespace tessera::cli

@@ -37,7 +37,7 @@ Pipeline::~Pipeline() {
   for (std::thread& worker : workers_) worker.join();
 }
 
-void Pipeline::reset_plan(uint64_t rows) {
+std::unique_ptr<MixturePlan> Pipeline::make_plan() const {
   std::vector<std::vector<uint64_t>> shard_rows;
   std::vector<double> weights;
   for (size_t s = 0; s < sources_.size(); ++s) {
@@ -46,7 +46,11 @@ void Pipeline::reset_plan(uint64_t rows) {
     shard_rows.push_back(std::move(rows_of));
     weights.push_back(spec_.sources[s].weight);
   }
-  plan_ = std::make_unique<MixturePlan>(shard_rows, weights, seed_, spec_.shuffle_buffer);
+  return std::make_unique<MixturePlan>(shard_rows, weights, seed_, spec_.shuffle_buffer);
+}
+
+void Pipeline::reset_plan(uint64_t rows) {
+  plan_ = make_plan();
   plan_->skip(rows);
   consumed_ = plan_->taken();
 }
@@ -196,7 +200,7 @@ void Pipeline::restore_position(const nlohmann::json& position, const std::strin
   reset_plan(*rows);
 }
 
-std::vector<SourceStats> Pipeline::stats() const {
+std::vector<SourceStats> Pipeline::stats_of(const std::vector<uint64_t>& rows, const MixturePlan& plan) const {
   const double total = std::accumulate(spec_.sources.begin(), spec_.sources.end(), 0.0,
                                        [](double sum, const SourceSpec& s) { return sum + s.weight; });
   std::vector<SourceStats> out;
@@ -205,15 +209,23 @@ std::vector<SourceStats> Pipeline::stats() const {
     st.name = sources_[s]->name();
     st.kind = sources_[s]->kind();
     st.weight = spec_.sources[s].weight / total;
-    st.rows = consumed_[s];
-    st.tokens = consumed_[s] * static_cast<uint64_t>(seq_);
-    st.epoch = plan_->epoch(s);
+    st.rows = rows[s];
+    st.tokens = rows[s] * static_cast<uint64_t>(seq_);
+    st.epoch = plan.epoch(s);
     st.source_rows = sources_[s]->rows();
     st.source_tokens = sources_[s]->tokens();
     st.shards = sources_[s]->shards();
     out.push_back(st);
   }
   return out;
+}
+
+std::vector<SourceStats> Pipeline::stats() const { return stats_of(consumed_, *plan_); }
+
+std::vector<SourceStats> Pipeline::planned_stats(uint64_t rows) const {
+  const std::unique_ptr<MixturePlan> plan = make_plan();
+  plan->skip(rows);
+  return stats_of(plan->taken(), *plan);
 }
 
 }  // namespace tessera::data

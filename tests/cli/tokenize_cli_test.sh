@@ -84,6 +84,35 @@ case "$case_name" in
     "$tessera" data prepare "$tmp/in" --out "$tmp/bad" --separator eos --no-progress >/dev/null 2>"$tmp/err.txt" || status=$?
     [[ $status -eq 1 ]] && grep -q "no end-of-text token" "$tmp/err.txt" || fail "--separator eos with byte: $(cat "$tmp/err.txt")"
     ;;
+  data_stats)
+    # Two text sources mixed 3:1; the realized mixture over the planned rows; bad weights.
+    mkdir -p "$tmp/a" "$tmp/b"
+    for i in 0 1 2; do write_text "$tmp/a/doc$i.txt"; write_text "$tmp/b/doc$i.txt"; done
+    cat >"$tmp/mix.toml" <<EOF
+[data]
+val = "$tmp/val.bin"
+[[data.mixture]]
+name = "alpha"
+path = "$tmp/a"
+weight = 3
+[[data.mixture]]
+name = "beta"
+path = "$tmp/b"
+weight = 1
+[train]
+seq = 16
+batch = 4
+steps = 250
+EOF
+    "$tessera" data stats --config "$tmp/mix.toml" --json >"$tmp/stats.txt" || fail "data stats: $(cat "$tmp/stats.txt")"
+    grep -Eq "alpha +text +1 .* 0\.7500 +0\.7500" "$tmp/stats.txt" || fail "alpha's mixture: $(cat "$tmp/stats.txt")"
+    grep -Eq "beta +text +1 .* 0\.2500 +0\.2500" "$tmp/stats.txt" || fail "beta's mixture: $(cat "$tmp/stats.txt")"
+    tail -1 "$tmp/stats.txt" | grep -q '"rows":1000' || fail "the JSON line: $(tail -1 "$tmp/stats.txt")"
+    status=0
+    "$tessera" data stats --config "$tmp/mix.toml" --set 'data.mixture=[{path = "a", weight = 0}]' \
+      >/dev/null 2>"$tmp/err.txt" || status=$?
+    [[ $status -ne 0 ]] && grep -q "weights sum to 0" "$tmp/err.txt" || fail "zero weights: $(cat "$tmp/err.txt")"
+    ;;
   *)
     echo "unknown case '$case_name'" >&2
     exit 2

@@ -59,7 +59,10 @@ class Pipeline : public BatchStream {
   void restore_position(const nlohmann::json& position, const std::string& where) override;
 
   uint64_t rows_consumed() const { return batches_taken_ * static_cast<uint64_t>(batch_ * world_); }
-  std::vector<SourceStats> stats() const;
+  std::vector<SourceStats> stats() const;  // over the rows consumed so far
+  // What the first `rows` rows of the stream (all ranks) take from each source: planned
+  // only (no token is read), as `tessera data stats` reports a run before it runs.
+  std::vector<SourceStats> planned_stats(uint64_t rows) const;
   const PipelineSpec& spec() const { return spec_; }
   const std::vector<std::unique_ptr<Source>>& sources() const { return sources_; }
 
@@ -96,6 +99,8 @@ class Pipeline : public BatchStream {
   void worker_loop();
   void drain();  // drops prefetched jobs (waits for those being built)
   void reset_plan(uint64_t rows);
+  std::unique_ptr<MixturePlan> make_plan() const;
+  std::vector<SourceStats> stats_of(const std::vector<uint64_t>& rows, const MixturePlan& plan) const;
 };
 
 }  // namespace tessera::data

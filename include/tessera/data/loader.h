@@ -42,7 +42,8 @@ struct Batch {
   // Packed documents (data/pipeline.h): int32 [batch, seq] each. A token attends only to
   // earlier tokens of its own segment (its document); positions restart at 0 at every
   // document start. Absent for plain windows: one segment, positions 0..seq-1.
-  std::optional<Array> segments, positions;
+  // (Default initializers: Batch{tokens, targets} stays warning-free.)
+  std::optional<Array> segments = std::nullopt, positions = std::nullopt;
 };
 
 class DataLoader {

@@ -150,6 +150,9 @@ data::Batch Layout::shard_batch(const data::Batch& batch) const {
   data::Batch out = batch;
   out.tokens = spmd::device_put(batch.tokens, this->batch(batch.tokens.ndim()), "batch tokens");
   out.targets = spmd::device_put(batch.targets, this->batch(batch.targets.ndim()), "batch targets");
+  // Packed documents: segment ids and positions are split along the batch like tokens.
+  if (batch.segments) out.segments = spmd::device_put(*batch.segments, this->batch(2), "batch segments");
+  if (batch.positions) out.positions = spmd::device_put(*batch.positions, this->batch(2), "batch positions");
   return out;
 }
 
@@ -165,7 +168,10 @@ data::Batch Layout::next_batch(data::DataLoader& loader, int64_t batch_size) con
     per_device[static_cast<size_t>(device)] = a;
     return spmd::make_sharded({batch_size, a.shape(1)}, a.dtype(), s, std::move(per_device));
   };
-  return {place(local.tokens), place(local.targets)};
+  data::Batch out{place(local.tokens), place(local.targets)};
+  if (local.segments) out.segments = place(*local.segments);
+  if (local.positions) out.positions = place(*local.positions);
+  return out;
 }
 
 Tree Layout::gather(const Tree& tree) {

@@ -397,6 +397,7 @@ struct Problem {
   int B, H, Hkv, T, S, D;
   bool causal;
   bool bf16;
+  int documents = 0;  // > 0: T == S tokens packed as this many documents (segment ids)
 };
 
 // Aligned host buffer of 16-bit values.
@@ -427,6 +428,15 @@ int run(const Problem& pr, int version, std::mt19937_64& rng) {
   std::vector<uint16_t> q = make(nq), k = make(nk), v = make(nk), dout = make(nq);
   auto f = [&](const std::vector<uint16_t>& x, int64_t i) { return double(emu::bits_to_float(x[i], pr.bf16)); };
   const double scale = 1.0 / std::sqrt(double(pr.D));
+  // Segment ids [B, T]: documents of unequal lengths, one after the other (row b shifted
+  // by b tokens so rows differ).
+  std::vector<int32_t> seg;
+  for (int b = 0; b < pr.B && pr.documents > 0; ++b)
+    for (int t = 0; t < pr.T; ++t)
+      seg.push_back(std::min(pr.documents - 1, (t + b) * (t + b) * pr.documents / (pr.T * pr.T)));
+  auto hidden = [&](int b, int t, int j) {
+    return (pr.causal && j > t) || (!seg.empty() && seg[size_t(b) * pr.T + j] != seg[size_t(b) * pr.T + t]);
+  };
   // Reference (float64).
   std::vector<double> out_ref(nq, 0), lse_ref(int64_t(pr.B) * pr.H * pr.T), dq_ref(nq, 0), dk_ref(nk, 0), dv_ref(nk, 0);
   const int G = pr.H / pr.Hkv;
@@ -437,7 +447,7 @@ int run(const Problem& pr, int version, std::mt19937_64& rng) {
         std::vector<double> s(pr.S), p(pr.S, 0.0);
         double mx = -INFINITY;
         for (int j = 0; j < pr.S; ++j) {
-          if (pr.causal && j > t) {
+          if (hidden(b, t, j)) {
             s[j] = -INFINITY;
             continue;
           }
@@ -481,6 +491,7 @@ int run(const Problem& pr, int version, std::mt19937_64& rng) {
   sh.head_dim = pr.D;
   sh.causal = pr.causal;
   sh.scale = scale;
+  sh.segments = seg.empty() ? nullptr : seg.data();
   tessera::cuda::g_kernel =
       version == 1 ? tessera::cuda::FlashAttentionKernel::V1 : tessera::cuda::FlashAttentionKernel::V2;
   const DType dt = pr.bf16 ? DType::BFloat16 : DType::Float16;
@@ -501,9 +512,9 @@ int run(const Problem& pr, int version, std::mt19937_64& rng) {
                e_dq = rel(as_double(dq, nq), dq_ref), e_dk = rel(as_double(dk, nk), dk_ref),
                e_dv = rel(as_double(dv, nk), dv_ref);
   const bool ok = e_out < 1e-2 && e_lse < 1e-5 && e_dq < 2e-2 && e_dk < 2e-2 && e_dv < 2e-2;
-  std::printf("%s v%d B=%d H=%d Hkv=%d T=%d S=%d D=%d %s: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
-              ok ? "ok  " : "FAIL", version, pr.B, pr.H, pr.Hkv, pr.T, pr.S, pr.D, pr.causal ? "causal" : "full", e_out,
-              e_lse, e_dq, e_dk, e_dv);
+  std::printf("%s v%d B=%d H=%d Hkv=%d T=%d S=%d D=%d %s docs=%d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
+              ok ? "ok  " : "FAIL", version, pr.B, pr.H, pr.Hkv, pr.T, pr.S, pr.D, pr.causal ? "causal" : "full",
+              pr.documents, e_out, e_lse, e_dq, e_dk, e_dv);
   return ok ? 0 : 1;
 }
 
@@ -529,6 +540,9 @@ int main(int argc, char** argv) {
   problems.push_back({1, 3, 3, 257, 33, 64, true, false});
   problems.push_back({1, 3, 1, 257, 260, 64, true, true});
   problems.push_back({1, 3, 1, 257, 260, 128, true, true});
+  // Packed documents (segment ids): the fp32 CUDA-core kernels.
+  problems.push_back({2, 2, 1, 150, 150, 64, true, true, 4});
+  problems.push_back({1, 2, 2, 70, 70, 32, false, false, 3});
   int failures = 0;
   for (size_t i = 0; i < problems.size(); ++i) {
     if (which > 0 && int(i) + 1 != which) continue;

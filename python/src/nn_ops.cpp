@@ -61,14 +61,17 @@ void register_nn_ops(nb::module_& m) {
       nb::arg("x"), nb::arg("weight").none() = nb::none(), nb::arg("eps") = 1e-6);
   nn.def(
       "scaled_dot_product_attention",
-      [](nb::handle q, nb::handle k, nb::handle v, bool causal, nb::handle mask, std::optional<double> scale) {
+      [](nb::handle q, nb::handle k, nb::handle v, bool causal, nb::handle mask, std::optional<double> scale,
+         nb::handle segment_ids) {
         return scaled_dot_product_attention(as_array(q, "attention: q"), as_array(k, "attention: k"),
                                             as_array(v, "attention: v"), causal,
-                                            as_optional_array(mask, "attention: mask"), scale);
+                                            as_optional_array(mask, "attention: mask"), scale,
+                                            as_optional_array(segment_ids, "attention: segment_ids"));
       },
       nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("causal") = true, nb::arg("mask").none() = nb::none(),
-      nb::arg("scale").none() = nb::none(),
-      "q [B, H, T, D], k and v [B, Hkv, S, D] (H a multiple of Hkv); mask bool, true = attend.");
+      nb::arg("scale").none() = nb::none(), nb::arg("segment_ids").none() = nb::none(),
+      "q [B, H, T, D], k and v [B, Hkv, S, D] (H a multiple of Hkv); mask bool, true = attend; segment_ids "
+      "integer [B, T] (T == S): packed documents, a query sees only keys of its own segment.");
   nn.def(
       "cross_entropy",
       [](nb::handle logits, nb::handle targets, int64_t ignore_index, const std::string& reduction, int64_t classes) {

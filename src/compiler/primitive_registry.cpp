@@ -187,6 +187,7 @@ void register_attention(std::map<std::string, PrimitiveFactory>& f) {
     config.causal = a.get_bool("causal");
     config.scale = a.get_double("scale");
     config.has_mask = a.get_bool("mask");
+    config.has_segments = a.has("segments") && a.get_bool("segments");
     return config;
   };
   f["attention"] = [attention_config](const AttributeMap& a) -> PrimitivePtr {

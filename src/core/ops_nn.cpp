@@ -68,7 +68,8 @@ Array rms_norm(const Array& x, const std::optional<Array>& weight, double eps) {
 }
 
 Array scaled_dot_product_attention(const Array& q_in, const Array& k_in, const Array& v_in, bool causal,
-                                   const std::optional<Array>& mask, std::optional<double> scale) {
+                                   const std::optional<Array>& mask, std::optional<double> scale,
+                                   const std::optional<Array>& segment_ids) {
   const char* op = "scaled_dot_product_attention";
   for (const Array* a : {&q_in, &k_in, &v_in}) {
     require_floating(*a, op, a == &q_in ? "q" : a == &k_in ? "k" : "v");
@@ -105,6 +106,20 @@ Array scaled_dot_product_attention(const Array& q_in, const Array& k_in, const A
     Shape target{padded[0], padded[1], t, s};
     inputs.push_back(broadcast_to(reshape(m, padded), target));
     config.has_mask = true;
+  }
+  if (segment_ids) {
+    if (!is_integral(segment_ids->dtype()))
+      fail<DTypeError>("{}: segment_ids have dtype {} (expected integer document ids)", op, name(segment_ids->dtype()));
+    if (segment_ids->shape() != Shape{b, t})
+      fail<ShapeError>("{}: segment_ids of shape {} (expected [batch {}, seq {}] for q {})", op,
+                       to_string(segment_ids->shape()), b, t, to_string(q.shape()));
+    if (s != t)
+      fail<ValueError>(
+          "{}: segment_ids need self-attention over one packed row (T == S), but q {} has T = {} and k {} has S = {} "
+          "(a KV cache)",
+          op, to_string(q.shape()), t, to_string(k.shape()), s);
+    inputs.push_back(astype(*segment_ids, DType::Int32));
+    config.has_segments = true;
   }
   auto prim = std::make_shared<Attention>(config);
   return Array::make({q.shape(), Shape{b, h, t}}, {dtype, accumulation_dtype(dtype)}, prim, inputs)[0];

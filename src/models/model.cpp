@@ -221,6 +221,25 @@ void check_tokens(const ModelConfig& c, const Array& tokens, int64_t cached, con
   }
 }
 
+// Packing arrays have the tokens' shape and an integer dtype; known positions lie in
+// [0, T) (the RoPE and position tables are gathered at them).
+void check_packing(const Array& tokens, const std::optional<Packing>& packing, const char* op) {
+  if (!packing) return;
+  for (const Array* a : {&packing->segments, &packing->positions}) {
+    const char* what = a == &packing->segments ? "segments" : "positions";
+    if (!a->valid() || !is_integral(a->dtype()) || a->shape() != tokens.shape())
+      fail<ShapeError>("Model::{}: packing {} are {} (expected integer ids of the tokens' shape {})", op, what,
+                       a->valid() ? type_string(*a) : std::string("missing"), to_string(tokens.shape()));
+  }
+  if (packing->positions.is_evaluated()) {
+    const int64_t t = tokens.shape(1);
+    std::vector<int64_t> pos = packing->positions.to_vector<int64_t>();
+    for (size_t i = 0; i < pos.size(); ++i)
+      if (pos[i] < 0 || pos[i] >= t)
+        fail<ValueError>("Model::{}: packing position {} at flat index {} is outside [0, seq {})", op, pos[i], i, t);
+  }
+}
+
 }  // namespace
 
 Model::Model(ModelConfig config) : config_(std::move(config)) {
@@ -305,7 +324,7 @@ Tree compute_params(const Tree& params, std::optional<DType> dtype) {
 // cache's length), with dropout when `dropout_key` is set. Activations (the residual
 // stream included, as in MaxText) are in the compute dtype.
 Array forward(const ModelConfig& c, const Tree& master, const Array& tokens, const std::optional<Array>& dropout_key,
-              KVCache* cache) {
+              KVCache* cache, const std::optional<Packing>& packing = std::nullopt) {
   const int64_t t = tokens.shape(1), offset = cache != nullptr ? cache->length : 0;
   const std::optional<DType> dtype = cast_dtype(c);
   const Tree params = compute_params(master, dtype);
@@ -318,7 +337,10 @@ Array forward(const ModelConfig& c, const Tree& master, const Array& tokens, con
   };
 
   Array x = cast(take(params.at("wte").leaf(), tokens, 0), dtype);
-  if (is_gpt2(c)) x = x + cast(slice_axis(params.at("wpe").leaf(), 0, offset, offset + t), dtype);
+  if (is_gpt2(c)) {
+    const Array& wpe = params.at("wpe").leaf();
+    x = x + cast(packing ? take(wpe, packing->positions, 0) : slice_axis(wpe, 0, offset, offset + t), dtype);
+  }
   x = drop(x, key_at(0));
   const nn::Attention attention = attention_of(c);
   const std::vector<Tree>& layers = params.at("layers").elements();
@@ -332,6 +354,8 @@ Array forward(const ModelConfig& c, const Tree& master, const Array& tokens, con
       h = attention(layer.at("attn"), h, &state);
       cache->k[l] = state.k;
       cache->v[l] = state.v;
+    } else if (packing) {
+      h = attention(layer.at("attn"), h, *packing);
     } else {
       h = attention(layer.at("attn"), h);
     }
@@ -356,18 +380,21 @@ Array real_classes(const ModelConfig& c, const Array& logits) {
 }
 }  // namespace
 
-Array Model::logits(const Tree& params, const Array& tokens, const std::optional<Array>& dropout_key) const {
+Array Model::logits(const Tree& params, const Array& tokens, const std::optional<Array>& dropout_key,
+                    const std::optional<Packing>& packing) const {
   check_tokens(config_, tokens, 0, "logits");
-  return real_classes(config_, forward(config_, params, tokens, dropout_key, nullptr));
+  check_packing(tokens, packing, "logits");
+  return real_classes(config_, forward(config_, params, tokens, dropout_key, nullptr, packing));
 }
 
 Array Model::loss(const Tree& params, const Array& tokens, const Array& targets,
-                  const std::optional<Array>& dropout_key) const {
+                  const std::optional<Array>& dropout_key, const std::optional<Packing>& packing) const {
   if (targets.shape() != tokens.shape())
     fail<ShapeError>("Model::loss: targets {} do not match tokens {}", to_string(targets.shape()),
                      to_string(tokens.shape()));
   check_tokens(config_, tokens, 0, "loss");
-  return cross_entropy(forward(config_, params, tokens, dropout_key, nullptr), targets, -100, Reduction::Mean,
+  check_packing(tokens, packing, "loss");
+  return cross_entropy(forward(config_, params, tokens, dropout_key, nullptr, packing), targets, -100, Reduction::Mean,
                        config_.vocab);
 }
 

@@ -1,5 +1,6 @@
 #include "tessera/nn/attention.h"
 
+#include <string>
 #include <vector>
 
 #include "tessera/base/error.h"
@@ -40,9 +41,24 @@ Tree Attention::init(ParamScope scope) const {
 }
 
 Array Attention::operator()(const Tree& p, const Array& x, KVState* cache) const {
+  return forward(p, x, cache, nullptr);
+}
+
+Array Attention::operator()(const Tree& p, const Array& x, const Packing& packing) const {
+  return forward(p, x, nullptr, &packing);
+}
+
+Array Attention::forward(const Tree& p, const Array& x, KVState* cache, const Packing* packing) const {
   if (x.ndim() != 3 || x.shape(2) != dim)
     fail<ShapeError>("Attention: x has shape {} (expected [batch, seq, {}])", tessera::to_string(x.shape()), dim);
   const int64_t b = x.shape(0), t = x.shape(1), h = heads, hkv = resolved_kv_heads(), dh = head_dim();
+  if (packing != nullptr)
+    for (const Array* a : {&packing->segments, &packing->positions})
+      if (!a->valid() || !is_integral(a->dtype()) || a->shape() != Shape{b, t})
+        fail<ShapeError>(
+            "Attention: packing {} are {} (expected integer [batch {}, seq {}])",
+            a == &packing->segments ? "segments" : "positions",
+            a->valid() ? std::string(name(a->dtype())) + tessera::to_string(a->shape()) : std::string("missing"), b, t);
   Array qkv = matmul(x, p.at("wqkv").leaf());
   if (bias) qkv = qkv + p.at("bqkv").leaf();
   // Columns are grouped by kv head: [Hkv, G + 2, Dh] with G = H / Hkv query heads,
@@ -65,11 +81,13 @@ Array Attention::operator()(const Tree& p, const Array& x, KVState* cache) const
   }
   if (rope) {
     const Rotary rotary{.head_dim = dh, .theta = rope_theta, .llama3 = rope_llama3};
-    q = rotary(q, offset);
-    k = rotary(k, offset);
+    q = packing != nullptr ? rotary(q, packing->positions) : rotary(q, offset);
+    k = packing != nullptr ? rotary(k, packing->positions) : rotary(k, offset);
   }
   Array out;
-  if (offset == 0) {
+  if (packing != nullptr) {
+    out = scaled_dot_product_attention(q, k, v, /*causal=*/true, std::nullopt, std::nullopt, packing->segments);
+  } else if (offset == 0) {
     out = scaled_dot_product_attention(q, k, v, /*causal=*/true);
   } else {
     k = concatenate({cache->k, k}, 2);

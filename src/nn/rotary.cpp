@@ -76,4 +76,21 @@ Array Rotary::operator()(const Array& x, int64_t offset) const {
   return x * c + rotated * s;
 }
 
+Array Rotary::operator()(const Array& x, const Array& positions) const {
+  if (x.ndim() != 4 || x.shape(-1) != head_dim)
+    fail<ShapeError>("Rotary: x has shape {} (expected [batch, heads, T, {}] with positions)",
+                     tessera::to_string(x.shape()), head_dim);
+  if (!is_integral(positions.dtype()) || positions.shape() != Shape{x.shape(0), x.shape(2)})
+    fail<ShapeError>("Rotary: positions are {}{} (expected integer [batch {}, T {}])", name(positions.dtype()),
+                     tessera::to_string(positions.shape()), x.shape(0), x.shape(2));
+  const int last = x.ndim() - 1;
+  const int64_t half = head_dim / 2;
+  auto [c, s] = tables(x.shape(2), 0, x.dtype());
+  // [T, D] rows gathered to [B, T, D], broadcast over the heads as [B, 1, T, D].
+  c = expand_dims(take(c, positions, 0), 1);
+  s = expand_dims(take(s, positions, 0), 1);
+  Array rotated = concatenate({-slice_axis(x, last, half, head_dim), slice_axis(x, last, 0, half)}, last);
+  return x * c + rotated * s;
+}
+
 }  // namespace tessera::nn

@@ -33,12 +33,18 @@ Sharding mask_layout(const Context& c, size_t mask, const Sharding& layout) {
   return project(layout, c.in_types[mask].shape, full);
 }
 
+// Segment ids [B, T] follow q's batch split; the sequence stays whole.
+Sharding segments_layout(const Context& c, const Sharding& layout) {
+  return Sharding::replicated(c.mesh, 2).with_dim_axes(0, layout.dim_axes(0));
+}
+
 Decision attention_rule(const Context& c) {
   const auto& p = static_cast<const Attention&>(c.primitive);
   Sharding layout = attention_layout(c, 3);
   Decision dec;
   dec.inputs = {layout, layout, layout};
   if (p.config().has_mask) dec.inputs.push_back(mask_layout(c, 3, layout));
+  if (p.config().has_segments) dec.inputs.push_back(segments_layout(c, layout));
   // lse is [B, H, T].
   Sharding lse =
       Sharding::replicated(c.mesh, 3).with_dim_axes(0, layout.dim_axes(0)).with_dim_axes(1, layout.dim_axes(1));
@@ -47,7 +53,7 @@ Decision attention_rule(const Context& c) {
 }
 
 Decision attention_grad_rule(const Context& c) {
-  // Inputs: q, k, v, [mask], out, lse, dout.
+  // Inputs: q, k, v, [mask], [segments], out, lse, dout.
   const auto& p = static_cast<const AttentionGrad&>(c.primitive);
   Sharding layout = attention_layout(c, 3);
   Sharding lse =
@@ -55,6 +61,7 @@ Decision attention_grad_rule(const Context& c) {
   Decision dec;
   dec.inputs = {layout, layout, layout};
   if (p.config().has_mask) dec.inputs.push_back(mask_layout(c, 3, layout));
+  if (p.config().has_segments) dec.inputs.push_back(segments_layout(c, layout));
   dec.inputs.push_back(layout);  // out
   dec.inputs.push_back(lse);
   dec.inputs.push_back(layout);  // dout

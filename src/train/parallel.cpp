@@ -150,6 +150,9 @@ data::Batch Layout::shard_batch(const data::Batch& batch) const {
   data::Batch out = batch;
   out.tokens = spmd::device_put(batch.tokens, this->batch(batch.tokens.ndim()), "batch tokens");
   out.targets = spmd::device_put(batch.targets, this->batch(batch.targets.ndim()), "batch targets");
+  // Packed documents: segment ids and positions are split along the batch like tokens.
+  if (batch.segments) out.segments = spmd::device_put(*batch.segments, this->batch(2), "batch segments");
+  if (batch.positions) out.positions = spmd::device_put(*batch.positions, this->batch(2), "batch positions");
   return out;
 }
 

@@ -73,10 +73,23 @@ JitOptions jit_options(std::vector<int> donate, std::string name, const Layout& 
 
 Array scalar_like() { return Array::placeholder({}, DType::Float32); }
 
+// tokens, targets and, for packed documents, segments and positions (data::Batch).
 Tree batch_args(const data::Batch& batch, const std::optional<Array>& key) {
   Tree args{{"tokens", batch.tokens}, {"targets", batch.targets}};
+  if (batch.segments.has_value() != batch.positions.has_value())
+    fail<ValueError>("TrainStep: a batch has {} but no {} (packed documents need both)",
+                     batch.segments ? "segments" : "positions", batch.segments ? "positions" : "segments");
+  if (batch.segments) {
+    args["segments"] = *batch.segments;
+    args["positions"] = *batch.positions;
+  }
   if (key) args["key"] = *key;
   return args;
+}
+
+std::optional<models::Packing> packing_of(const Tree& args) {
+  if (!args.items().contains("segments")) return std::nullopt;
+  return models::Packing{args.at("segments").leaf(), args.at("positions").leaf()};
 }
 
 // The loss and its gradients for the parameters. With loss scaling the backward pass
@@ -85,7 +98,10 @@ Tree batch_args(const data::Batch& batch, const std::optional<Array>& key) {
 std::pair<Array, Tree> loss_and_grads(const models::Model& model, const optim::Optimizer& optimizer, const Tree& a,
                                       const std::optional<Array>& scale) {
   const std::optional<Array> key = key_of(a);
-  auto loss_of = [&](const Tree& p) { return model.loss(p, a.at("tokens").leaf(), a.at("targets").leaf(), key); };
+  const std::optional<models::Packing> packing = packing_of(a);
+  auto loss_of = [&](const Tree& p) {
+    return model.loss(p, a.at("tokens").leaf(), a.at("targets").leaf(), key, packing);
+  };
   const Tree& params = a.at("params");
   if (!optimizer.scales_loss()) return value_and_grad(loss_of)(params);
   auto [outputs, grads] =
@@ -188,6 +204,7 @@ Jitted& TrainStep::update_program(const Tree& args) {
 
 void TrainStep::compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch,
                         const std::optional<Array>& dropout_key) {
+  check_packing(micro_batch);
   const Array lr = Array::scalar(0, DType::Float32);
   if (micro_batches_ == 1) {
     Tree args = batch_args(micro_batch, dropout_key);
@@ -217,6 +234,7 @@ StepStats TrainStep::run(Tree& params, Tree& opt_state, const std::vector<data::
     fail<ValueError>("TrainStep::run: the model {} dropout, so a dropout key must be {}", needs_key ? "has" : "has no",
                      needs_key ? "given" : "omitted");
   const Array lr_array = Array::scalar(lr, DType::Float32);
+  for (const data::Batch& batch : micro) check_packing(batch);
 
   if (micro_batches_ == 1) {
     Tree args = batch_args(micro[0], dropout_key);
@@ -251,6 +269,16 @@ StepStats TrainStep::run(Tree& params, Tree& opt_state, const std::vector<data::
   return stats_of(out, loss_sum / static_cast<double>(micro_batches_));
 }
 
+void TrainStep::check_packing(const data::Batch& batch) {
+  const bool packed = batch.segments.has_value();
+  if (!packed_) packed_ = packed;
+  if (*packed_ != packed)
+    fail<ValueError>(
+        "TrainStep: a batch {} segment ids, but the step was compiled for batches {} (packed and plain batches need "
+        "separate TrainSteps)",
+        packed ? "has" : "has no", *packed_ ? "with them" : "without");
+}
+
 StepStats TrainStep::stats_of(const Tree& out, double loss) const {
   StepStats stats{.loss = loss, .grad_norm = out.at("grad_norm").leaf().item<double>()};
   if (optimizer_.scales_loss()) {
@@ -280,12 +308,20 @@ size_t TrainStep::peak_bytes() const {
   return peak;
 }
 
+namespace {
+Jitted eval_program(const models::Model& model, const std::string& device) {
+  return jit(
+      [&model](const Tree& a) -> Tree {
+        return Tree(
+            model.loss(a.at("params"), a.at("tokens").leaf(), a.at("targets").leaf(), std::nullopt, packing_of(a)));
+      },
+      jit_options({}, "eval", Layout::one_device(model.specs()), Tree(), device, model_identity(model.config())));
+}
+}  // namespace
+
 Evaluator::Evaluator(const models::Model& model, const Layout* layout, const std::string& device)
-    : forward_(jit(
-          [&model](const Tree& a) -> Tree {
-            return Tree(model.loss(a.at("params"), a.at("tokens").leaf(), a.at("targets").leaf()));
-          },
-          jit_options({}, "eval", Layout::one_device(model.specs()), Tree(), device, model_identity(model.config())))),
+    : forward_(eval_program(model, device)),
+      packed_forward_(eval_program(model, device)),
       layout_(layout != nullptr ? *layout : Layout::one_device(model.specs())) {}
 
 double Evaluator::operator()(const Tree& params, data::DataLoader& loader, int64_t batches) {
@@ -295,8 +331,9 @@ double Evaluator::operator()(const Tree& params, data::DataLoader& loader, int64
   const int64_t n = std::min<int64_t>(batches, static_cast<int64_t>(loader.batches_per_epoch()));
   for (int64_t i = 0; i < n; ++i) {
     data::Batch batch = layout_.next_batch(loader, loader.batch_size());
-    total +=
-        forward_(Tree{{"params", params}, {"tokens", batch.tokens}, {"targets", batch.targets}}).leaf().item<double>();
+    Tree args = batch_args(batch, std::nullopt);
+    args["params"] = params;
+    total += (batch.segments ? packed_forward_ : forward_)(args).leaf().item<double>();
   }
   return total / static_cast<double>(n);
 }

@@ -89,6 +89,10 @@ std::vector<PrimitivePtr> all_primitives() {
     }
   }
   p.push_back(std::make_shared<Attention>(AttentionConfig{true, 0.125, false}));
+  for (bool mask : {false, true}) {  // segment ids (packed documents)
+    p.push_back(std::make_shared<Attention>(AttentionConfig{true, 0.125, mask, true}));
+    p.push_back(std::make_shared<AttentionGrad>(AttentionConfig{true, 0.125, mask, true}));
+  }
   for (int64_t ignore : {int64_t{-100}, int64_t{0}, std::numeric_limits<int64_t>::min()}) {
     p.push_back(std::make_shared<CrossEntropy>(ignore));
     p.push_back(std::make_shared<CrossEntropyGrad>(ignore));

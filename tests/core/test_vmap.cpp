@@ -260,6 +260,15 @@ TEST(Vmap, AttentionAndCrossEntropy) {
   auto atm =
       one([](const std::vector<Array>& xs) { return scaled_dot_product_attention(xs[0], xs[1], xs[2], false, xs[3]); });
   EXPECT_TRUE(check_vmap(atm, {q, k, v, mask})) << "attention with per-example mask";
+  // Segment ids [1, T] (self-attention, T == S = 6), per example or shared.
+  Array qs = random_array({3, 1, 4, 6, 8}, 35);
+  Array ids = Array::from_vector<int32_t>({0, 0, 1, 1, 1, 2, 0, 1, 1, 1, 1, 1, 3, 3, 3, 0, 0, 0}, {3, 1, 6});
+  auto ats = one([](const std::vector<Array>& xs) {
+    return scaled_dot_product_attention(xs[0], xs[1], xs[2], true, std::nullopt, std::nullopt, xs[3]);
+  });
+  EXPECT_TRUE(check_vmap(ats, {qs, k, v, ids})) << "attention with per-example segment ids";
+  EXPECT_TRUE(check_vmap(ats, {qs, k, v, example(ids, 0, 2)}, {0, 0, 0, kNotMapped}))
+      << "attention with shared segment ids";
 
   Array logits = random_array({4, 3, 7}, 34);
   Array targets = Array::from_vector<int64_t>({0, 6, -100, 3, 3, 1, -100, -100, -100, 2, 5, 4}, {4, 3});
@@ -325,6 +334,16 @@ TEST(Vmap, PerExampleAttentionGradients) {
     ArrayFn g = [loss](const std::vector<Array>& in) { return grad(loss)(in); };
     EXPECT_TRUE(check_vmap(g, {q, k, v}, {}, {}, 1e-11, 1e-13)) << "masked " << masked;
   }
+  // Per-example segment ids through the fused backward (AttentionGrad's batching rule).
+  Array ids = Array::from_vector<int32_t>({0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 2, 2, 1, 1, 2}, {3, 1, 5});
+  ScalarFn loss = [](const std::vector<Array>& in) {
+    return sum(square(scaled_dot_product_attention(in[0], in[1], in[2], true, std::nullopt, std::nullopt, in[3])));
+  };
+  ArrayFn g = [loss](const std::vector<Array>& in) {
+    std::vector<Array> grads = grad(loss, {0, 1, 2})(in);
+    return grads;
+  };
+  EXPECT_TRUE(check_vmap(g, {q, k, v, ids}, {}, {}, 1e-11, 1e-13)) << "segment ids";
 }
 
 }  // namespace

@@ -4,8 +4,9 @@
 //  * launcher level: sequence lengths 1, 7, 65, 200, 1024 (not multiples of the 64-row
 //    tiles), head_dim 64, 128 (tensor-core kernels for bf16/f16) and 32, 80 (fp32
 //    kernels), causal and not, T != S, grouped-query attention (H = 8, Hkv = 2), masks
-//    (per head and broadcast, with fully masked rows), no keys; float32 (1e-5), bfloat16
-//    and float16 (1e-2; the CPU reference reads the same rounded inputs). 16-bit dtypes run
+//    (per head and broadcast, with fully masked rows), segment ids (packed documents), no
+//    keys; float32 (1e-5), bfloat16 and float16 (1e-2; the CPU reference reads the same
+//    rounded inputs). 16-bit dtypes run
 //    both the tensor-core kernels (Auto) and the fp32 kernels (Generic), so a failure
 //    names the kernel. The backward's inputs (out, lse) are the CPU forward's, so the two
 //    directions are checked separately. Outputs are poisoned with NaN first.
@@ -172,6 +173,7 @@ struct Problem {
   int64_t B = 1, H = 2, Hkv = 2, T = 1, S = 1, D = 64;
   bool causal = true;
   Mask mask = Mask::None;
+  int64_t documents = 0;  // > 0: segment ids, T == S tokens packed as this many documents
 
   std::string str(DType dtype) const {
     return std::string(ts::name(dtype)) + " B=" + std::to_string(B) + " H=" + std::to_string(H) +
@@ -179,7 +181,8 @@ struct Problem {
            " D=" + std::to_string(D) + (causal ? " causal" : "") +
            (mask == Mask::PerHead     ? " mask[B,H,T,S]"
             : mask == Mask::Broadcast ? " mask[1,1,T,S]"
-                                      : "");
+                                      : "") +
+           (documents > 0 ? " documents=" + std::to_string(documents) : "");
   }
 };
 
@@ -190,6 +193,7 @@ struct Case {
   Host q, k, v, dout;
   std::vector<uint8_t> mask;
   int64_t mask_b_stride = 0, mask_h_stride = 0;
+  std::vector<int32_t> segments;   // [B, T] or empty
   std::vector<unsigned char> out;  // CPU forward (dtype)
   std::vector<float> lse;          // CPU forward
   std::vector<unsigned char> dq, dk, dv;
@@ -207,9 +211,10 @@ struct Case {
     s.mask = mask.empty() ? nullptr : mask.data();
     s.mask_b_stride = mask_b_stride;
     s.mask_h_stride = mask_h_stride;
+    s.segments = segments.empty() ? nullptr : segments.data();
     return s;
   }
-  ts::cuda::FlashAttentionShape gpu_shape(const void* device_mask) const {
+  ts::cuda::FlashAttentionShape gpu_shape(const void* device_mask, const int32_t* device_segments) const {
     const ts::cpu::AttentionShape c = cpu_shape();
     ts::cuda::FlashAttentionShape s;
     s.batch = c.batch;
@@ -223,6 +228,7 @@ struct Case {
     s.mask = device_mask;
     s.mask_b_stride = c.mask_b_stride;
     s.mask_h_stride = c.mask_h_stride;
+    s.segments = device_segments;
     return s;
   }
 };
@@ -249,6 +255,11 @@ Case make_case(const Problem& pr, DType dtype) {
       c.mask_b_stride = pr.H * plane;
     }
   }
+  // Documents of growing lengths, one after the other (row b shifted by b tokens).
+  for (int64_t b = 0; b < pr.B && pr.documents > 0; ++b)
+    for (int64_t t = 0; t < pr.T; ++t)
+      c.segments.push_back(
+          static_cast<int32_t>(std::min(pr.documents - 1, (t + b) * (t + b) * pr.documents / (pr.T * pr.T))));
   const ts::cpu::AttentionShape s = c.cpu_shape();
   c.out.resize(c.q.bytes.size());
   c.lse.resize(static_cast<size_t>(pr.B * pr.H * pr.T));
@@ -275,7 +286,9 @@ GpuGrads check_case(const Case& c, FlashAttentionPath path) {
   const double tol = tolerance(c.dtype, std::max(c.pr.T, c.pr.S));
   DeviceBuffer<unsigned char> q(c.q.bytes), k(c.k.bytes), v(c.v.bytes), dout(c.dout.bytes);
   DeviceBuffer<uint8_t> mask(c.mask);
-  const ts::cuda::FlashAttentionShape s = c.gpu_shape(c.mask.empty() ? nullptr : mask.get());
+  DeviceBuffer<int32_t> segments(c.segments);
+  const ts::cuda::FlashAttentionShape s =
+      c.gpu_shape(c.mask.empty() ? nullptr : mask.get(), c.segments.empty() ? nullptr : segments.get());
 
   DeviceBuffer<unsigned char> out(c.out.size());
   DeviceBuffer<float> lse(c.lse.size());
@@ -409,6 +422,23 @@ TEST(CudaAttention, Masked) {
           pr.mask = mask;
           check_problem(pr, dtype);
         }
+}
+
+TEST(CudaAttention, PackedDocuments) {
+  TESSERA_REQUIRE_GPU();
+  // Segment ids (T == S): the fp32 CUDA-core kernels on every path.
+  for (DType dtype : {DType::Float32, DType::BFloat16})
+    for (bool causal : {true, false}) {
+      Problem pr;
+      pr.B = 2;
+      pr.H = 4;
+      pr.Hkv = 2;
+      pr.T = pr.S = 150;
+      pr.D = 64;
+      pr.causal = causal;
+      pr.documents = 4;
+      check_problem(pr, dtype);
+    }
 }
 
 TEST(CudaAttention, NoKeys) {
@@ -601,18 +631,20 @@ TEST(CudaAttention, OpLevelForwardAndBackward) {
   struct OpCase {
     DType dtype;
     int64_t h, hkv, t, s, d;
-    bool causal, mask;
+    bool causal, mask, segments;  // segments: packed documents (t == s)
   };
-  const OpCase cases[] = {{DType::BFloat16, 8, 2, 200, 200, 64, true, false},
-                          {DType::Float32, 4, 2, 65, 65, 64, true, false},
-                          {DType::BFloat16, 2, 2, 33, 47, 128, false, false},
-                          {DType::Float32, 2, 1, 40, 40, 80, true, true},
-                          {DType::BFloat16, 2, 2, 40, 50, 64, false, true}};
+  const OpCase cases[] = {{DType::BFloat16, 8, 2, 200, 200, 64, true, false, false},
+                          {DType::Float32, 4, 2, 65, 65, 64, true, false, false},
+                          {DType::BFloat16, 2, 2, 33, 47, 128, false, false, false},
+                          {DType::Float32, 2, 1, 40, 40, 80, true, true, false},
+                          {DType::BFloat16, 2, 2, 40, 50, 64, false, true, false},
+                          {DType::BFloat16, 4, 2, 130, 130, 64, true, false, true},
+                          {DType::Float32, 2, 2, 40, 40, 80, false, true, true}};
   for (const OpCase& oc : cases) {
     const std::string what = std::string(ts::name(oc.dtype)) + " H=" + std::to_string(oc.h) +
                              " Hkv=" + std::to_string(oc.hkv) + " T=" + std::to_string(oc.t) +
                              " S=" + std::to_string(oc.s) + " D=" + std::to_string(oc.d) +
-                             (oc.causal ? " causal" : "") + (oc.mask ? " mask" : "");
+                             (oc.causal ? " causal" : "") + (oc.mask ? " mask" : "") + (oc.segments ? " segments" : "");
     Array q = random_array({2, oc.h, oc.t, oc.d}, oc.dtype);
     Array k = random_array({2, oc.hkv, oc.s, oc.d}, oc.dtype);
     Array v = random_array({2, oc.hkv, oc.s, oc.d}, oc.dtype);
@@ -621,7 +653,13 @@ TEST(CudaAttention, OpLevelForwardAndBackward) {
       mask = ts::greater(random_array({1, oc.h, oc.t, oc.s}, DType::Float32), ts::zeros({}, DType::Float32));
       mask->eval();
     }
-    Array y = ts::scaled_dot_product_attention(q, k, v, oc.causal, mask);
+    std::optional<Array> segments;
+    if (oc.segments) {  // documents of 1 to 64 tokens
+      std::vector<int32_t> ids;
+      for (int64_t i = 0; i < 2 * oc.t; ++i) ids.push_back(static_cast<int32_t>((i % oc.t) * (i % oc.t) / 300));
+      segments = Array::from_vector(ids, {2, oc.t});
+    }
+    Array y = ts::scaled_dot_product_attention(q, k, v, oc.causal, mask, std::nullopt, segments);
     // Read the graph before evaluating: an evaluated array no longer holds its primitive.
     const ts::AttentionConfig config = dynamic_cast<const ts::Attention&>(*y.primitive()).config();
     std::vector<Array> in = y.inputs();
@@ -632,7 +670,8 @@ TEST(CudaAttention, OpLevelForwardAndBackward) {
     EXPECT_LT(rel_error_inf(values(gpu[0]), values(fwd[0])), tolerance(oc.dtype)) << what << ": out";
     EXPECT_LT(rel_error_inf(values(gpu[1]), values(fwd[1])), ts::cuda_test::kF32Tolerance) << what << ": lse";
 
-    // attention_grad with the inputs the vjp rule gives it: q, k, v, [mask], out, lse, dout.
+    // attention_grad with the inputs the vjp rule gives it: q, k, v, [mask], [segments],
+    // out, lse, dout.
     Array dout = random_array(q.shape(), oc.dtype);
     in.push_back(fwd[0]);
     in.push_back(fwd[1]);

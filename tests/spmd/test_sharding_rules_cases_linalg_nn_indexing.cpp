@@ -134,6 +134,21 @@ std::vector<Case> nn_cases() {
                     {{4, 2, 8, 8}, P("a", "b")},
                     {{4, 1, 8, 8}, P("a"), Gen::Mask}},
                    attn_mask));
+  // Segment ids [B, T] (unsorted ids in [0, 3)): split with the batch, or along the
+  // sequence (then gathered: attention needs whole rows).
+  Fn attn_segments = [](const std::vector<Array>& a) {
+    return std::vector<Array>{scaled_dot_product_attention(a[0], a[1], a[2], true, std::nullopt, std::nullopt, a[3])};
+  };
+  v.push_back(make("attention_segments_batch_heads", "a=2,b=2",
+                   {{{4, 4, 8, 8}, P("a", "b")},
+                    {{4, 2, 8, 8}, P("a", "b")},
+                    {{4, 2, 8, 8}, P("a", "b")},
+                    {{4, 8}, P("a"), Gen::Index, 3}},
+                   attn_segments));
+  v.push_back(make(
+      "attention_segments_seq_split", "x=2",
+      {{{2, 4, 8, 8}, P("x")}, {{2, 2, 8, 8}, P("x")}, {{2, 2, 8, 8}, P("x")}, {{2, 8}, P(None, "x"), Gen::Index, 3}},
+      attn_segments));
 
   // Cross-entropy: logits [N, V] (or [B, T, V]), integer targets (some ignored).
   auto ce = [](Reduction r) -> Fn {

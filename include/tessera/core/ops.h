@@ -136,10 +136,15 @@ Array layer_norm(const Array& x, const std::optional<Array>& weight = std::nullo
 Array rms_norm(const Array& x, const std::optional<Array>& weight = std::nullopt, double eps = 1e-6);
 // q: [B, H, T, D], k/v: [B, Hkv, S, D] (H a multiple of Hkv: grouped-query attention).
 // mask: bool, broadcastable to [B, H, T, S], true = attend. scale default 1/sqrt(D).
+// segment_ids: integer [B, T] (self-attention: T == S), documents packed in one row;
+// query t sees key s only when segment_ids[b, s] == segment_ids[b, t] (and causality and
+// the mask allow it). Ids need not be sorted; sorted ids let the kernels skip the
+// (query block, key block) tiles of different documents.
 // Tiled flash-style kernel: O(T) memory, causal blocks skipped.
 Array scaled_dot_product_attention(const Array& q, const Array& k, const Array& v, bool causal = true,
                                    const std::optional<Array>& mask = std::nullopt,
-                                   std::optional<double> scale = std::nullopt);
+                                   std::optional<double> scale = std::nullopt,
+                                   const std::optional<Array>& segment_ids = std::nullopt);
 enum class Reduction { Mean, Sum, None };
 // logits [..., V], integer targets [...]; targets == ignore_index contribute 0 and
 // are excluded from the mean. Never materializes the probability tensor. `classes`

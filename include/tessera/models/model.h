@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tessera/core/tree.h"
+#include "tessera/nn/attention.h"
 #include "tessera/nn/param.h"
 #include "tessera/nn/rotary.h"
 
@@ -92,6 +93,10 @@ struct KVCache {
   int64_t length = 0;
 };
 
+// Documents packed in one row (data::Batch's segments and positions): int32 [B, T]
+// each; see nn::Packing.
+using Packing = nn::Packing;
+
 class Model {
  public:
   explicit Model(ModelConfig config);  // validates
@@ -109,12 +114,19 @@ class Model {
   // Logits [B, T, vocab] (the padding columns left out) of int32 tokens [B, T] (T <= context), in the compute dtype
   // (float32 unless config.compute_dtype says otherwise). With a dropout key,
   // dropout (config.dropout) is applied as in training; without, it is inference.
-  Array logits(const Tree& params, const Array& tokens, const std::optional<Array>& dropout_key = std::nullopt) const;
+  // With `packing`, the row holds several documents: a token attends only to earlier
+  // tokens of its own document, and is embedded (GPT-2's position table, llama's RoPE)
+  // at its position inside the document, so each document's logits are those it would
+  // get alone. packing.positions must lie in [0, T).
+  Array logits(const Tree& params, const Array& tokens, const std::optional<Array>& dropout_key = std::nullopt,
+               const std::optional<Packing>& packing = std::nullopt) const;
   // Mean next-token cross-entropy of logits(tokens) against int32 targets [B, T]:
   // a float32 scalar whatever the compute dtype (the kernel reads low-precision logits
   // and accumulates the log-sum-exp and the loss in float32).
+  // Targets of -100 do not count (the last token of each packed document).
   Array loss(const Tree& params, const Array& tokens, const Array& targets,
-             const std::optional<Array>& dropout_key = std::nullopt) const;
+             const std::optional<Array>& dropout_key = std::nullopt,
+             const std::optional<Packing>& packing = std::nullopt) const;
 
   // An empty cache for `batch` sequences (float32 keys and values, or the compute
   // dtype when it is bfloat16/float16).

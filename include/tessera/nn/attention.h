@@ -24,6 +24,14 @@ struct KVState {
   Array k, v;
 };
 
+// Documents packed in one row of T tokens (data::Batch): integer [B, T] each.
+// segments: the document of each token; attention never crosses documents.
+// positions: each token's position inside its document (restarting at 0), in [0, T):
+// the RoPE angles (and GPT-2's position-embedding rows, models/model.h).
+struct Packing {
+  Array segments, positions;
+};
+
 struct Attention {
   int64_t dim = 0, heads = 0;
   int64_t kv_heads = 0;  // 0: = heads
@@ -45,6 +53,13 @@ struct Attention {
   // positions (RoPE) start at S, queries see all cached keys plus the causal part of
   // the new ones, and the new keys and values are appended to the cache.
   Array operator()(const Tree& p, const Array& x, KVState* cache = nullptr) const;
+  // x [B, T, dim] -> [B, T, dim] for packed documents: each token attends causally
+  // within its own document, RoPE at packing.positions. Equal, row by row, to running
+  // each document alone. No cache (training and scoring).
+  Array operator()(const Tree& p, const Array& x, const Packing& packing) const;
+
+ private:
+  Array forward(const Tree& p, const Array& x, KVState* cache, const Packing* packing) const;
 };
 
 }  // namespace tessera::nn

@@ -42,6 +42,10 @@ struct Rotary {
   std::vector<double> inverse_frequencies() const;
   // x [..., T, head_dim] at positions offset .. offset + T - 1.
   Array operator()(const Array& x, int64_t offset = 0) const;
+  // x [B, H, T, head_dim] at per-token positions [B, T] (integer, each in [0, T): the
+  // rows of the offset-0 tables are gathered, so a token at position p is rotated
+  // exactly as the p-th token of an unpacked row).
+  Array operator()(const Array& x, const Array& positions) const;
   // cos and sin tables [T, head_dim] for those positions, of `dtype`.
   std::pair<Array, Array> tables(int64_t length, int64_t offset, DType dtype) const;
 };

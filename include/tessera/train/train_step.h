@@ -51,7 +51,10 @@ class TrainStep {
             const Layout* layout = nullptr, std::string device = "cpu");
 
   // Updates params and opt_state in place. `micro` holds micro_batches batches;
-  // `dropout_key` is required iff the model has dropout.
+  // `dropout_key` is required iff the model has dropout. Batches with segment ids and
+  // positions (packed documents, data::Batch) become program arguments: the loss is
+  // Model::loss with that packing. Whether batches are packed is fixed by the first
+  // compile or run; a batch of the other kind is a ValueError (one program each).
   StepStats run(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr,
                 const std::optional<Array>& dropout_key);
 
@@ -85,6 +88,7 @@ class TrainStep {
   std::optional<Jitted> grad_add_;
   std::optional<Jitted> update_;
   double compiled_flops_ = 0;
+  std::optional<bool> packed_;  // whether the programs take segments and positions
   Tree grad_sum_;
   std::vector<std::shared_ptr<compiler::Executable>> executables_;
   std::vector<std::shared_ptr<spmd::SpmdExecutable>> spmd_;
@@ -94,6 +98,8 @@ class TrainStep {
   Jitted& grad_program(bool first, const Tree& args);
   Jitted& update_program(const Tree& args);
   StepStats stats_of(const Tree& out, double loss) const;
+  // Refuses a batch whose packing differs from the first one's.
+  void check_packing(const data::Batch& batch);
 };
 
 // Validation: the mean loss of `params` over the first `batches` batches of `loader`
@@ -106,7 +112,7 @@ class Evaluator {
   double operator()(const Tree& params, data::DataLoader& loader, int64_t batches);
 
  private:
-  Jitted forward_;
+  Jitted forward_, packed_forward_;  // batches without / with segment ids
   Layout layout_;
 };
 

@@ -26,6 +26,7 @@ cpu::AttentionShape attention_shape(const AttentionConfig& c, const std::vector<
     s.mask_h_stride = m.shape(1) == 1 ? 0 : plane;
     s.mask_b_stride = m.shape(0) == 1 ? 0 : m.shape(1) * plane;
   }
+  if (c.has_segments) s.segments = static_cast<const int32_t*>(inputs[c.segments_index()].raw_data());  // [B, T]
   return s;
 }
 }  // namespace
@@ -39,7 +40,7 @@ void Attention::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& o
 
 void AttentionGrad::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
   for (Array& o : outputs) o.allocate();
-  size_t m = config_.has_mask ? 1 : 0;
+  const size_t m = config_.optional_inputs();
   cpu::AttentionShape s = attention_shape(config_, inputs);
   cpu::attention_backward(inputs[0].dtype(), s, inputs[0].raw_data(), inputs[1].raw_data(), inputs[2].raw_data(),
                           inputs[3 + m].raw_data(), inputs[4 + m].raw_data(), inputs[5 + m].raw_data(),

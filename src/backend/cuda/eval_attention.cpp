@@ -1,10 +1,10 @@
 // CUDA kernels of the attention primitives (ir/primitives/nn.h): "attention" (inputs q,
-// k, v, [mask]; outputs out, lse) and "attention_grad" (inputs q, k, v, [mask], out,
-// lse, dout; outputs dq, dk, dv), on the flash kernels of
+// k, v, [mask], [segments]; outputs out, lse) and "attention_grad" (inputs q, k, v,
+// [mask], [segments], out, lse, dout; outputs dq, dk, dv), on the flash kernels of
 // backend/cuda/kernels/flash_attention.h. Shapes and attributes are read exactly as the
 // CPU evals read them (backend/cpu/eval_nn.cpp): q [B, H, T, D], k/v [B, Hkv, S, D], the
 // mask [mb, mh, T, S] Bool with mb in {1, B}, mh in {1, H} (size 1 broadcasts), lse
-// [B, H, T] in the accumulation dtype (float32 for every dtype the GPU supports).
+// [B, H, T] in the accumulation dtype, segment ids int32 [B, T] (T == S) (float32 for every dtype the GPU supports).
 #include <string>
 
 #include "backend/cuda/kernel_registry.h"
@@ -58,13 +58,20 @@ FlashAttentionShape attention_shape(const char* op, const AttentionConfig& confi
     s.mask_h_stride = m.shape[1] == 1 ? 0 : plane;
     s.mask_b_stride = m.shape[0] == 1 ? 0 : m.shape[1] * plane;
   }
+  if (config.has_segments) {
+    const DeviceTensor& seg = inputs[config.segments_index()];
+    if (seg.dtype != DType::Int32 || seg.shape != Shape{s.batch, s.q_len} || s.q_len != s.kv_len)
+      fail<ShapeError>("{}: segment ids are {} with q {} and k {} (expected int32 [{}, {}] and T == S)", op,
+                       type_of(seg), type_of(q), type_of(k), s.batch, s.q_len);
+    s.segments = seg.as<int32_t>();
+  }
   return s;
 }
 
 void attention_kernel(const Primitive& p, const std::vector<DeviceTensor>& inputs,
                       const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
   const auto& config = dynamic_cast<const Attention&>(p).config();
-  check_counts("attention", inputs, outputs, config.has_mask ? 4 : 3, 2);
+  check_counts("attention", inputs, outputs, 3 + config.optional_inputs(), 2);
   const FlashAttentionShape s = attention_shape("attention", config, inputs);
   const DType dtype = inputs[0].dtype;
   check_type("attention", "out", outputs[0], inputs[0].shape, dtype);
@@ -76,7 +83,7 @@ void attention_kernel(const Primitive& p, const std::vector<DeviceTensor>& input
 void attention_grad_kernel(const Primitive& p, const std::vector<DeviceTensor>& inputs,
                            const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
   const auto& config = dynamic_cast<const AttentionGrad&>(p).config();
-  const size_t m = config.has_mask ? 1 : 0;
+  const size_t m = config.optional_inputs();
   check_counts("attention_grad", inputs, outputs, 6 + m, 3);
   const FlashAttentionShape s = attention_shape("attention_grad", config, inputs);
   const DType dtype = inputs[0].dtype;

@@ -42,11 +42,17 @@ Array reduce_kv(const Array& g, int64_t kv_heads) {
   return sum(reshape(g, {g.shape(0), kv_heads, h / kv_heads, g.shape(2), g.shape(3)}), {2});
 }
 
-// Visibility [.., T, S] (bool) from causality and the optional mask input.
-Array attention_visibility(const AttentionConfig& c, int64_t t, int64_t s, const Array* mask) {
+// Visibility [.., T, S] (bool) from causality, the optional mask and the optional
+// segment ids ([B, T]: same document, broadcast over heads as [B, 1, T, S]).
+Array attention_visibility(const AttentionConfig& c, int64_t t, int64_t s, const std::vector<Array>& in) {
   Array vis = ones({t, s}, DType::Bool);
   if (c.causal) vis = less_equal(reshape(arange(s), {1, s}), reshape(arange(t), {t, 1}));
-  if (mask) vis = logical_and(vis, *mask);
+  if (c.has_mask) vis = logical_and(vis, in[c.mask_index()]);
+  if (c.has_segments) {
+    const Array& seg = in[c.segments_index()];
+    const int64_t b = seg.shape(0);
+    vis = logical_and(vis, equal(reshape(seg, {b, 1, t, 1}), reshape(seg, {b, 1, 1, s})));
+  }
   return vis;
 }
 
@@ -248,12 +254,18 @@ std::vector<Array> NormGrad::composite(const std::vector<Array>& in) const {
 
 // ---- attention ----
 
-std::string Attention::attributes() const {
-  return fmt::format("causal={}, scale={}, mask={}", config_.causal, config_.scale, config_.has_mask);
+namespace {
+// "segments" only when set, so programs without packing keep their text (and their
+// compilation-cache keys).
+std::string attention_attributes(const AttentionConfig& c) {
+  std::string text = fmt::format("causal={}, scale={}, mask={}", c.causal, c.scale, c.has_mask);
+  if (c.has_segments) text += ", segments=true";
+  return text;
 }
-std::string AttentionGrad::attributes() const {
-  return fmt::format("causal={}, scale={}, mask={}", config_.causal, config_.scale, config_.has_mask);
-}
+}  // namespace
+
+std::string Attention::attributes() const { return attention_attributes(config_); }
+std::string AttentionGrad::attributes() const { return attention_attributes(config_); }
 
 std::vector<Array> Attention::composite(const std::vector<Array>& in) const {
   const Array& q = in[0];
@@ -261,7 +273,7 @@ std::vector<Array> Attention::composite(const std::vector<Array>& in) const {
   DType acc = accumulation_dtype(q.dtype());
   Array k = astype(repeat_kv(in[1], h), acc), v = astype(repeat_kv(in[2], h), acc);
   Array scores = matmul(astype(q, acc), swapaxes(k, -1, -2)) * config_.scale;
-  Array vis = attention_visibility(config_, t, s, config_.has_mask ? &in[3] : nullptr);
+  Array vis = attention_visibility(config_, t, s, in);
   Array neg_inf = full({}, -std::numeric_limits<double>::infinity(), acc);
   Array masked = where(vis, scores, neg_inf);
   Array lse = logsumexp(masked, {-1}, true);
@@ -289,15 +301,21 @@ std::pair<std::vector<Array>, std::vector<int>> Attention::vmap(const std::vecto
                                                                 const std::vector<int>& axes) {
   AttentionConfig config = config_;
   auto apply = [config](const std::vector<Array>& in) {
-    std::optional<Array> mask;
-    if (config.has_mask) mask = in[3];
-    return scaled_dot_product_attention(in[0], in[1], in[2], config.causal, mask, config.scale).siblings();
+    std::optional<Array> mask, segments;
+    if (config.has_mask) mask = in[config.mask_index()];
+    if (config.has_segments) segments = in[config.segments_index()];
+    return scaled_dot_product_attention(in[0], in[1], in[2], config.causal, mask, config.scale, segments).siblings();
   };
-  // Fold the vmapped batch into the attention batch: [n, B, ...] -> [n*B, ...].
+  // Fold the vmapped batch into the attention batch: [n, B, ...] -> [n*B, ...]; the
+  // segment ids [B, T] fold like q.
   int64_t n = rules::batch_size(inputs, axes, "attention");
   std::vector<Array> folded;
   for (int i = 0; i < 3; ++i) folded.push_back(fold_batch(inputs[i], axes[i], n));
   if (config_.has_mask) folded.push_back(fold_mask(inputs[3], axes[3], n, folded[0].shape(0) / n));
+  if (config_.has_segments) {
+    const size_t i = config_.segments_index();
+    folded.push_back(fold_batch(inputs[i], axes[i], n));
+  }
   std::vector<Array> outs = apply(folded);
   return {{unfold_batch(outs[0], n), unfold_batch(outs[1], n)}, {0, 0}};
 }
@@ -320,20 +338,21 @@ Cost Attention::cost(const std::vector<Array>& inputs, const std::vector<Array>&
   const Array& q = inputs[0];
   double pairs = visible_pairs(q.shape(2), inputs[1].shape(2), config_.causal);
   Cost c = Primitive::cost(inputs, outputs);
-  // QK^T and PV: 2 matmuls of 2*D flops per visible pair, per (batch, head).
+  // QK^T and PV: 2 matmuls of 2*D flops per visible pair, per (batch, head). With
+  // segment ids the visible pairs depend on the data: the causal count is a bound.
   c.flops = 4.0 * static_cast<double>(q.shape(0) * q.shape(1)) * pairs * static_cast<double>(q.shape(3));
   return c;
 }
 
 std::vector<Array> AttentionGrad::composite(const std::vector<Array>& in) const {
-  size_t m = config_.has_mask ? 1 : 0;
+  const size_t m = config_.optional_inputs();
   const Array &q = in[0], &k_in = in[1], &v_in = in[2];
   const Array &out = in[3 + m], &lse_in = in[4 + m], &dout = in[5 + m];
   int64_t h = q.shape(1), hkv = k_in.shape(1), t = q.shape(2), s = k_in.shape(2);
   DType acc = accumulation_dtype(q.dtype());
   Array qa = astype(q, acc), k = astype(repeat_kv(k_in, h), acc), v = astype(repeat_kv(v_in, h), acc);
   Array doa = astype(dout, acc);
-  Array vis = attention_visibility(config_, t, s, config_.has_mask ? &in[3] : nullptr);
+  Array vis = attention_visibility(config_, t, s, in);
   Array lse = expand_dims(lse_in, -1);
   Array neg_inf = full({}, -std::numeric_limits<double>::infinity(), acc);
   Array safe_lse = where(equal(lse, neg_inf), zeros({}, acc), lse);

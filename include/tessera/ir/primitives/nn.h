@@ -81,9 +81,16 @@ struct AttentionConfig {
   bool causal = true;
   double scale = 1.0;
   bool has_mask = false;
+  bool has_segments = false;
+  // Inputs between v and the rest: the mask, then the segment ids.
+  size_t optional_inputs() const { return (has_mask ? 1 : 0) + (has_segments ? 1 : 0); }
+  size_t mask_index() const { return 3; }
+  size_t segments_index() const { return has_mask ? 4 : 3; }
 };
 
-// Inputs: q [B,H,T,D], k, v [B,Hkv,S,D], [mask bool broadcastable to [B,H,T,S]].
+// Inputs: q [B,H,T,D], k, v [B,Hkv,S,D], [mask bool broadcastable to [B,H,T,S]],
+// [segment ids int32 [B, T], T == S: key s is visible to query t only when
+// segments[b, s] == segments[b, t] (documents packed in one row)].
 // Outputs: out [B,H,T,D], lse [B,H,T] (accumulation dtype).
 class Attention : public Primitive {
  public:
@@ -101,7 +108,7 @@ class Attention : public Primitive {
   AttentionConfig config_;
 };
 
-// Inputs: q, k, v, [mask], out, lse, dout. Outputs: dq, dk, dv.
+// Inputs: q, k, v, [mask], [segments], out, lse, dout. Outputs: dq, dk, dv.
 class AttentionGrad : public Primitive {
  public:
   explicit AttentionGrad(AttentionConfig config) : config_(config) {}

@@ -5,6 +5,9 @@
 // Layouts: q, out: [B, H, T, D]; k, v: [B, Hkv, S, D]; lse: [B, H, T] of
 // accumulation_dtype(dtype). mask (optional, Bool, true = attend) is read at
 // mask[b*mask_b_stride + h*mask_h_stride + t*S + s] (strides 0 to broadcast).
+// segments (optional, int32 [B, T], needs T == S): query t sees key s only when
+// segments[b*T + s] == segments[b*T + t] (packed documents); (query block, key block)
+// tiles whose id ranges do not overlap are skipped, so sorted ids cost less than causal.
 // Causal (top-left aligned, like PyTorch's is_causal): query t sees keys s <= t.
 // A row with no visible key outputs 0 and lse = -inf.
 // dtypes: float64, float32, bfloat16, float16 (computed in float32, float64 for float64).
@@ -22,6 +25,7 @@ struct AttentionShape {
   double scale = 1.0;
   const void* mask = nullptr;
   int64_t mask_b_stride = 0, mask_h_stride = 0;
+  const int32_t* segments = nullptr;
 };
 
 void attention_forward(DType dtype, const AttentionShape& shape, const void* q, const void* k, const void* v, void* out,

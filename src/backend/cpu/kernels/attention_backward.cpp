@@ -1,6 +1,7 @@
 // Attention backward, FlashAttention-2 style, probabilities recomputed from lse:
 //   Delta_t = sum_d dO[t,d] O[t,d]
-//   for each key block (K_j, V_j), for each query block (Q_i, dO_i) it is visible to:
+//   for each key block (K_j, V_j), for each query block (Q_i, dO_i) it is visible to
+//   (causally, and sharing a document when there are segment ids):
 //     P  = exp(Q_i (scale K_j)^T - lse_i)      dV_j += P^T dO_i
 //     dP = dO_i V_j^T                          dS = P * (dP - Delta_i)
 //     dK_j += scale dS^T Q_i                   dQ_i += scale dS K_j
@@ -42,6 +43,7 @@ void backward_impl(const AttentionShape& sh, const In* q, const In* k, const In*
   const T scale = static_cast<T>(sh.scale);
   const auto* mask = static_cast<const uint8_t*>(sh.mask);
   const int64_t rows = B * H * T_len;
+  const SegmentBlocks segments(sh.segments, B, T_len);
 
   if (nkb == 0) {  // no keys: the output is identically 0
     for (int64_t i = 0; i < rows * D; ++i) dq[i] = from_acc<In>(T(0));
@@ -99,6 +101,7 @@ void backward_impl(const AttentionShape& sh, const In* q, const In* k, const In*
           const uint8_t* mask_bh = mask ? mask + b * sh.mask_b_stride + h * sh.mask_h_stride : nullptr;
           // Causal: query t sees key block kb iff t >= k0.
           for (int64_t qb = sh.causal ? k0 / kBlockQ : 0; qb < nqb; ++qb) {
+            if (segments.disjoint(b, qb, kb)) continue;  // no pair in one document
             const int64_t q0 = qb * kBlockQ, nq = std::min(kBlockQ, T_len - q0);
             const int64_t r0 = bh * T_len + q0;
             const T* qa = qs;
@@ -111,7 +114,7 @@ void backward_impl(const AttentionShape& sh, const In* q, const In* k, const In*
               load_rows(dout + r0 * D, nq, D, go, dp, T(1));
             }
             tile_gemm<T>(nq, nkp, D, qa, dp, 1, kt, kBlockK, p, kBlockK, false);
-            mask_scores(p, kBlockK, nq, nk, nkp, q0, k0, sh.causal, mask_bh, S_len);
+            mask_scores(p, kBlockK, nq, nk, nkp, q0, k0, sh.causal, mask_bh, S_len, segments.tile_ids(b, qb, kb));
             tile_gemm<T>(nq, nkp, D, ga, dp, 1, vt, kBlockK, ds, kBlockK, false);
             for (int64_t i = 0; i < nq; ++i) {
               T* pi = p + i * kBlockK;

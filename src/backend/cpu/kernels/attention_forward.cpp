@@ -3,8 +3,9 @@
 //   S^T = K (scale Q)^T                     [tile GEMM, K = head_dim]
 //   m' = max(m, colmax S^T); P^T = exp(S^T - m'); l = l e^(m - m') + colsum P^T
 //   O = O e^(m - m') + P V                  [tile GEMM, K = key block]
-// then O /= l and lse = m + log l. Causal key blocks above the diagonal are never
-// visited. Cost: 4 B H T S D flops (half when causal); extra memory O(block^2) per thread.
+// then O /= l and lse = m + log l. Causal key blocks above the diagonal, and blocks
+// of other documents (segment ids), are never visited. Cost: 4 B H T S D flops (half when causal); extra memory
+// O(block^2) per thread.
 //
 // Why the transposed score tile: Q^T is built once per query block, and K, V are then
 // GEMM operands in place (float32 and float64 with head_dim % 8 == 0), so the inner
@@ -75,6 +76,7 @@ void forward_impl(const AttentionShape& sh, const In* q, const In* k, const In* 
   const auto* mask = static_cast<const uint8_t*>(sh.mask);
   // K and V serve as GEMM operands in place when no conversion or padding is needed.
   const bool in_place = std::is_same_v<In, T> && D == dp;
+  const SegmentBlocks segments(sh.segments, B, T_len);
 
   // Query blocks are visited last-first within each (b, h): under causal masking the
   // late blocks cost the most, and starting them early balances the dynamic schedule.
@@ -106,6 +108,7 @@ void forward_impl(const AttentionShape& sh, const In* q, const In* k, const In* 
       // Causal: key s is visible to some row of the block iff s <= q0 + nq - 1.
       const int64_t kb_end = sh.causal ? std::min(nkb, (q0 + nq + kBlockK - 1) / kBlockK) : nkb;
       for (int64_t kb = 0; kb < kb_end; ++kb) {
+        if (segments.disjoint(b, qb, kb)) continue;  // no pair in one document
         const int64_t k0 = kb * kBlockK, nk = std::min(kBlockK, S_len - k0);
         const T* ka = kr;
         const T* vb = vr;
@@ -117,7 +120,7 @@ void forward_impl(const AttentionShape& sh, const In* q, const In* k, const In* 
           load_rows(vp + k0 * D, nk, D, vr, dp, T(1));
         }
         tile_gemm<T>(nk, nqp, D, ka, dp, 1, qt, kBlockQ, st, kBlockQ, false);
-        mask_scores_transposed(st, kBlockQ, nq, nk, q0, k0, sh.causal, mask_bh, S_len);
+        mask_scores_transposed(st, kBlockQ, nq, nk, q0, k0, sh.causal, mask_bh, S_len, segments.tile_ids(b, qb, kb));
         online_softmax_columns(st, kBlockQ, nk, nqp, m, l, alpha);
         for (int64_t i = 0; i < nq; ++i) {
           if (alpha[i] == T(1)) continue;

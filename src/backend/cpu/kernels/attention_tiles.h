@@ -268,14 +268,59 @@ void load_transposed(const In* src, int64_t rows, int64_t cols, int64_t d, T* ds
     for (int64_t i = rows; i < cols; ++i) dst[j * ld + i] = T(0);
 }
 
+// The segment-id range [lo, hi] of each (batch row, block of kBlock tokens). A query
+// block and a key block share no document when their ranges do not overlap: the tile
+// is skipped. When both ranges are one and the same id, every pair is in one document
+// and the tile needs no per-element test. Exact whatever the order of the ids; sorted
+// ids (packed documents) make almost every cross-document tile skippable.
+class SegmentBlocks {
+ public:
+  static_assert(kBlockQ == kBlockK, "one block table serves queries and keys");
+  static constexpr int64_t kBlock = kBlockQ;
+
+  SegmentBlocks(const int32_t* segments, int64_t batch, int64_t len)
+      : segments_(segments), len_(len), blocks_((len + kBlock - 1) / kBlock) {
+    if (segments == nullptr) return;
+    lo_.resize(static_cast<size_t>(batch * blocks_));
+    hi_.resize(lo_.size());
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t blk = 0; blk < blocks_; ++blk) {
+        const int32_t* s = segments + b * len + blk * kBlock;
+        const auto [lo, hi] = std::minmax_element(s, s + std::min(kBlock, len - blk * kBlock));
+        lo_[static_cast<size_t>(b * blocks_ + blk)] = *lo;
+        hi_[static_cast<size_t>(b * blocks_ + blk)] = *hi;
+      }
+  }
+  bool active() const { return segments_ != nullptr; }
+  // No (query, key) pair of the tile is in one document.
+  bool disjoint(int64_t b, int64_t qb, int64_t kb) const {
+    if (segments_ == nullptr) return false;
+    const size_t q = static_cast<size_t>(b * blocks_ + qb), k = static_cast<size_t>(b * blocks_ + kb);
+    return hi_[q] < lo_[k] || hi_[k] < lo_[q];
+  }
+  // The ids of row b when the tile needs a per-element test, else null.
+  const int32_t* tile_ids(int64_t b, int64_t qb, int64_t kb) const {
+    if (segments_ == nullptr) return nullptr;
+    const size_t q = static_cast<size_t>(b * blocks_ + qb), k = static_cast<size_t>(b * blocks_ + kb);
+    const bool uniform = lo_[q] == hi_[q] && lo_[k] == hi_[k] && lo_[q] == lo_[k];
+    return uniform ? nullptr : segments_ + b * len_;
+  }
+
+ private:
+  const int32_t* segments_;
+  int64_t len_, blocks_;
+  std::vector<int32_t> lo_, hi_;
+};
+
 // Sets to -inf the scores of a [nq, nkp] tile (query rows q0.., key columns k0..) that
 // the query may not see: padding columns j >= nk, keys after the query when causal,
-// and keys the user mask hides. mask_bh points at mask[b, h] (null: no mask).
+// keys the user mask hides and keys of another document. mask_bh points at mask[b, h]
+// (null: no mask), seg at the segment ids of row b (null: no test).
 template <typename T>
 void mask_scores(T* s, int64_t ld, int64_t nq, int64_t nk, int64_t nkp, int64_t q0, int64_t k0, bool causal,
-                 const uint8_t* mask_bh, int64_t kv_len) {
+                 const uint8_t* mask_bh, int64_t kv_len, const int32_t* seg) {
   const bool diagonal = causal && k0 + nk - 1 > q0;
-  if (!diagonal && mask_bh == nullptr && nk == nkp) return;
+  if (!diagonal && mask_bh == nullptr && seg == nullptr && nk == nkp) return;
   for (int64_t i = 0; i < nq; ++i) {
     const int64_t t = q0 + i;
     int64_t visible = nk;  // keys [0, visible) of the tile pass the causal test
@@ -287,6 +332,11 @@ void mask_scores(T* s, int64_t ld, int64_t nq, int64_t nk, int64_t nkp, int64_t 
       for (int64_t j = 0; j < visible; ++j)
         if (m[j] == 0) row[j] = kNegInf<T>;
     }
+    if (seg != nullptr) {
+      const int32_t own = seg[t];
+      for (int64_t j = 0; j < visible; ++j)
+        if (seg[k0 + j] != own) row[j] = kNegInf<T>;
+    }
   }
 }
 
@@ -294,9 +344,9 @@ void mask_scores(T* s, int64_t ld, int64_t nq, int64_t nk, int64_t nkp, int64_t 
 // against key k0 + j (rows j < nk, columns i < nq are touched).
 template <typename T>
 void mask_scores_transposed(T* s, int64_t ld, int64_t nq, int64_t nk, int64_t q0, int64_t k0, bool causal,
-                            const uint8_t* mask_bh, int64_t kv_len) {
+                            const uint8_t* mask_bh, int64_t kv_len, const int32_t* seg) {
   const bool diagonal = causal && k0 + nk - 1 > q0;
-  if (!diagonal && mask_bh == nullptr) return;
+  if (!diagonal && mask_bh == nullptr && seg == nullptr) return;
   for (int64_t j = 0; j < nk; ++j) {
     const int64_t key = k0 + j;
     T* row = s + j * ld;
@@ -307,6 +357,11 @@ void mask_scores_transposed(T* s, int64_t ld, int64_t nq, int64_t nk, int64_t q0
       const uint8_t* m = mask_bh + key;
       for (int64_t i = hidden; i < nq; ++i)
         if (m[(q0 + i) * kv_len] == 0) row[i] = kNegInf<T>;
+    }
+    if (seg != nullptr) {
+      const int32_t own = seg[key];
+      for (int64_t i = hidden; i < nq; ++i)
+        if (seg[q0 + i] != own) row[i] = kNegInf<T>;
     }
   }
 }
@@ -321,6 +376,8 @@ inline void validate(const char* op, DType dtype, const AttentionShape& sh) {
   if (sh.heads < 1 || sh.kv_heads < 1 || sh.heads % sh.kv_heads != 0)
     fail<ShapeError>("{}: heads={} is not a positive multiple of kv_heads={}", op, sh.heads, sh.kv_heads);
   if (!std::isfinite(sh.scale)) fail<ValueError>("{}: scale must be finite (got {})", op, sh.scale);
+  if (sh.segments != nullptr && sh.q_len != sh.kv_len)
+    fail<ShapeError>("{}: segment ids need q_len == kv_len (got {} and {})", op, sh.q_len, sh.kv_len);
 }
 
 }  // namespace tessera::cpu::attention_detail

@@ -7,6 +7,7 @@
 //   scores[t, s] = scale * q[b, h, t, :] . k[b, h / (H / Hkv), s, :]   (grouped-query)
 //   visible(t, s) = (!causal || s <= t) && (!mask || mask[b, h, t, s])  (causal is
 //                   top-left aligned, like PyTorch's is_causal)
+//                   && (!segments || segments[b, s] == segments[b, t])  (T == S)
 //   lse[b, h, t]  = log sum_{visible s} exp(scores[t, s])               (natural log)
 //   out[b, h, t]  = sum_{visible s} exp(scores[t, s] - lse[t]) v[b, kvh, s, :]
 // A row with no visible key gets out = 0 and lse = -inf (and zero gradients).
@@ -15,6 +16,8 @@
 // lse: [B, H, T] float32 (the accumulation dtype of every supported dtype). mask
 // (optional, Bool bytes, nonzero = attend) is read at
 // mask[b * mask_b_stride + h * mask_h_stride + t * S + s] (strides 0 broadcast).
+// segments (optional, int32 [B, T], T == S): packed documents' ids, read at
+// segments[b * T + t]; the fp32 kernels test them per pair (no tile skipping yet).
 // dtypes: float32, bfloat16, float16 (stored in their type, computed in float32; float64
 // is not supported on the GPU). head_dim D <= 256.
 //
@@ -23,7 +26,7 @@
 //    tensor cores (mma.sync m16n8k16, fp32 accumulators), 64 x 64 tiles (v1); v2
 //    (TESSERA_ATTENTION_KERNEL, below) adds cp.async double buffering, ldmatrix operands
 //    and 128-row CTAs (flash_attention_forward_v2.cu, flash_attention_backward_v2.cu).
-//  * everything else (float32, other D, masks): fp32 CUDA-core kernels (float32 math
+//  * everything else (float32, other D, masks, segment ids): fp32 CUDA-core kernels (float32 math
 //    throughout, so float32 matches the CPU to ~1e-6).
 // The backward is deterministic (no atomics): delta = rowsum(dout * out) first, then one
 // kernel owns dK/dV of a key tile (summing the G query heads of a kv head in a fixed
@@ -49,6 +52,7 @@ struct FlashAttentionShape {
   double scale = 1.0;
   const void* mask = nullptr;  // device pointer or null
   int64_t mask_b_stride = 0, mask_h_stride = 0;
+  const int32_t* segments = nullptr;  // device pointer or null
 };
 
 // Which kernels run: Auto picks the tensor-core kernels where they apply (see above);

@@ -1,4 +1,4 @@
-// Attention backward on CUDA cores in fp32 (any dtype, D <= 256, masks): the dQ and
+// Attention backward on CUDA cores in fp32 (any dtype, D <= 256, masks, segment ids): the dQ and
 // dK/dV kernels of flash_attention_backward.cu's scheme (see there for the math and
 // the order of every sum), and their launch.
 #include <algorithm>
@@ -44,6 +44,7 @@ __global__ void __launch_bounds__(128, 1) bwd_dq_generic_kernel(const Params p) 
   const T* k = static_cast<const T*>(p.k) + (b * p.Hkv + kvh) * S * D;
   const T* v = static_cast<const T*>(p.v) + (b * p.Hkv + kvh) * S * D;
   const uint8_t* mask = p.mask ? p.mask + b * p.mask_b_stride + h * p.mask_h_stride : nullptr;
+  const int32_t* seg = p.segments ? p.segments + b * Tq : nullptr;
 
   load_tile_float(sQ, ld, static_cast<const T*>(p.q) + (bh * Tq + q0) * D, D, kBM, q_valid, p.scale, C::kThreads);
   load_tile_float(sdO, ld, static_cast<const T*>(p.dout) + (bh * Tq + q0) * D, D, kBM, q_valid, 1.0f, C::kThreads);
@@ -73,8 +74,8 @@ __global__ void __launch_bounds__(128, 1) bwd_dq_generic_kernel(const Params p) 
       const int local = warp * kRows + r;
       const int64_t row = q0 + local;
       if (row >= Tq) continue;  // uniform across the warp
-      const bool visible =
-          key < S && lse[r] != -INFINITY && (!p.causal || key <= row) && (mask == nullptr || mask[row * S + key] != 0);
+      const bool visible = key < S && lse[r] != -INFINITY && (!p.causal || key <= row) &&
+                           (mask == nullptr || mask[row * S + key] != 0) && (seg == nullptr || seg[key] == seg[row]);
       float ds = 0.0f;
       if (visible) {
         const float* qr = sQ + local * ld;
@@ -149,6 +150,7 @@ __global__ void __launch_bounds__(128) bwd_dkdv_generic_kernel(const Params p) {
   const int64_t k0 = kt * kBN, Tq = p.T, S = p.S;
   const int k_valid = static_cast<int>(std::min<int64_t>(S - k0, kBN));
   const int64_t kv_offset = (bkv * S + k0) * D;
+  const int32_t* seg = p.segments ? p.segments + b * Tq : nullptr;
 
   // Scores as the CPU backward computes them: q . (scale k).
   load_tile_float(sK, ld, static_cast<const T*>(p.k) + kv_offset, D, kBN, k_valid, p.scale, C::kThreads);
@@ -184,7 +186,8 @@ __global__ void __launch_bounds__(128) bwd_dkdv_generic_kernel(const Params p) {
         if (key >= S) continue;  // uniform across the warp
         const float lse = sLse[lane];
         const bool visible = lane < q_valid && lse != -INFINITY && (!p.causal || key <= query) &&
-                             (mask == nullptr || mask[query * S + key] != 0);
+                             (mask == nullptr || mask[query * S + key] != 0) &&
+                             (seg == nullptr || seg[key] == seg[query]);
         float pr = 0.0f, ds = 0.0f;
         if (visible) {
           const float* qr = sQ + lane * ld;

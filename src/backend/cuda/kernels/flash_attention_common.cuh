@@ -69,6 +69,7 @@ struct Params {
   void* dv = nullptr;
   const uint8_t* mask = nullptr;  // Bool, true = attend; null: none
   int64_t mask_b_stride = 0, mask_h_stride = 0;
+  const int32_t* segments = nullptr;  // [B, T] document ids (T == S); null: none
   int64_t B = 0, H = 0, Hkv = 0, T = 0, S = 0;
   int D = 0;
   int causal = 0;
@@ -286,10 +287,11 @@ inline void validate(const char* op, DType dtype, const FlashAttentionShape& sh)
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The tensor-core kernels: 16-bit inputs, D = 64 or 128, no mask, sm_80 or newer.
+// The tensor-core kernels: 16-bit inputs, D = 64 or 128, no mask or segment ids, sm_80
+// or newer.
 inline bool tensor_core_shape(DType dtype, const FlashAttentionShape& sh) {
   return (dtype == DType::BFloat16 || dtype == DType::Float16) && (sh.head_dim == 64 || sh.head_dim == 128) &&
-         sh.mask == nullptr && current_sm_major() >= 8;
+         sh.mask == nullptr && sh.segments == nullptr && current_sm_major() >= 8;
 }
 
 // Params common to both directions.
@@ -306,6 +308,7 @@ inline Params make_params(const FlashAttentionShape& sh) {
   p.mask = static_cast<const uint8_t*>(sh.mask);
   p.mask_b_stride = sh.mask_b_stride;
   p.mask_h_stride = sh.mask_h_stride;
+  p.segments = sh.segments;
   return p;
 }
 

@@ -15,7 +15,7 @@
 //    row-major, V transposed so both GEMMs read B pairs with 32-bit loads). The softmax
 //    runs in registers on the S fragments, in base 2 (the scale folded with log2 e:
 //    exp2 is one instruction), and P is re-packed as the A operand of P V.
-//  * fwd_generic_kernel<T, kDPL> (any dtype, D <= 256, masks): fp32 CUDA cores. 4 warps x
+//  * fwd_generic_kernel<T, kDPL> (any dtype, D <= 256, masks, segment ids): fp32 CUDA cores. 4 warps x
 //    4 query rows; 32-key tiles, one key per lane for the scores (a dot product read from
 //    shared memory), lanes split over head_dim for P V (p broadcast by shuffles).
 #include <algorithm>
@@ -216,6 +216,7 @@ __global__ void __launch_bounds__(128) fwd_generic_kernel(const Params p) {
   const T* k = static_cast<const T*>(p.k) + (b * p.Hkv + kvh) * S * D;
   const T* v = static_cast<const T*>(p.v) + (b * p.Hkv + kvh) * S * D;
   const uint8_t* mask = p.mask ? p.mask + b * p.mask_b_stride + h * p.mask_h_stride : nullptr;
+  const int32_t* seg = p.segments ? p.segments + b * Tq : nullptr;
 
   // Scores as the CPU computes them: (scale q) . k.
   load_tile_float(sQ, ld, static_cast<const T*>(p.q) + (bh * Tq + q0) * D, D, kBM, q_valid, p.scale, C::kThreads);
@@ -244,7 +245,8 @@ __global__ void __launch_bounds__(128) fwd_generic_kernel(const Params p) {
       const int local = warp * kRows + r;
       const int64_t row = q0 + local;
       if (row >= Tq) continue;  // uniform across the warp
-      const bool visible = key < S && (!p.causal || key <= row) && (mask == nullptr || mask[row * S + key] != 0);
+      const bool visible = key < S && (!p.causal || key <= row) && (mask == nullptr || mask[row * S + key] != 0) &&
+                           (seg == nullptr || seg[key] == seg[row]);
       float s = -INFINITY;
       if (visible) {
         const float* qr = sQ + local * ld;

@@ -251,7 +251,7 @@ bool launch_v2_dims(const Params& p, cudaStream_t stream) {
 }  // namespace
 
 bool launch_forward_v2(DType dtype, const Params& p, cudaStream_t stream) {
-  if (p.mask != nullptr) return false;
+  if (p.mask != nullptr || p.segments != nullptr) return false;
   switch (dtype) {
     case DType::BFloat16:
       return launch_v2_dims<__nv_bfloat16>(p, stream);

@@ -18,6 +18,7 @@
 #include "tessera/base/thread_pool.h"
 #include "tessera/compiler/compilation_cache.h"
 #include "tessera/compiler/device_program.h"
+#include "tessera/core/ops.h"
 #include "tessera/data/pipeline.h"
 #include "tessera/data/token_file.h"
 #include "tessera/nn/param.h"
@@ -316,7 +317,12 @@ void TrainLoop::compile() {
   // Compile time is its own phase. A batch of the right shape is all it needs (not the next one).
   auto compile_span = span(goodput::Phase::kCompile);
   data::DataLoader probe(val_file_, cfg_.micro_batch_size(), cfg_.loop.seq, cfg_.run.seed, 0, 1, /*shuffle=*/false);
-  const data::Batch shape_batch = probe.next();
+  data::Batch shape_batch = probe.next();
+  if (cfg_.data.uses_pipeline() && cfg_.data.pipeline.packing == "documents") {
+    // The step is compiled for packed batches: segment ids and positions of the same shape.
+    shape_batch.segments = zeros(shape_batch.tokens.shape(), DType::Int32);
+    shape_batch.positions = zeros(shape_batch.tokens.shape(), DType::Int32);
+  }
   const compiler::CompilationCacheStats cache_before = compiler::compilation_cache_stats();
   train_step_->compile(params_, opt_state_, layout_->shard_batch(shape_batch), dropout_key_for(step_));
   // A hit: every program came from the persistent compilation cache (none compiled).

@@ -150,7 +150,6 @@ __global__ void __launch_bounds__(128) bwd_dkdv_generic_kernel(const Params p) {
   const int64_t k0 = kt * kBN, Tq = p.T, S = p.S;
   const int k_valid = static_cast<int>(std::min<int64_t>(S - k0, kBN));
   const int64_t kv_offset = (bkv * S + k0) * D;
-  const int32_t* seg = p.segments ? p.segments + b * Tq : nullptr;
 
   // Scores as the CPU backward computes them: q . (scale k).
   load_tile_float(sK, ld, static_cast<const T*>(p.k) + kv_offset, D, kBN, k_valid, p.scale, C::kThreads);
@@ -187,7 +186,9 @@ __global__ void __launch_bounds__(128) bwd_dkdv_generic_kernel(const Params p) {
         const float lse = sLse[lane];
         const bool visible = lane < q_valid && lse != -INFINITY && (!p.causal || key <= query) &&
                              (mask == nullptr || mask[query * S + key] != 0) &&
-                             (seg == nullptr || seg[key] == seg[query]);
+                             // Segment ids read through the kernel parameter: a pointer held
+                             // across the loops spills a register on sm_80.
+                             (p.segments == nullptr || p.segments[b * Tq + key] == p.segments[b * Tq + query]);
         float pr = 0.0f, ds = 0.0f;
         if (visible) {
           const float* qr = sQ + lane * ld;

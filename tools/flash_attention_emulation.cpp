@@ -540,9 +540,12 @@ int main(int argc, char** argv) {
   problems.push_back({1, 3, 3, 257, 33, 64, true, false});
   problems.push_back({1, 3, 1, 257, 260, 64, true, true});
   problems.push_back({1, 3, 1, 257, 260, 128, true, true});
-  // Packed documents (segment ids): the fp32 CUDA-core kernels.
+  // Packed documents (segment ids): v2 on tensor cores (D = 64, 128), v1 on the fp32
+  // kernels (as D = 32 always).
   problems.push_back({2, 2, 1, 150, 150, 64, true, true, 4});
   problems.push_back({1, 2, 2, 70, 70, 32, false, false, 3});
+  problems.push_back({1, 2, 1, 100, 100, 128, true, false, 3});
+  problems.push_back({1, 2, 2, 90, 90, 64, false, true, 5});
   int failures = 0;
   for (size_t i = 0; i < problems.size(); ++i) {
     if (which > 0 && int(i) + 1 != which) continue;

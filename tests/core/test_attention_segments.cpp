@@ -190,6 +190,18 @@ TEST(AttentionSegments, GradientsByFiniteDifferences) {
   }
 }
 
+// Second order: the fused backward's own vjp is its composite, which must apply the
+// segment ids too.
+TEST(AttentionSegments, SecondOrderGradients) {
+  Array q = random_array({1, 2, 7, 4}, 990), k = random_array({1, 2, 7, 4}, 991), v = random_array({1, 2, 7, 4}, 992);
+  Array segments = Array::from_vector<int32_t>(packed_ids(1, {3, 1, 3}), {1, 7});
+  ScalarFn loss = [segments](const std::vector<Array>& xs) {
+    return sum(square(scaled_dot_product_attention(xs[0], xs[1], xs[2], true, std::nullopt, std::nullopt, segments)));
+  };
+  ArrayFn grads = [loss](const std::vector<Array>& xs) { return grad(loss)(xs); };
+  EXPECT_TRUE(check_vjp_fd(grads, {q, k, v}, 1e-6, 1e-5));
+}
+
 TEST(AttentionSegments, Errors) {
   Array q = zeros({2, 2, 6, 8}), k = zeros({2, 2, 6, 8});
   Array ids = zeros({2, 6}, DType::Int32);

@@ -17,7 +17,8 @@
 // (optional, Bool bytes, nonzero = attend) is read at
 // mask[b * mask_b_stride + h * mask_h_stride + t * S + s] (strides 0 broadcast).
 // segments (optional, int32 [B, T], T == S): packed documents' ids, read at
-// segments[b * T + t]; the fp32 kernels test them per pair (no tile skipping yet).
+// segments[b * T + t]; tested per pair (no tile skipping yet) by the v2 tensor-core
+// kernels and the fp32 kernels (the v1 tensor-core kernels take none: fp32 instead).
 // dtypes: float32, bfloat16, float16 (stored in their type, computed in float32; float64
 // is not supported on the GPU). head_dim D <= 256.
 //
@@ -26,7 +27,7 @@
 //    tensor cores (mma.sync m16n8k16, fp32 accumulators), 64 x 64 tiles (v1); v2
 //    (TESSERA_ATTENTION_KERNEL, below) adds cp.async double buffering, ldmatrix operands
 //    and 128-row CTAs (flash_attention_forward_v2.cu, flash_attention_backward_v2.cu).
-//  * everything else (float32, other D, masks, segment ids): fp32 CUDA-core kernels (float32 math
+//  * everything else (float32, other D, masks, segment ids under v1): fp32 CUDA-core kernels (float32 math
 //    throughout, so float32 matches the CPU to ~1e-6).
 // The backward is deterministic (no atomics): delta = rowsum(dout * out) first, then one
 // kernel owns dK/dV of a key tile (summing the G query heads of a kv head in a fixed

@@ -102,10 +102,12 @@ void flash_attention_backward(DType dtype, const FlashAttentionShape& shape, con
       launch_delta<float>(p, stream);
       break;
   }
-  if (!tc) {
-    launch_backward_generic(dtype, p, stream);
-  } else if (flash_attention_kernel() != FlashAttentionKernel::V2 || !launch_backward_v2(dtype, p, stream)) {
+  const bool v2 = tc && flash_attention_kernel() == FlashAttentionKernel::V2 && launch_backward_v2(dtype, p, stream);
+  if (v2) return;
+  if (tc && tensor_core_v1_shape(dtype, shape)) {
     launch_backward_tensor_core(dtype, p, stream);
+  } else {
+    launch_backward_generic(dtype, p, stream);
   }
 }
 

@@ -12,7 +12,8 @@
 //    CTAs per SM) or 8 warps (D = 128, 251 registers, 1 CTA); dQ: 8 warps, 128 queries,
 //    at most 128 registers (2 CTAs per SM);
 //  * causal: steps wholly masked for a warp skip its math (they add exact zeros), only
-//    steps crossing the diagonal or a sequence end pay for the mask.
+//    steps crossing the diagonal or a sequence end pay for the mask (every step, with
+//    segment ids).
 // P uses the lse the forward wrote, in base 2: P = exp2(S scale log2 e - lse log2 e). A
 // row with lse = -inf (no visible key) takes +inf instead, so its P is exactly 0; rows
 // past the end of the sequence are zero-filled (lse, delta 0 and Q, dO rows 0, so their
@@ -97,6 +98,10 @@ __global__ void __launch_bounds__(BwdKvV2Config<D>::kThreads, BwdKvV2Config<D>::
   // key[0], elements 2, 3 key[1].
   const int key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
   const int warp_first = k0 + warp * 16, warp_last = warp_first + 15;
+  // Segment ids (T == S): a query sees only the keys of its own document.
+  const int32_t* seg = p.segments != nullptr ? p.segments + b * Tq : nullptr;
+  const int32_t key_seg[2] = {seg != nullptr && key[0] < S ? seg[key[0]] : 0,
+                              seg != nullptr && key[1] < S ? seg[key[1]] : 0};
 
   // Steps: query head gi = j / steps_per_head, query tile qt_begin + j % steps_per_head.
   const int n_qtiles = (Tq + kBM - 1) / kBM;
@@ -183,8 +188,9 @@ __global__ void __launch_bounds__(BwdKvV2Config<D>::kThreads, BwdKvV2Config<D>::
     }
 
     // P^T and dS^T. Element e of n-tile n: key[e / 2], query column qi = 8 n + 2 t + e % 2.
-    // Masked: queries past T, keys past S, and (causal) keys after the query.
-    const bool needs_mask = q0 + kBM > Tq || warp_last >= S || (p.causal && q0 < warp_last);
+    // Masked: queries past T, keys past S, (causal) keys after the query, and (segment
+    // ids) keys of other documents.
+    const bool needs_mask = q0 + kBM > Tq || warp_last >= S || (p.causal && q0 < warp_last) || seg != nullptr;
 #pragma unroll
     for (int n = 0; n < kBM / 8; ++n) {
 #pragma unroll
@@ -197,7 +203,7 @@ __global__ void __launch_bounds__(BwdKvV2Config<D>::kThreads, BwdKvV2Config<D>::
           bool visible = true;
           if (needs_mask) {
             const int q = q0 + qi;
-            visible = q < Tq && key[r] < S && (!p.causal || key[r] <= q);
+            visible = q < Tq && key[r] < S && (!p.causal || key[r] <= q) && (seg == nullptr || seg[q] == key_seg[r]);
           }
           const float pt = visible ? exp2f(st[n][e] * scale_log2 - lse2) : 0.0f;
           st[n][e] = pt;
@@ -287,6 +293,9 @@ __global__ void __launch_bounds__(BwdQV2Config<D>::kThreads, BwdQV2Config<D>::kM
   const int r_lo = warp * 16 + g;
   const int row[2] = {q0 + r_lo, q0 + r_lo + 8};
   const int warp_first = q0 + warp * 16, warp_last = warp_first + 15;
+  const int32_t* seg = p.segments != nullptr ? p.segments + b * Tq : nullptr;
+  const int32_t row_seg[2] = {seg != nullptr && row[0] < Tq ? seg[row[0]] : 0,
+                              seg != nullptr && row[1] < Tq ? seg[row[1]] : 0};
   float lse2[2], delta[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -365,7 +374,7 @@ __global__ void __launch_bounds__(BwdQV2Config<D>::kThreads, BwdQV2Config<D>::kM
     }
 
     // dS = P (dP - delta), in place of s. Element e: row[e / 2], key k0 + 8 n + 2 t + e % 2.
-    const bool needs_mask = k0 + kBN > S || (p.causal && k0 + kBN - 1 > warp_first);
+    const bool needs_mask = k0 + kBN > S || (p.causal && k0 + kBN - 1 > warp_first) || seg != nullptr;
 #pragma unroll
     for (int n = 0; n < kBN / 8; ++n) {
 #pragma unroll
@@ -374,7 +383,7 @@ __global__ void __launch_bounds__(BwdQV2Config<D>::kThreads, BwdQV2Config<D>::kM
         bool visible = true;
         if (needs_mask) {
           const int col = k0 + n * 8 + 2 * t + (e & 1);
-          visible = col < S && (!p.causal || col <= row[r]);
+          visible = col < S && (!p.causal || col <= row[r]) && (seg == nullptr || seg[col] == row_seg[r]);
         }
         const float pr = visible ? exp2f(s[n][e] * scale_log2 - lse2[r]) : 0.0f;
         s[n][e] = pr * (dp[n][e] - delta[r]);
@@ -432,7 +441,7 @@ bool launch_bwd_v2_dims(const Params& p, cudaStream_t stream) {
 }  // namespace
 
 bool launch_backward_v2(DType dtype, const Params& p, cudaStream_t stream) {
-  if (p.mask != nullptr || p.segments != nullptr) return false;
+  if (p.mask != nullptr) return false;
   switch (dtype) {
     case DType::BFloat16:
       return launch_bwd_v2_dims<__nv_bfloat16>(p, stream);

@@ -287,11 +287,14 @@ inline void validate(const char* op, DType dtype, const FlashAttentionShape& sh)
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The tensor-core kernels: 16-bit inputs, D = 64 or 128, no mask or segment ids, sm_80
-// or newer.
+// The tensor-core kernels: 16-bit inputs, D = 64 or 128, no mask, sm_80 or newer; with
+// segment ids only the v2 kernels (tensor_core_v1_shape: the v1 kernels take none).
 inline bool tensor_core_shape(DType dtype, const FlashAttentionShape& sh) {
   return (dtype == DType::BFloat16 || dtype == DType::Float16) && (sh.head_dim == 64 || sh.head_dim == 128) &&
-         sh.mask == nullptr && sh.segments == nullptr && current_sm_major() >= 8;
+         sh.mask == nullptr && current_sm_major() >= 8;
+}
+inline bool tensor_core_v1_shape(DType dtype, const FlashAttentionShape& sh) {
+  return tensor_core_shape(dtype, sh) && sh.segments == nullptr;
 }
 
 // Params common to both directions.

@@ -330,7 +330,8 @@ void launch_tc_forward(const Params& p, cudaStream_t stream) {
 }  // namespace flash
 
 bool flash_attention_uses_tensor_cores(DType dtype, const FlashAttentionShape& shape) {
-  return flash::tensor_core_shape(dtype, shape);
+  return flash_attention_kernel() == FlashAttentionKernel::V2 ? flash::tensor_core_shape(dtype, shape)
+                                                              : flash::tensor_core_v1_shape(dtype, shape);
 }
 
 void flash_attention_forward(DType dtype, const FlashAttentionShape& shape, const void* q, const void* k, const void* v,
@@ -347,9 +348,10 @@ void flash_attention_forward(DType dtype, const FlashAttentionShape& shape, cons
   p.v = v;
   p.o = out;
   p.lse = lse;
-  const bool tc = path == FlashAttentionPath::Auto && tensor_core_shape(dtype, shape) && aligned16(q) && aligned16(k) &&
-                  aligned16(v) && aligned16(out);
+  bool tc = path == FlashAttentionPath::Auto && tensor_core_shape(dtype, shape) && aligned16(q) && aligned16(k) &&
+            aligned16(v) && aligned16(out);
   if (tc && flash_attention_kernel() == FlashAttentionKernel::V2 && launch_forward_v2(dtype, p, stream)) return;
+  tc = tc && tensor_core_v1_shape(dtype, shape);
   switch (dtype) {
     case DType::BFloat16:
       tc ? launch_tc_forward<__nv_bfloat16>(p, stream) : launch_generic_forward<__nv_bfloat16>(p, stream);

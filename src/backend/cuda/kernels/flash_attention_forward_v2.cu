@@ -16,6 +16,8 @@
 //    in registers for the whole kernel they made ptxas spill under the 128-register cap
 //    of two CTAs per SM (Q adds 1/8 to the shared-memory reads of K and V for D = 64).
 //  * D = 128 uses 32-key tiles (the S fragments in half the registers).
+//  * segment ids (packed documents): every tile is masked per element (no tile skipping
+//    yet).
 //
 // Per CTA (kLd = D + 8): shared memory = Q [128][kLd] + 2 x K [kBN][kLd] + 2 x V [kBN][kLd]
 // 16-bit elements: 54 KiB (D = 64, kBN = 64), 68 KiB (D = 128, kBN = 32); 256 threads, at
@@ -79,6 +81,10 @@ __global__ void __launch_bounds__(FwdV2Config<D>::kThreads, FwdV2Config<D>::kMin
   const int r_lo = warp * 16 + g;
   const int row[2] = {q0 + r_lo, q0 + r_lo + 8};
   const int warp_first = q0 + warp * 16, warp_last = warp_first + 15;
+  // Segment ids (T == S): a key is visible only from rows of its own document.
+  const int32_t* seg = p.segments != nullptr ? p.segments + b * Tq : nullptr;
+  const int32_t row_seg[2] = {seg != nullptr && row[0] < Tq ? seg[row[0]] : 0,
+                              seg != nullptr && row[1] < Tq ? seg[row[1]] : 0};
 
   const int n_ktiles = (S + kBN - 1) / kBN;
   // Causal: key s is visible to some row of the CTA iff s <= q0 + q_valid - 1.
@@ -148,16 +154,17 @@ __global__ void __launch_bounds__(FwdV2Config<D>::kThreads, FwdV2Config<D>::kMin
     }
 
     // Scale into base-2 units; mask only a tile that crosses the sequence end or (causal)
-    // has a key after the warp's first row. Element e of n-tile n is (row[e / 2], key
-    // k0 + 8 n + 2 t + e % 2).
-    const bool needs_mask = k0 + kBN > S || (p.causal && k0 + kBN - 1 > warp_first);
+    // has a key after the warp's first row, and every tile with segment ids. Element e of
+    // n-tile n is (row[e / 2], key k0 + 8 n + 2 t + e % 2).
+    const bool needs_mask = k0 + kBN > S || (p.causal && k0 + kBN - 1 > warp_first) || seg != nullptr;
     if (needs_mask) {
 #pragma unroll
       for (int n = 0; n < kBN / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int col = k0 + n * 8 + 2 * t + (e & 1);
-          const bool visible = col < S && (!p.causal || col <= row[e >> 1]);
+          const bool visible =
+              col < S && (!p.causal || col <= row[e >> 1]) && (seg == nullptr || seg[col] == row_seg[e >> 1]);
           s[n][e] = visible ? s[n][e] * scale_log2 : -INFINITY;
         }
       }
@@ -251,7 +258,7 @@ bool launch_v2_dims(const Params& p, cudaStream_t stream) {
 }  // namespace
 
 bool launch_forward_v2(DType dtype, const Params& p, cudaStream_t stream) {
-  if (p.mask != nullptr || p.segments != nullptr) return false;
+  if (p.mask != nullptr) return false;
   switch (dtype) {
     case DType::BFloat16:
       return launch_v2_dims<__nv_bfloat16>(p, stream);

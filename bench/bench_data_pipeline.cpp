@@ -13,6 +13,7 @@
 // with pipeline_tokens_per_s (documents packing, 2 workers: make train's setting) and
 // trainer_tokens_per_s.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>

@@ -82,7 +82,7 @@ int run_stats(const DataStatsArgs& args) {
     fail<ConfigError>("{}: no data.mixture ([[data.mixture]] sources); the run reads the one file data.train = {}",
                       args.config, cfg.data.train);
   const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(cfg.data.tokenizer);
-  data::PipelineSpec spec = cfg.data.pipeline;
+  data::PipelineSpec spec = cfg.data.resolved_pipeline();
   spec.workers = 0;
   const data::Pipeline pipeline(spec, *tokenizer, cfg.loop.batch, cfg.loop.seq, cfg.run.seed, 0, 1, cfg.model.vocab);
   const uint64_t rows = args.rows > 0 ? static_cast<uint64_t>(args.rows)

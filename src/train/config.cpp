@@ -214,8 +214,8 @@ void add_data_fields(std::vector<Field>& f) {
                             [](C& c) -> double& { return c.data.val_fraction; }));
   {
     Field mixture{"data.mixture", "source list",
-                  "training sources mixed by weight ([[data.mixture]] path, weight, name, kind, documents); "
-                  "none: data.train",
+                  "training sources mixed by weight ([[data.mixture]] path (default: data.train), weight, name, "
+                  "kind, documents); none: data.train alone",
                   nullptr, nullptr};
     mixture.set = [](C& c, const toml::node& n, const std::string& where) {
       c.data.pipeline.sources = detail::read_mixture(n, where);

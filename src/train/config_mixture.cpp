@@ -59,7 +59,6 @@ std::vector<data::SourceSpec> read_mixture(const toml::node& node, const std::st
         fail<ConfigError>("{}: unknown key '{}' (a source has name, path, weight, kind, documents)", at, key);
       }
     }
-    if (spec.path.empty()) fail<ConfigError>("{}: no path", at);
     sources.push_back(std::move(spec));
   }
   return sources;

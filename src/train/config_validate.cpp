@@ -76,7 +76,7 @@ void TrainConfig::validate() const {
       fail<ConfigError>("config: 'parallel.mesh': {}", e.what());
     }
   }
-  if (data.uses_pipeline()) data.pipeline.validate();
+  if (data.uses_pipeline()) data.resolved_pipeline().validate();
   if (data.val_fraction <= 0 || data.val_fraction >= 1)
     fail<ConfigError>("config: 'data.val_fraction' = {} must be in (0, 1)", data.val_fraction);
   optim::ScheduleConfig s = schedule;

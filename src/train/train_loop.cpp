@@ -163,8 +163,9 @@ void TrainLoop::setup() {
   opt_state_ = optimizer_->init(params_);
   build_layout();
   if (cfg_.data.uses_pipeline()) {
-    auto pipeline = std::make_unique<data::Pipeline>(cfg_.data.pipeline, *tokenizer_, cfg_.micro_batch_size(),
-                                                     cfg_.loop.seq, cfg_.run.seed, 0, 1, cfg_.model.vocab);
+    auto pipeline =
+        std::make_unique<data::Pipeline>(cfg_.data.resolved_pipeline(), *tokenizer_, cfg_.micro_batch_size(),
+                                         cfg_.loop.seq, cfg_.run.seed, 0, 1, cfg_.model.vocab);
     note(pipeline_description(*pipeline));
     loader_ = std::move(pipeline);
   } else {

@@ -174,7 +174,10 @@ documents = 10
                 .find("weights sum to 0"),
             std::string::npos);
   EXPECT_NE(error_of("[[data.mixture]]\npath = \"a\"\nweight = -1\n").find("weight -1"), std::string::npos);
-  EXPECT_NE(error_of("[[data.mixture]]\nweight = 1\n").find("data.mixture[0]: no path"), std::string::npos);
+  // A source without a path reads data.train, overrides included.
+  const TrainConfig pathless = parse_config("[[data.mixture]]\nname = \"main\"\n", "t", {"data.train=\"x.bin\""});
+  EXPECT_EQ(pathless.data.pipeline.sources[0].path, "");
+  EXPECT_EQ(pathless.data.resolved_pipeline().sources[0].path, "x.bin");
   EXPECT_NE(error_of("[[data.mixture]]\npath = \"a\"\nwieght = 1\n").find("unknown key 'wieght'"), std::string::npos);
   EXPECT_NE(error_of("[data]\nmixture = \"a.bin\"\n").find("expects a list of sources"), std::string::npos);
   EXPECT_NE(error_of("[[data.mixture]]\npath = \"a\"\n[data]\npacking = \"bins\"\n").find("'bins'"), std::string::npos);

@@ -41,10 +41,18 @@ struct DataConfig {
   std::string tokenizer = "byte";
   double val_fraction = 0.05;
   // With sources in pipeline.sources ([[data.mixture]]), training batches come from the
-  // data pipeline (data/pipeline.h) and data.train is only what `data prepare` fills;
-  // validation always reads data.val.
+  // data pipeline (data/pipeline.h); a source without a path reads data.train (so
+  // `--set data.train=...` still chooses the training file); validation always reads
+  // data.val.
   data::PipelineSpec pipeline;
   bool uses_pipeline() const { return !pipeline.sources.empty(); }
+  // pipeline with every path-less source given data.train.
+  data::PipelineSpec resolved_pipeline() const {
+    data::PipelineSpec spec = pipeline;
+    for (data::SourceSpec& source : spec.sources)
+      if (source.path.empty()) source.path = train;
+    return spec;
+  }
 };
 
 struct LoopConfig {

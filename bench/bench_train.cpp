@@ -10,7 +10,7 @@
 // tokens/s = batch * seq / median step time.
 //
 //   build/bin/bench_train --preset tiny|small [--steps 20] [--warmup 3] [--threads 2] [--batch 8] [--seq 256]
-//                         [--peak-gflops G]
+//                         [--peak-gflops G] [--compute-dtype float32|bfloat16|float16]
 //
 // MFU is printed against the calibration GEMM measured here (what this machine's GEMM
 // reaches) and, with --peak-gflops, against the peak you give (e.g. cores x FMA width x
@@ -45,7 +45,8 @@ struct Flags {
   int64_t steps = 20, warmup = 3, batch = 8, seq = 256;
   int threads = 2;
   uint64_t seed = 0;
-  double peak_gflops = 0;  // 0: not given
+  double peak_gflops = 0;                 // 0: not given
+  std::string compute_dtype = "float32";  // model.compute_dtype: float32 | bfloat16 | float16
 };
 
 Flags parse_flags(int argc, char** argv) {
@@ -70,10 +71,12 @@ Flags parse_flags(int argc, char** argv) {
       f.seed = static_cast<uint64_t>(integer());
     else if (arg == "--peak-gflops")
       f.peak_gflops = ts::bench::flag_positive_number("bench_train", arg, value);
+    else if (arg == "--compute-dtype")
+      f.compute_dtype = value;
     else
       ts::fail<ts::ValueError>(
           "bench_train: unknown flag {} (flags: --preset --steps --warmup --batch --seq --threads --seed "
-          "--peak-gflops)",
+          "--peak-gflops --compute-dtype)",
           arg);
   }
   return f;
@@ -83,6 +86,7 @@ int run(const Flags& f) {
   if (f.threads > 0) ts::set_num_threads(f.threads);
   ts::models::ModelConfig config = ts::models::preset(f.preset);
   config.context = std::max(config.context, f.seq);
+  config.compute_dtype = f.compute_dtype;
   ts::models::Model model(config);
   ts::optim::OptimizerConfig adamw;
   adamw.no_decay = {ts::nn::ParamKind::Bias, ts::nn::ParamKind::Norm};
@@ -115,8 +119,9 @@ int run(const Flags& f) {
   const double gflops = flops_per_token * tokens_per_s / 1e9;
   const double peak = ts::train::calibrate_peak_flops().peak_flops;
 
-  fmt::print("bench_train: {} ({} {} layers, dim {}, heads {}, vocab {}), batch {} x seq {}, {} threads\n", f.preset,
-             config.family, config.layers, config.dim, config.heads, config.vocab, f.batch, f.seq, ts::num_threads());
+  fmt::print("bench_train: {} ({} {} layers, dim {}, heads {}, vocab {}), {} compute, batch {} x seq {}, {} threads\n",
+             f.preset, config.family, config.layers, config.dim, config.heads, config.vocab, f.compute_dtype, f.batch,
+             f.seq, ts::num_threads());
   const std::string given_peak_header =
       f.peak_gflops > 0 ? fmt::format(" MFU vs {:g} GFLOP/s (--peak-gflops) |", f.peak_gflops) : "";
   const std::string given_peak_cell = f.peak_gflops > 0 ? fmt::format(" {:.1f}% |", 100 * gflops / f.peak_gflops) : "";
@@ -133,15 +138,16 @@ int run(const Flags& f) {
   fmt::print(
       "{{\"bench\": \"train\", \"peer\": \"tessera\", \"preset\": \"{}\", \"family\": \"{}\", \"layers\": {}, \"dim\": "
       "{}, "
-      "\"heads\": {}, \"vocab\": {}, \"batch\": {}, \"seq\": {}, \"threads\": {}, \"params\": {}, \"flops_per_token\": "
+      "\"heads\": {}, \"vocab\": {}, \"compute_dtype\": \"{}\", \"batch\": {}, \"seq\": {}, \"threads\": {}, "
+      "\"params\": {}, \"flops_per_token\": "
       "{:.0f}, "
       "\"steps\": {}, \"warmup\": {}, \"step_ms\": {:.3f}, \"first_step_ms\": {:.3f}, \"tokens_per_s\": {:.1f}, "
       "\"achieved_gflops\": {:.2f}, \"peak_gflops\": {}, \"mfu\": {}, \"calibration_gemm_gflops\": {:.1f}, \"traces\": "
       "{}, "
       "\"compiled_flops_per_step\": {:.0f}, \"total_s\": {:.2f}, \"losses\": [{}]}}\n",
-      f.preset, config.family, config.layers, config.dim, config.heads, config.vocab, f.batch, f.seq, ts::num_threads(),
-      model.parameter_count(), flops_per_token, f.steps, f.warmup, 1e3 * step_s, 1e3 * first_step_s, tokens_per_s,
-      gflops, f.peak_gflops > 0 ? fmt::format("{:g}", f.peak_gflops) : "null",
+      f.preset, config.family, config.layers, config.dim, config.heads, config.vocab, f.compute_dtype, f.batch, f.seq,
+      ts::num_threads(), model.parameter_count(), flops_per_token, f.steps, f.warmup, 1e3 * step_s, 1e3 * first_step_s,
+      tokens_per_s, gflops, f.peak_gflops > 0 ? fmt::format("{:g}", f.peak_gflops) : "null",
       f.peak_gflops > 0 ? fmt::format("{:.4f}", gflops / f.peak_gflops) : "null", peak / 1e9, step.trace_count(),
       step.compiled_flops(), total_s, loss_list);
   return 0;

@@ -24,6 +24,15 @@ CpuFeatures detect_cpu_features() {
   // before 16 does not know that name.
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   features.f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0) {
+    features.avx512f = (ebx & (1u << 16)) != 0;
+    features.avx512_vnni = (ecx & (1u << 11)) != 0;
+    features.amx_bf16 = (edx & (1u << 22)) != 0;
+    features.amx_int8 = (edx & (1u << 25)) != 0;
+    const unsigned max_subleaf = eax;
+    if (max_subleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0)
+      features.avx512_bf16 = (eax & (1u << 5)) != 0;
+  }
 #endif
   return features;
 }

@@ -10,6 +10,13 @@ struct CpuFeatures {
   bool avx2 = false;
   bool fma = false;
   bool f16c = false;
+  // The low-precision matrix paths (CPUID leaf 7): AVX-512 foundation, VNNI int8 dot
+  // products, AVX512-BF16 dot products, and the AMX tile units for bf16 and int8.
+  bool avx512f = false;
+  bool avx512_vnni = false;
+  bool avx512_bf16 = false;
+  bool amx_bf16 = false;
+  bool amx_int8 = false;
 };
 CpuFeatures detect_cpu_features();
 

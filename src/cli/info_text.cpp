@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cpu/kernels/matmul_dnnl.h"
 #include "cli/cpu_check.h"
 #include "tessera/backend/cuda.h"
 #include "tessera/base/thread_pool.h"
@@ -44,7 +45,11 @@ std::string info_text() {
   out += fmt::format("tessera {}\n", version());
   out += fmt::format("  threads        {}\n", num_threads());
   out += fmt::format("  BLAS           {}\n", blas_description());
-  out += fmt::format("  CPU features   avx2={} fma={} f16c={}\n", yes_no(cpu.avx2), yes_no(cpu.fma), yes_no(cpu.f16c));
+  out += fmt::format(
+      "  CPU features   avx2={} fma={} f16c={} avx512f={} avx512_vnni={} avx512_bf16={} amx_bf16={} amx_int8={}\n",
+      yes_no(cpu.avx2), yes_no(cpu.fma), yes_no(cpu.f16c), yes_no(cpu.avx512f), yes_no(cpu.avx512_vnni),
+      yes_no(cpu.avx512_bf16), yes_no(cpu.amx_bf16), yes_no(cpu.amx_int8));
+  out += fmt::format("  bf16 GEMM      {}\n", cpu::bf16_gemm_path().description);
   out += fmt::format("  kernels built  {}\n", kernels_need_avx2() ? "AVX2+FMA+F16C (x86-64-v3)" : "generic (no AVX2)");
   out += fmt::format("  devices        {} (TESSERA_CPU_DEVICES=N for N virtual devices; mpirun for one per process)\n",
                      spmd::runtime_description());

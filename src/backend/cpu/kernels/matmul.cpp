@@ -17,8 +17,11 @@
 // only on the shape, K is never split, so every element's arithmetic is fixed.
 // matmul may be called inside a parallel region (nested parallel_for runs inline).
 //
-// bfloat16/float16 are widened to float32 panels, multiplied with sgemm, and rounded
-// once. Integer and bool GEMMs accumulate in 64-bit (wrapping) and are rounded into the
+// bfloat16 runs on the CPU's bf16 matrix units (AMX or AVX512-BF16) through oneDNN's
+// matmul primitive, tile by tile like float32 (matmul_dnnl.h): bf16 products, float32
+// accumulation, one rounding. Where the CPU has no bf16 units (bf16_gemm_path()),
+// bfloat16 and always float16 are widened to float32 panels, multiplied with sgemm, and
+// rounded once. Integer and bool GEMMs accumulate in 64-bit (wrapping) and are rounded into the
 // element type (bool: any nonzero product).
 #include "backend/cpu/kernels/matmul.h"
 
@@ -31,6 +34,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/kernels/matmul_dnnl.h"
 #include "backend/cpu/kernels/nn_common.h"
 #include "backend/cpu/kernels/scratch.h"
 #include "tessera/base/error.h"
@@ -87,6 +91,10 @@ void gemm_one(const float* a, const float* b, float* c, const MatmulShape& s, co
               c, static_cast<blasint>(full.n));
 }
 
+void gemm_one(const bfloat16* a, const bfloat16* b, bfloat16* c, const MatmulShape& s, const MatmulShape& full) {
+  bf16_gemm_tile(a, b, c, full.n, false, s, full);
+}
+
 void gemm_one(const double* a, const double* b, double* c, const MatmulShape& s, const MatmulShape& full) {
   cblas_dgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(s.m), static_cast<blasint>(s.n), static_cast<blasint>(s.k), 1.0, a,
@@ -140,6 +148,40 @@ void apply_epilogue(DType dtype, const GemmEpilogue& e, const MatmulShape& s, vo
   }
 }
 
+// A bfloat16 tile with its epilogue, bitwise what the unfused ops give: the product
+// rounded to bf16 (oneDNN stores it in C), then each op in float32 (the bf16 elementwise
+// kernels widen to float32 and run the float32 code) rounded to bf16 again. Row by row
+// through a float32 row in L1, with the vectorized casts (binary_span on bf16 widens
+// element by element, ~3x slower here).
+void bf16_tile_with_epilogue(const bfloat16* a, const bfloat16* b, bfloat16* c, const MatmulShape& sub,
+                             const MatmulShape& full, const GemmEpilogue& e, int64_t bi, int64_t i0, int64_t j0) {
+  const int64_t offset = bi * full.m * full.n + i0 * full.n + j0;
+  bf16_gemm_tile(a, b, c + offset, full.n, false, sub, full);
+  float* row = thread_scratch<float>(static_cast<size_t>(2 * sub.n), Scratch::MatmulTile);
+  float* bias = nullptr;
+  if (e.bias) {
+    bias = row + sub.n;
+    cast_span(DType::BFloat16, static_cast<const bfloat16*>(e.bias) + j0, DType::Float32, bias, sub.n);
+  }
+  for (int64_t r = 0; r < sub.m; ++r) {
+    bfloat16* out = c + offset + r * full.n;
+    cast_span(DType::BFloat16, out, DType::Float32, row, sub.n);
+    if (bias) {
+      if (e.bias_first)
+        binary_span(BinaryOp::Add, DType::Float32, bias, 1, row, 1, row, sub.n);
+      else
+        binary_span(BinaryOp::Add, DType::Float32, row, 1, bias, 1, row, sub.n);
+    }
+    if (e.has_activation) {
+      bfloat16* sum = e.pre_activation ? static_cast<bfloat16*>(e.pre_activation) + offset + r * full.n : out;
+      cast_span(DType::Float32, row, DType::BFloat16, sum, sub.n);
+      cast_span(DType::BFloat16, sum, DType::Float32, row, sub.n);
+      unary_span(e.activation, DType::Float32, row, row, sub.n);
+    }
+    cast_span(DType::Float32, row, DType::BFloat16, out, sub.n);
+  }
+}
+
 // The epilogue over all of C, one task per few rows (dtypes without a tiled path).
 void apply_epilogue_all(DType dtype, const GemmEpilogue& e, const MatmulShape& s, void* c) {
   parallel_for(s.batch * s.m, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, s.n)),
@@ -165,6 +207,12 @@ void blas_matmul(const MatmulShape& s, const T* a, const T* b, T* c, const GemmE
       sub.n = std::min(tile_n, s.n - j0);
       const T* at = a + bi * s.a_batch_stride + (s.trans_a ? i0 : i0 * s.k);
       const T* bt = b + bi * s.b_batch_stride + (s.trans_b ? j0 * s.k : j0);
+      if constexpr (std::is_same_v<T, bfloat16>) {
+        if (epilogue) {
+          bf16_tile_with_epilogue(at, bt, c, sub, s, *epilogue, bi, i0, j0);
+          continue;
+        }
+      }
       gemm_one(at, bt, c + bi * s.m * s.n + i0 * s.n + j0, sub, s);
       if (epilogue) apply_epilogue(dtype_v<T>, *epilogue, s, c, bi, i0, sub.m, j0, sub.n);
     }
@@ -265,6 +313,10 @@ void matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b,
       blas_matmul(shape, static_cast<const double*>(a), static_cast<const double*>(b), static_cast<double*>(c));
       break;
     case DType::BFloat16:
+      if (bf16_gemm_path().native) {
+        blas_matmul(shape, static_cast<const bfloat16*>(a), static_cast<const bfloat16*>(b), static_cast<bfloat16*>(c));
+        break;
+      }
       half_matmul(shape, static_cast<const bfloat16*>(a), static_cast<const bfloat16*>(b), static_cast<bfloat16*>(c));
       break;
     case DType::Float16:
@@ -304,6 +356,9 @@ void matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b,
     blas_matmul(shape, static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(c), &epilogue);
   } else if (shape.k != 0 && dtype == DType::Float64) {
     blas_matmul(shape, static_cast<const double*>(a), static_cast<const double*>(b), static_cast<double*>(c),
+                &epilogue);
+  } else if (shape.k != 0 && dtype == DType::BFloat16 && bf16_gemm_path().native) {
+    blas_matmul(shape, static_cast<const bfloat16*>(a), static_cast<const bfloat16*>(b), static_cast<bfloat16*>(c),
                 &epilogue);
   } else {
     matmul(dtype, shape, a, b, c);

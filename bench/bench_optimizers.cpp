@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -87,7 +88,9 @@ double tree_bytes(const ts::Tree& t) {
 
 Case make_case(const std::string& name, const ts::models::Model& model, const ts::Tree& params) {
   ts::optim::OptimizerConfig config;
-  config.name = name;
+  // "muon-bf16": Muon with its Newton-Schulz matmuls in bfloat16 (optimizer.muon_ns_dtype).
+  config.name = name == "muon-bf16" ? "muon" : name;
+  if (name == "muon-bf16") config.muon_ns_dtype = "bfloat16";
   ts::optim::Optimizer optimizer(config, model.specs());
   auto fn = [optimizer](const ts::Tree& a) {
     ts::optim::Optimizer::Update u = optimizer.apply(a.at("params"), a.at("grads"), a.at("state"), a.at("lr").leaf());
@@ -104,7 +107,7 @@ Case make_case(const std::string& name, const ts::models::Model& model, const ts
   for (size_t i = 0; i < paths.size(); ++i)
     if (paths[i].starts_with("params.") || paths[i].starts_with("state."))
       options.donate_leaves.push_back(static_cast<int>(i));
-  options.name = "update_" + name;
+  options.name = "update_" + config.name;
   // Every element counts: the "step" scalar (8 bytes) is part of the state a checkpoint holds.
   const double state_bytes = tree_bytes(state);
   return Case{name, optimizer, ts::jit(fn, options), copy_tree(params), copy_tree(state), state_bytes / param_count,
@@ -138,7 +141,7 @@ int main(int argc, char** argv) {
         params.map([&](const ts::Array& p) { return ts::random::normal(keys[leaf++], p.shape(), p.dtype(), 0, 1e-3); });
     const ts::Array lr = ts::Array::scalar(1e-3, ts::DType::Float32);
     std::vector<Case> cases;
-    for (const char* name : {"adamw", "sgd", "lion", "adafactor", "muon"})
+    for (const char* name : {"adamw", "sgd", "lion", "adafactor", "muon", "muon-bf16"})
       cases.push_back(make_case(name, model, params));
     for (Case& c : cases) run_updates(c, grads, lr, 1);  // compile and warm up
     for (int64_t r = 0; r < flags.rounds; ++r)
@@ -162,6 +165,9 @@ int main(int argc, char** argv) {
                       {"ratio_to_adamw", ms / adamw_ms},
                       {"state_bytes_per_param", c.state_bytes_per_param}});
     }
+    if (const char* profile = std::getenv("TESSERA_PROFILE"); profile != nullptr && std::string(profile) != "0")
+      for (const Case& c : cases)
+        fmt::print("kernel profile of {} (TESSERA_PROFILE=1):\n{}", c.name, c.step.profile_text());
     nlohmann::json out = {{"bench", "optimizers"},
                           {"preset", flags.preset},
                           {"parameters", model.parameter_count()},

@@ -8,6 +8,7 @@
 
 #include "optim/rules.h"
 #include "tessera/core/ops.h"
+#include "tessera/ir/primitives/linalg.h"
 
 namespace tessera::optim::detail {
 
@@ -16,17 +17,25 @@ bool muon_param(const nn::ParamInfo& info, const Shape& shape) {
   return std::find(info.axes.begin(), info.axes.end(), "vocab") == info.axes.end();
 }
 
-Array newton_schulz(const Array& g, int steps) {
+Array newton_schulz(const Array& g, int steps, DType dtype) {
   const double a = 3.4445, b = -4.7750, c = 2.0315;
   Array x = astype(g, DType::Float32);
   const bool tall = x.shape(0) > x.shape(1);
   if (tall) x = transpose(x);
-  // Normalized so every singular value is at most 1 (the Frobenius norm bounds them).
-  x = x / (sqrt(sum(square(x))) + 1e-7);
+  // Normalized (in float32) so every singular value is at most 1 (the Frobenius norm
+  // bounds them), then rounded to the iteration's dtype.
+  x = astype(x / (sqrt(sum(square(x))) + 1e-7), dtype);
+  // One step X <- a X + (b S + c S^2) X with S = X X^T, regrouped as Q X with
+  // Q = a I + S (b I + c S): the elementwise work is on the small m x m matrices, X X^T
+  // reads X in place (trans_b), and the three GEMMs are those of the plain form.
+  const int64_t m = x.shape(0);
+  std::vector<float> identity(static_cast<size_t>(m * m), 0.0f);
+  for (int64_t i = 0; i < m; ++i) identity[static_cast<size_t>(i * m + i)] = 1.0f;
+  const Array eye = astype(Array::from_vector(identity, {m, m}), dtype);
   for (int i = 0; i < steps; ++i) {
-    const Array s = matmul(x, transpose(x));
-    const Array poly = s * b + matmul(s, s) * c;
-    x = x * a + matmul(poly, x);
+    const Array s = matmul_op(x, x, false, true);
+    const Array q = matmul(s, eye * b + s * c) + eye * a;
+    x = matmul(q, x);
   }
   return tall ? transpose(x) : x;
 }
@@ -67,7 +76,9 @@ std::vector<Array> muon_apply(const StepInputs& in, const Tree& state, Tree& new
     m[i] = m[i] * c.muon_momentum + g;
     const Array direction = c.muon_nesterov ? g + m[i] * c.muon_momentum : m[i];
     const double rows = static_cast<double>(p.shape(0)), cols = static_cast<double>(p.shape(1));
-    Array u = astype(newton_schulz(direction, c.muon_ns_steps), acc) * (0.2 * std::sqrt(std::max(rows, cols)));
+    const DType ns_dtype = c.muon_ns_dtype == "bfloat16" ? DType::BFloat16 : DType::Float32;
+    Array u =
+        astype(newton_schulz(direction, c.muon_ns_steps, ns_dtype), acc) * (0.2 * std::sqrt(std::max(rows, cols)));
     if (in.decay[i]) u = u + p * c.weight_decay;
     new_p[i] = astype(subtract(p, multiply(astype(in.lr, acc), u)), in.params[i].dtype());
   }

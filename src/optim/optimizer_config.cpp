@@ -51,6 +51,8 @@ void OptimizerConfig::validate() const {
       check_range("muon_momentum", muon_momentum, 0, false, 1, true);
       if (muon_ns_steps < 1 || muon_ns_steps > 20)
         fail<ValueError>("optimizer: muon_ns_steps = {} (expected 1 to 20)", muon_ns_steps);
+      if (muon_ns_dtype != "float32" && muon_ns_dtype != "bfloat16")
+        fail<ValueError>("optimizer: muon_ns_dtype = \"{}\" (expected float32 or bfloat16)", muon_ns_dtype);
     }
   } else if (name == "adafactor") {
     check_range("adafactor_decay_rate", adafactor_decay_rate, 0, true, 1, false);

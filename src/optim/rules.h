@@ -59,7 +59,8 @@ Tree muon_init(const Tree& params, const std::vector<bool>& muon);
 void muon_check(const Tree& params, const Tree& state, const std::vector<bool>& muon);
 std::vector<Array> muon_apply(const StepInputs& in, const Tree& state, Tree& new_state);
 // The Newton-Schulz iteration of Muon: an approximately orthogonal matrix with g's
-// singular vectors (quintic coefficients 3.4445, -4.7750, 2.0315; float32).
-Array newton_schulz(const Array& g, int steps);
+// singular vectors (quintic coefficients 3.4445, -4.7750, 2.0315), computed in `dtype`
+// (float32 or bfloat16) and returned in it.
+Array newton_schulz(const Array& g, int steps, DType dtype = DType::Float32);
 
 }  // namespace tessera::optim::detail

@@ -273,6 +273,9 @@ void add_optimizer_fields(std::vector<Field>& f) {
                           [](C& c) -> bool& { return c.optimizer.muon_nesterov; }));
   f.push_back(field<int>("optimizer.muon_ns_steps", "Muon: Newton-Schulz iterations",
                          [](C& c) -> int& { return c.optimizer.muon_ns_steps; }));
+  f.push_back(field<std::string>("optimizer.muon_ns_dtype",
+                                 "Muon: dtype of the Newton-Schulz matmuls (float32 | bfloat16)",
+                                 [](C& c) -> std::string& { return c.optimizer.muon_ns_dtype; }));
   {
     Field no_decay{"optimizer.no_decay", "string list",
                    "parameter kinds without weight decay (weight, bias, norm, embedding)", nullptr, nullptr};

@@ -64,6 +64,10 @@ struct OptimizerConfig {
   double muon_momentum = 0.95;
   bool muon_nesterov = true;
   int muon_ns_steps = 5;
+  // The dtype the Newton-Schulz matmuls run in: "float32", or "bfloat16" as the GPT-2
+  // speedruns do (the iteration only needs the singular values near 1; bf16 GEMMs run on
+  // the CPU's matrix units and GPU tensor cores). The momentum and update stay float32.
+  std::string muon_ns_dtype = "float32";
   // Parameter kinds that get no weight decay (default: norms, biases, embeddings).
   std::vector<nn::ParamKind> no_decay = {nn::ParamKind::Norm, nn::ParamKind::Bias, nn::ParamKind::Embedding};
   LossScaleConfig loss_scale;  // off by default

@@ -261,16 +261,25 @@ void run(BinaryOp op, const T* a, int64_t sa, const T* b, int64_t sb, void* out,
   } else if constexpr (std::is_same_v<T, double>) {
     for (int64_t i = 0; i < n; ++i) o[i] = float_op<double>(op, a[i * sa], b[i * sb]);
   } else if constexpr (kIsHalf<T>) {
+    // Contiguous operands widen with the vectorized casts (cast_span: bit-identical to
+    // load/store), a broadcast one once; the float32 code runs on the blocks.
     constexpr int64_t kBlock = 256;
     float fa[kBlock], fb[kBlock], fo[kBlock];
+    auto gather = [](const T* x, int64_t stride, int64_t at, int64_t m, float* f) {
+      if (stride == 1)
+        cast_span(dtype_v<T>, x + at, DType::Float32, f, m);
+      else
+        for (int64_t j = 0; j < m; ++j) f[j] = detail::load(x[(at + j) * stride]);
+    };
+    const int64_t a_step = sa == 0 ? 0 : 1, b_step = sb == 0 ? 0 : 1;
+    if (sa == 0) fa[0] = detail::load(a[0]);
+    if (sb == 0) fb[0] = detail::load(b[0]);
     for (int64_t i = 0; i < n; i += kBlock) {
       int64_t m = std::min(kBlock, n - i);
-      for (int64_t j = 0; j < m; ++j) {
-        fa[j] = detail::load(a[(i + j) * sa]);
-        fb[j] = detail::load(b[(i + j) * sb]);
-      }
-      run_f32(op, fa, 1, fb, 1, fo, m);
-      for (int64_t j = 0; j < m; ++j) o[i + j] = detail::store<T>(fo[j]);
+      if (sa != 0) gather(a, sa, i, m, fa);
+      if (sb != 0) gather(b, sb, i, m, fb);
+      run_f32(op, fa, a_step, fb, b_step, fo, m);
+      cast_span(DType::Float32, fo, dtype_v<T>, o + i, m);
     }
   } else if constexpr (std::is_same_v<T, bool>) {
     for (int64_t i = 0; i < n; ++i) o[i] = bool_op(op, a[i * sa], b[i * sb]);

@@ -192,9 +192,9 @@ void unary_chunk(UnaryOp op, const T* x, T* out, int64_t n) {
     float buf[kBlock];
     for (int64_t i = 0; i < n; i += kBlock) {
       int64_t m = std::min(kBlock, n - i);
-      for (int64_t j = 0; j < m; ++j) buf[j] = detail::load(x[i + j]);
+      cast_span(dtype_v<T>, x + i, DType::Float32, buf, m);  // vectorized, bit-identical to load/store
       unary_f32(op, buf, buf, m);
-      for (int64_t j = 0; j < m; ++j) out[i + j] = detail::store<T>(buf[j]);
+      cast_span(DType::Float32, buf, dtype_v<T>, out + i, m);
     }
   } else if constexpr (std::is_same_v<T, bool>) {
     if (op != UnaryOp::Copy && op != UnaryOp::Abs && op != UnaryOp::Relu && op != UnaryOp::Square &&

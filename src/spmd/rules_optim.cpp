@@ -1,4 +1,4 @@
-// Sharding rule for the fused optimizer update.
+// Sharding rules for the fused optimizer updates.
 #include "spmd/rules.h"
 
 namespace tessera::spmd::rules {
@@ -12,6 +12,15 @@ void register_optim() {
     Sharding target = c.in.at(0).without_partial();
     for (size_t i = 0; i < c.in.size(); ++i)
       d.inputs.push_back(i < 4 ? target : Sharding::replicated(c.mesh, static_cast<int>(c.in_types[i].shape.size())));
+    d.outputs.assign(c.out_types.size(), target);
+    return d;
+  });
+  // Lion: param, grad, m elementwise ([lr] replicated), the same way as AdamW.
+  add("lion_update", [](const Context& c) {
+    Decision d;
+    Sharding target = c.in.at(0).without_partial();
+    for (size_t i = 0; i < c.in.size(); ++i)
+      d.inputs.push_back(i < 3 ? target : Sharding::replicated(c.mesh, static_cast<int>(c.in_types[i].shape.size())));
     d.outputs.assign(c.out_types.size(), target);
     return d;
   });

@@ -1,5 +1,5 @@
 // The optimizer primitives' composite forms (the references their fused kernels are
-// tested against, and what vjp differentiates) and costs.
+// tested against, and what vjp differentiates and vmap batches) and costs.
 #include "tessera/ir/primitives/optim.h"
 
 #include <fmt/format.h>
@@ -61,7 +61,8 @@ std::vector<Array> Lion::composite(const std::vector<Array>& in) const {
   return {astype(p - scaled, in[0].dtype()), in[2] * c.beta2 + g * (1.0 - c.beta2)};
 }
 
-// Per element: two interpolations (3 each), the sign, the decay and the step (2 each).
+// Per element: two interpolations (3 each), the decay and the step (2 each); the sign
+// is a comparison.
 Cost Lion::cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const {
   Cost c = Primitive::cost(inputs, outputs);
   c.flops = 10.0 * static_cast<double>(inputs[0].size());

@@ -1,5 +1,5 @@
-// Optimizer update primitives (AdamW, Lion). Functional: they return new parameter and state
-// arrays (the compiler's donation makes them in place). Their vjp and vmap go
+// Optimizer update primitives (AdamW, Lion). Functional: they return new parameter
+// and state arrays (the compiler's donation makes them in place). Their vjp and vmap go
 // through the composite form (meta-gradients work; the fused kernel is first-order
 // only).
 #pragma once

@@ -212,6 +212,15 @@ void register_optim(std::map<std::string, PrimitiveFactory>& f) {
     config.weight_decay = a.get_double("weight_decay");
     return std::make_shared<AdamW>(config, dynamic);
   };
+  f["lion_update"] = [](const AttributeMap& a) -> PrimitivePtr {
+    LionConfig config;
+    const bool dynamic = a.has("dynamic") && a.get_bool("dynamic");
+    if (!dynamic) config.lr = a.get_double("lr");
+    config.beta1 = a.get_double("beta1");
+    config.beta2 = a.get_double("beta2");
+    config.weight_decay = a.get_double("weight_decay");
+    return std::make_shared<Lion>(config, dynamic);
+  };
 }
 
 void register_random(std::map<std::string, PrimitiveFactory>& f) {

@@ -31,6 +31,26 @@ DType check_adamw(const Array& param, const Array& grad, const Array& m, const A
   return state;
 }
 
+// Lion's checks shared by both forms; returns m's dtype.
+DType check_lion(const Array& param, const Array& grad, const Array& m, const LionConfig& config, bool check_lr) {
+  const char* op = "lion_update";
+  if (!is_floating(param.dtype()))
+    fail<DTypeError>("{}: param has dtype {} (expected a floating dtype)", op, name(param.dtype()));
+  DType state = accumulation_dtype(param.dtype());
+  if (grad.dtype() != param.dtype() || m.dtype() != state)
+    fail<DTypeError>("{}: dtypes param {}, grad {}, m {} (expected grad = param dtype, m {})", op, name(param.dtype()),
+                     name(grad.dtype()), name(m.dtype()), name(state));
+  if (grad.shape() != param.shape() || m.shape() != param.shape())
+    fail<ShapeError>("{}: shapes param {}, grad {}, m {} (expected all equal)", op, to_string(param.shape()),
+                     to_string(grad.shape()), to_string(m.shape()));
+  if ((check_lr && !(config.lr >= 0)) || !(config.beta1 >= 0 && config.beta1 < 1) ||
+      !(config.beta2 >= 0 && config.beta2 < 1) || !(config.weight_decay >= 0))
+    fail<ValueError>(
+        "{}: lr={}, beta1={}, beta2={}, weight_decay={} (expected lr >= 0, 0 <= betas < 1, weight_decay >= 0)", op,
+        config.lr, config.beta1, config.beta2, config.weight_decay);
+  return state;
+}
+
 }  // namespace
 
 std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v,
@@ -49,6 +69,21 @@ std::vector<Array> adamw_update(const Array& param, const Array& grad, const Arr
     fail<ValueError>("adamw_update: step is {} (expected an integer scalar)", type_string(step));
   return Array::make({param.shape(), param.shape(), param.shape()}, {param.dtype(), state, state},
                      std::make_shared<AdamW>(config, true), {param, grad, m, v, lr, step});
+}
+
+std::vector<Array> lion_update(const Array& param, const Array& grad, const Array& m, const LionConfig& config) {
+  DType state = check_lion(param, grad, m, config, true);
+  return Array::make({param.shape(), param.shape()}, {param.dtype(), state}, std::make_shared<Lion>(config),
+                     {param, grad, m});
+}
+
+std::vector<Array> lion_update(const Array& param, const Array& grad, const Array& m, const Array& lr,
+                               const LionConfig& config) {
+  DType state = check_lion(param, grad, m, config, false);
+  if (lr.ndim() != 0 || !is_floating(lr.dtype()))
+    fail<ValueError>("lion_update: lr is {} (expected a floating scalar)", type_string(lr));
+  return Array::make({param.shape(), param.shape()}, {param.dtype(), state}, std::make_shared<Lion>(config, true),
+                     {param, grad, m, lr});
 }
 
 }  // namespace tessera

@@ -69,6 +69,7 @@ std::vector<PrimitiveEntry> make_table() {
 
   // optim
   row("adamw_update", F::Optim);
+  row("lion_update", F::Optim);
 
   // random
   row("random_split", F::Random, {}, "keys are a few words: replicated (and see random_uniform)");

@@ -1,4 +1,5 @@
-// Lion: the sign of an interpolated momentum (optim/rules.h).
+// Lion: the sign of an interpolated momentum (optim/rules.h), one fused lion_update per
+// parameter (as AdamW's adamw_update).
 #include "optim/rules.h"
 #include "tessera/core/ops.h"
 
@@ -14,15 +15,15 @@ void lion_check(const Tree& params, const Tree& state) {
 
 std::vector<Array> lion_apply(const StepInputs& in, const Tree& state, Tree& new_state) {
   const OptimizerConfig& c = in.config;
+  const LionConfig with_decay{.beta1 = c.beta1, .beta2 = c.beta2, .weight_decay = c.weight_decay};
+  LionConfig without_decay = with_decay;
+  without_decay.weight_decay = 0;
   std::vector<Array> m = state.at("m").leaves(), new_p(in.params.size());
   for (size_t i = 0; i < in.params.size(); ++i) {
-    const DType acc = m[i].dtype();
-    const Array g = astype(in.grads[i], acc), p = astype(in.params[i], acc);
-    const Array interpolated = m[i] * c.beta1 + g * (1 - c.beta1);
-    Array d = sign(interpolated);
-    if (in.decay[i]) d = d + p * c.weight_decay;
-    new_p[i] = astype(subtract(p, multiply(astype(in.lr, acc), d)), in.params[i].dtype());
-    m[i] = m[i] * c.beta2 + g * (1 - c.beta2);
+    std::vector<Array> r =
+        lion_update(in.params[i], in.grads[i], m[i], in.lr, in.decay[i] ? with_decay : without_decay);
+    new_p[i] = r[0];
+    m[i] = r[1];
   }
   new_state = Tree{{"m", state.at("m").with_leaves(m)}};
   return new_p;

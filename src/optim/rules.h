@@ -1,6 +1,7 @@
 // The update rules of the optimizers beyond AdamW and SGD (optimizer.cpp dispatches on
-// OptimizerConfig::name): Lion, Adafactor and Muon, one file each. Each is written with
-// ops (traceable: under jit the elementwise parts fuse) and keeps its state as trees
+// OptimizerConfig::name): Lion, Adafactor and Muon, one file each. Lion calls its fused
+// lion_update primitive per parameter; Adafactor and Muon are written with ops
+// (traceable: under jit the elementwise parts fuse). Each keeps its state as trees
 // with the parameters' structure, one leaf per parameter: a state leaf shaped like its
 // parameter follows the parameter's layout under SPMD (train/parallel.cpp); a smaller one
 // (Adafactor's factored rows and columns, the 0-d stand-ins of unused slots) is replicated.

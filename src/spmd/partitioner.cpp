@@ -113,10 +113,13 @@ void Partitioner::compute_hints(const std::vector<std::optional<Sharding>>& out)
     const Node& n = *it;
     if (n.dead) continue;
     std::string name = n.primitive->name();
-    if (name == "adamw_update") {
+    if (name == "adamw_update" || name == "lion_update") {
+      // The gradient and the moments (inputs 1 to 3 of AdamW, 1 and 2 of Lion) take the
+      // parameter's layout.
+      const size_t elementwise = name == "adamw_update" ? 4 : 3;
       std::optional<Sharding> param = parameter_sharding(n.inputs[0]);
       if (param)
-        for (size_t i = 1; i < 4 && i < n.inputs.size(); ++i) {
+        for (size_t i = 1; i < elementwise && i < n.inputs.size(); ++i) {
           auto& h = hint_[static_cast<size_t>(n.inputs[i])];
           if (!h) h = param->without_partial();
         }

@@ -478,6 +478,32 @@ TEST(Jit, DonatedParametersAreUpdatedInPlace) {
   EXPECT_EQ(update.lowered({out[0], g, out[1], out[2]}).executable().plan().donations, 3);
 }
 
+TEST(Jit, DonatedLionParametersAreUpdatedInPlace) {
+  // Lion with the learning rate as an array (as Optimizer traces it) over a donated
+  // parameter and moment: the outputs reuse their buffers and equal the eager update
+  // bitwise, for float32 and bfloat16 parameters (float32 moment) of an odd size.
+  LionConfig c;
+  c.weight_decay = 0.1;
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    SCOPED_TRACE(name(dtype));
+    auto update = jit([c](const std::vector<Array>& a) { return lion_update(a[0], a[1], a[2], a[3], c); },
+                      JitOptions{{0, 2}, {}, "lion"});
+    Array p = random_array({1037}, 1, dtype), g = random_array({1037}, 2, dtype);
+    Array m = random_array({1037}, 3, DType::Float32, -0.1, 0.1), lr = Array::scalar(0.01, DType::Float32);
+    std::vector<Array> expected = lion_update(p, g, m, lr, c);
+    eval(expected);
+    const void* p_buffer = p.raw_data();
+    const void* m_buffer = m.raw_data();
+    std::vector<Array> out = update({p, g, m, lr});
+    ASSERT_EQ(out.size(), 2u);
+    expect_bitwise(out[0], expected[0], "updated param");
+    expect_bitwise(out[1], expected[1], "updated m");
+    EXPECT_EQ(out[0].raw_data(), p_buffer) << "the donated parameter's buffer holds the update";
+    EXPECT_EQ(out[1].raw_data(), m_buffer) << "the donated moment's buffer holds the update";
+    EXPECT_EQ(update.lowered({out[0], g, out[1], lr}).executable().plan().donations, 2);
+  }
+}
+
 TEST(Jit, CheckpointRecomputesAndLowersPeakMemory) {
   // A deep stack of tanh layers: without remat every layer's activations live until
   // the backward pass; with full checkpointing per layer only the layer inputs do.

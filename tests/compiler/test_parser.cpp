@@ -101,6 +101,9 @@ std::vector<PrimitivePtr> all_primitives() {
   p.push_back(std::make_shared<AdamW>(AdamWConfig{}));
   p.push_back(std::make_shared<AdamW>(AdamWConfig{3e-4, 0.95, 0.9999, 1e-12, 0.1, 123456789012}));
   p.push_back(std::make_shared<AdamW>(AdamWConfig{0, 0.95, 0.9999, 1e-12, 0.1, 1}, /*dynamic=*/true));
+  p.push_back(std::make_shared<Lion>(LionConfig{}));
+  p.push_back(std::make_shared<Lion>(LionConfig{3e-4, 0.95, 0.98, 0.1}));
+  p.push_back(std::make_shared<Lion>(LionConfig{0, 0.9, 0.99, 1.0 / 3.0}, /*dynamic=*/true));
 
   p.push_back(std::make_shared<RandomSplit>(2));
   p.push_back(std::make_shared<RandomSplit>(0));
@@ -280,6 +283,26 @@ TEST(Parser, RoundTripsMultiOutputNodesAndAllConstantKinds) {
   g.verify();
   expect_round_trip(g);
   EXPECT_EQ(large_constants(g).size(), 3u);
+}
+
+TEST(Parser, RoundTripsOptimizerUpdates) {
+  // Every form of the fused updates: static and dynamic (lr, and AdamW's step, as values).
+  Graph g;
+  ValueId p = g.add_parameter({{8}, DType::BFloat16});
+  ValueId m = g.add_parameter({{8}, DType::Float32});
+  ValueId lr = g.add_parameter({{}, DType::Float32});
+  ValueId step = g.add_parameter({{}, DType::Int64});
+  const std::vector<TensorType> lion_out = {{{8}, DType::BFloat16}, {{8}, DType::Float32}};
+  auto fixed = g.add_node(std::make_shared<Lion>(LionConfig{3e-4, 0.95, 0.98, 0.1}), {p, p, m}, lion_out);
+  auto dynamic = g.add_node(std::make_shared<Lion>(LionConfig{.beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.0}, true),
+                            {fixed[0], p, fixed[1], lr}, lion_out);
+  auto adam = g.add_node(std::make_shared<AdamW>(AdamWConfig{.beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1}, true),
+                         {dynamic[0], p, dynamic[1], m, lr, step},
+                         {{{8}, DType::BFloat16}, {{8}, DType::Float32}, {{8}, DType::Float32}});
+  g.outputs = {adam[0], adam[1], adam[2], dynamic[1]};
+  g.verify();
+  expect_round_trip(g);
+  EXPECT_NE(g.text().find("lion_update"), std::string::npos);
 }
 
 TEST(Parser, RoundTripsGraphsWithoutParametersOrOutputs) {

@@ -191,6 +191,46 @@ TEST(GpuExecutable, AdamWOverEveryParameterIsOneGroupedLaunchAndBitwiseTheCpu) {
   }
 }
 
+TEST(GpuExecutable, LionOverEveryParameterIsOneGroupedLaunchAndBitwiseTheCpu) {
+  TESSERA_REQUIRE_GPU();
+  // As Optimizer traces Lion: one lion_update per parameter, the learning rate an array
+  // argument shared by all (read on the device), parameters and moments donated.
+  ts::JitOptions options;
+  options.donate_leaves = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};  // params, m
+  auto update = ts::jit(
+      [](const std::vector<Array>& a) {
+        ts::LionConfig c;
+        c.beta1 = 0.95;
+        c.beta2 = 0.98;
+        c.weight_decay = 0.1;
+        std::vector<Array> out;
+        for (size_t t = 0; t < 5; ++t) {
+          std::vector<Array> r = ts::lion_update(a[t], a[10 + t], a[5 + t], a[15], c);
+          out.insert(out.end(), r.begin(), r.end());
+        }
+        return out;
+      },
+      options);
+  std::vector<Array> args;
+  const std::vector<int64_t> sizes = {7, 4096, 1, 65537, 300};
+  for (int kind = 0; kind < 3; ++kind)  // params, m, grads
+    for (int t = 0; t < 5; ++t)
+      args.push_back(random_array({sizes[static_cast<size_t>(t)]}, static_cast<uint64_t>(200 + 10 * kind + t), 0.5f));
+  args.push_back(Array::scalar(3e-3, ts::DType::Float32));
+  for (Array& a : args) a.eval();
+  std::vector<Array> host_copy;
+  for (const Array& a : args) host_copy.push_back(Array::from_data(a.raw_data(), a.shape(), a.dtype()));
+  const std::vector<Array> cpu = update(host_copy);
+  ts::cuda::GpuExecutable gpu(update.lowered(args).executable_ptr(), 0);
+  EXPECT_LE(gpu.steps(), 2) << "five lion_update nodes become one grouped step";
+  const std::vector<Array> out = gpu.run(args);
+  ASSERT_EQ(out.size(), cpu.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const std::vector<float> g = values(out[i]), c = values(cpu[i]);
+    for (size_t j = 0; j < g.size(); ++j) ASSERT_EQ(g[j], c[j]) << "output " << i << " element " << j;
+  }
+}
+
 namespace {
 
 class CustomOpWithoutCudaKernel : public ts::Primitive {

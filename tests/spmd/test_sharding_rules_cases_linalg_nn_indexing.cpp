@@ -247,6 +247,40 @@ std::vector<Case> indexing_cases() {
         return adamw_update(a[0], g, a[3], a[4], config);
       },
       false, "P('x')"));
+
+  // lion_update: p, g, m, static and dynamic (lr as an array), and the FSDP update.
+  Fn lion_static = [](const std::vector<Array>& a) {
+    LionConfig config;
+    config.lr = 0.01;
+    config.weight_decay = 0.1;
+    return lion_update(a[0], a[1], a[2], config);
+  };
+  Fn lion_dynamic = [](const std::vector<Array>& a) {
+    LionConfig config;
+    config.weight_decay = 0.1;
+    return lion_update(a[0], a[1], a[2], a[3], config);
+  };
+  auto lion_state = [](const PartitionSpec& p, const PartitionSpec& g) {
+    return std::vector<Arg>{{{16, 8}, p}, {{16, 8}, g}, {{16, 8}, p}};
+  };
+  v.push_back(make("lion", "x=4", lion_state(P("x"), P("x")), lion_static, false, "P('x')"));
+  v.push_back(make("lion_grad_other_layout", "x=8", lion_state(P("x"), P(None, "x")), lion_static, false, "P('x')"));
+  v.push_back(make("lion_grad_replicated", "a=2,b=2", lion_state(P("a", "b"), P()), lion_static, false, "P('a', 'b')"));
+  {
+    std::vector<Arg> args = lion_state(P("b", "a"), P("b"));
+    args.push_back({{}, P(), Gen::Positive});
+    v.push_back(make("lion_dynamic", "a=2,b=4", args, lion_dynamic, false, "P('b', 'a')"));
+  }
+  v.push_back(make(
+      "lion_partial_grad", "x=4", {{{16, 8}, P("x")}, {{32, 16}, P("x")}, {{32, 8}, P("x")}, {{16, 8}, P("x")}},
+      [](const std::vector<Array>& a) {
+        LionConfig config;
+        config.lr = 0.01;
+        config.weight_decay = 0.1;
+        Array g = matmul_op(a[1], a[2], true, false);  // [16, 8], partial over x
+        return lion_update(a[0], g, a[3], config);
+      },
+      false, "P('x')"));
   return v;
 }
 

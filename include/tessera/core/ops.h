@@ -167,5 +167,13 @@ std::vector<Array> adamw_update(const Array& param, const Array& grad, const Arr
 // compiles once for every step and learning-rate schedule.
 std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v, const Array& lr,
                                 const Array& step, const AdamWConfig& config);
+// One Lion step (Chen et al. 2023):
+//   c = b1 m + (1-b1) g;  p' = p - lr (sign(c) + wd p);  m' = b2 m + (1-b2) g
+// Returns {p', m'}. grad has param's shape and dtype; m is float32 for
+// float32/bf16/f16 params (float64 for float64). sign(0) = 0, as the sign op.
+std::vector<Array> lion_update(const Array& param, const Array& grad, const Array& m, const LionConfig& config);
+// The same with the learning rate as an array (a floating scalar; config.lr is ignored).
+std::vector<Array> lion_update(const Array& param, const Array& grad, const Array& m, const Array& lr,
+                               const LionConfig& config);
 
 }  // namespace tessera

@@ -34,4 +34,25 @@ void AdamW::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outpu
                     outputs[1].mutable_raw_data(), outputs[2].mutable_raw_data(), inputs[0].size(), c);
 }
 
+void Lion::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  // In place on copies of param and m, as AdamW's.
+  for (int i = 0; i < 2; ++i) {
+    const Array& src = inputs[i == 0 ? 0 : 2];
+    outputs[i].allocate();
+    if (src.nbytes() > 0 && outputs[i].mutable_raw_data() != src.raw_data())
+      std::memcpy(outputs[i].mutable_raw_data(), src.raw_data(), src.nbytes());
+  }
+  cpu::LionConfig c;
+  c.lr = config_.lr;
+  c.beta1 = config_.beta1;
+  c.beta2 = config_.beta2;
+  c.weight_decay = config_.weight_decay;
+  if (dynamic_) {
+    c.lr = load_as_double(inputs[3].dtype(), inputs[3].raw_data(), 0);
+    if (!(c.lr >= 0)) fail<ValueError>("lion_update: lr {} (expected >= 0)", c.lr);
+  }
+  cpu::lion_update(inputs[0].dtype(), outputs[0].mutable_raw_data(), inputs[1].raw_data(),
+                   outputs[1].mutable_raw_data(), inputs[0].size(), c);
+}
+
 }  // namespace tessera

@@ -105,7 +105,7 @@ void register_linalg_kernels();       // matmul, matmul_epilogue (cuBLASLt)
 void register_nn_kernels();           // norms, softmax, cross-entropy
 void register_attention_kernels();    // flash attention forward and backward
 void register_indexing_kernels();     // take (embedding), scatter_add, take_along_axis
-void register_optim_kernels();        // adamw_update
+void register_optim_kernels();        // adamw_update, lion_update
 void register_random_kernels();       // Philox bits / uniform / normal / dropout
 
 }  // namespace tessera::cuda

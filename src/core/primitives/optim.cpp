@@ -1,5 +1,5 @@
-// The AdamW primitive's composite form (the reference its fused kernel is tested
-// against, and what vmap batches) and cost.
+// The optimizer primitives' composite forms (the references their fused kernels are
+// tested against, and what vjp differentiates and vmap batches) and costs.
 #include "tessera/ir/primitives/optim.h"
 
 #include <fmt/format.h>
@@ -41,6 +41,31 @@ std::vector<Array> AdamW::composite(const std::vector<Array>& in) const {
 Cost AdamW::cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const {
   Cost c = Primitive::cost(inputs, outputs);
   c.flops = 12.0 * static_cast<double>(inputs[0].size());
+  return c;
+}
+
+std::string Lion::attributes() const {
+  if (dynamic_)
+    return fmt::format("beta1={}, beta2={}, weight_decay={}, dynamic=true", config_.beta1, config_.beta2,
+                       config_.weight_decay);
+  return fmt::format("lr={}, beta1={}, beta2={}, weight_decay={}", config_.lr, config_.beta1, config_.beta2,
+                     config_.weight_decay);
+}
+
+std::vector<Array> Lion::composite(const std::vector<Array>& in) const {
+  const LionConfig& c = config_;
+  const DType state = accumulation_dtype(in[0].dtype());
+  const Array p = astype(in[0], state), g = astype(in[1], state);
+  const Array update = sign(in[2] * c.beta1 + g * (1.0 - c.beta1)) + p * c.weight_decay;
+  const Array scaled = dynamic_ ? update * astype(in[3], state) : update * c.lr;
+  return {astype(p - scaled, in[0].dtype()), in[2] * c.beta2 + g * (1.0 - c.beta2)};
+}
+
+// Per element: two interpolations (3 each), the decay and the step (2 each); the sign
+// is a comparison.
+Cost Lion::cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const {
+  Cost c = Primitive::cost(inputs, outputs);
+  c.flops = 10.0 * static_cast<double>(inputs[0].size());
   return c;
 }
 

@@ -1,5 +1,5 @@
-// Optimizer update primitives. Functional: they return new parameter and state
-// arrays (the compiler's donation makes them in place). Their vjp and vmap go
+// Optimizer update primitives (AdamW, Lion). Functional: they return new parameter
+// and state arrays (the compiler's donation makes them in place). Their vjp and vmap go
 // through the composite form (meta-gradients work; the fused kernel is first-order
 // only).
 #pragma once
@@ -34,6 +34,33 @@ class AdamW : public Primitive {
 
  private:
   AdamWConfig config_;
+  bool dynamic_;
+};
+
+struct LionConfig {
+  double lr = 1e-4, beta1 = 0.9, beta2 = 0.99, weight_decay = 0.0;
+};
+
+// Lion (Chen et al. 2023), the sign of an interpolated momentum:
+//   c = b1 m + (1-b1) g;  p' = p - lr (sign(c) + wd p);  m' = b2 m + (1-b2) g
+// sign as the sign op (sign(+-0) = +-0, sign(NaN) = NaN). Inputs: param, grad, m, and
+// when `dynamic`: lr (a floating scalar, replacing config.lr; Lion has no step count).
+// Outputs: param, m (m in the accumulation dtype).
+class Lion : public Primitive {
+ public:
+  explicit Lion(LionConfig config, bool dynamic = false) : config_(config), dynamic_(dynamic) {}
+  const LionConfig& config() const { return config_; }
+  bool dynamic() const { return dynamic_; }
+  std::string name() const override { return "lion_update"; }
+  // param -> new param, m -> new m (the kernel is elementwise).
+  bool can_write_in_place(int input, int output) const override { return input == (output == 0 ? 0 : 2); }
+  std::string attributes() const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_COMPOSITE
+  TESSERA_PRIMITIVE_COST
+
+ private:
+  LionConfig config_;
   bool dynamic_;
 };
 

@@ -19,4 +19,16 @@ struct AdamWConfig {
 // accumulation_dtype(dtype) (fp32 state for low-precision params). AVX2 for float32.
 void adamw_update(DType dtype, void* param, const void* grad, void* m, void* v, int64_t n, const AdamWConfig& config);
 
+struct LionConfig {
+  double lr = 1e-4, beta1 = 0.9, beta2 = 0.99, weight_decay = 0.0;
+};
+
+// Lion (Chen et al. 2023):
+//   c = b1 m + (1-b1) g;  p -= lr (sign(c) + wd p);  m = b2 m + (1-b2) g
+// with sign(+-0) = +-0 and sign(NaN) = NaN (the sign op's). param and grad have `dtype`
+// (float32, float64, bfloat16, float16); m is of accumulation_dtype(dtype). Every dtype
+// runs one sequence of fused multiply-adds (optim.cpp), so results do not depend on
+// the thread count, the vector width or the build's contraction flags.
+void lion_update(DType dtype, void* param, const void* grad, void* m, int64_t n, const LionConfig& config);
+
 }  // namespace tessera::cpu

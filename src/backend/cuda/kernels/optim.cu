@@ -1,6 +1,7 @@
-// AdamW updates (see optim.h). Memory bound: 4 reads and 3 writes per element. Every
-// arithmetic step is an explicit round-to-nearest intrinsic (fused or not exactly as
-// on the CPU), so nvcc's own contraction choices cannot change the result.
+// AdamW and Lion updates (see optim.h). Memory bound: AdamW 4 reads and 3 writes per
+// element, Lion 3 and 2. Every arithmetic step is an explicit round-to-nearest
+// intrinsic (fused or not exactly as on the CPU), so nvcc's own contraction choices
+// cannot change the result.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -158,30 +159,78 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     update_one(p, g, m, v, po, mo, vo, i, k);
 }
 
+// One multi-tensor launch's pointers and (tensor, chunk) pairs; S float32 state
+// tensors per parameter (AdamW: m, v; Lion: m).
+template <int S>
 struct MtMeta {
   void* p[kMtTensors];
   const void* g[kMtTensors];
-  float* m[kMtTensors];
-  float* v[kMtTensors];
+  float* state[S][kMtTensors];
   int64_t n[kMtTensors];
   unsigned char block_tensor[kMtBlocks];
   int block_chunk[kMtBlocks];
 };
-static_assert(sizeof(MtMeta) + sizeof(Coeffs<float>) + sizeof(Dynamic) < 4000, "multi-tensor launch parameters");
+static_assert(sizeof(MtMeta<2>) + sizeof(Coeffs<float>) + sizeof(Dynamic) < 4000, "multi-tensor launch parameters");
 static_assert(kMtTensors <= 256, "block_tensor is a byte");
 
 // One block per (tensor, chunk) pair of the launch.
 template <typename T>
-__global__ void __launch_bounds__(kMtThreads) adamw_multi_tensor_kernel(MtMeta meta, Coeffs<float> k, Dynamic d) {
+__global__ void __launch_bounds__(kMtThreads) adamw_multi_tensor_kernel(MtMeta<2> meta, Coeffs<float> k, Dynamic d) {
   k = resolve(k, d);
   const int t = meta.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(meta.block_chunk[blockIdx.x]) * kMtChunk;
   const int64_t end = std::min(meta.n[t], begin + kMtChunk);
   T* p = static_cast<T*>(meta.p[t]);
   const T* g = static_cast<const T*>(meta.g[t]);
-  float* m = meta.m[t];
-  float* v = meta.v[t];
+  float* m = meta.state[0][t];
+  float* v = meta.state[1][t];
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) update_one<T>(p, g, m, v, p, m, v, i, k);
+}
+
+// One tensor of a multi-tensor launch: parameter, gradient, S state tensors.
+template <int S>
+struct MtTensor {
+  void* p = nullptr;
+  const void* g = nullptr;
+  void* state[S] = {};
+  int64_t n = 0;
+};
+
+// Cuts the tensors into kMtChunk-element chunks and packs them into launches of up to
+// kMtTensors tensors and kMtBlocks chunks: launch(meta, blocks) runs one. A tensor whose
+// chunks do not fit goes on in the next launch, from slot 0.
+template <int S, typename Launch>
+void pack_multi_tensor(const std::vector<MtTensor<S>>& tensors, Launch&& launch) {
+  MtMeta<S> meta{};
+  int tensors_in = 0, blocks_in = 0;
+  auto put = [&meta](int slot, const MtTensor<S>& t) {
+    meta.p[slot] = t.p;
+    meta.g[slot] = t.g;
+    for (int s = 0; s < S; ++s) meta.state[s][slot] = static_cast<float*>(t.state[s]);
+    meta.n[slot] = t.n;
+  };
+  for (const MtTensor<S>& t : tensors) {
+    if (t.n == 0) continue;
+    put(tensors_in++, t);
+    const int64_t chunks = (t.n + kMtChunk - 1) / kMtChunk;
+    for (int64_t c = 0; c < chunks; ++c) {
+      meta.block_tensor[blocks_in] = static_cast<unsigned char>(tensors_in - 1);
+      meta.block_chunk[blocks_in] = static_cast<int>(c);
+      ++blocks_in;
+      const bool last_chunk = c == chunks - 1;
+      if (blocks_in == kMtBlocks || (tensors_in == kMtTensors && last_chunk)) {
+        launch(meta, blocks_in);
+        blocks_in = 0;
+        if (last_chunk) {
+          tensors_in = 0;
+        } else {
+          put(0, t);
+          tensors_in = 1;
+        }
+      }
+    }
+  }
+  if (blocks_in > 0) launch(meta, blocks_in);
 }
 
 void check_hyper(const char* op, const AdamWHyper& h) {
@@ -223,44 +272,138 @@ template <typename T>
 void launch_multi(const std::vector<AdamWTensor>& tensors, const AdamWHyper& h, cudaStream_t stream) {
   const Coeffs<float> k = host_coeffs<float>(h);
   const Dynamic d = dynamic_of(h);
-  MtMeta meta{};
-  int tensors_in = 0, blocks_in = 0;
-  auto launch = [&] {
-    adamw_multi_tensor_kernel<T><<<blocks_in, kMtThreads, 0, stream>>>(meta, k, d);
+  std::vector<MtTensor<2>> packed;
+  packed.reserve(tensors.size());
+  for (const AdamWTensor& t : tensors) packed.push_back({t.param, t.grad, {t.m, t.v}, t.n});
+  pack_multi_tensor<2>(packed, [&](const MtMeta<2>& meta, int blocks) {
+    adamw_multi_tensor_kernel<T><<<blocks, kMtThreads, 0, stream>>>(meta, k, d);
     TESSERA_CUDA_CHECK(cudaGetLastError());
-    blocks_in = 0;
-  };
-  for (const AdamWTensor& t : tensors) {
-    if (t.n == 0) continue;
-    meta.p[tensors_in] = t.param;
-    meta.g[tensors_in] = t.grad;
-    meta.m[tensors_in] = static_cast<float*>(t.m);
-    meta.v[tensors_in] = static_cast<float*>(t.v);
-    meta.n[tensors_in] = t.n;
-    ++tensors_in;
-    const int64_t chunks = (t.n + kMtChunk - 1) / kMtChunk;
-    for (int64_t c = 0; c < chunks; ++c) {
-      meta.block_tensor[blocks_in] = static_cast<unsigned char>(tensors_in - 1);
-      meta.block_chunk[blocks_in] = static_cast<int>(c);
-      ++blocks_in;
-      const bool last_chunk = c == chunks - 1;
-      if (blocks_in == kMtBlocks || (tensors_in == kMtTensors && last_chunk)) {
-        launch();
-        if (last_chunk) {
-          tensors_in = 0;
-        } else {  // the tensor goes on in the next launch, from slot 0
-          const int s = tensors_in - 1;
-          meta.p[0] = meta.p[s];
-          meta.g[0] = meta.g[s];
-          meta.m[0] = meta.m[s];
-          meta.v[0] = meta.v[s];
-          meta.n[0] = meta.n[s];
-          tensors_in = 1;
-        }
-      }
-    }
+  });
+}
+
+// ---- Lion ----
+
+template <typename A>
+struct LionCoeffs {
+  A lr, b1, b2, one_minus_b1, one_minus_b2, wd;
+};
+
+// A dynamic lr on the device; nullptr: the coefficients are final.
+struct LionDynamic {
+  const void* lr = nullptr;
+  int lr_dtype = 0;
+};
+static_assert(sizeof(MtMeta<1>) + sizeof(LionCoeffs<float>) + sizeof(LionDynamic) < 4000,
+              "multi-tensor launch parameters");
+
+// The host's coefficients, exactly as the CPU kernel computes them.
+template <typename A>
+LionCoeffs<A> lion_host_coeffs(const LionHyper& h) {
+  return {static_cast<A>(h.lr),          static_cast<A>(h.beta1),       static_cast<A>(h.beta2),
+          static_cast<A>(1.0 - h.beta1), static_cast<A>(1.0 - h.beta2), static_cast<A>(h.weight_decay)};
+}
+
+// The device's lr, rounded as the CPU rounds it; an lr that is not >= 0 (the CPU
+// throws) becomes NaN, so every updated parameter is NaN.
+template <typename A>
+__device__ LionCoeffs<A> resolve(LionCoeffs<A> k, const LionDynamic& d) {
+  if (d.lr == nullptr) return k;
+  const double lr = load_scalar(d.lr, d.lr_dtype);
+  k.lr = lr >= 0.0 ? static_cast<A>(lr) : static_cast<A>(nan(""));
+  return k;
+}
+
+// The CPU's sequence (kernels/optim.cpp's lion_span, float32 AVX2 and scalar alike):
+//   c = fma(b1, m, (1-b1) g);  m' = fma(b2, m, (1-b2) g);  p' = fma(-lr, fma(wd, p, sign(c)), p)
+// sign keeps +-0 and NaN, as the sign op.
+__device__ __forceinline__ void lion_element(float p, float g, float m, const LionCoeffs<float>& k, float& po,
+                                             float& mo) {
+  const float c = __fmaf_rn(k.b1, m, __fmul_rn(k.one_minus_b1, g));
+  const float s = c > 0.0f ? 1.0f : c < 0.0f ? -1.0f : c;
+  mo = __fmaf_rn(k.b2, m, __fmul_rn(k.one_minus_b2, g));
+  po = __fmaf_rn(-k.lr, __fmaf_rn(k.wd, p, s), p);
+}
+
+__device__ __forceinline__ void lion_element(double p, double g, double m, const LionCoeffs<double>& k, double& po,
+                                             double& mo) {
+  const double c = __fma_rn(k.b1, m, __dmul_rn(k.one_minus_b1, g));
+  const double s = c > 0.0 ? 1.0 : c < 0.0 ? -1.0 : c;
+  mo = __fma_rn(k.b2, m, __dmul_rn(k.one_minus_b2, g));
+  po = __fma_rn(-k.lr, __fma_rn(k.wd, p, s), p);
+}
+
+template <typename T>
+__device__ __forceinline__ void lion_one(const T* p, const T* g, const typename Param<T>::A* m, T* po,
+                                         typename Param<T>::A* mo, int64_t i,
+                                         const LionCoeffs<typename Param<T>::A>& k) {
+  using A = typename Param<T>::A;
+  A pn, mn;
+  lion_element(Param<T>::load(p[i]), Param<T>::load(g[i]), m[i], k, pn, mn);
+  mo[i] = mn;
+  po[i] = Param<T>::store(pn);
+}
+
+// Inputs and outputs may alias (in-place update): no __restrict__.
+template <typename T>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    lion_kernel(const T* p, const T* g, const typename Param<T>::A* m, T* po, typename Param<T>::A* mo, int64_t n,
+                LionCoeffs<typename Param<T>::A> k, LionDynamic d) {
+  k = resolve(k, d);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    lion_one(p, g, m, po, mo, i, k);
+}
+
+// One block per (tensor, chunk) pair of the launch.
+template <typename T>
+__global__ void __launch_bounds__(kMtThreads)
+    lion_multi_tensor_kernel(MtMeta<1> meta, LionCoeffs<float> k, LionDynamic d) {
+  k = resolve(k, d);
+  const int t = meta.block_tensor[blockIdx.x];
+  const int64_t begin = static_cast<int64_t>(meta.block_chunk[blockIdx.x]) * kMtChunk;
+  const int64_t end = std::min(meta.n[t], begin + kMtChunk);
+  T* p = static_cast<T*>(meta.p[t]);
+  const T* g = static_cast<const T*>(meta.g[t]);
+  float* m = meta.state[0][t];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) lion_one<T>(p, g, m, p, m, i, k);
+}
+
+void check_lion_hyper(const char* op, const LionHyper& h) {
+  if (h.lr_device == nullptr && !(h.lr >= 0.0)) value_error(op, ": lr ", h.lr, " (expected >= 0)");
+  if (!(h.beta1 >= 0.0 && h.beta1 < 1.0) || !(h.beta2 >= 0.0 && h.beta2 < 1.0))
+    value_error(op, ": betas out of range (got beta1=", h.beta1, ", beta2=", h.beta2, "; expected 0 <= beta < 1)");
+}
+
+LionDynamic lion_dynamic_of(const LionHyper& h) {
+  LionDynamic d;
+  if (h.lr_device != nullptr) {
+    d.lr = h.lr_device;
+    d.lr_dtype = static_cast<int>(h.lr_dtype);
   }
-  if (blocks_in > 0) launch();
+  return d;
+}
+
+template <typename T>
+void launch_lion_single(const void* param, const void* grad, const void* m, void* param_out, void* m_out, int64_t n,
+                        const LionHyper& h, cudaStream_t stream) {
+  using A = typename Param<T>::A;
+  lion_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(
+      static_cast<const T*>(param), static_cast<const T*>(grad), static_cast<const A*>(m), static_cast<T*>(param_out),
+      static_cast<A*>(m_out), n, lion_host_coeffs<A>(h), lion_dynamic_of(h));
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void launch_lion_multi(const std::vector<LionTensor>& tensors, const LionHyper& h, cudaStream_t stream) {
+  const LionCoeffs<float> k = lion_host_coeffs<float>(h);
+  const LionDynamic d = lion_dynamic_of(h);
+  std::vector<MtTensor<1>> packed;
+  packed.reserve(tensors.size());
+  for (const LionTensor& t : tensors) packed.push_back({t.param, t.grad, {t.m}, t.n});
+  pack_multi_tensor<1>(packed, [&](const MtMeta<1>& meta, int blocks) {
+    lion_multi_tensor_kernel<T><<<blocks, kMtThreads, 0, stream>>>(meta, k, d);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  });
 }
 
 }  // namespace
@@ -303,6 +446,47 @@ void adamw_multi_tensor(DType dtype, const std::vector<AdamWTensor>& tensors, co
       return launch_multi<__half>(tensors, hyper, stream);
     default:
       value_error("adamw_multi_tensor: param dtype ", name(dtype), " (expected float32, bfloat16 or float16)");
+  }
+}
+
+void lion_update(DType dtype, const void* param, const void* grad, const void* m, void* param_out, void* m_out,
+                 int64_t n, const LionHyper& hyper, cudaStream_t stream) {
+  if (n < 0) value_error("lion_update: negative size (got ", n, "; expected >= 0)");
+  check_lion_hyper("lion_update", hyper);
+  if (n == 0) return;
+  switch (dtype) {
+    case DType::Float32:
+      return launch_lion_single<float>(param, grad, m, param_out, m_out, n, hyper, stream);
+    case DType::BFloat16:
+      return launch_lion_single<__nv_bfloat16>(param, grad, m, param_out, m_out, n, hyper, stream);
+    case DType::Float16:
+      return launch_lion_single<__half>(param, grad, m, param_out, m_out, n, hyper, stream);
+    case DType::Float64:
+      return launch_lion_single<double>(param, grad, m, param_out, m_out, n, hyper, stream);
+    default:
+      value_error("lion_update: param dtype ", name(dtype), " (expected float32, bfloat16, float16 or float64)");
+  }
+}
+
+void lion_multi_tensor(DType dtype, const std::vector<LionTensor>& tensors, const LionHyper& hyper,
+                       cudaStream_t stream) {
+  check_lion_hyper("lion_multi_tensor", hyper);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const LionTensor& t = tensors[i];
+    if (t.n < 0 || t.n / kMtChunk >= (int64_t{1} << 31))
+      value_error("lion_multi_tensor: tensor ", i, " has ", t.n, " elements (expected 0 <= n < 2^47)");
+    if (t.n > 0 && (t.param == nullptr || t.grad == nullptr || t.m == nullptr))
+      value_error("lion_multi_tensor: tensor ", i, " has a null pointer");
+  }
+  switch (dtype) {
+    case DType::Float32:
+      return launch_lion_multi<float>(tensors, hyper, stream);
+    case DType::BFloat16:
+      return launch_lion_multi<__nv_bfloat16>(tensors, hyper, stream);
+    case DType::Float16:
+      return launch_lion_multi<__half>(tensors, hyper, stream);
+    default:
+      value_error("lion_multi_tensor: param dtype ", name(dtype), " (expected float32, bfloat16 or float16)");
   }
 }
 

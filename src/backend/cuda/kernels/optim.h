@@ -1,7 +1,7 @@
-// Optimizer updates on raw device pointers: AdamW, one tensor per launch or many tensors
-// per launch (multi_tensor_apply style).
+// Optimizer updates on raw device pointers: AdamW and Lion, one tensor per launch or many
+// tensors per launch (multi_tensor_apply style).
 //
-// The math is the CPU kernel's (backend/cpu/kernels/optim.h), operation for operation:
+// AdamW's math is the CPU kernel's (backend/cpu/kernels/optim.h), operation for operation:
 //   m' = b1 m + (1-b1) g;  v' = b2 v + (1-b2) g^2
 //   p' = p - lr ((m' c1) / (sqrt(v' c2) + eps) + wd p),  c1 = 1/(1-b1^t), c2 = 1/(1-b2^t)
 // with the coefficients computed in double and rounded to the state type. float32 (and
@@ -12,6 +12,12 @@
 // which GCC -O3 -mfma contracts into these FMAs). Parameters and gradients
 // share a dtype (float32, bfloat16, float16, float64); m and v are float32 (float64 for
 // float64 parameters).
+//
+// Lion's is the CPU kernel's sequence too, for every dtype (float32 and widened 16-bit
+// parameters in float, float64 in double):
+//   c = fma(b1, m, (1-b1) g);  m' = fma(b2, m, (1-b2) g);  p' = fma(-lr, fma(wd, p, sign(c)), p)
+// with the coefficients rounded from double and sign(+-0) = +-0, sign(NaN) = NaN: results
+// are bitwise the CPU's, a dynamic lr included (no device-side math on it).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -60,5 +66,33 @@ struct AdamWTensor {
 // adamw_update.
 void adamw_multi_tensor(DType dtype, const std::vector<AdamWTensor>& tensors, const AdamWHyper& hyper,
                         cudaStream_t stream);
+
+struct LionHyper {
+  double lr = 1e-4, beta1 = 0.9, beta2 = 0.99, weight_decay = 0.0;
+  // Dynamic schedules: when lr_device is set, lr is read on the device from this scalar
+  // (any floating dtype) and the field above is ignored. An lr that is not >= 0 (the CPU
+  // throws) makes every updated parameter NaN.
+  const void* lr_device = nullptr;
+  DType lr_dtype = DType::Float32;
+};
+
+// One tensor of n elements: reads param, grad, m and writes param_out, m_out (each
+// output may be its input).
+void lion_update(DType dtype, const void* param, const void* grad, const void* m, void* param_out, void* m_out,
+                 int64_t n, const LionHyper& hyper, cudaStream_t stream);
+
+// One tensor of a multi-tensor Lion update, updated in place.
+struct LionTensor {
+  void* param = nullptr;
+  const void* grad = nullptr;
+  void* m = nullptr;
+  int64_t n = 0;
+};
+
+// Every tensor in place with the same hyperparameters, packed into launches as
+// adamw_multi_tensor's. float32, bfloat16 and float16 parameters (all of one dtype; m
+// float32). Results are bitwise those of lion_update.
+void lion_multi_tensor(DType dtype, const std::vector<LionTensor>& tensors, const LionHyper& hyper,
+                       cudaStream_t stream);
 
 }  // namespace tessera::cuda

@@ -40,6 +40,8 @@ ap.add_argument("--threads", type=int, default=2, help="expected size of the CPU
 ap.add_argument("--data", default="random", help="'random' or a file path (byte tokens)")
 ap.add_argument("--compile", action="store_true", help="accepted for CLI parity; jax.jit always compiles")
 ap.add_argument("--seed", type=int, default=0)
+ap.add_argument("--compute-dtype", default="float32", choices=["float32", "bfloat16"],
+                help="bfloat16: the loss casts the float32 parameters to bf16 (mixed precision; optimizer in f32)")
 ap.add_argument("--init-from", default=None, metavar="NPZ",
                 help="initial params and batches from `torch_gpt_cpu.py --dump-init NPZ`")
 args = ap.parse_args()
@@ -108,6 +110,8 @@ def attention(x, params, p, heads):
 
 def loss_fn(params, idx, targets):
     T = idx.shape[1]
+    if args.compute_dtype == "bfloat16":  # f32 master weights, bf16 compute; the loss in f32
+        params = {k: v.astype(jnp.bfloat16) for k, v in params.items()}
     x = params["wte.weight"][idx] + params["wpe.weight"][:T]
     for i in range(args.layers):
         p = f"blocks.{i}."
@@ -116,6 +120,7 @@ def loss_fn(params, idx, targets):
         x = x + linear(jax.nn.gelu(h, approximate=True), params, p + "fc_out")
     x = layer_norm(x, params["ln_f.weight"], params["ln_f.bias"])
     logits = x @ params["wte.weight"].T  # weight-tied LM head
+    logits = logits.astype(jnp.float32)
     logz = jax.nn.logsumexp(logits, axis=-1)
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     return (logz - picked).mean()

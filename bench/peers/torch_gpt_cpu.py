@@ -4,6 +4,9 @@
 #     float32) and the pre-generated batches (x, y as int32, shape (n, batch, seq)) to NPZ, so
 #     bench/peers/jax_gpt_cpu.py --init-from NPZ starts from the same weights and data. It
 #     runs before the first step and is not timed; without the flag the script is unchanged.
+#   - added --autocast bf16: the forward (and so the backward's matmuls) runs under
+#     torch.autocast("cpu", dtype=torch.bfloat16) with float32 parameters and optimizer, PyTorch's
+#     CPU mixed precision (oneDNN bf16 GEMMs on AVX512-BF16/AMX); without the flag, unchanged.
 # It needs no other change for torch 2: it already switches to F.scaled_dot_product_attention
 # and supports --compile when torch >= 2.0.
 """torch_gpt_cpu.py - CPU training-throughput anchor: a standard pre-LayerNorm
@@ -67,6 +70,8 @@ ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--data", default="random", help="'random' or a file path (byte tokens)")
 ap.add_argument("--compile", action="store_true", help="use torch.compile (torch >= 2.0)")
 ap.add_argument("--seed", type=int, default=0)
+ap.add_argument("--autocast", default="off", choices=["off", "bf16"],
+                help="bf16: forward under torch.autocast('cpu', dtype=torch.bfloat16)")
 ap.add_argument("--dump-init", default=None, metavar="NPZ",
                 help="write initial params and the batches to NPZ (for jax_gpt_cpu.py --init-from)")
 args = ap.parse_args()
@@ -185,7 +190,8 @@ def main():
     times, fwd_ms, bwd_ms, opt_ms, losses = [], [], [], [], []
     for i, (x, y) in enumerate(batches):
         t0 = time.perf_counter()
-        loss = step_fn_model(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
+            loss = step_fn_model(x, y)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()

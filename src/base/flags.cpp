@@ -34,8 +34,8 @@ constexpr Flag kFlags[] = {
     {"TESSERA_COMPILATION_CACHE_MAX_MB", "2048",
      "Size bound, in MiB, of the persistent compilation cache; the least recently used entries go first.", ""},
     {"TESSERA_CPU_BF16_GEMM", "auto",
-     "bfloat16 GEMMs on the CPU: auto (oneDNN on the bf16 matrix units, AMX or AVX512-BF16, where the CPU has "
-     "them; else float32 sgemm on widened operands) or float32 (always widen: for A/B timing).",
+     "bfloat16 GEMMs on the CPU: auto (the AMX tile kernel where the CPU has AMX-BF16; else float32 sgemm on "
+     "widened operands) or float32 (always widen: for A/B timing).",
      ""},
     {"TESSERA_CPU_DEVICES", "1", "The number of virtual CPU devices of an in-process mesh (1 to 4096).", ""},
     {"TESSERA_CUDA_GRAPHS", "1", "0: GPU programs launch their kernels one by one instead of replaying a CUDA graph.",

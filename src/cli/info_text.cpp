@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "backend/cpu/kernels/matmul_dnnl.h"
+#include "backend/cpu/kernels/matmul_amx.h"
 #include "cli/cpu_check.h"
 #include "tessera/backend/cuda.h"
 #include "tessera/base/thread_pool.h"

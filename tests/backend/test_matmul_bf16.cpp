@@ -1,4 +1,4 @@
-// bfloat16 GEMMs on the CPU's matrix units (backend/cpu/kernels/matmul_dnnl.h): the path
+// bfloat16 GEMMs on the CPU's AMX tiles (backend/cpu/kernels/matmul_amx.h): the path
 // follows the CPU's features, and its products stay within the format's precision of a
 // float64 reference on the transformer's shapes (long K, every transpose, tiles split
 // across rows and columns), bitwise equal for 1 and 2 threads.
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "backend/cpu/kernels/matmul.h"
-#include "backend/cpu/kernels/matmul_dnnl.h"
+#include "backend/cpu/kernels/matmul_amx.h"
 #include "nn_test_util.h"
 
 namespace tessera::cpu {
@@ -38,7 +38,7 @@ TEST(Bf16Gemm, UsesTheMatrixUnitsWhereTheCpuHasThem) {
   const Bf16GemmPath& path = bf16_gemm_path();
   if (has_units && !forced_off) {
     EXPECT_TRUE(path.native) << "this CPU has bf16 matrix units but the GEMM path is: " << path.description;
-    EXPECT_NE(path.description.find("oneDNN"), std::string::npos) << path.description;
+    EXPECT_NE(path.description.find("AMX"), std::string::npos) << path.description;
   } else {
     EXPECT_FALSE(path.native) << path.description;
     EXPECT_NE(path.description.find("float32 sgemm"), std::string::npos) << path.description;

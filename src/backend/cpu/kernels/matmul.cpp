@@ -17,9 +17,8 @@
 // only on the shape, K is never split, so every element's arithmetic is fixed.
 // matmul may be called inside a parallel region (nested parallel_for runs inline).
 //
-// bfloat16 runs on the CPU's bf16 matrix units (AMX or AVX512-BF16) through oneDNN's
-// matmul primitive, tile by tile like float32 (matmul_dnnl.h): bf16 products, float32
-// accumulation, one rounding. Where the CPU has no bf16 units (bf16_gemm_path()),
+// bfloat16 runs on the CPU's AMX tiles, tile by tile like float32 (matmul_amx.h): bf16
+// products, float32 accumulation, one rounding. Where the CPU has no bf16 units (bf16_gemm_path()),
 // bfloat16 and always float16 are widened to float32 panels, multiplied with sgemm, and
 // rounded once. Integer and bool GEMMs accumulate in 64-bit (wrapping) and are rounded into the
 // element type (bool: any nonzero product).
@@ -31,10 +30,11 @@
 
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
-#include "backend/cpu/kernels/matmul_dnnl.h"
+#include "backend/cpu/kernels/matmul_amx.h"
 #include "backend/cpu/kernels/nn_common.h"
 #include "backend/cpu/kernels/scratch.h"
 #include "tessera/base/error.h"
@@ -91,10 +91,6 @@ void gemm_one(const float* a, const float* b, float* c, const MatmulShape& s, co
               c, static_cast<blasint>(full.n));
 }
 
-void gemm_one(const bfloat16* a, const bfloat16* b, bfloat16* c, const MatmulShape& s, const MatmulShape& full) {
-  bf16_gemm_tile(a, b, c, full.n, false, s, full);
-}
-
 void gemm_one(const double* a, const double* b, double* c, const MatmulShape& s, const MatmulShape& full) {
   cblas_dgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(s.m), static_cast<blasint>(s.n), static_cast<blasint>(s.k), 1.0, a,
@@ -114,8 +110,13 @@ struct Tiling {
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-Tiling choose_tiles(int64_t m, int64_t n) {
-  constexpr int64_t kRows = 512, kMaxCols = 4096, kMinCols = 256, kMinTiles = 4;
+// bfloat16 (AMX) tiles may be narrower (kMinCols 128): the packed B panel of a tile is
+// re-made per tile, but its cost is small next to the 5x faster products, and a
+// 256-row GEMM (a weight gradient) then splits into 4 tiles instead of 3. Any tiling gives
+// the same bits (each element's K order is fixed), so this is speed only.
+Tiling choose_tiles(int64_t m, int64_t n, int64_t min_cols = 256) {
+  constexpr int64_t kRows = 512, kMaxCols = 4096, kMinTiles = 4;
+  const int64_t kMinCols = min_cols;
   int64_t tiles_m = std::max<int64_t>(1, (m + kRows / 2) / kRows);
   if (tiles_m > 1 && tiles_m % 2 == 1) ++tiles_m;  // an even count balances two workers
   const int64_t tile_m = round_up(num_chunks(m, tiles_m), 16);
@@ -148,25 +149,18 @@ void apply_epilogue(DType dtype, const GemmEpilogue& e, const MatmulShape& s, vo
   }
 }
 
-// A bfloat16 tile with its epilogue, bitwise what the unfused ops give: the product
-// rounded to bf16 (oneDNN stores it in C), then each op in float32 (the bf16 elementwise
-// kernels widen to float32 and run the float32 code) rounded to bf16 again. Row by row
-// through a float32 row in L1, with the vectorized casts (binary_span on bf16 widens
-// element by element, ~3x slower here).
-void bf16_tile_with_epilogue(const bfloat16* a, const bfloat16* b, bfloat16* c, const MatmulShape& sub,
-                             const MatmulShape& full, const GemmEpilogue& e, int64_t bi, int64_t i0, int64_t j0) {
+// The epilogue of a bfloat16 tile whose product is already in C (rounded to bf16),
+// bitwise what the unfused ops give: each op in float32 (the bf16 elementwise kernels
+// widen to float32 and run the float32 code) rounded to bf16 again. Row by row through
+// a float32 row in L1 (`row`, `bias`: sub.n floats each), with the vectorized casts.
+void bf16_epilogue_rows(bfloat16* c, const MatmulShape& sub, const MatmulShape& full, const GemmEpilogue& e, int64_t bi,
+                        int64_t i0, int64_t j0, float* row, float* bias) {
   const int64_t offset = bi * full.m * full.n + i0 * full.n + j0;
-  bf16_gemm_tile(a, b, c + offset, full.n, false, sub, full);
-  float* row = thread_scratch<float>(static_cast<size_t>(2 * sub.n), Scratch::MatmulTile);
-  float* bias = nullptr;
-  if (e.bias) {
-    bias = row + sub.n;
-    cast_span(DType::BFloat16, static_cast<const bfloat16*>(e.bias) + j0, DType::Float32, bias, sub.n);
-  }
+  if (e.bias) cast_span(DType::BFloat16, static_cast<const bfloat16*>(e.bias) + j0, DType::Float32, bias, sub.n);
   for (int64_t r = 0; r < sub.m; ++r) {
     bfloat16* out = c + offset + r * full.n;
     cast_span(DType::BFloat16, out, DType::Float32, row, sub.n);
-    if (bias) {
+    if (e.bias) {
       if (e.bias_first)
         binary_span(BinaryOp::Add, DType::Float32, bias, 1, row, 1, row, sub.n);
       else
@@ -193,11 +187,22 @@ void apply_epilogue_all(DType dtype, const GemmEpilogue& e, const MatmulShape& s
 
 template <typename T>
 void blas_matmul(const MatmulShape& s, const T* a, const T* b, T* c, const GemmEpilogue* epilogue = nullptr) {
-  const Tiling tiling = choose_tiles(s.m, s.n);
+  const Tiling tiling = choose_tiles(s.m, s.n, std::is_same_v<T, bfloat16> ? 128 : 256);
   const int64_t tile_m = tiling.tile_m, tile_n = tiling.tile_n;
   const int64_t tiles_m = num_chunks(s.m, tile_m), tiles_n = num_chunks(s.n, tile_n);
   const int64_t per_batch = tiles_m * tiles_n;
   set_blas_threads(1);
+  // bfloat16 (AMX): per running chunk, the kernel's packing and accumulator scratch and
+  // the epilogue's float32 row and bias, taken here so a warm call allocates nothing.
+  std::optional<ChunkScratch> scratch;
+  size_t amx_bytes = 0;
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    MatmulShape first = s;
+    first.m = tile_m;
+    first.n = tile_n;
+    amx_bytes = amx_bf16_scratch_bytes(first);
+    scratch.emplace(amx_bytes + 2 * sizeof(float) * static_cast<size_t>(tile_n), Scratch::MatmulTile);
+  }
   parallel_for(s.batch * per_batch, 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t bi = t / per_batch, ti = (t % per_batch) / tiles_n, tj = t % tiles_n;
@@ -207,14 +212,18 @@ void blas_matmul(const MatmulShape& s, const T* a, const T* b, T* c, const GemmE
       sub.n = std::min(tile_n, s.n - j0);
       const T* at = a + bi * s.a_batch_stride + (s.trans_a ? i0 : i0 * s.k);
       const T* bt = b + bi * s.b_batch_stride + (s.trans_b ? j0 * s.k : j0);
+      T* ct = c + bi * s.m * s.n + i0 * s.n + j0;
       if constexpr (std::is_same_v<T, bfloat16>) {
+        const ChunkScratch::Lease lease(*scratch);
+        amx_bf16_gemm_tile(at, bt, ct, s.n, sub, s, lease.as<unsigned char>());
         if (epilogue) {
-          bf16_tile_with_epilogue(at, bt, c, sub, s, *epilogue, bi, i0, j0);
-          continue;
+          float* row = lease.as<float>(amx_bytes);
+          bf16_epilogue_rows(c, sub, s, *epilogue, bi, i0, j0, row, row + tile_n);
         }
+      } else {
+        gemm_one(at, bt, ct, sub, s);
+        if (epilogue) apply_epilogue(dtype_v<T>, *epilogue, s, c, bi, i0, sub.m, j0, sub.n);
       }
-      gemm_one(at, bt, c + bi * s.m * s.n + i0 * s.n + j0, sub, s);
-      if (epilogue) apply_epilogue(dtype_v<T>, *epilogue, s, c, bi, i0, sub.m, j0, sub.n);
     }
   });
 }

@@ -85,9 +85,11 @@ void adamw_span(float* p, const float* g, float* m, float* v, int64_t n, const C
 }
 #endif
 
-template <typename T>
-void adamw_impl(T* p, const T* g, Acc<T>* m, Acc<T>* v, int64_t n, const AdamWConfig& config) {
-  const Coeffs<Acc<T>> k = coeffs<Acc<T>>(config);
+// Runs span(p, g, begin, len) over chunks of [0, n) in parallel, where p and g point at
+// the chunk: bfloat16/float16 parameters and gradients are widened into float32 scratch
+// first and the parameters narrowed back after (the moments are float32 already).
+template <typename T, typename Span>
+void widened_update(T* p, const T* g, int64_t n, Span&& span) {
   parallel_for_widened<T>(n, kGrain, 2 * std::min(n, kGrain), Scratch::OptimChunks,
                           [&](int64_t begin, int64_t end, float* scratch) {
                             const int64_t len = end - begin;
@@ -96,12 +98,20 @@ void adamw_impl(T* p, const T* g, Acc<T>* m, Acc<T>* v, int64_t n, const AdamWCo
                               float* gs = scratch + len;
                               widen(p + begin, ps, len);
                               widen(g + begin, gs, len);
-                              adamw_span(ps, gs, m + begin, v + begin, len, k);
+                              span(ps, gs, begin, len);
                               narrow(ps, p + begin, len);
                             } else {
-                              adamw_span(p + begin, g + begin, m + begin, v + begin, len, k);
+                              span(p + begin, g + begin, begin, len);
                             }
                           });
+}
+
+template <typename T>
+void adamw_impl(T* p, const T* g, Acc<T>* m, Acc<T>* v, int64_t n, const AdamWConfig& config) {
+  const Coeffs<Acc<T>> k = coeffs<Acc<T>>(config);
+  widened_update(p, g, n, [&](auto* ps, const auto* gs, int64_t begin, int64_t len) {
+    adamw_span(ps, gs, m + begin, v + begin, len, k);
+  });
 }
 
 // ---- Lion ----
@@ -164,20 +174,8 @@ void lion_span(float* p, const float* g, float* m, int64_t n, const LionCoeffs<f
 template <typename T>
 void lion_impl(T* p, const T* g, Acc<T>* m, int64_t n, const LionConfig& config) {
   const LionCoeffs<Acc<T>> k = lion_coeffs<Acc<T>>(config);
-  parallel_for_widened<T>(n, kGrain, 2 * std::min(n, kGrain), Scratch::OptimChunks,
-                          [&](int64_t begin, int64_t end, float* scratch) {
-                            const int64_t len = end - begin;
-                            if constexpr (kIsHalf<T>) {
-                              float* ps = scratch;
-                              float* gs = scratch + len;
-                              widen(p + begin, ps, len);
-                              widen(g + begin, gs, len);
-                              lion_span(ps, gs, m + begin, len, k);
-                              narrow(ps, p + begin, len);
-                            } else {
-                              lion_span(p + begin, g + begin, m + begin, len, k);
-                            }
-                          });
+  widened_update(p, g, n,
+                 [&](auto* ps, const auto* gs, int64_t begin, int64_t len) { lion_span(ps, gs, m + begin, len, k); });
 }
 
 }  // namespace

@@ -46,7 +46,7 @@ enum class Scratch : int {
   MatmulB,             // matmul.cpp: widened 16-bit panels of b
   MatmulC,             // matmul.cpp: float32 result of the widened product
   MatmulChunks,        // matmul.cpp: ChunkScratch of the integer row accumulators
-  MatmulTile,          // matmul.cpp: a float32 row and bias of a bfloat16 tile's epilogue
+  MatmulTile,          // matmul.cpp: ChunkScratch of the AMX packing/accumulators and the bf16 epilogue rows
   SoftmaxChunks,       // softmax.cpp: ChunkScratch of the widened 16-bit rows
   CrossEntropyChunks,  // cross_entropy.cpp: ChunkScratch of the widened 16-bit rows
   NormChunks,          // norm.cpp: ChunkScratch of the widened 16-bit rows

@@ -61,8 +61,10 @@ bool probe(const char** why) {
 #endif
 }
 
+// (Unused where the file is built without AMX: the tile kernel is compiled out.)
 // A rows [r0, r0 + rows) of op(A) (k columns) into [k block][32 rows][32], zeros past the ends.
-void pack_a(const bfloat16* a, int64_t lda, bool trans, int64_t r0, int64_t rows, int64_t k, bfloat16* out) {
+[[maybe_unused]] void pack_a(const bfloat16* a, int64_t lda, bool trans, int64_t r0, int64_t rows, int64_t k,
+                             bfloat16* out) {
   const int64_t kb_count = round_up(k, kBlockK) / kBlockK;
   std::fill(out, out + kb_count * kBlockM * kBlockK, bfloat16{});
   // Read along memory's rows: A's rows when A is stored [m, k], its columns when [k, m].
@@ -79,7 +81,8 @@ void pack_a(const bfloat16* a, int64_t lda, bool trans, int64_t r0, int64_t rows
 }
 
 // op(B) (k x n) into [k block][16-column block][16 pairs][16 columns][2], zeros past the ends.
-void pack_b(const bfloat16* b, int64_t ldb, bool trans, int64_t k, int64_t n, int64_t n_pad, bfloat16* out) {
+[[maybe_unused]] void pack_b(const bfloat16* b, int64_t ldb, bool trans, int64_t k, int64_t n, int64_t n_pad,
+                             bfloat16* out) {
   const int64_t kb_count = round_up(k, kBlockK) / kBlockK, nb_count = n_pad / 16;
   std::fill(out, out + kb_count * kBlockK * n_pad, bfloat16{});
   auto at = [&](int64_t p, int64_t j) -> bfloat16& {

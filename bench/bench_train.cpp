@@ -11,6 +11,10 @@
 //
 //   build/bin/bench_train --preset tiny|small [--steps 20] [--warmup 3] [--threads 2] [--batch 8] [--seq 256]
 //                         [--peak-gflops G] [--compute-dtype float32|bfloat16|float16]
+//                         [--quant attention,mlp,head] [--quant-backward int8|float]
+//
+// --quant runs those matmuls as int8 GEMMs (AQT, the [quant] config); with int8
+// backward GEMMs each step gets its own random key (stochastic rounding), as in training.
 //
 // MFU is printed against the calibration GEMM measured here (what this machine's GEMM
 // reaches) and, with --peak-gflops, against the peak you give (e.g. cores x FMA width x
@@ -18,6 +22,7 @@
 // figure is assumed.
 // A table goes to stdout; the last line is one JSON object (run_train_bench.py reads it).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -47,7 +52,20 @@ struct Flags {
   uint64_t seed = 0;
   double peak_gflops = 0;                 // 0: not given
   std::string compute_dtype = "float32";  // model.compute_dtype: float32 | bfloat16 | float16
+  std::vector<std::string> quant;         // quant.targets
+  std::string quant_backward = "int8";    // quant.backward
 };
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    if (end > start) out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
 
 Flags parse_flags(int argc, char** argv) {
   Flags f;
@@ -73,10 +91,14 @@ Flags parse_flags(int argc, char** argv) {
       f.peak_gflops = ts::bench::flag_positive_number("bench_train", arg, value);
     else if (arg == "--compute-dtype")
       f.compute_dtype = value;
+    else if (arg == "--quant")
+      f.quant = split_commas(value);
+    else if (arg == "--quant-backward")
+      f.quant_backward = value;
     else
       ts::fail<ts::ValueError>(
           "bench_train: unknown flag {} (flags: --preset --steps --warmup --batch --seq --threads --seed "
-          "--peak-gflops --compute-dtype)",
+          "--peak-gflops --compute-dtype --quant --quant-backward)",
           arg);
   }
   return f;
@@ -87,6 +109,8 @@ int run(const Flags& f) {
   ts::models::ModelConfig config = ts::models::preset(f.preset);
   config.context = std::max(config.context, f.seq);
   config.compute_dtype = f.compute_dtype;
+  config.quant_targets = f.quant;
+  config.quant_backward = f.quant_backward;
   ts::models::Model model(config);
   ts::optim::OptimizerConfig adamw;
   adamw.no_decay = {ts::nn::ParamKind::Bias, ts::nn::ParamKind::Norm};
@@ -106,7 +130,9 @@ int run(const Flags& f) {
   double first_step_s = 0;
   for (int64_t i = 0; i < f.warmup + f.steps; ++i) {
     const auto t0 = Clock::now();
-    const ts::train::StepStats s = step.run(params, opt_state, {batches[static_cast<size_t>(i)]}, lr, std::nullopt);
+    std::optional<ts::Array> key;
+    if (config.needs_step_key()) key = ts::key(f.seed * 1000003 + static_cast<uint64_t>(i));
+    const ts::train::StepStats s = step.run(params, opt_state, {batches[static_cast<size_t>(i)]}, lr, key);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     if (i == 0) first_step_s = dt;
     losses.push_back(s.loss);
@@ -119,9 +145,13 @@ int run(const Flags& f) {
   const double gflops = flops_per_token * tokens_per_s / 1e9;
   const double peak = ts::train::calibrate_peak_flops().peak_flops;
 
-  fmt::print("bench_train: {} ({} {} layers, dim {}, heads {}, vocab {}), {} compute, batch {} x seq {}, {} threads\n",
-             f.preset, config.family, config.layers, config.dim, config.heads, config.vocab, f.compute_dtype, f.batch,
-             f.seq, ts::num_threads());
+  const std::string quant =
+      f.quant.empty() ? "none" : fmt::format("{} ({} backward)", fmt::join(f.quant, ","), f.quant_backward);
+  fmt::print(
+      "bench_train: {} ({} {} layers, dim {}, heads {}, vocab {}), {} compute, int8 matmuls: {}, batch {} x seq {}, {} "
+      "threads\n",
+      f.preset, config.family, config.layers, config.dim, config.heads, config.vocab, f.compute_dtype, quant, f.batch,
+      f.seq, ts::num_threads());
   const std::string given_peak_header =
       f.peak_gflops > 0 ? fmt::format(" MFU vs {:g} GFLOP/s (--peak-gflops) |", f.peak_gflops) : "";
   const std::string given_peak_cell = f.peak_gflops > 0 ? fmt::format(" {:.1f}% |", 100 * gflops / f.peak_gflops) : "";
@@ -138,16 +168,17 @@ int run(const Flags& f) {
   fmt::print(
       "{{\"bench\": \"train\", \"peer\": \"tessera\", \"preset\": \"{}\", \"family\": \"{}\", \"layers\": {}, \"dim\": "
       "{}, "
-      "\"heads\": {}, \"vocab\": {}, \"compute_dtype\": \"{}\", \"batch\": {}, \"seq\": {}, \"threads\": {}, "
+      "\"heads\": {}, \"vocab\": {}, \"compute_dtype\": \"{}\", \"quant\": \"{}\", \"batch\": {}, \"seq\": {}, "
+      "\"threads\": {}, "
       "\"params\": {}, \"flops_per_token\": "
       "{:.0f}, "
       "\"steps\": {}, \"warmup\": {}, \"step_ms\": {:.3f}, \"first_step_ms\": {:.3f}, \"tokens_per_s\": {:.1f}, "
       "\"achieved_gflops\": {:.2f}, \"peak_gflops\": {}, \"mfu\": {}, \"calibration_gemm_gflops\": {:.1f}, \"traces\": "
       "{}, "
       "\"compiled_flops_per_step\": {:.0f}, \"total_s\": {:.2f}, \"losses\": [{}]}}\n",
-      f.preset, config.family, config.layers, config.dim, config.heads, config.vocab, f.compute_dtype, f.batch, f.seq,
-      ts::num_threads(), model.parameter_count(), flops_per_token, f.steps, f.warmup, 1e3 * step_s, 1e3 * first_step_s,
-      tokens_per_s, gflops, f.peak_gflops > 0 ? fmt::format("{:g}", f.peak_gflops) : "null",
+      f.preset, config.family, config.layers, config.dim, config.heads, config.vocab, f.compute_dtype, quant, f.batch,
+      f.seq, ts::num_threads(), model.parameter_count(), flops_per_token, f.steps, f.warmup, 1e3 * step_s,
+      1e3 * first_step_s, tokens_per_s, gflops, f.peak_gflops > 0 ? fmt::format("{:g}", f.peak_gflops) : "null",
       f.peak_gflops > 0 ? fmt::format("{:.4f}", gflops / f.peak_gflops) : "null", peak / 1e9, step.trace_count(),
       step.compiled_flops(), total_s, loss_list);
   return 0;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""run_lowp_bench.py - low-precision GPT training on the CPU: tessera bf16 against tessera f32 and the peers' best.
+"""run_lowp_bench.py - low-precision GPT training on the CPU: tessera bf16 and int8 against f32 and the peers' best.
 
 For each shape and each of --rounds rounds, runs one process per contender, interleaved (the order rotates every
 round), each under `taskset -c CPUS`:
@@ -7,6 +7,8 @@ round), each under `taskset -c CPUS`:
   tessera-f32         build/bin/bench_train --preset SHAPE --compute-dtype float32
   tessera-bf16        build/bin/bench_train --preset SHAPE --compute-dtype bfloat16 (f32 master weights and AdamW;
                       GEMMs on the CPU's bf16 matrix units where it has them: `tessera info`'s "bf16 GEMM" line)
+  tessera-int8        the bf16 run with every matmul of the blocks and the head in int8, forward and both backward
+                      GEMMs (AQT: --quant attention,mlp,head; `tessera info`'s "int8 GEMM" line)
   torch-eager[-bf16]  bench/peers/torch_gpt_cpu.py [--autocast bf16] ("tuned" env: OMP_WAIT_POLICY=PASSIVE, tcmalloc)
   torch-compile[-bf16] the same with --compile
   jax[-bf16]          bench/peers/jax_gpt_cpu.py [--compute-dtype bfloat16] (f32 params cast to bf16 in the loss)
@@ -19,9 +21,10 @@ JSON line; the table shows the median over rounds of each run's median step.
 The last stdout line is a JSON object with every figure plus
   bf16_vs_f32_min        min over shapes of tessera-bf16 / tessera-f32 tokens/s
   bf16_vs_best_peer_min  min over shapes of tessera-bf16 / the fastest peer in any precision
-  int8_vs_bf16_min       int8 AQT training / tessera-bf16 (null until int8 training exists: it says so in notes)
-  cpu_features           the CPU's bf16/int8 matrix instructions (/proc/cpuinfo) and tessera's bf16 GEMM path.
-On a CPU without AVX512-BF16 or AMX the bf16 ratios are null, with the reason in notes, instead of a figure.
+  int8_vs_bf16_min       min over shapes of tessera-int8 / tessera-bf16 tokens/s
+  cpu_features           the CPU's bf16/int8 matrix instructions (/proc/cpuinfo) and tessera's bf16 and int8 GEMM paths.
+On a CPU without AVX512-BF16 or AMX the bf16 ratios are null, and without AMX-INT8 the int8 ratio is null (tessera's
+int8 GEMM then multiplies in float64), with the reason in notes, instead of a figure.
 """
 import argparse
 import json
@@ -37,7 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS_DIR = os.path.join(ROOT, "bench", "peers")
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
 SHAPES = {"tiny": (256, 4, 4, 256, 256, 8), "small": (4096, 6, 6, 384, 256, 8)}
-TESSERA = ["tessera-f32", "tessera-bf16"]
+TESSERA = ["tessera-f32", "tessera-bf16", "tessera-int8"]
 PEERS = ["torch-eager", "torch-eager-bf16", "torch-compile", "torch-compile-bf16", "jax", "jax-bf16"]
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -78,6 +81,11 @@ def cpu_features():
         info = subprocess.run([tessera, "info"], capture_output=True, text=True).stdout
         path = next((ln.split("bf16 GEMM", 1)[1].strip() for ln in info.splitlines() if "bf16 GEMM" in ln), path)
     features["tessera_bf16_gemm"] = path
+    int8_path = "unknown (no build/bin/tessera)"
+    if os.access(tessera, os.X_OK):
+        int8_path = next((ln.split("int8 GEMM", 1)[1].strip() for ln in info.splitlines() if "int8 GEMM" in ln),
+                         int8_path)
+    features["tessera_int8_gemm"] = int8_path
     return features
 
 
@@ -95,8 +103,11 @@ def command(contender, shape, py):
     env = dict(os.environ)
     bf16 = contender.endswith("-bf16")
     if contender.startswith("tessera"):
+        low = contender != "tessera-f32"
         cmd = [args.binary, "--preset", shape, "--steps", args.steps, "--warmup", args.warmup, "--threads",
-               args.threads, "--compute-dtype", "bfloat16" if bf16 else "float32"]
+               args.threads, "--compute-dtype", "bfloat16" if low else "float32"]
+        if contender == "tessera-int8":
+            cmd += ["--quant", "attention,mlp,head", "--quant-backward", "int8"]
     elif contender.startswith("torch"):
         compiled = contender.startswith("torch-compile")
         cmd = [py, os.path.join(PEERS_DIR, "torch_gpt_cpu.py"), *model, "--steps", args.steps, "--warmup",
@@ -177,7 +188,7 @@ def main():
 
     has_bf16_units = features["avx512_bf16"] or features["amx_bf16"]
     ratios = {}
-    bf16_vs_f32, bf16_vs_peer = [], []
+    bf16_vs_f32, bf16_vs_peer, int8_vs_bf16 = [], [], []
     for shape in shapes:
         peers = [(tok(shape, c), c) for c in contenders if c in PEERS and tok(shape, c)]
         best = max(peers) if peers else None
@@ -190,26 +201,35 @@ def main():
             bf16_vs_f32.append(ratios[f"{shape}_bf16_vs_f32"])
         if ratios[f"{shape}_bf16_vs_best_peer"] is not None:
             bf16_vs_peer.append(ratios[f"{shape}_bf16_vs_best_peer"])
+        int8 = tok(shape, "tessera-int8")
+        ratios[f"{shape}_int8_vs_bf16"] = round(int8 / mine, 3) if int8 and mine else None
+        ratios[f"{shape}_int8_vs_best_peer"] = round(int8 / best[0], 3) if int8 and best else None
+        if ratios[f"{shape}_int8_vs_bf16"] is not None:
+            int8_vs_bf16.append(ratios[f"{shape}_int8_vs_bf16"])
     if not has_bf16_units:
         notes.append("this CPU has neither AVX512-BF16 nor AMX-BF16: tessera's bf16 widens to float32 sgemm, so no "
                      "bf16 ratio is claimed")
-    notes.append("int8 AQT training is not built yet: int8_vs_bf16_min is null")
+    has_int8_units = features["amx_int8"]
+    if not has_int8_units:
+        notes.append("this CPU has no AMX-INT8: tessera's int8 GEMMs multiply in float64, so no int8 ratio is claimed")
     final = {"bench": "lowp", "results": summary, **ratios,
              "bf16_vs_f32_min": min(bf16_vs_f32) if bf16_vs_f32 and has_bf16_units else None,
              "bf16_vs_best_peer_min": min(bf16_vs_peer) if bf16_vs_peer and has_bf16_units else None,
-             "int8_vs_bf16_min": None, "cpu_features": features, "rounds": args.rounds, "steps": args.steps,
+             "int8_vs_bf16_min": min(int8_vs_bf16) if int8_vs_bf16 and has_int8_units else None,
+             "cpu_features": features, "rounds": args.rounds, "steps": args.steps,
              "threads": args.threads, "load_avg_before": [round(x, 2) for x in load_before],
              "load_avg_after": [round(x, 2) for x in os.getloadavg()], "commands": commands, "notes": notes}
     table = "\n".join(rows)
     print(table)
     for shape in shapes:
         print(f"{shape}: bf16/f32 {ratios[f'{shape}_bf16_vs_f32']}, bf16/best peer {ratios[f'{shape}_bf16_vs_best_peer']}"
-              f" (best peer {ratios[f'{shape}_best_peer']})")
+              f" (best peer {ratios[f'{shape}_best_peer']}), int8/bf16 {ratios[f'{shape}_int8_vs_bf16']}, "
+              f"int8/best peer {ratios[f'{shape}_int8_vs_best_peer']}")
     for n in notes:
         print(f"note: {n}")
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(f"# Low-precision CPU training: tessera bf16 vs f32 vs peers\n\nMachine: {features['model']}, "
+            f.write(f"# Low-precision CPU training: tessera bf16 and int8 vs f32 vs peers\n\nMachine: {features['model']}, "
                     f"{os.cpu_count()} CPUs, {platform.platform()}; CPU features "
                     f"{ {k: v for k, v in features.items() if k not in ('model',)} }\n\nCommand:\n\n"
                     f"    python3 bench/run_lowp_bench.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}\n\n"

@@ -38,6 +38,10 @@ constexpr Flag kFlags[] = {
      "widened operands) or float32 (always widen: for A/B timing).",
      ""},
     {"TESSERA_CPU_DEVICES", "1", "The number of virtual CPU devices of an in-process mesh (1 to 4096).", ""},
+    {"TESSERA_CPU_INT8_GEMM", "auto",
+     "int8 (AQT) GEMMs on the CPU: auto (AMX-INT8 tiles where the CPU has them; else the int8 values multiplied "
+     "exactly in float64) or reference (always float64: same bits, for A/B timing).",
+     ""},
     {"TESSERA_CUDA_GRAPHS", "1", "0: GPU programs launch their kernels one by one instead of replaying a CUDA graph.",
      ""},
     {"TESSERA_CUDA_REDUCE", "column",

@@ -84,6 +84,7 @@ int run_train(const TrainOptions& options) {
   fmt::print("  optimizer        {}, state {} ({:.2f} bytes per parameter)\n", s.optimizer,
              human_bytes(s.optimizer_state_bytes),
              static_cast<double>(s.optimizer_state_bytes) / static_cast<double>(std::max<int64_t>(s.parameters, 1)));
+  if (!s.quant_summary.empty()) fmt::print("  quant            {}\n", s.quant_summary);
   fmt::print("  training time    {} ({:.1f} s)\n", train::format_duration(s.train_seconds), s.train_seconds);
   if (s.end_step > s.start_step) {
     fmt::print("  throughput       {:.0f} tokens/s (median step), MFU {:.1f}% of {:.1f} GFLOP/s ({})\n", s.tokens_per_s,

@@ -91,6 +91,7 @@ Executable::Executable(Graph graph, MemoryPlan plan, std::vector<bool> donated)
     instructions_.push_back(std::move(inst));
     Cost c = node.primitive->cost(instructions_.back().inputs, instructions_.back().outputs);
     stats_.flops += c.flops;
+    if (c.flops > 0) stats_.flops_by_op[node.primitive->name()] += c.flops;
     stats_.bytes_moved += c.bytes;
   }
   parameter_index_.assign(graph_.values.size(), -1);

@@ -18,6 +18,7 @@
 #include "tessera/ir/primitives/matmul_epilogue.h"
 #include "tessera/ir/primitives/nn.h"
 #include "tessera/ir/primitives/optim.h"
+#include "tessera/ir/primitives/quantized.h"
 #include "tessera/ir/primitives/random.h"
 #include "tessera/ir/primitives/reduce.h"
 
@@ -112,6 +113,18 @@ void register_linalg(std::map<std::string, PrimitiveFactory>& f) {
     return std::make_shared<Matmul>(trans_a, trans_b);
   };
   f["matmul_epilogue"] = [](const AttributeMap& a) { return parse_matmul_epilogue(a); };
+  f["quantized_matmul"] = [](const AttributeMap& a) -> PrimitivePtr {
+    QuantizedMatmulConfig c;
+    c.trans_a = a.get_bool("trans_a");
+    c.trans_b = a.get_bool("trans_b");
+    c.stochastic_a = a.get_bool("stochastic_a");
+    c.stochastic_b = a.get_bool("stochastic_b");
+    c.int8_backward = a.get_bool("int8_backward");
+    const int64_t salt = a.get_int("salt");
+    if (salt < 0 || salt > 0xffffffffll) fail<ValueError>("quantized_matmul: salt {} (expected a uint32)", salt);
+    c.salt = static_cast<uint32_t>(salt);
+    return std::make_shared<QuantizedMatmul>(c);
+  };
 }
 
 void register_reduce(std::map<std::string, PrimitiveFactory>& f) {

@@ -3,6 +3,7 @@
 
 #include "tessera/core/ops.h"
 #include "tessera/ir/primitives/linalg.h"
+#include "tessera/ir/primitives/quantized.h"
 
 namespace tessera {
 namespace {
@@ -35,6 +36,31 @@ Array matmul_op(const Array& a, const Array& b, bool trans_a, bool trans_b) {
   shape.push_back(m);
   shape.push_back(n);
   return Array::make(shape, a.dtype(), std::make_shared<Matmul>(trans_a, trans_b), {a, b});
+}
+
+Array quantized_matmul(const Array& x_in, const Array& w_in, const QuantizedMatmulOptions& options) {
+  if (x_in.ndim() < 1 || w_in.ndim() != 2)
+    fail<ShapeError>("quantized_matmul: x {} and w {} (expected x [..., K] and w [K, N])", to_string(x_in.shape()),
+                     to_string(w_in.shape()));
+  const DType dtype = promote_types(x_in.dtype(), w_in.dtype());
+  if (dtype != DType::Float32 && dtype != DType::BFloat16)
+    fail<DTypeError>("quantized_matmul: operands {} and {} (expected float32 or bfloat16)", name(x_in.dtype()),
+                     name(w_in.dtype()));
+  const Array x = astype(x_in, dtype), w = astype(w_in, dtype);
+  const int64_t k = x.shape(-1), wk = w.shape(options.transpose_w ? 1 : 0);
+  if (wk != k)
+    fail<ShapeError>("quantized_matmul: shapes {} and {}{} are not aligned: K={} vs {}", to_string(x.shape()),
+                     to_string(w.shape()), options.transpose_w ? " (transposed)" : "", k, wk);
+  QuantizedMatmulConfig config;
+  config.trans_b = options.transpose_w;
+  config.int8_backward = options.int8_backward;
+  config.salt = options.salt;
+  const Array rows = x.ndim() == 2 ? x : reshape(x, {-1, k});
+  const Array y = quantized_matmul_op(rows, w, config, options.key ? &*options.key : nullptr);
+  if (x.ndim() == 2) return y;
+  Shape out = x.shape();
+  out.back() = w.shape(options.transpose_w ? 0 : 1);
+  return reshape(y, out);
 }
 
 Array matmul(const Array& a_in, const Array& b_in) {

@@ -46,6 +46,8 @@ std::vector<PrimitiveEntry> make_table() {
   // linalg
   row("matmul", F::Linalg);
   row("matmul_epilogue", F::Linalg, {}, "made by the GEMM-epilogue pass, which runs after partitioning");
+  row("quantized_matmul", F::Linalg,
+      "int8 (AQT) training runs on the CPU only: the GPU variant (cuBLASLt int8 / Hopper fp8) is not written");
 
   // reduce
 #define TESSERA_TABLE_ROW(kind, ir_name) row(ir_name, F::Reduce);

@@ -58,8 +58,28 @@ void ModelConfig::validate() const {
     fail<ValueError>("ModelConfig: rope_original_context = {} must be positive", rope_original_context);
   if (!(init_std > 0) || !std::isfinite(init_std))
     fail<ValueError>("ModelConfig: init_std = {} must be positive and finite", init_std);
-  compute();
+  const DType dtype = compute();
+  for (size_t i = 0; i < quant_targets.size(); ++i) {
+    const std::string& t = quant_targets[i];
+    if (t != "attention" && t != "mlp" && t != "head")
+      fail<ValueError>(
+          "ModelConfig: quant target '{}' (quant.targets) is unknown (expected 'attention', 'mlp' or 'head')", t);
+    if (std::find(quant_targets.begin(), quant_targets.begin() + static_cast<std::ptrdiff_t>(i), t) !=
+        quant_targets.begin() + static_cast<std::ptrdiff_t>(i))
+      fail<ValueError>("ModelConfig: quant target '{}' is listed twice in quant.targets", t);
+  }
+  if (quant_backward != "int8" && quant_backward != "float")
+    fail<ValueError>("ModelConfig: quant.backward = '{}' is unknown (expected 'int8' or 'float')", quant_backward);
+  if (!quant_targets.empty() && dtype == DType::Float16)
+    fail<ValueError>(
+        "ModelConfig: int8 matmuls (quant.targets) need model.compute_dtype float32 or bfloat16 (got float16)");
 }
+
+bool ModelConfig::quantized(const std::string& target) const {
+  return std::find(quant_targets.begin(), quant_targets.end(), target) != quant_targets.end();
+}
+
+bool ModelConfig::needs_step_key() const { return dropout > 0 || (!quant_targets.empty() && quant_backward == "int8"); }
 
 DType ModelConfig::compute() const {
   if (compute_dtype == "float32") return DType::Float32;
@@ -320,6 +340,26 @@ Tree compute_params(const Tree& params, std::optional<DType> dtype) {
   return out;
 }
 
+// The int8 matmul options of a site: `salt` tells its rounding noise apart from the
+// other sites' (the step key is shared).
+QuantizedMatmulOptions int8_options(const ModelConfig& c, const std::optional<Array>& key, uint32_t salt) {
+  QuantizedMatmulOptions o;
+  o.int8_backward = c.quant_backward == "int8";
+  o.salt = salt;
+  o.key = key;
+  return o;
+}
+
+// A module's projections as int8 matmuls, site `site` salted salt + site.
+nn::ProjectionMatmul int8_projection(const ModelConfig& c, const std::optional<Array>& key, uint32_t salt) {
+  const QuantizedMatmulOptions base = int8_options(c, key, salt);
+  return [base](const Array& x, const Array& w, int site) {
+    QuantizedMatmulOptions o = base;
+    o.salt += static_cast<uint32_t>(site);
+    return quantized_matmul(x, w, o);
+  };
+}
+
 // The shared forward pass: logits of tokens at positions offset.. (offset = the
 // cache's length), with dropout when `dropout_key` is set. Activations (the residual
 // stream included, as in MaxText) are in the compute dtype.
@@ -342,12 +382,17 @@ Array forward(const ModelConfig& c, const Tree& master, const Array& tokens, con
     x = x + cast(packing ? take(wpe, packing->positions, 0) : slice_axis(wpe, 0, offset, offset + t), dtype);
   }
   x = drop(x, key_at(0));
-  const nn::Attention attention = attention_of(c);
+  nn::Attention attention = attention_of(c);
+  nn::GeluMLP gelu_mlp = gelu_mlp_of(c);
+  nn::SwiGLU swiglu = swiglu_of(c);
   const std::vector<Tree>& layers = params.at("layers").elements();
   if (static_cast<int64_t>(layers.size()) != c.layers)
     fail<ValueError>("Model: params have {} layers (the config says {})", layers.size(), c.layers);
   for (size_t l = 0; l < layers.size(); ++l) {
     const Tree& layer = layers[l];
+    const auto salt = static_cast<uint32_t>(l + 1) * 16;
+    if (c.quantized("attention")) attention.projection = int8_projection(c, dropout_key, salt);
+    if (c.quantized("mlp")) gelu_mlp.projection = swiglu.projection = int8_projection(c, dropout_key, salt + 8);
     Array h = norm_apply(c, layer.at("ln1"), x);
     if (cache != nullptr) {
       nn::KVState state{cache->k[l], cache->v[l]};
@@ -361,10 +406,16 @@ Array forward(const ModelConfig& c, const Tree& master, const Array& tokens, con
     }
     x = x + drop(h, key_at(1 + 2 * l));
     h = norm_apply(c, layer.at("ln2"), x);
-    h = is_gpt2(c) ? gelu_mlp_of(c)(layer.at("mlp"), h) : swiglu_of(c)(layer.at("mlp"), h);
+    h = is_gpt2(c) ? gelu_mlp(layer.at("mlp"), h) : swiglu(layer.at("mlp"), h);
     x = x + drop(h, key_at(2 + 2 * l));
   }
   x = norm_apply(c, params.at("lnf"), x);
+  if (c.quantized("head")) {
+    QuantizedMatmulOptions o = int8_options(c, dropout_key, 1);
+    if (!c.resolved_tied()) return quantized_matmul(x, params.at("head").leaf(), o);
+    o.transpose_w = true;  // the table [vocab, dim] is w^T
+    return quantized_matmul(x, cast(params.at("wte").leaf(), dtype), o);
+  }
   if (c.resolved_tied()) return matmul(x, transpose(cast(params.at("wte").leaf(), dtype)));
   return matmul(x, params.at("head").leaf());
 }

@@ -59,7 +59,7 @@ Array Attention::forward(const Tree& p, const Array& x, KVState* cache, const Pa
             "Attention: packing {} are {} (expected integer [batch {}, seq {}])",
             a == &packing->segments ? "segments" : "positions",
             a->valid() ? std::string(name(a->dtype())) + tessera::to_string(a->shape()) : std::string("missing"), b, t);
-  Array qkv = matmul(x, p.at("wqkv").leaf());
+  Array qkv = project(projection, x, p.at("wqkv").leaf(), 0);
   if (bias) qkv = qkv + p.at("bqkv").leaf();
   // Columns are grouped by kv head: [Hkv, G + 2, Dh] with G = H / Hkv query heads,
   // then that group's k and v. Splitting the columns over devices (tensor
@@ -109,7 +109,7 @@ Array Attention::forward(const Tree& p, const Array& x, KVState* cache, const Pa
     cache->v = v;
   }
   Array merged = reshape(transpose(out, {0, 2, 1, 3}), {b, t, dim});
-  Array y = matmul(merged, p.at("wo").leaf());
+  Array y = project(projection, merged, p.at("wo").leaf(), 1);
   return bias ? y + p.at("bo").leaf() : y;
 }
 

@@ -24,10 +24,10 @@ Tree GeluMLP::init(ParamScope scope) const {
 Array GeluMLP::operator()(const Tree& p, const Array& x) const {
   const Tree& fc = p.at("fc");
   const Tree& proj = p.at("proj");
-  Array h = matmul(x, fc.at("w").leaf());
+  Array h = project(projection, x, fc.at("w").leaf(), 0);
   if (bias) h = h + fc.at("b").leaf();
   h = gelu(h, /*approximate=*/true);
-  Array y = matmul(h, proj.at("w").leaf());
+  Array y = project(projection, h, proj.at("w").leaf(), 1);
   return bias ? y + proj.at("b").leaf() : y;
 }
 
@@ -41,9 +41,9 @@ Tree SwiGLU::init(ParamScope scope) const {
 }
 
 Array SwiGLU::operator()(const Tree& p, const Array& x) const {
-  Array gate = silu(matmul(x, p.at("gate").at("w").leaf()));
-  Array up = matmul(x, p.at("up").at("w").leaf());
-  return matmul(gate * up, p.at("down").at("w").leaf());
+  Array gate = silu(project(projection, x, p.at("gate").at("w").leaf(), 0));
+  Array up = project(projection, x, p.at("up").at("w").leaf(), 1);
+  return project(projection, gate * up, p.at("down").at("w").leaf(), 2);
 }
 
 }  // namespace tessera::nn

@@ -9,6 +9,7 @@
 // A partial operand times a replicated one stays partial (the product is linear).
 #include "spmd/rules.h"
 #include "tessera/ir/primitives/linalg.h"
+#include "tessera/ir/primitives/quantized.h"
 
 namespace tessera::spmd::rules {
 
@@ -89,8 +90,31 @@ Decision matmul_rule(const Context& c) {
   return dec;
 }
 
+// quantized_matmul: each row of op(A) and column of op(B) is quantized with a scale over
+// all of K, so K is never split (a split K is gathered: per-shard scales would change the
+// result). M follows A, N follows B unless those axes already split M; the key is
+// replicated. Partial operands are reduced first (quantization is not linear).
+Decision quantized_matmul_rule(const Context& c) {
+  const auto& p = static_cast<const QuantizedMatmul&>(c.primitive);
+  const bool ta = p.config().trans_a, tb = p.config().trans_b;
+  const int m_a = ta ? 1 : 0, k_a = ta ? 0 : 1, k_b = tb ? 1 : 0, n_b = tb ? 0 : 1;
+  Sharding a = c.in[0].without_partial().with_dim_axes(k_a, {});
+  Sharding b = c.in[1].without_partial().with_dim_axes(k_b, {});
+  std::vector<bool> used(static_cast<size_t>(c.mesh.ndim()), false);
+  mark(a.dim_axes(m_a), used);
+  if (any_used(b.dim_axes(n_b), used)) b = b.with_dim_axes(n_b, {});
+  Decision dec;
+  dec.inputs = {a, b};
+  if (c.in.size() > 2) dec.inputs.push_back(Sharding::replicated(c.mesh, 1));
+  dec.outputs = {Sharding::replicated(c.mesh, 2).with_dim_axes(0, a.dim_axes(m_a)).with_dim_axes(1, b.dim_axes(n_b))};
+  return dec;
+}
+
 }  // namespace
 
-void register_linalg() { add("matmul", matmul_rule); }
+void register_linalg() {
+  add("matmul", matmul_rule);
+  add("quantized_matmul", quantized_matmul_rule);
+}
 
 }  // namespace tessera::spmd::rules

@@ -195,6 +195,18 @@ void add_model_fields(std::vector<Field>& f) {
   }
 }
 
+// [quant]: int8 (AQT) matmuls of the model (models::ModelConfig::quant_targets).
+void add_quant_fields(std::vector<Field>& f) {
+  using C = TrainConfig;
+  f.push_back(field<std::vector<std::string>>(
+      "quant.targets", "matmuls run as int8 GEMMs (AQT): any of attention, mlp, head (default none)",
+      [](C& c) -> std::vector<std::string>& { return c.model.quant_targets; }));
+  f.push_back(field<std::string>("quant.backward",
+                                 "int8: both backward GEMMs in int8, gradients rounded stochastically; float: "
+                                 "forward only (straight-through)",
+                                 [](C& c) -> std::string& { return c.model.quant_backward; }));
+}
+
 // [data]
 void add_data_fields(std::vector<Field>& f) {
   using C = TrainConfig;
@@ -430,6 +442,7 @@ const std::vector<Field>& schema() {
   static const std::vector<Field> fields = [] {
     std::vector<Field> f;
     add_model_fields(f);
+    add_quant_fields(f);
     add_data_fields(f);
     add_optimizer_fields(f);
     add_schedule_fields(f);

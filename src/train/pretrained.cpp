@@ -196,6 +196,8 @@ models::ModelConfig stored_model_config(const fs::path& dir) {
 models::ModelConfig init_from_model_config(const models::ModelConfig& configured, const fs::path& dir) {
   models::ModelConfig out = stored_model_config(dir);
   out.compute_dtype = configured.compute_dtype;
+  out.quant_targets = configured.quant_targets;
+  out.quant_backward = configured.quant_backward;
   out.dropout = configured.dropout;
   out.init_std = configured.init_std;
   return out;

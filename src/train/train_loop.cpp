@@ -1,6 +1,7 @@
 #include "train/train_loop.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "backend/cpu/kernels/matmul_int8.h"
 #include "tessera/backend/cuda.h"
 #include "tessera/base/error.h"
 #include "tessera/base/flags.h"
@@ -312,6 +314,21 @@ void TrainLoop::write_metrics(const nlohmann::json& record) {
 
 // ---- compile: before the first step, with the step's argument types ----
 
+namespace {
+
+// Which matmuls run in int8, their share of the compiled step's matmul FLOPs (measured
+// from the programs, not assumed), and the GEMM path they take.
+std::string quant_report(const models::ModelConfig& c, const std::map<std::string, double>& flops) {
+  auto at = [&](const char* op) { return flops.count(op) ? flops.at(op) : 0.0; };
+  const double int8 = at("quantized_matmul"), all = int8 + at("matmul") + at("matmul_epilogue");
+  return fmt::format(
+      "int8 GEMMs (AQT) for {}, backward {}: {:.1f}% of the step's matmul FLOPs; {}", fmt::join(c.quant_targets, ", "),
+      c.quant_backward == "int8" ? "int8 (gradients rounded stochastically)" : "float (straight-through)",
+      all > 0 ? 100 * int8 / all : 0.0, cpu::int8_gemm_path().description);
+}
+
+}  // namespace
+
 void TrainLoop::compile() {
   evaluator_.emplace(*model_, &*layout_, cfg_.run.device);
   train_step_.emplace(*model_, *optimizer_, cfg_.micro_batches(), &*layout_, cfg_.run.device);
@@ -330,6 +347,10 @@ void TrainLoop::compile() {
   const compiler::CompilationCacheStats cache_after = compiler::compilation_cache_stats();
   if (compile_span)
     compile_span->set_cache_hit(cache_after.hits > cache_before.hits && cache_after.misses == cache_before.misses);
+  if (!cfg_.model.quant_targets.empty()) {
+    summary_.quant_summary = quant_report(cfg_.model, train_step_->flops_by_op());
+    note("quant: " + summary_.quant_summary);
+  }
 }
 
 // ---- step ----
@@ -353,10 +374,11 @@ std::vector<data::Batch> TrainLoop::next_batches() {
   return micro;
 }
 
-// The dropout key of optimizer step `at_step`: a pure function of (seed, step), so a
-// resumed run draws the same masks as a straight one.
+// The random key of optimizer step `at_step` (dropout masks, int8 stochastic rounding):
+// a pure function of (seed, step), so a resumed run draws the same masks and rounding
+// as a straight one.
 std::optional<Array> TrainLoop::dropout_key_for(int64_t at_step) const {
-  if (cfg_.model.dropout <= 0) return std::nullopt;
+  if (!cfg_.model.needs_step_key()) return std::nullopt;
   return nn::param_key(cfg_.run.seed, fmt::format("dropout/{}", at_step));
 }
 

@@ -1,6 +1,7 @@
 #include "tessera/train/train_step.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -37,10 +38,11 @@ std::string model_identity(const models::ModelConfig& c) {
   return fmt::format(
       "model family={} vocab={} vocab_pad_to={} dim={} layers={} heads={} kv_heads={} mlp_dim={} context={} "
       "dropout={} norm_eps={} rope_theta={} rope_scaling={} rope_factor={} rope_low={} rope_high={} rope_context={} "
-      "tied={} init_std={} compute_dtype={}",
+      "tied={} init_std={} compute_dtype={} quant_targets={} quant_backward={}",
       c.family, c.vocab, c.vocab_pad_to, c.dim, c.layers, c.heads, c.kv_heads, c.mlp_dim, c.context, c.dropout,
       c.norm_eps, c.rope_theta, c.rope_scaling, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
-      c.rope_original_context, c.tied_embeddings ? int(*c.tied_embeddings) : -1, c.init_std, c.compute_dtype);
+      c.rope_original_context, c.tied_embeddings ? int(*c.tied_embeddings) : -1, c.init_std, c.compute_dtype,
+      fmt::join(c.quant_targets, ","), c.quant_backward);
 }
 
 std::string step_identity(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches,
@@ -149,6 +151,13 @@ Jitted& TrainStep::fused_program(const Tree& args) {
   return *fused_;
 }
 
+std::map<std::string, double> TrainStep::flops_by_op() const {
+  std::map<std::string, double> out;
+  for (const auto& exe : executables_)
+    for (const auto& [op, flops] : exe->stats().flops_by_op) out[op] += flops;
+  return out;
+}
+
 Jitted& TrainStep::grad_program(bool first, const Tree& args) {
   std::optional<Jitted>& program = first ? grad_first_ : grad_add_;
   if (!program) {
@@ -229,10 +238,10 @@ StepStats TrainStep::run(Tree& params, Tree& opt_state, const std::vector<data::
                          const std::optional<Array>& dropout_key) {
   if (static_cast<int64_t>(micro.size()) != micro_batches_)
     fail<ValueError>("TrainStep::run: {} micro-batches given, {} expected", micro.size(), micro_batches_);
-  const bool needs_key = model_.config().dropout > 0;
+  const bool needs_key = model_.config().needs_step_key();
   if (needs_key != dropout_key.has_value())
-    fail<ValueError>("TrainStep::run: the model {} dropout, so a dropout key must be {}", needs_key ? "has" : "has no",
-                     needs_key ? "given" : "omitted");
+    fail<ValueError>("TrainStep::run: the model {} dropout or int8 backward GEMMs, so a step key must be {}",
+                     needs_key ? "has" : "has no", needs_key ? "given" : "omitted");
   const Array lr_array = Array::scalar(lr, DType::Float32);
   for (const data::Batch& batch : micro) check_packing(batch);
 

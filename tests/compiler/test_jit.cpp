@@ -423,6 +423,25 @@ Tree half_precision_step_args(uint32_t seed) {
   return args;
 }
 
+// The same step with both matmuls as int8 (AQT) GEMMs, their backward GEMMs int8 too
+// with stochastic rounding from the step's key: the quantized operands and their scales
+// live in per-thread scratch, which a warm run must not grow.
+Tree int8_step(const Tree& args) {
+  const Array& x = args.at("x").leaf();
+  const Array& targets = args.at("targets").leaf();
+  const Array& key = args.at("key").leaf();
+  auto loss_fn = [&](const Tree& p) {
+    const QuantizedMatmulOptions first{.salt = 1, .key = key}, second{.salt = 2, .key = key};
+    Array h = layer_norm(quantized_matmul(x, p.at("w1").leaf(), first), p.at("ln_w").leaf(), p.at("ln_b").leaf());
+    Array attended = multiply(h, softmax(h));
+    return cross_entropy(quantized_matmul(attended, p.at("w2").leaf(), second), targets);
+  };
+  auto [loss, grads] = value_and_grad(loss_fn)(args.at("params"));
+  auto [params, opt] =
+      bench::adamw_tree(args.at("params"), grads, args.at("opt"), AdamWConfig{.lr = 1e-2, .weight_decay = 0.01});
+  return Tree{{"params", params}, {"opt", opt}, {"loss", loss}};
+}
+
 // Puts the pool back to its size at construction (also when an assertion returns early).
 struct ThreadCountRestorer {
   int saved = num_threads();
@@ -443,6 +462,32 @@ TEST(Jit, HalfPrecisionStepRunIntoAllocatesNothing) {
   exe.run_into(leaves, outs);  // warm-up (thread pool, BLAS)
   const std::vector<Array> reference = exe.run(leaves);
   for (size_t i = 0; i < outs.size(); ++i) expect_bitwise(outs[i], reference[i], "run_into vs run");
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    int64_t buffers_before = allocator_stats().allocations;
+    long news_before = g_news.load();
+    for (int i = 0; i < 3; ++i) exe.run_into(leaves, outs);
+    EXPECT_EQ(allocator_stats().allocations - buffers_before, 0) << "buffer allocations, threads=" << threads;
+    if (kCountingNew) {
+      EXPECT_EQ(g_news.load() - news_before, 0) << "operator new calls, threads=" << threads;
+    }
+    for (size_t i = 0; i < outs.size(); ++i)
+      expect_bitwise(outs[i], reference[i], "output " + std::to_string(i) + ", threads=" + std::to_string(threads));
+  }
+}
+
+TEST(Jit, Int8StepRunIntoAllocatesNothing) {
+  Tree args = half_precision_step_args(71);
+  args["key"] = key(5);
+  auto step = jit(int8_step);
+  Executable& exe = step.lowered(args).executable();
+  std::vector<Array> leaves = args.leaves();
+  std::vector<Array> outs;
+  for (compiler::ValueId v : exe.graph().outputs)
+    outs.push_back(Array::empty(exe.graph().type(v).shape, exe.graph().type(v).dtype));
+  const ThreadCountRestorer restore_threads;
+  exe.run_into(leaves, outs);
+  const std::vector<Array> reference = exe.run(leaves);
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
     int64_t buffers_before = allocator_stats().allocations;

@@ -281,6 +281,16 @@ std::vector<Case> indexing_cases() {
         return lion_update(a[0], g, a[3], config);
       },
       false, "P('x')"));
+  // quantized_matmul: M and N splits are kept (rows and columns quantize on their own);
+  // a split K is gathered (every scale spans all of K). The backward GEMMs are int8
+  // too (the grad comparison), the token axis contracted by dW gathered.
+  Fn int8 = [](const std::vector<Array>& a) { return std::vector<Array>{quantized_matmul(a[0], a[1])}; };
+  v.push_back(make("quantized_matmul_rows", "x=4", {{{16, 8}, P("x")}, {{8, 12}, P()}}, int8, true, "P('x')"));
+  v.push_back(
+      make("quantized_matmul_columns", "x=4", {{{16, 8}, P()}, {{8, 12}, P(None, "x")}}, int8, true, "P(None, 'x')"));
+  v.push_back(make("quantized_matmul_k", "x=4", {{{16, 8}, P(None, "x")}, {{8, 12}, P("x")}}, int8, true));
+  v.push_back(make("quantized_matmul_2d", "a=2,b=2", {{{16, 8}, P("a", "b")}, {{8, 12}, P("b", "a")}}, int8, true));
+  v.push_back(make("quantized_matmul_3d", "x=2", {{{2, 8, 8}, P("x")}, {{8, 12}, P(None, "x")}}, int8, true));
   return v;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,9 +22,10 @@ namespace tessera::compiler {
 inline constexpr uint32_t kExecutableFormatVersion = 2;
 
 struct ExecutableStats {
-  size_t arena_bytes = 0;  // the static arena
-  size_t peak_bytes = 0;   // arena + outputs + parameters live at the peak
-  double flops = 0;        // sum of Primitive::cost over the program
+  size_t arena_bytes = 0;                     // the static arena
+  size_t peak_bytes = 0;                      // arena + outputs + parameters live at the peak
+  double flops = 0;                           // sum of Primitive::cost over the program
+  std::map<std::string, double> flops_by_op;  // the same per primitive name (e.g. how much runs in int8)
   double bytes_moved = 0;
   size_t kernels = 0;  // kernel calls per run
   double compile_seconds = 0;

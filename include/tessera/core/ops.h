@@ -96,6 +96,19 @@ Array var(const Array& a, const std::vector<int>& axes = {}, bool keepdims = fal
 // numpy matmul: [..., M, K] @ [..., K, N] with broadcast batch dims; 1-D operands
 // are promoted to matrices and the added dim removed.
 Array matmul(const Array& a, const Array& b);
+// x [..., K] @ w [K, N] as an int8 GEMM, AQT-style (ir/primitives/quantized.h): x's
+// rows (per token) and w's columns (per output channel) get dynamic symmetric int8
+// scales; x's leading dims fold into the GEMM's rows. Operands are promoted to one
+// floating dtype (float32 or bfloat16). With int8_backward the two backward GEMMs are
+// int8 too, rounding the incoming gradient stochastically when a key (uint32 [2]) is
+// given; `salt` tells apart the noise of different matmul sites sharing a key.
+struct QuantizedMatmulOptions {
+  bool transpose_w = false;  // w is stored [N, K]
+  bool int8_backward = true;
+  uint32_t salt = 0;
+  std::optional<Array> key;
+};
+Array quantized_matmul(const Array& x, const Array& w, const QuantizedMatmulOptions& options = {});
 // Contract `a_contract` dims of a with `b_contract` dims of b, batching over
 // `a_batch`/`b_batch` (XLA DotGeneral). Result: batch dims, a's free dims, b's free dims.
 Array dot_general(const Array& a, const Array& b, const std::vector<int>& a_contract,

@@ -57,6 +57,15 @@ struct ModelConfig {
   // is float32 and gradients reach the float32 parameters through the casts' vjps (as
   // float32). "float32" casts nothing: activations take the parameters' dtype.
   std::string compute_dtype = "float32";
+  // int8 training, AQT-style ([quant] in configs; ir/primitives/quantized.h): the
+  // matmuls named in quant_targets run as int8 GEMMs with dynamic per-token / per-
+  // channel scales: "attention" (the qkv and output projections), "mlp" (the feed-
+  // forward projections), "head" (the logits). quant_backward "int8": both backward
+  // GEMMs in int8 too, the incoming gradient rounded stochastically, seeded by the
+  // step's random key (so runs stay reproducible); "float": the forward only, the
+  // backward in the compute dtype (straight-through). Empty targets: no int8.
+  std::vector<std::string> quant_targets = {};
+  std::string quant_backward = "int8";
 
   // Checks every field (positive sizes, dim % heads, heads % kv_heads, known family);
   // a ConfigError-style ValueError names the field and the value.
@@ -71,6 +80,11 @@ struct ModelConfig {
   int64_t padded_vocab() const;
   // compute_dtype as a DType (ValueError naming the allowed values when unknown).
   DType compute() const;
+  // Whether the matmuls of `target` ("attention", "mlp", "head") run in int8.
+  bool quantized(const std::string& target) const;
+  // Whether a training forward pass takes a random key: dropout, or int8 backward
+  // GEMMs (stochastic rounding).
+  bool needs_step_key() const;
 };
 
 // Named shapes: "tiny" (gpt2 V256 L4 H4 d256 T256), "small" (gpt2 V4096 L6 H6 d384
@@ -112,8 +126,9 @@ class Model {
   int64_t parameter_count() const;
 
   // Logits [B, T, vocab] (the padding columns left out) of int32 tokens [B, T] (T <= context), in the compute dtype
-  // (float32 unless config.compute_dtype says otherwise). With a dropout key,
-  // dropout (config.dropout) is applied as in training; without, it is inference.
+  // (float32 unless config.compute_dtype says otherwise). With a dropout key (the
+  // step's random key), dropout (config.dropout) is applied as in training and int8
+  // backward GEMMs round stochastically; without, it is inference.
   // With `packing`, the row holds several documents: a token attends only to earlier
   // tokens of its own document, and is embedded (GPT-2's position table, llama's RoPE)
   // at its position inside the document, so each document's logits are those it would

@@ -15,6 +15,7 @@
 
 #include "tessera/core/tree.h"
 #include "tessera/nn/param.h"
+#include "tessera/nn/projection.h"
 #include "tessera/nn/rotary.h"
 
 namespace tessera::nn {
@@ -40,7 +41,8 @@ struct Attention {
   double rope_theta = 10000.0;
   std::optional<Llama3RopeScaling> rope_llama3 = std::nullopt;  // Llama 3.1 RoPE scaling (rotary.h)
   double init_std = 0.02;
-  double out_std = 0.02;  // wo (GPT-2: init_std / sqrt(2 * layers))
+  double out_std = 0.02;             // wo (GPT-2: init_std / sqrt(2 * layers))
+  ProjectionMatmul projection = {};  // the wqkv (site 0) and wo (site 1) products; empty: matmul
 
   int64_t resolved_kv_heads() const { return kv_heads == 0 ? heads : kv_heads; }
   int64_t head_dim() const { return dim / heads; }

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -71,6 +72,8 @@ class TrainStep {
 
   // Model FLOPs of one program execution as the compiled program counts them.
   double compiled_flops() const { return compiled_flops_; }
+  // FLOPs per primitive name over the compiled programs (each counted once).
+  std::map<std::string, double> flops_by_op() const;
   // The SPMD programs (collectives per step, communication of the last run, per-device
   // memory); empty on one device.
   const std::vector<std::shared_ptr<spmd::SpmdExecutable>>& spmd_programs() const { return spmd_; }

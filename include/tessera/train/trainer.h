@@ -43,6 +43,9 @@ struct TrainSummary {
   // SPMD runs (parallel.mesh): the mesh, the collectives of one step and their bytes
   // per device, the peak memory of one device; "" on one device.
   std::string parallel_summary;
+  // int8 training ([quant]): which matmuls run in int8 and their share of the step's
+  // matmul FLOPs, the int8 GEMM path; "" without int8.
+  std::string quant_summary;
 };
 
 struct TrainerOptions {

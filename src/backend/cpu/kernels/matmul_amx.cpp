@@ -24,6 +24,13 @@
 #include <cpuid.h>
 #endif
 
+// GCC spells the macro __AMX_BF16__, clang __AMXBF16__.
+#if defined(__x86_64__) && (defined(__AMX_BF16__) || defined(__AMXBF16__))
+#define TESSERA_AMX_BF16 1
+#else
+#define TESSERA_AMX_BF16 0
+#endif
+
 namespace tessera::cpu {
 namespace {
 
@@ -41,7 +48,7 @@ struct alignas(64) TileConfig {
 };
 
 bool probe(const char** why) {
-#if defined(__x86_64__) && defined(__AMX_BF16__)
+#if TESSERA_AMX_BF16
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 || (edx & (1u << 22)) == 0 || (edx & (1u << 24)) == 0) {
     *why = "the CPU has no AMX-BF16";
@@ -149,7 +156,7 @@ size_t amx_bf16_scratch_bytes(const MatmulShape& sub) {
 
 void amx_bf16_gemm_tile(const bfloat16* a, const bfloat16* b, bfloat16* c, int64_t ldc, const MatmulShape& sub,
                         const MatmulShape& full, void* scratch) {
-#if !defined(__AMX_BF16__)
+#if !TESSERA_AMX_BF16
   fail<Error>("matmul: the AMX bf16 kernel was not built (amx_bf16_usable() is false here)");
 #else
   const int64_t k_pad = round_up(sub.k, kBlockK), n_pad = round_up(sub.n, kBlockN);

@@ -47,6 +47,8 @@ enum class Scratch : int {
   MatmulC,             // matmul.cpp: float32 result of the widened product
   MatmulChunks,        // matmul.cpp: ChunkScratch of the integer row accumulators
   MatmulTile,          // matmul.cpp: ChunkScratch of the AMX packing/accumulators and the bf16 epilogue rows
+  MatmulInt8,          // matmul_int8.cpp: the quantized operands and their scales
+  MatmulInt8Chunks,    // matmul_int8.cpp: ChunkScratch of the int32 accumulators and float32 rows
   SoftmaxChunks,       // softmax.cpp: ChunkScratch of the widened 16-bit rows
   CrossEntropyChunks,  // cross_entropy.cpp: ChunkScratch of the widened 16-bit rows
   NormChunks,          // norm.cpp: ChunkScratch of the widened 16-bit rows

@@ -1,0 +1,525 @@
+// int8 GEMMs with dynamic symmetric quantization (matmul_int8.h). Compiled with
+// -mamx-tile -mamx-int8 -ffp-contract=off (no fused multiply-adds: the quantization's
+// x * inv + u must round twice on every path); the AVX-512 code is in functions with a
+// target attribute and runs only after int8_gemm_path() found AMX-INT8, which every
+// AMX CPU pairs with AVX-512.
+//
+// AMX layout: C blocks of 32x32 as 2x2 tiles of 16x16 int32; A tiles are 16 rows x 64
+// int8 (K), B tiles 16 quads of K x 16 columns x 4 (the VNNI layout TDPBSSD reads).
+// Both operands are quantized once per call, straight into their packed layouts:
+//   A: [32-row block][64-K block][32 rows][64]   B: [64-K block][16-column block][16][16][4]
+// then the GEMM runs over (32-row block, up to 256 columns) tasks.
+#include "backend/cpu/kernels/matmul_int8.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backend/cpu/kernels/elementwise.h"
+#include "backend/cpu/kernels/scratch.h"
+#include "tessera/base/error.h"
+#include "tessera/base/flags.h"
+#include "tessera/base/thread_pool.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+// GCC spells the macro __AMX_INT8__, clang __AMXINT8__.
+#if defined(__x86_64__) && (defined(__AMX_INT8__) || defined(__AMXINT8__))
+#define TESSERA_AMX_INT8 1
+#define TESSERA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#else
+#define TESSERA_AMX_INT8 0
+#endif
+
+// GCC 12's AVX-512 headers start some intrinsics from an intentionally undefined vector
+// (_mm512_undefined_*), which -Wmaybe-uninitialized reports once they are inlined here.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace tessera::cpu {
+namespace {
+
+constexpr float kLevels = 127.0f;
+size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+float load_value(DType dtype, const void* base, int64_t index) {
+  if (dtype == DType::Float32) return static_cast<const float*>(base)[index];
+  const uint16_t bits = static_cast<const uint16_t*>(base)[index];
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
+
+// The scale and its inverse of a row/column with largest magnitude `amax`; a non-finite
+// value makes the scale NaN (every result of that row or column is then NaN) and the
+// inverse 0.
+struct Scale {
+  float scale, inv;
+};
+Scale scale_of(float amax, bool finite) {
+  if (!finite) return {std::numeric_limits<float>::quiet_NaN(), 0.0f};
+  if (amax == 0.0f) return {0.0f, 0.0f};
+  return {amax / kLevels, kLevels / amax};
+}
+
+int8_t quantize_one(float x, float inv, const Int8Rounding& r, uint32_t p) {
+  float t = x * inv;
+  if (r.stochastic) {
+    t = t + int8_rounding_noise(r.seed, p, std::bit_cast<uint32_t>(x));
+    t = std::floor(t);
+  } else {
+    t = std::nearbyint(t);
+  }
+  // As the vector code's max/min: NaN (a non-finite row, whose scale is NaN) -> -127.
+  if (!(t >= -kLevels)) t = -kLevels;
+  if (t > kLevels) t = kLevels;
+  return static_cast<int8_t>(t);
+}
+
+// ---- float64 reference path: the same quantized values, exact products in dgemm ----
+
+// Scales of the `rows` rows of op(X) (contraction length k): op(X)[i, p] at
+// index(i, p) of the stored operand.
+template <typename Index>
+void reference_scales(DType dtype, const void* x, int64_t rows, int64_t k, Index index, float* scale, float* inv) {
+  parallel_for(rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float amax = 0.0f;
+      bool finite = true;
+      for (int64_t p = 0; p < k; ++p) {
+        const float a = std::fabs(load_value(dtype, x, index(i, p)));
+        if (!(a <= std::numeric_limits<float>::max())) finite = false;
+        amax = std::max(amax, a);
+      }
+      const Scale s = scale_of(amax, finite);
+      scale[i] = s.scale;
+      inv[i] = s.inv;
+    }
+  });
+}
+
+void reference_path(DType dtype, const MatmulShape& s, const void* a, const void* b, void* c,
+                    const Int8Rounding& round_a, const Int8Rounding& round_b) {
+  const int64_t m = s.m, n = s.n, k = s.k;
+  // Scratch: op(A) as [m, k] doubles, op(B) as [k, n] doubles, C as [m, n] doubles, scales.
+  const size_t qa_bytes = aligned(sizeof(double) * static_cast<size_t>(m * k));
+  const size_t qb_bytes = aligned(sizeof(double) * static_cast<size_t>(k * n));
+  const size_t qc_bytes = aligned(sizeof(double) * static_cast<size_t>(m * n));
+  const size_t scale_bytes = aligned(sizeof(float) * static_cast<size_t>(2 * (m + n)));
+  auto* base = thread_scratch<unsigned char>(qa_bytes + qb_bytes + qc_bytes + scale_bytes, Scratch::MatmulInt8);
+  auto* qa = reinterpret_cast<double*>(base);
+  auto* qb = reinterpret_cast<double*>(base + qa_bytes);
+  auto* qc = reinterpret_cast<double*>(base + qa_bytes + qb_bytes);
+  auto* scales = reinterpret_cast<float*>(base + qa_bytes + qb_bytes + qc_bytes);
+  float *sa = scales, *ia = scales + m, *sb = scales + 2 * m, *ib = scales + 2 * m + n;
+  auto a_index = [&](int64_t i, int64_t p) { return s.trans_a ? p * m + i : i * k + p; };
+  auto b_index = [&](int64_t j, int64_t p) { return s.trans_b ? j * k + p : p * n + j; };
+  reference_scales(dtype, a, m, k, a_index, sa, ia);
+  reference_scales(dtype, b, n, k, b_index, sb, ib);
+  parallel_for(m, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      for (int64_t p = 0; p < k; ++p)
+        qa[i * k + p] = quantize_one(load_value(dtype, a, a_index(i, p)), ia[i], round_a, static_cast<uint32_t>(p));
+  });
+  parallel_for(k, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p)
+      for (int64_t j = 0; j < n; ++j)
+        qb[p * n + j] = quantize_one(load_value(dtype, b, b_index(j, p)), ib[j], round_b, static_cast<uint32_t>(p));
+  });
+  MatmulShape plain;
+  plain.m = m;
+  plain.n = n;
+  plain.k = k;
+  matmul(DType::Float64, plain, qa, qb, qc);
+  const ChunkScratch rows(sizeof(float) * static_cast<size_t>(n), Scratch::MatmulInt8Chunks);
+  parallel_for(m, 16, [&](int64_t begin, int64_t end) {
+    const ChunkScratch::Lease lease(rows);
+    auto* row = lease.as<float>();
+    for (int64_t i = begin; i < end; ++i) {
+      for (int64_t j = 0; j < n; ++j) row[j] = (static_cast<float>(qc[i * n + j]) * sa[i]) * sb[j];
+      if (dtype == DType::Float32)
+        std::memcpy(static_cast<float*>(c) + i * n, row, sizeof(float) * static_cast<size_t>(n));
+      else
+        cast_span(DType::Float32, row, dtype, static_cast<bfloat16*>(c) + i * n, n);
+    }
+  });
+}
+
+// ---- AMX-INT8 path ----
+
+#if TESSERA_AMX_INT8
+
+constexpr int64_t kBlockK = 64;  // int8 K values in one tile row (64 bytes)
+constexpr int64_t kBlock = 32;   // C block: 2x2 tiles of 16x16
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+bool probe(const char** why) {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 || (edx & (1u << 24)) == 0 || (edx & (1u << 25)) == 0) {
+    *why = "the CPU has no AMX-INT8";
+    return false;
+  }
+  if ((ebx & (1u << 16)) == 0 || (ebx & (1u << 30)) == 0) {
+    *why = "the CPU has no AVX-512BW";
+    return false;
+  }
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
+    *why = "the kernel refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)";
+    return false;
+  }
+  *why = "";
+  return true;
+}
+
+struct alignas(64) TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+struct Packed {
+  int64_t m, n, k, m_pad, n_pad, k_pad, kb_count;
+  int8_t* a;  // [m_pad / 32][kb_count][32][64]
+  int8_t* b;  // [kb_count][n_pad / 16][16][16][4]
+  float *sa, *ia, *sb, *ib;
+  int8_t* a_row(int64_t i, int64_t kb) const {
+    return a + ((i / kBlock * kb_count + kb) * kBlock + i % kBlock) * kBlockK;
+  }
+  int8_t* b_quad(int64_t p, int64_t j) const {
+    return b + (((p / kBlockK) * (n_pad / 16) + j / 16) * 16 + (p % kBlockK) / 4) * 64 + (j % 16) * 4;
+  }
+};
+
+// 16 values from `x` (float32 or bf16) at element `at`, as float32; lanes past `mask` 0.
+TESSERA_AVX512 __m512 load16(DType dtype, const void* x, int64_t at, __mmask16 mask) {
+  if (dtype == DType::Float32) return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(x) + at);
+  const __m256i h = _mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(x) + at);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+TESSERA_AVX512 __m512i fmix16(__m512i h) {
+  h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+  h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(0x85ebca6bu)));
+  h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
+  h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(0xc2b2ae35u)));
+  return _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+}
+
+// 16 quantized values (int8 in the low byte of each int32 lane's result) of x * inv with
+// contraction indices p (per lane), as quantize_one.
+TESSERA_AVX512 __m128i quantize16(__m512 x, __m512 inv, const Int8Rounding& r, __m512i p) {
+  __m512 t = _mm512_mul_ps(x, inv);
+  if (r.stochastic) {
+    __m512i h = _mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(static_cast<int>(r.seed & 0xffffffffu)));
+    h = _mm512_xor_si512(h, _mm512_mullo_epi32(p, _mm512_set1_epi32(static_cast<int>(0x9e3779b1u))));
+    h = fmix16(h);
+    h = fmix16(_mm512_xor_si512(h, _mm512_set1_epi32(static_cast<int>(r.seed >> 32))));
+    const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(h, 8)), _mm512_set1_ps(1.0f / 16777216.0f));
+    t = _mm512_add_ps(t, u);
+    t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  } else {
+    t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  t = _mm512_min_ps(_mm512_max_ps(t, _mm512_set1_ps(-kLevels)), _mm512_set1_ps(kLevels));
+  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(t));
+}
+
+TESSERA_AVX512 __mmask16 lanes(int64_t count) {
+  return count >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << count) - 1u);
+}
+
+// Largest |x| (and whether all are finite) of `count` contiguous values from `at`.
+TESSERA_AVX512 Scale contiguous_scale(DType dtype, const void* x, int64_t at, int64_t count) {
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+  for (int64_t p = 0; p < count; p += 16) {
+    const __mmask16 mask = lanes(count - p);
+    const __m512 a = _mm512_abs_ps(load16(dtype, x, at + p, mask));
+    bad |= _mm512_mask_cmp_ps_mask(mask, a, big, _CMP_NLE_UQ);
+    amax = _mm512_max_ps(amax, a);
+  }
+  return scale_of(_mm512_reduce_max_ps(amax), bad == 0);
+}
+
+// Rows stored contiguously (op(A) without transpose, op(B) transposed): `rows` rows of
+// length k from `x` (leading dimension k), quantized into A's packed rows (to_a) or B's
+// packed columns.
+TESSERA_AVX512 void quantize_rows(DType dtype, const void* x, int64_t begin, int64_t end, const Packed& pk,
+                                  const Int8Rounding& r, bool to_a, float* scale, float* inv) {
+  const int64_t k = pk.k;
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  for (int64_t i = begin; i < end; ++i) {
+    const Scale s = contiguous_scale(dtype, x, i * k, k);
+    scale[i] = s.scale;
+    inv[i] = s.inv;
+    const __m512 vinv = _mm512_set1_ps(s.inv);
+    for (int64_t p = 0; p < pk.k_pad; p += 16) {
+      __m128i q = _mm_setzero_si128();
+      if (p < k) {
+        const __m512i pv = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(p)), lane);
+        q = quantize16(load16(dtype, x, i * k + p, lanes(k - p)), vinv, r, pv);
+        q = _mm_maskz_mov_epi8(lanes(k - p), q);
+      }
+      if (to_a) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(pk.a_row(i, p / kBlockK) + p % kBlockK), q);
+      } else {  // 4 quads of B's column i: 4 bytes each, 64 bytes apart
+        for (int quad = 0; quad < 4; ++quad) {
+          const auto word = static_cast<uint32_t>(_mm_extract_epi32(q, 0));
+          std::memcpy(pk.b_quad(p + 4 * quad, i), &word, 4);
+          q = _mm_srli_si128(q, 4);
+        }
+      }
+    }
+  }
+}
+
+// Row p of 16 columns of a row-major matrix, quantized (zeros past the k rows).
+struct ColumnRow {
+  DType dtype;
+  const void* x;
+  int64_t ld, c0, k;
+  __mmask16 mask;
+  __m512 inv;
+  const Int8Rounding& r;
+  TESSERA_AVX512 __m128i operator()(int64_t p) const {
+    if (p >= k) return _mm_setzero_si128();
+    return _mm_maskz_mov_epi8(
+        mask, quantize16(load16(dtype, x, p * ld + c0, mask), inv, r, _mm512_set1_epi32(static_cast<int>(p))));
+  }
+};
+
+// Columns of a row-major [k, ld] matrix (op(A) transposed, op(B) without transpose):
+// columns [c0, c0 + 16) quantized over the k rows into A's packed rows or B's columns.
+TESSERA_AVX512 void quantize_columns(DType dtype, const void* x, int64_t ld, int64_t c0, const Packed& pk,
+                                     const Int8Rounding& r, bool to_a, float* scale, float* inv) {
+  const int64_t k = pk.k, count = std::min<int64_t>(16, ld - c0);
+  const __mmask16 mask = lanes(count);
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+  for (int64_t p = 0; p < k; ++p) {
+    const __m512 a = _mm512_abs_ps(load16(dtype, x, p * ld + c0, mask));
+    bad |= _mm512_mask_cmp_ps_mask(mask, a, big, _CMP_NLE_UQ);
+    amax = _mm512_max_ps(amax, a);
+  }
+  alignas(64) float amax_lanes[16];
+  _mm512_store_ps(amax_lanes, amax);
+  for (int64_t c = 0; c < count; ++c) {
+    const Scale s = scale_of(amax_lanes[c], ((bad >> c) & 1u) == 0);
+    scale[c0 + c] = s.scale;
+    inv[c0 + c] = s.inv;
+  }
+  const __m512 vinv = _mm512_maskz_loadu_ps(mask, inv + c0);
+  const ColumnRow row{dtype, x, ld, c0, k, mask, vinv, r};
+  if (to_a) {
+    alignas(16) int8_t q[16];
+    for (int64_t p = 0; p < pk.k_pad; ++p) {
+      _mm_store_si128(reinterpret_cast<__m128i*>(q), row(p));
+      for (int64_t c = 0; c < 16; ++c) pk.a_row(c0 + c, p / kBlockK)[p % kBlockK] = q[c];
+    }
+  } else {  // 4 rows' 16 bytes interleave into the 16 columns' quads (64 bytes)
+    for (int64_t p = 0; p < pk.k_pad; p += 4) {
+      const __m128i q0 = row(p), q1 = row(p + 1), q2 = row(p + 2), q3 = row(p + 3);
+      const __m128i t0 = _mm_unpacklo_epi8(q0, q1), t1 = _mm_unpackhi_epi8(q0, q1);
+      const __m128i t2 = _mm_unpacklo_epi8(q2, q3), t3 = _mm_unpackhi_epi8(q2, q3);
+      auto* out = reinterpret_cast<__m128i*>(pk.b_quad(p, c0));
+      _mm_storeu_si128(out, _mm_unpacklo_epi16(t0, t2));
+      _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(t0, t2));
+      _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(t1, t3));
+      _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(t1, t3));
+    }
+  }
+}
+
+// Quantizes op(A) into pk.a (rows past m are zero) and op(B) into pk.b.
+void quantize_operands(DType dtype, const MatmulShape& s, const void* a, const void* b, const Packed& pk,
+                       const Int8Rounding& round_a, const Int8Rounding& round_b) {
+  // Padding rows / columns (past m or n) must multiply as zeros.
+  if (pk.m_pad > pk.m)
+    for (int64_t i = pk.m; i < pk.m_pad; ++i)
+      for (int64_t kb = 0; kb < pk.kb_count; ++kb) std::memset(pk.a_row(i, kb), 0, kBlockK);
+  if (pk.n_pad > pk.n)
+    for (int64_t p = 0; p < pk.k_pad; p += 4)
+      for (int64_t j = pk.n; j < pk.n_pad; ++j) std::memset(pk.b_quad(p, j), 0, 4);
+  if (!s.trans_a) {
+    parallel_for(pk.m, 8, [&](int64_t begin, int64_t end) {
+      quantize_rows(dtype, a, begin, end, pk, round_a, true, pk.sa, pk.ia);
+    });
+  } else {
+    parallel_for(num_chunks(pk.m, 16), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t cb = begin; cb < end; ++cb)
+        quantize_columns(dtype, a, pk.m, cb * 16, pk, round_a, true, pk.sa, pk.ia);
+    });
+  }
+  if (s.trans_b) {
+    parallel_for(pk.n, 8, [&](int64_t begin, int64_t end) {
+      quantize_rows(dtype, b, begin, end, pk, round_b, false, pk.sb, pk.ib);
+    });
+  } else {
+    parallel_for(num_chunks(pk.n, 16), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t cb = begin; cb < end; ++cb)
+        quantize_columns(dtype, b, pk.n, cb * 16, pk, round_b, false, pk.sb, pk.ib);
+    });
+  }
+}
+
+// C rows [r0, r0 + 32) x columns [j0, j1) (multiples of 32 but the ends) from the packed
+// operands; acc: 32 x 32 int32, row: 32 float32 (this chunk's scratch).
+TESSERA_AVX512 void gemm_block_row(DType dtype, const Packed& pk, int64_t r0, int64_t j0, int64_t j1, void* c,
+                                   int32_t* acc, float* row) {
+  const int64_t rows = std::min(kBlock, pk.m - r0);
+  const int64_t nb16 = pk.n_pad / 16;
+  for (int64_t jb = j0; jb < j1; jb += kBlock) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t kb = 0; kb < pk.kb_count; ++kb) {
+      const int8_t* at = pk.a_row(r0, kb);
+      const int8_t* bt = pk.b + (kb * nb16 + jb / 16) * 1024;
+      _tile_loadd(4, at, 64);
+      _tile_loadd(5, at + 16 * kBlockK, 64);
+      _tile_loadd(6, bt, 64);
+      _tile_loadd(7, bt + 1024, 64);
+      _tile_dpbssd(0, 4, 6);
+      _tile_dpbssd(1, 4, 7);
+      _tile_dpbssd(2, 5, 6);
+      _tile_dpbssd(3, 5, 7);
+    }
+    _tile_stored(0, acc, 128);
+    _tile_stored(1, acc + 16, 128);
+    _tile_stored(2, acc + 16 * 32, 128);
+    _tile_stored(3, acc + 16 * 32 + 16, 128);
+    const int64_t cols = std::min(kBlock, pk.n - jb);
+    for (int64_t r = 0; r < rows; ++r) {
+      const __m512 sa = _mm512_set1_ps(pk.sa[r0 + r]);
+      for (int64_t h = 0; h < cols; h += 16) {
+        const __mmask16 mask = lanes(cols - h);
+        const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(acc + r * 32 + h)), sa);
+        _mm512_mask_storeu_ps(row + h, mask, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, pk.sb + jb + h)));
+      }
+      const int64_t at = (r0 + r) * pk.n + jb;
+      if (dtype == DType::Float32)
+        std::memcpy(static_cast<float*>(c) + at, row, sizeof(float) * static_cast<size_t>(cols));
+      else
+        cast_span(DType::Float32, row, dtype, static_cast<bfloat16*>(c) + at, cols);
+    }
+  }
+}
+
+void amx_path(DType dtype, const MatmulShape& s, const void* a, const void* b, void* c, const Int8Rounding& round_a,
+              const Int8Rounding& round_b) {
+  Packed pk{};
+  pk.m = s.m;
+  pk.n = s.n;
+  pk.k = s.k;
+  pk.m_pad = round_up(s.m, kBlock);
+  pk.n_pad = round_up(s.n, kBlock);
+  pk.k_pad = round_up(s.k, kBlockK);
+  pk.kb_count = pk.k_pad / kBlockK;
+  const size_t a_bytes = aligned(static_cast<size_t>(pk.m_pad * pk.k_pad));
+  const size_t b_bytes = aligned(static_cast<size_t>(pk.k_pad * pk.n_pad));
+  const size_t scale_bytes = aligned(sizeof(float) * static_cast<size_t>(2 * (pk.m_pad + pk.n_pad)));
+  auto* base = thread_scratch<unsigned char>(a_bytes + b_bytes + scale_bytes, Scratch::MatmulInt8);
+  pk.a = reinterpret_cast<int8_t*>(base);
+  pk.b = reinterpret_cast<int8_t*>(base + a_bytes);
+  auto* scales = reinterpret_cast<float*>(base + a_bytes + b_bytes);
+  pk.sa = scales;
+  pk.ia = scales + pk.m_pad;
+  pk.sb = scales + 2 * pk.m_pad;
+  pk.ib = scales + 2 * pk.m_pad + pk.n_pad;
+  quantize_operands(dtype, s, a, b, pk, round_a, round_b);
+
+  // Tasks: a 32-row block times up to 256 columns.
+  constexpr int64_t kTaskCols = 256;
+  const int64_t row_blocks = pk.m_pad / kBlock, col_tasks = num_chunks(pk.n_pad, kTaskCols);
+  const ChunkScratch scratch(sizeof(int32_t) * kBlock * kBlock + sizeof(float) * kBlock, Scratch::MatmulInt8Chunks);
+  parallel_for(row_blocks * col_tasks, 1, [&](int64_t begin, int64_t end) {
+    const ChunkScratch::Lease lease(scratch);
+    auto* acc = lease.as<int32_t>();
+    auto* row = lease.as<float>(sizeof(int32_t) * kBlock * kBlock);
+    TileConfig config;
+    for (int t = 0; t < 8; ++t) {
+      config.rows[t] = 16;
+      config.colsb[t] = 64;
+    }
+    _tile_loadconfig(&config);
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t rb = t / col_tasks, ct = t % col_tasks;
+      const int64_t j0 = ct * kTaskCols, j1 = std::min(pk.n_pad, j0 + kTaskCols);
+      gemm_block_row(dtype, pk, rb * kBlock, j0, j1, c, acc, row);
+    }
+    _tile_release();
+  });
+}
+
+#endif  // TESSERA_AMX_INT8
+
+}  // namespace
+
+const Int8GemmPath& int8_gemm_path() {
+  static const Int8GemmPath path = [] {
+    const char* setting = flags::env("TESSERA_CPU_INT8_GEMM");
+    const std::string mode = setting && *setting ? setting : "auto";
+    if (mode != "auto" && mode != "reference")
+      fail<ValueError>("TESSERA_CPU_INT8_GEMM={} (expected auto or reference)", mode);
+    const std::string reference = "int8 values multiplied exactly in float64 (dgemm)";
+    if (mode == "reference") return Int8GemmPath{false, reference + " (TESSERA_CPU_INT8_GEMM=reference)"};
+#if TESSERA_AMX_INT8
+    const char* why = "";
+    if (probe(&why)) return Int8GemmPath{true, "AMX tiles (TDPBSSD: int8 products, int32 accumulation)"};
+    return Int8GemmPath{false, fmt::format("{} ({})", reference, why)};
+#else
+    return Int8GemmPath{false, reference + " (built without AMX-INT8)"};
+#endif
+  }();
+  return path;
+}
+
+namespace {
+void check_problem(DType dtype, const MatmulShape& shape) {
+  if (dtype != DType::Float32 && dtype != DType::BFloat16)
+    fail<DTypeError>("quantized_matmul: dtype {} (expected float32 or bfloat16)", name(dtype));
+  if (shape.batch != 1) fail<ShapeError>("quantized_matmul: batch {} (expected 1)", shape.batch);
+}
+
+// An empty C, or one of zeros (K = 0); false when there is a product to compute.
+bool trivial(DType dtype, const MatmulShape& shape, void* c) {
+  if (shape.m == 0 || shape.n == 0) return true;
+  if (shape.k > 0) return false;
+  std::memset(c, 0, static_cast<size_t>(shape.m * shape.n) * itemsize(dtype));
+  return true;
+}
+}  // namespace
+
+void quantized_matmul_reference(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* c,
+                                const Int8Rounding& round_a, const Int8Rounding& round_b) {
+  check_problem(dtype, shape);
+  if (!trivial(dtype, shape, c)) reference_path(dtype, shape, a, b, c, round_a, round_b);
+}
+
+void quantized_matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* c,
+                      const Int8Rounding& round_a, const Int8Rounding& round_b) {
+  check_problem(dtype, shape);
+  if (trivial(dtype, shape, c)) return;
+#if TESSERA_AMX_INT8
+  if (int8_gemm_path().native) {
+    amx_path(dtype, shape, a, b, c, round_a, round_b);
+    return;
+  }
+#endif
+  reference_path(dtype, shape, a, b, c, round_a, round_b);
+}
+
+}  // namespace tessera::cpu

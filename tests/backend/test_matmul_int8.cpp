@@ -1,0 +1,188 @@
+// int8 (AQT) GEMMs (backend/cpu/kernels/matmul_int8.h): within the quantization's bound
+// of a float64 product of the unquantized operands; the AMX path bitwise equal to the
+// float64 reference path (same quantized values, exact products); bitwise equal for 1
+// and 2 threads; stochastic rounding unbiased where nearest rounding is not; a non-finite
+// input poisons only its own row.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include "backend/cpu/kernels/matmul.h"
+#include "backend/cpu/kernels/matmul_int8.h"
+#include "nn_test_util.h"
+#include "tessera/base/error.h"
+
+namespace tessera::cpu {
+namespace {
+
+using namespace testing;
+
+std::string cpu_flags() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) return " " + line.substr(line.find(':') + 1) + " ";
+  return "";
+}
+
+TEST(Int8Gemm, UsesAmxWhereTheCpuHasIt) {
+  const std::string flags = cpu_flags();
+  ASSERT_FALSE(flags.empty()) << "no flags line in /proc/cpuinfo";
+  const char* setting = std::getenv("TESSERA_CPU_INT8_GEMM");
+  const bool forced = setting != nullptr && std::string(setting) == "reference";
+  const Int8GemmPath& path = int8_gemm_path();
+  if (flags.find(" amx_int8 ") != std::string::npos && !forced) {
+    EXPECT_TRUE(path.native) << "this CPU has AMX-INT8 but the int8 path is: " << path.description;
+  } else {
+    EXPECT_FALSE(path.native) << path.description;
+    EXPECT_NE(path.description.find("float64"), std::string::npos) << path.description;
+  }
+}
+
+struct Case {
+  int64_t m, n, k;
+  bool ta, tb;
+};
+
+MatmulShape shape_of(const Case& c) {
+  MatmulShape s;
+  s.m = c.m, s.n = c.n, s.k = c.k, s.trans_a = c.ta, s.trans_b = c.tb;
+  return s;
+}
+
+// A Linear's three GEMMs at 512 tokens (forward; dX with the weight transposed; dW with
+// the activations transposed), both transposed, and sizes leaving partial tiles and
+// blocks (32 rows, 16 columns, 64 K).
+const Case kCases[] = {{512, 384, 256, false, false}, {512, 256, 384, false, true}, {256, 384, 512, true, false},
+                       {37, 70, 131, true, true},     {1, 5, 3, false, false},      {100, 33, 1000, false, true}};
+
+double a_at(const std::vector<double>& a, const Case& c, int64_t i, int64_t p) {
+  return a[static_cast<size_t>(c.ta ? p * c.m + i : i * c.k + p)];
+}
+double b_at(const std::vector<double>& b, const Case& c, int64_t p, int64_t j) {
+  return b[static_cast<size_t>(c.tb ? j * c.k + p : p * c.n + j)];
+}
+
+TEST(Int8Gemm, ProductsStayWithinTheQuantizationBoundOfFloat64) {
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    for (const Case& c : kCases) {
+      const auto a = rounded(dtype, uniform(static_cast<size_t>(c.m * c.k), -1, 1, 901));
+      const auto b = rounded(dtype, uniform(static_cast<size_t>(c.k * c.n), -2, 2, 902));
+      Buf ab(dtype, a), bb(dtype, b), cb(dtype, c.m * c.n);
+      quantized_matmul(dtype, shape_of(c), ab.data(), bb.data(), cb.data(), {}, {});
+      std::vector<double> amax(static_cast<size_t>(c.m), 0), bmax(static_cast<size_t>(c.n), 0);
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t p = 0; p < c.k; ++p) amax[i] = std::max(amax[i], std::abs(a_at(a, c, i, p)));
+      for (int64_t j = 0; j < c.n; ++j)
+        for (int64_t p = 0; p < c.k; ++p) bmax[j] = std::max(bmax[j], std::abs(b_at(b, c, p, j)));
+      double worst = 0;
+      for (int64_t i = 0; i < c.m; ++i) {
+        for (int64_t j = 0; j < c.n; ++j) {
+          // Nearest rounding moves each value by at most half a step (amax / 254).
+          const double da = amax[i] / 254, db = bmax[j] / 254;
+          double exact = 0, bound = 0;
+          for (int64_t p = 0; p < c.k; ++p) {
+            const double av = a_at(a, c, i, p), bv = b_at(b, c, p, j);
+            exact += av * bv;
+            bound += std::abs(av) * db + std::abs(bv) * da + da * db;
+          }
+          // Plus the output's rounding (bf16: 2^-9 relative) and float32 dequantization.
+          const double tol = bound * 1.001 + std::ldexp(std::abs(exact), dtype == DType::BFloat16 ? -8 : -20) + 1e-12;
+          const double err = std::abs(cb.get(i * c.n + j) - exact);
+          ASSERT_LE(err, tol) << name(dtype) << " m=" << c.m << " n=" << c.n << " k=" << c.k << " ta=" << c.ta
+                              << " tb=" << c.tb << " at (" << i << ", " << j << ") exact " << exact;
+          worst = std::max(worst, err / (bound + 1e-30));
+        }
+      }
+      // Errors of independent roundings partly cancel: far below the worst case.
+      if (c.k >= 100) {
+        EXPECT_LT(worst, 0.5) << name(dtype) << " k=" << c.k;
+      }
+    }
+  }
+}
+
+TEST(Int8Gemm, MatrixUnitsGiveBitwiseTheFloat64ReferencePath) {
+  if (!int8_gemm_path().native) GTEST_SKIP() << "no AMX-INT8 here: " << int8_gemm_path().description;
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    for (const Case& c : kCases) {
+      for (bool stochastic : {false, true}) {
+        Buf a(dtype, uniform(static_cast<size_t>(c.m * c.k), -3, 3, 911));
+        Buf b(dtype, uniform(static_cast<size_t>(c.k * c.n), -1, 1, 912));
+        Buf fast(dtype, c.m * c.n), reference(dtype, c.m * c.n);
+        const Int8Rounding ra{stochastic, 0x1234'5678'9abc'def0ull}, rb{stochastic, 77};
+        quantized_matmul(dtype, shape_of(c), a.data(), b.data(), fast.data(), ra, rb);
+        quantized_matmul_reference(dtype, shape_of(c), a.data(), b.data(), reference.data(), ra, rb);
+        EXPECT_TRUE(fast.bitwise_equal(reference)) << name(dtype) << " m=" << c.m << " n=" << c.n << " k=" << c.k
+                                                   << " ta=" << c.ta << " tb=" << c.tb << " stochastic=" << stochastic;
+      }
+    }
+  }
+}
+
+TEST(Int8Gemm, BitwiseIdenticalForOneAndTwoThreads) {
+  for (const Case& c : kCases) {
+    Buf a(DType::BFloat16, uniform(static_cast<size_t>(c.m * c.k), -1, 1, 921));
+    Buf b(DType::BFloat16, uniform(static_cast<size_t>(c.k * c.n), -1, 1, 922));
+    Buf one(DType::BFloat16, c.m * c.n), two(DType::BFloat16, c.m * c.n);
+    const Int8Rounding r{true, 5};
+    with_threads(1, [&] { quantized_matmul(DType::BFloat16, shape_of(c), a.data(), b.data(), one.data(), r, {}); });
+    with_threads(2, [&] { quantized_matmul(DType::BFloat16, shape_of(c), a.data(), b.data(), two.data(), r, {}); });
+    EXPECT_TRUE(one.bitwise_equal(two)) << "m=" << c.m << " n=" << c.n << " k=" << c.k;
+  }
+}
+
+// A row whose values sit 0.3 of a step above a grid point: nearest rounding loses 0.3
+// steps on every element; stochastic rounding is right on average over seeds.
+TEST(Int8Gemm, StochasticRoundingIsUnbiased) {
+  const int64_t k = 256;
+  std::vector<double> a(static_cast<size_t>(k));
+  const double step = 1.0 / 127;  // amax = 1
+  a[0] = 1.0;
+  for (int64_t p = 1; p < k; ++p) a[static_cast<size_t>(p)] = (static_cast<double>(p % 50) + 0.3) * step;
+  double exact = 0;
+  for (double v : a) exact += v;
+  Buf ab(DType::Float32, a), ones(DType::Float32, std::vector<double>(static_cast<size_t>(k), 1.0));
+  MatmulShape s;
+  s.m = 1, s.n = 1, s.k = k;
+  Buf c(DType::Float32, 1);
+  quantized_matmul(DType::Float32, s, ab.data(), ones.data(), c.data(), {}, {});
+  const double nearest_bias = c.get(0) - exact;
+  EXPECT_NEAR(nearest_bias, -0.3 * step * (k - 1), 1e-3) << "nearest rounding drops the 0.3-step tails";
+  double mean = 0;
+  const int draws = 400;
+  for (int d = 0; d < draws; ++d) {
+    quantized_matmul(DType::Float32, s, ab.data(), ones.data(), c.data(), {true, static_cast<uint64_t>(d) * 7919}, {});
+    mean += c.get(0) / draws;
+  }
+  // Each element's rounding has variance 0.21 steps^2: the mean over 400 draws of 255
+  // elements has a standard deviation of about 0.04 steps; the nearest bias is 76 steps.
+  EXPECT_NEAR(mean, exact, 0.3 * step) << "stochastic rounding mean " << mean << " vs " << exact;
+}
+
+TEST(Int8Gemm, ANonFiniteValuePoisonsOnlyItsRowAndColumn) {
+  const Case c{4, 3, 70, false, false};
+  std::vector<double> a = uniform(static_cast<size_t>(c.m * c.k), -1, 1, 931);
+  std::vector<double> b = uniform(static_cast<size_t>(c.k * c.n), -1, 1, 932);
+  a[static_cast<size_t>(1 * c.k + 5)] = INFINITY;  // row 1 of A
+  b[static_cast<size_t>(9 * c.n + 2)] = NAN;       // column 2 of B
+  Buf ab(DType::Float32, a), bb(DType::Float32, b), cb(DType::Float32, c.m * c.n);
+  quantized_matmul(DType::Float32, shape_of(c), ab.data(), bb.data(), cb.data(), {}, {});
+  for (int64_t i = 0; i < c.m; ++i)
+    for (int64_t j = 0; j < c.n; ++j)
+      EXPECT_EQ(std::isnan(cb.get(i * c.n + j)), i == 1 || j == 2) << "(" << i << ", " << j << ")";
+}
+
+TEST(Int8Gemm, RejectsOtherDtypesAndBatches) {
+  MatmulShape s;
+  s.m = s.n = s.k = 2;
+  Buf a(DType::Float64, 4), b(DType::Float64, 4), c(DType::Float64, 4);
+  EXPECT_THROW(quantized_matmul(DType::Float64, s, a.data(), b.data(), c.data(), {}, {}), DTypeError);
+  s.batch = 2;
+  EXPECT_THROW(quantized_matmul(DType::Float32, s, a.data(), b.data(), c.data(), {}, {}), ShapeError);
+}
+
+}  // namespace
+}  // namespace tessera::cpu

@@ -215,15 +215,26 @@ TESSERA_AVX512 __m512i fmix16(__m512i h) {
   return _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
 }
 
-// 16 quantized values (int8 in the low byte of each int32 lane's result) of x * inv with
-// contraction indices p (per lane), as quantize_one.
-TESSERA_AVX512 __m128i quantize16(__m512 x, __m512 inv, const Int8Rounding& r, __m512i p) {
+constexpr uint32_t kGolden = 0x9e3779b1u;
+
+// p * kGolden (mod 2^32) for the contraction indices p0 .. p0 + 15 (one per lane).
+TESSERA_AVX512 __m512i golden_lanes(int64_t p0) {
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i lane_golden = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(kGolden)));
+  return _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(p0) * kGolden)), lane_golden);
+}
+TESSERA_AVX512 __m512i golden_all(int64_t p) {
+  return _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(p) * kGolden));
+}
+
+// 16 quantized values (int8 in the low byte of each int32 lane's result) of x * inv, as
+// quantize_one; p_golden: each lane's contraction index times kGolden.
+TESSERA_AVX512 __m128i quantize16(__m512 x, __m512 inv, const Int8Rounding& r, __m512i p_golden) {
   __m512 t = _mm512_mul_ps(x, inv);
   if (r.stochastic) {
     __m512i h = _mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(static_cast<int>(r.seed & 0xffffffffu)));
-    h = _mm512_xor_si512(h, _mm512_mullo_epi32(p, _mm512_set1_epi32(static_cast<int>(0x9e3779b1u))));
+    h = _mm512_add_epi32(_mm512_xor_si512(h, p_golden), _mm512_set1_epi32(static_cast<int>(r.seed >> 32)));
     h = fmix16(h);
-    h = fmix16(_mm512_xor_si512(h, _mm512_set1_epi32(static_cast<int>(r.seed >> 32))));
     const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(h, 8)), _mm512_set1_ps(1.0f / 16777216.0f));
     t = _mm512_add_ps(t, u);
     t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
@@ -258,7 +269,6 @@ TESSERA_AVX512 Scale contiguous_scale(DType dtype, const void* x, int64_t at, in
 TESSERA_AVX512 void quantize_rows(DType dtype, const void* x, int64_t begin, int64_t end, const Packed& pk,
                                   const Int8Rounding& r, bool to_a, float* scale, float* inv) {
   const int64_t k = pk.k;
-  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   for (int64_t i = begin; i < end; ++i) {
     const Scale s = contiguous_scale(dtype, x, i * k, k);
     scale[i] = s.scale;
@@ -267,8 +277,7 @@ TESSERA_AVX512 void quantize_rows(DType dtype, const void* x, int64_t begin, int
     for (int64_t p = 0; p < pk.k_pad; p += 16) {
       __m128i q = _mm_setzero_si128();
       if (p < k) {
-        const __m512i pv = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(p)), lane);
-        q = quantize16(load16(dtype, x, i * k + p, lanes(k - p)), vinv, r, pv);
+        q = quantize16(load16(dtype, x, i * k + p, lanes(k - p)), vinv, r, golden_lanes(p));
         q = _mm_maskz_mov_epi8(lanes(k - p), q);
       }
       if (to_a) {
@@ -284,56 +293,100 @@ TESSERA_AVX512 void quantize_rows(DType dtype, const void* x, int64_t begin, int
   }
 }
 
-// Row p of 16 columns of a row-major matrix, quantized (zeros past the k rows).
-struct ColumnRow {
-  DType dtype;
-  const void* x;
-  int64_t ld, c0, k;
-  __mmask16 mask;
-  __m512 inv;
-  const Int8Rounding& r;
-  TESSERA_AVX512 __m128i operator()(int64_t p) const {
-    if (p >= k) return _mm_setzero_si128();
-    return _mm_maskz_mov_epi8(
-        mask, quantize16(load16(dtype, x, p * ld + c0, mask), inv, r, _mm512_set1_epi32(static_cast<int>(p))));
+// Transposes a 16x16 byte matrix held as 16 rows: unpacks of 8-, 16-, 32- and 64-bit
+// lanes interleave rows pairwise, doubling the run of each column every stage.
+TESSERA_AVX512 void transpose16x16(__m128i (&x)[16]) {
+  __m128i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm_unpacklo_epi8(x[2 * i], x[2 * i + 1]);
+    t[2 * i + 1] = _mm_unpackhi_epi8(x[2 * i], x[2 * i + 1]);
   }
-};
-
-// Columns of a row-major [k, ld] matrix (op(A) transposed, op(B) without transpose):
-// columns [c0, c0 + 16) quantized over the k rows into A's packed rows or B's columns.
-TESSERA_AVX512 void quantize_columns(DType dtype, const void* x, int64_t ld, int64_t c0, const Packed& pk,
-                                     const Int8Rounding& r, bool to_a, float* scale, float* inv) {
-  const int64_t k = pk.k, count = std::min<int64_t>(16, ld - c0);
-  const __mmask16 mask = lanes(count);
-  __m512 amax = _mm512_setzero_ps();
-  __mmask16 bad = 0;
-  const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
-  for (int64_t p = 0; p < k; ++p) {
-    const __m512 a = _mm512_abs_ps(load16(dtype, x, p * ld + c0, mask));
-    bad |= _mm512_mask_cmp_ps_mask(mask, a, big, _CMP_NLE_UQ);
-    amax = _mm512_max_ps(amax, a);
+  // t[2i] / t[2i+1]: columns 0-7 / 8-15 of rows 2i, 2i+1, two bytes per column.
+  for (int g = 0; g < 4; ++g) {  // rows 4g .. 4g+3
+    const __m128i* in = t + 4 * g;
+    x[4 * g] = _mm_unpacklo_epi16(in[0], in[2]);      // columns 0-3
+    x[4 * g + 1] = _mm_unpackhi_epi16(in[0], in[2]);  // 4-7
+    x[4 * g + 2] = _mm_unpacklo_epi16(in[1], in[3]);  // 8-11
+    x[4 * g + 3] = _mm_unpackhi_epi16(in[1], in[3]);  // 12-15
   }
-  alignas(64) float amax_lanes[16];
-  _mm512_store_ps(amax_lanes, amax);
-  for (int64_t c = 0; c < count; ++c) {
-    const Scale s = scale_of(amax_lanes[c], ((bad >> c) & 1u) == 0);
-    scale[c0 + c] = s.scale;
-    inv[c0 + c] = s.inv;
-  }
-  const __m512 vinv = _mm512_maskz_loadu_ps(mask, inv + c0);
-  const ColumnRow row{dtype, x, ld, c0, k, mask, vinv, r};
-  if (to_a) {
-    alignas(16) int8_t q[16];
-    for (int64_t p = 0; p < pk.k_pad; ++p) {
-      _mm_store_si128(reinterpret_cast<__m128i*>(q), row(p));
-      for (int64_t c = 0; c < 16; ++c) pk.a_row(c0 + c, p / kBlockK)[p % kBlockK] = q[c];
+  // x[4g + j]: columns 4j .. 4j+3 of rows 4g .. 4g+3, four bytes per column.
+  for (int h = 0; h < 2; ++h) {  // rows 8h .. 8h+7
+    for (int j = 0; j < 4; ++j) {
+      const __m128i lo = x[8 * h + j], hi = x[8 * h + 4 + j];
+      t[8 * h + 2 * j] = _mm_unpacklo_epi32(lo, hi);      // columns 4j, 4j+1
+      t[8 * h + 2 * j + 1] = _mm_unpackhi_epi32(lo, hi);  // columns 4j+2, 4j+3
     }
-  } else {  // 4 rows' 16 bytes interleave into the 16 columns' quads (64 bytes)
-    for (int64_t p = 0; p < pk.k_pad; p += 4) {
-      const __m128i q0 = row(p), q1 = row(p + 1), q2 = row(p + 2), q3 = row(p + 3);
-      const __m128i t0 = _mm_unpacklo_epi8(q0, q1), t1 = _mm_unpackhi_epi8(q0, q1);
-      const __m128i t2 = _mm_unpacklo_epi8(q2, q3), t3 = _mm_unpackhi_epi8(q2, q3);
-      auto* out = reinterpret_cast<__m128i*>(pk.b_quad(p, c0));
+  }
+  // t[8h + m]: columns 2m, 2m+1 of rows 8h .. 8h+7, eight bytes per column.
+  for (int m = 0; m < 8; ++m) {
+    x[2 * m] = _mm_unpacklo_epi64(t[m], t[8 + m]);
+    x[2 * m + 1] = _mm_unpackhi_epi64(t[m], t[8 + m]);
+  }
+}
+
+// The stored operand is a row-major [k, n] matrix whose columns are quantized over its k
+// rows (op(A) transposed: dW's activations; op(B) without transpose: weights, dW's
+// gradient). Reading it column strip by column strip strides through memory, so every
+// pass streams whole rows instead: one for the columns' largest magnitudes, one that
+// quantizes.
+
+// Largest |x| of each column over rows [p0, p1) into amax[0, n): +inf for a column with
+// a non-finite value (so the scale becomes NaN, as scale_of's `finite`).
+TESSERA_AVX512 void column_amax(DType dtype, const void* x, int64_t n, int64_t p0, int64_t p1, float* amax) {
+  const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < n; j += 16) _mm512_mask_storeu_ps(amax + j, lanes(n - j), _mm512_setzero_ps());
+  for (int64_t p = p0; p < p1; ++p) {
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 mask = lanes(n - j);
+      __m512 a = _mm512_abs_ps(load16(dtype, x, p * n + j, mask));
+      a = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, big, _CMP_NLE_UQ), a, inf);
+      _mm512_mask_storeu_ps(amax + j, mask, _mm512_max_ps(a, _mm512_maskz_loadu_ps(mask, amax + j)));
+    }
+  }
+}
+
+// The scales of the n columns: row ranges in parallel into `partials` (one n-float row
+// per range), then the maximum over the ranges (exact, so any split gives the same).
+void column_scales(DType dtype, const void* x, int64_t k, int64_t n, float* partials, float* scale, float* inv) {
+  const int64_t ranges = std::max<int64_t>(1, std::min<int64_t>(num_threads(), k));
+  const int64_t stride = (n + 15) / 16 * 16;
+  parallel_for(ranges, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      column_amax(dtype, x, n, k * r / ranges, k * (r + 1) / ranges, partials + r * stride);
+  });
+  for (int64_t j = 0; j < n; ++j) {
+    float amax = 0.0f;
+    for (int64_t r = 0; r < ranges; ++r) amax = std::max(amax, partials[r * stride + j]);
+    const Scale sc = scale_of(amax, amax <= std::numeric_limits<float>::max());
+    scale[j] = sc.scale;
+    inv[j] = sc.inv;
+  }
+}
+
+// 16 columns [j, j + 16) of row p quantized (zeros past the k rows or the n columns).
+TESSERA_AVX512 __m128i column_row16(DType dtype, const void* x, int64_t n, int64_t k, int64_t p, int64_t j, __m512 inv,
+                                    const Int8Rounding& r) {
+  if (p >= k) return _mm_setzero_si128();
+  const __mmask16 mask = lanes(n - j);
+  return _mm_maskz_mov_epi8(mask, quantize16(load16(dtype, x, p * n + j, mask), inv, r, golden_all(p)));
+}
+
+// op(B) without transpose: rows 4 * quad .. + 3 (quads [q0, q1)) into B's packed quads,
+// 16 columns at a time (4 rows' 16 bytes interleave into the columns' 4-byte quads).
+TESSERA_AVX512 void quantize_b_quads(DType dtype, const void* x, int64_t q0, int64_t q1, const Packed& pk,
+                                     const Int8Rounding& r) {
+  for (int64_t quad = q0; quad < q1; ++quad) {
+    const int64_t p = 4 * quad;
+    for (int64_t j = 0; j < pk.n; j += 16) {
+      const __m512 inv = _mm512_maskz_loadu_ps(lanes(pk.n - j), pk.ib + j);
+      const __m128i v0 = column_row16(dtype, x, pk.n, pk.k, p, j, inv, r);
+      const __m128i v1 = column_row16(dtype, x, pk.n, pk.k, p + 1, j, inv, r);
+      const __m128i v2 = column_row16(dtype, x, pk.n, pk.k, p + 2, j, inv, r);
+      const __m128i v3 = column_row16(dtype, x, pk.n, pk.k, p + 3, j, inv, r);
+      const __m128i t0 = _mm_unpacklo_epi8(v0, v1), t1 = _mm_unpackhi_epi8(v0, v1);
+      const __m128i t2 = _mm_unpacklo_epi8(v2, v3), t3 = _mm_unpackhi_epi8(v2, v3);
+      auto* out = reinterpret_cast<__m128i*>(pk.b_quad(p, j));
       _mm_storeu_si128(out, _mm_unpacklo_epi16(t0, t2));
       _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(t0, t2));
       _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(t1, t3));
@@ -342,9 +395,27 @@ TESSERA_AVX512 void quantize_columns(DType dtype, const void* x, int64_t ld, int
   }
 }
 
-// Quantizes op(A) into pk.a (rows past m are zero) and op(B) into pk.b.
+// op(A) transposed (A stored [k, m]): rows 16 * g .. + 15 (groups [g0, g1)) into A's
+// packed rows, 16 columns at a time (a 16x16 byte transpose).
+TESSERA_AVX512 void quantize_a_groups(DType dtype, const void* x, int64_t g0, int64_t g1, const Packed& pk,
+                                      const Int8Rounding& r) {
+  for (int64_t g = g0; g < g1; ++g) {
+    const int64_t p = 16 * g;
+    for (int64_t c = 0; c < pk.m; c += 16) {
+      const __m512 inv = _mm512_maskz_loadu_ps(lanes(pk.m - c), pk.ia + c);
+      __m128i q[16];
+      for (int i = 0; i < 16; ++i) q[i] = column_row16(dtype, x, pk.m, pk.k, p + i, c, inv, r);
+      transpose16x16(q);
+      for (int i = 0; i < 16; ++i)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(pk.a_row(c + i, p / kBlockK) + p % kBlockK), q[i]);
+    }
+  }
+}
+
+// Quantizes op(A) into pk.a (rows past m are zero) and op(B) into pk.b; `partials` holds
+// num_threads() x (max(m, n) rounded up to 16) floats.
 void quantize_operands(DType dtype, const MatmulShape& s, const void* a, const void* b, const Packed& pk,
-                       const Int8Rounding& round_a, const Int8Rounding& round_b) {
+                       const Int8Rounding& round_a, const Int8Rounding& round_b, float* partials) {
   // Padding rows / columns (past m or n) must multiply as zeros.
   if (pk.m_pad > pk.m)
     for (int64_t i = pk.m; i < pk.m_pad; ++i)
@@ -357,29 +428,30 @@ void quantize_operands(DType dtype, const MatmulShape& s, const void* a, const v
       quantize_rows(dtype, a, begin, end, pk, round_a, true, pk.sa, pk.ia);
     });
   } else {
-    parallel_for(num_chunks(pk.m, 16), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t cb = begin; cb < end; ++cb)
-        quantize_columns(dtype, a, pk.m, cb * 16, pk, round_a, true, pk.sa, pk.ia);
-    });
+    column_scales(dtype, a, pk.k, pk.m, partials, pk.sa, pk.ia);
+    parallel_for(pk.k_pad / 16, 4,
+                 [&](int64_t begin, int64_t end) { quantize_a_groups(dtype, a, begin, end, pk, round_a); });
   }
   if (s.trans_b) {
     parallel_for(pk.n, 8, [&](int64_t begin, int64_t end) {
       quantize_rows(dtype, b, begin, end, pk, round_b, false, pk.sb, pk.ib);
     });
   } else {
-    parallel_for(num_chunks(pk.n, 16), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t cb = begin; cb < end; ++cb)
-        quantize_columns(dtype, b, pk.n, cb * 16, pk, round_b, false, pk.sb, pk.ib);
-    });
+    column_scales(dtype, b, pk.k, pk.n, partials, pk.sb, pk.ib);
+    parallel_for(pk.k_pad / 4, 16,
+                 [&](int64_t begin, int64_t end) { quantize_b_quads(dtype, b, begin, end, pk, round_b); });
   }
 }
 
-// C rows [r0, r0 + 32) x columns [j0, j1) (multiples of 32 but the ends) from the packed
-// operands; acc: 32 x 32 int32, row: 32 float32 (this chunk's scratch).
+// C rows [r0, r0 + 32) x columns [j0, j1) (at most kTaskCols; multiples of 32 but the
+// ends) from the packed operands. acc: 32 x kTaskCols int32, row: kTaskCols float32
+// (this chunk's scratch): all the blocks' sums first, then one dequantizing pass per row.
+constexpr int64_t kTaskCols = 256;
 TESSERA_AVX512 void gemm_block_row(DType dtype, const Packed& pk, int64_t r0, int64_t j0, int64_t j1, void* c,
                                    int32_t* acc, float* row) {
   const int64_t rows = std::min(kBlock, pk.m - r0);
   const int64_t nb16 = pk.n_pad / 16;
+  constexpr size_t stride = kTaskCols * sizeof(int32_t);
   for (int64_t jb = j0; jb < j1; jb += kBlock) {
     _tile_zero(0);
     _tile_zero(1);
@@ -397,24 +469,25 @@ TESSERA_AVX512 void gemm_block_row(DType dtype, const Packed& pk, int64_t r0, in
       _tile_dpbssd(2, 5, 6);
       _tile_dpbssd(3, 5, 7);
     }
-    _tile_stored(0, acc, 128);
-    _tile_stored(1, acc + 16, 128);
-    _tile_stored(2, acc + 16 * 32, 128);
-    _tile_stored(3, acc + 16 * 32 + 16, 128);
-    const int64_t cols = std::min(kBlock, pk.n - jb);
-    for (int64_t r = 0; r < rows; ++r) {
-      const __m512 sa = _mm512_set1_ps(pk.sa[r0 + r]);
-      for (int64_t h = 0; h < cols; h += 16) {
-        const __mmask16 mask = lanes(cols - h);
-        const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(acc + r * 32 + h)), sa);
-        _mm512_mask_storeu_ps(row + h, mask, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, pk.sb + jb + h)));
-      }
-      const int64_t at = (r0 + r) * pk.n + jb;
-      if (dtype == DType::Float32)
-        std::memcpy(static_cast<float*>(c) + at, row, sizeof(float) * static_cast<size_t>(cols));
-      else
-        cast_span(DType::Float32, row, dtype, static_cast<bfloat16*>(c) + at, cols);
+    int32_t* block = acc + (jb - j0);
+    _tile_stored(0, block, stride);
+    _tile_stored(1, block + 16, stride);
+    _tile_stored(2, block + 16 * kTaskCols, stride);
+    _tile_stored(3, block + 16 * kTaskCols + 16, stride);
+  }
+  const int64_t cols = std::min(j1, pk.n) - j0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const __m512 sa = _mm512_set1_ps(pk.sa[r0 + r]);
+    for (int64_t h = 0; h < cols; h += 16) {
+      const __mmask16 mask = lanes(cols - h);
+      const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(acc + r * kTaskCols + h)), sa);
+      _mm512_mask_storeu_ps(row + h, mask, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, pk.sb + j0 + h)));
     }
+    const int64_t at = (r0 + r) * pk.n + j0;
+    if (dtype == DType::Float32)
+      std::memcpy(static_cast<float*>(c) + at, row, sizeof(float) * static_cast<size_t>(cols));
+    else
+      cast_span(DType::Float32, row, dtype, static_cast<bfloat16*>(c) + at, cols);
   }
 }
 
@@ -431,7 +504,9 @@ void amx_path(DType dtype, const MatmulShape& s, const void* a, const void* b, v
   const size_t a_bytes = aligned(static_cast<size_t>(pk.m_pad * pk.k_pad));
   const size_t b_bytes = aligned(static_cast<size_t>(pk.k_pad * pk.n_pad));
   const size_t scale_bytes = aligned(sizeof(float) * static_cast<size_t>(2 * (pk.m_pad + pk.n_pad)));
-  auto* base = thread_scratch<unsigned char>(a_bytes + b_bytes + scale_bytes, Scratch::MatmulInt8);
+  const size_t partial_bytes =
+      aligned(sizeof(float) * static_cast<size_t>(std::max(1, num_threads()) * std::max(pk.m_pad, pk.n_pad)));
+  auto* base = thread_scratch<unsigned char>(a_bytes + b_bytes + scale_bytes + partial_bytes, Scratch::MatmulInt8);
   pk.a = reinterpret_cast<int8_t*>(base);
   pk.b = reinterpret_cast<int8_t*>(base + a_bytes);
   auto* scales = reinterpret_cast<float*>(base + a_bytes + b_bytes);
@@ -439,16 +514,17 @@ void amx_path(DType dtype, const MatmulShape& s, const void* a, const void* b, v
   pk.ia = scales + pk.m_pad;
   pk.sb = scales + 2 * pk.m_pad;
   pk.ib = scales + 2 * pk.m_pad + pk.n_pad;
-  quantize_operands(dtype, s, a, b, pk, round_a, round_b);
+  quantize_operands(dtype, s, a, b, pk, round_a, round_b,
+                    reinterpret_cast<float*>(base + a_bytes + b_bytes + scale_bytes));
 
-  // Tasks: a 32-row block times up to 256 columns.
-  constexpr int64_t kTaskCols = 256;
+  // Tasks: a 32-row block times up to kTaskCols columns.
   const int64_t row_blocks = pk.m_pad / kBlock, col_tasks = num_chunks(pk.n_pad, kTaskCols);
-  const ChunkScratch scratch(sizeof(int32_t) * kBlock * kBlock + sizeof(float) * kBlock, Scratch::MatmulInt8Chunks);
+  const ChunkScratch scratch(sizeof(int32_t) * kBlock * kTaskCols + sizeof(float) * kTaskCols,
+                             Scratch::MatmulInt8Chunks);
   parallel_for(row_blocks * col_tasks, 1, [&](int64_t begin, int64_t end) {
     const ChunkScratch::Lease lease(scratch);
     auto* acc = lease.as<int32_t>();
-    auto* row = lease.as<float>(sizeof(int32_t) * kBlock * kBlock);
+    auto* row = lease.as<float>(sizeof(int32_t) * kBlock * kTaskCols);
     TileConfig config;
     for (int t = 0; t < 8; ++t) {
       config.rows[t] = 16;

@@ -59,8 +59,8 @@ inline float int8_rounding_noise(uint64_t seed, uint32_t p, uint32_t bits) {
     h ^= h >> 16;
     return h;
   };
-  uint32_t h = fmix(bits ^ static_cast<uint32_t>(seed) ^ (p * 0x9e3779b1u));
-  h = fmix(h ^ static_cast<uint32_t>(seed >> 32));
+  // One murmur3 finalizer over the value, the index and both seed words.
+  const uint32_t h = fmix((bits ^ static_cast<uint32_t>(seed) ^ (p * 0x9e3779b1u)) + static_cast<uint32_t>(seed >> 32));
   return static_cast<float>(h >> 8) * (1.0f / 16777216.0f);
 }
 

@@ -234,10 +234,11 @@ int main(int argc, char** argv) {
     if (s % 5 == 0 || s == steps - 1) std::printf("step %3d  loss %.6f (reference %.6f)\n", s, lc, lr);
     p = ts::tree_map([](const ts::Array& w, const ts::Array& g) { return w - g * 0.5; }, p, got.at("grads"));
   }
-  const ts::Cost cost = ts::graph_cost(
-      {ts::custom_op("local_attention", {ts::zeros({c.B, c.H, c.T, c.C / c.H}), ts::zeros({c.B, c.H, c.T, c.C / c.H}),
-                                         ts::zeros({c.B, c.H, c.T, c.C / c.H})},
-                     {{"window", c.window}, {"scale", 1.0}})[0]});
+  const ts::Cost cost =
+      ts::graph_cost({ts::custom_op("local_attention",
+                                    {ts::zeros({c.B, c.H, c.T, c.C / c.H}), ts::zeros({c.B, c.H, c.T, c.C / c.H}),
+                                     ts::zeros({c.B, c.H, c.T, c.C / c.H})},
+                                    {{"window", c.window}, {"scale", 1.0}})[0]});
   std::printf("local_attention: %.0f FLOPs per call (window %lld of %lld tokens)\n", cost.flops,
               static_cast<long long>(c.window), static_cast<long long>(c.T));
   std::printf("largest relative difference to the composed reference: loss %.2e, gradients %.2e\n", worst_loss,

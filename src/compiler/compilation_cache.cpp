@@ -96,7 +96,7 @@ std::unique_ptr<Executable> CompilationCache::load(const CacheKey& key) {
 }
 
 std::unique_ptr<Executable> CompilationCache::load_entry(const std::string& fingerprint, const std::string& key_json,
-                                                        std::string* unregistered_op) {
+                                                         std::string* unregistered_op) {
   const fs::path path = entry_path(fingerprint);
   std::error_code ec;
   const std::optional<std::string> file = read_file(path);
@@ -111,9 +111,10 @@ std::unique_ptr<Executable> CompilationCache::load_entry(const std::string& fing
     } catch (const UnregisteredOpError& ex) {
       // Not damage: the program uses a custom op this process has not registered (yet).
       // The entry stays for processes that register it; this one compiles.
-      warn(fmt::format("entry {} uses op '{}', which is not registered in this process (a custom op registers with "
-                       "register_custom_op before the first call); compiling instead",
-                       path.string(), ex.op()));
+      warn(
+          fmt::format("entry {} uses op '{}', which is not registered in this process (a custom op registers with "
+                      "register_custom_op before the first call); compiling instead",
+                      path.string(), ex.op()));
       if (unregistered_op != nullptr) *unregistered_op = ex.op();
       return nullptr;
     } catch (const std::exception& ex) {

@@ -74,7 +74,8 @@ void check_definition(const CustomOpDefinition& d) {
   if (find_primitive_entry(d.name) != nullptr || reserved_names().count(d.name) > 0)
     fail<ValueError>("register_custom_op '{}': the name is a built-in primitive's (choose another, e.g. 'my_{}')",
                      d.name, d.name);
-  if (d.num_inputs < 0) fail<ValueError>("register_custom_op '{}': num_inputs {} (expected >= 0)", d.name, d.num_inputs);
+  if (d.num_inputs < 0)
+    fail<ValueError>("register_custom_op '{}': num_inputs {} (expected >= 0)", d.name, d.num_inputs);
   if (!d.input_dtypes.empty() && static_cast<int>(d.input_dtypes.size()) != d.num_inputs)
     fail<ValueError>("register_custom_op '{}': {} input_dtypes for {} inputs (expected one per input, or none)", d.name,
                      d.input_dtypes.size(), d.num_inputs);
@@ -134,8 +135,7 @@ double attribute_double(const CustomAttributes& attributes, const std::string& k
   fail<ValueError>("custom op '{}': attribute '{}' is a string (expected a number)", op, key);
 }
 
-const std::string& attribute_string(const CustomAttributes& attributes, const std::string& key,
-                                    const std::string& op) {
+const std::string& attribute_string(const CustomAttributes& attributes, const std::string& key, const std::string& op) {
   auto it = attributes.find(key);
   if (it == attributes.end()) fail<ValueError>("custom op '{}': missing string attribute '{}'", op, key);
   if (const auto* v = std::get_if<std::string>(&it->second)) return *v;
@@ -263,7 +263,8 @@ std::vector<Array> apply_custom_op(const std::shared_ptr<const CustomOpDefinitio
   std::vector<DType> dtypes;
   for (const TensorSpec& s : outs) {
     for (int64_t d : s.shape)
-      if (d < 0) fail<ShapeError>("custom op '{}': infer gave output shape {} (negative dim)", name, to_string(s.shape));
+      if (d < 0)
+        fail<ShapeError>("custom op '{}': infer gave output shape {} (negative dim)", name, to_string(s.shape));
     shapes.push_back(s.shape);
     dtypes.push_back(s.dtype);
   }

@@ -44,7 +44,8 @@ class CustomOpRule : public ShardingRule {
     if (def == nullptr) rules::fail_rule(c, "the custom-op rule was asked about a built-in op");
     Decision d;
     if (def->sharding.is_unsharded_only()) {
-      for (const auto& t : c.in_types) d.inputs.push_back(Sharding::replicated(c.mesh, static_cast<int>(t.shape.size())));
+      for (const auto& t : c.in_types)
+        d.inputs.push_back(Sharding::replicated(c.mesh, static_cast<int>(t.shape.size())));
       for (const auto& t : c.out_types)
         d.outputs.push_back(Sharding::replicated(c.mesh, static_cast<int>(t.shape.size())));
       return d;

@@ -99,8 +99,8 @@ inline void register_test_custom_ops() {
         row_scan_op("test_row_cumsum", false, "test_row_rcumsum", CustomSharding::factors("r c -> r c", {"r"})));
     register_custom_op(
         row_scan_op("test_row_rcumsum", true, "test_row_cumsum", CustomSharding::factors("r c -> r c", {"r"})));
-    register_custom_op(row_scan_op("test_row_cumsum_gathered", false, "test_row_rcumsum",
-                                   CustomSharding::unsharded_only()));
+    register_custom_op(
+        row_scan_op("test_row_cumsum_gathered", false, "test_row_rcumsum", CustomSharding::unsharded_only()));
   });
 }
 

@@ -42,12 +42,10 @@ TEST_F(CustomOp, GradMatchesFiniteDifferencesInFloat64) {
   // The vjp of test_row_cumsum is another custom op (the reverse scan); its kernel is
   // float32 only, so compare with float64 finite differences at float32 tolerance.
   Array m = random_array({3, 6}, 3, DType::Float32);
-  auto loss = [](const std::vector<Array>& a) {
-    return sum(multiply(custom_op("test_row_cumsum", {a[0]})[0], a[0]));
-  };
-  std::vector<double> fd = fd_grad(
-      [&](const std::vector<Array>& a) { return loss({a[0].astype(DType::Float32)}).astype(DType::Float64); },
-      {m.astype(DType::Float64)}, 0, 1e-3);
+  auto loss = [](const std::vector<Array>& a) { return sum(multiply(custom_op("test_row_cumsum", {a[0]})[0], a[0])); };
+  std::vector<double> fd =
+      fd_grad([&](const std::vector<Array>& a) { return loss({a[0].astype(DType::Float32)}).astype(DType::Float64); },
+              {m.astype(DType::Float64)}, 0, 1e-3);
   Array g = grad(loss)({m})[0];
   EXPECT_TRUE(all_close(g, fd, 2e-3, 2e-3));
 }
@@ -89,8 +87,8 @@ TEST_F(CustomOp, JitTracesPrintsAndRunsIt) {
   });
   Array x = random_array({2, 4}, 6, DType::Float32);
   Array eager = custom_op("test_row_cumsum", {test_poly(x, 0.5, 2.0)})[0];
-  EXPECT_TRUE(all_close(f({x})[0], eager, 0, 0));
-  const std::string text = f.lowered({x}).text();
+  EXPECT_TRUE(all_close(f(std::vector<Array>{x})[0], eager, 0, 0));
+  const std::string text = f.lowered(std::vector<Array>{x}).text();
   EXPECT_NE(text.find("test_poly(%"), std::string::npos) << text;
   EXPECT_NE(text.find("{a=0.5, b=2.0}"), std::string::npos) << text;
   EXPECT_NE(text.find("test_row_cumsum(%"), std::string::npos) << text;
@@ -143,8 +141,11 @@ TEST_F(CustomOp, BadDefinitionsAreRefusedWithTheReason) {
 
 TEST_F(CustomOp, BadCallsNameTheOpTheInputAndWhatWasExpected) {
   Array x = random_array({2, 3}, 8, DType::Float32);
-  EXPECT_TRUE(throws_with<ValueError>([&] { custom_op("test_row_cumsum", {x, x}); },
-                                      {"test_row_cumsum", "2 inputs", "expected 1"}));
+  EXPECT_TRUE(throws_with<ValueError>(
+      [&] {
+        custom_op("test_row_cumsum", {x, x});
+      },
+      {"test_row_cumsum", "2 inputs", "expected 1"}));
   EXPECT_TRUE(throws_with<DTypeError>([&] { custom_op("test_row_cumsum", {x.astype(DType::Float64)}); },
                                       {"test_row_cumsum", "input 0", "f64[2, 3]", "expected float32"}));
   EXPECT_TRUE(throws_with<ShapeError>([&] { custom_op("test_row_cumsum", {reshape(x, {6})}); },
@@ -152,10 +153,16 @@ TEST_F(CustomOp, BadCallsNameTheOpTheInputAndWhatWasExpected) {
   EXPECT_TRUE(throws_with<ValueError>([&] { custom_op("test_nonexistent", {x}); },
                                       {"'test_nonexistent'", "register_custom_op"}));
   // infer reads the attributes, so a missing one is refused when the op is called.
-  EXPECT_TRUE(throws_with<ValueError>([&] { custom_op("test_poly", {x}, {{"a", 1.0}}); },
-                                      {"test_poly", "missing double attribute 'b'"}));
   EXPECT_TRUE(throws_with<ValueError>(
-      [&] { custom_op("test_poly", {x}, {{"a", 1.0}, {"b", 1.0}, {"s", std::string("x,y")}}); }, {"'s'", "contains ','"}));
+      [&] {
+        custom_op("test_poly", {x}, {{"a", 1.0}});
+      },
+      {"test_poly", "missing double attribute 'b'"}));
+  EXPECT_TRUE(throws_with<ValueError>(
+      [&] {
+        custom_op("test_poly", {x}, {{"a", 1.0}, {"b", 1.0}, {"s", std::string("x,y")}});
+      },
+      {"'s'", "contains ','"}));
   // grad through an op without a vjp.
   CustomOpDefinition no_vjp = minimal("test_no_vjp");
   register_custom_op(no_vjp);

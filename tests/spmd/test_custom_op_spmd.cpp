@@ -70,7 +70,7 @@ TEST(CustomOpSpmd, GradThroughACustomVjpMatchesOneDevice) {
   Array x = random_array({8, 6}, 4);
   auto loss = [](const std::vector<Array>& a) { return sum(multiply(row_cumsum(a[0]), sin(a[0]))); };
   auto step = jit([loss](const std::vector<Array>& a) { return grad(loss)(a); });
-  Array g = step({spmd::device_put(x, NamedSharding(mesh, P("data", "model")))})[0];
+  Array g = step(std::vector<Array>{spmd::device_put(x, NamedSharding(mesh, P("data", "model")))})[0];
   expect_close(g, grad(loss)({x})[0], 1e-6, "grad sharded vs one device");
 }
 
@@ -81,8 +81,8 @@ TEST(CustomOpSpmd, ASpecThatDoesNotFitTheRankIsAShardingError) {
   Array x = random_array({4, 6, 2}, 5);
   // test_poly's spec is "i j -> i j": a rank-3 input does not fit it.
   auto f = jit([](const Array& a) { return test::test_poly(a, 1.0, 0.0); });
-  std::string message = testing::error_of<spmd::ShardingError>(
-      [&] { f(spmd::device_put(x, NamedSharding(mesh, P("data")))); });
+  std::string message =
+      testing::error_of<spmd::ShardingError>([&] { f(spmd::device_put(x, NamedSharding(mesh, P("data")))); });
   EXPECT_NE(message.find("custom op 'test_poly'"), std::string::npos) << message;
   EXPECT_NE(message.find("rank 3"), std::string::npos) << message;
 }

@@ -49,8 +49,7 @@ using CustomAttributes = std::map<std::string, CustomAttribute>;
 // Typed reads with errors that name the op and the key.
 int64_t attribute_int(const CustomAttributes& attributes, const std::string& key, const std::string& op);
 double attribute_double(const CustomAttributes& attributes, const std::string& key, const std::string& op);
-const std::string& attribute_string(const CustomAttributes& attributes, const std::string& key,
-                                    const std::string& op);
+const std::string& attribute_string(const CustomAttributes& attributes, const std::string& key, const std::string& op);
 
 struct TensorSpec {
   Shape shape;

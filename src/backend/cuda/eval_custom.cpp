@@ -38,8 +38,7 @@ void launch_custom(const Primitive& primitive, const std::vector<DeviceTensor>& 
   for (void*& p : pointers) args.push_back(&p);
   for (long long& s : scalars) args.push_back(&s);
   launch_kernel(module->kernel(0), dim3(launch.grid[0], launch.grid[1], launch.grid[2]),
-                dim3(launch.block[0], launch.block[1], launch.block[2]), args.data(), launch.shared_bytes,
-                ctx.stream);
+                dim3(launch.block[0], launch.block[1], launch.block[2]), args.data(), launch.shared_bytes, ctx.stream);
 }
 
 }  // namespace

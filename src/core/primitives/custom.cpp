@@ -27,8 +27,8 @@ std::vector<Array> CustomOp::vjp(const std::vector<Array>& primals, const std::v
       continue;
     }
     if (g.shape() != x.shape())
-      fail<TransformError>("grad: the vjp of custom op '{}' gave input {} a cotangent of shape {} (expected {})", d.name,
-                           i, to_string(g.shape()), to_string(x.shape()));
+      fail<TransformError>("grad: the vjp of custom op '{}' gave input {} a cotangent of shape {} (expected {})",
+                           d.name, i, to_string(g.shape()), to_string(x.shape()));
     result.push_back(g.dtype() == x.dtype() ? g : g.astype(x.dtype()));
   }
   return result;

@@ -1,7 +1,7 @@
 // Internal: the primitive every custom op application holds — the registered
 // definition (shared, so a program keeps it after unregister_custom_op) and the call's
 // attributes. Its rules delegate to the definition (src/core/primitives/custom.cpp);
-// eval_cpu is in src/backend/cpu/eval_custom.cpp.
+// eval_cpu is in src/backend/cpu/custom_op_kernel.cpp.
 #pragma once
 
 #include <memory>

@@ -94,7 +94,7 @@ const P& primitive_as(const Primitive& primitive, const char* op) {
   return *p;
 }
 
-// The kernel of a custom op with CUDA source (core/custom_op.h; eval_custom.cpp), or
+// The kernel of a custom op with CUDA source (core/custom_op.h; custom_op_kernel.cpp), or
 // nullptr when `op` is none. find_kernel falls back to it.
 const KernelFn* custom_op_kernel(std::string_view op);
 

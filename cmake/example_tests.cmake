@@ -9,3 +9,11 @@ if(TARGET example_parallel_matmul)
   set_tests_properties(example.parallel_matmul PROPERTIES LABELS "spmd;examples" TIMEOUT 60
                                                           ENVIRONMENT "TESSERA_CPU_DEVICES=8")
 endif()
+
+if(TARGET example_custom_kernel)
+  # A sliding-window attention custom op in a one-block model: forward and gradients
+  # against the attention composed of built-in ops; exits 1 when they differ.
+  add_dependencies(tessera_tests example_custom_kernel)
+  add_test(NAME example.custom_kernel COMMAND example_custom_kernel --steps 10)
+  set_tests_properties(example.custom_kernel PROPERTIES LABELS "core;examples" TIMEOUT 120)
+endif()

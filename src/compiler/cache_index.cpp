@@ -76,7 +76,13 @@ std::optional<CompilationCache::IndexHit> CompilationCache::load_indexed(const I
   std::optional<IndexEntry> entry = read_index(key, error);
   std::unique_ptr<Executable> exe;
   if (entry) {
-    exe = load_entry(entry->program, entry->program_key_json);
+    std::string unregistered;
+    exe = load_entry(entry->program, entry->program_key_json, &unregistered);
+    if (!exe && !unregistered.empty()) {
+      // Kept: the index entry is right for a process that registers the op.
+      count(&CompilationCacheStats::index_misses);
+      return std::nullopt;
+    }
     if (!exe) {
       error = fmt::format("its program entry {} is missing or damaged", entry->program);
     } else {

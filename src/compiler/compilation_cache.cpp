@@ -24,6 +24,7 @@
 #include "tessera/base/file_io.h"
 #include "tessera/base/flags.h"
 #include "tessera/base/version.h"
+#include "tessera/compiler/primitive_registry.h"
 
 namespace tessera::compiler {
 
@@ -94,7 +95,8 @@ std::unique_ptr<Executable> CompilationCache::load(const CacheKey& key) {
   return exe;
 }
 
-std::unique_ptr<Executable> CompilationCache::load_entry(const std::string& fingerprint, const std::string& key_json) {
+std::unique_ptr<Executable> CompilationCache::load_entry(const std::string& fingerprint, const std::string& key_json,
+                                                         std::string* unregistered_op) {
   const fs::path path = entry_path(fingerprint);
   std::error_code ec;
   const std::optional<std::string> file = read_file(path);
@@ -106,6 +108,15 @@ std::unique_ptr<Executable> CompilationCache::load_entry(const std::string& fing
   if (e.error.empty()) {
     try {
       exe = Executable::deserialize(e.payload);
+    } catch (const UnregisteredOpError& ex) {
+      // Not damage: the program uses a custom op this process has not registered (yet).
+      // The entry stays for processes that register it; this one compiles.
+      warn(
+          fmt::format("entry {} uses op '{}', which is not registered in this process (a custom op registers with "
+                      "register_custom_op before the first call); compiling instead",
+                      path.string(), ex.op()));
+      if (unregistered_op != nullptr) *unregistered_op = ex.op();
+      return nullptr;
     } catch (const std::exception& ex) {
       e.error = fmt::format("the executable does not deserialize: {}", ex.what());
     }

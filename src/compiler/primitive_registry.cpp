@@ -9,6 +9,7 @@
 
 #include "tessera/base/error.h"
 #include "tessera/core/array.h"
+#include "tessera/core/custom_op.h"
 #include "tessera/ir/primitive_table.h"
 #include "tessera/ir/primitives/elementwise.h"
 #include "tessera/ir/primitives/fusion.h"
@@ -294,10 +295,15 @@ PrimitivePtr make_primitive(const std::string& name, const std::string& attribut
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
     auto it = r.factories.find(name);
-    if (it == r.factories.end()) {
-      fail<ValueError>("make_primitive: unknown op '{}' (attributes '{}'; no factory registered)", name, attributes);
-    }
-    factory = it->second;
+    if (it != r.factories.end()) factory = it->second;
+  }
+  if (!factory) {
+    if (std::shared_ptr<const CustomOpDefinition> custom = find_custom_op(name))
+      return make_custom_primitive(std::move(custom), attributes);
+    throw UnregisteredOpError(
+        fmt::format("make_primitive: unknown op '{}' (attributes '{}'): neither a built-in nor a registered custom op",
+                    name, attributes),
+        name);
   }
   AttributeMap map(name, attributes);
   PrimitivePtr primitive = factory(map);

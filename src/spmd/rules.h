@@ -26,6 +26,10 @@ void register_nn();
 void register_attention();
 void register_optim();
 
+// The rule of every custom op (core/custom_op.h), from its definition; null for a
+// primitive that is not one. find_sharding_rule falls back to it.
+const ShardingRule* custom_op_rule(const Primitive& primitive);
+
 // Shorthands.
 using Decision = ShardingRule::Decision;
 using Context = ShardingRule::Context;

@@ -62,7 +62,7 @@ const ShardingRule* find_sharding_rule(const Primitive& primitive) {
   register_builtins();
   std::lock_guard<std::mutex> lock(registry_mutex());
   auto it = registry().find(primitive.sharding_rule_key());
-  return it == registry().end() ? nullptr : it->second.get();
+  return it == registry().end() ? rules::custom_op_rule(primitive) : it->second.get();
 }
 
 std::vector<std::string> sharding_rule_keys() {

@@ -182,8 +182,11 @@ class CompilationCache {
   std::filesystem::path index_path(const std::string& fingerprint) const;
   // The entry named `fingerprint` whose header holds `key_json`, or nullptr (a damaged
   // entry is removed and counted); records no miss (the index's lookups: the traced
-  // lookup that follows records it).
-  std::unique_ptr<Executable> load_entry(const std::string& fingerprint, const std::string& key_json);
+  // lookup that follows records it). An entry that uses an op this process has not
+  // registered (a custom op) is kept and gives nullptr, with the op's name in
+  // `unregistered_op`.
+  std::unique_ptr<Executable> load_entry(const std::string& fingerprint, const std::string& key_json,
+                                         std::string* unregistered_op = nullptr);
   std::optional<IndexEntry> read_index(const IndexKey& key, std::string& error);
   void drop_index(const IndexKey& key, const std::string& why);
   void drop_corrupt(const std::filesystem::path& path, const std::string& why);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tessera/base/dtype.h"
+#include "tessera/base/error.h"
 #include "tessera/base/shape.h"
 #include "tessera/ir/attributes.h"
 #include "tessera/ir/primitive.h"
@@ -17,7 +18,21 @@ namespace tessera::compiler {
 
 using PrimitiveFactory = std::function<PrimitivePtr(const AttributeMap&)>;
 
-// Throws ValueError for an unknown name or unreadable attributes.
+// A name with neither a factory nor a registered custom op (core/custom_op.h): the
+// compilation cache treats an entry that needs one as a miss, not as corrupt, since a
+// process that registers the op can still use it.
+class UnregisteredOpError : public ValueError {
+ public:
+  using ValueError::ValueError;
+  UnregisteredOpError(const std::string& message, std::string op) : ValueError(message), op_(std::move(op)) {}
+  const std::string& op() const { return op_; }
+
+ private:
+  std::string op_;
+};
+
+// Names without a factory are looked up among the custom ops. Throws
+// UnregisteredOpError for a name that is neither, ValueError for unreadable attributes.
 PrimitivePtr make_primitive(const std::string& name, const std::string& attributes);
 // Adds or replaces a factory (backends and tests register their own primitives).
 void register_primitive(const std::string& name, PrimitiveFactory factory);

@@ -54,7 +54,8 @@ const KernelFn* find_kernel(std::string_view op) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.kernels.find(op);
-  return it == r.kernels.end() ? nullptr : &it->second;  // std::map nodes are stable
+  if (it == r.kernels.end()) return custom_op_kernel(op);
+  return &it->second;  // std::map nodes are stable
 }
 
 void register_group_kernel(std::string_view op, GroupKernelFn fn, int shared_inputs_from) {

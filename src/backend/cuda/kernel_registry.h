@@ -94,6 +94,10 @@ const P& primitive_as(const Primitive& primitive, const char* op) {
   return *p;
 }
 
+// The kernel of a custom op with CUDA source (core/custom_op.h; custom_op_kernel.cpp), or
+// nullptr when `op` is none. find_kernel falls back to it.
+const KernelFn* custom_op_kernel(std::string_view op);
+
 // Every family below, each under its OpFamily (runtime.cpp calls it once).
 void register_builtin_kernels();
 

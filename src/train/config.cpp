@@ -182,8 +182,9 @@ void add_model_fields(std::vector<Field>& f) {
   }
   {
     Field dtype = field<std::string>("model.compute_dtype",
-                                     "dtype of activations and matmuls: float32 | bfloat16 | float16 (parameters and "
-                                     "optimizer state stay float32)",
+                                     "dtype of activations and matmuls: float32 | bfloat16 | float16 | auto (bfloat16 "
+                                     "on a GPU or a CPU with AMX-BF16, else float32; parameters and optimizer state "
+                                     "stay float32)",
                                      [](C& c) -> std::string& { return c.model.compute_dtype; });
     dtype.set = [](C& c, const toml::node& n, const std::string& where) {
       auto v = n.value_exact<std::string>();
@@ -619,6 +620,8 @@ TrainConfig parse_config(const std::string& toml_text, const std::string& origin
   apply_table(config, root, origin);
   for (const std::string& o : overrides) apply_override(config, o);
   config.schedule.total_steps = config.loop.steps;
+  detail::check_compute_dtype(config.model.compute_dtype, origin);
+  config.model.compute_dtype = detail::resolve_compute_dtype(config.model.compute_dtype, config.run.device);
   config.validate();
   return config;
 }

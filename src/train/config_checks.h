@@ -6,7 +6,10 @@
 
 namespace tessera::train::detail {
 
-// ConfigError naming `where` unless `dtype` is float32, bfloat16 or float16.
+// ConfigError naming `where` unless `dtype` is float32, bfloat16, float16 or auto.
 void check_compute_dtype(const std::string& dtype, const std::string& where);
+// model.compute_dtype "auto": bfloat16 on a GPU or on a CPU with bf16 matrix units
+// (AMX-BF16: `tessera info`'s "bf16 GEMM" line), else float32. Other values unchanged.
+std::string resolve_compute_dtype(const std::string& dtype, const std::string& device);
 
 }  // namespace tessera::train::detail

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "backend/cpu/kernels/matmul_amx.h"
 #include "tessera/base/error.h"
 #include "tessera/compiler/device_program.h"
 #include "tessera/spmd/mesh.h"
@@ -15,9 +16,17 @@ namespace tessera::train {
 namespace detail {
 
 void check_compute_dtype(const std::string& dtype, const std::string& where) {
-  if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16")
-    fail<ConfigError>("{}: 'model.compute_dtype' = \"{}\" is unknown (expected one of: float32, bfloat16, float16)",
-                      where, dtype);
+  if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16" && dtype != "auto")
+    fail<ConfigError>(
+        "{}: 'model.compute_dtype' = \"{}\" is unknown (expected one of: float32, bfloat16, float16, auto)", where,
+        dtype);
+}
+
+std::string resolve_compute_dtype(const std::string& dtype, const std::string& device) {
+  if (dtype != "auto") return dtype;
+  // GPUs have bf16 tensor cores; a CPU gains from bf16 only with matrix units for it.
+  if (device != "cpu") return "bfloat16";
+  return cpu::bf16_gemm_path().native ? "bfloat16" : "float32";
 }
 
 }  // namespace detail
@@ -25,7 +34,9 @@ void check_compute_dtype(const std::string& dtype, const std::string& where) {
 void TrainConfig::validate() const {
   detail::check_compute_dtype(model.compute_dtype, "config");
   try {
-    model.validate();
+    models::ModelConfig resolved = model;
+    resolved.compute_dtype = detail::resolve_compute_dtype(model.compute_dtype, run.device);
+    resolved.validate();
     optimizer_config().validate();
   } catch (const ConfigError&) {
     throw;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "backend/cpu/kernels/matmul_amx.h"
 #include "backend/cpu/kernels/matmul_int8.h"
 #include "tessera/backend/cuda.h"
 #include "tessera/base/error.h"
@@ -350,7 +351,15 @@ void TrainLoop::compile() {
   if (!cfg_.model.quant_targets.empty()) {
     summary_.quant_summary = quant_report(cfg_.model, train_step_->flops_by_op());
     note("quant: " + summary_.quant_summary);
+    if (!cpu::int8_gemm_path().native)
+      note(
+          "warning: this CPU has no AMX-INT8: the int8 GEMMs are multiplied in float64 (exact, but slower than "
+          "bfloat16); leave [quant] out for speed");
   }
+  if (cfg_.run.device == "cpu" && cfg_.model.compute_dtype == "bfloat16" && !cpu::bf16_gemm_path().native)
+    note(
+        "warning: model.compute_dtype = \"bfloat16\" on a CPU without AMX-BF16: its GEMMs widen to float32 (no "
+        "faster than float32); \"auto\" picks float32 here");
 }
 
 // ---- step ----

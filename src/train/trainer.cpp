@@ -41,6 +41,7 @@
 #include "tessera/train/tensorboard.h"
 #include "tessera/train/train_step.h"
 #include "train/checkpoint_saver.h"
+#include "train/config_checks.h"
 #include "train/fault_injection.h"
 #include "train/heartbeat.h"
 #include "train/train_loop.h"
@@ -182,6 +183,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : impl_(std::make_u
     const bool resuming = !ckpt::list_checkpoints(run_dir / "checkpoints").empty();
     config.model = train::init_from_model_config(config.model, resuming ? run_dir : fs::path(config.run.init_from));
   }
+  config.model.compute_dtype = detail::resolve_compute_dtype(config.model.compute_dtype, config.run.device);
   config.validate();
   impl_->config = std::move(config);
   impl_->options = options;

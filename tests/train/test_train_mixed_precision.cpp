@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/kernels/matmul_amx.h"
 #include "core/test_util.h"
 #include "tessera/base/error.h"
 #include "tessera/core/ops.h"
@@ -62,7 +63,7 @@ TEST(MixedPrecisionConfig, ComputeDtypeKey) {
   EXPECT_EQ(parse_config("[model]\ncompute_dtype = \"bfloat16\"\n", "x.toml").model.compute_dtype, "bfloat16");
   EXPECT_EQ(parse_config("", "test", {"model.compute_dtype=float16"}).model.compute_dtype, "float16");
   expect_config_error({"model.compute_dtype=bf16"},
-                      {"--set model.compute_dtype=bf16", "'model.compute_dtype'", "float32, bfloat16, float16"});
+                      {"--set model.compute_dtype=bf16", "'model.compute_dtype'", "float32, bfloat16, float16, auto"});
   try {
     parse_config("[model]\nlayers = 2\ncompute_dtype = \"half\"\n", "x.toml");
     ADD_FAILURE() << "no error";
@@ -80,6 +81,19 @@ TEST(MixedPrecisionConfig, ComputeDtypeKey) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("'model.compute_dtype'"), std::string::npos) << e.what();
   }
+}
+
+// "auto" resolves when the config is read: bf16 where the CPU has bf16 matrix units (or on
+// a GPU), float32 elsewhere; the resolved dtype is what the manifest keeps.
+TEST(MixedPrecisionConfig, AutoComputeDtypeFollowsTheMachine) {
+  const std::string cpu = cpu::bf16_gemm_path().native ? "bfloat16" : "float32";
+  const TrainConfig c = parse_config("[model]\ncompute_dtype = \"auto\"\n", "x.toml");
+  EXPECT_EQ(c.model.compute_dtype, cpu);
+  EXPECT_EQ(c.to_json()["model"]["compute_dtype"], cpu);
+  EXPECT_EQ(parse_config("", "test", {"model.compute_dtype=auto", "run.device=cuda"}).model.compute_dtype, "bfloat16");
+  TrainConfig programmatic;
+  programmatic.model.compute_dtype = "auto";
+  EXPECT_NO_THROW(programmatic.validate());
 }
 
 TEST(MixedPrecisionConfig, LossScaleKeyAndAutoResolution) {

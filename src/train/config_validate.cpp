@@ -20,10 +20,19 @@ void check_compute_dtype(const std::string& dtype, const std::string& where) {
                       where, dtype);
 }
 
+void check_remat(const std::string& remat, const std::string& where) {
+  if (remat != "none" && remat != "full" && remat != "offload")
+    fail<ConfigError>(
+        "{}: 'model.remat' = \"{}\" is unknown (expected one of: none, full, offload; offload keeps each block's input "
+        "in host memory until the backward pass)",
+        where, remat);
+}
+
 }  // namespace detail
 
 void TrainConfig::validate() const {
   detail::check_compute_dtype(model.compute_dtype, "config");
+  detail::check_remat(model.remat, "config");
   try {
     model.validate();
     optimizer_config().validate();

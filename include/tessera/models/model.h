@@ -57,6 +57,17 @@ struct ModelConfig {
   // is float32 and gradients reach the float32 parameters through the casts' vjps (as
   // float32). "float32" casts nothing: activations take the parameters' dtype.
   std::string compute_dtype = "float32";
+  // Rematerialization of the transformer blocks while training (core/checkpoint.h):
+  //   "none"    - keep every activation for the backward pass;
+  //   "full"    - each block is a checkpoint region: only its input is kept (on the
+  //               device), the rest is recomputed before the block's backward pass;
+  //   "offload" - as full, but each block's input (named kBlockInput) waits for the
+  //               backward pass in host memory (the offload policy): the device keeps
+  //               no per-layer activation across the forward -> backward turn.
+  // Values are the same under all three; memory and FLOPs are not. Inference (the KV
+  // cache path) never recomputes.
+  std::string remat = "none";
+  static constexpr const char* kBlockInput = "block_input";
 
   // Checks every field (positive sizes, dim % heads, heads % kv_heads, known family);
   // a ConfigError-style ValueError names the field and the value.

@@ -308,6 +308,18 @@ size_t TrainStep::peak_bytes() const {
   return peak;
 }
 
+size_t TrainStep::offloaded_bytes() const {
+  size_t bytes = 0;
+  for (const auto& e : executables_) bytes += e->stats().offloaded_bytes;
+  return bytes;
+}
+
+size_t TrainStep::host_bytes() const {
+  size_t bytes = 0;
+  for (const auto& e : executables_) bytes += e->stats().host_bytes;
+  return bytes;
+}
+
 namespace {
 Jitted eval_program(const models::Model& model, const std::string& device) {
   return jit(

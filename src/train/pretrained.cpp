@@ -196,6 +196,7 @@ models::ModelConfig stored_model_config(const fs::path& dir) {
 models::ModelConfig init_from_model_config(const models::ModelConfig& configured, const fs::path& dir) {
   models::ModelConfig out = stored_model_config(dir);
   out.compute_dtype = configured.compute_dtype;
+  out.remat = configured.remat;
   out.dropout = configured.dropout;
   out.init_std = configured.init_std;
   return out;

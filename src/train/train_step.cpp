@@ -37,10 +37,10 @@ std::string model_identity(const models::ModelConfig& c) {
   return fmt::format(
       "model family={} vocab={} vocab_pad_to={} dim={} layers={} heads={} kv_heads={} mlp_dim={} context={} "
       "dropout={} norm_eps={} rope_theta={} rope_scaling={} rope_factor={} rope_low={} rope_high={} rope_context={} "
-      "tied={} init_std={} compute_dtype={}",
+      "tied={} init_std={} compute_dtype={} remat={}",
       c.family, c.vocab, c.vocab_pad_to, c.dim, c.layers, c.heads, c.kv_heads, c.mlp_dim, c.context, c.dropout,
       c.norm_eps, c.rope_theta, c.rope_scaling, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
-      c.rope_original_context, c.tied_embeddings ? int(*c.tied_embeddings) : -1, c.init_std, c.compute_dtype);
+      c.rope_original_context, c.tied_embeddings ? int(*c.tied_embeddings) : -1, c.init_std, c.compute_dtype, c.remat);
 }
 
 std::string step_identity(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches,

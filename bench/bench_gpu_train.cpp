@@ -20,8 +20,14 @@
 // implement GPT-2 in bfloat16 only: another family or dtype needs --peers none.
 // `params_hash` (FNV-1a of the final parameters) tells two runs apart bitwise.
 //
+// --remat none,offload trains once per listed model.remat policy (none | full | offload)
+// in this process, from the same parameters and batches: the first is the headline run;
+// `remat_runs` has each one's step time, allocator peak, planned device peak and
+// params_hash (equal: the policies change memory, not values).
+//
 //   build/bin/bench_gpu_train [--preset gpt2-124m] [--batch 16] [--seq 1024] [--steps 20] [--warmup 5]
 //                             [--dtype bfloat16] [--peers torch,jax|none] [--python python3]
+//                             [--remat none[,full][,offload]]
 //
 // A table goes to stdout; the last line is one JSON object with every figure, `mfu`
 // and `vs_best_peer` (tessera tokens/s over the faster peer's).
@@ -60,6 +66,7 @@ struct Flags {
   std::string peers = "torch,jax";
   std::string python = "python3";
   std::string device = "cuda";
+  std::vector<std::string> remat{"none"};
 };
 
 Flags parse_flags(int argc, char** argv) {
@@ -86,10 +93,15 @@ Flags parse_flags(int argc, char** argv) {
       f.python = value;
     else if (arg == "--device")
       f.device = value;
-    else
+    else if (arg == "--remat") {
+      f.remat.clear();
+      std::stringstream list(value);
+      for (std::string policy; std::getline(list, policy, ',');) f.remat.push_back(policy);
+      if (f.remat.empty()) ts::fail<ts::ValueError>("bench_gpu_train: --remat needs a policy (none, full, offload)");
+    } else
       ts::fail<ts::ValueError>(
           "bench_gpu_train: unknown flag {} (flags: --preset --steps --warmup --batch --seq --dtype --peers --python "
-          "--device)",
+          "--device --remat)",
           arg);
   }
   return f;
@@ -149,6 +161,58 @@ std::string params_hash(const ts::Tree& params) {
   return fmt::format("{:016x}", h);
 }
 
+// One policy's training run: every step timed, the device memory it needed.
+struct Measured {
+  std::string remat;
+  double step_s = 0, first_step_s = 0;
+  std::vector<double> losses;
+  std::string hash;
+  size_t peak_allocated_bytes = 0;  // the caching allocator's peak over the run
+  size_t plan_peak_bytes = 0;       // the memory plan's device peak of the step program
+};
+
+Measured train(const Flags& f, ts::models::ModelConfig config, const std::string& remat,
+               const std::vector<ts::data::Batch>& batches, int device_index) {
+  config.remat = remat;
+  ts::models::Model model(config);
+  ts::optim::OptimizerConfig adamw;  // lr 3e-4, betas (0.9, 0.95), wd 0.1, clip 1.0: the peers' settings
+  adamw.no_decay = {ts::nn::ParamKind::Bias, ts::nn::ParamKind::Norm};
+  ts::optim::Optimizer optimizer(adamw, model.specs());
+  ts::cuda::reset_peak_memory(device_index);
+  auto params = std::make_unique<ts::Tree>(model.init(0));
+  auto opt_state = std::make_unique<ts::Tree>(optimizer.init(*params));
+  auto step = std::make_unique<ts::train::TrainStep>(model, optimizer, 1, nullptr, f.device);
+  Measured m;
+  m.remat = remat;
+  std::vector<double> times;
+  for (int64_t i = 0; i < f.warmup + f.steps; ++i) {
+    const auto t0 = Clock::now();
+    const ts::train::StepStats s =
+        step->run(*params, *opt_state, {batches[static_cast<size_t>(i)]}, 3e-4, std::nullopt);
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (i == 0) m.first_step_s = dt;
+    m.losses.push_back(s.loss);
+    if (i >= f.warmup) times.push_back(dt);
+  }
+  if (const char* profile = std::getenv("TESSERA_PROFILE"); profile != nullptr && *profile != '0')
+    fmt::print("kernel profile (TESSERA_PROFILE={}, steps run without CUDA graphs are timed):\n{}", profile,
+               step->profile_text());
+  m.peak_allocated_bytes = ts::cuda::memory_stats(device_index).peak_allocated_bytes;
+  m.plan_peak_bytes = step->peak_bytes();
+  m.hash = params_hash(*params);
+  m.step_s = ts::median(times);
+  // The next run (or the peers) get the GPU as tessera found it.
+  step.reset();
+  opt_state.reset();
+  params.reset();
+  ts::cuda::empty_cache(device_index);
+  fmt::print("remat={}: step {:.2f} ms, allocator peak {:.0f} MiB, planned device peak {:.0f} MiB\n", remat,
+             1e3 * m.step_s, static_cast<double>(m.peak_allocated_bytes) / (1 << 20),
+             static_cast<double>(m.plan_peak_bytes) / (1 << 20));
+  std::fflush(stdout);
+  return m;
+}
+
 int run(const Flags& f) {
   if (!ts::cuda::available()) {
     fmt::print(stderr, "bench_gpu_train: no GPU: {}\n", ts::cuda::unavailable_reason());
@@ -159,6 +223,7 @@ int run(const Flags& f) {
   ts::models::ModelConfig config = ts::models::preset(f.preset);
   config.context = std::max(config.context, f.seq);
   config.compute_dtype = f.dtype;
+  config.remat = f.remat.front();
   ts::models::Model model(config);
   const bool with_peers = f.peers != "none" && !f.peers.empty();
   if (with_peers && (config.family != "gpt2" || f.dtype != "bfloat16" || config.resolved_kv_heads() != config.heads))
@@ -166,40 +231,18 @@ int run(const Flags& f) {
         "bench_gpu_train: the peers train GPT-2 (multi-head attention) with bfloat16 compute; preset '{}' with "
         "--dtype {} would compare different models (use --peers none)",
         f.preset, f.dtype);
-  ts::optim::OptimizerConfig adamw;  // lr 3e-4, betas (0.9, 0.95), wd 0.1, clip 1.0: the peers' settings
-  adamw.no_decay = {ts::nn::ParamKind::Bias, ts::nn::ParamKind::Norm};
-  ts::optim::Optimizer optimizer(adamw, model.specs());
-  auto params = std::make_unique<ts::Tree>(model.init(0));
-  auto opt_state = std::make_unique<ts::Tree>(optimizer.init(*params));
-  auto step = std::make_unique<ts::train::TrainStep>(model, optimizer, 1, nullptr, f.device);
-
   std::mt19937_64 gen(1);
   std::vector<ts::data::Batch> batches;
   for (int64_t i = 0; i < f.warmup + f.steps; ++i)
     batches.push_back(ts::bench::random_batch(config.vocab, f.batch, f.seq, gen));
 
-  std::vector<double> times, losses;
-  double first_step_s = 0;
-  for (int64_t i = 0; i < f.warmup + f.steps; ++i) {
-    const auto t0 = Clock::now();
-    const ts::train::StepStats s =
-        step->run(*params, *opt_state, {batches[static_cast<size_t>(i)]}, 3e-4, std::nullopt);
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (i == 0) first_step_s = dt;
-    losses.push_back(s.loss);
-    if (i >= f.warmup) times.push_back(dt);
-  }
-  if (const char* profile = std::getenv("TESSERA_PROFILE"); profile != nullptr && *profile != '0')
-    fmt::print("kernel profile (TESSERA_PROFILE={}, steps run without CUDA graphs are timed):\n{}", profile,
-               step->profile_text());
-  const ts::cuda::MemoryStats mem = ts::cuda::memory_stats(device.index);
-  const std::string hash = params_hash(*params);
-  // The peers get the GPU as tessera found it: its arrays, programs and cached blocks go.
-  step.reset();
-  opt_state.reset();
-  params.reset();
-  ts::cuda::empty_cache(device.index);
-  const double step_s = ts::median(times);
+  std::vector<Measured> runs;
+  for (const std::string& remat : f.remat) runs.push_back(train(f, config, remat, batches, device.index));
+  const Measured& main_run = runs.front();
+  const double step_s = main_run.step_s;
+  const double first_step_s = main_run.first_step_s;
+  const std::vector<double>& losses = main_run.losses;
+  const std::string& hash = main_run.hash;
   const double tokens_per_s = static_cast<double>(f.batch * f.seq) / step_s;
   const double n_params = static_cast<double>(model.parameter_count());
   const double flops_per_token = 6.0 * n_params + 6.0 * static_cast<double>(config.layers * f.seq * config.dim);
@@ -256,7 +299,14 @@ int run(const Flags& f) {
   out["first_step_ms"] = 1e3 * first_step_s;
   out["tokens_per_s"] = tokens_per_s;
   out["mfu"] = mfu;
-  out["peak_allocated_bytes"] = mem.peak_allocated_bytes;
+  out["peak_allocated_bytes"] = main_run.peak_allocated_bytes;
+  out["remat"] = main_run.remat;
+  for (const Measured& r : runs)
+    out["remat_runs"].push_back({{"remat", r.remat},
+                                 {"step_ms", 1e3 * r.step_s},
+                                 {"peak_allocated_bytes", r.peak_allocated_bytes},
+                                 {"plan_peak_bytes", r.plan_peak_bytes},
+                                 {"params_hash", r.hash}});
   out["losses"] = losses;
   out["params_hash"] = hash;
   for (const PeerResult& p : peers) {

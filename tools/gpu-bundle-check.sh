@@ -16,6 +16,8 @@
 #                (TESSERA_ATTENTION_KERNEL=v1, TESSERA_CUDA_REDUCE=legacy, no classifier fusion)
 #   attention    bench_gpu_attention: the attention kernels v1 against v2, one by one
 #   determinism  two runs, equal parameter hashes
+#   offload      model.remat none then offload in one process (5 steps each, <= 60 s): step
+#                time, allocator peak and planned device peak of each, equal params_hash
 #   batch32      tessera and PyTorch at batch 32
 #   reduce       bench_gpu_reduce (the step's reductions, column vs legacy)
 #   batch64      tessera alone at batch 64
@@ -25,6 +27,9 @@
 #                faster peer, and a device call has 10 minutes)
 # CHECK_PHASES="test bench" runs a subset (a rerun of failed phases). Logs: $OUT/gpu-logs.tgz
 # and, as they finish, $OUT/summary.txt; the summary table is printed last.
+# CHECK_BUDGET_S (default 570: a device call has 600 s) bounds the whole script: each
+# phase's time limit is cut to what is left, and a phase with under 20 s left is skipped
+# (listed in the summary), so the archive of the phases run always comes back.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,20 +37,32 @@ cd "$ROOT" || exit 2
 FINAL="${OUT:-$ROOT/build-gpu/check}"
 WORK="$(mktemp -d /tmp/gpu-check.XXXXXX)"
 mkdir -p "$FINAL"
-PHASES="${CHECK_PHASES:-device test bench profile before attention determinism batch32 reduce batch64 ncu}"
+PHASES="${CHECK_PHASES:-device test bench profile before attention determinism offload batch32 reduce batch64 ncu}"
+BUDGET="${CHECK_BUDGET_S:-570}"
+START=$(date +%s)
 PEER_PYTHON="env LD_LIBRARY_PATH= python3"  # the peers use the machine's own CUDA libraries
 
 # run NAME ENV... -- BUNDLE-PHASES...: one gpu-bundle.sh invocation with its own log folder.
 run() {
   local name="$1"
   shift
-  local env=()
+  local env=() left=$((BUDGET - ($(date +%s) - START)))
+  if ((left < 20)); then
+    echo "##### $name skipped: ${left}s of the ${BUDGET}s budget left"
+    echo "$name: skipped (${left}s of the ${BUDGET}s budget left)" >>"$FINAL/summary.txt"
+    return
+  fi
   while [[ $# -gt 0 && "$1" != "--" ]]; do
-    env+=("$1")
+    # A phase's own limit, cut to the budget left (less 10 s to pack the logs).
+    if [[ "$1" =~ ^(BUNDLE_[A-Z]+_TIMEOUT)=([0-9]+)$ ]] && ((BASH_REMATCH[2] > left - 10)); then
+      env+=("${BASH_REMATCH[1]}=$((left - 10))")
+    else
+      env+=("$1")
+    fi
     shift
   done
   shift
-  echo "##### $name ($(date +%T))"
+  echo "##### $name ($(date +%T), ${left}s left)"
   env "${env[@]}" OUT="$WORK/$name" BUNDLE_TAIL="${BUNDLE_TAIL:-6}" tools/gpu-bundle.sh run "$@" 2>&1 |
     tee "$WORK/$name.out" | grep -E '^(=== |\| |[a-z]+ +(ok|FAIL|TIMEOUT)|determinism|skipped)' | cut -c1-300
   grep -A20 'gpu-bundle summary' "$WORK/$name.out" | tail -n +2 | grep . | sed "s/^/$name: /" | cut -c1-600 \
@@ -66,6 +83,7 @@ for phase in $PHASES; do
       ;;
     attention) run attention BUNDLE_ATTENTION_TIMEOUT=60 -- attention ;;
     determinism) run determinism BUNDLE_BENCH_TIMEOUT=120 -- determinism ;;
+    offload) run offload BUNDLE_BENCH_TIMEOUT=60 -- bench:--steps:5:--warmup:2:--remat:none,offload ;;
     batch32) run batch32 BUNDLE_BENCH_TIMEOUT=150 -- "bench:--batch:32:--steps:10:--warmup:3:--peers:torch:--python:$PEER_PYTHON" ;;
     batch64) run batch64 BUNDLE_BENCH_TIMEOUT=90 -- bench:--batch:64:--steps:10:--warmup:3 ;;
     reduce) run reduce BUNDLE_REDUCE_TIMEOUT=60 -- reduce:--repeats:20 ;;

@@ -36,8 +36,9 @@ CheckpointPolicy policy_of(const std::string& kind, std::vector<std::string> nam
   if (kind == "full") return CheckpointPolicy::full();
   if (kind == "none") return CheckpointPolicy::none();
   if (kind == "save_named") return CheckpointPolicy::save_named(std::move(names));
+  if (kind == "offload") return CheckpointPolicy::offload(std::move(names));
   throw nb::value_error(
-      fmt::format("checkpoint: policy must be 'full', 'none' or 'save_named', got '{}'", kind).c_str());
+      fmt::format("checkpoint: policy must be 'full', 'none', 'save_named' or 'offload', got '{}'", kind).c_str());
 }
 
 }  // namespace

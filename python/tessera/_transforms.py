@@ -189,6 +189,12 @@ class _CheckpointPolicies:
     def save_only_these_names(*names):
         return ("save_named", tuple(names))
 
+    @staticmethod
+    def offload_these_names(*names):
+        """Keep the named values in host memory between the forward and backward pass
+        (JAX's save_and_offload_only_these_names); recompute the rest."""
+        return ("offload", tuple(names))
+
 
 checkpoint_policies = _CheckpointPolicies()
 
@@ -196,8 +202,9 @@ checkpoint_policies = _CheckpointPolicies()
 def checkpoint(fun, policy="full"):
     """fun as a rematerialization region (jax.checkpoint): the backward pass recomputes its
     intermediates instead of keeping them. policy: "full" (nothing saved), "none" (all
-    saved), or checkpoint_policies.save_only_these_names("a", ...) (values tagged with
-    tessera.checkpoint_name(x, "a") are kept)."""
+    saved), checkpoint_policies.save_only_these_names("a", ...) (values tagged with
+    tessera.checkpoint_name(x, "a") are kept) or checkpoint_policies.offload_these_names("a",
+    ...) (they are kept in host memory until the backward pass reads them)."""
     if isinstance(policy, tuple):
         kind, names = policy
     elif policy in ("full", "none"):

@@ -13,6 +13,7 @@
 #include "tessera/compiler/passes/fusion.h"
 #include "tessera/compiler/passes/gemm_epilogue.h"
 #include "tessera/compiler/passes/layout.h"
+#include "tessera/compiler/passes/offload.h"
 #include "tessera/compiler/passes/remat.h"
 #include "tessera/compiler/passes/schedule.h"
 #include "tessera/compiler/passes/simplify.h"
@@ -22,7 +23,8 @@ namespace tessera::compiler {
 Pipeline default_pipeline(const CompileOptions& options) {
   // Simplify first so folding and CSE see canonical forms; CSE before remat (its
   // clones must stay distinct); remat before fusion (clones fuse like any op);
-  // scheduling last, on the kernels that will run.
+  // scheduling on the kernels that will run; host offload after it (the scheduler
+  // would move each offload next to its load).
   Pipeline p;
   p.add(std::make_shared<DeadCodeElimination>());
   if (options.simplify) p.add(std::make_shared<AlgebraicSimplification>());
@@ -34,6 +36,7 @@ Pipeline default_pipeline(const CompileOptions& options) {
   if (options.fuse) p.add(std::make_shared<GemmEpiloguePass>());  // before fusion takes the epilogue ops
   if (options.fuse) p.add(std::make_shared<FusionPass>());
   if (options.schedule) p.add(std::make_shared<SchedulePass>());
+  if (options.remat) p.add(std::make_shared<HostOffload>());
   // TESSERA_DISABLE_PASSES=fusion,cse drops passes by name (bisecting a miscompile,
   // like XLA's --xla_disable_hlo_passes).
   const char* disabled = flags::env("TESSERA_DISABLE_PASSES");

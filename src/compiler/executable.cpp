@@ -58,7 +58,13 @@ Executable::Executable(Graph graph, MemoryPlan plan, std::vector<bool> donated)
     void* data = allocate_buffer(plan_.arena_bytes, &capacity);
     arena_ = std::shared_ptr<void>(data, [capacity](void* p) { free_buffer(p, capacity); });
   }
+  if (plan_.host_arena_bytes > 0) {
+    size_t capacity = 0;
+    void* data = allocate_buffer(plan_.host_arena_bytes, &capacity);
+    host_arena_ = std::shared_ptr<void>(data, [capacity](void* p) { free_buffer(p, capacity); });
+  }
   auto* base = static_cast<unsigned char*>(arena_.get());
+  auto* host_base = static_cast<unsigned char*>(host_arena_.get());
   handles_.reserve(graph_.values.size());
   for (size_t v = 0; v < graph_.values.size(); ++v) {
     const Value& value = graph_.values[v];
@@ -71,6 +77,11 @@ Executable::Executable(Graph graph, MemoryPlan plan, std::vector<bool> donated)
         fail<Error>("executable: value %{} at [{}, {}) lies outside the {}-byte arena", v, b.offset,
                     b.offset + value.type.nbytes(), plan_.arena_bytes);
       h.bind_storage(Storage::view(base + b.offset, value.type.nbytes()));
+    } else if (b.kind == BufferAssignment::Kind::Host) {
+      if (b.offset + value.type.nbytes() > plan_.host_arena_bytes)
+        fail<Error>("executable: host value %{} at [{}, {}) lies outside the {}-byte host arena", v, b.offset,
+                    b.offset + value.type.nbytes(), plan_.host_arena_bytes);
+      h.bind_storage(Storage::view(host_base + b.offset, value.type.nbytes()));
     }
     handles_.push_back(std::move(h));
   }
@@ -105,6 +116,8 @@ Executable::Executable(Graph graph, MemoryPlan plan, std::vector<bool> donated)
   profiling_ = profile != nullptr && (std::string(profile) == "1" || std::string(profile) == "2");
   stats_.arena_bytes = plan_.arena_bytes;
   stats_.peak_bytes = plan_.peak_bytes;
+  stats_.host_bytes = plan_.host_arena_bytes;
+  stats_.offloaded_bytes = plan_.offloaded_bytes;
   stats_.kernels = instructions_.size();
 }
 
@@ -296,6 +309,9 @@ std::string Executable::text() const {
   os << fmt::format("// arena {} bytes, peak {} bytes, {} kernels, {:.6g} flops, {} in place, {} donated\n",
                     stats_.arena_bytes, stats_.peak_bytes, stats_.kernels, stats_.flops, plan_.in_place_reuses,
                     plan_.donations);
+  if (plan_.offloaded_values > 0)
+    os << fmt::format("// host offload: {} values, {} bytes off the device, host arena {} bytes\n",
+                      plan_.offloaded_values, plan_.offloaded_bytes, plan_.host_arena_bytes);
   return os.str();
 }
 

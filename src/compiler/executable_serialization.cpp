@@ -177,6 +177,9 @@ void write_plan(ByteWriter& w, const MemoryPlan& plan) {
   w.pod<uint64_t>(plan.peak_bytes);
   w.pod<uint32_t>(static_cast<uint32_t>(plan.in_place_reuses));
   w.pod<uint32_t>(static_cast<uint32_t>(plan.donations));
+  w.pod<uint64_t>(plan.host_arena_bytes);
+  w.pod<uint64_t>(plan.offloaded_bytes);
+  w.pod<uint32_t>(static_cast<uint32_t>(plan.offloaded_values));
 }
 
 MemoryPlan read_plan(ByteReader& r, const Graph& g) {
@@ -187,7 +190,7 @@ MemoryPlan read_plan(ByteReader& r, const Graph& g) {
   for (size_t v = 0; v < plan.values.size(); ++v) {
     BufferAssignment& b = plan.values[v];
     const auto kind = r.pod<uint8_t>("plan kind");
-    if (kind > static_cast<uint8_t>(BufferAssignment::Kind::View))
+    if (kind > static_cast<uint8_t>(BufferAssignment::Kind::Host))
       fail<ValueError>("executable: corrupt memory plan (buffer kind {} of %{})", kind, v);
     b.kind = static_cast<BufferAssignment::Kind>(kind);
     b.offset = r.pod<uint64_t>("plan offset");
@@ -223,6 +226,25 @@ MemoryPlan read_plan(ByteReader& r, const Graph& g) {
   plan.peak_bytes = r.pod<uint64_t>("peak bytes");
   plan.in_place_reuses = static_cast<int>(r.pod<uint32_t>("in-place count"));
   plan.donations = static_cast<int>(r.pod<uint32_t>("donation count"));
+  // The host arena is allocated (pinned, on a GPU) by this size: the same check.
+  plan.host_arena_bytes = r.pod<uint64_t>("host arena bytes");
+  uint64_t host_side_by_side = 0;
+  for (size_t v = 0; v < plan.values.size(); ++v) {
+    const BufferAssignment& b = plan.values[v];
+    if (b.kind != BufferAssignment::Kind::Host) continue;
+    const uint64_t value_bytes = g.values[v].dead ? 0 : g.values[v].type.nbytes();
+    if (b.bytes != value_bytes || b.offset > plan.host_arena_bytes || b.bytes > plan.host_arena_bytes - b.offset)
+      fail<ValueError>(
+          "executable: corrupt memory plan (host value %{}: {} bytes at offset {} of a {}-byte host arena; its type "
+          "has {})",
+          v, b.bytes, b.offset, plan.host_arena_bytes, value_bytes);
+    host_side_by_side += b.bytes + kMaxAlignment;
+  }
+  if (plan.host_arena_bytes > host_side_by_side)
+    fail<ValueError>("executable: corrupt memory plan (a {}-byte host arena for {} bytes of buffers)",
+                     plan.host_arena_bytes, host_side_by_side);
+  plan.offloaded_bytes = r.pod<uint64_t>("offloaded bytes");
+  plan.offloaded_values = static_cast<int>(r.pod<uint32_t>("offloaded values"));
   return plan;
 }
 

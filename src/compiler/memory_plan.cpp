@@ -7,6 +7,8 @@
 //   4. offsets: greedy by size (the TFLite / XLA heap-simulator strategy): the largest
 //      buffers are placed first, each at the lowest aligned offset where it overlaps
 //      no placed buffer that is live at the same time.
+// Host values (Primitive::output_in_host_memory) go through steps 2 and 4 in an arena
+// of their own; the device peak leaves them out, which is what offloading saves.
 #include "tessera/compiler/memory_plan.h"
 
 #include <fmt/format.h>
@@ -169,6 +171,13 @@ MemoryPlan plan_memory(const Graph& graph, const MemoryPlanOptions& options) {
     plan.values[v].kind = Kind::Output;
     plan.values[v].index = static_cast<int>(i);
   }
+  for (const Node& node : graph.nodes) {
+    if (node.dead) continue;
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      BufferAssignment& a = plan.values[static_cast<size_t>(node.outputs[o])];
+      if (a.kind == Kind::Arena && node.primitive->output_in_host_memory(static_cast<int>(o))) a.kind = Kind::Host;
+    }
+  }
   for (size_t v = 0; v < num_values; ++v) {
     if (root[v] == static_cast<ValueId>(v)) continue;
     plan.values[v].kind = Kind::View;
@@ -259,6 +268,17 @@ MemoryPlan plan_memory(const Graph& graph, const MemoryPlanOptions& options) {
     buffer_of[v] = buffer_of[leader];
   }
   plan.arena_bytes = place_buffers(buffers, options.alignment);
+  std::vector<Buffer> host_buffers;
+  std::vector<size_t> host_values;
+  for (size_t v = 0; v < num_values; ++v) {
+    if (graph.values[v].dead || plan.values[v].kind != Kind::Host) continue;
+    host_buffers.push_back({static_cast<ValueId>(v), range[v], align_up(plan.values[v].bytes, options.alignment), 0});
+    host_values.push_back(v);
+    plan.offloaded_bytes += plan.values[v].bytes;
+    ++plan.offloaded_values;
+  }
+  plan.host_arena_bytes = place_buffers(host_buffers, options.alignment);
+  for (size_t i = 0; i < host_values.size(); ++i) plan.values[host_values[i]].offset = host_buffers[i].offset;
   for (size_t v = 0; v < num_values; ++v) {
     const auto owner = static_cast<size_t>(root[v]);
     if (buffer_of[owner] >= 0 && (in_arena(static_cast<ValueId>(v)) || plan.values[v].kind == Kind::View)) {
@@ -308,6 +328,9 @@ std::string MemoryPlan::text(const Graph& graph) const {
         break;
       case Kind::View:
         out += fmt::format("view of %{}", a.source);
+        break;
+      case Kind::Host:
+        out += fmt::format("host [{}, {})", a.offset, a.offset + a.bytes);
         break;
     }
     out += fmt::format(" : {}\n", to_string(graph.values[v].type));

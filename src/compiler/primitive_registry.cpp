@@ -75,6 +75,8 @@ void register_elementwise(std::map<std::string, PrimitiveFactory>& f) {
 }
 
 void register_layout(std::map<std::string, PrimitiveFactory>& f) {
+  f["offload_to_host"] = plain<OffloadToHost>();
+  f["load_from_host"] = plain<LoadFromHost>();
   f["reshape"] = [](const AttributeMap& a) -> PrimitivePtr {
     return std::make_shared<Reshape>(checked_shape(a, "reshape", "shape"));
   };

@@ -45,6 +45,8 @@ std::string CheckpointPolicy::text() const {
       return "full";
     case Kind::SaveNamed:
       return fmt::format("save_named[{}]", fmt::join(saved_names, ", "));
+    case Kind::Offload:
+      return fmt::format("offload[{}]", fmt::join(saved_names, ", "));
   }
   return "?";
 }

@@ -42,6 +42,9 @@ std::vector<PrimitiveEntry> make_table() {
   // layout
   for (const char* name : {"reshape", "transpose", "broadcast_to", "slice", "slice_pad", "concatenate"})
     row(name, F::Layout);
+  for (const char* name : {"offload_to_host", "load_from_host"})
+    row(name, F::Layout, "run by the CUDA executable as copies on its side stream (backend/cuda/host_offload.h)",
+        "made by the offload pass, which runs after partitioning");
 
   // linalg
   row("matmul", F::Linalg);

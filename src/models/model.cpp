@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <utility>
 
 #include "tessera/base/error.h"
+#include "tessera/core/checkpoint.h"
 #include "tessera/core/ops.h"
 #include "tessera/core/random.h"
 #include "tessera/nn/attention.h"
@@ -48,6 +50,8 @@ void ModelConfig::validate() const {
   if (rope_scaling != "none" && family != "llama")
     fail<ValueError>("ModelConfig: rope_scaling = '{}' needs family 'llama' (family '{}' has no RoPE)", rope_scaling,
                      family);
+  if (remat != "none" && remat != "full" && remat != "offload")
+    fail<ValueError>("ModelConfig: remat = '{}' is unknown (expected one of: none, full, offload)", remat);
   if (!(rope_factor > 0)) fail<ValueError>("ModelConfig: rope_factor = {} must be positive", rope_factor);
   if (!(rope_low_freq_factor > 0))
     fail<ValueError>("ModelConfig: rope_low_freq_factor = {} must be positive", rope_low_freq_factor);
@@ -329,6 +333,13 @@ std::optional<DType> cast_dtype(const ModelConfig& c) {
 
 Array cast(const Array& a, std::optional<DType> dtype) { return dtype ? astype(a, *dtype) : a; }
 
+// The checkpoint policy of every block (ModelConfig::remat), or none.
+std::optional<CheckpointPolicy> remat_policy(const ModelConfig& c) {
+  if (c.remat == "full") return CheckpointPolicy::full();
+  if (c.remat == "offload") return CheckpointPolicy::offload({ModelConfig::kBlockInput});
+  return std::nullopt;
+}
+
 // The parameters as the blocks use them: every leaf cast to the compute dtype except
 // the embedding tables, whose gathered rows are cast instead (a cast of the whole
 // table would make the lookup's gradient a scatter-add in low precision).
@@ -388,26 +399,31 @@ Array forward(const ModelConfig& c, const Tree& master, const Array& tokens, con
   const std::vector<Tree>& layers = params.at("layers").elements();
   if (static_cast<int64_t>(layers.size()) != c.layers)
     fail<ValueError>("Model: params have {} layers (the config says {})", layers.size(), c.layers);
+  const std::optional<CheckpointPolicy> remat = cache != nullptr ? std::nullopt : remat_policy(c);
   for (size_t l = 0; l < layers.size(); ++l) {
     const Tree& layer = layers[l];
     const auto salt = static_cast<uint32_t>(l + 1) * 16;
     if (c.quantized("attention")) attention.projection = int8_projection(c, dropout_key, salt);
     if (c.quantized("mlp")) gelu_mlp.projection = swiglu.projection = int8_projection(c, dropout_key, salt + 8);
-    Array h = norm_apply(c, layer.at("ln1"), x);
-    if (cache != nullptr) {
-      nn::KVState state{cache->k[l], cache->v[l]};
-      h = attention(layer.at("attn"), h, &state);
-      cache->k[l] = state.k;
-      cache->v[l] = state.v;
-    } else if (packing) {
-      h = attention(layer.at("attn"), h, *packing);
-    } else {
-      h = attention(layer.at("attn"), h);
-    }
-    x = x + drop(h, key_at(1 + 2 * l));
-    h = norm_apply(c, layer.at("ln2"), x);
-    h = is_gpt2(c) ? gelu_mlp(layer.at("mlp"), h) : swiglu(layer.at("mlp"), h);
-    x = x + drop(h, key_at(2 + 2 * l));
+    auto block = [&](const Array& input) {
+      Array y = remat ? checkpoint_name(input, ModelConfig::kBlockInput) : input;
+      Array h = norm_apply(c, layer.at("ln1"), y);
+      if (cache != nullptr) {
+        nn::KVState state{cache->k[l], cache->v[l]};
+        h = attention(layer.at("attn"), h, &state);
+        cache->k[l] = state.k;
+        cache->v[l] = state.v;
+      } else if (packing) {
+        h = attention(layer.at("attn"), h, *packing);
+      } else {
+        h = attention(layer.at("attn"), h);
+      }
+      y = y + drop(h, key_at(1 + 2 * l));
+      h = norm_apply(c, layer.at("ln2"), y);
+      h = is_gpt2(c) ? gelu_mlp(layer.at("mlp"), h) : swiglu(layer.at("mlp"), h);
+      return y + drop(h, key_at(2 + 2 * l));
+    };
+    x = remat ? checkpoint(std::function<Array(const Array&)>(block), *remat)(x) : block(x);
   }
   x = norm_apply(c, params.at("lnf"), x);
   if (c.quantized("head")) {

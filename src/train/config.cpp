@@ -194,6 +194,19 @@ void add_model_fields(std::vector<Field>& f) {
     };
     f.push_back(std::move(dtype));
   }
+  {
+    Field remat = field<std::string>("model.remat",
+                                     "recompute blocks in the backward pass: none | full | offload (full, with each "
+                                     "block's input kept in host memory)",
+                                     [](C& c) -> std::string& { return c.model.remat; });
+    remat.set = [](C& c, const toml::node& n, const std::string& where) {
+      auto v = n.value_exact<std::string>();
+      if (!v) type_error(where, "model.remat", "a string", n);
+      detail::check_remat(*v, where);
+      c.model.remat = *v;
+    };
+    f.push_back(std::move(remat));
+  }
 }
 
 // [quant]: int8 (AQT) matmuls of the model (models::ModelConfig::quant_targets).

@@ -11,5 +11,7 @@ void check_compute_dtype(const std::string& dtype, const std::string& where);
 // model.compute_dtype "auto": bfloat16 on a GPU or on a CPU with bf16 matrix units
 // (AMX-BF16: `tessera info`'s "bf16 GEMM" line), else float32. Other values unchanged.
 std::string resolve_compute_dtype(const std::string& dtype, const std::string& device);
+// model.remat: none | full | offload (ConfigError naming them otherwise).
+void check_remat(const std::string& remat, const std::string& where);
 
 }  // namespace tessera::train::detail

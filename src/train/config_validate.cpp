@@ -29,10 +29,19 @@ std::string resolve_compute_dtype(const std::string& dtype, const std::string& d
   return cpu::bf16_gemm_path().native ? "bfloat16" : "float32";
 }
 
+void check_remat(const std::string& remat, const std::string& where) {
+  if (remat != "none" && remat != "full" && remat != "offload")
+    fail<ConfigError>(
+        "{}: 'model.remat' = \"{}\" is unknown (expected one of: none, full, offload; offload keeps each block's input "
+        "in host memory until the backward pass)",
+        where, remat);
+}
+
 }  // namespace detail
 
 void TrainConfig::validate() const {
   detail::check_compute_dtype(model.compute_dtype, "config");
+  detail::check_remat(model.remat, "config");
   try {
     models::ModelConfig resolved = model;
     resolved.compute_dtype = detail::resolve_compute_dtype(model.compute_dtype, run.device);

@@ -198,6 +198,7 @@ models::ModelConfig init_from_model_config(const models::ModelConfig& configured
   out.compute_dtype = configured.compute_dtype;
   out.quant_targets = configured.quant_targets;
   out.quant_backward = configured.quant_backward;
+  out.remat = configured.remat;
   out.dropout = configured.dropout;
   out.init_std = configured.init_std;
   return out;

@@ -141,6 +141,16 @@ TrainSummary TrainLoop::run() {
   open_metrics();
   compile();
   progress_.emplace(cfg_.loop.steps, show_);
+  if (cfg_.model.remat != "none") {
+    constexpr double kMiB = 1024.0 * 1024.0;
+    std::string offload;
+    if (train_step_->offloaded_bytes() > 0)
+      offload = fmt::format(", {:.1f} MiB of activations wait in host memory (host arena {:.1f} MiB)",
+                            static_cast<double>(train_step_->offloaded_bytes()) / kMiB,
+                            static_cast<double>(train_step_->host_bytes()) / kMiB);
+    progress_->message(fmt::format("model.remat = {}: planned device peak {:.1f} MiB{}", cfg_.model.remat,
+                                   static_cast<double>(train_step_->peak_bytes()) / kMiB, offload));
+  }
   loop_start_ = Clock::now();
   summary_.stop_reason = "steps";
   while (step_ < cfg_.loop.steps) {

@@ -257,5 +257,25 @@ TEST(TrainConfig, EditDistance) {
   EXPECT_EQ(edit_distance("", "abc"), 3u);
 }
 
+TEST(TrainConfig, ModelRematKey) {
+  EXPECT_EQ(parse_config("", "t").model.remat, "none");
+  EXPECT_EQ(parse_config("[model]\nremat = \"offload\"\n", "t").model.remat, "offload");
+  EXPECT_EQ(parse_config("", "t", {"model.remat=full"}).model.remat, "full");
+  const std::string unknown = error_of("[model]\nremat = \"host\"\n");
+  EXPECT_NE(unknown.find("configs/x.toml:2"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("'model.remat' = \"host\" is unknown (expected one of: none, full, offload"),
+            std::string::npos)
+      << unknown;
+  EXPECT_NE(error_of("", {"model.remat=true"}).find("a string"), std::string::npos);
+  TrainConfig c;
+  c.model.remat = "offload[block_input]";
+  try {
+    c.validate();
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("'model.remat'"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace tessera::train

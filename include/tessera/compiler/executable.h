@@ -19,11 +19,15 @@
 namespace tessera::compiler {
 
 // 2: binary graph records (1 stored the IR text and re-parsed it).
-inline constexpr uint32_t kExecutableFormatVersion = 2;
+// 3: host buffers in the memory plan (host offload).
+inline constexpr uint32_t kExecutableFormatVersion = 3;
 
 struct ExecutableStats {
-  size_t arena_bytes = 0;                     // the static arena
-  size_t peak_bytes = 0;                      // arena + outputs + parameters live at the peak
+  size_t arena_bytes = 0;  // the static arena
+  size_t peak_bytes = 0;   // arena + outputs + parameters live at the peak
+  // Host offload (MemoryPlan): the host arena, and the device bytes it relieves.
+  size_t host_bytes = 0;
+  size_t offloaded_bytes = 0;
   double flops = 0;                           // sum of Primitive::cost over the program
   std::map<std::string, double> flops_by_op;  // the same per primitive name (e.g. how much runs in int8)
   double bytes_moved = 0;
@@ -82,7 +86,8 @@ class Executable {
   MemoryPlan plan_;
   std::vector<bool> donated_;
   ExecutableStats stats_;
-  std::shared_ptr<void> arena_;  // 64-byte aligned
+  std::shared_ptr<void> arena_;       // 64-byte aligned
+  std::shared_ptr<void> host_arena_;  // offloaded values (on the CPU just a second block)
   // One Array handle per value, bound to its buffer; the kernels' input/output lists.
   std::vector<Array> handles_;
   struct Instruction {

@@ -4,6 +4,9 @@
 // elementwise op may write its output over an input that dies there (in place);
 // views (reshape, identity) share their input's buffer; graph outputs get their
 // own buffers (or a donated parameter's buffer) because the caller keeps them.
+// Values a primitive writes to host memory (offload_to_host, the offload remat
+// policy) are planned the same way in a second, host arena: they count toward
+// host_arena_bytes and offloaded_bytes, never toward the device peak.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +26,7 @@ struct BufferAssignment {
     Output,     // a buffer handed to the caller as output `index` (allocated per call
                 // unless the caller supplies it, or donated parameter `donor` is reused)
     View,       // the buffer of value `source` (reshape, identity)
+    Host,       // bytes [offset, offset + bytes) of the host arena (Primitive::output_in_host_memory)
   };
   Kind kind = Kind::Arena;
   size_t offset = 0;
@@ -46,7 +50,14 @@ struct MemoryPlan {
   size_t peak_bytes = 0;
   int in_place_reuses = 0;  // outputs written over a dying input
   int donations = 0;        // outputs written into a donated parameter
-  // One line per value: "%7 arena [4096, 8192)" / "%2 param 0" / "%9 view of %7" ...
+  // Host offload: the host arena's size (pinned memory on a GPU), and the bytes of
+  // the values copied into it: the device bytes those activations would otherwise
+  // hold from the end of their forward use to their backward use.
+  size_t host_arena_bytes = 0;
+  size_t offloaded_bytes = 0;
+  int offloaded_values = 0;
+  // One line per value: "%7 arena [4096, 8192)" / "%2 param 0" / "%9 view of %7" /
+  // "%12 host [0, 4096)" ...
   std::string text(const Graph& graph) const;
 };
 

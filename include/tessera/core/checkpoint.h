@@ -7,6 +7,12 @@
 //   * full       - keep only the region's inputs and outputs; recompute the rest
 //   * save_named - keep the values tagged with checkpoint_name(x, name) for a listed
 //                  name, recompute the rest
+//   * offload    - like save_named, but the listed values wait for the backward pass
+//                  in host memory: the compiler copies each to host after its last
+//                  forward use and back before its first backward use (passes/
+//                  offload.h); the unlisted intermediates are recomputed as in full.
+//                  Naming a value no op of the region carries is an error at compile
+//                  time (a typo would otherwise silently save nothing).
 // Values are identical with and without checkpointing (the recomputation runs the
 // same kernels on the same inputs); only memory and FLOPs change.
 #pragma once
@@ -20,14 +26,17 @@
 namespace tessera {
 
 struct CheckpointPolicy {
-  enum class Kind { None, Full, SaveNamed };
+  enum class Kind { None, Full, SaveNamed, Offload };
   Kind kind = Kind::Full;
   std::vector<std::string> saved_names;
 
   static CheckpointPolicy none() { return {Kind::None, {}}; }
   static CheckpointPolicy full() { return {Kind::Full, {}}; }
   static CheckpointPolicy save_named(std::vector<std::string> names) { return {Kind::SaveNamed, std::move(names)}; }
-  std::string text() const;  // "none", "full", "save_named[a, b]"
+  static CheckpointPolicy offload(std::vector<std::string> names) { return {Kind::Offload, std::move(names)}; }
+  // The listed names are kept from the forward pass (on device or on host).
+  bool saves_named() const { return kind == Kind::SaveNamed || kind == Kind::Offload; }
+  std::string text() const;  // "none", "full", "save_named[a, b]", "offload[a, b]"
 };
 
 // fn with its ops tagged as one checkpoint region.
@@ -35,7 +44,7 @@ ArrayFn checkpoint(ArrayFn fn, CheckpointPolicy policy = CheckpointPolicy::full(
 std::function<Array(const Array&)> checkpoint(std::function<Array(const Array&)> fn,
                                               CheckpointPolicy policy = CheckpointPolicy::full());
 
-// Tags x with a name the save_named policy can refer to (an identity op).
+// Tags x with a name the save_named and offload policies can refer to (an identity op).
 Array checkpoint_name(const Array& x, const std::string& name);
 
 namespace detail {

@@ -77,6 +77,10 @@ class Primitive {
   // The input whose buffer output `output` is a view of (reshape, identity), or -1
   // when the output has a buffer of its own. eval_cpu then calls share_storage.
   virtual int aliases_input(int /*output*/) const { return -1; }
+  // Output `output` lives in host memory, not on the device that runs the program
+  // (offload_to_host): the planner gives it a buffer in the host arena and leaves it
+  // out of the device peak.
+  virtual bool output_in_host_memory(int /*output*/) const { return false; }
 
   // Same function of the inputs (used by CSE and the compilation cache).
   virtual bool is_equivalent(const Primitive& other) const {

@@ -66,6 +66,17 @@ struct ModelConfig {
   // backward in the compute dtype (straight-through). Empty targets: no int8.
   std::vector<std::string> quant_targets = {};
   std::string quant_backward = "int8";
+  // Rematerialization of the transformer blocks while training (core/checkpoint.h):
+  //   "none"    - keep every activation for the backward pass;
+  //   "full"    - each block is a checkpoint region: only its input is kept (on the
+  //               device), the rest is recomputed before the block's backward pass;
+  //   "offload" - as full, but each block's input (named kBlockInput) waits for the
+  //               backward pass in host memory (the offload policy): the device keeps
+  //               no per-layer activation across the forward -> backward turn.
+  // Values are the same under all three; memory and FLOPs are not. Inference (the KV
+  // cache path) never recomputes.
+  std::string remat = "none";
+  static constexpr const char* kBlockInput = "block_input";
 
   // Checks every field (positive sizes, dim % heads, heads % kv_heads, known family);
   // a ConfigError-style ValueError names the field and the value.

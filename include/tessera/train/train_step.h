@@ -79,6 +79,10 @@ class TrainStep {
   const std::vector<std::shared_ptr<spmd::SpmdExecutable>>& spmd_programs() const { return spmd_; }
   // The largest peak memory of the step's programs (one device's on a mesh).
   size_t peak_bytes() const;
+  // Host offload (model.remat = "offload"), summed over the step's programs: the bytes
+  // of activations kept in host memory instead of on the device, and the host arenas.
+  size_t offloaded_bytes() const;
+  size_t host_bytes() const;
 
  private:
   const models::Model& model_;

@@ -1,4 +1,6 @@
 // CPU evaluation of layout primitives and reductions.
+#include <cstring>
+
 #include "backend/cpu/kernels/copy.h"
 #include "backend/cpu/kernels/elementwise.h"
 #include "tessera/core/array.h"
@@ -70,6 +72,18 @@ void Concatenate::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>&
     if (in.size() > 0) cpu::strided_store(in.dtype(), in.raw_data(), in.shape(), out.mutable_raw_data(), offset, dst);
     offset += in.shape()[axis_] * dst[axis_];
   }
+}
+
+// The executable binds the output to the host arena (offload) or the device arena
+// (load); on the CPU both are host memory, so the move is a plain copy.
+void OffloadToHost::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  outputs[0].allocate();
+  if (inputs[0].nbytes() > 0) std::memcpy(outputs[0].mutable_raw_data(), inputs[0].raw_data(), inputs[0].nbytes());
+}
+
+void LoadFromHost::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  outputs[0].allocate();
+  if (inputs[0].nbytes() > 0) std::memcpy(outputs[0].mutable_raw_data(), inputs[0].raw_data(), inputs[0].nbytes());
 }
 
 }  // namespace tessera

@@ -12,6 +12,7 @@
 #include "tessera/backend/device_data.h"
 #include "tessera/base/flags.h"
 #include "tessera/core/array.h"
+#include "tessera/ir/primitives/layout.h"
 
 namespace tessera::cuda {
 
@@ -45,6 +46,7 @@ GpuExecutable::GpuExecutable(std::shared_ptr<compiler::Executable> executable, i
   constants_.resize(n_values);
 
   std::vector<std::string> missing;
+  int copies = 0;
   for (const compiler::Node& node : g.nodes) {
     if (node.dead) continue;
     Step step;
@@ -62,6 +64,13 @@ GpuExecutable::GpuExecutable(std::shared_ptr<compiler::Executable> executable, i
       }
       step.kind = Step::Kind::Copy;
       step.inputs = {node.inputs[static_cast<size_t>(aliased)]};
+      steps_.push_back(std::move(step));
+      continue;
+    }
+    const bool to_host = dynamic_cast<const OffloadToHost*>(node.primitive.get()) != nullptr;
+    if (to_host || dynamic_cast<const LoadFromHost*>(node.primitive.get()) != nullptr) {
+      step.kind = to_host ? Step::Kind::ToHost : Step::Kind::ToDevice;
+      step.copy = copies++;
       steps_.push_back(std::move(step));
       continue;
     }
@@ -96,6 +105,8 @@ GpuExecutable::GpuExecutable(std::shared_ptr<compiler::Executable> executable, i
 
   DeviceAllocator& alloc = DeviceAllocator::get(device_);
   if (plan.arena_bytes > 0) arena_ = alloc.allocate_shared(plan.arena_bytes);
+  if (copies > 0) offload_ = std::make_unique<HostOffloadStreams>(device_, plan.host_arena_bytes, copies);
+  plan_offload_waits();
   cudaStream_t s = stream(device_);
   for (size_t v = 0; v < n_values; ++v) {
     const compiler::Value& value = g.values[v];
@@ -109,6 +120,9 @@ GpuExecutable::GpuExecutable(std::shared_ptr<compiler::Executable> executable, i
       ptr_[v] = constants_[v].get();
     } else if (plan.values[v].kind == BufferAssignment::Kind::Arena) {
       ptr_[v] = static_cast<unsigned char*>(arena_.get()) + plan.values[v].offset;
+    } else if (plan.values[v].kind == BufferAssignment::Kind::Host) {
+      if (!offload_) fail<Error>("cuda: program @{}: host value %{} but no offload step", g.name, v);
+      ptr_[v] = offload_->host_base() + plan.values[v].offset;
     }
   }
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));  // the host constants may be freed after this
@@ -159,6 +173,52 @@ void GpuExecutable::group_steps() {
     }
   }
   steps_ = std::move(merged);
+}
+
+void GpuExecutable::plan_offload_waits() {
+  waits_before_.assign(steps_.size(), {});
+  if (!offload_) return;
+  const Graph& g = executable_->graph();
+  const compiler::MemoryPlan& plan = executable_->plan();
+  auto root = [&](int v) {
+    return view_source_[static_cast<size_t>(v)] >= 0 ? view_source_[static_cast<size_t>(v)] : v;
+  };
+  // Bytes [begin, end) of the arena under value v (empty when v is not in it).
+  auto arena_range = [&](int v) {
+    const int r = root(v);
+    const BufferAssignment& b = plan.values[static_cast<size_t>(r)];
+    if (b.kind != BufferAssignment::Kind::Arena) return std::pair<size_t, size_t>{0, 0};
+    return std::pair<size_t, size_t>{b.offset, b.offset + g.type(r).nbytes()};
+  };
+  auto values_of = [](const Step& s, bool outputs) {
+    std::vector<int> ids = outputs ? s.outputs : s.inputs;
+    for (const auto& list : outputs ? s.group_outputs : s.group_inputs) ids.insert(ids.end(), list.begin(), list.end());
+    return ids;
+  };
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& step = steps_[i];
+    if (step.kind != Step::Kind::ToHost && step.kind != Step::Kind::ToDevice) continue;
+    // Offload: wait before the first step that writes into the buffer being copied
+    // out. Load: wait before the first step that reads the loaded value (or a view of
+    // it). Neither found: join() at the end of the run covers it.
+    const auto [begin, end] = arena_range(step.inputs[0]);
+    const int loaded = root(step.outputs[0]);
+    for (size_t j = i + 1; j < steps_.size(); ++j) {
+      bool hit = false;
+      if (step.kind == Step::Kind::ToHost) {
+        for (int v : values_of(steps_[j], true)) {
+          const auto [b, e] = arena_range(v);
+          hit = hit || (b < e && begin < end && b < end && begin < e);
+        }
+      } else {
+        for (int v : values_of(steps_[j], false)) hit = hit || root(v) == loaded;
+      }
+      if (hit) {
+        waits_before_[j].push_back(step.copy);
+        break;
+      }
+    }
+  }
 }
 
 GpuExecutable::~GpuExecutable() {
@@ -250,8 +310,13 @@ void GpuExecutable::launch_all(KernelContext& ctx) {
   };
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& step = steps_[i];
+    for (int c : waits_before_[i]) offload_->wait(c, ctx.stream);
     try {
-      if (step.kind == Step::Kind::Group) {
+      if (step.kind == Step::Kind::ToHost || step.kind == Step::Kind::ToDevice) {
+        const int in = step.inputs[0], out = step.outputs[0];
+        offload_->copy(step.copy, ptr_[static_cast<size_t>(out)], ptr_[static_cast<size_t>(in)], g.type(out).nbytes(),
+                       step.kind == Step::Kind::ToHost ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, ctx.stream);
+      } else if (step.kind == Step::Kind::Group) {
         std::vector<std::vector<DeviceTensor>> group_ins(step.group_inputs.size()),
             group_outs(step.group_outputs.size());
         for (size_t t = 0; t < step.group_inputs.size(); ++t) {
@@ -278,6 +343,7 @@ void GpuExecutable::launch_all(KernelContext& ctx) {
     }
     if (profile) TESSERA_CUDA_CHECK(cudaEventRecord(events[i + 1], ctx.stream));
   }
+  if (offload_) offload_->join(ctx.stream);
   if (profile) {
     TESSERA_CUDA_CHECK(cudaEventSynchronize(events.back()));
     for (size_t i = 0; i < steps_.size(); ++i) {

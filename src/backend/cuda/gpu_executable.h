@@ -18,6 +18,11 @@
 // sets are kept; TESSERA_CUDA_GRAPHS=0 turns capture off. Kernels must be
 // capture-safe (kernel_registry.h); the first run, never captured, is where they
 // compile (NVRTC), autotune (GEMM algorithms) and size their scratch.
+//
+// Host offload (the offload remat policy): offload_to_host / load_from_host steps are
+// copies to and from the plan's host arena, held in pinned memory, on a side stream
+// with events (host_offload.h); the main stream waits for a copy only at the first
+// step that overwrites the offloaded buffer or reads the loaded value.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -28,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/host_offload.h"
 #include "backend/cuda/kernel_registry.h"
 #include "tessera/compiler/device_program.h"
 
@@ -52,7 +58,7 @@ class GpuExecutable : public compiler::DeviceProgram {
 
  private:
   struct Step {
-    enum class Kind { Kernel, Copy, Group } kind = Kind::Kernel;
+    enum class Kind { Kernel, Copy, Group, ToHost, ToDevice } kind = Kind::Kernel;
     const Primitive* primitive = nullptr;
     const KernelFn* kernel = nullptr;
     std::vector<int> inputs;   // value ids
@@ -60,9 +66,12 @@ class GpuExecutable : public compiler::DeviceProgram {
     // Group: a run of consecutive equivalent applications launched together.
     const GroupKernelFn* group = nullptr;
     std::vector<std::vector<int>> group_inputs, group_outputs;
+    int copy = -1;  // ToHost / ToDevice: the copy's index in offload_
   };
   // Merges runs of consecutive steps that have a group kernel (kernel_registry.h).
   void group_steps();
+  // Host offload: the pinned block, and where the main stream waits for each copy.
+  void plan_offload_waits();
   void bind(const std::vector<Array>& args, std::vector<std::shared_ptr<void>>& owners);
   void launch_all(KernelContext& ctx);
   void* scratch(size_t bytes);
@@ -71,6 +80,8 @@ class GpuExecutable : public compiler::DeviceProgram {
   int device_;
   std::vector<Step> steps_;
   std::shared_ptr<void> arena_;
+  std::unique_ptr<HostOffloadStreams> offload_;   // null without offload steps
+  std::vector<std::vector<int>> waits_before_;    // per step: copies the main stream waits for first
   std::vector<std::shared_ptr<void>> constants_;  // per value (constants only)
   std::vector<void*> ptr_;                        // per value: its device pointer for the current run
   std::vector<int> view_source_;                  // per value: the value whose buffer it views, or -1

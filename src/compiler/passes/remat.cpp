@@ -47,9 +47,8 @@ class RegionRematerializer {
     const Node* node = g_.producer(v);
     if (!in_region(node)) return true;
     if (node->remat_name == Rematerialization::kRegionOutput) return true;
-    return policy_.kind == CheckpointPolicy::Kind::SaveNamed &&
-           std::find(policy_.saved_names.begin(), policy_.saved_names.end(), node->remat_name) !=
-               policy_.saved_names.end();
+    return policy_.saves_named() && std::find(policy_.saved_names.begin(), policy_.saved_names.end(),
+                                              node->remat_name) != policy_.saved_names.end();
   }
 
   void recompute_for_outside_readers(ValueId value) {

@@ -115,4 +115,33 @@ std::pair<std::vector<Array>, std::vector<int>> Concatenate::vmap(const std::vec
   return {{concatenate(batched, axis_ + 1)}, {0}};
 }
 
+// Both memory moves are identities on values: gradients and batches pass through.
+std::vector<Array> OffloadToHost::vjp(const std::vector<Array>&, const std::vector<Array>& cotangents,
+                                      const std::vector<int>&, const std::vector<Array>&) {
+  return {cotangents[0]};
+}
+
+std::pair<std::vector<Array>, std::vector<int>> OffloadToHost::vmap(const std::vector<Array>& inputs,
+                                                                    const std::vector<int>& axes) {
+  return {{inputs[0]}, {axes[0]}};
+}
+
+Cost OffloadToHost::cost(const std::vector<Array>& inputs, const std::vector<Array>&) const {
+  return {0, static_cast<double>(2 * inputs[0].nbytes())};
+}
+
+std::vector<Array> LoadFromHost::vjp(const std::vector<Array>&, const std::vector<Array>& cotangents,
+                                     const std::vector<int>&, const std::vector<Array>&) {
+  return {cotangents[0]};
+}
+
+std::pair<std::vector<Array>, std::vector<int>> LoadFromHost::vmap(const std::vector<Array>& inputs,
+                                                                   const std::vector<int>& axes) {
+  return {{inputs[0]}, {axes[0]}};
+}
+
+Cost LoadFromHost::cost(const std::vector<Array>& inputs, const std::vector<Array>&) const {
+  return {0, static_cast<double>(2 * inputs[0].nbytes())};
+}
+
 }  // namespace tessera

@@ -1,11 +1,12 @@
 // Rematerialization: applies checkpoint policies (core/checkpoint.h). Every node
 // traced inside checkpoint(fn) carries remat_region = r; Graph::remat_regions[r] is
-// the region's policy. For a region with policy full or save_named, a value
+// the region's policy. For a region with policy full, save_named or offload, a value
 // produced inside the region and read by a node outside it (the backward pass) is
 // recomputed instead of kept alive, unless
 //   * its producer has remat_name == kRegionOutput (the checkpointed function's
 //     outputs, which the forward pass consumes; the tracer marks them), or
-//   * the policy is save_named and its producer's remat_name is a listed name.
+//   * the policy is save_named or offload and its producer's remat_name is a listed
+//     name (offload then moves it to host memory: passes/offload.h).
 // Recomputing clones the producing chain (recursively, stopping at values made
 // outside the region, region outputs and saved values), inserts the clones right
 // before the first outside reader in schedule order and redirects every outside

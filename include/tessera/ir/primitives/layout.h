@@ -1,5 +1,6 @@
 // Layout primitives: reshape (shares the buffer), transpose, broadcast, slice and
-// its transpose (pad into zeros), concatenate.
+// its transpose (pad into zeros), concatenate; and the two that move a value between
+// device and host memory for the offload remat policy (passes/offload.h).
 #pragma once
 
 #include <vector>
@@ -101,6 +102,29 @@ class Concatenate : public Primitive {
 
  private:
   int axis_;
+};
+
+// Identity on values, moving them between memories. The offload pass inserts them
+// after autodiff (their vjps, identities, exist for completeness). On the CPU both
+// are copies between the device arena and the host arena; the CUDA executable runs
+// them as copies to and from pinned memory on a side stream (backend/cuda/host_offload.h).
+class OffloadToHost : public Primitive {
+ public:
+  std::string name() const override { return "offload_to_host"; }
+  bool output_in_host_memory(int) const override { return true; }
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
+  TESSERA_PRIMITIVE_COST
+};
+
+class LoadFromHost : public Primitive {
+ public:
+  std::string name() const override { return "load_from_host"; }
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_VJP
+  TESSERA_PRIMITIVE_VMAP
+  TESSERA_PRIMITIVE_COST
 };
 
 }  // namespace tessera

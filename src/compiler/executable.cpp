@@ -12,8 +12,20 @@
 #include "tessera/base/allocator.h"
 #include "tessera/base/error.h"
 #include "tessera/base/flags.h"
+#include "tessera/ir/primitives/matmul_epilogue.h"
 
 namespace tessera::compiler {
+
+namespace {
+
+// ExecutableStats::flops_by_op's key: the op name, with int8 GEMMs fused with their
+// epilogue told apart from the float ones ("matmul_epilogue[int8]").
+std::string flops_key(const Primitive& p) {
+  const auto* epilogue = dynamic_cast<const MatmulEpilogue*>(&p);
+  return epilogue && epilogue->options().int8 ? "matmul_epilogue[int8]" : p.name();
+}
+
+}  // namespace
 
 namespace {
 
@@ -102,7 +114,7 @@ Executable::Executable(Graph graph, MemoryPlan plan, std::vector<bool> donated)
     instructions_.push_back(std::move(inst));
     Cost c = node.primitive->cost(instructions_.back().inputs, instructions_.back().outputs);
     stats_.flops += c.flops;
-    if (c.flops > 0) stats_.flops_by_op[node.primitive->name()] += c.flops;
+    if (c.flops > 0) stats_.flops_by_op[flops_key(*node.primitive)] += c.flops;
     stats_.bytes_moved += c.bytes;
   }
   parameter_index_.assign(graph_.values.size(), -1);

@@ -55,12 +55,11 @@ Array quantized_matmul(const Array& x_in, const Array& w_in, const QuantizedMatm
   config.trans_b = options.transpose_w;
   config.int8_backward = options.int8_backward;
   config.salt = options.salt;
-  const Array rows = x.ndim() == 2 ? x : reshape(x, {-1, k});
-  const Array y = quantized_matmul_op(rows, w, config, options.key ? &*options.key : nullptr);
-  if (x.ndim() == 2) return y;
-  Shape out = x.shape();
-  out.back() = w.shape(options.transpose_w ? 0 : 1);
-  return reshape(y, out);
+  if (x.ndim() == 1) {
+    const Array y = quantized_matmul_op(reshape(x, {1, k}), w, config, options.key ? &*options.key : nullptr);
+    return reshape(y, {y.shape(1)});
+  }
+  return quantized_matmul_op(x, w, config, options.key ? &*options.key : nullptr);
 }
 
 Array matmul(const Array& a_in, const Array& b_in) {

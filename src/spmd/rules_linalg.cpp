@@ -97,16 +97,25 @@ Decision matmul_rule(const Context& c) {
 Decision quantized_matmul_rule(const Context& c) {
   const auto& p = static_cast<const QuantizedMatmul&>(c.primitive);
   const bool ta = p.config().trans_a, tb = p.config().trans_b;
-  const int m_a = ta ? 1 : 0, k_a = ta ? 0 : 1, k_b = tb ? 1 : 0, n_b = tb ? 0 : 1;
+  const int ra = static_cast<int>(c.in_types[0].shape.size());
+  // A's row dims: all but K ([..., m, k]), or dim 1 of a transposed [k, m].
+  const int k_a = ta ? 0 : ra - 1, k_b = tb ? 1 : 0, n_b = tb ? 0 : 1;
   Sharding a = c.in[0].without_partial().with_dim_axes(k_a, {});
   Sharding b = c.in[1].without_partial().with_dim_axes(k_b, {});
   std::vector<bool> used(static_cast<size_t>(c.mesh.ndim()), false);
-  mark(a.dim_axes(m_a), used);
+  Sharding out = Sharding::replicated(c.mesh, ta ? 2 : ra);
+  for (int d = 0; d < ra; ++d) {
+    if (d == k_a) continue;
+    if (any_used(a.dim_axes(d), used)) a = a.with_dim_axes(d, {});
+    out = out.with_dim_axes(ta ? 0 : d, a.dim_axes(d));
+    mark(a.dim_axes(d), used);
+  }
   if (any_used(b.dim_axes(n_b), used)) b = b.with_dim_axes(n_b, {});
+  out = out.with_dim_axes(ta ? 1 : ra - 1, b.dim_axes(n_b));
   Decision dec;
   dec.inputs = {a, b};
   if (c.in.size() > 2) dec.inputs.push_back(Sharding::replicated(c.mesh, 1));
-  dec.outputs = {Sharding::replicated(c.mesh, 2).with_dim_axes(0, a.dim_axes(m_a)).with_dim_axes(1, b.dim_axes(n_b))};
+  dec.outputs = {out};
   return dec;
 }
 

@@ -219,6 +219,10 @@ void add_quant_fields(std::vector<Field>& f) {
                                  "int8: both backward GEMMs in int8, gradients rounded stochastically; float: "
                                  "forward only (straight-through)",
                                  [](C& c) -> std::string& { return c.model.quant_backward; }));
+  f.push_back(field<std::string>("quant.mode",
+                                 "on: the targets run in int8 wherever the job runs; auto: only on a CPU with int8 "
+                                 "matrix units (AMX-INT8), else they stay in the compute dtype",
+                                 [](C& c) -> std::string& { return c.quant_mode; }));
 }
 
 // [data]
@@ -635,6 +639,7 @@ TrainConfig parse_config(const std::string& toml_text, const std::string& origin
   config.schedule.total_steps = config.loop.steps;
   detail::check_compute_dtype(config.model.compute_dtype, origin);
   config.model.compute_dtype = detail::resolve_compute_dtype(config.model.compute_dtype, config.run.device);
+  detail::resolve_quant_mode(config, origin);
   config.validate();
   return config;
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/cpu/kernels/matmul_amx.h"
+#include "backend/cpu/kernels/matmul_int8.h"
 #include "tessera/base/error.h"
 #include "tessera/compiler/device_program.h"
 #include "tessera/spmd/mesh.h"
@@ -20,6 +21,13 @@ void check_compute_dtype(const std::string& dtype, const std::string& where) {
     fail<ConfigError>(
         "{}: 'model.compute_dtype' = \"{}\" is unknown (expected one of: float32, bfloat16, float16, auto)", where,
         dtype);
+}
+
+void resolve_quant_mode(TrainConfig& config, const std::string& where) {
+  if (config.quant_mode != "on" && config.quant_mode != "auto")
+    fail<ConfigError>("{}: 'quant.mode' = \"{}\" is unknown (expected on or auto)", where, config.quant_mode);
+  if (config.quant_mode == "auto" && (config.run.device != "cpu" || !cpu::int8_gemm_path().native))
+    config.model.quant_targets.clear();
 }
 
 std::string resolve_compute_dtype(const std::string& dtype, const std::string& device) {
@@ -42,6 +50,8 @@ void check_remat(const std::string& remat, const std::string& where) {
 void TrainConfig::validate() const {
   detail::check_compute_dtype(model.compute_dtype, "config");
   detail::check_remat(model.remat, "config");
+  if (quant_mode != "on" && quant_mode != "auto")
+    fail<ConfigError>("config: 'quant.mode' = \"{}\" is unknown (expected on or auto)", quant_mode);
   try {
     models::ModelConfig resolved = model;
     resolved.compute_dtype = detail::resolve_compute_dtype(model.compute_dtype, run.device);

@@ -331,7 +331,8 @@ namespace {
 // from the programs, not assumed), and the GEMM path they take.
 std::string quant_report(const models::ModelConfig& c, const std::map<std::string, double>& flops) {
   auto at = [&](const char* op) { return flops.count(op) ? flops.at(op) : 0.0; };
-  const double int8 = at("quantized_matmul"), all = int8 + at("matmul") + at("matmul_epilogue");
+  const double int8 = at("quantized_matmul") + at("matmul_epilogue[int8]");
+  const double all = int8 + at("matmul") + at("matmul_epilogue");
   return fmt::format(
       "int8 GEMMs (AQT) for {}, backward {}: {:.1f}% of the step's matmul FLOPs; {}", fmt::join(c.quant_targets, ", "),
       c.quant_backward == "int8" ? "int8 (gradients rounded stochastically)" : "float (straight-through)",

@@ -184,6 +184,7 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options) : impl_(std::make_u
     config.model = train::init_from_model_config(config.model, resuming ? run_dir : fs::path(config.run.init_from));
   }
   config.model.compute_dtype = detail::resolve_compute_dtype(config.model.compute_dtype, config.run.device);
+  detail::resolve_quant_mode(config, "config");
   config.validate();
   impl_->config = std::move(config);
   impl_->options = options;

@@ -25,6 +25,7 @@
 #include "tessera/ir/primitives/layout.h"
 #include "tessera/ir/primitives/linalg.h"
 #include "tessera/ir/primitives/matmul_epilogue.h"
+#include "tessera/ir/primitives/quantized.h"
 
 namespace tessera::compiler {
 namespace {
@@ -72,6 +73,7 @@ struct Case {
   bool bias_first = false;      // add(bias, mm)
   bool broadcast_bias = false;  // bias through an explicit broadcast_to
   bool keep_pre = false;        // the add's output is also returned
+  bool int8 = false;            // a quantized_matmul (AQT int8, nearest rounding) instead of matmul
 };
 
 Case make_case(std::string what, Shape a, Shape b, bool trans_a = false, bool trans_b = false) {
@@ -85,6 +87,11 @@ Case make_case(std::string what, Shape a, Shape b, bool trans_a = false, bool tr
 }
 
 Shape out_shape(const Case& c) {
+  if (c.int8) {  // a's leading dims are all rows; b is rank 2
+    Shape out = c.trans_a ? Shape{c.a[1]} : Shape(c.a.begin(), c.a.end() - 1);
+    out.push_back(c.trans_b ? c.b[0] : c.b[1]);
+    return out;
+  }
   const int64_t m = c.trans_a ? c.a[c.a.size() - 1] : c.a[c.a.size() - 2];
   const int64_t n = c.trans_b ? c.b[c.b.size() - 2] : c.b[c.b.size() - 1];
   Shape out = c.a.size() > 2 ? Shape(c.a.begin(), c.a.end() - 2) : Shape(c.b.begin(), c.b.end() - 2);
@@ -98,7 +105,11 @@ Graph case_graph(const Case& c) {
   const Shape out = out_shape(c);
   ValueId a = g.add_parameter({c.a, c.dtype});
   ValueId b = g.add_parameter({c.b, c.dtype});
-  ValueId v = g.add_node1(std::make_shared<Matmul>(c.trans_a, c.trans_b), {a, b}, {out, c.dtype});
+  QuantizedMatmulConfig int8;
+  int8.trans_a = c.trans_a;
+  int8.trans_b = c.trans_b;
+  ValueId v = c.int8 ? g.add_node1(std::make_shared<QuantizedMatmul>(int8), {a, b}, {out, c.dtype})
+                     : g.add_node1(std::make_shared<Matmul>(c.trans_a, c.trans_b), {a, b}, {out, c.dtype});
   ValueId pre = v;
   if (!c.bias.empty()) {
     ValueId bias = g.add_parameter({c.bias, c.dtype});
@@ -131,6 +142,61 @@ void check_case(const Case& c) {
   auto got = interpret(fused, params);
   ASSERT_EQ(want.size(), got.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(bitwise_equal(got[i], want[i])) << "output " << i;
+}
+
+// ---- int8 (AQT) GEMMs: the epilogue runs in the dequantizing pass, bitwise the unfused ops ----
+
+TEST(GemmEpilogueInt8, FusedBitwiseForEveryLayoutDtypeAndEpilogue) {
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    for (int layout = 0; layout < 4; ++layout) {
+      const bool ta = layout & 1, tb = layout & 2;
+      Case c = make_case(std::string(name(dtype)) + " layout " + std::to_string(layout),
+                         ta ? Shape{70, 100} : Shape{100, 70}, tb ? Shape{300, 70} : Shape{70, 300}, ta, tb);
+      c.dtype = dtype;
+      c.int8 = true;
+      c.bias = {300};
+      check_case(c);  // bias + gelu_tanh
+      c.keep_pre = true;
+      check_case(c);  // and the pre-activation output
+      c.bias = {};
+      c.activation = UnaryKind::Relu;
+      check_case(c);  // activation only
+      c.bias = {1, 300};
+      c.bias_first = true;
+      c.activation = std::nullopt;
+      c.keep_pre = false;
+      check_case(c);  // bias only, add(bias, x)
+    }
+    Case batched = make_case("rows in leading dims", {3, 40, 64}, {64, 96});  // [B, T, K] activations
+    batched.dtype = dtype;
+    batched.int8 = true;
+    batched.bias = {96};
+    check_case(batched);
+  }
+}
+
+TEST(GemmEpilogueInt8, TheFusedNodeSaysInt8AndGradientGemmsStayUnfused) {
+  Case c = make_case("int8", {64, 32}, {32, 48});
+  c.int8 = true;
+  c.bias = {48};
+  const Graph fused = fused_copy(case_graph(c));
+  ASSERT_EQ(count_nodes(fused, "matmul_epilogue"), 1u);
+  EXPECT_NE(fused.text().find("int8=true"), std::string::npos) << fused.text();
+  // A stochastically rounded (gradient) GEMM is not an epilogue's producer.
+  Graph g;
+  const ValueId a = g.add_parameter({{64, 32}, DType::Float32}), b = g.add_parameter({{32, 48}, DType::Float32});
+  const ValueId key = g.add_parameter({{2}, DType::UInt32});
+  const ValueId bias = g.add_parameter({{48}, DType::Float32});
+  QuantizedMatmulConfig sr;
+  sr.stochastic_a = true;
+  const ValueId v = g.add_node1(std::make_shared<QuantizedMatmul>(sr), {a, b, key}, {{64, 48}, DType::Float32});
+  g.outputs = {g.add_node1(std::make_shared<Binary>(BinaryKind::Add), {v, bias}, {{64, 48}, DType::Float32})};
+  EXPECT_EQ(count_nodes(fused_copy(g), "matmul_epilogue"), 0u);
+  // The attribute reads back.
+  MatmulEpilogue::Options o;
+  o.int8 = true;
+  const MatmulEpilogue p(o);
+  EXPECT_EQ(make_primitive(p.name(), p.attributes())->attributes(), p.attributes());
 }
 
 // ---- the rewrite, as IR text ----

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/kernels/matmul_int8.h"
 #include "core/test_util.h"
 #include "tessera/base/error.h"
 #include "tessera/train/trainer.h"
@@ -48,6 +49,22 @@ TEST(Int8Config, QuantKeys) {
   expect_config_error({"quant.targets=[\"mlp\"]", "model.compute_dtype=float16"},
                       {"quant.targets", "float32 or bfloat16", "float16"});
   expect_config_error({"quant.target=[\"mlp\"]"}, {"unknown key 'quant.target'", "quant.targets"});
+}
+
+// mode "auto": int8 only on a CPU with AMX-INT8, otherwise the targets are dropped.
+TEST(Int8Config, AutoModeFollowsTheMachine) {
+  const TrainConfig c = parse_config("", "test", {"quant.targets=[\"mlp\"]", "quant.mode=auto"});
+  if (cpu::int8_gemm_path().native) {
+    EXPECT_EQ(c.model.quant_targets, std::vector<std::string>{"mlp"});
+  } else {
+    EXPECT_TRUE(c.model.quant_targets.empty()) << cpu::int8_gemm_path().description;
+  }
+  EXPECT_TRUE(parse_config("", "test", {"quant.targets=[\"mlp\"]", "quant.mode=auto", "run.device=cuda"})
+                  .model.quant_targets.empty())
+      << "no int8 kernel on GPUs";
+  EXPECT_EQ(parse_config("", "test", {"quant.targets=[\"mlp\"]", "quant.mode=on"}).model.quant_targets,
+            std::vector<std::string>{"mlp"});
+  expect_config_error({"quant.mode=sometimes"}, {"'quant.mode'", "on or auto"});
 }
 
 TEST(Int8Config, ManifestRoundTrip) {

@@ -28,8 +28,10 @@ struct ExecutableStats {
   // Host offload (MemoryPlan): the host arena, and the device bytes it relieves.
   size_t host_bytes = 0;
   size_t offloaded_bytes = 0;
-  double flops = 0;                           // sum of Primitive::cost over the program
-  std::map<std::string, double> flops_by_op;  // the same per primitive name (e.g. how much runs in int8)
+  double flops = 0;  // sum of Primitive::cost over the program
+  // The same per primitive name (int8 GEMMs fused with their epilogue as
+  // "matmul_epilogue[int8]"): how much of a program runs in int8, for instance.
+  std::map<std::string, double> flops_by_op;
   double bytes_moved = 0;
   size_t kernels = 0;  // kernel calls per run
   double compile_seconds = 0;

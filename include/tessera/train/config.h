@@ -115,6 +115,11 @@ struct ParallelConfig {
 struct TrainConfig {
   models::ModelConfig model;
   std::string model_preset;  // the preset the model section started from ("" = none)
+  // [quant] mode: "on" runs model.quant_targets in int8 wherever the job runs; "auto" only
+  // on a CPU with int8 matrix units (AMX-INT8: `tessera info`'s "int8 GEMM" line), and
+  // elsewhere drops the targets (those matmuls stay in the compute dtype). Resolved when
+  // the config is read.
+  std::string quant_mode = "on";
   DataConfig data;
   // optimizer.loss_scale defaults to Auto: dynamic loss scaling for float16 compute,
   // none for float32 and bfloat16 (optimizer_config() resolves it).

@@ -32,9 +32,9 @@ void QuantizedMatmul::eval_cpu(const std::vector<Array>& inputs, std::vector<Arr
   Array& out = outputs[0];
   out.allocate();
   cpu::MatmulShape s;
-  s.m = out.shape(0);
-  s.n = out.shape(1);
-  s.k = a.shape(config_.trans_a ? 0 : 1);
+  s.n = out.shape(-1);
+  s.m = s.n == 0 ? 0 : out.size() / s.n;  // every leading dim of A is rows
+  s.k = a.shape(config_.trans_a ? 0 : -1);
   s.trans_a = config_.trans_a;
   s.trans_b = config_.trans_b;
   cpu::Int8Rounding round_a, round_b;

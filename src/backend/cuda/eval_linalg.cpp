@@ -106,6 +106,10 @@ void matmul_epilogue_kernel(const Primitive& primitive, const std::vector<Device
                             const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
   const auto& me = dynamic_cast<const MatmulEpilogue&>(primitive);
   const MatmulEpilogue::Options& o = me.options();
+  if (o.int8)
+    fail<Error>(
+        "matmul_epilogue: int8=true (a fused quantized_matmul) has no CUDA kernel: int8 (AQT) training runs "
+        "on the CPU only");
   const size_t want_inputs = o.bias ? 3 : 2, want_outputs = o.pre_activation ? 2 : 1;
   if (inputs.size() != want_inputs || outputs.size() != want_outputs)
     fail<ValueError>("matmul_epilogue: called with {} inputs and {} outputs (expected {} and {})", inputs.size(),

@@ -10,6 +10,7 @@
 #include "tessera/ir/primitives/layout.h"
 #include "tessera/ir/primitives/linalg.h"
 #include "tessera/ir/primitives/matmul_epilogue.h"
+#include "tessera/ir/primitives/quantized.h"
 
 namespace tessera::compiler {
 namespace {
@@ -38,11 +39,16 @@ class Matcher {
   std::optional<Match> match(int index) const {
     const Node& mm = g_.nodes[index];
     const auto* matmul = dynamic_cast<const Matmul*>(mm.primitive.get());
-    if (mm.dead || !matmul || mm.outputs.size() != 1 || !mm.remat_name.empty()) return std::nullopt;
+    // An int8 (AQT) GEMM fuses too when it rounds both operands to nearest (a forward
+    // product: its key input, if any, is then unused).
+    const auto* int8 = dynamic_cast<const QuantizedMatmul*>(mm.primitive.get());
+    if (int8 && (int8->config().stochastic_a || int8->config().stochastic_b)) int8 = nullptr;
+    if (mm.dead || (!matmul && !int8) || mm.outputs.size() != 1 || !mm.remat_name.empty()) return std::nullopt;
     Match m;
     m.matmul = index;
-    m.options.trans_a = matmul->trans_a();
-    m.options.trans_b = matmul->trans_b();
+    m.options.trans_a = matmul ? matmul->trans_a() : int8->config().trans_a;
+    m.options.trans_b = matmul ? matmul->trans_b() : int8->config().trans_b;
+    m.options.int8 = int8 != nullptr;
     const TensorType out = g_.type(mm.outputs[0]);
     ValueId v = mm.outputs[0];
     if (!match_bias(m, v, out)) m.options.bias = false;
@@ -95,7 +101,7 @@ class Matcher {
 
 void rewrite(Graph& g, Match m) {
   const Node& mm = g.nodes[m.matmul];
-  std::vector<ValueId> inputs = mm.inputs;
+  std::vector<ValueId> inputs(mm.inputs.begin(), mm.inputs.begin() + 2);  // not an int8 GEMM's key
   if (m.options.bias) inputs.push_back(m.bias);
   const int region = mm.remat_region;
   const int last = m.add >= 0 ? m.add : m.matmul;  // producer of the pre-activation value

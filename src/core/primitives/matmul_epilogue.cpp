@@ -45,6 +45,7 @@ std::string MatmulEpilogue::attributes() const {
   if (o.bias_first) add("bias_first=true");
   if (o.activation) add(fmt::format("activation={}", unary_name(*o.activation)));
   if (o.pre_activation) add("pre_activation=true");
+  if (o.int8) add("int8=true");
   return s;
 }
 
@@ -56,6 +57,7 @@ PrimitivePtr parse_matmul_epilogue(const AttributeMap& a) {
   o.bias = flag("bias", true);
   o.bias_first = flag("bias_first", false);
   o.pre_activation = flag("pre_activation", false);
+  o.int8 = flag("int8", false);
   if (a.has("activation")) {
     std::string text = a.raw("activation");
     bool found = false;

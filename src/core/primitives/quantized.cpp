@@ -27,14 +27,15 @@ uint64_t QuantizedMatmul::rounding_seed(uint32_t key0, uint32_t key1, int operan
 }
 
 Array quantized_matmul_op(const Array& a, const Array& b, const QuantizedMatmulConfig& config, const Array* key) {
-  if (a.ndim() != 2 || b.ndim() != 2)
-    fail<ShapeError>("quantized_matmul: operands must have rank 2 (got {} and {})", to_string(a.shape()),
-                     to_string(b.shape()));
+  if (a.ndim() < 2 || b.ndim() != 2 || (config.trans_a && a.ndim() != 2))
+    fail<ShapeError>(
+        "quantized_matmul: operands {} and {} (expected a [..., m, k] (or [k, m] when transposed) and b of rank 2)",
+        to_string(a.shape()), to_string(b.shape()));
   if (a.dtype() != b.dtype())
     fail<DTypeError>("quantized_matmul: operand dtypes differ ({} and {})", name(a.dtype()), name(b.dtype()));
   if (a.dtype() != DType::Float32 && a.dtype() != DType::BFloat16)
     fail<DTypeError>("quantized_matmul: dtype {} (expected float32 or bfloat16)", name(a.dtype()));
-  const int64_t m = a.shape(config.trans_a ? 1 : 0), ka = a.shape(config.trans_a ? 0 : 1);
+  const int64_t ka = a.shape(config.trans_a ? 0 : -1);
   const int64_t kb = b.shape(config.trans_b ? 1 : 0), n = b.shape(config.trans_b ? 0 : 1);
   if (ka != kb)
     fail<ShapeError>("quantized_matmul: contracting dimensions differ: {} has K={} but {} has K={} (expected equal)",
@@ -46,7 +47,10 @@ Array quantized_matmul_op(const Array& a, const Array& b, const QuantizedMatmulC
                        to_string(key->shape()));
     inputs.push_back(*key);
   }
-  return Array::make({m, n}, a.dtype(), std::make_shared<QuantizedMatmul>(config), inputs);
+  Shape out = a.shape();  // a's rows (all its leading dims), then n
+  if (config.trans_a) out[0] = a.shape(1);
+  out.back() = n;
+  return Array::make(out, a.dtype(), std::make_shared<QuantizedMatmul>(config), inputs);
 }
 
 std::vector<Array> QuantizedMatmul::vjp(const std::vector<Array>& primals, const std::vector<Array>& cotangents,
@@ -67,13 +71,16 @@ std::vector<Array> QuantizedMatmul::vjp(const std::vector<Array>& primals, const
     c.salt = config_.salt * 2654435761u + (x_is_cotangent ? 1u : 2u);
     return quantized_matmul_op(x, y, c, key);
   };
+  // dB contracts over all of A's rows: A and g as matrices (a transposed operand is 2-D).
+  const Array a2 = a.ndim() > 2 ? reshape(a, {-1, a.shape(-1)}) : a;
+  const Array g2 = g.ndim() > 2 ? reshape(g, {-1, g.shape(-1)}) : g;
   std::vector<Array> result;
   for (int arg : argnums) {
     if (arg == 0) {
       // C = op(A) op(B): d op(A) = g op(B)^T, transposed back when A is stored transposed.
       result.push_back(ta ? gemm(b, g, tb, true, false) : gemm(g, b, false, !tb, true));
     } else if (arg == 1) {
-      result.push_back(tb ? gemm(g, a, true, ta, true) : gemm(a, g, !ta, false, false));
+      result.push_back(tb ? gemm(g2, a2, true, ta, true) : gemm(a2, g2, !ta, false, false));
     } else {
       result.push_back(zeros_like(primals[static_cast<size_t>(arg)]));  // the key: not differentiable
     }
@@ -89,10 +96,7 @@ std::pair<std::vector<Array>, std::vector<int>> QuantizedMatmul::vmap(const std:
   const bool only_a = axes[0] >= 0 && axes[1] < 0 && (axes.size() < 3 || axes[2] < 0);
   if (only_a && !config_.trans_a) {
     const Array a = rules::batch_to_front(inputs[0], axes[0]);
-    const int64_t batch = a.shape(0), m = a.shape(1), k = a.shape(2);
-    const Array y =
-        quantized_matmul_op(reshape(a, {batch * m, k}), inputs[1], config_, inputs.size() > 2 ? &inputs[2] : nullptr);
-    return {{reshape(y, {batch, m, y.shape(1)})}, {0}};
+    return {{quantized_matmul_op(a, inputs[1], config_, inputs.size() > 2 ? &inputs[2] : nullptr)}, {0}};
   }
   const QuantizedMatmulConfig config = config_;
   return rules::loop_vmap(
@@ -104,7 +108,7 @@ std::pair<std::vector<Array>, std::vector<int>> QuantizedMatmul::vmap(const std:
 
 Cost QuantizedMatmul::cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const {
   Cost c = Primitive::cost(inputs, outputs);
-  const int64_t k = inputs[0].shape(config_.trans_a ? 0 : 1);
+  const int64_t k = inputs[0].shape(config_.trans_a ? 0 : -1);
   c.flops = 2.0 * static_cast<double>(outputs[0].size()) * static_cast<double>(k);
   return c;
 }

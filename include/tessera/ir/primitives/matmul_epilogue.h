@@ -11,7 +11,10 @@
 //
 // IR text: %5, %6 = matmul_epilogue(%0, %1, %2) {activation=gelu_tanh, pre_activation=true} : ...
 //   attributes (defaults omitted): trans_a, trans_b, bias=false (no bias input),
-//   bias_first=true (the graph computed add(bias, x)), activation=<unary>, pre_activation.
+//   bias_first=true (the graph computed add(bias, x)), activation=<unary>, pre_activation,
+//   int8=true: the GEMM is a quantized_matmul's (AQT int8, nearest rounding of both
+//   operands; a [..., m, k] or a transposed [k, m], b rank 2), the epilogue applied as each
+//   row is dequantized.
 #pragma once
 
 #include <optional>
@@ -32,6 +35,7 @@ class MatmulEpilogue : public Primitive {
     bool bias_first = false;  // add(bias, matmul) rather than add(matmul, bias)
     std::optional<UnaryKind> activation;
     bool pre_activation = false;  // also return matmul + bias (needs an activation)
+    bool int8 = false;            // the GEMM is quantized_matmul's (ir/primitives/quantized.h)
   };
   explicit MatmulEpilogue(Options options);
   const Options& options() const { return options_; }
@@ -45,6 +49,7 @@ class MatmulEpilogue : public Primitive {
   static bool supports_activation(UnaryKind kind);
 
  private:
+  void eval_int8(const std::vector<Array>& inputs, std::vector<Array>& outputs) const;  // backend/cpu
   Options options_;
 };
 

@@ -1,9 +1,11 @@
 // quantized_matmul: an int8 GEMM with dynamic symmetric quantization, AQT-style
 // (backend/cpu/kernels/matmul_int8.h has the exact rule): every row of op(A) and every
 // column of op(B) is scaled into [-127, 127] over the contraction axis, the int8
-// products accumulate in int32 and the result is dequantized in the epilogue. Operands
-// are rank 2 and share a floating dtype (float32 or bfloat16); an optional third input,
-// a random key (uint32 [2]), seeds the stochastic rounding of gradients.
+// products accumulate in int32 and the result is dequantized in the epilogue. A is
+// [..., m, k] (its leading dims are more rows: each row quantizes on its own) or [k, m]
+// when transposed, B is rank 2; both share a floating dtype (float32 or bfloat16). An
+// optional third input, a random key (uint32 [2]), seeds the stochastic rounding of
+// gradients.
 //
 // Its vjp is two more quantized_matmuls when `int8_backward` (AQT's "forward and both
 // backward GEMMs in int8"): the cotangent operand rounds stochastically (seeded by the
@@ -44,8 +46,9 @@ class QuantizedMatmul : public Primitive {
   QuantizedMatmulConfig config_;
 };
 
-// Builds a quantized_matmul node: a [m, k] (or [k, m] when trans_a), b [k, n] (or
-// [n, k]), key an optional uint32 [2] random key. Shape and dtype errors name the op.
+// Builds a quantized_matmul node: a [..., m, k] (or [k, m] when trans_a), b [k, n] (or
+// [n, k]) -> [..., m, n]; key an optional uint32 [2] random key. Shape and dtype errors
+// name the op.
 Array quantized_matmul_op(const Array& a, const Array& b, const QuantizedMatmulConfig& config,
                           const Array* key = nullptr);
 

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "backend/cpu/kernels/elementwise.h"
 #include "backend/cpu/kernels/scratch.h"
@@ -82,6 +83,53 @@ int8_t quantize_one(float x, float inv, const Int8Rounding& r, uint32_t p) {
   return static_cast<int8_t>(t);
 }
 
+// Writes C's row `i`, columns [j0, j0 + cols) (leading dimension n), from its dequantized
+// float32 values in `row`, with the epilogue when there is one: bitwise what the unfused
+// add and activation ops give (float32: each op's per-element code; bf16: the product
+// rounded, then each op in float32 rounded again, as matmul.cpp's bf16 epilogue).
+// `bias_row` is scratch for `cols` floats.
+void finish_row(DType dtype, const GemmEpilogue* e, float* row, float* bias_row, void* c, int64_t n, int64_t i,
+                int64_t j0, int64_t cols) {
+  const int64_t at = i * n + j0;
+  if (dtype == DType::Float32) {
+    float* out = static_cast<float*>(c) + at;
+    if (!e) {
+      std::memcpy(out, row, sizeof(float) * static_cast<size_t>(cols));
+      return;
+    }
+    float* sum = e->pre_activation ? static_cast<float*>(e->pre_activation) + at : out;
+    if (e->bias) {
+      const float* bias = static_cast<const float*>(e->bias) + j0;
+      if (e->bias_first)
+        binary_span(BinaryOp::Add, DType::Float32, bias, 1, row, 1, sum, cols);
+      else
+        binary_span(BinaryOp::Add, DType::Float32, row, 1, bias, 1, sum, cols);
+    } else {
+      std::memcpy(sum, row, sizeof(float) * static_cast<size_t>(cols));
+    }
+    if (e->has_activation) unary_span(e->activation, DType::Float32, sum, out, cols);
+    return;
+  }
+  auto* out = static_cast<bfloat16*>(c) + at;
+  cast_span(DType::Float32, row, DType::BFloat16, out, cols);
+  if (!e) return;
+  cast_span(DType::BFloat16, out, DType::Float32, row, cols);
+  if (e->bias) {
+    cast_span(DType::BFloat16, static_cast<const bfloat16*>(e->bias) + j0, DType::Float32, bias_row, cols);
+    if (e->bias_first)
+      binary_span(BinaryOp::Add, DType::Float32, bias_row, 1, row, 1, row, cols);
+    else
+      binary_span(BinaryOp::Add, DType::Float32, row, 1, bias_row, 1, row, cols);
+  }
+  if (e->has_activation) {
+    bfloat16* sum = e->pre_activation ? static_cast<bfloat16*>(e->pre_activation) + at : out;
+    cast_span(DType::Float32, row, DType::BFloat16, sum, cols);
+    cast_span(DType::BFloat16, sum, DType::Float32, row, cols);
+    unary_span(e->activation, DType::Float32, row, row, cols);
+  }
+  cast_span(DType::Float32, row, DType::BFloat16, out, cols);
+}
+
 // ---- float64 reference path: the same quantized values, exact products in dgemm ----
 
 // Scales of the `rows` rows of op(X) (contraction length k): op(X)[i, p] at
@@ -105,7 +153,7 @@ void reference_scales(DType dtype, const void* x, int64_t rows, int64_t k, Index
 }
 
 void reference_path(DType dtype, const MatmulShape& s, const void* a, const void* b, void* c,
-                    const Int8Rounding& round_a, const Int8Rounding& round_b) {
+                    const Int8Rounding& round_a, const Int8Rounding& round_b, const GemmEpilogue* epilogue) {
   const int64_t m = s.m, n = s.n, k = s.k;
   // Scratch: op(A) as [m, k] doubles, op(B) as [k, n] doubles, C as [m, n] doubles, scales.
   const size_t qa_bytes = aligned(sizeof(double) * static_cast<size_t>(m * k));
@@ -137,16 +185,13 @@ void reference_path(DType dtype, const MatmulShape& s, const void* a, const void
   plain.n = n;
   plain.k = k;
   matmul(DType::Float64, plain, qa, qb, qc);
-  const ChunkScratch rows(sizeof(float) * static_cast<size_t>(n), Scratch::MatmulInt8Chunks);
+  const ChunkScratch rows(2 * sizeof(float) * static_cast<size_t>(n), Scratch::MatmulInt8Chunks);
   parallel_for(m, 16, [&](int64_t begin, int64_t end) {
     const ChunkScratch::Lease lease(rows);
     auto* row = lease.as<float>();
     for (int64_t i = begin; i < end; ++i) {
       for (int64_t j = 0; j < n; ++j) row[j] = (static_cast<float>(qc[i * n + j]) * sa[i]) * sb[j];
-      if (dtype == DType::Float32)
-        std::memcpy(static_cast<float*>(c) + i * n, row, sizeof(float) * static_cast<size_t>(n));
-      else
-        cast_span(DType::Float32, row, dtype, static_cast<bfloat16*>(c) + i * n, n);
+      finish_row(dtype, epilogue, row, row + n, c, n, i, 0, n);
     }
   });
 }
@@ -448,7 +493,7 @@ void quantize_operands(DType dtype, const MatmulShape& s, const void* a, const v
 // (this chunk's scratch): all the blocks' sums first, then one dequantizing pass per row.
 constexpr int64_t kTaskCols = 256;
 TESSERA_AVX512 void gemm_block_row(DType dtype, const Packed& pk, int64_t r0, int64_t j0, int64_t j1, void* c,
-                                   int32_t* acc, float* row) {
+                                   const GemmEpilogue* epilogue, int32_t* acc, float* row) {
   const int64_t rows = std::min(kBlock, pk.m - r0);
   const int64_t nb16 = pk.n_pad / 16;
   constexpr size_t stride = kTaskCols * sizeof(int32_t);
@@ -483,16 +528,12 @@ TESSERA_AVX512 void gemm_block_row(DType dtype, const Packed& pk, int64_t r0, in
       const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(acc + r * kTaskCols + h)), sa);
       _mm512_mask_storeu_ps(row + h, mask, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, pk.sb + j0 + h)));
     }
-    const int64_t at = (r0 + r) * pk.n + j0;
-    if (dtype == DType::Float32)
-      std::memcpy(static_cast<float*>(c) + at, row, sizeof(float) * static_cast<size_t>(cols));
-    else
-      cast_span(DType::Float32, row, dtype, static_cast<bfloat16*>(c) + at, cols);
+    finish_row(dtype, epilogue, row, row + kTaskCols, c, pk.n, r0 + r, j0, cols);
   }
 }
 
 void amx_path(DType dtype, const MatmulShape& s, const void* a, const void* b, void* c, const Int8Rounding& round_a,
-              const Int8Rounding& round_b) {
+              const Int8Rounding& round_b, const GemmEpilogue* epilogue) {
   Packed pk{};
   pk.m = s.m;
   pk.n = s.n;
@@ -519,7 +560,7 @@ void amx_path(DType dtype, const MatmulShape& s, const void* a, const void* b, v
 
   // Tasks: a 32-row block times up to kTaskCols columns.
   const int64_t row_blocks = pk.m_pad / kBlock, col_tasks = num_chunks(pk.n_pad, kTaskCols);
-  const ChunkScratch scratch(sizeof(int32_t) * kBlock * kTaskCols + sizeof(float) * kTaskCols,
+  const ChunkScratch scratch(sizeof(int32_t) * kBlock * kTaskCols + 2 * sizeof(float) * kTaskCols,
                              Scratch::MatmulInt8Chunks);
   parallel_for(row_blocks * col_tasks, 1, [&](int64_t begin, int64_t end) {
     const ChunkScratch::Lease lease(scratch);
@@ -534,7 +575,7 @@ void amx_path(DType dtype, const MatmulShape& s, const void* a, const void* b, v
     for (int64_t t = begin; t < end; ++t) {
       const int64_t rb = t / col_tasks, ct = t % col_tasks;
       const int64_t j0 = ct * kTaskCols, j1 = std::min(pk.n_pad, j0 + kTaskCols);
-      gemm_block_row(dtype, pk, rb * kBlock, j0, j1, c, acc, row);
+      gemm_block_row(dtype, pk, rb * kBlock, j0, j1, c, epilogue, acc, row);
     }
     _tile_release();
   });
@@ -564,38 +605,46 @@ const Int8GemmPath& int8_gemm_path() {
 }
 
 namespace {
-void check_problem(DType dtype, const MatmulShape& shape) {
+void check_problem(DType dtype, const MatmulShape& shape, const GemmEpilogue* epilogue) {
   if (dtype != DType::Float32 && dtype != DType::BFloat16)
     fail<DTypeError>("quantized_matmul: dtype {} (expected float32 or bfloat16)", name(dtype));
   if (shape.batch != 1) fail<ShapeError>("quantized_matmul: batch {} (expected 1)", shape.batch);
+  if (epilogue && epilogue->pre_activation && !epilogue->has_activation)
+    fail<ValueError>("quantized_matmul: a pre-activation output needs an activation");
 }
 
 // An empty C, or one of zeros (K = 0); false when there is a product to compute.
-bool trivial(DType dtype, const MatmulShape& shape, void* c) {
+bool trivial(DType dtype, const MatmulShape& shape, void* c, const GemmEpilogue* epilogue) {
   if (shape.m == 0 || shape.n == 0) return true;
   if (shape.k > 0) return false;
-  std::memset(c, 0, static_cast<size_t>(shape.m * shape.n) * itemsize(dtype));
+  // K = 0: a product of zeros (then the epilogue; rare, so its rows may allocate).
+  std::vector<float> row(static_cast<size_t>(2 * shape.n));
+  for (int64_t i = 0; i < shape.m; ++i) {
+    std::fill(row.begin(), row.begin() + shape.n, 0.0f);
+    finish_row(dtype, epilogue, row.data(), row.data() + shape.n, c, shape.n, i, 0, shape.n);
+  }
   return true;
 }
 }  // namespace
 
 void quantized_matmul_reference(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* c,
-                                const Int8Rounding& round_a, const Int8Rounding& round_b) {
-  check_problem(dtype, shape);
-  if (!trivial(dtype, shape, c)) reference_path(dtype, shape, a, b, c, round_a, round_b);
+                                const Int8Rounding& round_a, const Int8Rounding& round_b,
+                                const GemmEpilogue* epilogue) {
+  check_problem(dtype, shape, epilogue);
+  if (!trivial(dtype, shape, c, epilogue)) reference_path(dtype, shape, a, b, c, round_a, round_b, epilogue);
 }
 
 void quantized_matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* c,
-                      const Int8Rounding& round_a, const Int8Rounding& round_b) {
-  check_problem(dtype, shape);
-  if (trivial(dtype, shape, c)) return;
+                      const Int8Rounding& round_a, const Int8Rounding& round_b, const GemmEpilogue* epilogue) {
+  check_problem(dtype, shape, epilogue);
+  if (trivial(dtype, shape, c, epilogue)) return;
 #if TESSERA_AMX_INT8
   if (int8_gemm_path().native) {
-    amx_path(dtype, shape, a, b, c, round_a, round_b);
+    amx_path(dtype, shape, a, b, c, round_a, round_b, epilogue);
     return;
   }
 #endif
-  reference_path(dtype, shape, a, b, c, round_a, round_b);
+  reference_path(dtype, shape, a, b, c, round_a, round_b, epilogue);
 }
 
 }  // namespace tessera::cpu

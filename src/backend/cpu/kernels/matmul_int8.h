@@ -40,13 +40,16 @@ struct Int8GemmPath {
 const Int8GemmPath& int8_gemm_path();
 
 // C [m, n] (contiguous, overwritten) for one problem (shape.batch must be 1); A, B and C
-// share `dtype`, float32 or bfloat16.
+// share `dtype`, float32 or bfloat16. With `epilogue` (matmul.h: bias, activation,
+// pre-activation output, all of `dtype`), it runs on each row as it is dequantized, with
+// bitwise the unfused ops' results.
 void quantized_matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* c,
-                      const Int8Rounding& round_a, const Int8Rounding& round_b);
+                      const Int8Rounding& round_a, const Int8Rounding& round_b, const GemmEpilogue* epilogue = nullptr);
 
 // The float64 path whatever the machine (the tests compare the two paths bitwise).
 void quantized_matmul_reference(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* c,
-                                const Int8Rounding& round_a, const Int8Rounding& round_b);
+                                const Int8Rounding& round_a, const Int8Rounding& round_b,
+                                const GemmEpilogue* epilogue = nullptr);
 
 // The stochastic-rounding noise u in [0, 1) of the element with contraction index p and
 // float32 bits `bits` (exposed for the tests' reference).

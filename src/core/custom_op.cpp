@@ -40,33 +40,6 @@ const std::set<std::string>& reserved_names() {
   return names;
 }
 
-// Splits "a b, c d" into per-operand factor lists; checks every factor is an
-// identifier or "_".
-std::vector<std::vector<std::string>> parse_groups(const std::string& op, const std::string& text) {
-  std::vector<std::vector<std::string>> groups(1);
-  std::string word;
-  auto flush = [&] {
-    if (word.empty()) return;
-    if (word != "_" && !is_identifier(word))
-      fail<ValueError>("register_custom_op '{}': sharding factor '{}' is not a name (expected letters, digits, '_')",
-                       op, word);
-    groups.back().push_back(word);
-    word.clear();
-  };
-  for (char c : text) {
-    if (c == ',') {
-      flush();
-      groups.emplace_back();
-    } else if (c == ' ' || c == '\t') {
-      flush();
-    } else {
-      word.push_back(c);
-    }
-  }
-  flush();
-  return groups;
-}
-
 void check_definition(const CustomOpDefinition& d) {
   if (!is_identifier(d.name))
     fail<ValueError>("register_custom_op: name '{}' is not valid (expected a letter, then letters, digits or '_')",
@@ -94,13 +67,14 @@ void check_definition(const CustomOpDefinition& d) {
     if (arrow == std::string::npos)
       fail<ValueError>("register_custom_op '{}': sharding spec '{}' has no '->' (expected \"b t d, b t d -> b t d\")",
                        d.name, spec);
-    auto ins = parse_groups(d.name, spec.substr(0, arrow));
+    auto ins = custom_op_factor_groups(d.name, spec.substr(0, arrow));
     if (static_cast<int>(ins.size()) != d.num_inputs)
       fail<ValueError>("register_custom_op '{}': sharding spec '{}' describes {} inputs (expected {})", d.name, spec,
                        ins.size(), d.num_inputs);
     std::set<std::string> named;
     for (const auto& group : ins) named.insert(group.begin(), group.end());
-    for (const auto& group : parse_groups(d.name, spec.substr(arrow + 2))) named.insert(group.begin(), group.end());
+    for (const auto& group : custom_op_factor_groups(d.name, spec.substr(arrow + 2)))
+      named.insert(group.begin(), group.end());
     for (const std::string& f : d.sharding.shardable)
       if (named.count(f) == 0)
         fail<ValueError>("register_custom_op '{}': shardable factor '{}' does not appear in the spec '{}'", d.name, f,
@@ -119,6 +93,33 @@ void check_text_safe(const std::string& op, const std::string& key, const std::s
 }
 
 }  // namespace
+
+// Splits "a b, c d" into per-operand factor lists; checks every factor is an
+// identifier or "_".
+std::vector<std::vector<std::string>> custom_op_factor_groups(const std::string& op, const std::string& text) {
+  std::vector<std::vector<std::string>> groups(1);
+  std::string word;
+  auto flush = [&] {
+    if (word.empty()) return;
+    if (word != "_" && !is_identifier(word))
+      fail<ValueError>("register_custom_op '{}': sharding factor '{}' is not a name (expected letters, digits, '_')",
+                       op, word);
+    groups.back().push_back(word);
+    word.clear();
+  };
+  for (char c : text) {
+    if (c == ',') {
+      flush();
+      groups.emplace_back();
+    } else if (c == ' ' || c == '\t') {
+      flush();
+    } else {
+      word.push_back(c);
+    }
+  }
+  flush();
+  return groups;
+}
 
 int64_t attribute_int(const CustomAttributes& attributes, const std::string& key, const std::string& op) {
   auto it = attributes.find(key);

@@ -16,27 +16,6 @@
 namespace tessera::spmd {
 namespace {
 
-std::vector<std::vector<std::string>> groups_of(const std::string& text) {
-  std::vector<std::vector<std::string>> groups(1);
-  std::string word;
-  auto flush = [&] {
-    if (!word.empty()) groups.back().push_back(word);
-    word.clear();
-  };
-  for (char c : text) {
-    if (c == ',') {
-      flush();
-      groups.emplace_back();
-    } else if (c == ' ' || c == '\t') {
-      flush();
-    } else {
-      word.push_back(c);
-    }
-  }
-  flush();
-  return groups;
-}
-
 class CustomOpRule : public ShardingRule {
  public:
   Decision decide(const Context& c) const override {
@@ -52,8 +31,8 @@ class CustomOpRule : public ShardingRule {
     }
     const std::string& spec = def->sharding.spec;
     const size_t arrow = spec.find("->");
-    const auto ins = groups_of(spec.substr(0, arrow));
-    const auto outs = groups_of(spec.substr(arrow + 2));
+    const auto ins = custom_op_factor_groups(def->name, spec.substr(0, arrow));
+    const auto outs = custom_op_factor_groups(def->name, spec.substr(arrow + 2));
     check_ranks(c, *def, ins, c.in_types, "input");
     check_ranks(c, *def, outs, c.out_types, "output");
     const auto& shardable = def->sharding.shardable;

@@ -7,14 +7,25 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tessera/base/dtype.h"
 #include "tessera/base/thread_pool.h"
 
 namespace tessera::cpu::testing {
+
+// The CPU flags line of /proc/cpuinfo (Linux), with a space on each side of every flag.
+inline std::string cpu_flags() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) return " " + line.substr(line.find(':') + 1) + " ";
+  return "";
+}
 
 // A buffer of `dtype` elements read and written as doubles.
 class Buf {

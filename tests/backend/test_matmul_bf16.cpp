@@ -19,15 +19,6 @@ namespace {
 
 using namespace testing;
 
-// The CPU flags line of /proc/cpuinfo (Linux), with a space on each side of every flag.
-std::string cpu_flags() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("flags", 0) == 0) return " " + line.substr(line.find(':') + 1) + " ";
-  return "";
-}
-
 TEST(Bf16Gemm, UsesTheMatrixUnitsWhereTheCpuHasThem) {
   const std::string flags = cpu_flags();
   ASSERT_FALSE(flags.empty()) << "no flags line in /proc/cpuinfo";

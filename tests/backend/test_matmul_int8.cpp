@@ -19,14 +19,6 @@ namespace {
 
 using namespace testing;
 
-std::string cpu_flags() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("flags", 0) == 0) return " " + line.substr(line.find(':') + 1) + " ";
-  return "";
-}
-
 TEST(Int8Gemm, UsesAmxWhereTheCpuHasIt) {
   const std::string flags = cpu_flags();
   ASSERT_FALSE(flags.empty()) << "no flags line in /proc/cpuinfo";

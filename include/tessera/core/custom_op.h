@@ -183,4 +183,8 @@ PrimitivePtr make_custom_primitive(std::shared_ptr<const CustomOpDefinition> def
 const CustomOpDefinition* custom_op_definition(const Primitive& primitive);
 const CustomAttributes* custom_op_attributes(const Primitive& primitive);
 
+// A factors spec's side ("b h q d, b h k d") as per-operand factor lists; ValueError
+// naming `op` for a factor that is not a name or "_" (registration and the SPMD rule).
+std::vector<std::vector<std::string>> custom_op_factor_groups(const std::string& op, const std::string& text);
+
 }  // namespace tessera

@@ -49,7 +49,8 @@ tessera_layer(ckpt LIBRARY tessera_ckpt DIRS ckpt DEPS api)
 tessera_layer(interop LIBRARY tessera_interop DIRS interop DEPS models optim data ckpt)
 tessera_layer(train LIBRARY tessera_train DIRS train DEPS interop goodput)
 tessera_layer(launch LIBRARY tessera_launch DIRS launch DEPS goodput)
-tessera_layer(cli LIBRARY tessera_cli DIRS cli DEPS train launch)
+tessera_layer(plan LIBRARY tessera_plan DIRS plan DEPS train)
+tessera_layer(cli LIBRARY tessera_cli DIRS cli DEPS plan launch)
 
 # Links `library` to the libraries of its layers' DEPS (PUBLIC: headers of a layer
 # include its dependencies' headers).

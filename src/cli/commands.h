@@ -35,5 +35,6 @@ Command add_tokenize_command(CLI::App& app);
 Command add_ckpt_command(CLI::App& app);
 Command add_cache_command(CLI::App& app);
 Command add_launch_command(CLI::App& app);
+Command add_plan_command(CLI::App& app);
 
 }  // namespace tessera::cli

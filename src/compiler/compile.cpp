@@ -49,14 +49,21 @@ Pipeline default_pipeline(const CompileOptions& options) {
   return kept;
 }
 
-std::unique_ptr<Executable> compile(Graph graph, const CompileOptions& options, const std::vector<bool>& donated) {
-  auto start = std::chrono::steady_clock::now();
+OptimizedProgram optimize(Graph graph, const CompileOptions& options, const std::vector<bool>& donated) {
   default_pipeline(options).run(graph);
   MemoryPlanOptions plan_options;
   plan_options.donated = donated;
   plan_options.donated.resize(graph.parameters.size(), false);
   MemoryPlan plan = plan_memory(graph, plan_options);
-  auto exe = std::make_unique<Executable>(std::move(graph), std::move(plan), plan_options.donated);
+  return {std::move(graph), std::move(plan)};
+}
+
+std::unique_ptr<Executable> compile(Graph graph, const CompileOptions& options, const std::vector<bool>& donated) {
+  auto start = std::chrono::steady_clock::now();
+  std::vector<bool> all_donated = donated;
+  all_donated.resize(graph.parameters.size(), false);
+  OptimizedProgram program = optimize(std::move(graph), options, all_donated);
+  auto exe = std::make_unique<Executable>(std::move(program.graph), std::move(program.plan), std::move(all_donated));
   exe->mutable_stats().compile_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return exe;

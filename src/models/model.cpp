@@ -141,6 +141,29 @@ ModelConfig preset(const std::string& name) {
          .kv_heads = 8,
          .mlp_dim = 8192,
          .context = 2048};
+  } else if (name == "llama2-7b" || name == "llama2-70b") {
+    // Llama 2 (Touvron et al. 2023, Table 1 and the released config.json files).
+    const bool big = name == "llama2-70b";
+    c = {.family = "llama",
+         .vocab = 32000,
+         .dim = big ? 8192 : 4096,
+         .layers = big ? 80 : 32,
+         .heads = big ? 64 : 32,
+         .kv_heads = big ? 8 : 32,
+         .mlp_dim = big ? 28672 : 11008,
+         .context = 4096};
+  } else if (name == "llama3.1-8b" || name == "llama3.1-70b") {
+    // Llama 3.1 (the released config.json files): trained at 8192 tokens, then extended.
+    const bool big = name == "llama3.1-70b";
+    c = {.family = "llama",
+         .vocab = 128256,
+         .dim = big ? 8192 : 4096,
+         .layers = big ? 80 : 32,
+         .heads = big ? 64 : 32,
+         .kv_heads = 8,
+         .mlp_dim = big ? 28672 : 14336,
+         .context = 8192,
+         .rope_theta = 500000.0};
   } else {
     fail<ValueError>("preset: unknown model '{}' (known: {})", name, fmt::join(preset_names(), ", "));
   }
@@ -148,7 +171,8 @@ ModelConfig preset(const std::string& name) {
 }
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "small", "gpt2-124m", "gpt2-350m", "llama-tiny", "llama-1b"};
+  return {"tiny",      "small",      "gpt2-124m",   "gpt2-350m",   "llama-tiny",
+          "llama-1b",  "llama2-7b",  "llama2-70b",  "llama3.1-8b", "llama3.1-70b"};
 }
 
 namespace {
@@ -279,6 +303,11 @@ Tree Model::init(uint64_t seed) const {
   ModelConfig unpadded = config_;
   unpadded.vocab_pad_to = 1;
   return pad_vocabulary(config_, build_params(unpadded, nn::ParamScope(seed)));
+}
+
+Tree Model::placeholders() const {
+  nn::ParamScope scope = nn::ParamScope::specs_only();
+  return build_params(config_, scope);
 }
 
 int64_t Model::parameter_count() const {

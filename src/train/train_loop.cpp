@@ -13,6 +13,7 @@
 #include "backend/cpu/kernels/matmul_amx.h"
 #include "backend/cpu/kernels/matmul_int8.h"
 #include "tessera/backend/cuda.h"
+#include "tessera/base/allocator.h"
 #include "tessera/base/error.h"
 #include "tessera/base/flags.h"
 #include "tessera/base/json_field.h"
@@ -421,7 +422,9 @@ void TrainLoop::step_once() {
   const double data_wait_s = seconds_since(t0);
   const double lr = optim::learning_rate(cfg_.schedule, step_);
   if (recorder_) recorder_->step_start(step_ + 1);
+  reset_peak_bytes_in_use();
   const StepStats stats = train_step_->run(params_, opt_state_, micro, lr, dropout_key_for(step_));
+  const int64_t step_peak_bytes = allocator_stats().peak_bytes_in_use;
   ++step_;
   tokens_seen_ += tokens_per_step_;
   if (recorder_) recorder_->step_end(step_, static_cast<int64_t>(tokens_per_step_), train_step_->compiled_flops());
@@ -452,6 +455,9 @@ void TrainLoop::step_once() {
   nlohmann::json record = {
       {"step", step_},          {"loss", stats.loss},  {"lr", lr},  {"grad_norm", stats.grad_norm}, {"step_s", dt},
       {"tokens", tokens_seen_}, {"tokens_per_s", tps}, {"mfu", mfu}};
+  // The allocator's high-water mark during the step: on a CPU the memory the step held
+  // (every device of this process), what tessera plan's memory prediction is checked on.
+  if (cfg_.run.device == "cpu") record["peak_bytes"] = step_peak_bytes;
   if (optimizer_->scales_loss()) {
     record["loss_scale"] = stats.loss_scale;
     record["skipped"] = stats.skipped;

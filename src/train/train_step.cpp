@@ -112,6 +112,68 @@ std::pair<Array, Tree> loss_and_grads(const models::Model& model, const optim::O
   return {outputs[0], params.with_leaves(grads)};
 }
 
+// One of the step's programs: the traced function, a tree shaped like its result, the
+// argument leaves it may overwrite, its name. TrainStep jits it; trace_programs only
+// traces it (the planner).
+struct ProgramDef {
+  JitFn fn;
+  Tree outputs;
+  std::vector<int> donate;
+  std::string name;
+};
+
+ProgramDef fused_def(const models::Model& model, const optim::Optimizer& optimizer, const Tree& args) {
+  auto step = [&model, &optimizer](const Tree& a) -> Tree {
+    std::optional<Array> scale;
+    if (optimizer.scales_loss()) scale = optimizer.loss_scale(a.at("opt"));
+    auto [loss, grads] = loss_and_grads(model, optimizer, a, scale);
+    optim::Optimizer::Update update = optimizer.apply(a.at("params"), grads, a.at("opt"), a.at("lr").leaf());
+    Tree out{{"params", update.params}, {"opt", update.state}, {"loss", loss}, {"grad_norm", update.grad_norm}};
+    if (update.skipped.valid()) out["skipped"] = update.skipped;
+    return out;
+  };
+  Tree outputs{
+      {"params", args.at("params")}, {"opt", args.at("opt")}, {"loss", scalar_like()}, {"grad_norm", scalar_like()}};
+  if (optimizer.scales_loss()) outputs["skipped"] = Array::placeholder({}, DType::Bool);
+  return {detail::to_jit_fn(step), outputs, leaves_under(args, {"params", "opt"}), "train_step"};
+}
+
+ProgramDef grad_def(const models::Model& model, const optim::Optimizer& optimizer, bool first, const Tree& args) {
+  auto grad_step = [&model, &optimizer, first](const Tree& a) -> Tree {
+    std::optional<Array> scale;
+    if (optimizer.scales_loss()) scale = a.at("scale").leaf();
+    auto [loss, grads] = loss_and_grads(model, optimizer, a, scale);
+    if (!first) {
+      std::vector<Array> sum = a.at("grads").leaves(), g = grads.leaves();
+      for (size_t j = 0; j < sum.size(); ++j) sum[j] = sum[j] + g[j];
+      grads = grads.with_leaves(sum);
+    }
+    return Tree{{"grads", grads}, {"loss", loss}};
+  };
+  Tree outputs{{"grads", args.at("params")}, {"loss", scalar_like()}};
+  return {detail::to_jit_fn(grad_step), outputs, first ? std::vector<int>{} : leaves_under(args, {"grads"}),
+          first ? "grad_first" : "grad_accumulate"};
+}
+
+ProgramDef update_def(const optim::Optimizer& optimizer, int64_t micro_batches, const Tree& args) {
+  const double scale = 1.0 / static_cast<double>(micro_batches);
+  auto update_step = [&optimizer, scale](const Tree& a) -> Tree {
+    Tree mean = a.at("grads").map([scale](const Array& g) { return g * scale; });
+    optim::Optimizer::Update update = optimizer.apply(a.at("params"), mean, a.at("opt"), a.at("lr").leaf());
+    Tree out{{"params", update.params}, {"opt", update.state}, {"grad_norm", update.grad_norm}};
+    if (update.skipped.valid()) out["skipped"] = update.skipped;
+    return out;
+  };
+  Tree outputs{{"params", args.at("params")}, {"opt", args.at("opt")}, {"grad_norm", scalar_like()}};
+  if (optimizer.scales_loss()) outputs["skipped"] = Array::placeholder({}, DType::Bool);
+  return {detail::to_jit_fn(update_step), outputs, leaves_under(args, {"params", "opt", "grads"}), "update"};
+}
+
+// The arguments of each program, as compile() and trace_programs() build them.
+struct StepArgs {
+  std::optional<Tree> fused, grad_first, grad_add, update;
+};
+
 }  // namespace
 
 TrainStep::TrainStep(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches,
@@ -126,23 +188,10 @@ TrainStep::TrainStep(const models::Model& model, const optim::Optimizer& optimiz
 
 Jitted& TrainStep::fused_program(const Tree& args) {
   if (!fused_) {
-    const models::Model& model = model_;
-    const optim::Optimizer& optimizer = optimizer_;
-    auto step = [&model, &optimizer](const Tree& a) -> Tree {
-      std::optional<Array> scale;
-      if (optimizer.scales_loss()) scale = optimizer.loss_scale(a.at("opt"));
-      auto [loss, grads] = loss_and_grads(model, optimizer, a, scale);
-      optim::Optimizer::Update update = optimizer.apply(a.at("params"), grads, a.at("opt"), a.at("lr").leaf());
-      Tree out{{"params", update.params}, {"opt", update.state}, {"loss", loss}, {"grad_norm", update.grad_norm}};
-      if (update.skipped.valid()) out["skipped"] = update.skipped;
-      return out;
-    };
-    Tree outputs{
-        {"params", args.at("params")}, {"opt", args.at("opt")}, {"loss", scalar_like()}, {"grad_norm", scalar_like()}};
-    if (optimizer.scales_loss()) outputs["skipped"] = Array::placeholder({}, DType::Bool);
-    fused_.emplace(
-        jit(step, jit_options(leaves_under(args, {"params", "opt"}), "train_step", layout_, outputs, device_,
-                              step_identity(model_, optimizer_, micro_batches_, layout_, args.at("params")))));
+    ProgramDef def = fused_def(model_, optimizer_, args);
+    fused_.emplace(jit(def.fn, jit_options(def.donate, def.name, layout_, def.outputs, device_,
+                                           step_identity(model_, optimizer_, micro_batches_, layout_,
+                                                         args.at("params")))));
     const Lowered lowered = fused_->lowered(args);
     compiled_flops_ = lowered.executable().stats().flops;
     executables_.push_back(lowered.executable_ptr());
@@ -161,24 +210,10 @@ std::map<std::string, double> TrainStep::flops_by_op() const {
 Jitted& TrainStep::grad_program(bool first, const Tree& args) {
   std::optional<Jitted>& program = first ? grad_first_ : grad_add_;
   if (!program) {
-    const models::Model& model = model_;
-    const optim::Optimizer& optimizer = optimizer_;
-    auto grad_step = [&model, &optimizer, first](const Tree& a) -> Tree {
-      std::optional<Array> scale;
-      if (optimizer.scales_loss()) scale = a.at("scale").leaf();
-      auto [loss, grads] = loss_and_grads(model, optimizer, a, scale);
-      if (!first) {
-        std::vector<Array> sum = a.at("grads").leaves(), g = grads.leaves();
-        for (size_t j = 0; j < sum.size(); ++j) sum[j] = sum[j] + g[j];
-        grads = grads.with_leaves(sum);
-      }
-      return Tree{{"grads", grads}, {"loss", loss}};
-    };
-    Tree outputs{{"grads", args.at("params")}, {"loss", scalar_like()}};
-    program.emplace(
-        jit(grad_step, jit_options(first ? std::vector<int>{} : leaves_under(args, {"grads"}),
-                                   first ? "grad_first" : "grad_accumulate", layout_, outputs, device_,
-                                   step_identity(model_, optimizer_, micro_batches_, layout_, args.at("params")))));
+    ProgramDef def = grad_def(model_, optimizer_, first, args);
+    program.emplace(jit(def.fn, jit_options(def.donate, def.name, layout_, def.outputs, device_,
+                                            step_identity(model_, optimizer_, micro_batches_, layout_,
+                                                          args.at("params")))));
     const Lowered lowered = program->lowered(args);
     compiled_flops_ += lowered.executable().stats().flops * (first ? 1.0 : micro_batches_ - 1.0);
     executables_.push_back(lowered.executable_ptr());
@@ -189,20 +224,10 @@ Jitted& TrainStep::grad_program(bool first, const Tree& args) {
 
 Jitted& TrainStep::update_program(const Tree& args) {
   if (!update_) {
-    const optim::Optimizer& optimizer = optimizer_;
-    const double scale = 1.0 / static_cast<double>(micro_batches_);
-    auto update_step = [&optimizer, scale](const Tree& a) -> Tree {
-      Tree mean = a.at("grads").map([scale](const Array& g) { return g * scale; });
-      optim::Optimizer::Update update = optimizer.apply(a.at("params"), mean, a.at("opt"), a.at("lr").leaf());
-      Tree out{{"params", update.params}, {"opt", update.state}, {"grad_norm", update.grad_norm}};
-      if (update.skipped.valid()) out["skipped"] = update.skipped;
-      return out;
-    };
-    Tree outputs{{"params", args.at("params")}, {"opt", args.at("opt")}, {"grad_norm", scalar_like()}};
-    if (optimizer.scales_loss()) outputs["skipped"] = Array::placeholder({}, DType::Bool);
-    update_.emplace(jit(update_step,
-                        jit_options(leaves_under(args, {"params", "opt", "grads"}), "update", layout_, outputs, device_,
-                                    step_identity(model_, optimizer_, micro_batches_, layout_, args.at("params")))));
+    ProgramDef def = update_def(optimizer_, micro_batches_, args);
+    update_.emplace(jit(def.fn, jit_options(def.donate, def.name, layout_, def.outputs, device_,
+                                            step_identity(model_, optimizer_, micro_batches_, layout_,
+                                                          args.at("params")))));
     const Lowered lowered = update_->lowered(args);
     compiled_flops_ += lowered.executable().stats().flops;
     executables_.push_back(lowered.executable_ptr());
@@ -211,27 +236,79 @@ Jitted& TrainStep::update_program(const Tree& args) {
   return *update_;
 }
 
-void TrainStep::compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch,
-                        const std::optional<Array>& dropout_key) {
-  check_packing(micro_batch);
+namespace {
+
+StepArgs step_args(const optim::Optimizer& optimizer, int64_t micro_batches, const Tree& params,
+                   const Tree& opt_state, const data::Batch& micro_batch, const std::optional<Array>& dropout_key) {
   const Array lr = Array::scalar(0, DType::Float32);
-  if (micro_batches_ == 1) {
+  StepArgs out;
+  if (micro_batches == 1) {
     Tree args = batch_args(micro_batch, dropout_key);
     args["params"] = params;
     args["opt"] = opt_state;
     args["lr"] = lr;
-    fused_program(args);
-    return;
+    out.fused = args;
+    return out;
   }
   // Gradients have the parameters' structure and types, so params stand in for them.
-  const std::optional<Array> key = dropout_key ? std::optional(random::split_keys(*dropout_key, 2)[0]) : std::nullopt;
+  std::optional<Array> key;
+  if (dropout_key)
+    key = dropout_key->is_evaluated() ? std::optional(random::split_keys(*dropout_key, 2)[0])
+                                      : std::optional(Array::placeholder(dropout_key->shape(), dropout_key->dtype()));
   Tree args = batch_args(micro_batch, key);
   args["params"] = params;
-  if (optimizer_.scales_loss()) args["scale"] = optimizer_.loss_scale(opt_state);
-  grad_program(/*first=*/true, args);
+  if (optimizer.scales_loss()) args["scale"] = optimizer.loss_scale(opt_state);
+  out.grad_first = args;
   args["grads"] = params;
-  grad_program(/*first=*/false, args);
-  update_program(Tree{{"params", params}, {"opt", opt_state}, {"grads", params}, {"lr", lr}});
+  out.grad_add = args;
+  out.update = Tree{{"params", params}, {"opt", opt_state}, {"grads", params}, {"lr", lr}};
+  return out;
+}
+
+}  // namespace
+
+void TrainStep::compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch,
+                        const std::optional<Array>& dropout_key) {
+  check_packing(micro_batch);
+  const StepArgs args = step_args(optimizer_, micro_batches_, params, opt_state, micro_batch, dropout_key);
+  if (args.fused) {
+    fused_program(*args.fused);
+    return;
+  }
+  grad_program(/*first=*/true, *args.grad_first);
+  grad_program(/*first=*/false, *args.grad_add);
+  update_program(*args.update);
+}
+
+std::vector<TracedProgram> TrainStep::trace_programs(const Tree& params, const Tree& opt_state,
+                                                     const data::Batch& micro_batch,
+                                                     const std::optional<Array>& dropout_key) const {
+  const StepArgs args = step_args(optimizer_, micro_batches_, params, opt_state, micro_batch, dropout_key);
+  std::vector<TracedProgram> out;
+  auto add = [&](const ProgramDef& def, const Tree& a, double runs) {
+    TracedProgram p;
+    p.name = def.name;
+    p.graph = trace(def.fn, a);
+    p.graph.name = def.name;
+    p.parameter_names = a.paths();
+    if (!layout_.splits_nothing()) {
+      p.parameter_shardings = layout_.shardings_for(a);
+      p.output_shardings = layout_.shardings_for(def.outputs);
+      p.output_shardings.resize(p.graph.outputs.size());
+    }
+    p.donated.assign(a.leaves().size(), false);
+    for (int d : def.donate) p.donated[static_cast<size_t>(d)] = true;
+    p.runs_per_step = runs;
+    out.push_back(std::move(p));
+  };
+  if (args.fused) {
+    add(fused_def(model_, optimizer_, *args.fused), *args.fused, 1);
+    return out;
+  }
+  add(grad_def(model_, optimizer_, true, *args.grad_first), *args.grad_first, 1);
+  add(grad_def(model_, optimizer_, false, *args.grad_add), *args.grad_add, static_cast<double>(micro_batches_ - 1));
+  add(update_def(optimizer_, micro_batches_, *args.update), *args.update, 1);
+  return out;
 }
 
 StepStats TrainStep::run(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr,

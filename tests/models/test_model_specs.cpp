@@ -156,7 +156,13 @@ TEST(ModelSpecs, FlopsPerTokenIsTheHeaderFormula) {
 }
 
 TEST(ModelSpecs, PresetsAndConfigErrors) {
-  EXPECT_EQ(preset_names().size(), 6u);
+  EXPECT_EQ(preset_names().size(), 10u);
+  // The published models' parameter counts (Hugging Face's num_parameters() of the
+  // released checkpoints).
+  EXPECT_EQ(Model(preset("llama2-7b")).parameter_count(), 6738415616);
+  EXPECT_EQ(Model(preset("llama2-70b")).parameter_count(), 68976648192);
+  EXPECT_EQ(Model(preset("llama3.1-8b")).parameter_count(), 8030261248);
+  EXPECT_EQ(Model(preset("llama3.1-70b")).parameter_count(), 70553706496);
   ModelConfig l = preset("llama-1b");
   EXPECT_EQ(l.resolved_kv_heads(), 8);
   EXPECT_EQ(l.resolved_mlp_dim(), 8192);

@@ -15,6 +15,14 @@ namespace tessera::compiler {
 std::unique_ptr<Executable> compile(Graph graph, const CompileOptions& options = {},
                                     const std::vector<bool>& donated = {});
 
+// The pass pipeline and the memory plan of compile(), without building the executable
+// (no arena is allocated): what the planner (tessera plan) costs.
+struct OptimizedProgram {
+  Graph graph;
+  MemoryPlan plan;
+};
+OptimizedProgram optimize(Graph graph, const CompileOptions& options = {}, const std::vector<bool>& donated = {});
+
 // The executables eval() compiled, keyed by graph text (least recently used dropped
 // beyond 2048 entries or TESSERA_EVAL_CACHE_MB of arenas, default 256).
 struct EvalCacheStats {

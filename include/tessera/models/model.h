@@ -133,6 +133,8 @@ class Model {
   // Shapes, logical axes, initializers and kinds of every parameter (no values); the
   // vocabulary dimensions are padded_vocab().
   const nn::ParamSpecs& specs() const { return specs_; }
+  // The parameter tree of placeholders (types only, no memory): what the planner traces.
+  Tree placeholders() const;
   // Parameters without the vocabulary padding (GPT-2 124M: 124,439,808).
   int64_t parameter_count() const;
 

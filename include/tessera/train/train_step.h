@@ -39,6 +39,18 @@ struct StepStats {
   double loss_scale = 0;
 };
 
+// One of the step's programs traced for the planner (TrainStep::trace_programs): the
+// global program as jit would partition and compile it, not compiled.
+struct TracedProgram {
+  std::string name;  // "train_step", or "grad_first", "grad_accumulate", "update"
+  compiler::Graph graph;
+  std::vector<std::string> parameter_names;
+  // The layout's shardings of the arguments and results; empty on one device.
+  std::vector<std::optional<spmd::Sharding>> parameter_shardings, output_shardings;
+  std::vector<bool> donated;
+  double runs_per_step = 1;  // grad_accumulate runs micro_batches - 1 times
+};
+
 class TrainStep {
  public:
   // The programs run over the layout's mesh (train/parallel.h; nullptr: one device,
@@ -64,6 +76,11 @@ class TrainStep {
   // first use when this was not called.
   void compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch,
                const std::optional<Array>& dropout_key);
+
+  // The step's programs traced for these argument types (placeholders will do: nothing
+  // is allocated or run), without compiling them: what tessera plan costs.
+  std::vector<TracedProgram> trace_programs(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch,
+                                            const std::optional<Array>& dropout_key) const;
 
   // How many times the programs were traced (1 per program once warm).
   int trace_count() const;

@@ -1,0 +1,47 @@
+// The planner's figures for a CPU host, measured on the machine that plans (no two CPU
+// hosts we run on are alike, and no datasheet number says what tessera's kernels reach
+// on them). A few hundred milliseconds of tessera's own kernels:
+//   * GEMMs of several sizes in the compute dtype, fitted to rate(f) = r_max f / (f + f_half)
+//     (f: FLOPs of one GEMM), on one thread and on all of them;
+//   * attention (the fused flash kernel) the same way;
+//   * a streaming elementwise op for bandwidth, and a tiny op for the per-kernel overhead;
+//   * a ring of copies between virtual devices for the collectives' bandwidth and latency.
+// Several virtual devices in one process each run their kernels on one thread (spmd
+// runtime), and share the host's cores: the model uses the one-thread rates then, slowed
+// by devices / cores when there are more devices than cores.
+#pragma once
+
+#include <string>
+
+#include "tessera/base/dtype.h"
+#include "tessera/goodput/accelerators.h"
+
+namespace tessera::plan {
+
+struct KernelRates {
+  double gemm_flops = 0;       // r_max of the GEMM curve (FLOP/s)
+  double gemm_half_flops = 0;  // f_half: the GEMM size (FLOPs) reaching half of r_max
+  double attention_flops = 0;  // r_max of the attention curve
+  double attention_half_flops = 0;
+  double bandwidth = 0;        // bytes/s a streaming kernel reaches
+  double kernel_overhead = 0;  // seconds per kernel
+};
+
+struct HostRates {
+  int cores = 1;
+  std::string dtype;    // the compute dtype the GEMMs were measured in
+  KernelRates serial;   // one thread
+  KernelRates parallel; // all threads
+  double collective_bandwidth = 0;  // bytes/s per device between virtual devices
+  double collective_latency = 0;    // seconds per collective step
+  double seconds = 0;               // spent measuring
+  // A catalog-style entry for this host ("host"), its link the measured copies.
+  goodput::AcceleratorSpec accelerator() const;
+  std::string text() const;  // one line per figure
+};
+
+// Measures this machine for `compute_dtype` (float32, bfloat16 or float16); cached per
+// process and dtype.
+const HostRates& calibrate_host(DType compute_dtype);
+
+}  // namespace tessera::plan

@@ -1,0 +1,59 @@
+// tessera plan's search: for each accelerator and chip count, the layout (data x fsdp x
+// tensor) that trains fastest among those that fit in memory, with what the run costs.
+//
+// Candidates: every factorization chips = data * fsdp * tensor where tensor divides the
+// attention heads (and the KV heads, the MLP width and the padded vocabulary: Megatron
+// splits all four) and stays within the innermost interconnect domain (NVLink, one
+// host), and data * fsdp divides the micro-batch. Each layout's per-device programs are
+// traced, partitioned and optimized once (prepare_step) and costed on every
+// accelerator (cost_step).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/plan/host_calibration.h"
+#include "tessera/plan/run_model.h"
+#include "tessera/plan/step_model.h"
+
+namespace tessera::plan {
+
+struct PlanRow {
+  std::string accelerator;
+  int64_t chips = 0;
+  bool found = false;       // some layout is valid (it may still not fit)
+  std::string reason;       // why none is, or what does not fit and the smallest change that does
+  StepEstimate step;
+  RunEstimate run;
+  int layouts_tried = 0;
+};
+
+class Planner {
+ public:
+  explicit Planner(train::TrainConfig config);
+  const train::TrainConfig& config() const { return config_; }
+
+  // Layouts of `chips` chips the model and batch allow (see the header comment).
+  std::vector<PlanLayout> candidate_layouts(int64_t chips, int64_t max_tensor) const;
+
+  // The best layout for `chips` of `accelerator` (or exactly `mesh`). `host` is the
+  // calibration when `accelerator` is this machine.
+  PlanRow best(const goodput::AcceleratorSpec& accelerator, int64_t chips, double tokens, const RunCosts& costs,
+               const HostRates* host = nullptr, const std::optional<PlanLayout>& mesh = std::nullopt);
+
+  // The step of one layout, cached (prepare_step).
+  const PreparedStep& prepared(const PlanLayout& layout);
+
+ private:
+  train::TrainConfig config_;
+  std::map<std::string, PreparedStep> prepared_;
+  std::map<std::string, std::string> invalid_;  // layout -> why prepare_step refused it
+};
+
+// The memory classes of an estimate that overflow and the smallest change that fits, as
+// one sentence ("optimizer state 41.3 GB of 80 GB ...; fits with fsdp=16"). Empty when it fits.
+std::string fit_advice(const StepEstimate& step);
+
+}  // namespace tessera::plan

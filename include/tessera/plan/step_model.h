@@ -1,0 +1,131 @@
+// The planner's model of one training step (tessera plan): for a training config, a
+// layout and an accelerator, what one optimizer step costs per device in time and
+// memory.
+//
+// It reads the program the trainer would run, not a formula of the model: the step's
+// programs are traced on placeholders (TrainStep::trace_programs), partitioned for the
+// layout's mesh (spmd::partition, so the collectives are the ones jit would insert) and
+// optimized by the compiler's own pipeline (fusion, remat, offload, the memory plan),
+// and then every node of the per-device program is costed:
+//
+//   GEMMs (matmul, fused GEMM epilogues, int8 GEMMs) and attention:
+//       flops / (peak(dtype) * efficiency(flops) * matrix_unit_use(m, n, k).utilization())
+//       peak: bf16 / fp16 at peak_flops, int8 at peak_int8, float32 at half of peak_flops
+//       (TF32 on tensor cores, multi-pass bf16 on an MXU) except on a calibrated CPU
+//       host, which measures float32 itself; efficiency: gemm_efficiency, lowered for
+//       small GEMMs by the calibrated curve eff * f / (f + f_half);
+//   everything else: bytes / (memory_bandwidth * memory_efficiency);
+//   every kernel: the larger of the two plus kernel_overhead;
+//   collectives: an alpha-beta model per interconnect level (collective_seconds), the
+//       group placed on the innermost level that holds it (mesh axes are laid out
+//       row-major, the last axis innermost: tensor before fsdp before data).
+//
+// Overlap: on a GPU or TPU the collectives over batch axes (data, fsdp: parameter
+// all-gathers, gradient reductions) run asynchronously beside compute, as XLA's and
+// NCCL's do, and only the part longer than the program's compute is exposed; tensor-
+// parallel collectives sit on the critical path. On a CPU host tessera's collectives
+// are synchronous, so all of their time counts.
+//
+// Memory per device is the memory plan's peak of the largest program (parameters,
+// optimizer state and gradients as the layout shards them, activations as the remat
+// policy keeps them), broken down by class.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/compiler/graph.h"
+#include "tessera/goodput/accelerators.h"
+#include "tessera/train/config.h"
+
+namespace tessera::plan {
+
+// A layout: mesh axes data x fsdp x tensor (MaxText names) and the micro-batching.
+struct PlanLayout {
+  int64_t data = 1, fsdp = 1, tensor = 1;
+  int64_t chips() const { return data * fsdp * tensor; }
+  // "data=2,fsdp=4" (axes of size 1 left out; "data=1" for one chip).
+  std::string mesh() const;
+  // Parses a mesh string of data / fsdp / tensor axes (ConfigError otherwise).
+  static PlanLayout parse(const std::string& mesh);
+};
+
+// How a calibrated CPU host runs kernels (host_calibration.h); for other accelerators
+// the catalog's figures are used.
+struct HostRates;
+
+// What costing one kind of op came to over the step (per device).
+struct OpClassCost {
+  std::string op;        // primitive name ("matmul", "fused", "all_reduce", ...)
+  std::string kind;      // gemm | attention | memory | collective
+  int64_t kernels = 0;   // per step
+  double flops = 0;      // per step
+  double bytes = 0;      // per step (collectives: bytes each device sends)
+  double seconds = 0;    // per step
+  double utilization = 0;  // gemm/attention: FLOP-weighted matrix-unit utilization
+};
+
+struct MemoryBreakdown {
+  double parameters = 0, optimizer = 0, gradients = 0, activations = 0;  // per device
+  double peak = 0;  // the memory plan's peak over the step's programs
+  double host = 0;  // host offload arena
+};
+
+struct StepEstimate {
+  std::string accelerator;  // catalog key
+  PlanLayout layout;
+  int64_t global_batch = 0, seq = 0, micro_batches = 1;
+  double compute_seconds = 0;     // kernels, per device
+  double collective_seconds = 0;  // all collectives, per device
+  double exposed_collective_seconds = 0;
+  double step_seconds = 0;
+  double model_flops = 0;  // per step, all chips (6N + attention, PaLM convention)
+  double mfu = 0;          // model_flops / (step_seconds * chips * peak_flops)
+  double tokens_per_second = 0;
+  MemoryBreakdown memory;
+  double memory_capacity = 0;  // the chip's
+  bool fits = true;
+  std::vector<OpClassCost> ops;  // by op, largest time first
+  std::vector<std::string> programs;  // "train_step x1", ...
+};
+
+struct StepModelOptions {
+  // Kernels the CPU host has measured (nullptr: use the catalog entry's figures).
+  const HostRates* host = nullptr;
+};
+
+// The accelerator-independent half: the step's programs traced, partitioned for the
+// layout and optimized, with their memory plan (the expensive part, shared by every
+// accelerator a layout is costed on).
+struct PreparedProgram {
+  std::string name;
+  double runs_per_step = 1;
+  compiler::Graph graph;  // the optimized per-device program
+};
+struct PreparedStep {
+  PlanLayout layout;
+  int64_t global_batch = 0, seq = 0, micro_batches = 1;
+  double model_flops = 0;
+  MemoryBreakdown memory;
+  std::vector<PreparedProgram> programs;
+};
+PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& layout);
+StepEstimate cost_step(const PreparedStep& prepared, const goodput::AcceleratorSpec& accelerator,
+                       const StepModelOptions& options = {});
+
+// The step of `config` (model, batch, micro-batches, precision, remat, optimizer) on
+// `layout` over `chips` of `accelerator`. ConfigError when the layout does not divide
+// the batch or the model (naming what), or the accelerator entry is unusable.
+StepEstimate estimate_step(const train::TrainConfig& config, const PlanLayout& layout,
+                           const goodput::AcceleratorSpec& accelerator, const StepModelOptions& options = {});
+
+// Seconds of one collective on `accelerator`'s interconnect: `kind` all_reduce |
+// all_gather | reduce_scatter | all_to_all, `bytes` the full (gathered / unscattered)
+// buffer per device, over `group` devices whose mesh stride is `stride` (devices
+// between consecutive members). Hierarchical: the group is split into the part inside
+// each level's domain; level i runs a ring over its part on bytes / (members below it).
+double collective_seconds(const std::string& kind, double bytes, int64_t group, int64_t stride,
+                          const goodput::AcceleratorSpec& accelerator);
+
+}  // namespace tessera::plan

@@ -1,0 +1,123 @@
+#include "tessera/plan/planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "tessera/base/error.h"
+#include "tessera/models/model.h"
+
+namespace tessera::plan {
+namespace {
+
+std::string gb(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
+
+}  // namespace
+
+Planner::Planner(train::TrainConfig config) : config_(std::move(config)) {}
+
+std::vector<PlanLayout> Planner::candidate_layouts(int64_t chips, int64_t max_tensor) const {
+  const models::ModelConfig& m = config_.model;
+  const int64_t kv = m.kv_heads > 0 ? m.kv_heads : m.heads;
+  const models::Model model(m);
+  const int64_t mlp = m.resolved_mlp_dim();
+  const int64_t vocab = m.padded_vocab();
+  const int64_t micro = config_.micro_batch_size();
+  std::vector<PlanLayout> out;
+  for (int64_t t = 1; t <= chips && t <= std::max<int64_t>(1, max_tensor); ++t) {
+    if (chips % t != 0 || m.heads % t != 0 || kv % t != 0 || mlp % t != 0 || vocab % t != 0) continue;
+    const int64_t rest = chips / t;
+    for (int64_t f = 1; f <= rest; ++f) {
+      if (rest % f != 0) continue;
+      const int64_t d = rest / f;
+      if (micro % (d * f) != 0) continue;
+      out.push_back({d, f, t});
+    }
+  }
+  return out;
+}
+
+const PreparedStep& Planner::prepared(const PlanLayout& layout) {
+  const std::string key = layout.mesh();
+  if (auto it = prepared_.find(key); it != prepared_.end()) return it->second;
+  return prepared_.emplace(key, prepare_step(config_, layout)).first->second;
+}
+
+PlanRow Planner::best(const goodput::AcceleratorSpec& accelerator, int64_t chips, double tokens,
+                      const RunCosts& costs, const HostRates* host, const std::optional<PlanLayout>& mesh) {
+  PlanRow row;
+  row.accelerator = accelerator.key;
+  row.chips = chips;
+  const int64_t domain = accelerator.links.empty() || accelerator.links[0].devices == 0 ? chips
+                                                                                        : accelerator.links[0].devices;
+  std::vector<PlanLayout> layouts;
+  if (mesh) {
+    if (mesh->chips() != chips)
+      fail<ConfigError>("plan: mesh {} has {} devices, not {}", mesh->mesh(), mesh->chips(), chips);
+    layouts.push_back(*mesh);
+  } else {
+    layouts = candidate_layouts(chips, domain);
+  }
+  if (layouts.empty()) {
+    row.reason = fmt::format("no layout of {} chips splits the micro-batch of {} and the model's heads",
+                             chips, config_.micro_batch_size());
+    return row;
+  }
+  StepModelOptions options;
+  options.host = host;
+  std::optional<StepEstimate> best_fit, best_any;
+  for (const PlanLayout& layout : layouts) {
+    const std::string key = layout.mesh();
+    if (invalid_.contains(key)) continue;
+    const PreparedStep* prep = nullptr;
+    try {
+      prep = &prepared(layout);
+    } catch (const ConfigError& e) {
+      invalid_[key] = e.what();
+      continue;
+    } catch (const ShapeError& e) {
+      invalid_[key] = e.what();
+      continue;
+    }
+    ++row.layouts_tried;
+    StepEstimate step = cost_step(*prep, accelerator, options);
+    if (step.fits && (!best_fit || step.step_seconds < best_fit->step_seconds)) best_fit = step;
+    if (!best_any || step.memory.peak < best_any->memory.peak) best_any = step;
+  }
+  if (!best_any) {
+    row.reason = layouts.size() == 1 && invalid_.contains(layouts[0].mesh())
+                     ? invalid_[layouts[0].mesh()]
+                     : fmt::format("none of {} layouts of {} chips is valid for this model", layouts.size(), chips);
+    return row;
+  }
+  row.found = true;
+  row.step = best_fit ? *best_fit : *best_any;
+  if (!best_fit) row.reason = fit_advice(row.step);
+  row.run = estimate_run(row.step, accelerator, tokens, costs);
+  return row;
+}
+
+std::string fit_advice(const StepEstimate& step) {
+  const MemoryBreakdown& m = step.memory;
+  if (m.peak <= step.memory_capacity) return {};
+  const double over = m.peak - step.memory_capacity;
+  // The largest class is the one to shrink; say what shrinks it.
+  struct Class {
+    const char* name;
+    double bytes;
+    const char* remedy;
+  };
+  std::vector<Class> classes = {
+      {"parameters", m.parameters, "shard them further (fsdp or tensor) or use more chips"},
+      {"optimizer state", m.optimizer, "shard it further (fsdp) or use more chips"},
+      {"gradients", m.gradients, "shard them further (fsdp)"},
+      {"activations", m.activations, "remat = \"full\" or \"offload\", or a smaller micro-batch (loop.micro_batch)"},
+  };
+  std::sort(classes.begin(), classes.end(), [](const Class& a, const Class& b) { return a.bytes > b.bytes; });
+  return fmt::format(
+      "does not fit: {} per chip against {} ({} over); the largest class is {} ({}): {}; next {} ({})",
+      gb(m.peak), gb(step.memory_capacity), gb(over), classes[0].name, gb(classes[0].bytes), classes[0].remedy,
+      classes[1].name, gb(classes[1].bytes));
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,400 @@
+#include "tessera/plan/step_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "tessera/api/jit.h"
+#include "tessera/base/error.h"
+#include "tessera/compiler/compile.h"
+#include "tessera/models/model.h"
+#include "tessera/nn/param.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/plan/host_calibration.h"
+#include "tessera/plan/systolic.h"
+#include "tessera/spmd/collectives.h"
+#include "tessera/spmd/partitioner.h"
+#include "tessera/train/parallel.h"
+#include "tessera/train/train_step.h"
+
+namespace tessera::plan {
+
+std::string PlanLayout::mesh() const {
+  std::vector<std::string> parts;
+  if (data > 1) parts.push_back(fmt::format("data={}", data));
+  if (fsdp > 1) parts.push_back(fmt::format("fsdp={}", fsdp));
+  if (tensor > 1) parts.push_back(fmt::format("tensor={}", tensor));
+  if (parts.empty()) return "data=1";
+  std::string out = parts[0];
+  for (size_t i = 1; i < parts.size(); ++i) out += "," + parts[i];
+  return out;
+}
+
+PlanLayout PlanLayout::parse(const std::string& text) {
+  spmd::Mesh mesh = [&] {
+    try {
+      return spmd::Mesh::parse(text);
+    } catch (const ValueError& e) {
+      fail<ConfigError>("mesh '{}': {}", text, e.what());
+    }
+  }();
+  PlanLayout layout;
+  for (int a = 0; a < mesh.ndim(); ++a) {
+    const std::string& name = mesh.axis_name(a);
+    const int64_t size = mesh.axis_size(a);
+    if (name == "data") {
+      layout.data = size;
+    } else if (name == "fsdp") {
+      layout.fsdp = size;
+    } else if (name == "tensor") {
+      layout.tensor = size;
+    } else {
+      fail<ConfigError>("mesh '{}': the planner lays out the axes data, fsdp and tensor (got '{}')", text, name);
+    }
+  }
+  return layout;
+}
+
+double collective_seconds(const std::string& kind, double bytes, int64_t group, int64_t stride,
+                          const goodput::AcceleratorSpec& accelerator) {
+  if (group <= 1 || bytes <= 0) return 0;
+  if (accelerator.links.empty())
+    fail<ConfigError>("{}: [{}] has no interconnect level to run collectives over", accelerator.source,
+                      accelerator.key);
+  double seconds = 0;
+  int64_t below = 1;  // group members inside one domain of the levels already costed
+  for (size_t i = 0; i < accelerator.links.size() && below < group; ++i) {
+    const goodput::InterconnectLevel& level = accelerator.links[i];
+    const bool last = i + 1 == accelerator.links.size();
+    int64_t members = level.devices == 0 || last ? group : std::clamp<int64_t>(level.devices / stride, 1, group);
+    if (members <= below) continue;
+    const double f = std::ceil(static_cast<double>(members) / static_cast<double>(below));
+    const double data = bytes / static_cast<double>(below);
+    // A ring over f members moves (f - 1) / f of the data per pass; an all-reduce is a
+    // reduce-scatter plus an all-gather. Switched networks use trees for the latency
+    // (NCCL's tree all-reduce): log2 steps instead of f - 1.
+    const bool ring = level.topology == "ring" || level.topology.starts_with("torus");
+    const double steps = ring ? f - 1 : std::ceil(std::log2(f));
+    if (kind == "all_reduce") {
+      seconds += 2 * (f - 1) / f * data / level.bandwidth + 2 * steps * level.latency;
+    } else if (kind == "all_gather" || kind == "reduce_scatter" || kind == "all_to_all") {
+      seconds += (f - 1) / f * data / level.bandwidth + steps * level.latency;
+    } else {
+      fail<ValueError>("collective_seconds: unknown collective '{}'", kind);
+    }
+    below = members;
+  }
+  return seconds;
+}
+
+namespace {
+
+// What one device can do, from the catalog or a calibrated host.
+struct DeviceRates {
+  double gemm_f32 = 0, gemm_16 = 0, gemm_int8 = 0;  // achievable FLOP/s of a large aligned GEMM
+  double gemm_half = 0;                             // FLOPs at half rate (0: no curve)
+  double attention_16 = 0, attention_f32 = 0, attention_half = 0;
+  double bandwidth = 0;  // achievable bytes/s
+  double overhead = 0;   // seconds per kernel
+  bool tiles = true;     // apply the matrix-unit model (the host's curve has it built in)
+  bool synchronous_collectives = false;
+  double peak_for_mfu = 0;
+  double capacity = 0;
+};
+
+// Attention kernels (flash attention: two GEMMs per tile with a softmax between them)
+// reach a lower share of the matrix units' peak than a plain GEMM: FlashAttention-2
+// reports 50-73% of A100 peak forward and less backward, FlashAttention-3 about 75% on
+// H100 forward. The catalog has one GEMM efficiency; attention gets this share of it.
+constexpr double kAttentionShareOfGemm = 0.7;
+
+DeviceRates rates_for(const goodput::AcceleratorSpec& acc, const HostRates* host, int64_t chips) {
+  DeviceRates r;
+  r.capacity = acc.memory;
+  if (host != nullptr) {
+    r.capacity = acc.memory / static_cast<double>(chips);  // virtual devices share the host's memory
+    // Virtual devices in one process run one thread each and share the cores.
+    const KernelRates& k = chips > 1 ? host->serial : host->parallel;
+    const double share = chips > host->cores ? static_cast<double>(host->cores) / static_cast<double>(chips) : 1.0;
+    r.gemm_16 = r.gemm_int8 = k.gemm_flops * share;
+    r.gemm_f32 = host->dtype == "float32" ? r.gemm_16 : k.gemm_flops * share;
+    r.gemm_half = k.gemm_half_flops;
+    r.attention_16 = r.attention_f32 = k.attention_flops * share;
+    r.attention_half = k.attention_half_flops;
+    r.bandwidth = k.bandwidth * share;
+    r.overhead = k.kernel_overhead / share;
+    r.tiles = false;
+    r.synchronous_collectives = true;
+    r.peak_for_mfu = host->parallel.gemm_flops;
+    return r;
+  }
+  r.gemm_16 = acc.peak_flops * acc.gemm_efficiency;
+  r.gemm_int8 = acc.peak_int8 * acc.gemm_efficiency;
+  r.gemm_f32 = r.gemm_16 / 2;
+  r.attention_16 = r.gemm_16 * kAttentionShareOfGemm;
+  r.attention_f32 = r.gemm_f32 * kAttentionShareOfGemm;
+  r.bandwidth = acc.memory_bandwidth * acc.memory_efficiency;
+  r.overhead = acc.kernel_overhead;
+  r.synchronous_collectives = acc.kind == "cpu";
+  r.peak_for_mfu = acc.peak_flops;
+  return r;
+}
+
+double curve(double rate, double half, double flops) { return half > 0 ? rate * flops / (flops + half) : rate; }
+
+bool is_gemm(const std::string& name) {
+  return name == "matmul" || name == "matmul_epilogue" || name == "quantized_matmul" || name == "batched_matmul" ||
+         name == "linear" || name == "dot_general";
+}
+
+bool is_attention(const std::string& name) { return name.find("attention") != std::string::npos; }
+
+struct NodeCost {
+  std::string kind;
+  double seconds = 0, utilization = 0;
+};
+
+// A GEMM's batch, m, n from its output [..., m, n] (leading dims fold into rows when
+// the second operand is a 2-D weight), k from its FLOPs (2 m n k per product).
+NodeCost gemm_cost(const compiler::Graph& g, const compiler::Node& node, const Cost& c, const DeviceRates& r,
+                   const goodput::AcceleratorSpec& acc, bool attention) {
+  const compiler::TensorType& out = g.values[static_cast<size_t>(node.outputs[0])].type;
+  const Shape& s = out.shape;
+  int64_t batch = 1, m = 1, n = s.empty() ? 1 : s.back();
+  for (size_t i = 0; i + 2 < s.size(); ++i) batch *= s[i];
+  if (s.size() >= 2) m = s[s.size() - 2];
+  if (!attention && node.inputs.size() >= 2 && g.values[static_cast<size_t>(node.inputs[1])].type.shape.size() == 2) {
+    m *= batch;
+    batch = 1;
+  }
+  const double outputs = static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n);
+  const int64_t k = std::max<int64_t>(1, std::llround(c.flops / (2 * std::max(outputs, 1.0))));
+  const DType in = g.values[static_cast<size_t>(node.inputs[0])].type.dtype;
+  const bool int8 = node.primitive->name() == "quantized_matmul" ||
+                    node.primitive->attributes().find("int8=true") != std::string::npos;
+  const bool f32 = in == DType::Float32 && !int8;
+  double rate = attention ? (f32 ? r.attention_f32 : r.attention_16) : int8 ? r.gemm_int8 : f32 ? r.gemm_f32 : r.gemm_16;
+  rate = curve(rate, attention ? r.attention_half : r.gemm_half, c.flops);
+  NodeCost cost{attention ? "attention" : "gemm", 0, 1};
+  if (r.tiles) {
+    // Attention's tile GEMMs: [seq x seq] scores over head_dim, per batch and head.
+    const MatrixUnitUse use = attention ? matrix_unit_use(std::max<int64_t>(1, batch), m, m, std::max<int64_t>(1, n),
+                                                          acc.matrix_tile, acc.matrix_units)
+                                        : matrix_unit_use(batch, std::max<int64_t>(1, m), std::max<int64_t>(1, n), k,
+                                                          acc.matrix_tile, acc.matrix_units);
+    cost.utilization = use.utilization();
+    rate *= cost.utilization;
+  }
+  cost.seconds = std::max(c.flops / rate, c.bytes / r.bandwidth) + r.overhead;
+  return cost;
+}
+
+struct ProgramCost {
+  double compute = 0, batch_collectives = 0, tensor_collectives = 0;
+  std::map<std::pair<std::string, std::string>, OpClassCost> ops;
+};
+
+// The mesh stride of a collective's group: devices between consecutive members, the
+// product of the sizes of the mesh axes after its innermost axis (row-major layout).
+int64_t group_stride(const spmd::Collective& c) {
+  int innermost = 0;
+  for (int a : c.axes()) innermost = std::max(innermost, a);
+  int64_t stride = 1;
+  for (int a = innermost + 1; a < c.mesh().ndim(); ++a) stride *= c.mesh().axis_size(a);
+  return stride;
+}
+
+ProgramCost cost_program(const compiler::Graph& g, const DeviceRates& r, const goodput::AcceleratorSpec& acc) {
+  ProgramCost out;
+  std::vector<Array> handles(g.values.size());
+  auto handle = [&](compiler::ValueId v) -> const Array& {
+    Array& h = handles[static_cast<size_t>(v)];
+    if (!h.valid()) {
+      const compiler::Value& value = g.values[static_cast<size_t>(v)];
+      h = value.kind == compiler::ValueKind::Constant ? value.constant
+                                                      : Array::placeholder(value.type.shape, value.type.dtype);
+    }
+    return h;
+  };
+  for (const compiler::Node& node : g.nodes) {
+    if (node.dead) continue;
+    std::vector<Array> ins, outs;
+    for (compiler::ValueId v : node.inputs) ins.push_back(handle(v));
+    for (compiler::ValueId v : node.outputs) outs.push_back(handle(v));
+    const std::string name = node.primitive->name();
+    const Cost c = node.primitive->cost(ins, outs);
+    NodeCost cost;
+    double sent = c.bytes;
+    if (const auto* coll = dynamic_cast<const spmd::Collective*>(node.primitive.get());
+        coll != nullptr && coll->kind() != spmd::CollectiveKind::ShardSlice &&
+        coll->kind() != spmd::CollectiveKind::ShardPad) {
+      const compiler::TensorType& in = g.values[static_cast<size_t>(node.inputs[0])].type;
+      const compiler::TensorType& res = g.values[static_cast<size_t>(node.outputs[0])].type;
+      const double bytes = static_cast<double>(coll->kind() == spmd::CollectiveKind::AllGather ? res.nbytes()
+                                                                                              : in.nbytes());
+      cost.kind = "collective";
+      cost.seconds = collective_seconds(name, bytes, coll->group_size(), group_stride(*coll), acc);
+      const int64_t n = coll->group_size();
+      sent = bytes * static_cast<double>(n - 1) / static_cast<double>(n) * (name == "all_reduce" ? 2 : 1);
+      bool over_batch = true;
+      for (int a : coll->axes()) {
+        const std::string& axis = coll->mesh().axis_name(a);
+        over_batch = over_batch && (axis == "data" || axis == "fsdp");
+      }
+      (over_batch ? out.batch_collectives : out.tensor_collectives) += cost.seconds;
+    } else if (node.primitive->aliases_input(0) >= 0) {
+      cost.kind = "view";  // no kernel: the output is a view of an input
+    } else if (is_attention(name) && c.flops > 0) {
+      cost = gemm_cost(g, node, c, r, acc, /*attention=*/true);
+    } else if (is_gemm(name) && c.flops > 0) {
+      cost = gemm_cost(g, node, c, r, acc, /*attention=*/false);
+    } else {
+      cost.kind = "memory";
+      cost.seconds = c.bytes / r.bandwidth + r.overhead;
+    }
+    if (cost.kind == "view") continue;
+    if (cost.kind != "collective") out.compute += cost.seconds;
+    OpClassCost& agg = out.ops[{name, cost.kind}];
+    agg.op = name;
+    agg.kind = cost.kind;
+    agg.kernels += 1;
+    agg.flops += cost.kind == "collective" ? 0 : c.flops;
+    agg.bytes += sent;
+    agg.seconds += cost.seconds;
+    agg.utilization += cost.utilization * c.flops;  // FLOP-weighted; divided at the end
+  }
+  return out;
+}
+
+// Placeholders with the optimizer state's types: init traced, not run.
+Tree abstract_opt_state(const optim::Optimizer& optimizer, const Tree& params) {
+  Tree structure;
+  trace([&](const Tree& p, const StaticArgs&) { return optimizer.init(p); }, params, {}, &structure);
+  return structure;
+}
+
+}  // namespace
+
+PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& layout) {
+  const int64_t chips = layout.chips();
+  if (chips < 1) fail<ConfigError>("plan: a layout needs at least one chip (mesh {})", layout.mesh());
+  const models::Model model(config.model);
+  const optim::Optimizer optimizer(config.optimizer_config(), model.specs());
+  const spmd::Mesh mesh = spmd::Mesh::parse(layout.mesh());
+  const train::Layout tl = chips == 1 ? train::Layout::one_device(model.specs())
+                                      : train::Layout(mesh, train::parse_axis_rules(config.parallel.rules),
+                                                      model.specs());
+  const int64_t micro = config.micro_batch_size();
+  if (micro % tl.data_parallel_size() != 0)
+    fail<ConfigError>("plan: the micro-batch of {} sequences does not split over {} data-parallel devices (mesh {})",
+                      micro, tl.data_parallel_size(), layout.mesh());
+
+  const Tree params = model.placeholders();
+  const Tree opt_state = abstract_opt_state(optimizer, params);
+  data::Batch batch;
+  batch.tokens = Array::placeholder({micro, config.loop.seq}, DType::Int32);
+  batch.targets = Array::placeholder({micro, config.loop.seq}, DType::Int32);
+  std::optional<Array> key;
+  if (config.model.needs_step_key()) key = nn::param_key(0, "dropout/0");
+  const train::TrainStep step(model, optimizer, config.micro_batches(), &tl);
+
+  PreparedStep prepared;
+  prepared.layout = layout;
+  prepared.global_batch = config.loop.batch;
+  prepared.seq = config.loop.seq;
+  prepared.micro_batches = config.micro_batches();
+  const double tokens = static_cast<double>(config.loop.batch) * static_cast<double>(config.loop.seq);
+  prepared.model_flops = model.flops_per_token(config.loop.seq) * tokens;
+  for (train::TracedProgram& program : step.trace_programs(params, opt_state, batch, key)) {
+    compiler::Graph local = std::move(program.graph);
+    if (!tl.splits_nothing()) {
+      spmd::PartitionOptions popts;
+      popts.parameter_names = program.parameter_names;
+      local = spmd::partition(local, mesh, program.parameter_shardings, program.output_shardings, popts).local;
+    }
+    compiler::OptimizedProgram optimized = compiler::optimize(std::move(local), {}, program.donated);
+    PreparedProgram p;
+    p.name = program.name;
+    p.runs_per_step = program.runs_per_step;
+
+    // Memory: the largest program's peak, split by what its parameters are.
+    const double peak = static_cast<double>(optimized.plan.peak_bytes);
+    if (peak >= prepared.memory.peak) {
+      MemoryBreakdown m;
+      m.peak = peak;
+      m.host = static_cast<double>(optimized.plan.host_arena_bytes);
+      for (size_t i = 0; i < optimized.graph.parameters.size() && i < program.parameter_names.size(); ++i) {
+        const double bytes = static_cast<double>(
+            optimized.graph.values[static_cast<size_t>(optimized.graph.parameters[i])].type.nbytes());
+        const std::string& name = program.parameter_names[i];
+        if (name.starts_with("params.")) m.parameters += bytes;
+        if (name.starts_with("opt.")) m.optimizer += bytes;
+        if (name.starts_with("grads.")) m.gradients += bytes;
+      }
+      m.activations = std::max(0.0, peak - m.parameters - m.optimizer - m.gradients);
+      prepared.memory = m;
+    }
+    p.graph = std::move(optimized.graph);
+    prepared.programs.push_back(std::move(p));
+  }
+  return prepared;
+}
+
+StepEstimate cost_step(const PreparedStep& prepared, const goodput::AcceleratorSpec& accelerator,
+                       const StepModelOptions& options) {
+  const int64_t chips = prepared.layout.chips();
+  const DeviceRates rates = rates_for(accelerator, options.host, chips);
+  StepEstimate est;
+  est.accelerator = accelerator.key;
+  est.layout = prepared.layout;
+  est.global_batch = prepared.global_batch;
+  est.seq = prepared.seq;
+  est.micro_batches = prepared.micro_batches;
+  est.memory = prepared.memory;
+  est.memory_capacity = rates.capacity;
+  std::map<std::pair<std::string, std::string>, OpClassCost> ops;
+  for (const PreparedProgram& program : prepared.programs) {
+    const ProgramCost cost = cost_program(program.graph, rates, accelerator);
+    const double runs = program.runs_per_step;
+    double exposed = cost.tensor_collectives + cost.batch_collectives;
+    if (!rates.synchronous_collectives)
+      exposed = cost.tensor_collectives + std::max(0.0, cost.batch_collectives - cost.compute);
+    est.compute_seconds += runs * cost.compute;
+    est.collective_seconds += runs * (cost.batch_collectives + cost.tensor_collectives);
+    est.exposed_collective_seconds += runs * exposed;
+    for (const auto& [k, v] : cost.ops) {
+      OpClassCost& agg = ops[k];
+      agg.op = v.op;
+      agg.kind = v.kind;
+      agg.kernels += static_cast<int64_t>(std::llround(runs * static_cast<double>(v.kernels)));
+      agg.flops += runs * v.flops;
+      agg.bytes += runs * v.bytes;
+      agg.seconds += runs * v.seconds;
+      agg.utilization += runs * v.utilization;
+    }
+    est.programs.push_back(fmt::format("{} x{}", program.name, runs));
+  }
+  for (auto& [k, v] : ops) {
+    if (v.flops > 0) v.utilization /= v.flops;
+    est.ops.push_back(v);
+  }
+  std::sort(est.ops.begin(), est.ops.end(), [](const OpClassCost& a, const OpClassCost& b) {
+    return a.seconds != b.seconds ? a.seconds > b.seconds : a.op < b.op;
+  });
+  est.step_seconds = est.compute_seconds + est.exposed_collective_seconds;
+  est.model_flops = prepared.model_flops;
+  est.tokens_per_second =
+      static_cast<double>(prepared.global_batch) * static_cast<double>(prepared.seq) / est.step_seconds;
+  est.mfu = est.model_flops / (est.step_seconds * static_cast<double>(chips) * rates.peak_for_mfu);
+  est.fits = est.memory.peak <= est.memory_capacity;
+  return est;
+}
+
+StepEstimate estimate_step(const train::TrainConfig& config, const PlanLayout& layout,
+                           const goodput::AcceleratorSpec& accelerator, const StepModelOptions& options) {
+  return cost_step(prepare_step(config, layout), accelerator, options);
+}
+
+}  // namespace tessera::plan

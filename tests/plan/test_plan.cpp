@@ -1,0 +1,248 @@
+// The planner (tessera plan): the systolic-array model against hand-worked values, the
+// alpha-beta collectives, the run and goodput arithmetic, and the step model read from
+// the real traced programs (memory by sharding, FLOPs, monotone scaling).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tessera/base/error.h"
+#include "tessera/models/model.h"
+#include "tessera/plan/planner.h"
+#include "tessera/plan/run_model.h"
+#include "tessera/plan/step_model.h"
+#include "tessera/plan/systolic.h"
+#include "tessera/train/config.h"
+
+namespace tessera::plan {
+namespace {
+
+// An H100-like entry written out here, so the arithmetic below does not move when the
+// catalog's figures are revised.
+goodput::AcceleratorSpec test_gpu() {
+  goodput::AcceleratorSpec a;
+  a.key = "testgpu";
+  a.name = "test GPU";
+  a.kind = "gpu";
+  a.peak_flops = 1000e12;
+  a.peak_int8 = 2000e12;
+  a.memory = 80e9;
+  a.memory_bandwidth = 3e12;
+  a.matrix_tile = {128, 128, 64};
+  a.matrix_units = 132;
+  a.gemm_efficiency = 0.8;
+  a.memory_efficiency = 0.9;
+  a.kernel_overhead = 4e-6;
+  a.failure_rate = 2e-5;
+  a.price = 3;
+  a.links = {{"nvlink", 8, 400e9, 2e-6, "switch"}, {"infiniband", 0, 50e9, 10e-6, "network"}};
+  return a;
+}
+
+train::TrainConfig tiny_config(const std::string& extra = "") {
+  return train::parse_config("[model]\npreset = \"tiny\"\n[train]\nbatch = 8\nseq = 64\n" + extra, "test");
+}
+
+TEST(Systolic, AlignedGemmFillsEveryTileAndUnit) {
+  const MatrixUnitUse use = matrix_unit_use(1, 1024, 1024, 1024, {128, 128, 64}, 64);
+  EXPECT_EQ(use.tiles, 64);
+  EXPECT_EQ(use.waves, 1);
+  EXPECT_DOUBLE_EQ(use.utilization(), 1.0);
+}
+
+TEST(Systolic, MisalignedDimensionsPayForTheirPadding) {
+  // 130 rows on 128-row tiles: 256 rows computed, 130 useful.
+  const MatrixUnitUse a = matrix_unit_use(1, 130, 128, 128, {128, 128, 128}, 1);
+  EXPECT_DOUBLE_EQ(a.tile_utilization, 130.0 / 256.0);
+  EXPECT_EQ(a.tiles, 2);
+  EXPECT_DOUBLE_EQ(a.wave_utilization, 1.0);
+  // A 256x256 MXU (v6e) on a reduction of 64: a quarter of the array works.
+  const MatrixUnitUse b = matrix_unit_use(1, 4096, 4096, 64, {8, 256, 256}, 2);
+  EXPECT_DOUBLE_EQ(b.tile_utilization, 0.25);
+  // The same GEMM on 128x128 MXUs wastes half.
+  EXPECT_DOUBLE_EQ(matrix_unit_use(1, 4096, 4096, 64, {8, 128, 128}, 4).tile_utilization, 0.5);
+}
+
+TEST(Systolic, TheLastWaveLeavesUnitsIdle) {
+  // GPT-2's [16384 x 768] x [768 x 768] on 132 SMs with 128x128 tiles: 768 tiles in 6
+  // waves of 132 (792 slots).
+  const MatrixUnitUse use = matrix_unit_use(1, 16384, 768, 768, {128, 128, 64}, 132);
+  EXPECT_EQ(use.tiles, 768);
+  EXPECT_EQ(use.waves, 6);
+  EXPECT_DOUBLE_EQ(use.wave_utilization, 768.0 / 792.0);
+  EXPECT_DOUBLE_EQ(use.tile_utilization, 1.0);
+}
+
+TEST(Systolic, FewOutputTilesSplitTheReduction) {
+  // One 128x128 output tile with K = 4096 (64 K-tiles): split 16 ways (4 K-tiles each).
+  const MatrixUnitUse use = matrix_unit_use(1, 128, 128, 4096, {128, 128, 64}, 132);
+  EXPECT_EQ(use.split_k, 16);
+  EXPECT_EQ(use.tiles, 16);
+  EXPECT_EQ(use.waves, 1);
+  EXPECT_DOUBLE_EQ(use.wave_utilization, 16.0 / 132.0);
+}
+
+TEST(Systolic, RefusesNonPositiveShapes) {
+  EXPECT_THROW(matrix_unit_use(1, 0, 8, 8, {8, 8, 8}, 1), ValueError);
+  EXPECT_THROW(matrix_unit_use(1, 8, 8, 8, {8, 0, 8}, 1), ValueError);
+  EXPECT_THROW(matrix_unit_use(1, 8, 8, 8, {8, 8, 8}, 0), ValueError);
+}
+
+TEST(Collectives, RingAndHierarchicalTimesMatchTheAlphaBetaModel) {
+  const goodput::AcceleratorSpec gpu = test_gpu();
+  // 8 GPUs in one NVLink domain: a ring all-reduce moves 2 (n-1)/n of the buffer; the
+  // switch's tree latency is 2 log2(8) steps.
+  const double inner = 2 * 7.0 / 8 * 1e9 / 400e9 + 2 * 3 * 2e-6;
+  EXPECT_NEAR(collective_seconds("all_reduce", 1e9, 8, 1, gpu), inner, 1e-12);
+  // 16 GPUs: the NVLink part, then 2 domains over InfiniBand on an eighth of the buffer.
+  const double outer = 2 * 1.0 / 2 * (1e9 / 8) / 50e9 + 2 * 1 * 10e-6;
+  EXPECT_NEAR(collective_seconds("all_reduce", 1e9, 16, 1, gpu), inner + outer, 1e-12);
+  // A data axis outside tensor=8: its 4 members are in 4 different NVLink domains.
+  EXPECT_NEAR(collective_seconds("all_reduce", 1e9, 4, 8, gpu), 2 * 3.0 / 4 * 1e9 / 50e9 + 2 * 2 * 10e-6, 1e-12);
+  // All-gathers move (n-1)/n of the gathered buffer once.
+  EXPECT_NEAR(collective_seconds("all_gather", 1e9, 8, 1, gpu), 7.0 / 8 * 1e9 / 400e9 + 3 * 2e-6, 1e-12);
+  EXPECT_EQ(collective_seconds("all_reduce", 1e9, 1, 1, gpu), 0.0);
+  EXPECT_THROW(collective_seconds("broadcast", 1e9, 8, 1, gpu), ValueError);
+}
+
+TEST(RunModel, WithoutFailuresTimeIsStepsTimesStepAndCostIsChipHours) {
+  goodput::AcceleratorSpec gpu = test_gpu();
+  gpu.failure_rate = 0;
+  StepEstimate step;
+  step.layout = {.data = 8};
+  step.global_batch = 64;
+  step.seq = 1000;
+  step.step_seconds = 0.5;
+  const RunEstimate run = estimate_run(step, gpu, 64e6);  // 1000 steps
+  EXPECT_DOUBLE_EQ(run.steps, 1000);
+  EXPECT_DOUBLE_EQ(run.raw_seconds, 500);
+  EXPECT_DOUBLE_EQ(run.goodput, 1);
+  EXPECT_DOUBLE_EQ(run.dollars, 500.0 / 3600 * 8 * 3);
+  EXPECT_THROW(estimate_run(step, gpu, 0), ConfigError);
+}
+
+TEST(RunModel, FailuresCostRestartsAndHalfAnIntervalEach) {
+  const goodput::AcceleratorSpec gpu = test_gpu();  // 2e-5 failures per chip-hour
+  StepEstimate step;
+  step.layout = {.data = 1000};
+  step.global_batch = 1000;
+  step.seq = 1000;
+  step.step_seconds = 1;
+  RunCosts costs;
+  costs.restart_seconds = 600;
+  costs.save_seconds = 10;
+  const RunEstimate run = estimate_run(step, gpu, 1e12);
+  const double m = 3600 / (1000 * 2e-5);  // 180000 s between failures
+  const double t = std::sqrt(2 * 10 * m);
+  EXPECT_NEAR(run.mtbf_seconds, m, 1e-6);
+  EXPECT_NEAR(run.checkpoint_interval_seconds, t, 1e-9);
+  EXPECT_NEAR(run.goodput, 1 / (1 + 10 / t + (600 + t / 2) / m), 1e-12);
+  EXPECT_NEAR(run.seconds, run.raw_seconds / run.goodput, 1e-6);
+  EXPECT_GT(run.dollars, run.dollars_raw);
+  // More chips fail more often: goodput falls.
+  step.layout = {.data = 4000};
+  EXPECT_LT(estimate_run(step, gpu, 1e12).goodput, run.goodput);
+}
+
+TEST(PlanLayoutTest, ParsesTheThreeAxesAndRefusesOthers) {
+  const PlanLayout l = PlanLayout::parse("data=2,fsdp=4,tensor=8");
+  EXPECT_EQ(l.data, 2);
+  EXPECT_EQ(l.fsdp, 4);
+  EXPECT_EQ(l.tensor, 8);
+  EXPECT_EQ(l.chips(), 64);
+  EXPECT_EQ(l.mesh(), "data=2,fsdp=4,tensor=8");
+  EXPECT_EQ(PlanLayout{}.mesh(), "data=1");
+  EXPECT_THROW(PlanLayout::parse("model=2"), ConfigError);
+  EXPECT_THROW(PlanLayout::parse("data=two"), ConfigError);
+}
+
+TEST(StepModel, OneChipCountsTheModelsFlopsAndHoldsEveryParameter) {
+  const train::TrainConfig config = tiny_config();
+  const StepEstimate est = estimate_step(config, PlanLayout{}, test_gpu());
+  const models::Model model(config.model);
+  EXPECT_DOUBLE_EQ(est.model_flops, model.flops_per_token(64) * 8 * 64);
+  // float32 master weights: 4 bytes per (padded) parameter; AdamW keeps two moments.
+  const double params = 4.0 * static_cast<double>(nn::parameter_count(model.specs()));
+  EXPECT_DOUBLE_EQ(est.memory.parameters, params);
+  EXPECT_DOUBLE_EQ(est.memory.optimizer, 2 * params + 8);  // m, v and the int64 step
+  EXPECT_GE(est.memory.peak, est.memory.parameters + est.memory.optimizer);
+  EXPECT_GT(est.compute_seconds, 0);
+  EXPECT_EQ(est.collective_seconds, 0);
+  EXPECT_TRUE(est.fits);
+  EXPECT_GT(est.mfu, 0);
+  EXPECT_LT(est.mfu, 1);
+  // The costed FLOPs are the program's: at least the model's 6N per token.
+  double flops = 0;
+  for (const OpClassCost& op : est.ops) flops += op.flops;
+  EXPECT_GE(flops, est.model_flops * 0.95);
+}
+
+TEST(StepModel, FsdpSplitsParametersAndOptimizerStateDataParallelDoesNot) {
+  const train::TrainConfig config = tiny_config();
+  const goodput::AcceleratorSpec gpu = test_gpu();
+  const StepEstimate one = estimate_step(config, PlanLayout{}, gpu);
+  const StepEstimate dp = estimate_step(config, PlanLayout{.data = 2}, gpu);
+  const StepEstimate fsdp = estimate_step(config, PlanLayout{.fsdp = 2}, gpu);
+  EXPECT_DOUBLE_EQ(dp.memory.parameters, one.memory.parameters);
+  EXPECT_LT(fsdp.memory.parameters, 0.6 * one.memory.parameters);
+  EXPECT_LT(fsdp.memory.optimizer, 0.6 * one.memory.optimizer);
+  // Data parallel halves each device's batch: less compute, plus the gradient all-reduce.
+  EXPECT_LT(dp.compute_seconds, one.compute_seconds);
+  EXPECT_GT(dp.collective_seconds, 0);
+  EXPECT_GT(fsdp.collective_seconds, 0);
+  bool all_reduce = false;
+  for (const OpClassCost& op : dp.ops) all_reduce = all_reduce || (op.op == "all_reduce" && op.kind == "collective");
+  EXPECT_TRUE(all_reduce);
+}
+
+TEST(StepModel, RematTradesActivationsForFlops) {
+  const goodput::AcceleratorSpec gpu = test_gpu();
+  const StepEstimate keep = estimate_step(tiny_config(), PlanLayout{}, gpu);
+  train::TrainConfig remat = tiny_config();
+  remat.model.remat = "full";
+  const StepEstimate recompute = estimate_step(remat, PlanLayout{}, gpu);
+  EXPECT_LT(recompute.memory.activations, keep.memory.activations);
+  double keep_flops = 0, recompute_flops = 0;
+  for (const OpClassCost& op : keep.ops) keep_flops += op.flops;
+  for (const OpClassCost& op : recompute.ops) recompute_flops += op.flops;
+  EXPECT_GT(recompute_flops, keep_flops);
+}
+
+TEST(StepModel, ALayoutThatDoesNotSplitTheBatchIsAClearError) {
+  try {
+    estimate_step(tiny_config(), PlanLayout{.data = 3}, test_gpu());
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not split over 3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Planner, MoreChipsNeverGrowTheSmallestFootprintAndEveryCountHasALayout) {
+  Planner planner(tiny_config());
+  const goodput::AcceleratorSpec gpu = test_gpu();
+  double previous_memory = 1e30;
+  for (int64_t chips : {1, 2, 4, 8}) {
+    const PlanRow row = planner.best(gpu, chips, 1e9, {});
+    ASSERT_TRUE(row.found) << row.reason;
+    EXPECT_TRUE(row.step.fits);
+    // FSDP over all the chips is always a candidate, so the smallest footprint shrinks.
+    double smallest = 1e30;
+    for (const PlanLayout& l : planner.candidate_layouts(chips, 8))
+      smallest = std::min(smallest, planner.prepared(l).memory.peak);
+    EXPECT_LE(smallest, previous_memory * 1.0001);
+    previous_memory = smallest;
+  }
+}
+
+TEST(Planner, MemoryAdviceNamesTheOverflowingClass) {
+  StepEstimate step;
+  step.memory = {.parameters = 10e9, .optimizer = 60e9, .gradients = 10e9, .activations = 20e9, .peak = 100e9};
+  step.memory_capacity = 80e9;
+  const std::string advice = fit_advice(step);
+  EXPECT_NE(advice.find("optimizer state (60.0 GB)"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("20.0 GB over"), std::string::npos) << advice;
+  step.memory_capacity = 200e9;
+  EXPECT_EQ(fit_advice(step), "");
+}
+
+}  // namespace
+}  // namespace tessera::plan

@@ -246,7 +246,7 @@ int run(const Flags& f) {
   const double tokens_per_s = static_cast<double>(f.batch * f.seq) / step_s;
   const double n_params = static_cast<double>(model.parameter_count());
   const double flops_per_token = 6.0 * n_params + 6.0 * static_cast<double>(config.layers * f.seq * config.dim);
-  // The peak of configs/devices.toml (compiled in), as `tessera train --device cuda` uses.
+  // The peak of configs/accelerators.toml (compiled in), as `tessera train --device cuda` uses.
   const ts::goodput::DeviceRecord peak = ts::train::cuda_device_peak(info);
   const double mfu = flops_per_token * tokens_per_s / peak.peak_flops_per_device;
 

@@ -163,7 +163,7 @@ TEST(GoodputRecorder, UnwritableRunDirIsAnIOError) {
 }
 
 TEST(GoodputDevices, TableHasTheDatasheetPeaks) {
-  const std::vector<DeviceSpec> table = load_device_table(fs::path(TESSERA_SOURCE_DIR) / "configs/devices.toml");
+  const std::vector<DeviceSpec> table = load_device_table(fs::path(TESSERA_SOURCE_DIR) / "configs/accelerators.toml");
   auto peak = [&](const char* name) {
     const auto spec = find_device(table, name);
     return spec ? spec->peak_flops : -1.0;
@@ -176,13 +176,14 @@ TEST(GoodputDevices, TableHasTheDatasheetPeaks) {
   EXPECT_EQ(peak("TPU v6e"), 918e12);
   EXPECT_EQ(peak("NVIDIA H100 PCIe"), 756e12);  // the variant is listed before its family
   EXPECT_EQ(peak("NVIDIA L40S"), 362e12);
+  EXPECT_EQ(peak("NVIDIA B200"), 2250e12);
   EXPECT_FALSE(find_device(table, "AMD EPYC 7B13").has_value());
 }
 
 // The compiled-in table is the file (one table for every program), and a device it does
 // not list is counted against the caller's estimate, labelled as one.
-TEST(GoodputDevices, BuiltInTableIsConfigsDevicesToml) {
-  const std::vector<DeviceSpec> file = load_device_table(fs::path(TESSERA_SOURCE_DIR) / "configs/devices.toml");
+TEST(GoodputDevices, BuiltInTableIsConfigsAcceleratorsToml) {
+  const std::vector<DeviceSpec> file = load_device_table(fs::path(TESSERA_SOURCE_DIR) / "configs/accelerators.toml");
   const std::vector<DeviceSpec>& built_in = builtin_device_table();
   ASSERT_EQ(built_in.size(), file.size());
   for (size_t i = 0; i < file.size(); ++i) {
@@ -192,22 +193,22 @@ TEST(GoodputDevices, BuiltInTableIsConfigsDevicesToml) {
   }
   const DeviceRecord h100 = device_peak("NVIDIA H100 80GB HBM3", 1, 1e12, "SMs x clock");
   EXPECT_EQ(h100.peak_flops_per_device, 989e12);
-  EXPECT_EQ(h100.source, "configs/devices.toml [h100], bf16 dense");
+  EXPECT_EQ(h100.source, "configs/accelerators.toml [h100], bf16 dense");
   const DeviceRecord unknown = device_peak("NVIDIA RTX 9090", 2, 123e12, "SMs x clock");
   EXPECT_EQ(unknown.peak_flops_per_device, 123e12);
   EXPECT_EQ(unknown.count, 2);
-  EXPECT_EQ(unknown.source, "estimated (SMs x clock): not in configs/devices.toml");
+  EXPECT_EQ(unknown.source, "estimated (SMs x clock): not in configs/accelerators.toml");
 }
 
 TEST(GoodputDevices, BadTableNamesTheLine) {
   try {
-    parse_device_table("[x]\nname = \"X\"\npeak_flops = lots\n", "devices.toml");
+    parse_device_table("[x]\nname = \"X\"\npeak_flops = lots\n", "accelerators.toml");
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("devices.toml:3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("accelerators.toml:3"), std::string::npos) << e.what();
   }
   EXPECT_THROW(parse_device_table("[x]\ncolour = \"red\"\n", "d"), ConfigError);
-  EXPECT_THROW(parse_device_table("[x]\nname = \"X\"\n", "d"), ConfigError);  // no peak_flops, no match
+  EXPECT_THROW(parse_device_table("[x]\nname = \"X\"\n", "d"), ConfigError);  // no peak_flops, no match, ...
 }
 
 TEST(GoodputCalibration, MeasuresTheGemmRate) {

@@ -27,7 +27,7 @@ struct DeviceInfo {
   int driver_version = 0;  // cudaDriverGetVersion: 13000 = 13.0
   int runtime_version = 0;
   // Dense bf16 tensor-core FLOP/s estimated as SMs x clock x FLOP per SM per clock. MFU
-  // counts against the datasheet table configs/devices.toml where the part is listed
+  // counts against the accelerator catalog configs/accelerators.toml where the part is listed
   // (train::cuda_device_peak), and against this only where it is not.
   double estimated_peak_bf16_flops = 0;
 };

@@ -90,7 +90,7 @@ std::string ensure_data(const DataConfig& data);
 // against (stated as such in every report).
 goodput::Calibration calibrate_peak_flops(double seconds = 0.4);
 
-// The peak MFU counts against on a CUDA device: the entry of configs/devices.toml
+// The peak MFU counts against on a CUDA device: the entry of configs/accelerators.toml
 // (compiled in) that matches its name, else the runtime's estimate from SMs and clock,
 // labelled as such.
 goodput::DeviceRecord cuda_device_peak(const cuda::DeviceInfo& info);

@@ -65,7 +65,7 @@ DeviceState& state(int device) {
 }
 
 // An estimate of the dense bf16 tensor-core peak (FLOP/s) from the SM count and clock.
-// MFU uses the datasheet numbers of configs/devices.toml where the part is listed
+// MFU uses the datasheet numbers of configs/accelerators.toml where the part is listed
 // (train::cuda_device_peak); this is the fallback for parts it does not list.
 double estimated_peak_bf16(const cudaDeviceProp& p, int device) {
   // Per SM per clock: Ampere 1024 bf16 FMA (2048 FLOP), Hopper 2048 FMA (4096 FLOP).

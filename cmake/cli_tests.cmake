@@ -69,3 +69,7 @@ add_test(NAME resilience.kill_soak_reduced
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(resilience.kill_soak_reduced PROPERTIES LABELS "cli;resilience;soak" TIMEOUT 600 ENVIRONMENT
                                                              "STEPS=600")
+
+# tessera plan: catalog tables and --json (strong scaling monotone), --explain, the
+# measured host with its collectives, and the clear errors.
+tessera_cli_cases(plan cli 300 catalog explain host errors)

@@ -8,9 +8,10 @@ is a row too, predicted from the catalog's h100 entry.
     python3 bench/plan/validate_plan.py [--tessera build/bin/tessera] [--steps 12]
         [--only tiny] [--no-mpi]
 
-Measured step time: the median step of `tessera goodput RUN --json` (step_stats), steps
-after the first two. Measured memory: the allocator's high-water mark during the steps
-(metrics.jsonl peak_bytes, per process) divided by the devices of the process.
+Measured step time: the median step of `tessera goodput RUN --json` (step_stats).
+Measured memory: the allocator's high-water mark during the steps after the first two
+(metrics.jsonl peak_bytes, per process) divided by the devices of the process; the runs
+save no checkpoint before their end (a save's staging copy is not the step's memory).
 The JSON last line has step_time_error_max, step_time_error_median (|predicted /
 measured - 1|) and memory_error_max.
 """
@@ -69,7 +70,9 @@ def measure(tessera, config, mesh, sets, processes, steps):
     run_dir = tempfile.mkdtemp(prefix="validate-plan-")
     args = [tessera, "train", "--config", config, "--quiet", "--set", f"run.dir={run_dir}",
             "--set", f"train.steps={steps}", "--set", "train.log_interval=1", "--set", "train.eval_batches=1",
-            "--set", f"parallel.mesh={mesh}"]
+            "--set", f"parallel.mesh={mesh}",
+            # No checkpoint before the end: a save's staging copy is not the step's memory.
+            "--set", "checkpoint.interval=0", "--set", 'checkpoint.local_dir=""']
     for s in sets:
         args += ["--set", s]
     env = dict(os.environ)

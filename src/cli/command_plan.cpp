@@ -120,7 +120,7 @@ nlohmann::json row_json(const plan::PlanRow& r) {
   j["tokens_per_second"] = s.tokens_per_second;
   j["memory"] = {{"peak", s.memory.peak},         {"parameters", s.memory.parameters},
                  {"optimizer", s.memory.optimizer}, {"gradients", s.memory.gradients},
-                 {"activations", s.memory.activations}, {"host", s.memory.host},
+                 {"activations", s.memory.activations}, {"eval", s.memory.eval}, {"host", s.memory.host},
                  {"capacity", s.memory_capacity},   {"fits", s.fits}};
   j["run"] = {{"tokens", r.run.tokens},
               {"steps", r.run.steps},
@@ -171,9 +171,10 @@ void print_explain(const plan::PlanRow& r) {
   }
   const plan::MemoryBreakdown& m = s.memory;
   fmt::print("memory per chip: peak {:.3f} GB = parameters {:.3f} + optimizer {:.3f} + gradients {:.3f} + "
-             "activations and temporaries {:.3f}; host offload {:.3f} GB; capacity {:.1f} GB\n",
-             m.peak / 1e9, m.parameters / 1e9, m.optimizer / 1e9, m.gradients / 1e9, m.activations / 1e9, m.host / 1e9,
-             s.memory_capacity / 1e9);
+             "activations and temporaries {:.3f} + the validation program's arena {:.3f}; host offload {:.3f} GB; "
+             "capacity {:.1f} GB\n",
+             m.peak / 1e9, m.parameters / 1e9, m.optimizer / 1e9, m.gradients / 1e9, m.activations / 1e9, m.eval / 1e9,
+             m.host / 1e9, s.memory_capacity / 1e9);
 }
 
 // Which row of an accelerator's chip counts to show: with a deadline the cheapest that
@@ -251,7 +252,7 @@ int run_plan(const PlanOptions& o) {
     const plan::HostRates* host = nullptr;
     goodput::AcceleratorSpec acc;
     if (key == "host") {
-      host = &plan::calibrate_host(compute);
+      host = &plan::calibrate_host_steps(compute);
       acc = host->accelerator();
       if (!o.json) fmt::print("{}", host->text());
     } else {
@@ -318,7 +319,7 @@ int run_plan(const PlanOptions& o) {
         scaled.loop.batch = config.loop.batch * (r.chips / base);
         scaled.loop.micro_batch = config.loop.micro_batch > 0 ? config.loop.micro_batch * (r.chips / base) : 0;
         plan::Planner weak_planner(scaled);
-        const plan::HostRates* host = key == "host" ? &plan::calibrate_host(compute) : nullptr;
+        const plan::HostRates* host = key == "host" ? &plan::calibrate_host_steps(compute) : nullptr;
         goodput::AcceleratorSpec acc =
             host != nullptr ? host->accelerator() : *goodput::find_accelerator(catalog, key);
         weak_rows.push_back(weak_planner.best(acc, r.chips, tokens, costs, host));

@@ -15,6 +15,14 @@
 #include "tessera/compiler/compile.h"
 #include "tessera/core/ops.h"
 #include "tessera/core/transforms.h"
+#include "tessera/models/model.h"
+#include "tessera/nn/param.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/plan/step_model.h"
+#include "tessera/spmd/runtime.h"
+#include "tessera/train/config.h"
+#include "tessera/train/parallel.h"
+#include "tessera/train/train_step.h"
 
 namespace tessera::plan {
 namespace {
@@ -47,11 +55,12 @@ Program build(const std::function<std::vector<Array>(const std::vector<Array>&)>
   return p;
 }
 
-// Seconds per run: the best of three trials of repeated runs (each at least 20 ms).
-double time_run(Program& p) {
+// Seconds per run: the best of `trials` trials of repeated runs (each at least
+// `min_seconds`).
+double time_run(Program& p, double min_seconds = 0.02, int trials = 3) {
   p.exe->run(p.args);  // warm-up
   double best = 1e30;
-  for (int trial = 0; trial < 3; ++trial) {
+  for (int trial = 0; trial < trials; ++trial) {
     int runs = 0;
     const Clock::time_point start = Clock::now();
     double elapsed = 0;
@@ -59,7 +68,7 @@ double time_run(Program& p) {
       p.exe->run(p.args);
       ++runs;
       elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    } while (elapsed < 0.02);
+    } while (elapsed < min_seconds);
     best = std::min(best, elapsed / runs);
   }
   return best;
@@ -142,6 +151,16 @@ KernelRates measure(DType dtype) {
   return k;
 }
 
+// Filled arrays of these types: small floats, index 0 for integer arrays (a valid index
+// of any gather or target), 1 for integer scalars (step counters are 1-based), false for
+// booleans.
+Array filled(const compiler::TensorType& type) {
+  if (type.dtype != DType::Bool && !is_floating(type.dtype) && type.shape.empty())
+    return full(type.shape, 1, type.dtype).eval();
+  if (!is_floating(type.dtype)) return zeros(type.shape, type.dtype).eval();
+  return astype(full(type.shape, 0.01), type.dtype).eval();
+}
+
 double host_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
@@ -179,8 +198,51 @@ std::string HostRates::text() const {
   };
   return fmt::format("host calibration ({} cores, {} GEMMs, {:.2f} s):\n", cores, dtype, seconds) +
          rates("1 thread", serial) + rates("threads", parallel) +
-         fmt::format("  collectives {:.1f} GB/s, {:.1f} us per step\n", collective_bandwidth / 1e9,
-                     collective_latency * 1e6);
+         fmt::format("  collectives {:.1f} GB/s, {:.1f} us per step; a step takes {:.1f} ms + {:.2f}x its "
+                     "kernels on one device, {:.1f} ms + {:.2f}x on one virtual device per core, "
+                     "{:.1f} ms + {:.2f}x on two per core\n",
+                     collective_bandwidth / 1e9, collective_latency * 1e6, step_overhead_one * 1e3, step_factor_one,
+                     step_overhead_many * 1e3, step_factor_many, step_overhead_over * 1e3, step_factor_over);
+}
+
+double host_kernel_seconds(const compiler::Graph& graph, const compiler::Node& node, bool serial) {
+  static std::mutex mutex;
+  static std::map<std::string, double> cache;
+  std::string key = fmt::format("{}{} {}(", serial ? "serial " : "", node.primitive->name(),
+                                node.primitive->attributes());
+  for (compiler::ValueId v : node.inputs) {
+    const compiler::Value& value = graph.values[static_cast<size_t>(v)];
+    key += compiler::to_string(value.type) + (value.kind == compiler::ValueKind::Constant ? "c," : ",");
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  compiler::Graph one;
+  Program p;
+  std::vector<compiler::ValueId> inputs;
+  for (compiler::ValueId v : node.inputs) {
+    const compiler::Value& value = graph.values[static_cast<size_t>(v)];
+    if (value.kind == compiler::ValueKind::Constant) {
+      inputs.push_back(one.add_constant(value.constant));
+    } else {
+      inputs.push_back(one.add_parameter(value.type));
+      p.args.push_back(filled(value.type));
+    }
+  }
+  std::vector<compiler::TensorType> types;
+  for (compiler::ValueId v : node.outputs) types.push_back(graph.values[static_cast<size_t>(v)].type);
+  one.outputs = one.add_node(node.primitive, inputs, types);
+  compiler::CompileOptions options;
+  options.fuse = options.fold_constants = options.simplify = options.remat = options.schedule = false;
+  p.exe = compiler::compile(std::move(one), options);
+  double seconds = 0;
+  if (serial) {
+    SerialKernelsScope scope;
+    seconds = time_run(p, 0.02, 3);
+  } else {
+    seconds = time_run(p, 0.02, 3);
+  }
+  cache.emplace(key, seconds);
+  return seconds;
 }
 
 const HostRates& calibrate_host(DType compute_dtype) {
@@ -202,6 +264,80 @@ const HostRates& calibrate_host(DType compute_dtype) {
   h.collective_bandwidth = h.serial.bandwidth / 2;
   h.collective_latency = 20e-6;
   h.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return cache.emplace(compute_dtype, h).first->second;
+}
+
+namespace {
+
+// The reference step: a 2-layer GPT of width 128 on batches of 4 x 128 tokens, AdamW.
+train::TrainConfig reference_config(DType dtype) {
+  train::TrainConfig c;
+  c.model = {.family = "gpt2", .vocab = 256, .dim = 128, .layers = 2, .heads = 2, .context = 128};
+  c.model.compute_dtype = std::string(name(dtype));
+  c.loop.batch = 4;
+  c.loop.seq = 128;
+  return c;
+}
+
+// Median seconds of `steps` real steps of the reference config on `devices` devices.
+double measure_reference_step(const train::TrainConfig& config, int devices, int steps) {
+  const models::Model model(config.model);
+  const optim::Optimizer optimizer(config.optimizer_config(), model.specs());
+  if (devices > 1 && spmd::device_count() < devices) spmd::set_cpu_devices(devices);
+  const train::Layout layout =
+      devices > 1 ? train::Layout(spmd::Mesh::parse(fmt::format("data={}", devices)), train::default_axis_rules(),
+                                  model.specs())
+                  : train::Layout::one_device(model.specs());
+  Tree params = layout.shard_params(model.init(0));
+  Tree opt = layout.shard_opt_state(optimizer.init(params));
+  data::Batch batch;
+  batch.tokens = zeros({config.loop.batch, config.loop.seq}, DType::Int32).eval();
+  batch.targets = zeros({config.loop.batch, config.loop.seq}, DType::Int32).eval();
+  const std::vector<data::Batch> micro = {layout.shard_batch(batch)};
+  train::TrainStep step(model, optimizer, 1, &layout);
+  std::vector<double> times;
+  for (int i = 0; i < steps + 2; ++i) {
+    const Clock::time_point start = Clock::now();
+    step.run(params, opt, micro, 1e-4, std::nullopt);
+    if (i >= 2) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+const HostRates& calibrate_host_steps(DType compute_dtype) {
+  static std::mutex mutex;
+  static std::map<DType, HostRates> cache;
+  const HostRates& base = calibrate_host(compute_dtype);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(compute_dtype); it != cache.end()) return it->second;
+  const Clock::time_point start = Clock::now();
+  HostRates h = base;
+  const train::TrainConfig config = reference_config(compute_dtype);
+  const goodput::AcceleratorSpec host = h.accelerator();
+  StepModelOptions options;
+  options.host = &h;  // factors 1: the sum of the kernels
+  const int many = std::max(2, h.cores);
+  // Two sizes of the reference step (batch 4 and 16) fit measured = overhead + factor *
+  // kernels, on one device and on `many` virtual devices.
+  train::TrainConfig big = config;
+  big.loop.batch = 16;
+  auto fit = [&](int devices, double* overhead, double* factor) {
+    const PlanLayout layout{.data = devices};
+    const StepEstimate small_est = estimate_step(config, layout, host, options);
+    const StepEstimate big_est = estimate_step(big, layout, host, options);
+    const double m_small = measure_reference_step(config, devices, 7) - small_est.exposed_collective_seconds;
+    const double m_big = measure_reference_step(big, devices, 7) - big_est.exposed_collective_seconds;
+    const double k_small = small_est.compute_seconds, k_big = big_est.compute_seconds;
+    *factor = std::max(0.5, (m_big - m_small) / std::max(k_big - k_small, 1e-9));
+    *overhead = std::max(0.0, m_small - *factor * k_small);
+  };
+  fit(1, &h.step_overhead_one, &h.step_factor_one);
+  fit(many, &h.step_overhead_many, &h.step_factor_many);
+  fit(2 * many, &h.step_overhead_over, &h.step_factor_over);
+  h.seconds += std::chrono::duration<double>(Clock::now() - start).count();
   return cache.emplace(compute_dtype, h).first->second;
 }
 

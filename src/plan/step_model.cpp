@@ -99,6 +99,11 @@ struct DeviceRates {
   double bandwidth = 0;  // achievable bytes/s
   double overhead = 0;   // seconds per kernel
   bool tiles = true;     // apply the matrix-unit model (the host's curve has it built in)
+  bool measured = false;  // a calibrated host: each kernel is timed (host_kernel_seconds)
+  bool serial = false;    // ... on one thread (virtual devices)
+  double slowdown = 1;    // ... and shares the cores with this many times as many devices
+  double step_factor = 1;    // HostRates::step_factor_one / _many
+  double step_overhead = 0;  // HostRates::step_overhead_one / _many, per program run
   bool synchronous_collectives = false;
   double peak_for_mfu = 0;
   double capacity = 0;
@@ -126,6 +131,15 @@ DeviceRates rates_for(const goodput::AcceleratorSpec& acc, const HostRates* host
     r.bandwidth = k.bandwidth * share;
     r.overhead = k.kernel_overhead / share;
     r.tiles = false;
+    r.measured = true;
+    r.serial = chips > 1;
+    r.slowdown = 1 / share;
+    r.step_factor = chips > host->cores ? host->step_factor_over
+                    : chips > 1         ? host->step_factor_many
+                                        : host->step_factor_one;
+    r.step_overhead = chips > host->cores ? host->step_overhead_over
+                      : chips > 1         ? host->step_overhead_many
+                                          : host->step_overhead_one;
     r.synchronous_collectives = true;
     r.peak_for_mfu = host->parallel.gemm_flops;
     return r;
@@ -227,8 +241,8 @@ ProgramCost cost_program(const compiler::Graph& g, const DeviceRates& r, const g
     const Cost c = node.primitive->cost(ins, outs);
     NodeCost cost;
     double sent = c.bytes;
-    if (const auto* coll = dynamic_cast<const spmd::Collective*>(node.primitive.get());
-        coll != nullptr && coll->kind() != spmd::CollectiveKind::ShardSlice &&
+    const auto* coll = dynamic_cast<const spmd::Collective*>(node.primitive.get());
+    if (coll != nullptr && coll->kind() != spmd::CollectiveKind::ShardSlice &&
         coll->kind() != spmd::CollectiveKind::ShardPad) {
       const compiler::TensorType& in = g.values[static_cast<size_t>(node.inputs[0])].type;
       const compiler::TensorType& res = g.values[static_cast<size_t>(node.outputs[0])].type;
@@ -244,8 +258,16 @@ ProgramCost cost_program(const compiler::Graph& g, const DeviceRates& r, const g
         over_batch = over_batch && (axis == "data" || axis == "fsdp");
       }
       (over_batch ? out.batch_collectives : out.tensor_collectives) += cost.seconds;
+    } else if (coll != nullptr) {
+      // shard_slice / shard_pad: this device's block, a local copy.
+      cost.kind = "memory";
+      cost.seconds = c.bytes / r.bandwidth + r.overhead;
     } else if (node.primitive->aliases_input(0) >= 0) {
       cost.kind = "view";  // no kernel: the output is a view of an input
+    } else if (r.measured) {
+      cost.kind = is_attention(name) && c.flops > 0 ? "attention" : is_gemm(name) && c.flops > 0 ? "gemm" : "memory";
+      cost.seconds = host_kernel_seconds(g, node, r.serial) * r.slowdown * r.step_factor;
+      cost.utilization = 1;
     } else if (is_attention(name) && c.flops > 0) {
       cost = gemm_cost(g, node, c, r, acc, /*attention=*/true);
     } else if (is_gemm(name) && c.flops > 0) {
@@ -339,6 +361,21 @@ PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& la
     p.graph = std::move(optimized.graph);
     prepared.programs.push_back(std::move(p));
   }
+  // The validation program (train::Evaluator: the loss on a micro-batch, the same layout).
+  {
+    const Tree args{{"params", params}, {"targets", batch.targets}, {"tokens", batch.tokens}};
+    const JitFn loss = [&model](const Tree& a, const StaticArgs&) {
+      return Tree(model.loss(a.at("params"), a.at("tokens").leaf(), a.at("targets").leaf()));
+    };
+    compiler::Graph eval = trace(loss, args);
+    if (!tl.splits_nothing()) {
+      spmd::PartitionOptions popts;
+      popts.parameter_names = args.paths();
+      eval = spmd::partition(eval, mesh, tl.shardings_for(args), {}, popts).local;
+    }
+    prepared.memory.eval = static_cast<double>(compiler::optimize(std::move(eval)).plan.arena_bytes);
+    prepared.memory.peak += prepared.memory.eval;
+  }
   return prepared;
 }
 
@@ -361,7 +398,7 @@ StepEstimate cost_step(const PreparedStep& prepared, const goodput::AcceleratorS
     double exposed = cost.tensor_collectives + cost.batch_collectives;
     if (!rates.synchronous_collectives)
       exposed = cost.tensor_collectives + std::max(0.0, cost.batch_collectives - cost.compute);
-    est.compute_seconds += runs * cost.compute;
+    est.compute_seconds += runs * (cost.compute + rates.step_overhead);
     est.collective_seconds += runs * (cost.batch_collectives + cost.tensor_collectives);
     est.exposed_collective_seconds += runs * exposed;
     for (const auto& [k, v] : cost.ops) {

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "tessera/base/dtype.h"
+#include "tessera/compiler/graph.h"
 #include "tessera/goodput/accelerators.h"
 
 namespace tessera::plan {
@@ -32,6 +33,16 @@ struct HostRates {
   std::string dtype;    // the compute dtype the GEMMs were measured in
   KernelRates serial;   // one thread
   KernelRates parallel; // all threads
+  // A program runs slower than the sum of its kernels timed alone (inputs arrive from
+  // other kernels, not hot in cache; the step's own work between kernels; and with
+  // several devices, cores contending for caches and memory and waiting for each other).
+  // Measured on a reference step (a 2-layer GPT, not one the validation plans) at two
+  // batch sizes: step = overhead + factor * (its kernels timed alone), on one device and
+  // on one and on two virtual devices per core. calibrate_host leaves them 0 and 1;
+  // calibrate_host_steps measures them.
+  double step_factor_one = 1, step_overhead_one = 0;  // seconds per program run
+  double step_factor_many = 1, step_overhead_many = 0;
+  double step_factor_over = 1, step_overhead_over = 0;  // more virtual devices than cores (2 per core)
   double collective_bandwidth = 0;  // bytes/s per device between virtual devices
   double collective_latency = 0;    // seconds per collective step
   double seconds = 0;               // spent measuring
@@ -43,5 +54,15 @@ struct HostRates {
 // Measures this machine for `compute_dtype` (float32, bfloat16 or float16); cached per
 // process and dtype.
 const HostRates& calibrate_host(DType compute_dtype);
+
+// calibrate_host with the step factors measured (a few seconds more); cached.
+const HostRates& calibrate_host_steps(DType compute_dtype);
+
+// Seconds one kernel (`node` of `graph`) takes on this host, run by itself on inputs of
+// its types (on one thread when `serial`), the best of repeated runs; cached per process
+// by the kernel's signature (primitive, attributes, input types). What the planner
+// costs each kernel at when it plans for this machine: the roofline is for chips it
+// cannot run on.
+double host_kernel_seconds(const compiler::Graph& graph, const compiler::Node& node, bool serial);
 
 }  // namespace tessera::plan

@@ -68,7 +68,10 @@ struct OpClassCost {
 
 struct MemoryBreakdown {
   double parameters = 0, optimizer = 0, gradients = 0, activations = 0;  // per device
-  double peak = 0;  // the memory plan's peak over the step's programs
+  // The validation program's arena: the trainer compiles it beside the step and its
+  // arena stays allocated.
+  double eval = 0;
+  double peak = 0;  // the memory plan's peak over the step's programs, plus `eval`
   double host = 0;  // host offload arena
 };
 

@@ -63,6 +63,8 @@ class Slice : public Primitive {
   const std::vector<int64_t>& step() const { return step_; }
   std::string name() const override { return "slice"; }
   std::string attributes() const override;
+  // Reads only the sliced elements (not the whole input) and writes them.
+  Cost cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const override;
   TESSERA_PRIMITIVE_EVAL
   TESSERA_PRIMITIVE_VJP
   TESSERA_PRIMITIVE_VMAP

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# tessera plan end to end: the tables and --json of a catalog plan, --explain, the
+# measured host, and its clear errors (unknown accelerator, unknown model, a mesh of
+# unknown axes, a layout that does not split the batch).
+source "$(dirname "$0")/cli_common.sh" "$@"
+
+case "$case_name" in
+catalog)
+  out="$("$tessera" plan --model gpt2-124m --batch 512 --seq 1024 --set model.compute_dtype=bfloat16 \
+    --accelerators h100,tpu_v5p --chips 8..16 --tokens 1e10)"
+  echo "$out"
+  grep -q "^per accelerator" <<<"$out" || fail "no per-accelerator table"
+  grep -q "^strong scaling" <<<"$out" || fail "no strong-scaling table"
+  grep -q "^weak scaling" <<<"$out" || fail "no weak-scaling table"
+  grep -qE "^h100 +8 " <<<"$out" || fail "no h100 row for 8 chips"
+  grep -qE "^tpu_v5p +16 " <<<"$out" || fail "no tpu_v5p row for 16 chips"
+  json="$("$tessera" plan --model gpt2-124m --batch 512 --seq 1024 --accelerators h100 --chips 8,16 --json)"
+  python3 - "$json" <<'PY' || fail "bad --json"
+import json, sys
+d = json.loads(sys.argv[1])
+rows = d["strong_scaling"]
+assert [r["chips"] for r in rows] == [8, 16], rows
+for r in rows:
+    assert r["found"] and r["step_seconds"] > 0 and 0 < r["mfu"] < 1, r
+    assert r["memory"]["peak"] > r["memory"]["parameters"] > 0, r
+    assert r["run"]["seconds"] >= r["run"]["raw_seconds"] > 0, r
+    assert 0 < r["run"]["goodput"] <= 1, r
+# Strong scaling: twice the chips never more memory per chip, never a slower step here.
+assert rows[1]["memory"]["peak"] <= rows[0]["memory"]["peak"] * 1.0001, rows
+assert rows[1]["step_seconds"] < rows[0]["step_seconds"], rows
+PY
+  ;;
+explain)
+  out="$("$tessera" plan --model gpt2-124m --batch 16 --seq 1024 --accelerators h100 --mesh data=1 --explain)"
+  echo "$out"
+  grep -qE "^matmul +gemm" <<<"$out" || fail "no matmul line in --explain"
+  grep -q "^memory per chip: peak" <<<"$out" || fail "no memory breakdown in --explain"
+  ;;
+host)
+  out="$("$tessera" plan --config configs/tiny.toml --set train.batch=4 --set train.seq=64 --accelerators host \
+    --chips 1,2 --explain)"
+  echo "$out"
+  grep -q "^host calibration" <<<"$out" || fail "no host calibration"
+  grep -qE "^host +2 " <<<"$out" || fail "no host row for 2 devices"
+  grep -qE "^all_reduce +collective|^reduce_scatter +collective|^all_gather +collective" <<<"$out" ||
+    fail "no collective in the 2-device plan"
+  ;;
+errors)
+  expect_error() {
+    local want="$1"
+    shift
+    if out="$("$tessera" plan "$@" 2>&1)"; then fail "tessera plan $* succeeded"; fi
+    grep -q -- "$want" <<<"$out" || fail "tessera plan $*: expected '$want' in: $out"
+  }
+  expect_error "unknown accelerator 'h900'" --model tiny --accelerators h900
+  expect_error "unknown model 'gpt5'" --model gpt5
+  expect_error "the planner lays out the axes data, fsdp and tensor (got 'model')" --model tiny --accelerators h100 \
+    --mesh model=2
+  expect_error "does not split over 3 data-parallel devices" --model tiny --set train.batch=8 --accelerators h100 \
+    --mesh data=3
+  expect_error "--chips 8..x" --model tiny --chips 8..x
+  expect_error "exactly one of --model" --accelerators h100
+  ;;
+*) fail "unknown case" ;;
+esac

@@ -71,5 +71,5 @@ set_tests_properties(resilience.kill_soak_reduced PROPERTIES LABELS "cli;resilie
                                                              "STEPS=600")
 
 # tessera plan: catalog tables and --json (strong scaling monotone), --explain, the
-# measured host with its collectives, and the clear errors.
-tessera_cli_cases(plan cli 300 catalog explain host errors)
+# measured host with its collectives, the clear errors, and tessera train --mesh auto.
+tessera_cli_cases(plan cli 300 catalog explain host errors mesh_auto)

@@ -72,7 +72,7 @@ def measure(tessera, config, mesh, sets, processes, steps):
             "--set", f"train.steps={steps}", "--set", "train.log_interval=1", "--set", "train.eval_batches=1",
             "--set", f"parallel.mesh={mesh}",
             # No checkpoint before the end: a save's staging copy is not the step's memory.
-            "--set", "checkpoint.interval=0", "--set", 'checkpoint.local_dir=""']
+            "--set", "checkpoint.interval=0", "--set", 'checkpoint.local_dir=""', "--set", "schedule.warmup_steps=0"]
     for s in sets:
         args += ["--set", s]
     env = dict(os.environ)

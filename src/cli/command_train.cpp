@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/mesh_auto.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/models/sample.h"
 #include "tessera/spmd/runtime.h"
@@ -59,10 +60,15 @@ int run_train(const TrainOptions& options) {
     return 2;
   }
   std::vector<std::string> overrides = options.overrides;
-  if (!options.mesh.empty()) overrides.push_back("parallel.mesh=\"" + options.mesh + "\"");
+  const bool mesh_auto = options.mesh == "auto";
+  if (!options.mesh.empty() && !mesh_auto) overrides.push_back("parallel.mesh=\"" + options.mesh + "\"");
   if (!options.device.empty()) overrides.push_back("run.device=\"" + options.device + "\"");
   if (!options.init_from.empty()) overrides.push_back("run.init_from=\"" + options.init_from + "\"");
   train::TrainConfig config = train::load_config(options.config, overrides);
+  if (mesh_auto) {
+    config.parallel.mesh = choose_mesh_auto(config);
+    config.validate();
+  }
   if (options.print_config) {
     fmt::print("{}\n", config.to_json().dump(2));
     return 0;
@@ -115,7 +121,9 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--set", options->overrides, "Override a key: --set optimizer.lr=3e-4 (repeatable)");
   sub->add_option("--mesh", options->mesh,
                   "Train SPMD over a device mesh, e.g. data=2,fsdp=2,tensor=2 (= --set parallel.mesh=...); "
-                  "in-process it uses that many virtual CPU devices, under mpirun one per rank");
+                  "in-process it uses that many virtual CPU devices, under mpirun one per rank. 'auto': the "
+                  "planner picks the layout of the devices present (TESSERA_CPU_DEVICES in-process, the ranks "
+                  "under mpirun) and says why; a resumed run keeps its choice");
   sub->add_option("--device", options->device,
                   "Where the step runs: cpu, cuda or cuda:N (= --set run.device=...); on a GPU use "
                   "--set model.compute_dtype=bfloat16 for mixed precision");

@@ -68,19 +68,25 @@ PlanRow Planner::best(const goodput::AcceleratorSpec& accelerator, int64_t chips
   std::optional<StepEstimate> best_fit, best_any;
   for (const PlanLayout& layout : layouts) {
     const std::string key = layout.mesh();
-    if (invalid_.contains(key)) continue;
+    if (invalid_.contains(key)) {
+      if (mesh) fail<ConfigError>("{}", invalid_[key]);
+      continue;
+    }
     const PreparedStep* prep = nullptr;
     try {
       prep = &prepared(layout);
     } catch (const ConfigError& e) {
+      if (mesh) throw;  // the layout asked for: its error is the answer
       invalid_[key] = e.what();
       continue;
     } catch (const ShapeError& e) {
+      if (mesh) throw;
       invalid_[key] = e.what();
       continue;
     }
     ++row.layouts_tried;
     StepEstimate step = cost_step(*prep, accelerator, options);
+    if (step.fits) row.ranked.emplace_back(key, step.step_seconds);
     if (step.fits && (!best_fit || step.step_seconds < best_fit->step_seconds)) best_fit = step;
     if (!best_any || step.memory.peak < best_any->memory.peak) best_any = step;
   }
@@ -90,6 +96,8 @@ PlanRow Planner::best(const goodput::AcceleratorSpec& accelerator, int64_t chips
                      : fmt::format("none of {} layouts of {} chips is valid for this model", layouts.size(), chips);
     return row;
   }
+  std::stable_sort(row.ranked.begin(), row.ranked.end(),
+                   [](const auto& a, const auto& b) { return a.second < b.second; });
   row.found = true;
   row.step = best_fit ? *best_fit : *best_any;
   if (!best_fit) row.reason = fit_advice(row.step);

@@ -341,23 +341,24 @@ PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& la
     p.name = program.name;
     p.runs_per_step = program.runs_per_step;
 
-    // Memory: the largest program's peak, split by what its parameters are.
-    const double peak = static_cast<double>(optimized.plan.peak_bytes);
-    if (peak >= prepared.memory.peak) {
-      MemoryBreakdown m;
-      m.peak = peak;
-      m.host = static_cast<double>(optimized.plan.host_arena_bytes);
-      for (size_t i = 0; i < optimized.graph.parameters.size() && i < program.parameter_names.size(); ++i) {
-        const double bytes = static_cast<double>(
-            optimized.graph.values[static_cast<size_t>(optimized.graph.parameters[i])].type.nbytes());
-        const std::string& name = program.parameter_names[i];
-        if (name.starts_with("params.")) m.parameters += bytes;
-        if (name.starts_with("opt.")) m.optimizer += bytes;
-        if (name.starts_with("grads.")) m.gradients += bytes;
-      }
-      m.activations = std::max(0.0, peak - m.parameters - m.optimizer - m.gradients);
-      prepared.memory = m;
+    // Memory: each program keeps its own arena for the whole run (they are allocated when
+    // compiled), so the arenas add up; the training state (parameters, optimizer state,
+    // the gradient accumulator) is the largest set any program takes.
+    MemoryBreakdown& m = prepared.memory;
+    m.activations += static_cast<double>(optimized.plan.arena_bytes);
+    m.host += static_cast<double>(optimized.plan.host_arena_bytes);
+    double parameters = 0, optimizer_state = 0, gradients = 0;
+    for (size_t i = 0; i < optimized.graph.parameters.size() && i < program.parameter_names.size(); ++i) {
+      const double bytes = static_cast<double>(
+          optimized.graph.values[static_cast<size_t>(optimized.graph.parameters[i])].type.nbytes());
+      const std::string& name = program.parameter_names[i];
+      if (name.starts_with("params.")) parameters += bytes;
+      if (name.starts_with("opt.")) optimizer_state += bytes;
+      if (name.starts_with("grads.")) gradients += bytes;
     }
+    m.parameters = std::max(m.parameters, parameters);
+    m.optimizer = std::max(m.optimizer, optimizer_state);
+    m.gradients = std::max(m.gradients, gradients);
     p.graph = std::move(optimized.graph);
     prepared.programs.push_back(std::move(p));
   }
@@ -374,8 +375,9 @@ PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& la
       eval = spmd::partition(eval, mesh, tl.shardings_for(args), {}, popts).local;
     }
     prepared.memory.eval = static_cast<double>(compiler::optimize(std::move(eval)).plan.arena_bytes);
-    prepared.memory.peak += prepared.memory.eval;
   }
+  MemoryBreakdown& m = prepared.memory;
+  m.peak = m.parameters + m.optimizer + m.gradients + m.activations + m.eval;
   return prepared;
 }
 

@@ -61,5 +61,20 @@ errors)
   expect_error "--chips 8..x" --model tiny --chips 8..x
   expect_error "exactly one of --model" --accelerators h100
   ;;
+mesh_auto)
+  # Two virtual devices: the planner chooses, says why, and a resume keeps the choice.
+  tiny_train_args 2 --quiet
+  out="$(TESSERA_CPU_DEVICES=2 "$tessera" "${train_args[@]}" --mesh auto --set run.dir="$tmp/run" 2>&1)" ||
+    fail "first start: $out"
+  echo "$out"
+  grep -q "^parallel: --mesh auto chose .* for 2 devices: predicted step" <<<"$out" || fail "no choice line"
+  mesh="$(cat "$tmp/run/mesh_auto")"
+  [[ "$mesh" =~ ^(data|fsdp|tensor)=2$ ]] || fail "kept mesh '$mesh' is not a 2-device layout"
+  tiny_train_args 4 --quiet
+  out="$(TESSERA_CPU_DEVICES=2 "$tessera" "${train_args[@]}" --mesh auto --set run.dir="$tmp/run" 2>&1)" ||
+    fail "resume: $out"
+  grep -q "^parallel: --mesh auto keeps $mesh" <<<"$out" || fail "the resume did not keep $mesh: $out"
+  grep -q "resumed from step 2" <<<"$out" || grep -q "steps            2 -> 4" <<<"$out" || fail "did not resume: $out"
+  ;;
 *) fail "unknown case" ;;
 esac

@@ -28,6 +28,8 @@ struct PlanRow {
   StepEstimate step;
   RunEstimate run;
   int layouts_tried = 0;
+  // Every valid layout that fits, fastest first: mesh and predicted step seconds.
+  std::vector<std::pair<std::string, double>> ranked;
 };
 
 class Planner {

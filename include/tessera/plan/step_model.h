@@ -26,9 +26,9 @@
 // parallel collectives sit on the critical path. On a CPU host tessera's collectives
 // are synchronous, so all of their time counts.
 //
-// Memory per device is the memory plan's peak of the largest program (parameters,
-// optimizer state and gradients as the layout shards them, activations as the remat
-// policy keeps them), broken down by class.
+// Memory per device comes from the memory plans: the training state as the layout shards
+// it, the arena of every step program (activations as the remat policy keeps them) and
+// of the validation program, broken down by class (MemoryBreakdown).
 #pragma once
 
 #include <cstdint>
@@ -66,12 +66,16 @@ struct OpClassCost {
   double utilization = 0;  // gemm/attention: FLOP-weighted matrix-unit utilization
 };
 
+// Per device. `activations` is the step programs' arenas (activations and temporaries:
+// each program keeps its arena allocated, so with gradient accumulation they add up);
+// `gradients` the accumulator between micro-batches (the fused step's gradients live in
+// its arena).
 struct MemoryBreakdown {
-  double parameters = 0, optimizer = 0, gradients = 0, activations = 0;  // per device
+  double parameters = 0, optimizer = 0, gradients = 0, activations = 0;
   // The validation program's arena: the trainer compiles it beside the step and its
   // arena stays allocated.
   double eval = 0;
-  double peak = 0;  // the memory plan's peak over the step's programs, plus `eval`
+  double peak = 0;  // parameters + optimizer + gradients + activations + eval
   double host = 0;  // host offload arena
 };
 

@@ -71,5 +71,6 @@ set_tests_properties(resilience.kill_soak_reduced PROPERTIES LABELS "cli;resilie
                                                              "STEPS=600")
 
 # tessera plan: catalog tables and --json (strong scaling monotone), --explain, the
-# measured host with its collectives, the clear errors, and tessera train --mesh auto.
-tessera_cli_cases(plan cli 300 catalog explain host errors mesh_auto)
+# measured host with its collectives, the clear errors, tessera train --mesh auto, and the
+# --html page.
+tessera_cli_cases(plan cli 300 catalog explain host errors mesh_auto html)

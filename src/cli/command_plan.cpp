@@ -1,7 +1,8 @@
 // `tessera plan --model PRESET|--config FILE [--tokens N] [--accelerators h100,tpu_v5p,...]
-// [--chips 8..4096] [--deadline DAYS] [--budget USD] [--mesh M] [--json] [--explain]`:
+// [--chips 8..4096] [--deadline DAYS] [--budget USD] [--mesh M] [--json] [--explain] [--html FILE]`:
 // time, memory, cost and goodput of a training run per accelerator (plan/planner.h),
-// then strong- and weak-scaling tables.
+// then strong- and weak-scaling tables; --html also writes them as a page with charts
+// (plan/report_html.h).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,9 +14,11 @@
 
 #include "cli/commands.h"
 #include "tessera/base/error.h"
+#include "tessera/base/file_io.h"
 #include "tessera/goodput/accelerators.h"
 #include "tessera/models/model.h"
 #include "tessera/plan/planner.h"
+#include "tessera/plan/report_html.h"
 #include "tessera/train/config.h"
 
 namespace tessera::cli {
@@ -29,6 +32,7 @@ struct PlanOptions {
   std::string accelerators;
   std::string chips;
   std::string mesh;
+  std::string html;  // also write the page here
   int64_t batch = 0;
   int64_t seq = 0;
   double deadline_days = 0;
@@ -84,21 +88,6 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
-std::string human_seconds(double s) {
-  if (!std::isfinite(s)) return "-";
-  if (s < 1) return fmt::format("{:.1f} ms", s * 1e3);
-  if (s < 120) return fmt::format("{:.2f} s", s);
-  if (s < 7200) return fmt::format("{:.1f} min", s / 60);
-  if (s < 3 * 86400) return fmt::format("{:.1f} h", s / 3600);
-  return fmt::format("{:.1f} d", s / 86400);
-}
-
-std::string human_dollars(double d) {
-  if (d >= 1e6) return fmt::format("${:.2f}M", d / 1e6);
-  if (d >= 1e3) return fmt::format("${:.1f}k", d / 1e3);
-  return fmt::format("${:.2f}", d);
-}
-
 std::string memory_cell(const plan::StepEstimate& s) {
   const std::string used = fmt::format("{:.1f}/{:.0f} GB", s.memory.peak / 1e9, s.memory_capacity / 1e9);
   return s.fits ? used : used + " NO";
@@ -143,9 +132,9 @@ void print_row(const plan::PlanRow& r) {
   }
   const plan::StepEstimate& s = r.step;
   fmt::print("{:<13} {:>6}  {:<24} {:>9} {:>6.1f}% {:>16} {:>9} {:>9} {:>9} {:>9} {:>6.1f}%\n", r.accelerator, r.chips,
-             s.layout.mesh(), human_seconds(s.step_seconds), 100 * s.mfu, memory_cell(s),
-             human_seconds(r.run.raw_seconds), human_dollars(r.run.dollars_raw), human_seconds(r.run.seconds),
-             human_dollars(r.run.dollars), 100 * r.run.goodput);
+             s.layout.mesh(), plan::format_duration(s.step_seconds), 100 * s.mfu, memory_cell(s),
+             plan::format_duration(r.run.raw_seconds), plan::format_dollars(r.run.dollars_raw),
+             plan::format_duration(r.run.seconds), plan::format_dollars(r.run.dollars), 100 * r.run.goodput);
   if (!r.reason.empty()) fmt::print("{:<13} {:>6}  {}\n", "", "", r.reason);
 }
 
@@ -157,8 +146,8 @@ void print_header() {
 void print_explain(const plan::PlanRow& r) {
   const plan::StepEstimate& s = r.step;
   fmt::print("\n{} x{} {}: step {} = compute {} + exposed collectives {} (of {}); programs: ", r.accelerator, r.chips,
-             s.layout.mesh(), human_seconds(s.step_seconds), human_seconds(s.compute_seconds),
-             human_seconds(s.exposed_collective_seconds), human_seconds(s.collective_seconds));
+             s.layout.mesh(), plan::format_duration(s.step_seconds), plan::format_duration(s.compute_seconds),
+             plan::format_duration(s.exposed_collective_seconds), plan::format_duration(s.collective_seconds));
   for (size_t i = 0; i < s.programs.size(); ++i) fmt::print("{}{}", i ? ", " : "", s.programs[i]);
   fmt::print("\n{:<28} {:<10} {:>8} {:>11} {:>11} {:>10} {:>6} {:>6}\n", "op", "kind", "kernels", "GFLOP", "MB",
              "ms", "util", "share");
@@ -349,6 +338,13 @@ int run_plan(const PlanOptions& o) {
     }
   }
   if (o.json) fmt::print("{}\n", out.dump());
+  if (!o.html.empty()) {
+    fileio::write_file_atomic(
+        o.html, plan::render_plan_html(out, fmt::format("tessera plan: {}", out["model"].get<std::string>())),
+        fileio::Durability::Atomic);
+    // With --json, stdout stays the one JSON object.
+    fmt::print(o.json ? stderr : stdout, "plan report: {}\n", o.html);
+  }
   return 0;
 }
 
@@ -375,6 +371,8 @@ Command add_plan_command(CLI::App& app) {
   sub->add_option("--save-s", options->save_s, "Seconds a checkpoint save blocks training");
   sub->add_flag("--json", options->json, "Print one JSON object instead of the tables");
   sub->add_flag("--explain", options->explain, "Per-op breakdown of each accelerator's chosen configuration");
+  sub->add_option("--html", options->html,
+                  "Also write the plan as an HTML page with scaling charts (self-contained: inline SVG, no scripts)");
   return Command{sub, [options] { return run_plan(*options); }};
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tessera plan end to end: the tables and --json of a catalog plan, --explain, the
 # measured host, and its clear errors (unknown accelerator, unknown model, a mesh of
-# unknown axes, a layout that does not split the batch).
+# unknown axes, a layout that does not split the batch), and the --html page.
 source "$(dirname "$0")/cli_common.sh" "$@"
 
 case "$case_name" in
@@ -75,6 +75,18 @@ mesh_auto)
     fail "resume: $out"
   grep -q "^parallel: --mesh auto keeps $mesh" <<<"$out" || fail "the resume did not keep $mesh: $out"
   grep -q "resumed from step 2" <<<"$out" || grep -q "steps            2 -> 4" <<<"$out" || fail "did not resume: $out"
+  ;;
+html)
+  out="$("$tessera" plan --model gpt2-124m --batch 512 --seq 1024 --accelerators h100,tpu_v5p --chips 8..32 \
+    --html "$tmp/p.html")"
+  echo "$out"
+  grep -q "^plan report: $tmp/p.html" <<<"$out" || fail "no 'plan report:' line"
+  grep -q "^strong scaling" <<<"$out" || fail "--html dropped the tables"
+  [[ -s "$tmp/p.html" ]] || fail "no page written"
+  for want in '<svg' '>h100</text>' '>tpu_v5p</text>' 'id="summary"'; do
+    grep -qF "$want" "$tmp/p.html" || fail "'$want' missing from the page"
+  done
+  ! grep -q "<script" "$tmp/p.html" || fail "the page has a script"
   ;;
 *) fail "unknown case" ;;
 esac

@@ -65,6 +65,12 @@ std::vector<int64_t> parse_chips(const std::string& text) {
     for (int64_t c = lo; c <= hi; c *= 2) out.push_back(c);
     return out;
   }
+  // A list: ascending, each once (weak scaling grows the batch from the smallest).
+  auto sorted = [](std::vector<int64_t> v) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    return v;
+  };
   size_t start = 0;
   while (start <= text.size()) {
     const size_t comma = text.find(',', start);
@@ -72,7 +78,7 @@ std::vector<int64_t> parse_chips(const std::string& text) {
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  return out;
+  return sorted(out);
 }
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -107,10 +113,10 @@ nlohmann::json row_json(const plan::PlanRow& r) {
   j["exposed_collective_seconds"] = s.exposed_collective_seconds;
   j["mfu"] = s.mfu;
   j["tokens_per_second"] = s.tokens_per_second;
-  j["memory"] = {{"peak", s.memory.peak},         {"parameters", s.memory.parameters},
-                 {"optimizer", s.memory.optimizer}, {"gradients", s.memory.gradients},
-                 {"activations", s.memory.activations}, {"eval", s.memory.eval}, {"host", s.memory.host},
-                 {"capacity", s.memory_capacity},   {"fits", s.fits}};
+  j["memory"] = {
+      {"peak", s.memory.peak},           {"parameters", s.memory.parameters},   {"optimizer", s.memory.optimizer},
+      {"gradients", s.memory.gradients}, {"activations", s.memory.activations}, {"eval", s.memory.eval},
+      {"host", s.memory.host},           {"capacity", s.memory_capacity},       {"fits", s.fits}};
   j["run"] = {{"tokens", r.run.tokens},
               {"steps", r.run.steps},
               {"raw_seconds", r.run.raw_seconds},
@@ -149,8 +155,8 @@ void print_explain(const plan::PlanRow& r) {
              s.layout.mesh(), plan::format_duration(s.step_seconds), plan::format_duration(s.compute_seconds),
              plan::format_duration(s.exposed_collective_seconds), plan::format_duration(s.collective_seconds));
   for (size_t i = 0; i < s.programs.size(); ++i) fmt::print("{}{}", i ? ", " : "", s.programs[i]);
-  fmt::print("\n{:<28} {:<10} {:>8} {:>11} {:>11} {:>10} {:>6} {:>6}\n", "op", "kind", "kernels", "GFLOP", "MB",
-             "ms", "util", "share");
+  fmt::print("\n{:<28} {:<10} {:>8} {:>11} {:>11} {:>10} {:>6} {:>6}\n", "op", "kind", "kernels", "GFLOP", "MB", "ms",
+             "util", "share");
   const double total = s.compute_seconds + s.collective_seconds;
   for (const plan::OpClassCost& op : s.ops) {
     fmt::print("{:<28} {:<10} {:>8} {:>11.2f} {:>11.2f} {:>10.3f} {:>6} {:>5.1f}%\n", op.op, op.kind, op.kernels,
@@ -159,11 +165,12 @@ void print_explain(const plan::PlanRow& r) {
                100 * op.seconds / total);
   }
   const plan::MemoryBreakdown& m = s.memory;
-  fmt::print("memory per chip: peak {:.3f} GB = parameters {:.3f} + optimizer {:.3f} + gradients {:.3f} + "
-             "activations and temporaries {:.3f} + the validation program's arena {:.3f}; host offload {:.3f} GB; "
-             "capacity {:.1f} GB\n",
-             m.peak / 1e9, m.parameters / 1e9, m.optimizer / 1e9, m.gradients / 1e9, m.activations / 1e9, m.eval / 1e9,
-             m.host / 1e9, s.memory_capacity / 1e9);
+  fmt::print(
+      "memory per chip: peak {:.3f} GB = parameters {:.3f} + optimizer {:.3f} + gradients {:.3f} + "
+      "activations and temporaries {:.3f} + the validation program's arena {:.3f}; host offload {:.3f} GB; "
+      "capacity {:.1f} GB\n",
+      m.peak / 1e9, m.parameters / 1e9, m.optimizer / 1e9, m.gradients / 1e9, m.activations / 1e9, m.eval / 1e9,
+      m.host / 1e9, s.memory_capacity / 1e9);
 }
 
 // Which row of an accelerator's chip counts to show: with a deadline the cheapest that
@@ -175,11 +182,11 @@ const plan::PlanRow* choose(const std::vector<plan::PlanRow>& rows, double deadl
     if (!r.found || !r.step.fits) continue;
     if (deadline_s > 0 && r.run.seconds > deadline_s) continue;
     if (budget > 0 && r.run.dollars > budget) continue;
-    const bool better = best == nullptr ||
-                        (budget > 0 && deadline_s <= 0 ? r.run.seconds < best->run.seconds
-                                                       : r.run.dollars < best->run.dollars * (1 - 1e-9) ||
-                                                             (r.run.dollars <= best->run.dollars * (1 + 1e-9) &&
-                                                              r.run.seconds < best->run.seconds));
+    const bool better =
+        best == nullptr || (budget > 0 && deadline_s <= 0 ? r.run.seconds < best->run.seconds
+                                                          : r.run.dollars < best->run.dollars * (1 - 1e-9) ||
+                                                                (r.run.dollars <= best->run.dollars * (1 + 1e-9) &&
+                                                                 r.run.seconds < best->run.seconds));
     if (better) best = &r;
   }
   *why = deadline_s > 0 ? "the cheapest that meets the deadline"
@@ -230,11 +237,12 @@ int run_plan(const PlanOptions& o) {
                      {"restart_seconds", costs.restart_seconds},
                      {"save_seconds", costs.save_seconds}};
   if (!o.json)
-    fmt::print("tessera plan: {} ({:.1f}M parameters), batch {} x {} tokens, {}, remat {}, {:.3g} tokens; restart "
-               "{} s, checkpoint save {} s\n",
-               o.model.empty() ? o.config : o.model, static_cast<double>(model.parameter_count()) / 1e6,
-               config.loop.batch, config.loop.seq, config.model.compute_dtype, config.model.remat, tokens,
-               costs.restart_seconds, costs.save_seconds);
+    fmt::print(
+        "tessera plan: {} ({:.1f}M parameters), batch {} x {} tokens, {}, remat {}, {:.3g} tokens; restart "
+        "{} s, checkpoint save {} s\n",
+        o.model.empty() ? o.config : o.model, static_cast<double>(model.parameter_count()) / 1e6, config.loop.batch,
+        config.loop.seq, config.model.compute_dtype, config.model.remat, tokens, costs.restart_seconds,
+        costs.save_seconds);
 
   std::vector<std::pair<std::string, std::vector<plan::PlanRow>>> by_accelerator;
   for (const std::string& key : keys) {
@@ -249,9 +257,10 @@ int run_plan(const PlanOptions& o) {
       if (!found) {
         std::vector<std::string> known;
         for (const goodput::AcceleratorSpec& a : catalog) known.push_back(a.key);
-        fail<ConfigError>("tessera plan: unknown accelerator '{}' (configs/accelerators.toml has {}; 'host' is this "
-                          "machine, measured)",
-                          key, fmt::join(known, ", "));
+        fail<ConfigError>(
+            "tessera plan: unknown accelerator '{}' (configs/accelerators.toml has {}; 'host' is this "
+            "machine, measured)",
+            key, fmt::join(known, ", "));
       }
       acc = *found;
     }
@@ -275,7 +284,11 @@ int run_plan(const PlanOptions& o) {
       if (!o.json)
         fmt::print("{:<13} {:>6}  no chip count in the range fits{}{}\n", key, "-",
                    deadline_s > 0 ? " and meets the deadline" : "", o.budget > 0 ? " within the budget" : "");
-      summary.push_back({{"accelerator", key}, {"found", false}});
+      summary.push_back({{"accelerator", key},
+                         {"found", false},
+                         {"reason", fmt::format("no chip count in the range fits{}{}",
+                                                deadline_s > 0 ? " and meets the deadline" : "",
+                                                o.budget > 0 ? " within the budget" : "")}});
       continue;
     }
     if (!o.json) print_row(*best);
@@ -304,13 +317,22 @@ int run_plan(const PlanOptions& o) {
       const int64_t base = rows.front().chips;
       std::vector<plan::PlanRow> weak_rows;
       for (const plan::PlanRow& r : rows) {
+        if ((config.loop.batch * r.chips) % base != 0 ||
+            (config.loop.micro_batch > 0 && (config.loop.micro_batch * r.chips) % base != 0)) {
+          plan::PlanRow skipped;
+          skipped.accelerator = key;
+          skipped.chips = r.chips;
+          skipped.reason =
+              fmt::format("{} sequences per {} chips do not scale to {} chips", config.loop.batch, base, r.chips);
+          weak_rows.push_back(skipped);
+          continue;
+        }
         train::TrainConfig scaled = config;
-        scaled.loop.batch = config.loop.batch * (r.chips / base);
-        scaled.loop.micro_batch = config.loop.micro_batch > 0 ? config.loop.micro_batch * (r.chips / base) : 0;
+        scaled.loop.batch = config.loop.batch * r.chips / base;
+        scaled.loop.micro_batch = config.loop.micro_batch > 0 ? config.loop.micro_batch * r.chips / base : 0;
         plan::Planner weak_planner(scaled);
         const plan::HostRates* host = key == "host" ? &plan::calibrate_host_steps(compute) : nullptr;
-        goodput::AcceleratorSpec acc =
-            host != nullptr ? host->accelerator() : *goodput::find_accelerator(catalog, key);
+        goodput::AcceleratorSpec acc = host != nullptr ? host->accelerator() : *goodput::find_accelerator(catalog, key);
         weak_rows.push_back(weak_planner.best(acc, r.chips, tokens, costs, host));
       }
       if (!o.json && !printed) {
@@ -321,7 +343,9 @@ int run_plan(const PlanOptions& o) {
       }
       for (const plan::PlanRow& r : weak_rows) {
         if (!o.json) print_row(r);
-        weak.push_back(row_json(r));
+        nlohmann::json j = row_json(r);
+        j["base"] = {{"batch", config.loop.batch}, {"chips", base}};  // sequences per this many chips
+        weak.push_back(j);
       }
     }
   }

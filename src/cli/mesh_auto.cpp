@@ -73,8 +73,8 @@ std::string choose_mesh_auto(const train::TrainConfig& config) {
   const double fastest = row.ranked.front().second;
   std::string mesh = row.ranked.front().first;
   for (const plan::PlanLayout& l : planner.candidate_layouts(devices, devices)) {
-    const auto it = std::find_if(row.ranked.begin(), row.ranked.end(),
-                                 [&](const auto& r) { return r.first == l.mesh(); });
+    const auto it =
+        std::find_if(row.ranked.begin(), row.ranked.end(), [&](const auto& r) { return r.first == l.mesh(); });
     if (it != row.ranked.end() && it->second <= fastest * (1 + kTie)) {
       mesh = it->first;
       break;
@@ -84,11 +84,10 @@ std::string choose_mesh_auto(const train::TrainConfig& config) {
     std::string others;
     for (size_t i = 0; i < row.ranked.size() && i < 4; ++i)
       if (row.ranked[i].first != mesh)
-        others += fmt::format("{}{} {:.1f} ms", others.empty() ? "" : ", ", row.ranked[i].first,
-                              row.ranked[i].second * 1e3);
-    const double chosen = std::find_if(row.ranked.begin(), row.ranked.end(), [&](const auto& r) {
-                            return r.first == mesh;
-                          })->second;
+        others +=
+            fmt::format("{}{} {:.1f} ms", others.empty() ? "" : ", ", row.ranked[i].first, row.ranked[i].second * 1e3);
+    const double chosen =
+        std::find_if(row.ranked.begin(), row.ranked.end(), [&](const auto& r) { return r.first == mesh; })->second;
     fmt::print("parallel: --mesh auto chose {} for {} devices: predicted step {:.1f} ms ({}; others: {})\n", mesh,
                devices, chosen * 1e3, costed_on, others.empty() ? "none fits" : others);
     std::filesystem::create_directories(config.run.dir);

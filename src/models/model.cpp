@@ -171,8 +171,8 @@ ModelConfig preset(const std::string& name) {
 }
 
 std::vector<std::string> preset_names() {
-  return {"tiny",      "small",      "gpt2-124m",   "gpt2-350m",   "llama-tiny",
-          "llama-1b",  "llama2-7b",  "llama2-70b",  "llama3.1-8b", "llama3.1-70b"};
+  return {"tiny",     "small",     "gpt2-124m",  "gpt2-350m",   "llama-tiny",
+          "llama-1b", "llama2-7b", "llama2-70b", "llama3.1-8b", "llama3.1-70b"};
 }
 
 namespace {

@@ -95,7 +95,7 @@ std::pair<double, double> fit_curve(const std::vector<std::pair<double, double>>
     sxy += f * t;
   }
   const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);  // 1 / r
-  const double intercept = (sy - slope * sx) / n;                   // h / r
+  const double intercept = (sy - slope * sx) / n;                  // h / r
   const double r = 1 / std::max(slope, 1e-30);
   return {r, std::max(0.0, intercept) * r};
 }
@@ -207,18 +207,19 @@ std::string HostRates::text() const {
   };
   return fmt::format("host calibration ({} cores, {} GEMMs, {:.2f} s):\n", cores, dtype, seconds) +
          rates("1 thread", serial) + rates("threads", parallel) +
-         fmt::format("  collectives {:.1f} GB/s, {:.1f} us per step; a step takes {:.1f} ms + {:.2f}x its "
-                     "kernels on one device, {:.1f} ms + {:.2f}x on one virtual device per core, "
-                     "{:.1f} ms + {:.2f}x on two per core\n",
-                     collective_bandwidth / 1e9, collective_latency * 1e6, step_overhead_one * 1e3, step_factor_one,
-                     step_overhead_many * 1e3, step_factor_many, step_overhead_over * 1e3, step_factor_over);
+         fmt::format(
+             "  collectives {:.1f} GB/s, {:.1f} us per step; a step takes {:.1f} ms + {:.2f}x its "
+             "kernels on one device, {:.1f} ms + {:.2f}x on one virtual device per core, "
+             "{:.1f} ms + {:.2f}x on two per core\n",
+             collective_bandwidth / 1e9, collective_latency * 1e6, step_overhead_one * 1e3, step_factor_one,
+             step_overhead_many * 1e3, step_factor_many, step_overhead_over * 1e3, step_factor_over);
 }
 
 double host_kernel_seconds(const compiler::Graph& graph, const compiler::Node& node, bool serial) {
   static std::mutex mutex;
   static std::map<std::string, double> cache;
-  std::string key = fmt::format("{}{} {}(", serial ? "serial " : "", node.primitive->name(),
-                                node.primitive->attributes());
+  std::string key =
+      fmt::format("{}{} {}(", serial ? "serial " : "", node.primitive->name(), node.primitive->attributes());
   for (compiler::ValueId v : node.inputs) {
     const compiler::Value& value = graph.values[static_cast<size_t>(v)];
     key += compiler::to_string(value.type) + (value.kind == compiler::ValueKind::Constant ? "c," : ",");
@@ -242,8 +243,8 @@ double host_kernel_seconds(const compiler::Graph& graph, const compiler::Node& n
   one.outputs = one.add_node(node.primitive, inputs, types);
   double input_bytes = 0;
   for (const Array& a : p.args) input_bytes += static_cast<double>(a.nbytes());
-  const int copies = input_bytes > 0 ? std::min<int>(kMaxInputCopies, static_cast<int>(kColdInputBytes / input_bytes))
-                                     : 0;
+  const int copies =
+      input_bytes > 0 ? std::min<int>(kMaxInputCopies, static_cast<int>(kColdInputBytes / input_bytes)) : 0;
   for (int c = 0; c < copies; ++c) {
     std::vector<Array> copy;
     for (const Array& a : p.args) copy.push_back(filled(compiler::TensorType{a.shape(), a.dtype()}));
@@ -302,10 +303,9 @@ double measure_reference_step(const train::TrainConfig& config, int devices, int
   const models::Model model(config.model);
   const optim::Optimizer optimizer(config.optimizer_config(), model.specs());
   if (devices > 1 && spmd::device_count() < devices) spmd::set_cpu_devices(devices);
-  const train::Layout layout =
-      devices > 1 ? train::Layout(spmd::Mesh::parse(fmt::format("data={}", devices)), train::default_axis_rules(),
-                                  model.specs())
-                  : train::Layout::one_device(model.specs());
+  const train::Layout layout = devices > 1 ? train::Layout(spmd::Mesh::parse(fmt::format("data={}", devices)),
+                                                           train::default_axis_rules(), model.specs())
+                                           : train::Layout::one_device(model.specs());
   Tree params = layout.shard_params(model.init(0));
   Tree opt = layout.shard_opt_state(optimizer.init(params));
   data::Batch batch;

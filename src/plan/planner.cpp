@@ -43,13 +43,13 @@ const PreparedStep& Planner::prepared(const PlanLayout& layout) {
   return prepared_.emplace(key, prepare_step(config_, layout)).first->second;
 }
 
-PlanRow Planner::best(const goodput::AcceleratorSpec& accelerator, int64_t chips, double tokens,
-                      const RunCosts& costs, const HostRates* host, const std::optional<PlanLayout>& mesh) {
+PlanRow Planner::best(const goodput::AcceleratorSpec& accelerator, int64_t chips, double tokens, const RunCosts& costs,
+                      const HostRates* host, const std::optional<PlanLayout>& mesh) {
   PlanRow row;
   row.accelerator = accelerator.key;
   row.chips = chips;
-  const int64_t domain = accelerator.links.empty() || accelerator.links[0].devices == 0 ? chips
-                                                                                        : accelerator.links[0].devices;
+  const int64_t domain =
+      accelerator.links.empty() || accelerator.links[0].devices == 0 ? chips : accelerator.links[0].devices;
   std::vector<PlanLayout> layouts;
   if (mesh) {
     if (mesh->chips() != chips)
@@ -59,8 +59,8 @@ PlanRow Planner::best(const goodput::AcceleratorSpec& accelerator, int64_t chips
     layouts = candidate_layouts(chips, domain);
   }
   if (layouts.empty()) {
-    row.reason = fmt::format("no layout of {} chips splits the micro-batch of {} and the model's heads",
-                             chips, config_.micro_batch_size());
+    row.reason = fmt::format("no layout of {} chips splits the micro-batch of {} and the model's heads", chips,
+                             config_.micro_batch_size());
     return row;
   }
   StepModelOptions options;
@@ -122,10 +122,9 @@ std::string fit_advice(const StepEstimate& step) {
       {"activations", m.activations, "remat = \"full\" or \"offload\", or a smaller micro-batch (loop.micro_batch)"},
   };
   std::sort(classes.begin(), classes.end(), [](const Class& a, const Class& b) { return a.bytes > b.bytes; });
-  return fmt::format(
-      "does not fit: {} per chip against {} ({} over); the largest class is {} ({}): {}; next {} ({})",
-      gb(m.peak), gb(step.memory_capacity), gb(over), classes[0].name, gb(classes[0].bytes), classes[0].remedy,
-      classes[1].name, gb(classes[1].bytes));
+  return fmt::format("does not fit: {} per chip against {} ({} over); the largest class is {} ({}): {}; next {} ({})",
+                     gb(m.peak), gb(step.memory_capacity), gb(over), classes[0].name, gb(classes[0].bytes),
+                     classes[0].remedy, classes[1].name, gb(classes[1].bytes));
 }
 
 }  // namespace tessera::plan

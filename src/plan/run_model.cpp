@@ -20,7 +20,9 @@ RunEstimate estimate_run(const StepEstimate& step, const goodput::AcceleratorSpe
   if (rate > 0) {
     run.mtbf_seconds = 1 / rate;
     const double c = std::max(costs.save_seconds, 0.0);
-    run.checkpoint_interval_seconds = std::sqrt(2 * std::max(c, 1e-3) * run.mtbf_seconds);
+    // Young/Daly, but never longer than the run itself (a run shorter than the interval
+    // saves at its end only, and a failure loses on average half of it).
+    run.checkpoint_interval_seconds = std::min(std::sqrt(2 * std::max(c, 1e-3) * run.mtbf_seconds), run.raw_seconds);
     const double t = run.checkpoint_interval_seconds;
     run.goodput = 1 / (1 + c / t + (costs.restart_seconds + t / 2) / run.mtbf_seconds);
   } else {

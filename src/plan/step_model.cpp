@@ -96,12 +96,12 @@ struct DeviceRates {
   double gemm_f32 = 0, gemm_16 = 0, gemm_int8 = 0;  // achievable FLOP/s of a large aligned GEMM
   double gemm_half = 0;                             // FLOPs at half rate (0: no curve)
   double attention_16 = 0, attention_f32 = 0, attention_half = 0;
-  double bandwidth = 0;  // achievable bytes/s
-  double overhead = 0;   // seconds per kernel
-  bool tiles = true;     // apply the matrix-unit model (the host's curve has it built in)
-  bool measured = false;  // a calibrated host: each kernel is timed (host_kernel_seconds)
-  bool serial = false;    // ... on one thread (virtual devices)
-  double slowdown = 1;    // ... and shares the cores with this many times as many devices
+  double bandwidth = 0;      // achievable bytes/s
+  double overhead = 0;       // seconds per kernel
+  bool tiles = true;         // apply the matrix-unit model (the host's curve has it built in)
+  bool measured = false;     // a calibrated host: each kernel is timed (host_kernel_seconds)
+  bool serial = false;       // ... on one thread (virtual devices)
+  double slowdown = 1;       // ... and shares the cores with this many times as many devices
   double step_factor = 1;    // HostRates::step_factor_one / _many
   double step_overhead = 0;  // HostRates::step_overhead_one / _many, per program run
   bool synchronous_collectives = false;
@@ -189,7 +189,10 @@ NodeCost gemm_cost(const compiler::Graph& g, const compiler::Node& node, const C
   const bool int8 = node.primitive->name() == "quantized_matmul" ||
                     node.primitive->attributes().find("int8=true") != std::string::npos;
   const bool f32 = in == DType::Float32 && !int8;
-  double rate = attention ? (f32 ? r.attention_f32 : r.attention_16) : int8 ? r.gemm_int8 : f32 ? r.gemm_f32 : r.gemm_16;
+  double rate = attention ? (f32 ? r.attention_f32 : r.attention_16)
+                : int8    ? r.gemm_int8
+                : f32     ? r.gemm_f32
+                          : r.gemm_16;
   rate = curve(rate, attention ? r.attention_half : r.gemm_half, c.flops);
   NodeCost cost{attention ? "attention" : "gemm", 0, 1};
   if (r.tiles) {
@@ -246,8 +249,8 @@ ProgramCost cost_program(const compiler::Graph& g, const DeviceRates& r, const g
         coll->kind() != spmd::CollectiveKind::ShardPad) {
       const compiler::TensorType& in = g.values[static_cast<size_t>(node.inputs[0])].type;
       const compiler::TensorType& res = g.values[static_cast<size_t>(node.outputs[0])].type;
-      const double bytes = static_cast<double>(coll->kind() == spmd::CollectiveKind::AllGather ? res.nbytes()
-                                                                                              : in.nbytes());
+      const double bytes =
+          static_cast<double>(coll->kind() == spmd::CollectiveKind::AllGather ? res.nbytes() : in.nbytes());
       cost.kind = "collective";
       cost.seconds = collective_seconds(name, bytes, coll->group_size(), group_stride(*coll), acc);
       const int64_t n = coll->group_size();
@@ -305,9 +308,9 @@ PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& la
   const models::Model model(config.model);
   const optim::Optimizer optimizer(config.optimizer_config(), model.specs());
   const spmd::Mesh mesh = spmd::Mesh::parse(layout.mesh());
-  const train::Layout tl = chips == 1 ? train::Layout::one_device(model.specs())
-                                      : train::Layout(mesh, train::parse_axis_rules(config.parallel.rules),
-                                                      model.specs());
+  const train::Layout tl = chips == 1
+                               ? train::Layout::one_device(model.specs())
+                               : train::Layout(mesh, train::parse_axis_rules(config.parallel.rules), model.specs());
   const int64_t micro = config.micro_batch_size();
   if (micro % tl.data_parallel_size() != 0)
     fail<ConfigError>("plan: the micro-batch of {} sequences does not split over {} data-parallel devices (mesh {})",
@@ -349,8 +352,8 @@ PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& la
     m.host += static_cast<double>(optimized.plan.host_arena_bytes);
     double parameters = 0, optimizer_state = 0, gradients = 0;
     for (size_t i = 0; i < optimized.graph.parameters.size() && i < program.parameter_names.size(); ++i) {
-      const double bytes = static_cast<double>(
-          optimized.graph.values[static_cast<size_t>(optimized.graph.parameters[i])].type.nbytes());
+      const double bytes =
+          static_cast<double>(optimized.graph.values[static_cast<size_t>(optimized.graph.parameters[i])].type.nbytes());
       const std::string& name = program.parameter_names[i];
       if (name.starts_with("params.")) parameters += bytes;
       if (name.starts_with("opt.")) optimizer_state += bytes;

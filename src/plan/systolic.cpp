@@ -19,8 +19,7 @@ MatrixUnitUse matrix_unit_use(int64_t batch, int64_t m, int64_t n, int64_t k, co
   MatrixUnitUse use;
   const int64_t pm = ceil_div(m, tile[0]), pn = ceil_div(n, tile[1]), pk = ceil_div(k, tile[2]);
   use.tile_utilization = static_cast<double>(m) / static_cast<double>(pm * tile[0]) * static_cast<double>(n) /
-                         static_cast<double>(pn * tile[1]) * static_cast<double>(k) /
-                         static_cast<double>(pk * tile[2]);
+                         static_cast<double>(pn * tile[1]) * static_cast<double>(k) / static_cast<double>(pk * tile[2]);
   const int64_t output_tiles = batch * pm * pn;
   if (output_tiles < units) use.split_k = std::max<int64_t>(1, std::min(units / output_tiles, pk / kMinSplitKTiles));
   use.tiles = output_tiles * use.split_k;

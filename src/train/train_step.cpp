@@ -189,9 +189,9 @@ TrainStep::TrainStep(const models::Model& model, const optim::Optimizer& optimiz
 Jitted& TrainStep::fused_program(const Tree& args) {
   if (!fused_) {
     ProgramDef def = fused_def(model_, optimizer_, args);
-    fused_.emplace(jit(def.fn, jit_options(def.donate, def.name, layout_, def.outputs, device_,
-                                           step_identity(model_, optimizer_, micro_batches_, layout_,
-                                                         args.at("params")))));
+    fused_.emplace(
+        jit(def.fn, jit_options(def.donate, def.name, layout_, def.outputs, device_,
+                                step_identity(model_, optimizer_, micro_batches_, layout_, args.at("params")))));
     const Lowered lowered = fused_->lowered(args);
     compiled_flops_ = lowered.executable().stats().flops;
     executables_.push_back(lowered.executable_ptr());
@@ -211,9 +211,9 @@ Jitted& TrainStep::grad_program(bool first, const Tree& args) {
   std::optional<Jitted>& program = first ? grad_first_ : grad_add_;
   if (!program) {
     ProgramDef def = grad_def(model_, optimizer_, first, args);
-    program.emplace(jit(def.fn, jit_options(def.donate, def.name, layout_, def.outputs, device_,
-                                            step_identity(model_, optimizer_, micro_batches_, layout_,
-                                                          args.at("params")))));
+    program.emplace(
+        jit(def.fn, jit_options(def.donate, def.name, layout_, def.outputs, device_,
+                                step_identity(model_, optimizer_, micro_batches_, layout_, args.at("params")))));
     const Lowered lowered = program->lowered(args);
     compiled_flops_ += lowered.executable().stats().flops * (first ? 1.0 : micro_batches_ - 1.0);
     executables_.push_back(lowered.executable_ptr());
@@ -225,9 +225,9 @@ Jitted& TrainStep::grad_program(bool first, const Tree& args) {
 Jitted& TrainStep::update_program(const Tree& args) {
   if (!update_) {
     ProgramDef def = update_def(optimizer_, micro_batches_, args);
-    update_.emplace(jit(def.fn, jit_options(def.donate, def.name, layout_, def.outputs, device_,
-                                            step_identity(model_, optimizer_, micro_batches_, layout_,
-                                                          args.at("params")))));
+    update_.emplace(
+        jit(def.fn, jit_options(def.donate, def.name, layout_, def.outputs, device_,
+                                step_identity(model_, optimizer_, micro_batches_, layout_, args.at("params")))));
     const Lowered lowered = update_->lowered(args);
     compiled_flops_ += lowered.executable().stats().flops;
     executables_.push_back(lowered.executable_ptr());
@@ -238,8 +238,8 @@ Jitted& TrainStep::update_program(const Tree& args) {
 
 namespace {
 
-StepArgs step_args(const optim::Optimizer& optimizer, int64_t micro_batches, const Tree& params,
-                   const Tree& opt_state, const data::Batch& micro_batch, const std::optional<Array>& dropout_key) {
+StepArgs step_args(const optim::Optimizer& optimizer, int64_t micro_batches, const Tree& params, const Tree& opt_state,
+                   const data::Batch& micro_batch, const std::optional<Array>& dropout_key) {
   const Array lr = Array::scalar(0, DType::Float32);
   StepArgs out;
   if (micro_batches == 1) {

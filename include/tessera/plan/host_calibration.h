@@ -30,9 +30,9 @@ struct KernelRates {
 
 struct HostRates {
   int cores = 1;
-  std::string dtype;    // the compute dtype the GEMMs were measured in
-  KernelRates serial;   // one thread
-  KernelRates parallel; // all threads
+  std::string dtype;     // the compute dtype the GEMMs were measured in
+  KernelRates serial;    // one thread
+  KernelRates parallel;  // all threads
   // A program runs slower than the sum of its kernels timed alone (inputs arrive from
   // other kernels, not hot in cache; the step's own work between kernels; and with
   // several devices, cores contending for caches and memory and waiting for each other).
@@ -43,9 +43,9 @@ struct HostRates {
   double step_factor_one = 1, step_overhead_one = 0;  // seconds per program run
   double step_factor_many = 1, step_overhead_many = 0;
   double step_factor_over = 1, step_overhead_over = 0;  // more virtual devices than cores (2 per core)
-  double collective_bandwidth = 0;  // bytes/s per device between virtual devices
-  double collective_latency = 0;    // seconds per collective step
-  double seconds = 0;               // spent measuring
+  double collective_bandwidth = 0;                      // bytes/s per device between virtual devices
+  double collective_latency = 0;                        // seconds per collective step
+  double seconds = 0;                                   // spent measuring
   // A catalog-style entry for this host ("host"), its link the measured copies.
   goodput::AcceleratorSpec accelerator() const;
   std::string text() const;  // one line per figure

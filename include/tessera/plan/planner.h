@@ -23,8 +23,8 @@ namespace tessera::plan {
 struct PlanRow {
   std::string accelerator;
   int64_t chips = 0;
-  bool found = false;       // some layout is valid (it may still not fit)
-  std::string reason;       // why none is, or what does not fit and the smallest change that does
+  bool found = false;  // some layout is valid (it may still not fit)
+  std::string reason;  // why none is, or what does not fit and the smallest change that does
   StepEstimate step;
   RunEstimate run;
   int layouts_tried = 0;

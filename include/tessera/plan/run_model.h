@@ -3,7 +3,8 @@
 //
 // Failures: a job on n chips fails at n * failure_rate per hour (the catalog's rate per
 // chip-hour), a mean time between failures M = 3600 / (n * rate) seconds. It saves a
-// checkpoint every T = sqrt(2 C M) seconds (Young/Daly, train/checkpoint_interval.h),
+// checkpoint every T = sqrt(2 C M) seconds (Young/Daly, train/checkpoint_interval.h;
+// at most the run's length),
 // each save blocking training for C seconds. Each failure costs the restart R plus on
 // average half an interval of lost steps. To first order the share of paid time that
 // becomes kept progress is
@@ -32,12 +33,12 @@ struct RunCosts {
 struct RunEstimate {
   double tokens = 0;
   double steps = 0;
-  double raw_seconds = 0;  // steps * step time
+  double raw_seconds = 0;   // steps * step time
   double mtbf_seconds = 0;  // the job's (infinite without failures)
   double checkpoint_interval_seconds = 0;
-  double goodput = 1;      // runtime goodput
-  double seconds = 0;      // raw / goodput
-  double chip_hours = 0;   // goodput-adjusted
+  double goodput = 1;     // runtime goodput
+  double seconds = 0;     // raw / goodput
+  double chip_hours = 0;  // goodput-adjusted
   double dollars_raw = 0, dollars = 0;
 };
 

@@ -57,12 +57,12 @@ struct HostRates;
 
 // What costing one kind of op came to over the step (per device).
 struct OpClassCost {
-  std::string op;        // primitive name ("matmul", "fused", "all_reduce", ...)
-  std::string kind;      // gemm | attention | memory | collective
-  int64_t kernels = 0;   // per step
-  double flops = 0;      // per step
-  double bytes = 0;      // per step (collectives: bytes each device sends)
-  double seconds = 0;    // per step
+  std::string op;          // primitive name ("matmul", "fused", "all_reduce", ...)
+  std::string kind;        // gemm | attention | memory | collective
+  int64_t kernels = 0;     // per step
+  double flops = 0;        // per step
+  double bytes = 0;        // per step (collectives: bytes each device sends)
+  double seconds = 0;      // per step
   double utilization = 0;  // gemm/attention: FLOP-weighted matrix-unit utilization
 };
 
@@ -93,7 +93,7 @@ struct StepEstimate {
   MemoryBreakdown memory;
   double memory_capacity = 0;  // the chip's
   bool fits = true;
-  std::vector<OpClassCost> ops;  // by op, largest time first
+  std::vector<OpClassCost> ops;       // by op, largest time first
   std::vector<std::string> programs;  // "train_step x1", ...
 };
 

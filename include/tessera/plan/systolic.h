@@ -23,7 +23,7 @@ inline constexpr int64_t kMinSplitKTiles = 4;
 struct MatrixUnitUse {
   double tile_utilization = 1;
   double wave_utilization = 1;
-  int64_t tiles = 0;   // work items after any split of K
+  int64_t tiles = 0;  // work items after any split of K
   int64_t waves = 0;
   int64_t split_k = 1;
   double utilization() const { return tile_utilization * wave_utilization; }

@@ -35,6 +35,7 @@ struct PlanOptions {
   std::string html;  // also write the page here
   int64_t batch = 0;
   int64_t seq = 0;
+  std::string catalog;  // an edited copy of configs/accelerators.toml (default: the built-in one)
   double deadline_days = 0;
   double budget = 0;
   double restart_s = plan::RunCosts{}.restart_seconds;
@@ -208,7 +209,8 @@ int run_plan(const PlanOptions& o) {
   const models::Model model(config.model);
   const double tokens = o.tokens > 0 ? o.tokens : 20.0 * static_cast<double>(model.parameter_count());
 
-  const std::vector<goodput::AcceleratorSpec>& catalog = goodput::builtin_accelerator_catalog();
+  const std::vector<goodput::AcceleratorSpec> catalog =
+      o.catalog.empty() ? goodput::builtin_accelerator_catalog() : goodput::load_accelerator_catalog(o.catalog);
   std::vector<std::string> keys = split_list(o.accelerators);
   if (keys.empty())
     for (const goodput::AcceleratorSpec& a : catalog)
@@ -385,6 +387,9 @@ Command add_plan_command(CLI::App& app) {
   sub->add_option("--accelerators", options->accelerators,
                   "Comma-separated catalog keys of configs/accelerators.toml, or 'host' for this machine "
                   "(measured); default: every GPU and TPU");
+  sub->add_option("--catalog", options->catalog,
+                  "An accelerator catalog to use instead of the built-in configs/accelerators.toml (an edited copy: "
+                  "prices, another network)");
   sub->add_option("--chips", options->chips, "Chip counts: N, A..B (powers of two) or A,B,C (default 8..1024)");
   sub->add_option("--mesh", options->mesh, "Cost exactly this layout, e.g. data=2,fsdp=4,tensor=8");
   sub->add_option("--batch", options->batch, "Global batch in sequences (= --set train.batch=N)");

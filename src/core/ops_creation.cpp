@@ -2,12 +2,22 @@
 #include <cmath>
 
 #include "backend/cpu/kernels/elementwise.h"
+#include "tessera/core/abstract_creation.h"
 #include "tessera/core/ops.h"
 
 namespace tessera {
 
+namespace {
+thread_local bool t_abstract_creation = false;
+}  // namespace
+
+AbstractCreationScope::AbstractCreationScope() : previous_(t_abstract_creation) { t_abstract_creation = true; }
+AbstractCreationScope::~AbstractCreationScope() { t_abstract_creation = previous_; }
+bool abstract_creation() { return t_abstract_creation; }
+
 Array full(const Shape& shape, double value, DType dtype) {
   numel(shape, "full");
+  if (t_abstract_creation) return Array::placeholder(shape, dtype);
   Array a = Array::empty(shape, dtype);
   cpu::fill(dtype, value, a.mutable_raw_data(), a.size());
   return a;

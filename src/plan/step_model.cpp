@@ -9,6 +9,7 @@
 #include "tessera/api/jit.h"
 #include "tessera/base/error.h"
 #include "tessera/compiler/compile.h"
+#include "tessera/core/abstract_creation.h"
 #include "tessera/models/model.h"
 #include "tessera/nn/param.h"
 #include "tessera/optim/optimizer.h"
@@ -293,11 +294,11 @@ ProgramCost cost_program(const compiler::Graph& g, const DeviceRates& r, const g
   return out;
 }
 
-// Placeholders with the optimizer state's types: init traced, not run.
+// Placeholders with the optimizer state's types: init run with creation ops that make
+// placeholders (nothing allocated, whatever the model's size).
 Tree abstract_opt_state(const optim::Optimizer& optimizer, const Tree& params) {
-  Tree structure;
-  trace([&](const Tree& p, const StaticArgs&) { return optimizer.init(p); }, params, {}, &structure);
-  return structure;
+  AbstractCreationScope abstract;
+  return optimizer.init(params);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "tessera/base/allocator.h"
 #include "tessera/base/error.h"
 #include "tessera/models/model.h"
 #include "tessera/plan/planner.h"
@@ -212,6 +213,19 @@ TEST(StepModel, RematTradesActivationsForFlops) {
   for (const OpClassCost& op : keep.ops) keep_flops += op.flops;
   for (const OpClassCost& op : recompute.ops) recompute_flops += op.flops;
   EXPECT_GT(recompute_flops, keep_flops);
+}
+
+TEST(StepModel, AModelFarLargerThanThisMachinePlansWithoutAllocatingIt) {
+  // Llama 2 7B with AdamW: 27 GB of parameters and 54 GB of moments if they were real.
+  train::TrainConfig config =
+      train::parse_config("[model]\npreset = \"llama2-7b\"\n[train]\nbatch = 8\nseq = 256\n", "test");
+  config.model.compute_dtype = "bfloat16";
+  reset_peak_bytes_in_use();
+  const int64_t before = allocator_stats().bytes_in_use;
+  const StepEstimate est = estimate_step(config, PlanLayout{.fsdp = 8}, test_gpu());
+  EXPECT_LT(allocator_stats().peak_bytes_in_use - before, int64_t{1} << 30);
+  EXPECT_NEAR(est.memory.parameters, 4.0 * 6738415616 / 8, 4.0 * 6738415616 / 8 * 0.01);
+  EXPECT_TRUE(est.fits);
 }
 
 TEST(StepModel, ALayoutThatDoesNotSplitTheBatchIsAClearError) {

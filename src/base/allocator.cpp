@@ -55,8 +55,6 @@ Cache& cache() {
 
 }  // namespace
 
-size_t allocation_capacity(size_t bytes) { return size_class(bytes); }
-
 void* allocate_buffer(size_t bytes, size_t* capacity) {
   size_t cap = size_class(bytes);
   Cache& c = cache();

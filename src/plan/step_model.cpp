@@ -7,7 +7,6 @@
 #include <map>
 
 #include "tessera/api/jit.h"
-#include "tessera/base/allocator.h"
 #include "tessera/base/error.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/core/abstract_creation.h"
@@ -350,14 +349,12 @@ PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& la
     // compiled), so the arenas add up; the training state (parameters, optimizer state,
     // the gradient accumulator) is the largest set any program takes.
     MemoryBreakdown& m = prepared.memory;
-    // Every buffer is a block of the allocator's size class (up to 12.5% over its bytes).
-    const auto block = [](size_t bytes) { return static_cast<double>(allocation_capacity(bytes)); };
-    if (optimized.plan.arena_bytes > 0) m.activations += block(optimized.plan.arena_bytes);
+    m.activations += static_cast<double>(optimized.plan.arena_bytes);
     m.host += static_cast<double>(optimized.plan.host_arena_bytes);
     double parameters = 0, optimizer_state = 0, gradients = 0;
     for (size_t i = 0; i < optimized.graph.parameters.size() && i < program.parameter_names.size(); ++i) {
       const double bytes =
-          block(optimized.graph.values[static_cast<size_t>(optimized.graph.parameters[i])].type.nbytes());
+          static_cast<double>(optimized.graph.values[static_cast<size_t>(optimized.graph.parameters[i])].type.nbytes());
       const std::string& name = program.parameter_names[i];
       if (name.starts_with("params.")) parameters += bytes;
       if (name.starts_with("opt.")) optimizer_state += bytes;
@@ -381,8 +378,7 @@ PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& la
       popts.parameter_names = args.paths();
       eval = spmd::partition(eval, mesh, tl.shardings_for(args), {}, popts).local;
     }
-    const size_t eval_arena = compiler::optimize(std::move(eval)).plan.arena_bytes;
-    prepared.memory.eval = eval_arena > 0 ? static_cast<double>(allocation_capacity(eval_arena)) : 0.0;
+    prepared.memory.eval = static_cast<double>(compiler::optimize(std::move(eval)).plan.arena_bytes);
   }
   MemoryBreakdown& m = prepared.memory;
   m.peak = m.parameters + m.optimizer + m.gradients + m.activations + m.eval;

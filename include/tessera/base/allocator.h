@@ -21,10 +21,6 @@ struct AllocatorStats {
   int64_t peak_bytes_in_use = 0;
 };
 
-// The capacity allocate_buffer gives a request of `bytes` (its size class: 64-byte
-// granules below 256 KiB, then 8 steps per power of two, at most 12.5% more).
-size_t allocation_capacity(size_t bytes);
-
 // A block of at least `bytes` (its real size is written to *capacity); never null.
 void* allocate_buffer(size_t bytes, size_t* capacity);
 void free_buffer(void* data, size_t capacity);

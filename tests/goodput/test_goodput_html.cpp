@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "goodput/log_builder.h"
+#include "headless_chromium.h"
 #include "tessera/goodput/calculator.h"
 #include "tessera/goodput/events.h"
 #include "tessera/goodput/report.h"
@@ -19,22 +20,6 @@ namespace tessera::goodput {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string run_command(const std::string& command, int* status) {
-  std::string out;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) {
-    *status = -1;
-    return out;
-  }
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
-  *status = ::pclose(pipe);
-  return out;
-}
-
-fs::path build_dir() { return fs::read_symlink("/proc/self/exe").parent_path().parent_path(); }
 
 // Per-rank records of 3 ranks over 40 steps; rank 2 is slow on every 7th step.
 StragglerReport three_ranks_rank_2_slow() {
@@ -59,8 +44,8 @@ size_t count(const std::string& haystack, const std::string& needle) {
 }
 
 TEST(GoodputHtml, RendersInHeadlessChromiumWithItsCharts) {
-  const char* chromium = "/usr/bin/chromium";
-  if (!fs::exists(chromium)) GTEST_SKIP() << "chromium not installed at /usr/bin/chromium (make deps installs it)";
+  if (!fs::exists(chromium_test::kChromium))
+    GTEST_SKIP() << "chromium not installed at /usr/bin/chromium (make deps installs it)";
 
   GoodputReport r =
       compute_goodput(read_event_log(fs::path(TESSERA_SOURCE_DIR) / "tests/goodput/fixtures/restarts_run.jsonl"));
@@ -71,41 +56,17 @@ TEST(GoodputHtml, RendersInHeadlessChromiumWithItsCharts) {
   EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // only the SVG namespace
   EXPECT_EQ(html.find("<script"), std::string::npos);
 
-  const fs::path dir = build_dir();
-  const fs::path page = dir / "goodput_report.html", png = dir / "goodput_report.png";
-  const fs::path profile = fs::temp_directory_path() / ("tessera_chromium_" + std::to_string(::getpid()));
-  std::ofstream(page) << html;
-  fs::remove(png);
-  const std::string flags =
-      "--headless --no-sandbox --disable-gpu --no-first-run --disable-extensions "
-      "--proxy-server=127.0.0.1:9 --user-data-dir=" +
-      profile.string() + " ";
-  int status = 0;
-  run_command("timeout 60 " + std::string(chromium) + " " + flags +
-                  "--window-size=1200,1600 --screenshot=" + png.string() + " file://" + page.string() + " 2>&1",
-              &status);
-  ASSERT_EQ(status, 0) << "chromium --screenshot failed";
-  ASSERT_TRUE(fs::exists(png)) << png;
-  std::ifstream in(png, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ASSERT_GT(bytes.size(), 24u);
+  const chromium_test::ChromiumRender page = chromium_test::render_in_chromium(html, "goodput_report", 1200, 1600);
+  ASSERT_EQ(page.screenshot_status, 0) << "chromium --screenshot failed";
+  const std::string& bytes = page.png;
+  ASSERT_GT(bytes.size(), 24u) << page.png_path;
   EXPECT_EQ(bytes.substr(1, 3), "PNG");
-  auto be32 = [&](size_t at) {
-    return (static_cast<uint32_t>(static_cast<unsigned char>(bytes[at])) << 24) |
-           (static_cast<uint32_t>(static_cast<unsigned char>(bytes[at + 1])) << 16) |
-           (static_cast<uint32_t>(static_cast<unsigned char>(bytes[at + 2])) << 8) |
-           static_cast<uint32_t>(static_cast<unsigned char>(bytes[at + 3]));
-  };
-  EXPECT_EQ(be32(16), 1200u);  // IHDR width, height
-  EXPECT_EQ(be32(20), 1600u);
+  EXPECT_EQ(chromium_test::be32(bytes, 16), 1200u);  // IHDR width, height
+  EXPECT_EQ(chromium_test::be32(bytes, 20), 1600u);
   // A blank 1200x1600 page compresses to under 10 KB; charts in many colours do not.
   EXPECT_GT(bytes.size(), 30000u) << "screenshot looks blank";
-
-  const std::string dom = run_command(
-      "timeout 60 " + std::string(chromium) + " " + flags + "--dump-dom file://" + page.string() + " 2>/dev/null",
-      &status);
-  fs::remove_all(profile);
-  ASSERT_EQ(status, 0) << "chromium --dump-dom failed";
+  ASSERT_EQ(page.dom_status, 0) << "chromium --dump-dom failed";
+  const std::string& dom = page.dom;
   for (const char* id : {"id=\"timeline\"", "id=\"breakdown\"", "id=\"step-time\"", "id=\"loss\"", "id=\"stragglers\"",
                          "id=\"straggler-excess\""})
     EXPECT_NE(dom.find(id), std::string::npos) << id << " missing from the rendered DOM";
@@ -116,7 +77,7 @@ TEST(GoodputHtml, RendersInHeadlessChromiumWithItsCharts) {
   EXPECT_NE(dom.find("<polyline"), std::string::npos);  // loss curve
   EXPECT_EQ(count(dom, "class=\"rank-row\""), 3u);      // straggler table: a row per rank
   EXPECT_EQ(count(dom, "class=\"worst-step\""), 5u);    // and the five worst steps
-  std::printf("[goodput html] screenshot: %s (%zu bytes)\n", png.c_str(), bytes.size());
+  std::printf("[goodput html] screenshot: %s (%zu bytes)\n", page.png_path.c_str(), bytes.size());
 }
 
 TEST(GoodputHtml, MetricsReaderSkipsBadLines) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "headless_chromium.h"
 #include "tessera/plan/report_html.h"
 
 namespace tessera::plan {
@@ -155,53 +156,22 @@ TEST(PlanHtml, Units) {
   EXPECT_EQ(format_dollars(1.25e6), "$1.25M");
 }
 
-std::string run_command(const std::string& command, int* status) {
-  std::string out;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) {
-    *status = -1;
-    return out;
-  }
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
-  *status = ::pclose(pipe);
-  return out;
-}
-
 TEST(PlanHtml, RendersInHeadlessChromium) {
-  const char* chromium = "/usr/bin/chromium";
-  if (!fs::exists(chromium)) GTEST_SKIP() << "chromium not installed at /usr/bin/chromium (make deps installs it)";
-  const fs::path dir = fs::read_symlink("/proc/self/exe").parent_path().parent_path();
-  const fs::path page = dir / "plan_report.html", png = dir / "plan_report.png";
-  const fs::path profile = fs::temp_directory_path() / ("tessera_chromium_plan_" + std::to_string(::getpid()));
-  std::ofstream(page) << render_plan_html(two_accelerators(), "tessera plan: gpt2-124m");
-  fs::remove(png);
-  const std::string flags =
-      "--headless --no-sandbox --disable-gpu --no-first-run --disable-extensions --proxy-server=127.0.0.1:9 "
-      "--user-data-dir=" +
-      profile.string() + " ";
-  int status = 0;
-  run_command("timeout 60 " + std::string(chromium) + " " + flags +
-                  "--window-size=1200,1500 --screenshot=" + png.string() + " file://" + page.string() + " 2>&1",
-              &status);
-  ASSERT_EQ(status, 0) << "chromium --screenshot failed";
-  ASSERT_TRUE(fs::exists(png)) << png;
-  std::ifstream in(png, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ASSERT_GT(bytes.size(), 24u);
+  if (!fs::exists(chromium_test::kChromium))
+    GTEST_SKIP() << "chromium not installed at /usr/bin/chromium (make deps installs it)";
+  const chromium_test::ChromiumRender page = chromium_test::render_in_chromium(
+      render_plan_html(two_accelerators(), "tessera plan: gpt2-124m"), "plan_report", 1200, 1500);
+  ASSERT_EQ(page.screenshot_status, 0) << "chromium --screenshot failed";
+  const std::string& bytes = page.png;
+  ASSERT_GT(bytes.size(), 24u) << page.png_path;
   EXPECT_EQ(bytes.substr(1, 3), "PNG");
   // A blank 1200x1500 page compresses to under 10 KB; tables and coloured charts do not.
   EXPECT_GT(bytes.size(), 30000u) << "screenshot looks blank";
-
-  const std::string dom = run_command(
-      "timeout 60 " + std::string(chromium) + " " + flags + "--dump-dom file://" + page.string() + " 2>/dev/null",
-      &status);
-  fs::remove_all(profile);
-  ASSERT_EQ(status, 0) << "chromium --dump-dom failed";
+  ASSERT_EQ(page.dom_status, 0) << "chromium --dump-dom failed";
+  const std::string& dom = page.dom;
   EXPECT_EQ(count(dom, "<svg"), 5u);  // the parser kept every chart
   EXPECT_EQ(count(dom, "<polyline"), 10u);
-  std::printf("[plan html] screenshot: %s (%zu bytes)\n", png.c_str(), bytes.size());
+  std::printf("[plan html] screenshot: %s (%zu bytes)\n", page.png_path.c_str(), bytes.size());
 }
 
 }  // namespace

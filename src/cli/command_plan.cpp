@@ -226,9 +226,8 @@ int run_plan(const PlanOptions& o) {
   costs.save_seconds = o.save_s;
 
   plan::Planner planner(config);
-  const DType compute = config.model.compute_dtype == "bfloat16"  ? DType::BFloat16
-                        : config.model.compute_dtype == "float16" ? DType::Float16
-                                                                  : DType::Float32;
+  DType compute = DType::Float32;  // the config has checked the name
+  dtype_from_name(config.model.compute_dtype, &compute);
   nlohmann::json out{{"model", o.model.empty() ? o.config : o.model},
                      {"parameters", model.parameter_count()},
                      {"batch", config.loop.batch},

@@ -57,9 +57,8 @@ std::string choose_mesh_auto(const train::TrainConfig& config) {
       }
     costed_on = fmt::format("costed on configs/accelerators.toml [{}], the same on every rank", accelerator.key);
   } else {
-    const DType dtype = config.model.compute_dtype == "bfloat16"  ? DType::BFloat16
-                        : config.model.compute_dtype == "float16" ? DType::Float16
-                                                                  : DType::Float32;
+    DType dtype = DType::Float32;  // the config has checked the name
+    dtype_from_name(config.model.compute_dtype, &dtype);
     host = &plan::calibrate_host_steps(dtype);
     accelerator = host->accelerator();
     costed_on = "costed on this machine, measured";

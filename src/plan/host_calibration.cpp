@@ -14,7 +14,6 @@
 #include "tessera/base/thread_pool.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/core/ops.h"
-#include "tessera/core/transforms.h"
 #include "tessera/models/model.h"
 #include "tessera/nn/param.h"
 #include "tessera/optim/optimizer.h"
@@ -138,25 +137,6 @@ KernelRates measure(DType dtype) {
     }
     std::tie(k.gemm_flops, k.gemm_half_flops) = fit_curve(samples);
   }
-  // Attention, forward and backward (the gradient program of a causal attention).
-  {
-    std::vector<std::pair<double, double>> samples;
-    for (int64_t t_len : {64, 256}) {
-      Program p = build(
-          [](const std::vector<Array>& a) {
-            auto loss = [](const std::vector<Array>& x) { return sum(scaled_dot_product_attention(x[0], x[1], x[2])); };
-            return grad(loss)(a);
-          },
-          {{{1, 4, t_len, 64}, dtype}, {{1, 4, t_len, 64}, dtype}, {{1, 4, t_len, 64}, dtype}});
-      double attention_flops = 0;
-      for (const auto& [op, f] : p.exe->stats().flops_by_op)
-        if (op.find("attention") != std::string::npos) attention_flops += f;
-      // The program's other kernels (the sum and its gradient) are a few small ones.
-      const double t = time_run(p) - k.kernel_overhead * static_cast<double>(p.exe->stats().kernels);
-      samples.emplace_back(attention_flops, std::max(t, 1e-9));
-    }
-    std::tie(k.attention_flops, k.attention_half_flops) = fit_curve(samples);
-  }
   return k;
 }
 
@@ -199,11 +179,8 @@ goodput::AcceleratorSpec HostRates::accelerator() const {
 
 std::string HostRates::text() const {
   auto rates = [](const char* label, const KernelRates& k) {
-    return fmt::format(
-        "  {:<9} GEMM {:.1f} GFLOP/s (half at {:.2g} FLOP), attention {:.1f} GFLOP/s (half at {:.2g}), "
-        "stream {:.1f} GB/s, {:.1f} us per kernel\n",
-        label, k.gemm_flops / 1e9, k.gemm_half_flops, k.attention_flops / 1e9, k.attention_half_flops,
-        k.bandwidth / 1e9, k.kernel_overhead * 1e6);
+    return fmt::format("  {:<9} GEMM {:.1f} GFLOP/s (half at {:.2g} FLOP), stream {:.1f} GB/s, {:.1f} us per kernel\n",
+                       label, k.gemm_flops / 1e9, k.gemm_half_flops, k.bandwidth / 1e9, k.kernel_overhead * 1e6);
   };
   return fmt::format("host calibration ({} cores, {} GEMMs, {:.2f} s):\n", cores, dtype, seconds) +
          rates("1 thread", serial) + rates("threads", parallel) +

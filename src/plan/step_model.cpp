@@ -95,11 +95,9 @@ namespace {
 // What one device can do, from the catalog or a calibrated host.
 struct DeviceRates {
   double gemm_f32 = 0, gemm_16 = 0, gemm_int8 = 0;  // achievable FLOP/s of a large aligned GEMM
-  double gemm_half = 0;                             // FLOPs at half rate (0: no curve)
-  double attention_16 = 0, attention_f32 = 0, attention_half = 0;
+  double attention_16 = 0, attention_f32 = 0;
   double bandwidth = 0;      // achievable bytes/s
   double overhead = 0;       // seconds per kernel
-  bool tiles = true;         // apply the matrix-unit model (the host's curve has it built in)
   bool measured = false;     // a calibrated host: each kernel is timed (host_kernel_seconds)
   bool serial = false;       // ... on one thread (virtual devices)
   double slowdown = 1;       // ... and shares the cores with this many times as many devices
@@ -120,18 +118,14 @@ DeviceRates rates_for(const goodput::AcceleratorSpec& acc, const HostRates* host
   DeviceRates r;
   r.capacity = acc.memory;
   if (host != nullptr) {
-    r.capacity = acc.memory / static_cast<double>(chips);  // virtual devices share the host's memory
-    // Virtual devices in one process run one thread each and share the cores.
+    // Every kernel is timed (cost_program); what else a kernel-less node or a collective
+    // costs comes from the measured stream rate and overhead. Virtual devices in one
+    // process run one thread each and share the cores and the memory.
+    r.capacity = acc.memory / static_cast<double>(chips);
     const KernelRates& k = chips > 1 ? host->serial : host->parallel;
     const double share = chips > host->cores ? static_cast<double>(host->cores) / static_cast<double>(chips) : 1.0;
-    r.gemm_16 = r.gemm_int8 = k.gemm_flops * share;
-    r.gemm_f32 = host->dtype == "float32" ? r.gemm_16 : k.gemm_flops * share;
-    r.gemm_half = k.gemm_half_flops;
-    r.attention_16 = r.attention_f32 = k.attention_flops * share;
-    r.attention_half = k.attention_half_flops;
     r.bandwidth = k.bandwidth * share;
     r.overhead = k.kernel_overhead / share;
-    r.tiles = false;
     r.measured = true;
     r.serial = chips > 1;
     r.slowdown = 1 / share;
@@ -156,8 +150,6 @@ DeviceRates rates_for(const goodput::AcceleratorSpec& acc, const HostRates* host
   r.peak_for_mfu = acc.peak_flops;
   return r;
 }
-
-double curve(double rate, double half, double flops) { return half > 0 ? rate * flops / (flops + half) : rate; }
 
 bool is_gemm(const std::string& name) {
   return name == "matmul" || name == "matmul_epilogue" || name == "quantized_matmul" || name == "batched_matmul" ||
@@ -194,17 +186,14 @@ NodeCost gemm_cost(const compiler::Graph& g, const compiler::Node& node, const C
                 : int8    ? r.gemm_int8
                 : f32     ? r.gemm_f32
                           : r.gemm_16;
-  rate = curve(rate, attention ? r.attention_half : r.gemm_half, c.flops);
   NodeCost cost{attention ? "attention" : "gemm", 0, 1};
-  if (r.tiles) {
-    // Attention's tile GEMMs: [seq x seq] scores over head_dim, per batch and head.
-    const MatrixUnitUse use = attention ? matrix_unit_use(std::max<int64_t>(1, batch), m, m, std::max<int64_t>(1, n),
-                                                          acc.matrix_tile, acc.matrix_units)
-                                        : matrix_unit_use(batch, std::max<int64_t>(1, m), std::max<int64_t>(1, n), k,
-                                                          acc.matrix_tile, acc.matrix_units);
-    cost.utilization = use.utilization();
-    rate *= cost.utilization;
-  }
+  // Attention's tile GEMMs: [seq x seq] scores over head_dim, per batch and head.
+  const MatrixUnitUse use = attention ? matrix_unit_use(std::max<int64_t>(1, batch), m, m, std::max<int64_t>(1, n),
+                                                        acc.matrix_tile, acc.matrix_units)
+                                      : matrix_unit_use(batch, std::max<int64_t>(1, m), std::max<int64_t>(1, n), k,
+                                                        acc.matrix_tile, acc.matrix_units);
+  cost.utilization = use.utilization();
+  rate *= cost.utilization;
   cost.seconds = std::max(c.flops / rate, c.bytes / r.bandwidth) + r.overhead;
   return cost;
 }

@@ -1,14 +1,18 @@
 // The planner's figures for a CPU host, measured on the machine that plans (no two CPU
 // hosts we run on are alike, and no datasheet number says what tessera's kernels reach
-// on them). A few hundred milliseconds of tessera's own kernels:
+// on them). The planner times every kernel of the planned program itself
+// (host_kernel_seconds) and scales the sum by step factors from a reference step; the
+// rates below are what it needs beside that, from a few hundred milliseconds of
+// tessera's own kernels on one thread and on all of them:
 //   * GEMMs of several sizes in the compute dtype, fitted to rate(f) = r_max f / (f + f_half)
-//     (f: FLOPs of one GEMM), on one thread and on all of them;
-//   * attention (the fused flash kernel) the same way;
-//   * a streaming elementwise op for bandwidth, and a tiny op for the per-kernel overhead;
-//   * a ring of copies between virtual devices for the collectives' bandwidth and latency.
+//     (f: FLOPs of one GEMM): r_max is the peak MFU counts against;
+//   * a streaming elementwise op for bandwidth, and a tiny op for the per-kernel overhead
+//     (what kernel-less copies such as shard_slice cost);
+//   * collectives between virtual devices: half the stream bandwidth and 20 us per step
+//     (assumed, not yet measured).
 // Several virtual devices in one process each run their kernels on one thread (spmd
-// runtime), and share the host's cores: the model uses the one-thread rates then, slowed
-// by devices / cores when there are more devices than cores.
+// runtime), and share the host's cores: kernels are timed on one thread then, slowed by
+// devices / cores when there are more devices than cores.
 #pragma once
 
 #include <string>
@@ -22,8 +26,6 @@ namespace tessera::plan {
 struct KernelRates {
   double gemm_flops = 0;       // r_max of the GEMM curve (FLOP/s)
   double gemm_half_flops = 0;  // f_half: the GEMM size (FLOPs) reaching half of r_max
-  double attention_flops = 0;  // r_max of the attention curve
-  double attention_half_flops = 0;
   double bandwidth = 0;        // bytes/s a streaming kernel reaches
   double kernel_overhead = 0;  // seconds per kernel
 };

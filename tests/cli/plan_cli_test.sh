@@ -60,6 +60,9 @@ errors)
     --mesh data=3
   expect_error "--chips 8..x" --model tiny --chips 8..x
   expect_error "exactly one of --model" --accelerators h100
+  expect_error "cannot read the accelerator catalog $tmp/none.toml" --model tiny --catalog "$tmp/none.toml"
+  printf '[x]\nname = "X"\n' >"$tmp/bad.toml"
+  expect_error "$tmp/bad.toml:1: \[x\] needs match" --model tiny --catalog "$tmp/bad.toml"
   ;;
 mesh_auto)
   # Two virtual devices: the planner chooses, says why, and a resume keeps the choice.

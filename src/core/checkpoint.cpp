@@ -4,6 +4,8 @@
 
 #include <deque>
 #include <mutex>
+#include <set>
+#include <string>
 
 #include "core/trace_state.h"
 #include "tessera/ir/primitives/elementwise.h"
@@ -32,6 +34,23 @@ void mark_outputs(const std::vector<Array>& outs, int region) {
   for (const Array& o : outs) {
     auto& op = o.impl()->op;
     if (op && op->remat_region == region) op->remat_name = "__output__";
+  }
+}
+
+// The names checkpoint_name gave inside the innermost open region (of this thread).
+thread_local std::set<std::string>* t_region_names = nullptr;
+
+// An offload policy that lists a name no op of its region carries is a typo: the
+// value would silently stay on the device. Checked here, where the whole region is
+// known; a compiled graph may hold only a fragment of it (eager ops flush in pieces).
+void check_offloaded_names(const CheckpointPolicy& policy, int region, const std::set<std::string>& carried) {
+  if (policy.kind != CheckpointPolicy::Kind::Offload) return;
+  for (const std::string& name : policy.saved_names) {
+    if (carried.count(name)) continue;
+    fail<ValueError>(
+        "checkpoint policy {} (region {}): no op in the region carries the name '{}' (names it carries: {}); tag "
+        "the value with checkpoint_name(x, \"{}\") inside the checkpointed function or drop the name",
+        policy.text(), region, name, carried.empty() ? "none" : fmt::format("{}", fmt::join(carried, ", ")), name);
   }
 }
 
@@ -66,10 +85,20 @@ ArrayFn checkpoint(ArrayFn fn, CheckpointPolicy policy) {
     if (policy.kind == CheckpointPolicy::Kind::None) return fn(args);
     int region = open_region(policy);
     std::vector<Array> outs;
+    std::set<std::string> names;
+    std::set<std::string>* outer_names = t_region_names;
     {
       detail::CheckpointRegionScope scope(region);
-      outs = fn(args);
+      t_region_names = &names;
+      try {
+        outs = fn(args);
+      } catch (...) {
+        t_region_names = outer_names;
+        throw;
+      }
+      t_region_names = outer_names;
     }
+    check_offloaded_names(policy, region, names);
     mark_outputs(outs, region);
     return outs;
   };
@@ -86,6 +115,7 @@ Array checkpoint_name(const Array& x, const std::string& name) {
     fail<ValueError>("checkpoint_name: name '{}' is empty or reserved (names starting with __)", name);
   Array y = Array::make(x.shape(), x.dtype(), std::make_shared<Identity>(), {x});
   y.impl()->op->remat_name = name;
+  if (t_region_names != nullptr) t_region_names->insert(name);
   return y;
 }
 

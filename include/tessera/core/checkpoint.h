@@ -11,8 +11,9 @@
 //                  in host memory: the compiler copies each to host after its last
 //                  forward use and back before its first backward use (passes/
 //                  offload.h); the unlisted intermediates are recomputed as in full.
-//                  Naming a value no op of the region carries is an error at compile
-//                  time (a typo would otherwise silently save nothing).
+//                  Naming a value no op of the region carries is an error when the
+//                  checkpointed function runs (a typo would otherwise silently save
+//                  nothing).
 // Values are identical with and without checkpointing (the recomputation runs the
 // same kernels on the same inputs); only memory and FLOPs change.
 #pragma once

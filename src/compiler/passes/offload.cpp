@@ -1,10 +1,7 @@
 #include "tessera/compiler/passes/offload.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <memory>
-#include <set>
 #include <utility>
 #include <vector>
 
@@ -23,27 +20,6 @@ bool is_offload_region(const Graph& g, int region) {
 
 bool listed(const CheckpointPolicy& policy, const std::string& name) {
   return std::find(policy.saved_names.begin(), policy.saved_names.end(), name) != policy.saved_names.end();
-}
-
-// Every listed name must be carried by some op of its region.
-void check_names(const Graph& g) {
-  std::vector<std::set<std::string>> carried(g.remat_regions.size());
-  for (const Node& node : g.nodes) {
-    if (node.dead || node.remat_region < 0 || node.remat_name.empty() || node.remat_name.rfind("__", 0) == 0) continue;
-    carried.at(static_cast<size_t>(node.remat_region)).insert(node.remat_name);
-  }
-  for (size_t r = 0; r < g.remat_regions.size(); ++r) {
-    const CheckpointPolicy& policy = g.remat_regions[r];
-    if (policy.kind != CheckpointPolicy::Kind::Offload) continue;
-    for (const std::string& name : policy.saved_names) {
-      if (carried[r].count(name)) continue;
-      fail<ValueError>(
-          "checkpoint policy {} (region {} of @{}): no op in the region carries the name '{}' (names it carries: "
-          "{}); tag the value with checkpoint_name(x, \"{}\") inside the checkpointed function or drop the name",
-          policy.text(), r, g.name, name, carried[r].empty() ? "none" : fmt::format("{}", fmt::join(carried[r], ", ")),
-          name);
-    }
-  }
 }
 
 // Whether v's buffer is a parameter's or a constant's (through views).
@@ -102,7 +78,6 @@ void HostOffload::run(Graph& graph) {
   bool any = false;
   for (const CheckpointPolicy& p : graph.remat_regions) any = any || p.kind == CheckpointPolicy::Kind::Offload;
   if (!any) return;
-  check_names(graph);
   // The values to offload, by id: ids survive the insertions that move node indices.
   std::vector<std::pair<ValueId, int>> candidates;
   for (const Node& node : graph.nodes) {

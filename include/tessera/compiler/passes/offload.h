@@ -20,9 +20,9 @@
 // Runs after the scheduler, last: the scheduler emits a node when its first user
 // needs it, which would move the offload next to the load and undo it.
 //
-// A listed name that no op of the region carries is a ValueError naming the region,
-// the missing name and the names it does carry: a misspelled name would otherwise
-// silently offload nothing.
+// A listed name that no op of the region carries is checked where the region is
+// traced (checkpoint() in core/checkpoint.cpp), not here: a graph may hold only a
+// fragment of a region (eager ops flush in pieces).
 #pragma once
 
 #include <string>

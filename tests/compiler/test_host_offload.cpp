@@ -112,12 +112,14 @@ TEST(HostOffload, ThePlanMovesTheOffloadedBytesFromTheDevicePeakToTheHostArena) 
   // Every offloaded value is live on the host across the forward -> backward turn at
   // once: the host arena holds them all, side by side.
   EXPECT_EQ(on_host.stats.host_bytes, 2 * layers * value_bytes);
-  // The device saves them all at the turn except the ones already loaded back for the
-  // last layer's backward pass (its s and c).
+  // The device saves them all except those the backward pass holds at the offload
+  // program's peak, which is no longer at the turn but in the backward pass of layer
+  // 4: its s and c loaded back (prefetched) while two gradient temporaries of layer 5
+  // are still live (the scheduler hoists the product that reads layer 5's c last).
   ASSERT_GT(on_device.stats.peak_bytes, on_host.stats.peak_bytes);
   const size_t saved_bytes = on_device.stats.peak_bytes - on_host.stats.peak_bytes;
   EXPECT_LE(saved_bytes, on_host.stats.offloaded_bytes);
-  EXPECT_GE(saved_bytes, on_host.stats.offloaded_bytes - 2 * value_bytes);
+  EXPECT_GE(saved_bytes, on_host.stats.offloaded_bytes - 4 * value_bytes);
   // The arena the executable allocates on the device shrinks too.
   EXPECT_LT(on_host.stats.arena_bytes, on_device.stats.arena_bytes);
 }

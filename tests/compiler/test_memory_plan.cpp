@@ -16,6 +16,7 @@
 #include "tessera/core/array.h"
 #include "tessera/ir/primitives/elementwise.h"
 #include "tessera/ir/primitives/layout.h"
+#include "tessera/ir/primitives/reduce.h"
 
 namespace tessera::compiler {
 namespace {
@@ -401,6 +402,61 @@ TEST(Schedule, MovesANodeToJustBeforeItsFirstUser) {
   EXPECT_EQ(g.text(), text);
 }
 
+// The most bytes live at once over the schedule: values that own a buffer (not views,
+// parameters or constants), each from its producer to its last reader (through views;
+// graph outputs to the end).
+size_t peak_live_bytes(const Graph& g) {
+  const std::vector<LiveRange> r = live_ranges(g);
+  std::vector<bool> owns(g.values.size(), false);
+  for (const Node& node : g.nodes) {
+    if (node.dead) continue;
+    for (size_t o = 0; o < node.outputs.size(); ++o)
+      owns[static_cast<size_t>(node.outputs[o])] = node.primitive->aliases_input(static_cast<int>(o)) < 0;
+  }
+  size_t peak = 0;
+  for (int t = 0; t < static_cast<int>(g.nodes.size()); ++t) {
+    size_t live = 0;
+    for (size_t v = 0; v < g.values.size(); ++v)
+      if (owns[v] && r[v].begin <= t && t <= r[v].end) live += g.type(static_cast<ValueId>(v)).nbytes();
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+// A reduction of a value made early (read early by the chain, then last by the
+// reduction the output waits for) moves up to just after the value's other reader:
+// the demand-driven order alone would keep the value alive across the whole chain.
+TEST(Schedule, HoistsANodeThatShrinksWhatItReadsLast) {
+  Graph g;
+  const TensorType big = f32({1024}), scalar = f32({});
+  auto sum_all = [] { return std::make_shared<Reduce>(ReduceKind::Sum, std::vector<int>{0}); };
+  const ValueId p = g.add_parameter(big);
+  const ValueId x = g.add_node1(exp_op(), {p}, big);
+  const ValueId y1 = g.add_node1(add_op(), {p, x}, big);
+  const ValueId y2 = g.add_node1(exp_op(), {y1}, big);
+  const ValueId y3 = g.add_node1(exp_op(), {y2}, big);
+  const ValueId r = g.add_node1(sum_all(), {y3}, scalar);
+  const ValueId s = g.add_node1(sum_all(), {x}, scalar);
+  const ValueId out = g.add_node1(add_op(), {r, s}, scalar);
+  g.outputs = {out};
+  MemoryPlanOptions opts;
+  opts.in_place = false;
+
+  Graph demand = g;
+  SchedulePass(false).run(demand);
+  EXPECT_EQ(demand.value(s).node, 5);  // right before the output: x lives across y2, y3, r
+  EXPECT_EQ(live_ranges(demand)[x].end, 5);
+
+  SchedulePass().run(g);
+  g.verify();
+  EXPECT_EQ(g.value(y1).node, 1);
+  EXPECT_EQ(g.value(s).node, 2);  // right after y1, x's other reader
+  EXPECT_EQ(live_ranges(g)[x].end, 2);
+  EXPECT_EQ(g.value(out).node, 6);
+  EXPECT_LT(peak_live_bytes(g), peak_live_bytes(demand));
+  EXPECT_LT(plan_memory(g, opts).arena_bytes, plan_memory(demand, opts).arena_bytes);
+}
+
 TEST(Schedule, KeepsOutputProducersInOrderAndRespectsDependencies) {
   std::mt19937 gen(99);
   for (int trial = 0; trial < 200; ++trial) {
@@ -420,14 +476,27 @@ TEST(Schedule, KeepsOutputProducersInOrderAndRespectsDependencies) {
       if (anchored) anchors.push_back(node.outputs[0]);
     }
     const size_t count = g.nodes.size();
-    SchedulePass().run(g);
+    // With hoisting: valid, deterministic, anchors in order, and never more live bytes
+    // at its peak than the demand-driven order alone. (Not idempotent: a second run's
+    // demand-driven order breaks ties by the hoisted order.)
+    Graph hoisted = g, hoisted_twin = g;
+    SchedulePass().run(hoisted);
+    SchedulePass().run(hoisted_twin);
+    ASSERT_EQ(hoisted.nodes.size(), count);
+    ASSERT_NO_THROW(hoisted.verify()) << hoisted.text();
+    EXPECT_EQ(hoisted_twin.text(), hoisted.text()) << "trial " << trial << ": hoisting not deterministic";
+    for (size_t i = 1; i < anchors.size(); ++i)
+      EXPECT_LT(hoisted.value(anchors[i - 1]).node, hoisted.value(anchors[i]).node);
+    // The demand-driven order alone (no hoisting): each node as late as it can go.
+    SchedulePass(false).run(g);
     ASSERT_EQ(g.nodes.size(), count);
     ASSERT_NO_THROW(g.verify()) << g.text();
     const std::string once = g.text();
     Graph again = g;
-    SchedulePass().run(again);
+    SchedulePass(false).run(again);
     EXPECT_EQ(again.text(), once) << "trial " << trial << ": not idempotent";
     for (size_t i = 1; i < anchors.size(); ++i) EXPECT_LT(g.value(anchors[i - 1]).node, g.value(anchors[i]).node);
+    EXPECT_LE(peak_live_bytes(hoisted), peak_live_bytes(g)) << "trial " << trial << "\n" << g.text();
     // Every non-anchored node sits immediately before... its first user, or before
     // another producer its first user also needs (the run of its user's inputs).
     users = g.users();

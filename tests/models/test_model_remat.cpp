@@ -85,10 +85,13 @@ TEST(ModelRemat, NoneFullAndOffloadTrainBitwiseAlikeAndOffloadMovesBlockInputsTo
     EXPECT_EQ(offload.host_bytes, kLayers * block_input) << family;
     EXPECT_EQ(none.offloaded_bytes, 0u);
     EXPECT_EQ(full.offloaded_bytes, 0u);
-    EXPECT_LT(full.peak_bytes, none.peak_bytes) << family;
-    // The step's device peak is not at the forward -> backward turn here but late in
-    // the backward pass (the schedule keeps activation gradients alive for the weight
-    // gradients it computes last), where full holds one block input, as offload does.
+    // Full remat holds one block's activations at a time instead of all three blocks':
+    // the peak falls by a quarter or more (gpt2 -30%, llama -52% here). Before the
+    // scheduler hoisted the weight gradients (passes/schedule.h) they waited for the
+    // gradient clip after the backward pass and kept every block's activations alive:
+    // full was 3% under none.
+    EXPECT_LT(full.peak_bytes, none.peak_bytes * 3 / 4) << family;
+    // Offload holds the block inputs on the host instead.
     EXPECT_LE(offload.peak_bytes, full.peak_bytes) << family;
     EXPECT_GT(full.flops, none.flops) << family << ": full recomputes the blocks";
   }

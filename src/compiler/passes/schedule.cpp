@@ -7,13 +7,195 @@
 // short one's value, and a node made early but read late lands next to its user);
 // ties keep the original order. The order depends only on the graph's structure and
 // the current order of ties, so running the pass twice changes nothing.
+//
+// Then shrinking nodes move up (hoist_shrinking): a node whose outputs are smaller
+// than the inputs it reads last (a weight gradient x^T dy of two activations, a
+// reduction) would otherwise wait, as late as possible, for its first user (the
+// gradient clip's norm or the optimizer, after the whole backward pass) and hold
+// both activations alive until then. Moving such a node n from position p to the
+// earliest q after which nothing else reads those inputs changes the live bytes only
+// on [q, p): + bytes(outputs of n) - bytes(inputs n now frees at q). The move is
+// made only when that is negative, so no point of the schedule holds more than
+// before. Views (reshape, identity) first move to just after their source: a view
+// costs no bytes but its position counts as a use of its source's buffer.
 #include "tessera/compiler/passes/schedule.h"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 #include <vector>
 
 namespace tessera::compiler {
+
+namespace {
+
+bool is_view(const Node& node) {
+  if (node.outputs.empty()) return false;
+  for (size_t o = 0; o < node.outputs.size(); ++o)
+    if (node.primitive->aliases_input(static_cast<int>(o)) < 0) return false;
+  return true;
+}
+
+// The schedule as a list of node indices with each node's position, moved one node at
+// a time.
+class Order {
+ public:
+  explicit Order(size_t n) : order_(n), position_(n) {
+    std::iota(order_.begin(), order_.end(), 0);
+    std::iota(position_.begin(), position_.end(), 0);
+  }
+  int position(int node) const { return position_[static_cast<size_t>(node)]; }
+  const std::vector<int>& nodes() const { return order_; }
+  // Moves `node` up to position `to` (< its position), shifting the nodes between down.
+  void move_up(int node, int to) {
+    const int from = position(node);
+    std::rotate(order_.begin() + to, order_.begin() + from, order_.begin() + from + 1);
+    for (int i = to; i <= from; ++i) position_[static_cast<size_t>(order_[static_cast<size_t>(i)])] = i;
+  }
+
+ private:
+  std::vector<int> order_, position_;
+};
+
+class ShrinkingHoister {
+ public:
+  explicit ShrinkingHoister(Graph& graph) : g_(graph), order_(graph.nodes.size()) {
+    const size_t num_values = g_.values.size();
+    root_.resize(num_values);
+    std::iota(root_.begin(), root_.end(), 0);
+    is_output_.assign(num_values, false);
+    for (ValueId v : g_.outputs) is_output_[static_cast<size_t>(v)] = true;
+    kept_.assign(num_values, false);
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      const Node& node = g_.nodes[n];
+      if (node.dead) continue;
+      for (size_t o = 0; o < node.outputs.size(); ++o) {
+        const int aliased = node.primitive->aliases_input(static_cast<int>(o));
+        const auto out = static_cast<size_t>(node.outputs[o]);
+        if (aliased >= 0 && static_cast<size_t>(aliased) < node.inputs.size())
+          root_[out] = root_[static_cast<size_t>(node.inputs[static_cast<size_t>(aliased)])];
+      }
+    }
+    // Buffers the program never frees: the caller's (parameters, constants), and those
+    // a graph output lives in.
+    for (size_t v = 0; v < num_values; ++v) {
+      const Value& value = g_.values[v];
+      if (value.kind != ValueKind::NodeOutput || is_output_[v]) kept_[static_cast<size_t>(root_[v])] = true;
+    }
+    readers_.resize(num_values);
+    read_.assign(num_values, false);
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      const Node& node = g_.nodes[n];
+      if (node.dead) continue;
+      for (ValueId in : node.inputs) {
+        readers_[static_cast<size_t>(root_[static_cast<size_t>(in)])].push_back(static_cast<int>(n));
+        read_[static_cast<size_t>(in)] = true;
+      }
+    }
+    for (auto& r : readers_) {
+      std::sort(r.begin(), r.end());
+      r.erase(std::unique(r.begin(), r.end()), r.end());
+    }
+  }
+
+  void run() {
+    // A move can make another node the last reader of a buffer: sweep until none moves
+    // (try_hoist says why this ends; the cap bounds the time). Views follow their
+    // sources up before every sweep.
+    for (int sweep = 0; sweep < 64; ++sweep) {
+      for (int n : std::vector<int>(order_.nodes()))
+        if (!g_.nodes[static_cast<size_t>(n)].dead && is_view(g_.nodes[static_cast<size_t>(n)])) hoist_view(n);
+      bool moved = false;
+      for (int n : std::vector<int>(order_.nodes())) moved = try_hoist(n) || moved;
+      if (!moved) break;
+    }
+  }
+
+  const std::vector<int>& order() const { return order_.nodes(); }
+
+ private:
+  // One past the latest producer of n's inputs.
+  int earliest(int n) const {
+    int q = 0;
+    for (ValueId in : g_.nodes[static_cast<size_t>(n)].inputs) {
+      const Value& v = g_.value(in);
+      if (v.kind == ValueKind::NodeOutput && v.node >= 0) q = std::max(q, order_.position(v.node) + 1);
+    }
+    return q;
+  }
+
+  void hoist_view(int n) {
+    // Anchors (no readers, or a graph output) keep their place.
+    for (ValueId out : g_.nodes[static_cast<size_t>(n)].outputs)
+      if (is_output_[static_cast<size_t>(out)] || !read_[static_cast<size_t>(out)]) return;
+    const int q = earliest(n);
+    if (q < order_.position(n)) order_.move_up(n, q);
+  }
+
+  bool try_hoist(int n) {
+    const Node& node = g_.nodes[static_cast<size_t>(n)];
+    if (node.dead || is_view(node) || node.outputs.empty()) return false;
+    const int p = order_.position(n);
+    size_t cost = 0;
+    for (ValueId out : node.outputs) {
+      // Graph outputs keep their order, and a node without users may be there for its effect.
+      if (kept_[static_cast<size_t>(out)] || !read_[static_cast<size_t>(out)]) return false;
+      if (root_[static_cast<size_t>(out)] == out) cost += g_.type(out).nbytes();
+    }
+    int q = earliest(n);
+    size_t freed = 0;
+    std::vector<ValueId> roots;
+    for (ValueId in : node.inputs) roots.push_back(root_[static_cast<size_t>(in)]);
+    std::sort(roots.begin(), roots.end());
+    roots.erase(std::unique(roots.begin(), roots.end()), roots.end());
+    for (ValueId r : roots) {
+      if (kept_[static_cast<size_t>(r)]) continue;
+      int other_last = order_.position(g_.value(r).node);
+      bool last_reader = true;
+      for (int reader : readers_[static_cast<size_t>(r)]) {
+        if (reader == n) continue;
+        const int at = order_.position(reader);
+        if (at > p) last_reader = false;
+        other_last = std::max(other_last, at);
+      }
+      if (!last_reader) continue;
+      freed += g_.type(r).nbytes();
+      q = std::max(q, other_last + 1);
+    }
+    // A move must pass a node that was never hoisted: two nodes with the same frontier
+    // would otherwise swap places forever. (Each move then lowers the count of
+    // never-hoisted nodes before hoisted ones, so the sweeps end.)
+    bool passes_other = false;
+    for (int at = q; at < p && !passes_other; ++at)
+      passes_other = !hoisted_[static_cast<size_t>(order_.nodes()[static_cast<size_t>(at)])];
+    if (!passes_other) return false;
+    if (freed <= cost || q >= p) return false;
+    order_.move_up(n, q);
+    hoisted_[static_cast<size_t>(n)] = true;
+    return true;
+  }
+
+  Graph& g_;
+  Order order_;
+  std::vector<ValueId> root_;              // the value whose buffer each value uses
+  std::vector<bool> kept_;                 // per root: never freed by the program
+  std::vector<bool> is_output_;            // per value: a graph output
+  std::vector<bool> read_;                 // per value: some node reads it
+  std::vector<std::vector<int>> readers_;  // per root: the nodes reading it or a view of it
+  std::vector<bool> hoisted_ = std::vector<bool>(g_.nodes.size(), false);
+};
+
+void apply_order(Graph& graph, const std::vector<int>& order) {
+  std::vector<Node> reordered;
+  reordered.reserve(order.size());
+  for (int n : order) reordered.push_back(std::move(graph.nodes[static_cast<size_t>(n)]));
+  graph.nodes = std::move(reordered);
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    for (ValueId out : graph.nodes[n].outputs) graph.values[static_cast<size_t>(out)].node = static_cast<int>(n);
+  }
+}
+
+}  // namespace
 
 void SchedulePass::run(Graph& graph) {
   const size_t num_nodes = graph.nodes.size();
@@ -79,13 +261,11 @@ void SchedulePass::run(Graph& graph) {
     if (!emitted[n]) order.push_back(static_cast<int>(n));
   }
 
-  std::vector<Node> reordered;
-  reordered.reserve(num_nodes);
-  for (int n : order) reordered.push_back(std::move(graph.nodes[static_cast<size_t>(n)]));
-  graph.nodes = std::move(reordered);
-  for (size_t n = 0; n < num_nodes; ++n) {
-    for (ValueId out : graph.nodes[n].outputs) graph.values[static_cast<size_t>(out)].node = static_cast<int>(n);
-  }
+  apply_order(graph, order);
+  if (!hoist_shrinking_) return;
+  ShrinkingHoister hoister(graph);
+  hoister.run();
+  apply_order(graph, hoister.order());
 }
 
 }  // namespace tessera::compiler

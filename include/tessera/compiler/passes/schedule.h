@@ -3,7 +3,9 @@
 // across the nodes in between. Nodes that produce graph outputs or have no users
 // keep their relative order; the others follow the order their results are first
 // needed in (ties: original order). Deterministic, and never moves a node before
-// one of its inputs.
+// one of its inputs. Then a node whose outputs are smaller than the inputs it is the
+// last to read (a weight gradient, a reduction) moves up to just after their other
+// readers, when that lowers the live bytes (schedule.cpp; hoist_shrinking).
 #pragma once
 
 #include <string>
@@ -14,8 +16,12 @@ namespace tessera::compiler {
 
 class SchedulePass : public Pass {
  public:
+  explicit SchedulePass(bool hoist_shrinking = true) : hoist_shrinking_(hoist_shrinking) {}
   std::string name() const override { return "schedule"; }
   void run(Graph& graph) override;
+
+ private:
+  bool hoist_shrinking_;
 };
 
 }  // namespace tessera::compiler

@@ -131,6 +131,12 @@ double fraction(const Value& v, const std::string& at) {
   return x;
 }
 
+double unit_interval(const Value& v, const std::string& at) {
+  const double x = number_of(v, at);
+  if (!(x >= 0 && x <= 1)) fail<ConfigError>("{}: must be in [0, 1] (got {})", at, v.raw);
+  return x;
+}
+
 // A whole number >= min_value that a double holds exactly (up to 2^53).
 int64_t integer(const Value& v, int64_t min_value, const std::string& at) {
   constexpr double kMaxExact = 9007199254740992.0;
@@ -185,6 +191,8 @@ const EntryKey kEntryKeys[] = {
      [](AcceleratorSpec& s, const Value& v, const std::string& at) { s.memory_efficiency = fraction(v, at); }},
     {"kernel_overhead",
      [](AcceleratorSpec& s, const Value& v, const std::string& at) { s.kernel_overhead = non_negative(v, at); }},
+    {"collective_overlap",
+     [](AcceleratorSpec& s, const Value& v, const std::string& at) { s.collective_overlap = unit_interval(v, at); }},
     {"failure_rate",
      [](AcceleratorSpec& s, const Value& v, const std::string& at) { s.failure_rate = non_negative(v, at); }},
     {"price", [](AcceleratorSpec& s, const Value& v, const std::string& at) { s.price = non_negative(v, at); }},

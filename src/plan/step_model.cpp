@@ -390,9 +390,11 @@ StepEstimate cost_step(const PreparedStep& prepared, const goodput::AcceleratorS
   for (const PreparedProgram& program : prepared.programs) {
     const ProgramCost cost = cost_program(program.graph, rates, accelerator);
     const double runs = program.runs_per_step;
+    // Tensor-axis collectives sit between the kernels that need them: exposed. The
+    // runtime hides up to collective_overlap of the batch-axis ones under compute.
     double exposed = cost.tensor_collectives + cost.batch_collectives;
     if (!rates.synchronous_collectives)
-      exposed = cost.tensor_collectives + std::max(0.0, cost.batch_collectives - cost.compute);
+      exposed -= std::min(accelerator.collective_overlap * cost.batch_collectives, cost.compute);
     est.compute_seconds += runs * (cost.compute + rates.step_overhead);
     est.collective_seconds += runs * (cost.batch_collectives + cost.tensor_collectives);
     est.exposed_collective_seconds += runs * exposed;

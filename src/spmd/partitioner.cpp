@@ -62,9 +62,13 @@ class Partitioner {
   // (reduce-scatter when the hint splits it) or else replicated; all later readers
   // see the reduced value. Single readers keep it partial (linear ops pass it on).
   void settle_partial(ValueId v);
-  // The local op keeps the node's rematerialization region and name (collectives the
-  // partitioner inserts stay outside regions: they are never recomputed).
+  // The local op keeps the node's rematerialization region and name. Collectives the
+  // partitioner inserts stay outside regions (never recomputed), except the all-gathers
+  // that bring an op of a region its operand (stamp_gather): as in FSDP, the backward
+  // pass gathers a layer's weights again instead of holding them from the forward.
   void stamp_remat(const Node& node, const std::vector<Array>& outs);
+  void stamp_gather(const Node& node, const Array& source, const Array& resharded);
+  int local_region(int graph_region);
   std::map<int, int> remat_regions_;  // graph region -> region id of the local ops
 
   const Graph& g_;
@@ -134,18 +138,41 @@ void Partitioner::compute_hints(const std::vector<std::optional<Sharding>>& out)
   }
 }
 
+int Partitioner::local_region(int graph_region) {
+  auto it = remat_regions_.find(graph_region);
+  if (it == remat_regions_.end())
+    it = remat_regions_
+             .emplace(graph_region, tessera::detail::new_checkpoint_region(
+                                        g_.remat_regions.at(static_cast<size_t>(graph_region))))
+             .first;
+  return it->second;
+}
+
+void Partitioner::stamp_gather(const Node& node, const Array& source, const Array& resharded) {
+  if (node.remat_region < 0 || resharded.impl() == source.impl()) return;
+  // The ops the reshard made (from `resharded` back to `source`), when one of them
+  // gathers; ops already placed in a region (an earlier reader's) are left alone.
+  std::vector<std::shared_ptr<tessera::detail::OpNode>> made;
+  bool gathers = false;
+  std::vector<Array> frontier = {resharded};
+  for (int guard = 0; !frontier.empty() && guard < 16; ++guard) {
+    const Array a = frontier.back();
+    frontier.pop_back();
+    const auto& op = a.impl()->op;
+    if (a.impl() == source.impl() || !op || op->remat_region >= 0 || !op->remat_name.empty()) continue;
+    const auto* collective = dynamic_cast<const Collective*>(op->primitive.get());
+    gathers = gathers || (collective != nullptr && collective->kind() == CollectiveKind::AllGather);
+    made.push_back(op);
+    for (const Array& in : op->inputs) frontier.push_back(in);
+  }
+  if (!gathers) return;
+  const int region = local_region(node.remat_region);
+  for (const auto& op : made) op->remat_region = region;
+}
+
 void Partitioner::stamp_remat(const Node& node, const std::vector<Array>& outs) {
   if (node.remat_region < 0 && node.remat_name.empty()) return;
-  int region = -1;
-  if (node.remat_region >= 0) {
-    auto it = remat_regions_.find(node.remat_region);
-    if (it == remat_regions_.end())
-      it = remat_regions_
-               .emplace(node.remat_region, tessera::detail::new_checkpoint_region(
-                                               g_.remat_regions.at(static_cast<size_t>(node.remat_region))))
-               .first;
-    region = it->second;
-  }
+  const int region = node.remat_region >= 0 ? local_region(node.remat_region) : -1;
   for (const Array& o : outs) {
     const auto& op = o.impl()->op;
     if (!op) continue;
@@ -276,8 +303,10 @@ void Partitioner::apply(const Node& node) {
   if (d.inputs.size() != node.inputs.size() || d.outputs.size() != node.outputs.size())
     fail<ShardingError>("sharding {}: the rule of '{}' returned {} input and {} output layouts (expected {} and {})",
                         where, prim.name(), d.inputs.size(), d.outputs.size(), node.inputs.size(), node.outputs.size());
-  for (size_t i = 0; i < node.inputs.size(); ++i)
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
     local_in.push_back(value_as(node.inputs[i], d.inputs[i], fmt::format("operand {} of {}", i, prim.name())));
+    stamp_gather(node, local_[static_cast<size_t>(node.inputs[i])], local_in.back());
+  }
   std::vector<Shape> shapes;
   std::vector<DType> dtypes;
   for (size_t o = 0; o < node.outputs.size(); ++o) {

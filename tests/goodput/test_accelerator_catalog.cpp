@@ -46,7 +46,7 @@ const std::string kEntry =
     "failure_rate = 2e-5\n"           // 15
     "price = 3.5   # USD\n"           // 16
     "price_date = \"2026-11\"\n"      // 17
-    "\n"                              // 18
+    "collective_overlap = 0.9\n"      // 18
     "[x.link.nvlink]\n"               // 19
     "devices = 8\n"                   // 20
     "bandwidth = 450e9\n"             // 21

@@ -33,6 +33,7 @@ goodput::AcceleratorSpec test_gpu() {
   a.gemm_efficiency = 0.8;
   a.memory_efficiency = 0.9;
   a.kernel_overhead = 4e-6;
+  a.collective_overlap = 1;
   a.failure_rate = 2e-5;
   a.price = 3;
   a.links = {{"nvlink", 8, 400e9, 2e-6, "switch"}, {"infiniband", 0, 50e9, 10e-6, "network"}};

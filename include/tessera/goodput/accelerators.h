@@ -65,6 +65,9 @@ struct AcceleratorSpec {
   double gemm_efficiency = 0;
   double memory_efficiency = 0;
   double kernel_overhead = 0;
+  // The share of the batch-axis collectives' time (FSDP gathers and scatters, gradient
+  // reductions) that the runtime hides under compute, at most all of the compute.
+  double collective_overlap = 0;
   double failure_rate = 0;  // per chip-hour
   double price = 0;         // USD per chip-hour
   std::string price_date;

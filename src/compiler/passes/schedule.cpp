@@ -132,36 +132,82 @@ class ShrinkingHoister {
     if (q < order_.position(n)) order_.move_up(n, q);
   }
 
-  bool try_hoist(int n) {
+  // The unit a move takes: n alone, or n and the one node that reads its output when
+  // that reader shrinks it (a gradient converted to float32, then reduce-scattered:
+  // the conversion alone grows, the pair frees the gradient).
+  struct Unit {
+    std::vector<int> nodes;  // in schedule order
+    size_t cost = 0, freed = 0;
+    int earliest = 0;  // the first position the unit may start at
+  };
+
+  // Whether node n may move (it has readers and no graph output), and its new bytes.
+  bool movable(int n, size_t* cost) const {
     const Node& node = g_.nodes[static_cast<size_t>(n)];
     if (node.dead || is_view(node) || node.outputs.empty()) return false;
-    const int p = order_.position(n);
-    size_t cost = 0;
     for (ValueId out : node.outputs) {
       // Graph outputs keep their order, and a node without users may be there for its effect.
       if (kept_[static_cast<size_t>(out)] || !read_[static_cast<size_t>(out)]) return false;
-      if (root_[static_cast<size_t>(out)] == out) cost += g_.type(out).nbytes();
+      if (root_[static_cast<size_t>(out)] == out) *cost += g_.type(out).nbytes();
     }
-    int q = earliest(n);
-    size_t freed = 0;
+    return true;
+  }
+
+  // Fills the unit's freed bytes and earliest start from the inputs its nodes read last.
+  void account(Unit& u) const {
     std::vector<ValueId> roots;
-    for (ValueId in : node.inputs) roots.push_back(root_[static_cast<size_t>(in)]);
+    for (int n : u.nodes) {
+      for (ValueId in : g_.nodes[static_cast<size_t>(n)].inputs) {
+        const Value& v = g_.value(in);
+        const bool inside = v.kind == ValueKind::NodeOutput &&
+                            std::find(u.nodes.begin(), u.nodes.end(), v.node) != u.nodes.end();
+        if (inside) continue;
+        if (v.kind == ValueKind::NodeOutput && v.node >= 0)
+          u.earliest = std::max(u.earliest, order_.position(v.node) + 1);
+        roots.push_back(root_[static_cast<size_t>(in)]);
+      }
+    }
     std::sort(roots.begin(), roots.end());
     roots.erase(std::unique(roots.begin(), roots.end()), roots.end());
+    const int last = order_.position(u.nodes.back());
     for (ValueId r : roots) {
       if (kept_[static_cast<size_t>(r)]) continue;
       int other_last = order_.position(g_.value(r).node);
       bool last_reader = true;
       for (int reader : readers_[static_cast<size_t>(r)]) {
-        if (reader == n) continue;
+        if (std::find(u.nodes.begin(), u.nodes.end(), reader) != u.nodes.end()) continue;
         const int at = order_.position(reader);
-        if (at > p) last_reader = false;
+        if (at > last) last_reader = false;
         other_last = std::max(other_last, at);
       }
       if (!last_reader) continue;
-      freed += g_.type(r).nbytes();
-      q = std::max(q, other_last + 1);
+      u.freed += g_.type(r).nbytes();
+      u.earliest = std::max(u.earliest, other_last + 1);
     }
+  }
+
+  bool try_hoist(int n) {
+    Unit unit;
+    if (!movable(n, &unit.cost)) return false;
+    unit.nodes = {n};
+    account(unit);
+    if (unit.freed <= unit.cost) {
+      // n and its only reader, when n has one output that nothing else reads.
+      const Node& node = g_.nodes[static_cast<size_t>(n)];
+      if (node.outputs.size() != 1) return false;
+      const ValueId out = node.outputs[0];
+      const std::vector<int>& readers = readers_[static_cast<size_t>(out)];
+      if (root_[static_cast<size_t>(out)] != out || readers.size() != 1) return false;
+      Unit pair;
+      if (!movable(readers[0], &pair.cost)) return false;
+      pair.nodes = {n, readers[0]};
+      account(pair);
+      if (pair.freed <= pair.cost) return false;
+      unit = pair;
+    }
+    const int p = order_.position(n);
+    const int q = unit.earliest;
+    if (q >= p) return false;
     // A move must pass a node that was never hoisted: two nodes with the same frontier
     // would otherwise swap places forever. (Each move then lowers the count of
     // never-hoisted nodes before hoisted ones, so the sweeps end.)
@@ -169,9 +215,10 @@ class ShrinkingHoister {
     for (int at = q; at < p && !passes_other; ++at)
       passes_other = !hoisted_[static_cast<size_t>(order_.nodes()[static_cast<size_t>(at)])];
     if (!passes_other) return false;
-    if (freed <= cost || q >= p) return false;
-    order_.move_up(n, q);
-    hoisted_[static_cast<size_t>(n)] = true;
+    for (size_t i = 0; i < unit.nodes.size(); ++i) {
+      order_.move_up(unit.nodes[i], q + static_cast<int>(i));
+      hoisted_[static_cast<size_t>(unit.nodes[i])] = true;
+    }
     return true;
   }
 

@@ -56,11 +56,13 @@ def published_tokens_per_chip(run, m, peak):
     return p["mfu"] * peak / fpt
 
 
-def plan_command(tessera, run, model, planner_set, layout_args):
+def plan_command(tessera, run, model, planner_set, layout_args, catalog=None):
     cmd = [tessera, "plan", "--model", model["preset"], "--batch", str(run["per_chip_batch"] * run["chips"]),
            "--seq", str(run["seq"]), "--set", "model.compute_dtype=bfloat16", "--set", f"model.remat={run['remat']}"]
     for s in model.get("set", []) + run.get("set", []) + planner_set:
         cmd += ["--set", s]
+    if catalog:
+        cmd += ["--catalog", catalog]
     return cmd + ["--accelerators", run["accelerator"]] + layout_args + ["--json"]
 
 
@@ -85,7 +87,7 @@ def main():
     ap.add_argument("--tessera", default="build/bin/tessera")
     ap.add_argument("--runs", default=os.path.join(ROOT, "bench/plan/published_runs.json"))
     ap.add_argument("--catalog", default=os.path.join(ROOT, "configs/accelerators.toml"),
-                    help="where the peaks come from (the binary compiles in the same file)")
+                    help="the catalog tessera plan reads (--catalog) and the peaks come from")
     ap.add_argument("--only", default="", help="runs whose id contains this")
     ap.add_argument("--search", action="store_true", help="also plan with the layout search (--chips N)")
     ap.add_argument("--optimizer", default="",
@@ -116,7 +118,7 @@ def main():
         tw = p.get("total_weights")  # tokens a step in MaxText's log line: catches a wrong batch
         if tw is not None and tw != run["chips"] * run["per_chip_batch"] * run["seq"]:
             raise SystemExit(f"{run['id']}: the log's total_weights {tw} is not chips x per_chip_batch x seq")
-        cmd = plan_command(args.tessera, run, m, planner_set, ["--mesh", run["mesh"]])
+        cmd = plan_command(args.tessera, run, m, planner_set, ["--mesh", run["mesh"]], os.path.relpath(args.catalog, ROOT))
         sys.stderr.write(f"[{i + 1}/{len(runs)}] {run['id']}: {shell(cmd)}\n")
         pred, secs = plan(cmd, args.timeout)
         row = {"id": run["id"], "circular": run["circular"], "published_mfu_maxtext": pub_mfu_mt,
@@ -139,7 +141,7 @@ def main():
         else:
             row["reason"] = pred.get("reason")
         if args.search:
-            cmd_s = plan_command(args.tessera, run, m, planner_set, ["--chips", str(run["chips"])])
+            cmd_s = plan_command(args.tessera, run, m, planner_set, ["--chips", str(run["chips"])], os.path.relpath(args.catalog, ROOT))
             sys.stderr.write(f"    search: {shell(cmd_s)}\n")
             s, _ = plan(cmd_s, args.timeout)
             if s.get("found"):

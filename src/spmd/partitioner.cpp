@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <unordered_set>
 
 #include "compiler/lazy_graph.h"
 #include "spmd/combine_all_reduces.h"
@@ -62,14 +63,16 @@ class Partitioner {
   // (reduce-scatter when the hint splits it) or else replicated; all later readers
   // see the reduced value. Single readers keep it partial (linear ops pass it on).
   void settle_partial(ValueId v);
-  // The local op keeps the node's rematerialization region and name. Collectives the
-  // partitioner inserts stay outside regions (never recomputed), except the all-gathers
-  // that bring an op of a region its operand (stamp_gather): as in FSDP, the backward
-  // pass gathers a layer's weights again instead of holding them from the forward.
+  // The local op keeps the node's rematerialization region and name. The collectives
+  // (and copies) that bring an op of a region its operand belong to that region too
+  // (stamp_reshard), so the backward pass redoes them with the region instead of
+  // holding their results from the forward: as in FSDP, a layer's weights are gathered
+  // again; under tensor parallelism, a partial sum is reduced again.
   void stamp_remat(const Node& node, const std::vector<Array>& outs);
-  void stamp_gather(const Node& node, const Array& source, const Array& resharded);
+  void stamp_reshard(const Node& node, const Array& source, const Array& resharded);
   int local_region(int graph_region);
-  std::map<int, int> remat_regions_;  // graph region -> region id of the local ops
+  std::map<int, int> remat_regions_;              // graph region -> region id of the local ops
+  std::unordered_set<const void*> node_results_;  // local results of graph nodes (their ArrayImpl)
 
   const Graph& g_;
   Mesh mesh_;
@@ -142,30 +145,29 @@ int Partitioner::local_region(int graph_region) {
   auto it = remat_regions_.find(graph_region);
   if (it == remat_regions_.end())
     it = remat_regions_
-             .emplace(graph_region, tessera::detail::new_checkpoint_region(
-                                        g_.remat_regions.at(static_cast<size_t>(graph_region))))
+             .emplace(graph_region,
+                      tessera::detail::new_checkpoint_region(g_.remat_regions.at(static_cast<size_t>(graph_region))))
              .first;
   return it->second;
 }
 
-void Partitioner::stamp_gather(const Node& node, const Array& source, const Array& resharded) {
-  if (node.remat_region < 0 || resharded.impl() == source.impl()) return;
-  // The ops the reshard made (from `resharded` back to `source`), when one of them
-  // gathers; ops already placed in a region (an earlier reader's) are left alone.
+void Partitioner::stamp_reshard(const Node& node, const Array& source, const Array& resharded) {
+  if (node.remat_region < 0) return;
+  // The ops the reshard made, from `resharded` back to `source`; it stops at the local
+  // result of another graph node (stamped with that node) and at ops already in a region.
   std::vector<std::shared_ptr<tessera::detail::OpNode>> made;
-  bool gathers = false;
   std::vector<Array> frontier = {resharded};
-  for (int guard = 0; !frontier.empty() && guard < 16; ++guard) {
+  while (!frontier.empty()) {
     const Array a = frontier.back();
     frontier.pop_back();
     const auto& op = a.impl()->op;
-    if (a.impl() == source.impl() || !op || op->remat_region >= 0 || !op->remat_name.empty()) continue;
-    const auto* collective = dynamic_cast<const Collective*>(op->primitive.get());
-    gathers = gathers || (collective != nullptr && collective->kind() == CollectiveKind::AllGather);
+    if (a.impl() == source.impl() || !op || op->remat_region >= 0 || !op->remat_name.empty() ||
+        node_results_.count(a.impl()))
+      continue;
     made.push_back(op);
     for (const Array& in : op->inputs) frontier.push_back(in);
   }
-  if (!gathers) return;
+  if (made.empty()) return;
   const int region = local_region(node.remat_region);
   for (const auto& op : made) op->remat_region = region;
 }
@@ -254,6 +256,8 @@ Array Partitioner::value_as(ValueId v, const Sharding& to, const std::string& wh
 void Partitioner::apply(const Node& node) {
   const Primitive& prim = *node.primitive;
   std::string where = node_text(g_, node);
+  std::vector<Array> before_settle;  // the operands' local values before partial sums are reduced
+  for (ValueId v : node.inputs) before_settle.push_back(local_[static_cast<size_t>(v)]);
   for (ValueId v : node.inputs) settle_partial(v);
   std::vector<Sharding> in;
   for (ValueId v : node.inputs) in.push_back(sharding_[static_cast<size_t>(v)]);
@@ -266,6 +270,8 @@ void Partitioner::apply(const Node& node) {
     ValueId o = node.outputs[0];
     local_[static_cast<size_t>(o)] = value_as(node.inputs[0], to, "with_sharding_constraint");
     sharding_[static_cast<size_t>(o)] = to;
+    stamp_reshard(node, before_settle[0], local_[static_cast<size_t>(o)]);
+    node_results_.insert(local_[static_cast<size_t>(o)].impl());
     return;
   }
 
@@ -283,6 +289,7 @@ void Partitioner::apply(const Node& node) {
     for (size_t o = 0; o < outs.size(); ++o) {
       local_[static_cast<size_t>(node.outputs[o])] = outs[o];
       sharding_[static_cast<size_t>(node.outputs[o])] = Sharding::replicated(mesh_, static_cast<int>(shapes[o].size()));
+      node_results_.insert(outs[o].impl());
     }
     return;
   }
@@ -305,7 +312,7 @@ void Partitioner::apply(const Node& node) {
                         where, prim.name(), d.inputs.size(), d.outputs.size(), node.inputs.size(), node.outputs.size());
   for (size_t i = 0; i < node.inputs.size(); ++i) {
     local_in.push_back(value_as(node.inputs[i], d.inputs[i], fmt::format("operand {} of {}", i, prim.name())));
-    stamp_gather(node, local_[static_cast<size_t>(node.inputs[i])], local_in.back());
+    stamp_reshard(node, before_settle[i], local_in.back());
   }
   std::vector<Shape> shapes;
   std::vector<DType> dtypes;
@@ -323,6 +330,7 @@ void Partitioner::apply(const Node& node) {
                           type_string(outs[o]), d.outputs[o].to_string(), tessera::to_string(shapes[o]));
     local_[static_cast<size_t>(node.outputs[o])] = outs[o];
     sharding_[static_cast<size_t>(node.outputs[o])] = d.outputs[o];
+    node_results_.insert(outs[o].impl());
   }
 }
 

@@ -457,6 +457,45 @@ TEST(Schedule, HoistsANodeThatShrinksWhatItReadsLast) {
   EXPECT_LT(plan_memory(g, opts).arena_bytes, plan_memory(demand, opts).arena_bytes);
 }
 
+// A conversion that doubles a value and the reduction after it move up together: the
+// conversion alone grows what it reads, the pair frees it (a weight gradient converted
+// to float32, then reduce-scattered). The pair holds the wide value for a moment where
+// it lands, so it moves only where that stays under the schedule's peak: here the peak
+// is later, where a large temporary (w) is made while x still waits for the pair.
+TEST(Schedule, HoistsAChainThatShrinksAsAWhole) {
+  Graph g;
+  const TensorType big = f32({1024}), scalar = f32({}), huge = f32({8192});
+  auto sum_all = [] { return std::make_shared<Reduce>(ReduceKind::Sum, std::vector<int>{0}); };
+  const ValueId p = g.add_parameter(big);
+  const ValueId pw = g.add_parameter(huge);
+  const ValueId x = g.add_node1(exp_op(), {p}, big);
+  const ValueId y1 = g.add_node1(add_op(), {p, x}, big);
+  const ValueId y2 = g.add_node1(exp_op(), {y1}, big);
+  const ValueId y3 = g.add_node1(exp_op(), {y2}, big);
+  const ValueId r = g.add_node1(sum_all(), {y3}, scalar);
+  const ValueId wide = g.add_node1(std::make_shared<Cast>(DType::Float64), {x}, {{1024}, DType::Float64});
+  const ValueId s = g.add_node1(sum_all(), {wide}, {{}, DType::Float64});
+  const ValueId narrow = g.add_node1(std::make_shared<Cast>(DType::Float32), {s}, scalar);
+  const ValueId w = g.add_node1(exp_op(), {pw}, huge);
+  const ValueId rw = g.add_node1(sum_all(), {w}, scalar);
+  const ValueId sum = g.add_node1(add_op(), {r, rw}, scalar);
+  const ValueId out = g.add_node1(add_op(), {sum, narrow}, scalar);
+  g.outputs = {out};
+
+  Graph demand = g;
+  SchedulePass(false).run(demand);
+  EXPECT_EQ(demand.value(wide).node, 8);  // after w: x (and then wide) live across it
+  EXPECT_EQ(live_ranges(demand)[x].end, 8);
+
+  SchedulePass().run(g);
+  g.verify();
+  EXPECT_EQ(g.value(y1).node, 1);
+  EXPECT_EQ(g.value(wide).node, 2);  // the chain, right after x's other reader
+  EXPECT_EQ(g.value(s).node, 3);
+  EXPECT_EQ(live_ranges(g)[x].end, 2);
+  EXPECT_LT(peak_live_bytes(g), peak_live_bytes(demand));
+}
+
 TEST(Schedule, KeepsOutputProducersInOrderAndRespectsDependencies) {
   std::mt19937 gen(99);
   for (int trial = 0; trial < 200; ++trial) {

@@ -129,12 +129,15 @@ class ShrinkingHoister {
     for (ValueId out : g_.nodes[static_cast<size_t>(n)].outputs)
       if (is_output_[static_cast<size_t>(out)] || !read_[static_cast<size_t>(out)]) return;
     const int q = earliest(n);
-    if (q < order_.position(n)) order_.move_up(n, q);
+    if (q < order_.position(n)) {
+      order_.move_up(n, q);
+      profile_current_ = false;
+    }
   }
 
-  // The unit a move takes: n alone, or n and the one node that reads its output when
-  // that reader shrinks it (a gradient converted to float32, then reduce-scattered:
-  // the conversion alone grows, the pair frees the gradient).
+  // The unit a move takes: n alone, or n and up to kMaxChain - 1 nodes after it, each
+  // the only reader of the one before (try_hoist).
+  static constexpr int kMaxChain = 4;
   struct Unit {
     std::vector<int> nodes;  // in schedule order
     size_t cost = 0, freed = 0;
@@ -159,8 +162,8 @@ class ShrinkingHoister {
     for (int n : u.nodes) {
       for (ValueId in : g_.nodes[static_cast<size_t>(n)].inputs) {
         const Value& v = g_.value(in);
-        const bool inside = v.kind == ValueKind::NodeOutput &&
-                            std::find(u.nodes.begin(), u.nodes.end(), v.node) != u.nodes.end();
+        const bool inside =
+            v.kind == ValueKind::NodeOutput && std::find(u.nodes.begin(), u.nodes.end(), v.node) != u.nodes.end();
         if (inside) continue;
         if (v.kind == ValueKind::NodeOutput && v.node >= 0)
           u.earliest = std::max(u.earliest, order_.position(v.node) + 1);
@@ -191,23 +194,36 @@ class ShrinkingHoister {
     if (!movable(n, &unit.cost)) return false;
     unit.nodes = {n};
     account(unit);
-    if (unit.freed <= unit.cost) {
-      // n and its only reader, when n has one output that nothing else reads.
-      const Node& node = g_.nodes[static_cast<size_t>(n)];
-      if (node.outputs.size() != 1) return false;
-      const ValueId out = node.outputs[0];
+    // Else n and the chain of nodes after it, each the only reader of the one before,
+    // when the chain as a whole shrinks what it reads (a weight gradient, converted to
+    // float32, then reduce-scattered: the first two grow, the three free the inputs).
+    for (int length = 2; unit.freed <= unit.cost; ++length) {
+      if (length > kMaxChain) return false;
+      const Node& tail = g_.nodes[static_cast<size_t>(unit.nodes.back())];
+      if (tail.outputs.size() != 1) return false;
+      const ValueId out = tail.outputs[0];
       const std::vector<int>& readers = readers_[static_cast<size_t>(out)];
       if (root_[static_cast<size_t>(out)] != out || readers.size() != 1) return false;
-      Unit pair;
-      if (!movable(readers[0], &pair.cost)) return false;
-      pair.nodes = {n, readers[0]};
-      account(pair);
-      if (pair.freed <= pair.cost) return false;
-      unit = pair;
+      Unit longer;
+      if (!movable(readers[0], &longer.cost)) return false;
+      longer.nodes = unit.nodes;
+      longer.nodes.push_back(readers[0]);
+      account(longer);
+      unit = longer;
     }
     const int p = order_.position(n);
     const int q = unit.earliest;
     if (q >= p) return false;
+    // A chain holds its intermediates for a moment where it lands: allowed only below the
+    // schedule's peak (a single node never raises the live bytes anywhere).
+    if (unit.nodes.size() > 1) {
+      size_t made = 0;
+      for (int m : unit.nodes)
+        for (ValueId out : g_.nodes[static_cast<size_t>(m)].outputs)
+          if (root_[static_cast<size_t>(out)] == out) made += g_.type(out).nbytes();
+      update_profile();
+      if (across_[static_cast<size_t>(q)] + made > peak_) return false;
+    }
     // A move must pass a node that was never hoisted: two nodes with the same frontier
     // would otherwise swap places forever. (Each move then lowers the count of
     // never-hoisted nodes before hoisted ones, so the sweeps end.)
@@ -219,7 +235,43 @@ class ShrinkingHoister {
       order_.move_up(unit.nodes[i], q + static_cast<int>(i));
       hoisted_[static_cast<size_t>(unit.nodes[i])] = true;
     }
+    profile_current_ = false;
     return true;
+  }
+
+  // across_[t]: the bytes live across the gap before position t (made before t, read at
+  // or after t); peak_: the most bytes live at any position. Recomputed after moves.
+  void update_profile() {
+    if (profile_current_) return;
+    const size_t n = order_.nodes().size();
+    std::vector<int64_t> begin_delta(n + 2, 0), at_delta(n + 2, 0);
+    for (size_t v = 0; v < root_.size(); ++v) {
+      if (root_[v] != static_cast<ValueId>(v) || kept_[v]) continue;
+      const Value& value = g_.values[v];
+      if (value.dead || value.kind != ValueKind::NodeOutput || value.node < 0 ||
+          g_.nodes[static_cast<size_t>(value.node)].dead)
+        continue;
+      const int begin = order_.position(value.node);
+      int end = begin;
+      for (int reader : readers_[v]) end = std::max(end, order_.position(reader));
+      const auto bytes = static_cast<int64_t>(g_.type(static_cast<ValueId>(v)).nbytes());
+      at_delta[static_cast<size_t>(begin)] += bytes;  // live at positions begin..end
+      at_delta[static_cast<size_t>(end) + 1] -= bytes;
+      if (end > begin) {  // across the gaps before begin+1..end
+        begin_delta[static_cast<size_t>(begin) + 1] += bytes;
+        begin_delta[static_cast<size_t>(end) + 1] -= bytes;
+      }
+    }
+    across_.assign(n + 1, 0);
+    peak_ = 0;
+    int64_t live = 0, crossing = 0;
+    for (size_t t = 0; t <= n; ++t) {
+      live += at_delta[t];
+      crossing += begin_delta[t];
+      across_[t] = static_cast<size_t>(crossing);
+      if (t < n) peak_ = std::max(peak_, static_cast<size_t>(live));
+    }
+    profile_current_ = true;
   }
 
   Graph& g_;
@@ -230,6 +282,9 @@ class ShrinkingHoister {
   std::vector<bool> read_;                 // per value: some node reads it
   std::vector<std::vector<int>> readers_;  // per root: the nodes reading it or a view of it
   std::vector<bool> hoisted_ = std::vector<bool>(g_.nodes.size(), false);
+  std::vector<size_t> across_;
+  size_t peak_ = 0;
+  bool profile_current_ = false;
 };
 
 void apply_order(Graph& graph, const std::vector<int>& order) {

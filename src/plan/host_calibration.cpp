@@ -185,9 +185,9 @@ std::string HostRates::text() const {
   return fmt::format("host calibration ({} cores, {} GEMMs, {:.2f} s):\n", cores, dtype, seconds) +
          rates("1 thread", serial) + rates("threads", parallel) +
          fmt::format(
-             "  collectives {:.1f} GB/s, {:.1f} us per step; a step takes {:.1f} ms + {:.2f}x its "
-             "kernels on one device, {:.1f} ms + {:.2f}x on one virtual device per core, "
-             "{:.1f} ms + {:.2f}x on two per core\n",
+             "  collectives {:.1f} GB/s, {:.1f} us per step; a step takes {:.1f} ms + its GEMMs + "
+             "{:.2f}x its other kernels on one device, {:.1f} ms + {:.2f}x on one virtual device per "
+             "core, {:.1f} ms + {:.2f}x on two per core\n",
              collective_bandwidth / 1e9, collective_latency * 1e6, step_overhead_one * 1e3, step_factor_one,
              step_overhead_many * 1e3, step_factor_many, step_overhead_over * 1e3, step_factor_over);
 }
@@ -315,19 +315,31 @@ const HostRates& calibrate_host_steps(DType compute_dtype) {
   StepModelOptions options;
   options.host = &h;  // factors 1: the sum of the kernels
   const int many = std::max(2, h.cores);
-  // Two sizes of the reference step (batch 4 and 16) fit measured = overhead + factor *
-  // kernels, on one device and on `many` virtual devices.
-  train::TrainConfig big = config;
-  big.loop.batch = 16;
+  // Three sizes of the reference step (batch 4, 8 and 16) fit measured - GEMMs = overhead
+  // + factor * (other kernels) by least squares, on one device and on `many` and 2 x
+  // `many` virtual devices. GEMM and attention kernels count as timed alone (they are
+  // compute-bound); what a step adds is the memory-bound kernels' (inputs from other
+  // kernels, not hot in cache) and the program's own work.
   auto fit = [&](int devices, double* overhead, double* factor) {
     const PlanLayout layout{.data = devices};
-    const StepEstimate small_est = estimate_step(config, layout, host, options);
-    const StepEstimate big_est = estimate_step(big, layout, host, options);
-    const double m_small = measure_reference_step(config, devices, 7) - small_est.exposed_collective_seconds;
-    const double m_big = measure_reference_step(big, devices, 7) - big_est.exposed_collective_seconds;
-    const double k_small = small_est.compute_seconds, k_big = big_est.compute_seconds;
-    *factor = std::max(0.5, (m_big - m_small) / std::max(k_big - k_small, 1e-9));
-    *overhead = std::max(0.0, m_small - *factor * k_small);
+    std::vector<std::pair<double, double>> other_measured;  // (other kernels, measured - GEMMs)
+    for (int64_t batch : {4, 8, 16}) {
+      train::TrainConfig sized = config;
+      sized.loop.batch = batch;
+      const StepEstimate est = estimate_step(sized, layout, host, options);
+      double compute_bound = 0;
+      for (const OpClassCost& op : est.ops)
+        if (op.kind == "gemm" || op.kind == "attention") compute_bound += op.seconds;
+      const double other = est.compute_seconds - compute_bound;
+      const double measured = measure_reference_step(sized, devices, 9) - est.exposed_collective_seconds;
+      other_measured.emplace_back(other, measured - compute_bound);
+    }
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const auto& [x, y] : other_measured) {
+      n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+    }
+    *factor = std::clamp((n * sxy - sx * sy) / std::max(n * sxx - sx * sx, 1e-30), 0.5, 4.0);
+    *overhead = std::max(0.0, (sy - *factor * sx) / n);
   };
   fit(1, &h.step_overhead_one, &h.step_factor_one);
   fit(many, &h.step_overhead_many, &h.step_factor_many);

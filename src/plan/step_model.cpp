@@ -101,7 +101,7 @@ struct DeviceRates {
   bool measured = false;     // a calibrated host: each kernel is timed (host_kernel_seconds)
   bool serial = false;       // ... on one thread (virtual devices)
   double slowdown = 1;       // ... and shares the cores with this many times as many devices
-  double step_factor = 1;    // HostRates::step_factor_one / _many
+  double step_factor = 1;    // HostRates::step_factor_one / _many (memory-bound kernels)
   double step_overhead = 0;  // HostRates::step_overhead_one / _many, per program run
   bool synchronous_collectives = false;
   double peak_for_mfu = 0;
@@ -259,7 +259,10 @@ ProgramCost cost_program(const compiler::Graph& g, const DeviceRates& r, const g
       cost.kind = "view";  // no kernel: the output is a view of an input
     } else if (r.measured) {
       cost.kind = is_attention(name) && c.flops > 0 ? "attention" : is_gemm(name) && c.flops > 0 ? "gemm" : "memory";
-      cost.seconds = host_kernel_seconds(g, node, r.serial) * r.slowdown * r.step_factor;
+      // A GEMM timed alone is what it takes in the step (compute-bound: cold inputs cost
+      // it little); the step factor is for the memory-bound kernels.
+      const bool compute = cost.kind != "memory";
+      cost.seconds = host_kernel_seconds(g, node, r.serial) * r.slowdown * (compute ? 1.0 : r.step_factor);
       cost.utilization = 1;
     } else if (is_attention(name) && c.flops > 0) {
       cost = gemm_cost(g, node, c, r, acc, /*attention=*/true);

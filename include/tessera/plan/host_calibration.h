@@ -38,10 +38,10 @@ struct HostRates {
   // A program runs slower than the sum of its kernels timed alone (inputs arrive from
   // other kernels, not hot in cache; the step's own work between kernels; and with
   // several devices, cores contending for caches and memory and waiting for each other).
-  // Measured on a reference step (a 2-layer GPT, not one the validation plans) at two
-  // batch sizes: step = overhead + factor * (its kernels timed alone), on one device and
-  // on one and on two virtual devices per core. calibrate_host leaves them 0 and 1;
-  // calibrate_host_steps measures them.
+  // Measured on a reference step (a 2-layer GPT, not one the validation plans) at three
+  // batch sizes: step = overhead + GEMM kernels + factor * (its other kernels, timed
+  // alone), on one device and on one and on two virtual devices per core. calibrate_host
+  // leaves them 0 and 1; calibrate_host_steps measures them.
   double step_factor_one = 1, step_overhead_one = 0;  // seconds per program run
   double step_factor_many = 1, step_overhead_many = 0;
   double step_factor_over = 1, step_overhead_over = 0;  // more virtual devices than cores (2 per core)

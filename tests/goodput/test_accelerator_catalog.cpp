@@ -187,6 +187,10 @@ TEST(AcceleratorCatalog, BadNumberNamesFileLineAndKey) {
   }
   EXPECT_TRUE(contains(error_of(with_line("peak_flops", "peak_flops = -1")), "must be > 0"));
   EXPECT_TRUE(contains(error_of(with_line("gemm_efficiency", "gemm_efficiency = 1.2")), "(0, 1]"));
+  // An overlap share may be 0 (nothing hidden) but not above 1.
+  EXPECT_EQ(error_of(with_line("collective_overlap", "collective_overlap = 0")), "");
+  EXPECT_TRUE(contains(error_of(with_line("collective_overlap", "collective_overlap = 1.5")),
+                       "cat.toml:18: [x] collective_overlap: must be in [0, 1] (got 1.5)"));
   EXPECT_TRUE(contains(error_of(with_line("failure_rate", "failure_rate = -1e-5")), "[x] failure_rate: must be >= 0"));
   EXPECT_TRUE(contains(error_of(with_line("matrix_units", "matrix_units = 1.5")), "[x] matrix_units: must be a whole"));
   EXPECT_TRUE(contains(error_of(with_line("devices", "devices = -8")), "cat.toml:20: [x.link.nvlink] devices"));

@@ -203,6 +203,28 @@ TEST(StepModel, FsdpSplitsParametersAndOptimizerStateDataParallelDoesNot) {
   EXPECT_TRUE(all_reduce);
 }
 
+// collective_overlap: the share of the batch-axis collectives hidden under compute.
+// All hidden (1) exposes none of a data-parallel step's all-reduce here (it is shorter
+// than the compute); none hidden (0) exposes all of it; a half exposes half.
+TEST(StepModel, CollectiveOverlapHidesThatShareOfTheBatchAxisCollectives) {
+  const train::TrainConfig config = tiny_config();
+  goodput::AcceleratorSpec gpu = test_gpu();
+  const PreparedStep prepared = prepare_step(config, PlanLayout{.data = 2});
+  gpu.collective_overlap = 1;
+  const StepEstimate hidden = cost_step(prepared, gpu);
+  gpu.collective_overlap = 0;
+  const StepEstimate exposed = cost_step(prepared, gpu);
+  gpu.collective_overlap = 0.5;
+  const StepEstimate half = cost_step(prepared, gpu);
+  ASSERT_GT(hidden.collective_seconds, 0);
+  ASSERT_LT(hidden.collective_seconds, hidden.compute_seconds);
+  EXPECT_DOUBLE_EQ(hidden.exposed_collective_seconds, 0);
+  EXPECT_DOUBLE_EQ(exposed.exposed_collective_seconds, exposed.collective_seconds);
+  EXPECT_NEAR(half.exposed_collective_seconds, 0.5 * half.collective_seconds, 1e-12);
+  EXPECT_DOUBLE_EQ(exposed.step_seconds, exposed.compute_seconds + exposed.collective_seconds);
+  EXPECT_DOUBLE_EQ(hidden.compute_seconds, exposed.compute_seconds);
+}
+
 TEST(StepModel, RematTradesActivationsForFlops) {
   const goodput::AcceleratorSpec gpu = test_gpu();
   const StepEstimate keep = estimate_step(tiny_config(), PlanLayout{}, gpu);

@@ -457,7 +457,7 @@ TEST(Schedule, HoistsANodeThatShrinksWhatItReadsLast) {
   EXPECT_LT(plan_memory(g, opts).arena_bytes, plan_memory(demand, opts).arena_bytes);
 }
 
-// A conversion that doubles a value and the reduction after it move up together: the
+// A conversion that doubles a value, a reshape and the reduction after them move up together: the
 // conversion alone grows what it reads, the pair frees it (a weight gradient converted
 // to float32, then reduce-scattered). The pair holds the wide value for a moment where
 // it lands, so it moves only where that stays under the schedule's peak: here the peak
@@ -474,7 +474,10 @@ TEST(Schedule, HoistsAChainThatShrinksAsAWhole) {
   const ValueId y3 = g.add_node1(exp_op(), {y2}, big);
   const ValueId r = g.add_node1(sum_all(), {y3}, scalar);
   const ValueId wide = g.add_node1(std::make_shared<Cast>(DType::Float64), {x}, {{1024}, DType::Float64});
-  const ValueId s = g.add_node1(sum_all(), {wide}, {{}, DType::Float64});
+  // A view between them moves with them (it costs nothing, but holds what it shows).
+  const ValueId square = g.add_node1(std::make_shared<Reshape>(Shape{32, 32}), {wide}, {{32, 32}, DType::Float64});
+  const ValueId s =
+      g.add_node1(std::make_shared<Reduce>(ReduceKind::Sum, std::vector<int>{0, 1}), {square}, {{}, DType::Float64});
   const ValueId narrow = g.add_node1(std::make_shared<Cast>(DType::Float32), {s}, scalar);
   const ValueId w = g.add_node1(exp_op(), {pw}, huge);
   const ValueId rw = g.add_node1(sum_all(), {w}, scalar);
@@ -491,7 +494,8 @@ TEST(Schedule, HoistsAChainThatShrinksAsAWhole) {
   g.verify();
   EXPECT_EQ(g.value(y1).node, 1);
   EXPECT_EQ(g.value(wide).node, 2);  // the chain, right after x's other reader
-  EXPECT_EQ(g.value(s).node, 3);
+  EXPECT_EQ(g.value(square).node, 3);
+  EXPECT_EQ(g.value(s).node, 4);
   EXPECT_EQ(live_ranges(g)[x].end, 2);
   EXPECT_LT(peak_live_bytes(g), peak_live_bytes(demand));
 }

@@ -83,19 +83,22 @@ class ShrinkingHoister {
       if (value.kind != ValueKind::NodeOutput || is_output_[v]) kept_[static_cast<size_t>(root_[v])] = true;
     }
     readers_.resize(num_values);
+    direct_readers_.resize(num_values);
     read_.assign(num_values, false);
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       const Node& node = g_.nodes[n];
       if (node.dead) continue;
       for (ValueId in : node.inputs) {
         readers_[static_cast<size_t>(root_[static_cast<size_t>(in)])].push_back(static_cast<int>(n));
+        direct_readers_[static_cast<size_t>(in)].push_back(static_cast<int>(n));
         read_[static_cast<size_t>(in)] = true;
       }
     }
-    for (auto& r : readers_) {
-      std::sort(r.begin(), r.end());
-      r.erase(std::unique(r.begin(), r.end()), r.end());
-    }
+    for (auto* lists : {&readers_, &direct_readers_})
+      for (auto& r : *lists) {
+        std::sort(r.begin(), r.end());
+        r.erase(std::unique(r.begin(), r.end()), r.end());
+      }
   }
 
   void run() {
@@ -135,9 +138,9 @@ class ShrinkingHoister {
     }
   }
 
-  // The unit a move takes: n alone, or n and up to kMaxChain - 1 nodes after it, each
-  // the only reader of the one before (try_hoist).
-  static constexpr int kMaxChain = 4;
+  // The unit a move takes: n alone, or n and up to kMaxChain - 1 nodes after it (views
+  // included), each the only reader of the one before (try_hoist).
+  static constexpr int kMaxChain = 6;
   struct Unit {
     std::vector<int> nodes;  // in schedule order
     size_t cost = 0, freed = 0;
@@ -194,20 +197,34 @@ class ShrinkingHoister {
     if (!movable(n, &unit.cost)) return false;
     unit.nodes = {n};
     account(unit);
-    // Else n and the chain of nodes after it, each the only reader of the one before,
-    // when the chain as a whole shrinks what it reads (a weight gradient, converted to
-    // float32, then reduce-scattered: the first two grow, the three free the inputs).
-    for (int length = 2; unit.freed <= unit.cost; ++length) {
-      if (length > kMaxChain) return false;
-      const Node& tail = g_.nodes[static_cast<size_t>(unit.nodes.back())];
+    // Else n and the chain of nodes after it, each the only reader of the one before
+    // (views included, at no cost), when the chain as a whole shrinks what it reads: a
+    // weight gradient, converted to float32, then reduce-scattered (the first two grow);
+    // a recomputed activation, reshaped, then multiplied into a weight gradient.
+    std::vector<int> chain = {n};
+    while (unit.freed <= unit.cost) {
+      if (static_cast<int>(chain.size()) >= kMaxChain) return false;
+      const Node& tail = g_.nodes[static_cast<size_t>(chain.back())];
       if (tail.outputs.size() != 1) return false;
-      const ValueId out = tail.outputs[0];
-      const std::vector<int>& readers = readers_[static_cast<size_t>(out)];
-      if (root_[static_cast<size_t>(out)] != out || readers.size() != 1) return false;
+      const std::vector<int>& next = direct_readers_[static_cast<size_t>(tail.outputs[0])];
+      if (next.size() != 1) return false;
+      chain.push_back(next[0]);
+      const Node& added = g_.nodes[static_cast<size_t>(next[0])];
+      if (added.dead || added.outputs.size() != 1) return false;
+      if (is_view(added)) {
+        // A view is free, but what it shows stays alive until its readers: go on.
+        const ValueId out = added.outputs[0];
+        if (is_output_[static_cast<size_t>(out)] || !read_[static_cast<size_t>(out)]) return false;
+        continue;
+      }
       Unit longer;
-      if (!movable(readers[0], &longer.cost)) return false;
-      longer.nodes = unit.nodes;
-      longer.nodes.push_back(readers[0]);
+      if (!movable(next[0], &longer.cost)) return false;
+      longer.nodes = chain;
+      // Every value made inside the chain but its last must die inside it.
+      for (size_t i = 0; i + 1 < chain.size(); ++i)
+        for (int reader : readers_[static_cast<size_t>(
+                 root_[static_cast<size_t>(g_.nodes[static_cast<size_t>(chain[i])].outputs[0])])])
+          if (std::find(chain.begin(), chain.end(), reader) == chain.end()) return false;
       account(longer);
       unit = longer;
     }
@@ -217,10 +234,17 @@ class ShrinkingHoister {
     // A chain holds its intermediates for a moment where it lands: allowed only below the
     // schedule's peak (a single node never raises the live bytes anywhere).
     if (unit.nodes.size() > 1) {
-      size_t made = 0;
-      for (int m : unit.nodes)
+      // Each chain value lives from its node to the next real (non-view) node: at most
+      // two of them at once.
+      size_t made = 0, previous = 0;
+      for (int m : unit.nodes) {
+        size_t bytes = 0;
         for (ValueId out : g_.nodes[static_cast<size_t>(m)].outputs)
-          if (root_[static_cast<size_t>(out)] == out) made += g_.type(out).nbytes();
+          if (root_[static_cast<size_t>(out)] == out) bytes += g_.type(out).nbytes();
+        if (is_view(g_.nodes[static_cast<size_t>(m)])) continue;
+        made = std::max(made, previous + bytes);
+        previous = bytes;
+      }
       update_profile();
       if (across_[static_cast<size_t>(q)] + made > peak_) return false;
     }
@@ -276,11 +300,12 @@ class ShrinkingHoister {
 
   Graph& g_;
   Order order_;
-  std::vector<ValueId> root_;              // the value whose buffer each value uses
-  std::vector<bool> kept_;                 // per root: never freed by the program
-  std::vector<bool> is_output_;            // per value: a graph output
-  std::vector<bool> read_;                 // per value: some node reads it
-  std::vector<std::vector<int>> readers_;  // per root: the nodes reading it or a view of it
+  std::vector<ValueId> root_;                     // the value whose buffer each value uses
+  std::vector<bool> kept_;                        // per root: never freed by the program
+  std::vector<bool> is_output_;                   // per value: a graph output
+  std::vector<bool> read_;                        // per value: some node reads it
+  std::vector<std::vector<int>> readers_;         // per root: the nodes reading it or a view of it
+  std::vector<std::vector<int>> direct_readers_;  // per value: the nodes reading it
   std::vector<bool> hoisted_ = std::vector<bool>(g_.nodes.size(), false);
   std::vector<size_t> across_;
   size_t peak_ = 0;

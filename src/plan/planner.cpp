@@ -115,11 +115,19 @@ std::string fit_advice(const StepEstimate& step) {
     double bytes;
     const char* remedy;
   };
+  // Activations: the remat policies that keep less than the one in use.
+  const char* activations = step.remat == "offload" ? "a smaller micro-batch (loop.micro_batch)"
+                            : step.remat == "full"
+                                ? "remat = \"offload\" (block inputs in host memory), or a smaller micro-batch "
+                                  "(loop.micro_batch)"
+                                : "remat = \"full\" or \"offload\", or a smaller micro-batch (loop.micro_batch)";
   std::vector<Class> classes = {
       {"parameters", m.parameters, "shard them further (fsdp or tensor) or use more chips"},
       {"optimizer state", m.optimizer, "shard it further (fsdp) or use more chips"},
       {"gradients", m.gradients, "shard them further (fsdp)"},
-      {"activations", m.activations, "remat = \"full\" or \"offload\", or a smaller micro-batch (loop.micro_batch)"},
+      {"activations", m.activations, activations},
+      {"the validation program's arena", m.eval,
+       "a smaller micro-batch (loop.micro_batch): validation runs one micro-batch at a time"},
   };
   std::sort(classes.begin(), classes.end(), [](const Class& a, const Class& b) { return a.bytes > b.bytes; });
   return fmt::format("does not fit: {} per chip against {} ({} over); the largest class is {} ({}): {}; next {} ({})",

@@ -323,6 +323,7 @@ PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& la
   prepared.global_batch = config.loop.batch;
   prepared.seq = config.loop.seq;
   prepared.micro_batches = config.micro_batches();
+  prepared.remat = config.model.remat;
   const double tokens = static_cast<double>(config.loop.batch) * static_cast<double>(config.loop.seq);
   prepared.model_flops = model.flops_per_token(config.loop.seq) * tokens;
   for (train::TracedProgram& program : step.trace_programs(params, opt_state, batch, key)) {
@@ -387,6 +388,7 @@ StepEstimate cost_step(const PreparedStep& prepared, const goodput::AcceleratorS
   est.global_batch = prepared.global_batch;
   est.seq = prepared.seq;
   est.micro_batches = prepared.micro_batches;
+  est.remat = prepared.remat;
   est.memory = prepared.memory;
   est.memory_capacity = rates.capacity;
   std::map<std::pair<std::string, std::string>, OpClassCost> ops;

@@ -286,6 +286,18 @@ TEST(Planner, MemoryAdviceNamesTheOverflowingClass) {
   EXPECT_NE(advice.find("20.0 GB over"), std::string::npos) << advice;
   step.memory_capacity = 200e9;
   EXPECT_EQ(fit_advice(step), "");
+  // Activations: the advice offers only the remat policies that keep less than the one
+  // in use; the validation program's arena is a class of its own.
+  step.memory = {.parameters = 1e9, .optimizer = 2e9, .activations = 90e9, .eval = 7e9, .peak = 100e9};
+  step.memory_capacity = 80e9;
+  EXPECT_NE(fit_advice(step).find("remat = \"full\" or \"offload\""), std::string::npos) << fit_advice(step);
+  step.remat = "full";
+  EXPECT_EQ(fit_advice(step).find("remat = \"full\""), std::string::npos) << fit_advice(step);
+  EXPECT_NE(fit_advice(step).find("remat = \"offload\""), std::string::npos) << fit_advice(step);
+  EXPECT_NE(fit_advice(step).find("next the validation program's arena (7.0 GB)"), std::string::npos)
+      << fit_advice(step);
+  step.remat = "offload";
+  EXPECT_EQ(fit_advice(step).find("remat ="), std::string::npos) << fit_advice(step);
 }
 
 }  // namespace

@@ -83,6 +83,7 @@ struct StepEstimate {
   std::string accelerator;  // catalog key
   PlanLayout layout;
   int64_t global_batch = 0, seq = 0, micro_batches = 1;
+  std::string remat = "none";     // the model's checkpoint policy (model.remat)
   double compute_seconds = 0;     // kernels, per device
   double collective_seconds = 0;  // all collectives, per device
   double exposed_collective_seconds = 0;
@@ -113,6 +114,7 @@ struct PreparedProgram {
 struct PreparedStep {
   PlanLayout layout;
   int64_t global_batch = 0, seq = 0, micro_batches = 1;
+  std::string remat = "none";  // the model's checkpoint policy (model.remat)
   double model_flops = 0;
   MemoryBreakdown memory;
   std::vector<PreparedProgram> programs;

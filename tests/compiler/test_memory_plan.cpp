@@ -426,17 +426,28 @@ size_t peak_live_bytes(const Graph& g) {
 // A reduction of a value made early (read early by the chain, then last by the
 // reduction the output waits for) moves up to just after the value's other reader:
 // the demand-driven order alone would keep the value alive across the whole chain.
-TEST(Schedule, HoistsANodeThatShrinksWhatItReadsLast) {
-  Graph g;
-  const TensorType big = f32({1024}), scalar = f32({});
-  auto sum_all = [] { return std::make_shared<Reduce>(ReduceKind::Sum, std::vector<int>{0}); };
+PrimitivePtr sum_over(std::vector<int> axes) { return std::make_shared<Reduce>(ReduceKind::Sum, std::move(axes)); }
+
+// Nodes 0-4 of the hoisting tests: x = exp(p) [1024], read early by y1 = p + x, then a
+// chain y2 = exp(y1), y3 = exp(y2), r = sum(y3) that does not read x.
+struct EarlyValue {
+  ValueId x, y1, r;
+};
+EarlyValue value_read_early(Graph& g) {
+  const TensorType big = f32({1024});
   const ValueId p = g.add_parameter(big);
   const ValueId x = g.add_node1(exp_op(), {p}, big);
   const ValueId y1 = g.add_node1(add_op(), {p, x}, big);
   const ValueId y2 = g.add_node1(exp_op(), {y1}, big);
   const ValueId y3 = g.add_node1(exp_op(), {y2}, big);
-  const ValueId r = g.add_node1(sum_all(), {y3}, scalar);
-  const ValueId s = g.add_node1(sum_all(), {x}, scalar);
+  return {x, y1, g.add_node1(sum_over({0}), {y3}, f32({}))};
+}
+
+TEST(Schedule, HoistsANodeThatShrinksWhatItReadsLast) {
+  Graph g;
+  const TensorType scalar = f32({});
+  const auto [x, y1, r] = value_read_early(g);
+  const ValueId s = g.add_node1(sum_over({0}), {x}, scalar);
   const ValueId out = g.add_node1(add_op(), {r, s}, scalar);
   g.outputs = {out};
   MemoryPlanOptions opts;
@@ -464,23 +475,16 @@ TEST(Schedule, HoistsANodeThatShrinksWhatItReadsLast) {
 // is later, where a large temporary (w) is made while x still waits for the pair.
 TEST(Schedule, HoistsAChainThatShrinksAsAWhole) {
   Graph g;
-  const TensorType big = f32({1024}), scalar = f32({}), huge = f32({8192});
-  auto sum_all = [] { return std::make_shared<Reduce>(ReduceKind::Sum, std::vector<int>{0}); };
-  const ValueId p = g.add_parameter(big);
+  const TensorType scalar = f32({}), huge = f32({8192});
+  const auto [x, y1, r] = value_read_early(g);
   const ValueId pw = g.add_parameter(huge);
-  const ValueId x = g.add_node1(exp_op(), {p}, big);
-  const ValueId y1 = g.add_node1(add_op(), {p, x}, big);
-  const ValueId y2 = g.add_node1(exp_op(), {y1}, big);
-  const ValueId y3 = g.add_node1(exp_op(), {y2}, big);
-  const ValueId r = g.add_node1(sum_all(), {y3}, scalar);
   const ValueId wide = g.add_node1(std::make_shared<Cast>(DType::Float64), {x}, {{1024}, DType::Float64});
   // A view between them moves with them (it costs nothing, but holds what it shows).
   const ValueId square = g.add_node1(std::make_shared<Reshape>(Shape{32, 32}), {wide}, {{32, 32}, DType::Float64});
-  const ValueId s =
-      g.add_node1(std::make_shared<Reduce>(ReduceKind::Sum, std::vector<int>{0, 1}), {square}, {{}, DType::Float64});
+  const ValueId s = g.add_node1(sum_over({0, 1}), {square}, {{}, DType::Float64});
   const ValueId narrow = g.add_node1(std::make_shared<Cast>(DType::Float32), {s}, scalar);
   const ValueId w = g.add_node1(exp_op(), {pw}, huge);
-  const ValueId rw = g.add_node1(sum_all(), {w}, scalar);
+  const ValueId rw = g.add_node1(sum_over({0}), {w}, scalar);
   const ValueId sum = g.add_node1(add_op(), {r, rw}, scalar);
   const ValueId out = g.add_node1(add_op(), {sum, narrow}, scalar);
   g.outputs = {out};

@@ -158,6 +158,19 @@ int combine_all_reduces(Graph& g, size_t max_operand_bytes, size_t max_bucket_by
       for (int m : bucket) by_value.back().push_back(g.nodes[m].outputs[0]);
     }
   int combined = 0;
+  // Usually no two buckets need each other: then all are rewritten on one copy. (Merging
+  // only adds dependencies, so when all together are acyclic every bucket is, and the
+  // one-at-a-time loop below would take each.)
+  if (by_value.size() > 1) {
+    Graph trial = g;
+    for (const std::vector<ValueId>& outputs : by_value) rewrite_bucket(trial, outputs);
+    if (restore_topological_order(trial)) {
+      g = std::move(trial);
+      g.compact();
+      g.verify();
+      return static_cast<int>(by_value.size());
+    }
+  }
   for (const std::vector<ValueId>& outputs : by_value) {
     Graph trial = g;
     rewrite_bucket(trial, outputs);

@@ -3,6 +3,7 @@
 #include "tessera/compiler/passes/gemm_epilogue.h"
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 #include <vector>
 
@@ -99,7 +100,30 @@ class Matcher {
   std::vector<std::vector<int>> users_;
 };
 
-void rewrite(Graph& g, Match m) {
+// A match's nodes named by their first outputs: value ids survive the rewrites of
+// other matches in the same round (which insert nodes and so move indices).
+struct Pending {
+  Match match;
+  ValueId matmul = kNoValue, add = kNoValue, activation = kNoValue, bias_broadcast = kNoValue;
+};
+
+ValueId first_output(const Graph& g, int node) { return node >= 0 ? g.nodes[node].outputs[0] : kNoValue; }
+int node_of(const Graph& g, ValueId v) {
+  return v != kNoValue && g.value(v).kind == ValueKind::NodeOutput ? g.value(v).node : -1;
+}
+
+bool is_read(const Graph& g, ValueId v) {
+  for (const Node& node : g.nodes)
+    if (!node.dead && std::find(node.inputs.begin(), node.inputs.end(), v) != node.inputs.end()) return true;
+  return false;
+}
+
+void rewrite(Graph& g, const Pending& pending) {
+  Match m = pending.match;
+  m.matmul = node_of(g, pending.matmul);
+  m.add = node_of(g, pending.add);
+  m.activation = node_of(g, pending.activation);
+  m.bias_broadcast = node_of(g, pending.bias_broadcast);
   const Node& mm = g.nodes[m.matmul];
   std::vector<ValueId> inputs(mm.inputs.begin(), mm.inputs.begin() + 2);  // not an int8 GEMM's key
   if (m.options.bias) inputs.push_back(m.bias);
@@ -121,21 +145,38 @@ void rewrite(Graph& g, Match m) {
   if (m.bias_broadcast >= 0) {
     const int b = shifted(m.bias_broadcast);
     const ValueId v = g.nodes[b].outputs[0];
-    if (g.users()[v].empty() && !is_returned(g, v)) g.erase_node(b);
+    if (!is_read(g, v) && !is_returned(g, v)) g.erase_node(b);
   }
 }
 
 }  // namespace
 
 void GemmEpiloguePass::run(Graph& graph) {
-  // One rewrite at a time, then a fresh scan: each rewrite renumbers the nodes and
-  // changes reader counts. Rewrites are O(nodes) and there is one per matmul at most.
+  // Rounds: one scan finds every match that shares no node with an earlier match of
+  // the round (nor reads a value one of them replaces), all are rewritten, then the
+  // graph is compacted once. A match left out waits for the next round's fresh scan,
+  // so the result is the one-match-at-a-time result, in a few rounds instead of one
+  // graph-wide rewrite and compaction per matmul.
   for (;;) {
-    Matcher matcher(graph);
-    std::optional<Match> found;
-    for (int n = 0; n < static_cast<int>(graph.nodes.size()) && !found; ++n) found = matcher.match(n);
-    if (!found) break;
-    rewrite(graph, *found);
+    std::vector<Pending> round;
+    {
+      Matcher matcher(graph);
+      std::vector<char> claimed(graph.nodes.size(), 0);
+      for (int n = 0; n < static_cast<int>(graph.nodes.size()); ++n) {
+        std::optional<Match> found = matcher.match(n);
+        if (!found) continue;
+        const Match& m = *found;
+        const int bias_producer = m.options.bias ? node_of(graph, m.bias) : -1;
+        const int touched[] = {m.matmul, m.add, m.activation, m.bias_broadcast, bias_producer};
+        if (std::any_of(std::begin(touched), std::end(touched), [&](int t) { return t >= 0 && claimed[t]; })) continue;
+        for (int t : touched)
+          if (t >= 0) claimed[t] = 1;
+        round.push_back({m, first_output(graph, m.matmul), first_output(graph, m.add),
+                         first_output(graph, m.activation), first_output(graph, m.bias_broadcast)});
+      }
+    }
+    if (round.empty()) break;
+    for (const Pending& pending : round) rewrite(graph, pending);
     graph.compact();
   }
 }

@@ -101,17 +101,21 @@ class ShrinkingHoister {
       }
   }
 
-  void run() {
+  // Returns the number of sweeps made.
+  int run() {
     // A move can make another node the last reader of a buffer: sweep until none moves
     // (try_hoist says why this ends; the cap bounds the time). Views follow their
     // sources up before every sweep.
-    for (int sweep = 0; sweep < 64; ++sweep) {
+    int sweeps = 0;
+    while (sweeps < SchedulePass::kMaxHoistSweeps) {
+      ++sweeps;
       for (int n : std::vector<int>(order_.nodes()))
         if (!g_.nodes[static_cast<size_t>(n)].dead && is_view(g_.nodes[static_cast<size_t>(n)])) hoist_view(n);
       bool moved = false;
       for (int n : std::vector<int>(order_.nodes())) moved = try_hoist(n) || moved;
       if (!moved) break;
     }
+    return sweeps;
   }
 
   const std::vector<int>& order() const { return order_.nodes(); }
@@ -248,12 +252,16 @@ class ShrinkingHoister {
       update_profile();
       if (across_[static_cast<size_t>(q)] + made > peak_) return false;
     }
-    // A move must pass a node that was never hoisted: two nodes with the same frontier
-    // would otherwise swap places forever. (Each move then lowers the count of
-    // never-hoisted nodes before hoisted ones, so the sweeps end.)
+    // A move must pass a node that was never hoisted and is not a view: two nodes with
+    // the same frontier would otherwise swap places forever, and so would a node and a
+    // view that follows its source back up before the next sweep. (Each move then
+    // lowers the count of never-hoisted non-view nodes before hoisted ones, and view
+    // moves do not change it, so the sweeps end.)
     bool passes_other = false;
-    for (int at = q; at < p && !passes_other; ++at)
-      passes_other = !hoisted_[static_cast<size_t>(order_.nodes()[static_cast<size_t>(at)])];
+    for (int at = q; at < p && !passes_other; ++at) {
+      const int other = order_.nodes()[static_cast<size_t>(at)];
+      passes_other = !hoisted_[static_cast<size_t>(other)] && !is_view(g_.nodes[static_cast<size_t>(other)]);
+    }
     if (!passes_other) return false;
     for (size_t i = 0; i < unit.nodes.size(); ++i) {
       order_.move_up(unit.nodes[i], q + static_cast<int>(i));
@@ -325,6 +333,7 @@ void apply_order(Graph& graph, const std::vector<int>& order) {
 }  // namespace
 
 void SchedulePass::run(Graph& graph) {
+  hoist_sweeps_ = 0;
   const size_t num_nodes = graph.nodes.size();
   std::vector<bool> has_user(num_nodes, false), anchored(num_nodes, false);
   std::vector<std::vector<int>> producers(num_nodes);  // live producers of each node's inputs
@@ -391,7 +400,7 @@ void SchedulePass::run(Graph& graph) {
   apply_order(graph, order);
   if (!hoist_shrinking_) return;
   ShrinkingHoister hoister(graph);
-  hoister.run();
+  hoist_sweeps_ = hoister.run();
   apply_order(graph, hoister.order());
 }
 

@@ -20,8 +20,14 @@ class SchedulePass : public Pass {
   std::string name() const override { return "schedule"; }
   void run(Graph& graph) override;
 
+  // The hoisting sweeps the last run made (each visits every node; the last moves
+  // none), and their cap. A run that reaches the cap did not settle.
+  static constexpr int kMaxHoistSweeps = 64;
+  int hoist_sweeps() const { return hoist_sweeps_; }
+
  private:
   bool hoist_shrinking_;
+  int hoist_sweeps_ = 0;
 };
 
 }  // namespace tessera::compiler

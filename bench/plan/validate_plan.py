@@ -7,14 +7,21 @@ is a row too, predicted from the catalog's h100 entry (its memory without the va
 program's arena: bench_gpu_train compiles the step alone).
 
     python3 bench/plan/validate_plan.py [--tessera build/bin/tessera] [--steps 12]
-        [--only tiny] [--no-mpi]
+        [--rounds 3] [--only tiny] [--no-mpi]
 
 Measured step time: the median step of `tessera goodput RUN --json` (step_stats).
-Measured memory: the allocator's high-water mark during the steps after the first two
-(metrics.jsonl peak_bytes, per process) divided by the devices of the process; the runs
-save no checkpoint before their end (a save's staging copy is not the step's memory).
-The JSON last line has step_time_error_max, step_time_error_median (|predicted /
-measured - 1|) and memory_error_max.
+Measured memory: the allocator's high-water mark from the first evaluation on (every
+--eval-interval steps: the validation program's arena stays allocated after it, and the
+plan counts it) (metrics.jsonl peak_bytes, per process), divided by the devices of the
+process; the runs save no checkpoint before their end (a save's staging copy is not
+the step's memory).
+
+Rounds: every configuration is predicted and measured once per round, the rounds
+interleaved (a slow minute of a shared machine then touches one sample of each row,
+not all of one), and each row reports the median over the rounds of its predicted and
+of its measured step. The JSON last line has step_time_error_max,
+step_time_error_median (|predicted / measured - 1| of the medians), memory_error_max,
+and each row's per-round figures.
 """
 import argparse
 import json
@@ -67,10 +74,11 @@ def devices_per_process(mesh, processes):
     return n // processes
 
 
-def measure(tessera, config, mesh, sets, processes, steps):
+def measure(tessera, config, mesh, sets, processes, steps, eval_interval):
     run_dir = tempfile.mkdtemp(prefix="validate-plan-")
     args = [tessera, "train", "--config", config, "--quiet", "--set", f"run.dir={run_dir}",
             "--set", f"train.steps={steps}", "--set", "train.log_interval=1", "--set", "train.eval_batches=1",
+            "--set", f"train.eval_interval={eval_interval}",
             "--set", f"parallel.mesh={mesh}",
             # No checkpoint before the end: a save's staging copy is not the step's memory.
             "--set", "checkpoint.interval=0", "--set", 'checkpoint.local_dir=""', "--set", "schedule.warmup_steps=0"]
@@ -88,7 +96,7 @@ def measure(tessera, config, mesh, sets, processes, steps):
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         for line in f:
             rec = json.loads(line)
-            if rec.get("step", 0) > 2 and "peak_bytes" in rec:
+            if rec.get("step", 0) >= eval_interval and "peak_bytes" in rec:
                 peaks.append(rec["peak_bytes"])
     shutil.rmtree(run_dir, ignore_errors=True)
     memory = max(peaks) / devices_per_process(mesh, processes) if peaks else None
@@ -110,18 +118,35 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tessera", default=os.path.join(ROOT, "build/bin/tessera"))
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--eval-interval", type=int, default=3, help="steps between evaluations (< --steps)")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="", help="run only configurations whose name contains this")
     ap.add_argument("--no-mpi", action="store_true")
     a = ap.parse_args()
+    if not 0 < a.eval_interval < a.steps:
+        raise SystemExit("--eval-interval must be between 1 and --steps - 1: the measured memory starts at the "
+                         "first evaluation")
+    configs = [c for c in CONFIGS if (not a.only or a.only in c[0]) and
+               (c[4] == 1 or (not a.no_mpi and shutil.which("mpirun") is not None))]
+    samples = {c[0]: [] for c in configs}  # name -> [(predicted s, measured s, predicted B, measured B)]
+    for r in range(a.rounds):
+        for name, config, mesh, sets, processes in configs:
+            pred_s, pred_mem, _ = predict(a.tessera, config, mesh, sets)
+            meas_s, meas_mem = measure(a.tessera, config, mesh, sets, processes, a.steps, a.eval_interval)
+            samples[name].append((pred_s, meas_s, pred_mem, meas_mem))
+            print(f"round {r + 1} {name:<22} step predicted {pred_s * 1e3:9.2f} ms measured {meas_s * 1e3:9.2f} ms "
+                  f"({pred_s / meas_s:5.2f}x)   memory predicted {pred_mem / 1e6:8.1f} MB measured "
+                  f"{(meas_mem or 0) / 1e6:8.1f} MB", flush=True)
     rows = []
-    for name, config, mesh, sets, processes in CONFIGS:
-        if a.only and a.only not in name:
-            continue
-        if processes > 1 and (a.no_mpi or shutil.which("mpirun") is None):
-            continue
-        pred_s, pred_mem, _ = predict(a.tessera, config, mesh, sets)
-        meas_s, meas_mem = measure(a.tessera, config, mesh, sets, processes, a.steps)
-        rows.append((name, pred_s, meas_s, pred_mem, meas_mem))
+    print(f"medians over {a.rounds} rounds:")
+    for name, _, _, _, _ in configs:
+        runs = samples[name]
+        pred_s = statistics.median(x[0] for x in runs)
+        meas_s = statistics.median(x[1] for x in runs)
+        pred_mem = statistics.median(x[2] for x in runs)
+        measured_mems = [x[3] for x in runs if x[3]]
+        meas_mem = statistics.median(measured_mems) if measured_mems else None
+        rows.append((name, pred_s, meas_s, pred_mem, meas_mem, runs))
         print(f"{name:<22} step predicted {pred_s * 1e3:9.2f} ms measured {meas_s * 1e3:9.2f} ms "
               f"({pred_s / meas_s:5.2f}x)   memory predicted {pred_mem / 1e6:8.1f} MB measured "
               f"{(meas_mem or 0) / 1e6:8.1f} MB", flush=True)
@@ -132,20 +157,23 @@ def main():
                                                "train.micro_batch=0"], accelerator="h100")
         # bench_gpu_train compiles the step only, not the trainer's validation program.
         pred_mem -= pred_eval
-        rows.append((name, pred_s, meas_s, pred_mem, meas_mem))
+        rows.append((name, pred_s, meas_s, pred_mem, meas_mem, [(pred_s, meas_s, pred_mem, meas_mem)]))
         print(f"{name:<22} step predicted {pred_s * 1e3:9.2f} ms measured {meas_s * 1e3:9.2f} ms "
               f"({pred_s / meas_s:5.2f}x)   memory predicted {pred_mem / 1e9:8.2f} GB measured "
               f"{meas_mem / 1e9:8.2f} GB")
-    step_err = [abs(p / m - 1) for _, p, m, _, _ in rows]
-    mem_err = [abs(p / m - 1) for _, _, _, p, m in rows if m]
+    step_err = [abs(p / m - 1) for _, p, m, _, _, _ in rows]
+    mem_err = [abs(p / m - 1) for _, _, _, p, m, _ in rows if m]
     result = {
         "bench": "validate_plan",
         "configurations": len(rows),
+        "rounds": a.rounds,
         "step_time_error_max": max(step_err) if step_err else None,
         "step_time_error_median": statistics.median(step_err) if step_err else None,
         "memory_error_max": max(mem_err) if mem_err else None,
-        "rows": [{"name": n, "predicted_s": p, "measured_s": m, "predicted_bytes": pb, "measured_bytes": mb}
-                 for n, p, m, pb, mb in rows],
+        "rows": [{"name": n, "predicted_s": p, "measured_s": m, "predicted_bytes": pb, "measured_bytes": mb,
+                  "rounds": [{"predicted_s": x[0], "measured_s": x[1], "predicted_bytes": x[2],
+                              "measured_bytes": x[3]} for x in runs]}
+                 for n, p, m, pb, mb, runs in rows],
     }
     print(json.dumps(result))
 

@@ -55,8 +55,10 @@ Cache& cache() {
 
 }  // namespace
 
+size_t buffer_capacity(size_t bytes) { return size_class(bytes); }
+
 void* allocate_buffer(size_t bytes, size_t* capacity) {
-  size_t cap = size_class(bytes);
+  size_t cap = buffer_capacity(bytes);
   Cache& c = cache();
   {
     std::lock_guard<std::mutex> lock(c.mutex);

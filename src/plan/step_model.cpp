@@ -7,6 +7,7 @@
 #include <map>
 
 #include "tessera/api/jit.h"
+#include "tessera/base/allocator.h"
 #include "tessera/base/error.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/core/abstract_creation.h"
@@ -341,21 +342,26 @@ PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& la
     // Memory: each program keeps its own arena for the whole run (they are allocated when
     // compiled), so the arenas add up; the training state (parameters, optimizer state,
     // the gradient accumulator) is the largest set any program takes.
-    MemoryBreakdown& m = prepared.memory;
-    m.activations += static_cast<double>(optimized.plan.arena_bytes);
-    m.host += static_cast<double>(optimized.plan.host_arena_bytes);
-    double parameters = 0, optimizer_state = 0, gradients = 0;
-    for (size_t i = 0; i < optimized.graph.parameters.size() && i < program.parameter_names.size(); ++i) {
-      const double bytes =
-          static_cast<double>(optimized.graph.values[static_cast<size_t>(optimized.graph.parameters[i])].type.nbytes());
-      const std::string& name = program.parameter_names[i];
-      if (name.starts_with("params.")) parameters += bytes;
-      if (name.starts_with("opt.")) optimizer_state += bytes;
-      if (name.starts_with("grads.")) gradients += bytes;
+    for (const bool host : {false, true}) {
+      const auto block = [host](size_t bytes) {
+        return static_cast<double>(host && bytes > 0 ? buffer_capacity(bytes) : bytes);
+      };
+      MemoryBreakdown& m = host ? prepared.host_memory : prepared.memory;
+      m.activations += block(optimized.plan.arena_bytes);
+      m.host += block(optimized.plan.host_arena_bytes);
+      double parameters = 0, optimizer_state = 0, gradients = 0;
+      for (size_t i = 0; i < optimized.graph.parameters.size() && i < program.parameter_names.size(); ++i) {
+        const double bytes =
+            block(optimized.graph.values[static_cast<size_t>(optimized.graph.parameters[i])].type.nbytes());
+        const std::string& name = program.parameter_names[i];
+        if (name.starts_with("params.")) parameters += bytes;
+        if (name.starts_with("opt.")) optimizer_state += bytes;
+        if (name.starts_with("grads.")) gradients += bytes;
+      }
+      m.parameters = std::max(m.parameters, parameters);
+      m.optimizer = std::max(m.optimizer, optimizer_state);
+      m.gradients = std::max(m.gradients, gradients);
     }
-    m.parameters = std::max(m.parameters, parameters);
-    m.optimizer = std::max(m.optimizer, optimizer_state);
-    m.gradients = std::max(m.gradients, gradients);
     p.graph = std::move(optimized.graph);
     prepared.programs.push_back(std::move(p));
   }
@@ -371,10 +377,12 @@ PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& la
       popts.parameter_names = args.paths();
       eval = spmd::partition(eval, mesh, tl.shardings_for(args), {}, popts).local;
     }
-    prepared.memory.eval = static_cast<double>(compiler::optimize(std::move(eval)).plan.arena_bytes);
+    const size_t arena = compiler::optimize(std::move(eval)).plan.arena_bytes;
+    prepared.memory.eval = static_cast<double>(arena);
+    prepared.host_memory.eval = static_cast<double>(arena > 0 ? buffer_capacity(arena) : 0);
   }
-  MemoryBreakdown& m = prepared.memory;
-  m.peak = m.parameters + m.optimizer + m.gradients + m.activations + m.eval;
+  for (MemoryBreakdown* m : {&prepared.memory, &prepared.host_memory})
+    m->peak = m->parameters + m->optimizer + m->gradients + m->activations + m->eval;
   return prepared;
 }
 
@@ -389,7 +397,8 @@ StepEstimate cost_step(const PreparedStep& prepared, const goodput::AcceleratorS
   est.seq = prepared.seq;
   est.micro_batches = prepared.micro_batches;
   est.remat = prepared.remat;
-  est.memory = prepared.memory;
+  // A CPU device's tensors and arenas are blocks of tessera's host allocator.
+  est.memory = accelerator.kind == "cpu" ? prepared.host_memory : prepared.memory;
   est.memory_capacity = rates.capacity;
   std::map<std::pair<std::string, std::string>, OpClassCost> ops;
   for (const PreparedProgram& program : prepared.programs) {

@@ -225,6 +225,29 @@ TEST(StepModel, CollectiveOverlapHidesThatShareOfTheBatchAxisCollectives) {
   EXPECT_DOUBLE_EQ(hidden.compute_seconds, exposed.compute_seconds);
 }
 
+// A CPU device holds each tensor and arena as a block of the host allocator, rounded
+// up to its size class (base/allocator.h); a GPU's blocks are counted as they are.
+TEST(StepModel, ACpuDeviceCountsEachBlockAtTheHostAllocatorsCapacity) {
+  const PreparedStep prepared = prepare_step(tiny_config(), PlanLayout{});
+  goodput::AcceleratorSpec device = test_gpu();
+  const StepEstimate gpu = cost_step(prepared, device);
+  device.kind = "cpu";
+  const StepEstimate cpu = cost_step(prepared, device);
+  EXPECT_DOUBLE_EQ(gpu.memory.peak, prepared.memory.peak);
+  EXPECT_DOUBLE_EQ(cpu.memory.peak, prepared.host_memory.peak);
+  // The step's one program: its arena is one block.
+  ASSERT_EQ(prepared.programs.size(), 1u);
+  EXPECT_DOUBLE_EQ(cpu.memory.activations,
+                   static_cast<double>(buffer_capacity(static_cast<size_t>(gpu.memory.activations))));
+  EXPECT_DOUBLE_EQ(cpu.memory.eval, static_cast<double>(buffer_capacity(static_cast<size_t>(gpu.memory.eval))));
+  // Each parameter is its own block: at least the exact bytes, at most 12.5% more.
+  EXPECT_GE(cpu.memory.parameters, gpu.memory.parameters);
+  EXPECT_LE(cpu.memory.parameters, 1.125 * gpu.memory.parameters);
+  EXPECT_GT(cpu.memory.peak, gpu.memory.peak);
+  EXPECT_DOUBLE_EQ(cpu.memory.peak, cpu.memory.parameters + cpu.memory.optimizer + cpu.memory.gradients +
+                                        cpu.memory.activations + cpu.memory.eval);
+}
+
 TEST(StepModel, RematTradesActivationsForFlops) {
   const goodput::AcceleratorSpec gpu = test_gpu();
   const StepEstimate keep = estimate_step(tiny_config(), PlanLayout{}, gpu);

@@ -23,6 +23,10 @@ struct AllocatorStats {
 
 // A block of at least `bytes` (its real size is written to *capacity); never null.
 void* allocate_buffer(size_t bytes, size_t* capacity);
+// The capacity allocate_buffer gives a request of `bytes`: 64-byte multiples below
+// 256 KiB, above that 8 size classes per power of two (at most 12.5% more). The
+// planner counts host memory in these blocks.
+size_t buffer_capacity(size_t bytes);
 void free_buffer(void* data, size_t capacity);
 
 AllocatorStats allocator_stats();

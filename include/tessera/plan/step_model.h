@@ -117,6 +117,9 @@ struct PreparedStep {
   std::string remat = "none";  // the model's checkpoint policy (model.remat)
   double model_flops = 0;
   MemoryBreakdown memory;
+  // The same, each block (a tensor, an arena) counted at the capacity the host
+  // allocator gives it (base/allocator.h: up to 12.5% more): what a CPU device holds.
+  MemoryBreakdown host_memory;
   std::vector<PreparedProgram> programs;
 };
 PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& layout);

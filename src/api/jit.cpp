@@ -148,7 +148,9 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
   std::lock_guard<std::mutex> lock(s.mutex);
   std::vector<std::string> paths = args.paths();
   if (!s.has_structure) {
-    s.structure = args;
+    // Placeholders: holding the first call's arrays would keep their buffers alive as
+    // long as the Jitted (a step's parameters, for the whole run).
+    s.structure = args.map([](const Array& a) { return Array::placeholder(a.shape(), a.dtype()); });
     s.has_structure = true;
   } else if (s.structure.paths() != paths) {
     fail<ValueError>(

@@ -165,6 +165,22 @@ TEST(Jit, AnotherTreeStructureIsAClearError) {
   }
 }
 
+// The first call's argument tree fixes the structure later calls must have; the Jitted
+// keeps it as placeholders, so an argument's buffer is freed when the caller drops it
+// (it held a training run's first parameters for the whole run).
+TEST(Jit, KeepsNoArgumentOfItsFirstCallAlive) {
+  auto f = jit([](const Tree& t) { return Tree(sum(t.at("x").leaf())); });
+  Tree args;
+  args["x"] = random_array({1 << 20}, 1, DType::Float32);  // 4 MiB: an allocator block
+  EXPECT_NEAR(f(args).leaf().item<double>(), sum(args.at("x").leaf()).item<double>(), 1e-2);
+  const int64_t holding = allocator_stats().bytes_in_use;
+  args = Tree();
+  EXPECT_LE(allocator_stats().bytes_in_use, holding - (int64_t{4} << 20)) << "the argument's buffer is still held";
+  Tree again;
+  again["x"] = random_array({1 << 20}, 2, DType::Float32);
+  EXPECT_NO_THROW(f(again));  // the structure is still checked and the cache still hits
+}
+
 TEST(Jit, BadCallsAreClearErrors) {
   Array x = random_array({3}, 1, DType::Float32);
   auto f = jit([](const Array& a) { return exp(a); }, JitOptions{{5}, {}, "donating"});

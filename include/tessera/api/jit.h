@@ -124,7 +124,7 @@ class Jitted {
     JitFn fn;
     JitOptions options;
     bool has_structure = false;
-    Tree structure;  // the first call's argument tree (structure only is compared)
+    Tree structure;  // the first call's argument tree as placeholders (structure only is compared)
     std::map<std::string, Entry> cache;
     int traces = 0;
     std::mutex mutex;  // calls from several threads share the cache

@@ -16,15 +16,6 @@ namespace {
 // Blocks below this size go straight to malloc (glibc caches them well).
 constexpr size_t kCacheMinBytes = 256 * 1024;
 
-// Size classes: 8 steps per power of two (at most 12.5% slack).
-size_t size_class(size_t bytes) {
-  if (bytes <= 64) return 64;
-  if (bytes < kCacheMinBytes) return (bytes + 63) / 64 * 64;
-  int top = std::bit_width(bytes - 1) - 1;  // 2^top < bytes <= 2^(top+1)
-  size_t step = size_t{1} << (top - 3);
-  return (bytes + step - 1) / step * step;
-}
-
 int64_t default_limit() {
   if (const char* env = flags::env("TESSERA_BUFFER_CACHE_MB")) return std::atoll(env) * (int64_t{1} << 20);
   return int64_t{4096} << 20;
@@ -55,7 +46,14 @@ Cache& cache() {
 
 }  // namespace
 
-size_t buffer_capacity(size_t bytes) { return size_class(bytes); }
+// Size classes: 8 steps per power of two (at most 12.5% slack).
+size_t buffer_capacity(size_t bytes) {
+  if (bytes <= 64) return 64;
+  if (bytes < kCacheMinBytes) return (bytes + 63) / 64 * 64;
+  int top = std::bit_width(bytes - 1) - 1;  // 2^top < bytes <= 2^(top+1)
+  size_t step = size_t{1} << (top - 3);
+  return (bytes + step - 1) / step * step;
+}
 
 void* allocate_buffer(size_t bytes, size_t* capacity) {
   size_t cap = buffer_capacity(bytes);

@@ -294,6 +294,10 @@ Tree abstract_opt_state(const optim::Optimizer& optimizer, const Tree& params) {
   return optimizer.init(params);
 }
 
+// What a block of `bytes` takes on a CPU device: the host allocator's capacity (none for
+// an empty arena).
+double host_block_bytes(size_t bytes) { return static_cast<double>(bytes > 0 ? buffer_capacity(bytes) : 0); }
+
 }  // namespace
 
 PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& layout) {
@@ -343,9 +347,7 @@ PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& la
     // compiled), so the arenas add up; the training state (parameters, optimizer state,
     // the gradient accumulator) is the largest set any program takes.
     for (const bool host : {false, true}) {
-      const auto block = [host](size_t bytes) {
-        return static_cast<double>(host && bytes > 0 ? buffer_capacity(bytes) : bytes);
-      };
+      const auto block = [host](size_t bytes) { return host ? host_block_bytes(bytes) : static_cast<double>(bytes); };
       MemoryBreakdown& m = host ? prepared.host_memory : prepared.memory;
       m.activations += block(optimized.plan.arena_bytes);
       m.host += block(optimized.plan.host_arena_bytes);
@@ -379,7 +381,7 @@ PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& la
     }
     const size_t arena = compiler::optimize(std::move(eval)).plan.arena_bytes;
     prepared.memory.eval = static_cast<double>(arena);
-    prepared.host_memory.eval = static_cast<double>(arena > 0 ? buffer_capacity(arena) : 0);
+    prepared.host_memory.eval = host_block_bytes(arena);
   }
   for (MemoryBreakdown* m : {&prepared.memory, &prepared.host_memory})
     m->peak = m->parameters + m->optimizer + m->gradients + m->activations + m->eval;

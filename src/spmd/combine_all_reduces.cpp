@@ -166,9 +166,8 @@ int combine_all_reduces(Graph& g, size_t max_operand_bytes, size_t max_bucket_by
     for (const std::vector<ValueId>& outputs : by_value) rewrite_bucket(trial, outputs);
     if (restore_topological_order(trial)) {
       g = std::move(trial);
-      g.compact();
-      g.verify();
-      return static_cast<int>(by_value.size());
+      combined = static_cast<int>(by_value.size());
+      by_value.clear();
     }
   }
   for (const std::vector<ValueId>& outputs : by_value) {

@@ -47,7 +47,7 @@ tessera_cli_cases(full_disk "cli;resilience" 120 fsize fsize_sync tmpfs)
 # `tessera launch --srun` against a srun stand-in (tests/cli/srun_stand_in/srun; no Slurm
 # here) and, with mpirun, `--mpi` on a 2-rank data-parallel run: a killed rank restarts
 # the job, final state byte-identical.
-tessera_cli_cases(launch_modes "cli;resilience" 120 srun_kill srun_budget)
+tessera_cli_cases(launch_modes "cli;resilience" 120 srun_kill srun_budget srun_stand_in_status)
 # Per-rank goodput records and straggler attribution under each launch mode: rank 1 of 2
 # slowed by TESSERA_FAULT slow@step, named by `tessera goodput` (text, --json, --html).
 tessera_cli_cases(launch_modes "cli;goodput" 120 fork_stragglers srun_stragglers)

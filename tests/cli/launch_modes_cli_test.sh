@@ -16,6 +16,11 @@
 #                byte-identical to one uninterrupted run
 #   srun_budget  the same with --max-restarts 0: the launcher exits 75 (EX_TEMPFAIL, requeue)
 #                and what the killed task committed verifies
+#   srun_stand_in_status
+#                the stand-in itself, 300 times: task 1 SIGKILLs itself after 0-40 ms while
+#                task 0 sleeps as long and exits 0 on SIGTERM; the stand-in must exit 137
+#                every time (bash's `wait -n` loses a job whose end it already reported,
+#                which made about 1 run in 60 exit 1), and 3 tasks exiting 3, 4 and 5 give 5
 #   fork_stragglers, srun_stragglers, mpi_stragglers
 #                a 2-rank job under `tessera launch` (fork workers, the srun stand-in's tasks,
 #                or `--mpi` on a `--mesh data=2` run) with rank 1 slowed by 800 ms on two
@@ -132,7 +137,7 @@ assert [s['step'] for s in steps if s['attempt'] == 1][-1] == 8, steps
     # task 0 was ended by the stand-in's SIGTERM after its own handler was gone (it had
     # already finished its 8 steps, as happens on a loaded machine).
     grep -Eq "attempt 0 failed after .*: srun exit (137|143)" "$tmp/launch.txt" ||
-      fail "no failed attempt for task 1's SIGKILL: $(grep launch: "$tmp/launch.txt")"
+      fail "no failed attempt for task 1's SIGKILL: $(grep -E "launch:|srun" "$tmp/launch.txt")"
     if [[ "$case_name" == srun_kill ]]; then
       [[ $status -eq 0 ]] || fail "launch --srun exited $status: $(tail -5 "$tmp/launch.txt")"
       grep -q "succeeded after 2 attempt(s) (1 restart(s)); exit 0" "$tmp/launch.txt" ||
@@ -145,6 +150,21 @@ assert [s['step'] for s in steps if s['attempt'] == 1][-1] == 8, steps
       [[ ! -d "$tmp/task1/checkpoints/step_00000008" ]] || fail "task 1 finished although it was killed"
       "$tessera" ckpt verify "$tmp/task1" >"$tmp/verify.txt" 2>&1 || fail "after the kill: $(cat "$tmp/verify.txt")"
     fi
+    ;;
+  srun_stand_in_status)
+    printf '%s\n' '#!/usr/bin/env bash' \
+      'if [[ "$SLURM_PROCID" == 1 ]]; then sleep "0.0$((RANDOM % 5))"; kill -s KILL $$; fi' \
+      'trap "exit 0" TERM' 'sleep "0.0$((RANDOM % 5))" & wait' >"$tmp/kill_task.sh"
+    printf '%s\n' '#!/usr/bin/env bash' 'sleep "0.0$((RANDOM % 5))"' 'exit $((SLURM_PROCID + 3))' >"$tmp/exit_task.sh"
+    chmod +x "$tmp/kill_task.sh" "$tmp/exit_task.sh"
+    for ((run = 0; run < 300; ++run)); do
+      status=0
+      "$src/tests/cli/srun_stand_in/srun" -n 2 --kill-on-bad-exit "$tmp/kill_task.sh" 2>"$tmp/stand_in.txt" || status=$?
+      [[ $status -eq 137 ]] || fail "run $run: the stand-in exited $status, expected 137: $(cat "$tmp/stand_in.txt")"
+    done
+    status=0
+    "$src/tests/cli/srun_stand_in/srun" -n 3 "$tmp/exit_task.sh" || status=$?
+    [[ $status -eq 5 ]] || fail "tasks exiting 3, 4 and 5: the stand-in exited $status, expected 5"
     ;;
   fork_stragglers | srun_stragglers)
     # The data first, so the two tasks do not both prepare it.

@@ -5,7 +5,9 @@ Three phases, each one `tessera train` process per case (configs/fortunes.toml, 
 prepared by `make train` or on first use):
 
   1. learning-rate sweep: every optimizer at each of its --lrs, --sweep-steps steps;
-     the lr with the lowest validation loss is kept;
+     while the lowest validation loss sits at an end of the grid, the grid grows by a
+     factor of 2 past that end (at most --max-extensions points per optimizer), so the
+     kept lr is an interior minimum of the grid (or the table says it is not);
   2. equal steps: every optimizer at its kept lr for --steps steps (schedule: the job's
      warm-up and cosine decay over those steps);
   3. equal wall time: every optimizer for the number of steps its median step time fits
@@ -29,11 +31,13 @@ import subprocess
 import sys
 import tempfile
 
+# Centred on the best of the first sweep (bench/results/2026-11-27-optimizers-fortunes.md);
+# the sweep extends a grid whose end holds the best loss.
 DEFAULT_LRS = {
-    "adamw": [1e-3, 2e-3, 4e-3],
-    "lion": [1e-4, 2e-4, 4e-4],
-    "adafactor": [2e-3, 4e-3, 8e-3],
-    "muon": [2e-3, 4e-3, 8e-3],
+    "adamw": [5e-4, 1e-3, 2e-3],
+    "lion": [2e-4, 4e-4, 8e-4],
+    "adafactor": [4e-3, 8e-3, 1.6e-2],
+    "muon": [4e-3, 8e-3, 1.6e-2],
 }
 
 
@@ -77,6 +81,8 @@ def main():
     p.add_argument("--eval-batches", type=int, default=16)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--lrs", default="", help="name=lr,lr;name=lr,... (default: a 3-point grid per optimizer)")
+    p.add_argument("--max-extensions", type=int, default=4,
+                   help="points the sweep may add past an end of the grid that holds the best loss")
     p.add_argument("--markdown", default="")
     a = p.parse_args()
     names = a.optimizers.split(",")
@@ -87,11 +93,31 @@ def main():
     work = tempfile.mkdtemp(prefix="tessera-optim-")
 
     sweep = []
+    interior = {}
     for name in names:
-        for lr in lrs[name]:
+        grid = sorted(lrs[name])
+        results = {}
+
+        def try_lr(lr):
             r = run(a.binary, a.config, os.path.join(work, "run"), name, lr, a.sweep_steps, a.eval_batches, a.threads)
             print(f"sweep  {name:<10} lr {lr:<8g} val {r['val_loss']:.4f}  step {r['median_step_s']:.3f} s", flush=True)
             sweep.append(r)
+            results[lr] = r["val_loss"]
+
+        for lr in grid:
+            try_lr(lr)
+        extensions = 0
+        while True:
+            best = min(grid, key=lambda lr: results[lr])
+            at_edge = len(grid) > 1 and best in (grid[0], grid[-1])
+            if not at_edge or extensions >= a.max_extensions:
+                break
+            lr = best / 2 if best == grid[0] else best * 2
+            grid = sorted(grid + [lr])
+            try_lr(lr)
+            extensions += 1
+        lrs[name] = grid
+        interior[name] = not at_edge
     best_lr = {n: min((r for r in sweep if r["optimizer"] == n), key=lambda r: r["val_loss"])["lr"] for n in names}
 
     equal_steps = {}
@@ -120,12 +146,14 @@ def main():
     for name in names:
         s, t = equal_steps[name], equal_time[name]
         swept = ", ".join(f"{lr:g}" for lr in lrs[name])
-        lines.append(f"| {name} | {best_lr[name]:g} ({swept}) | {s['state_bytes_per_param']:.2f} | "
+        edge = "" if interior[name] else ", at the grid's end"
+        lines.append(f"| {name} | {best_lr[name]:g}{edge} ({swept}) | {s['state_bytes_per_param']:.2f} | "
                      f"{s['val_loss']:.4f} | {s['train_s']:.1f} | {t['steps']} | {t['val_loss']:.4f} |")
     table = "\n".join(lines)
     print(table)
     result = {"bench": "compare_optimizers", "config": a.config, "steps": a.steps, "sweep_steps": a.sweep_steps,
-              "sweep": sweep, "best_lr": best_lr, "equal_steps": equal_steps, "equal_time": equal_time}
+              "sweep": sweep, "best_lr": best_lr,
+              "best_lr_interior": interior, "equal_steps": equal_steps, "equal_time": equal_time}
     if a.markdown:
         with open(a.markdown, "w") as f:
             f.write(f"# Optimizers on the fortunes job\n\nCommand: `python3 bench/{os.path.basename(__file__)} "

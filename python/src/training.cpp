@@ -54,6 +54,17 @@ struct PyTrainer {
   std::shared_ptr<train::Trainer> last;
 };
 
+// Packed documents (Model::logits / loss): segment ids and in-document positions, both
+// int32 [B, T], or neither.
+std::optional<models::Packing> packing(nb::handle segment_ids, nb::handle positions, const char* method) {
+  if (segment_ids.is_none() && positions.is_none()) return std::nullopt;
+  if (segment_ids.is_none() || positions.is_none())
+    throw nb::value_error(fmt::format("Model.{}: packed documents need both segment_ids and positions (got only {})",
+                                      method, segment_ids.is_none() ? "positions" : "segment_ids")
+                              .c_str());
+  return models::Packing{as_array(segment_ids, "segment_ids"), as_array(positions, "positions")};
+}
+
 }  // namespace
 
 void register_training(nb::module_& m) {
@@ -73,18 +84,23 @@ void register_training(nb::module_& m) {
           nb::arg("seed"))
       .def(
           "loss",
-          [](const models::Model& model, nb::handle params, nb::handle tokens, nb::handle targets, nb::handle key) {
+          [](const models::Model& model, nb::handle params, nb::handle tokens, nb::handle targets, nb::handle key,
+             nb::handle segment_ids, nb::handle positions) {
             return model.loss(to_tree(params), as_array(tokens, "loss: tokens"), as_array(targets, "loss: targets"),
-                              as_optional_array(key, "loss: dropout_key"));
+                              as_optional_array(key, "loss: dropout_key"), packing(segment_ids, positions, "loss"));
           },
-          nb::arg("params"), nb::arg("tokens"), nb::arg("targets"), nb::arg("dropout_key").none() = nb::none())
+          nb::arg("params"), nb::arg("tokens"), nb::arg("targets"), nb::arg("dropout_key").none() = nb::none(),
+          nb::arg("segment_ids").none() = nb::none(), nb::arg("positions").none() = nb::none())
       .def(
           "logits",
-          [](const models::Model& model, nb::handle params, nb::handle tokens, nb::handle key) {
+          [](const models::Model& model, nb::handle params, nb::handle tokens, nb::handle key, nb::handle segment_ids,
+             nb::handle positions) {
             return model.logits(to_tree(params), as_array(tokens, "logits: tokens"),
-                                as_optional_array(key, "logits: dropout_key"));
+                                as_optional_array(key, "logits: dropout_key"),
+                                packing(segment_ids, positions, "logits"));
           },
-          nb::arg("params"), nb::arg("tokens"), nb::arg("dropout_key").none() = nb::none())
+          nb::arg("params"), nb::arg("tokens"), nb::arg("dropout_key").none() = nb::none(),
+          nb::arg("segment_ids").none() = nb::none(), nb::arg("positions").none() = nb::none())
       .def_prop_ro("parameter_count", &models::Model::parameter_count)
       .def_prop_ro("vocab", [](const models::Model& model) { return model.config().vocab; })
       .def_prop_ro("context", [](const models::Model& model) { return model.config().context; });

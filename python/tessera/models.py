@@ -10,11 +10,33 @@
 from . import _tessera as C
 from ._config import make_config
 
-__all__ = ["Model", "preset_names"]
+__all__ = ["Model", "document_positions", "preset_names"]
 
 
 def preset_names():
     return list(C._preset_names())
+
+
+def document_positions(segment_ids):
+    """Positions inside each document of packed rows: int32 [B, T], 0 where a row starts or
+    the segment id changes, counting up from there (what tessera's data pipeline writes).
+    segment_ids must be concrete (not traced): under jit, pass positions to Model.loss."""
+    import numpy as np
+
+    from ._convert import array
+
+    try:
+        ids = np.asarray(segment_ids)
+    except Exception as e:  # a tracer has no values
+        raise TypeError("document_positions: segment_ids have no values here (inside jit?); "
+                        "pass positions= to Model.loss / Model.logits") from e
+    if ids.ndim != 2:
+        raise ValueError(f"document_positions: segment_ids must be [B, T], got shape {ids.shape}")
+    index = np.arange(ids.shape[1])
+    starts = np.ones(ids.shape, dtype=bool)
+    starts[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    first = np.maximum.accumulate(np.where(starts, index, 0), axis=1)
+    return array((index - first).astype(np.int32))
 
 
 class Model:
@@ -36,12 +58,22 @@ class Model:
         """The parameters (deterministic in seed) as a pytree of dicts and lists."""
         return self._model.init(seed)
 
-    def loss(self, params, tokens, targets, dropout_key=None):
-        """Mean next-token cross-entropy of the logits of tokens [B, T] against targets [B, T]."""
-        return self._model.loss(params, tokens, targets, dropout_key)
+    def loss(self, params, tokens, targets, dropout_key=None, segment_ids=None, positions=None):
+        """Mean next-token cross-entropy of the logits of tokens [B, T] against targets [B, T]
+        (targets of -100 do not count). segment_ids / positions: see logits."""
+        if segment_ids is not None and positions is None:
+            positions = document_positions(segment_ids)
+        return self._model.loss(params, tokens, targets, dropout_key, segment_ids, positions)
 
-    def logits(self, params, tokens, dropout_key=None):
-        return self._model.logits(params, tokens, dropout_key)
+    def logits(self, params, tokens, dropout_key=None, segment_ids=None, positions=None):
+        """Logits [B, T, vocab] of int32 tokens [B, T]. With segment_ids (int32 [B, T]) a row
+        holds several packed documents: a token attends only to earlier tokens of its own
+        segment and is embedded at its position inside it (positions, int32 [B, T]; by
+        default document_positions(segment_ids)), so each document gets the logits it would
+        get alone."""
+        if segment_ids is not None and positions is None:
+            positions = document_positions(segment_ids)
+        return self._model.logits(params, tokens, dropout_key, segment_ids, positions)
 
     @property
     def parameter_count(self):

@@ -223,6 +223,22 @@ def test_version_threads_and_error_classes():
         ts.sum(ts.zeros(3), axis="x")
 
 
+def _sum_of_doubled_range(n):
+    return float(np.asarray((ts.arange(n).astype(ts.float32) * 2.0).sum()))
+
+
+def test_a_forked_child_computes_on_workers_of_its_own():
+    # fork() copies only the calling thread; the child used to wait forever for the
+    # parent's pool workers on its first parallel op.
+    import multiprocessing
+
+    n = 1 << 20  # many chunks: the op runs on the pool
+    expected = _sum_of_doubled_range(n)  # the parent's workers are running now
+    with multiprocessing.get_context("fork").Pool(1) as workers:
+        assert workers.apply_async(_sum_of_doubled_range, (n,)).get(timeout=60) == expected
+    assert _sum_of_doubled_range(n) == expected
+
+
 def test_small_aliases():
     x = ts.array([-1.0, 0.5])
     np.testing.assert_allclose(np.asarray(ts.nn.swish(x)), np.asarray(ts.nn.silu(x)))

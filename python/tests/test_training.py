@@ -35,6 +35,35 @@ def test_model_init_is_deterministic_and_loss_is_log_vocab_at_start(model):
         ts.models.Model("tiny", dimm=3)
 
 
+def test_packed_documents_see_only_themselves(model):
+    params = model.init(1)
+    rng = np.random.default_rng(5)
+    docs = [rng.integers(0, model.vocab, n).astype(np.int32) for n in (7, 9)]
+    tokens = ts.array(np.concatenate(docs)[None, :])
+    segments = ts.array(np.array([[1] * 7 + [2] * 9], dtype=np.int32))
+    positions = ts.models.document_positions(segments)
+    assert np.asarray(positions).tolist() == [list(range(7)) + list(range(9))]
+    packed = np.asarray(model.logits(params, tokens, segment_ids=segments))
+    plain = np.asarray(model.logits(params, tokens))
+    start = 0
+    for doc in docs:
+        alone = np.asarray(model.logits(params, ts.array(doc[None, :])))[0]
+        np.testing.assert_allclose(packed[0, start:start + len(doc)], alone, rtol=1e-4, atol=1e-5)
+        if start:  # without packing the second document sees the first
+            assert not np.allclose(plain[0, start:start + len(doc)], alone, rtol=1e-2, atol=1e-2)
+        start += len(doc)
+    # The loss: targets of -100 where the next token is another document's.
+    targets = np.concatenate([np.append(d[1:], -100) for d in docs]).astype(np.int32)[None, :]
+    alone_losses = [float(model.loss(params, ts.array(d[None, :-1]), ts.array(d[None, 1:]))) for d in docs]
+    expected = sum(loss * (len(d) - 1) for loss, d in zip(alone_losses, docs)) / sum(len(d) - 1 for d in docs)
+    loss = ts.jit(model.loss)(params, tokens, ts.array(targets), None, segments, positions)  # positions given under jit
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+    with pytest.raises(ValueError, match="both segment_ids and positions"):
+        model.logits(params, tokens, positions=positions)
+    with pytest.raises(ValueError, match=r"\[B, T\]"):
+        ts.models.document_positions(ts.array(np.ones(4, dtype=np.int32)))
+
+
 def test_jitted_training_loop_from_python_learns(model):
     params = model.init(0)
     opt = ts.optim.Optimizer(model, weight_decay=0.0, clip_norm=1.0)

@@ -1,5 +1,7 @@
 #include "tessera/base/thread_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -7,6 +9,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -21,10 +24,23 @@ thread_local int t_serial_depth = 0;  // live SerialKernelsScopes on this thread
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int n) { start(n); }
-  ~ThreadPool() { stop(); }
+  explicit ThreadPool(int n) {
+    start(n);
+    // fork() copies only the calling thread: a child (Python's multiprocessing, a test)
+    // would wait forever for workers that do not exist in it. The child's handler drops
+    // them and the child starts its own on its first parallel region.
+    static const int registered = pthread_atfork(nullptr, nullptr, [] {
+      if (g_pool != nullptr) g_pool->forget_workers_after_fork();
+    });
+    (void)registered;
+    g_pool = this;
+  }
+  ~ThreadPool() {
+    stop();
+    g_pool = nullptr;
+  }
 
-  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  int size() const { return threads_; }
 
   void resize(int n) {
     stop();
@@ -33,6 +49,7 @@ class ThreadPool {
 
   void run(int64_t chunks, FunctionRef<void(int64_t)> body) {
     std::unique_lock<std::mutex> lock(run_mutex_);  // one parallel region at a time
+    if (workers_lost_in_fork_) start(threads_);
     {
       std::lock_guard<std::mutex> guard(mutex_);
       body_ = &body;
@@ -84,7 +101,27 @@ class ThreadPool {
 
   void start(int n) {
     stopping_ = false;
+    workers_lost_in_fork_ = false;
+    threads_ = n;
     for (int i = 1; i < n; ++i) workers_.emplace_back([this] { worker_loop(); });
+  }
+
+  // In a fork's child (the handler runs before fork() returns there): the std::thread
+  // objects name threads of the parent, which can neither be joined nor detached here, so
+  // they are leaked; the locks and condition variables may have been held by those
+  // threads at the fork, so they are made anew.
+  void forget_workers_after_fork() {
+    if (workers_.empty()) return;
+    new std::vector<std::thread>(std::move(workers_));  // never destroyed: ~thread would terminate
+    workers_.clear();
+    new (&run_mutex_) std::mutex;
+    new (&mutex_) std::mutex;
+    new (&wake_) std::condition_variable;
+    new (&finished_) std::condition_variable;
+    body_ = nullptr;
+    active_ = 0;
+    stopping_ = false;
+    workers_lost_in_fork_ = true;
   }
 
   void stop() {
@@ -109,6 +146,10 @@ class ThreadPool {
   int active_ = 0;
   uint64_t generation_ = 0;
   bool stopping_ = false;
+  int threads_ = 1;  // the caller included
+  bool workers_lost_in_fork_ = false;
+
+  static inline ThreadPool* g_pool = nullptr;
 };
 
 int initial_threads() {

@@ -1,6 +1,8 @@
 // The process-wide thread pool: coverage of the range, chunking independent of the
-// thread count, nesting, and exceptions reaching the caller.
+// thread count, nesting, exceptions reaching the caller, and a forked child.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <mutex>
@@ -43,6 +45,38 @@ TEST_F(ThreadCount, CoversTheRangeOnceInFixedChunks) {
   }
   EXPECT_EQ(num_chunks(1003, 100), 11);
   EXPECT_TRUE(chunks_seen(0, 10).empty());
+}
+
+// fork() copies only the calling thread; the child must not wait for the parent's
+// workers (it hung there before the pool's at-fork handler).
+TEST_F(ThreadCount, AForkedChildRunsParallelRegionsOnItsOwnWorkers) {
+  set_num_threads(3);
+  std::atomic<int64_t> parent_total{0};
+  parallel_for(1000, 10, [&](int64_t b, int64_t e) { parent_total += e - b; });  // workers started
+  ASSERT_EQ(parent_total.load(), 1000);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::alarm(30);  // a hang ends the child by SIGALRM
+    bool ok = num_threads() == 3;
+    for (int round = 0; round < 20; ++round) {
+      std::atomic<int64_t> total{0};
+      parallel_for(1000, 10, [&](int64_t b, int64_t e) { total += e - b; });
+      ok = ok && total.load() == 1000;
+    }
+    set_num_threads(2);
+    std::atomic<int64_t> total{0};
+    parallel_for(1000, 10, [&](int64_t b, int64_t e) { total += e - b; });
+    ::_exit(ok && total.load() == 1000 && num_threads() == 2 ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0)
+                                 << " (SIGALRM, 14: it waited for the parent's workers)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "a parallel region in the child covered the wrong range";
+  std::atomic<int64_t> after{0};
+  parallel_for(1000, 10, [&](int64_t b, int64_t e) { after += e - b; });  // the parent's pool is intact
+  EXPECT_EQ(after.load(), 1000);
 }
 
 TEST_F(ThreadCount, NestedCallsRunInline) {

@@ -4,6 +4,9 @@
 // Work is split into chunks whose boundaries depend only on the problem size and
 // the grain, never on the number of threads: a kernel that combines per-chunk
 // partial results in chunk order is bitwise identical for any thread count.
+//
+// A child of fork() (Python's multiprocessing, for one) keeps the thread count and starts
+// its own workers on its first parallel region; the parent's are not in it.
 #pragma once
 
 #include <cstdint>

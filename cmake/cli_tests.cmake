@@ -56,6 +56,12 @@ if(TESSERA_HAS_MPI AND TESSERA_MPIEXEC)
   set(CLI_CASE_ENV "${mpi_test_env}")  # cmake/mpi_tests.cmake: no LeakSanitizer for OpenMPI
   tessera_cli_cases(launch_modes "cli;mpi;resilience" 120 mpi_kill)
   tessera_cli_cases(launch_modes "cli;mpi;goodput" 120 mpi_stragglers)
+  # `tessera launch --hosts` across 2 test hosts (tools/testbed.sh: network namespaces):
+  # bitwise the one-process run, a kill on the second host restarted, the clear errors.
+  # The hosts are one set per machine, so these cases run one at a time.
+  tessera_cli_cases(multihost "cli;mpi;multihost" 180 two_hosts two_per_host kill_restart errors)
+  set_tests_properties(cli.multihost_two_hosts cli.multihost_two_per_host cli.multihost_kill_restart cli.multihost_errors
+                       PROPERTIES RESOURCE_LOCK tessera_testbed)
   unset(CLI_CASE_ARGS)
   unset(CLI_CASE_ENV)
 endif()

@@ -22,7 +22,46 @@ struct LaunchCliOptions {
   std::string hang_timeout = "auto";
   bool mpi = false;
   bool srun = false;
+  std::string hosts;  // comma-separated
+  CLI::Option* nproc_option = nullptr;
+  CLI::Option* per_host_option = nullptr;
+  CLI::Option* agent_option = nullptr;
 };
+
+// The device count of a `tessera train` command's --mesh (axis=size,...), or 0 when it
+// names none or a size is not a number (auto).
+int64_t mesh_devices_of(const std::vector<std::string>& command) {
+  std::string mesh;
+  for (size_t i = 0; i < command.size(); ++i) {
+    if (command[i] == "--mesh" && i + 1 < command.size()) mesh = command[i + 1];
+    if (command[i].starts_with("--mesh=")) mesh = command[i].substr(7);
+  }
+  if (mesh.empty()) return 0;
+  int64_t devices = 1;
+  size_t start = 0;
+  while (start <= mesh.size()) {
+    const size_t end = std::min(mesh.find(',', start), mesh.size());
+    const std::string axis = mesh.substr(start, end - start);
+    const size_t equals = axis.find('=');
+    if (equals == std::string::npos) return 0;
+    const std::string size = axis.substr(equals + 1);
+    if (size.empty() || size.find_first_not_of("0123456789") != std::string::npos || size.size() > 9) return 0;
+    devices *= std::stoll(size);
+    start = end + 1;
+  }
+  return devices;
+}
+
+std::vector<std::string> split_hosts(const std::string& list) {
+  std::vector<std::string> hosts;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    hosts.push_back(list.substr(start, end - start));
+    start = end + 1;
+  }
+  return hosts;
+}
 
 // The run directory of a `tessera train` command: --set run.dir=..., else the config's.
 std::string run_dir_of(const std::vector<std::string>& command) {
@@ -61,6 +100,34 @@ int run_launch(LaunchCliOptions& options) {
   o.mode = options.mpi    ? launch::LaunchMode::kMpirun
            : options.srun ? launch::LaunchMode::kSrun
                           : launch::LaunchMode::kFork;
+  if (!options.hosts.empty()) {
+    if (options.srun) {
+      fmt::print(stderr,
+                 "tessera launch: --hosts and --srun exclude each other (inside Slurm, srun places the ranks)\n");
+      return 2;
+    }
+    o.hosts = split_hosts(options.hosts);
+    const int64_t ranks = static_cast<int64_t>(o.hosts.size()) * o.nproc_per_host;
+    if (options.nproc_option->count() > 0 && o.nproc != ranks) {
+      fmt::print(stderr, "tessera launch: --nproc {} disagrees with --hosts {} x --nproc-per-host {} = {} ranks\n",
+                 o.nproc, options.hosts, o.nproc_per_host, ranks);
+      return 2;
+    }
+    o.nproc = static_cast<int>(ranks);
+    o.mode = launch::LaunchMode::kMpirun;
+  } else if (options.per_host_option->count() > 0 || options.agent_option->count() > 0) {
+    fmt::print(stderr, "tessera launch: --nproc-per-host and --launch-agent need --hosts\n");
+    return 2;
+  }
+  if (o.mode == launch::LaunchMode::kMpirun) {
+    // One device per rank under mpirun: a --mesh of another size would fail on every rank.
+    if (const int64_t devices = mesh_devices_of(o.command); devices != 0 && devices != o.nproc) {
+      fmt::print(stderr,
+                 "tessera launch: the command's --mesh has {} devices, but {} starts {} ranks (one device each)\n",
+                 devices, o.hosts.empty() ? "--nproc" : "--hosts", o.nproc);
+      return 2;
+    }
+  }
   if (options.hang_timeout != "auto") {
     char* end = nullptr;
     const double seconds = std::strtod(options.hang_timeout.c_str(), &end);
@@ -87,8 +154,13 @@ int run_launch(LaunchCliOptions& options) {
                "--config of `tessera train`); give --run-dir DIR\n");
     return 2;
   }
-  const launch::LaunchResult result = launch::supervise(o);
-  return result.exit_code;
+  try {
+    const launch::LaunchResult result = launch::supervise(o);
+    return result.exit_code;
+  } catch (const ValueError& e) {  // a bad option (an unknown host, ...): a usage error
+    fmt::print(stderr, "tessera {}\n", e.what());
+    return 2;
+  }
 }
 
 }  // namespace
@@ -105,7 +177,17 @@ Command add_launch_command(CLI::App& app) {
       "TESSERA_HEARTBEAT_FILE ('tessera train' writes its step there). Attempts, reasons and backoff waits go "
       "to RUN_DIR/goodput/events.jsonl.");
   launch::LaunchOptions& o = options->launch;
-  sub->add_option("--nproc,-n", o.nproc, "Worker processes (ranks)")->capture_default_str();
+  options->nproc_option =
+      sub->add_option("--nproc,-n", o.nproc, "Worker processes (ranks); with --hosts, hosts x --nproc-per-host")
+          ->capture_default_str();
+  sub->add_option("--hosts", options->hosts,
+                  "Start the ranks on these hosts (h1,h2,...: the same command on each, through mpirun and its remote "
+                  "agent; run.dir on shared storage)");
+  options->per_host_option =
+      sub->add_option("--nproc-per-host", o.nproc_per_host, "Ranks per host with --hosts")->capture_default_str();
+  options->agent_option = sub->add_option(
+      "--launch-agent", o.launch_agent,
+      "How mpirun reaches the other hosts with --hosts (default: ssh; tools/testbed.sh agent for the test hosts)");
   sub->add_option("--max-restarts", o.max_restarts, "Restarts of the whole job (not per rank)")->capture_default_str();
   sub->add_option("--hang-timeout", options->hang_timeout,
                   "Seconds without step progress that count as a hang, or auto: max(3 s, 5 x the median step "

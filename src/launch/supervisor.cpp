@@ -2,6 +2,8 @@
 #include "launch/supervisor.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <netdb.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "launch/worker_group.h"
@@ -145,6 +148,26 @@ std::string request_stacks(const std::optional<Beat>& beat, const fs::path& hear
 
 std::string step_text(int64_t step) { return step < 0 ? "before its first step" : fmt::format("at step {}", step); }
 
+// mpirun's arguments for several hosts: the host list with its slots, the remote agent,
+// and -x for every variable the ranks need (a remote rank sees only what -x exports):
+// the launcher's own and every TESSERA_* of this environment (TESSERA_FAULT, ...).
+void append_host_arguments(const LaunchOptions& o, WorkerSpec& spec) {
+  std::string hosts;
+  for (const std::string& host : o.hosts)
+    hosts += fmt::format("{}{}:{}", hosts.empty() ? "" : ",", host, o.nproc_per_host);
+  spec.argv.insert(spec.argv.end(), {"--host", hosts});
+  if (!o.launch_agent.empty()) spec.argv.insert(spec.argv.end(), {"--mca", "plm_rsh_agent", o.launch_agent});
+  std::vector<std::string> names;
+  for (const auto& [name, value] : spec.env) names.push_back(name);
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    if (!text.starts_with("TESSERA_")) continue;
+    std::string name(text.substr(0, text.find('=')));
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
+  }
+  for (const std::string& name : names) spec.argv.insert(spec.argv.end(), {"-x", name});
+}
+
 std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const fs::path& beats, int attempt, int log_attempt) {
   const std::vector<std::pair<std::string, std::string>> common = {
       {"TESSERA_WORLD_SIZE", std::to_string(o.nproc)},
@@ -168,13 +191,37 @@ std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const fs::path& bea
   // One launcher process for all ranks; each rank fills in "{rank}" (train/heartbeat.h).
   WorkerSpec spec{{}, common};
   spec.env.emplace_back("TESSERA_HEARTBEAT_FILE", (beats / "rank-{rank}.json").string());
-  if (o.mode == LaunchMode::kMpirun)
+  if (o.mode == LaunchMode::kMpirun) {
     spec.argv = {"mpirun", "-n", std::to_string(o.nproc)};
-  else
+    if (!o.hosts.empty()) append_host_arguments(o, spec);
+  } else
     spec.argv = {"srun", fmt::format("--ntasks={}", o.nproc), "--kill-on-bad-exit=1"};
   spec.argv.insert(spec.argv.end(), o.command.begin(), o.command.end());
   specs.push_back(std::move(spec));
   return specs;
+}
+
+// A host list mpirun can use: distinct names this machine resolves, the rank count they make.
+void check_hosts(const LaunchOptions& o) {
+  if (o.mode != LaunchMode::kMpirun) fail<ValueError>("launch: --hosts starts the ranks with mpirun (mode mpirun)");
+  if (o.nproc_per_host < 1) fail<ValueError>("launch: --nproc-per-host {}; expected at least 1", o.nproc_per_host);
+  if (o.nproc != static_cast<int>(o.hosts.size()) * o.nproc_per_host)
+    fail<ValueError>("launch: {} ranks, but {} host(s) with {} per host make {}", o.nproc, o.hosts.size(),
+                     o.nproc_per_host, o.hosts.size() * o.nproc_per_host);
+  for (size_t i = 0; i < o.hosts.size(); ++i) {
+    const std::string& host = o.hosts[i];
+    if (host.empty() || host.find_first_of(" \t,:") != std::string::npos)
+      fail<ValueError>("launch: --hosts entry {} '{}' is not a host name", i + 1, host);
+    if (std::find(o.hosts.begin(), o.hosts.begin() + static_cast<std::ptrdiff_t>(i), host) !=
+        o.hosts.begin() + static_cast<std::ptrdiff_t>(i))
+      fail<ValueError>("launch: host '{}' appears twice in --hosts (use --nproc-per-host for more ranks)", host);
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    addrinfo* found = nullptr;
+    if (const int error = ::getaddrinfo(host.c_str(), nullptr, &hints, &found); error != 0)
+      fail<ValueError>("launch: unknown host '{}' in --hosts (entry {}): {}", host, i + 1, ::gai_strerror(error));
+    ::freeaddrinfo(found);
+  }
 }
 
 void check_options(const LaunchOptions& o) {
@@ -189,6 +236,7 @@ void check_options(const LaunchOptions& o) {
   if (!(o.poll_s > 0)) fail<ValueError>("launch: poll interval {} s; expected a positive number", o.poll_s);
   if (o.mode == LaunchMode::kSrun && std::getenv("SLURM_JOB_ID") == nullptr)
     fail<ValueError>("launch: --srun needs a Slurm allocation (SLURM_JOB_ID is not set); use salloc/sbatch");
+  if (!o.hosts.empty()) check_hosts(o);
 }
 
 }  // namespace
@@ -200,7 +248,10 @@ LaunchResult supervise(const LaunchOptions& options) {
   const bool own_beats = options.heartbeat_dir.empty();
   fs::path beats = options.heartbeat_dir;
   if (own_beats) {
-    std::string pattern = (fs::temp_directory_path() / "tessera-launch-XXXXXX").string();
+    // Ranks on other hosts write into the run directory (shared storage), not our /tmp.
+    if (!options.hosts.empty()) fs::create_directories(options.run_dir);
+    const fs::path parent = options.hosts.empty() ? fs::temp_directory_path() : fs::absolute(options.run_dir);
+    std::string pattern = (parent / "tessera-launch-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) fail<IOError>("launch: cannot create a heartbeat directory {}", pattern);
     beats = pattern;
   } else {
@@ -244,10 +295,12 @@ LaunchResult supervise(const LaunchOptions& options) {
       result.exit_code = kExitCannotExecute;
       return result;
     }
-    print(fmt::format("launch: attempt {} started {} ({} of at most {})", attempt,
-                      options.mode == LaunchMode::kFork ? fmt::format("{} worker(s)", options.nproc)
-                                                        : fmt::format("{} ranks", options.nproc),
-                      attempt + 1, options.max_restarts + 1));
+    std::string started_what = options.mode == LaunchMode::kFork ? fmt::format("{} worker(s)", options.nproc)
+                                                                 : fmt::format("{} ranks", options.nproc);
+    if (!options.hosts.empty())
+      started_what += fmt::format(" on {} hosts ({})", options.hosts.size(), fmt::join(options.hosts, ", "));
+    print(fmt::format("launch: attempt {} started {} ({} of at most {})", attempt, started_what, attempt + 1,
+                      options.max_restarts + 1));
     detector.start_attempt(started);
 
     AttemptOutcome outcome{attempt, "ok", 0, 0, 0, 0};

@@ -47,6 +47,14 @@ struct LaunchOptions {
   double grace_s = 30;           // SIGTERM -> SIGKILL after a crash (a hang is killed at once)
   double poll_s = 0.2;
   LaunchMode mode = LaunchMode::kFork;
+  // Several hosts (mode kMpirun; the seeds' "manual" multi-host mode, no scheduler):
+  // nproc_per_host ranks on each host (nproc = hosts.size() * nproc_per_host), started by
+  // mpirun through its remote agent: launch_agent, or OpenMPI's default (ssh) when empty.
+  // The run directory (and --heartbeat-dir) must be on storage every host sees; the
+  // default heartbeat directory is then a fresh one inside the run directory.
+  std::vector<std::string> hosts;
+  int nproc_per_host = 1;
+  std::string launch_agent;
   std::function<void(const std::string&)> print;  // one line per event; default: stderr
 };
 

@@ -50,7 +50,7 @@ tessera_cli_cases(full_disk "cli;resilience" 120 fsize fsize_sync tmpfs)
 tessera_cli_cases(launch_modes "cli;resilience" 120 srun_kill srun_budget srun_stand_in_status)
 # Per-rank goodput records and straggler attribution under each launch mode: rank 1 of 2
 # slowed by TESSERA_FAULT slow@step, named by `tessera goodput` (text, --json, --html).
-tessera_cli_cases(launch_modes "cli;goodput" 120 fork_stragglers srun_stragglers)
+tessera_cli_cases(launch_modes "cli;goodput" 120 fork_stragglers srun_stragglers srun_queue_wait)
 if(TESSERA_HAS_MPI AND TESSERA_MPIEXEC)
   set(CLI_CASE_ARGS ${TESSERA_MPIEXEC})
   set(CLI_CASE_ENV "${mpi_test_env}")  # cmake/mpi_tests.cmake: no LeakSanitizer for OpenMPI

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <thread>
 
+#include "launch/scheduler_queue.h"
 #include "launch/worker_group.h"
 #include "tessera/base/error.h"
 #include "tessera/base/file_io.h"
@@ -269,6 +270,16 @@ LaunchResult supervise(const LaunchOptions& options) {
   std::string command_text;
   for (const std::string& arg : options.command) command_text += (command_text.empty() ? "" : " ") + arg;
   recorder.job_start("tessera launch: " + command_text);
+  if (std::getenv("SLURM_JOB_ID") != nullptr) {  // the queue wait, as the scheduler saw it
+    std::string why_not;
+    if (const std::optional<QueueWait> wait = slurm_queue_wait(&why_not)) {
+      recorder.launch_wait(wait->submitted, wait->started, wait->source + ": queued");
+      print(fmt::format("launch: {} waited {:.1f} s in the queue (submit to start); recorded as scheduling wait",
+                        wait->source, wait->started - wait->submitted));
+    } else {
+      print("launch: no queue wait recorded: " + why_not);
+    }
+  }
 
   LauncherSignalScope signals;
   HangDetector detector(options.nproc, options.hang);

@@ -21,6 +21,12 @@
 #                task 0 sleeps as long and exits 0 on SIGTERM; the stand-in must exit 137
 #                every time (bash's `wait -n` loses a job whose end it already reported,
 #                which made about 1 run in 60 exit 1), and 3 tasks exiting 3, 4 and 5 give 5
+#   srun_queue_wait
+#                inside a Slurm job, `tessera launch` asks Slurm how long the job queued
+#                (tests/cli/srun_stand_in/scontrol: submitted 120 s before it started) and
+#                records it as scheduling wait: `tessera goodput` then reports a scheduling
+#                goodput below 100% from launcher records, not the 100% "(no launcher
+#                records)"; without a usable scontrol the launcher says why and records none
 #   fork_stragglers, srun_stragglers, mpi_stragglers
 #                a 2-rank job under `tessera launch` (fork workers, the srun stand-in's tasks,
 #                or `--mpi` on a `--mesh data=2` run) with rank 1 slowed by 800 ms on two
@@ -165,6 +171,32 @@ assert [s['step'] for s in steps if s['attempt'] == 1][-1] == 8, steps
     status=0
     "$src/tests/cli/srun_stand_in/srun" -n 3 "$tmp/exit_task.sh" || status=$?
     [[ $status -eq 5 ]] || fail "tasks exiting 3, 4 and 5: the stand-in exited $status, expected 5"
+    ;;
+  srun_queue_wait)
+    ln -s "$src/tests/cli/srun_stand_in/srun" "$tmp/bin/srun"
+    ln -s "$src/tests/cli/srun_stand_in/scontrol" "$tmp/bin/scontrol"
+    export PATH="$tmp/bin:$PATH" SLURM_JOB_ID=4244
+    "$tessera" launch --srun --nproc 2 --max-restarts 0 --run-dir "$tmp/job" -- bash -c 'sleep 1' >"$tmp/launch.txt" 2>&1 ||
+      fail "launch exited $?: $(cat "$tmp/launch.txt")"
+    grep -Eq "launch: slurm job 4244 waited 120.0 s in the queue" "$tmp/launch.txt" ||
+      fail "no queue wait line: $(grep launch: "$tmp/launch.txt")"
+    "$tessera" goodput "$tmp/job" --json >"$tmp/goodput.json" || fail "tessera goodput --json failed"
+    python3 - "$tmp/goodput.json" <<'PY' || fail "goodput of the queued job: $(head -c 1500 "$tmp/goodput.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["has_scheduling_records"] is True, r["has_scheduling_records"]
+total = r["total_s"]
+assert 125 <= total <= 300, total  # 120 s queued, 5 s before the launcher, the task's 1 s
+assert abs(r["scheduling_goodput"] - (total - 120) / total) < 1e-6, (r["scheduling_goodput"], total)
+PY
+    "$tessera" goodput "$tmp/job" >"$tmp/goodput.txt"
+    grep -q "(no launcher records)" "$tmp/goodput.txt" && fail "the report still says there are no launcher records"
+    # scontrol failing: the launcher says why and records nothing.
+    SCONTROL_STAND_IN_FAIL=1 "$tessera" launch --srun --nproc 1 --max-restarts 0 --run-dir "$tmp/job2" -- true \
+      >"$tmp/launch2.txt" 2>&1 || fail "launch with a failing scontrol exited $?: $(cat "$tmp/launch2.txt")"
+    grep -q "launch: no queue wait recorded: .scontrol show job -o 4244. failed: slurm_load_jobs error: Invalid job id" \
+      "$tmp/launch2.txt" || fail "no reason for the missing queue wait: $(cat "$tmp/launch2.txt")"
+    ! grep -q launch_wait "$tmp/job2/goodput/events.jsonl" || fail "a queue wait was recorded without scontrol"
     ;;
   fork_stragglers | srun_stragglers)
     # The data first, so the two tasks do not both prepare it.

@@ -48,8 +48,9 @@ DEB_LIBS := libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libfmt-dev libcli11-d
 #   The fuzz tree: clang (libFuzzer is clang's), libclang-rt-14-dev (libclang_rt.fuzzer, asan,
 #   ubsan: only a "recommends" of clang-14) and libomp-14-dev (clang's OpenMP: the CPU kernels
 #   link OpenMP for oneDNN, and find_package(OpenMP) fails without it; also a "recommends").
-#   iproute2: `ip netns`, the test hosts of the multi-host tests (tools/testbed.sh).
-DEB_TEST := libgtest-dev python3 chromium clang libclang-rt-14-dev libomp-14-dev iproute2
+#   iproute2: `ip netns`, the test hosts of the multi-host tests (tools/testbed.sh); slurm-wlm and
+#   munge: the Slurm cluster those tests run on those hosts (`tools/testbed.sh slurm up`).
+DEB_TEST := libgtest-dev python3 chromium clang libclang-rt-14-dev libomp-14-dev iproute2 slurm-wlm munge
 #   The text `make train` learns from (/usr/share/games/fortunes).
 DEB_TRAIN := fortunes
 DEB_PACKAGES := $(DEB_BUILD) $(DEB_PYTHON) $(DEB_LIBS) $(DEB_TEST) $(DEB_TRAIN)

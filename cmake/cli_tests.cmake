@@ -62,6 +62,12 @@ if(TESSERA_HAS_MPI AND TESSERA_MPIEXEC)
   tessera_cli_cases(multihost "cli;mpi;multihost" 180 two_hosts two_per_host kill_restart errors)
   set_tests_properties(cli.multihost_two_hosts cli.multihost_two_per_host cli.multihost_kill_restart cli.multihost_errors
                        PROPERTIES RESOURCE_LOCK tessera_testbed)
+  # A real Slurm on those hosts (slurmctld, a slurmd per host, PMIx): `tessera launch
+  # --srun` restarting a killed rank, a spent budget requeued by Slurm, scancel saving a
+  # checkpoint, the queue wait measured from Slurm.
+  tessera_cli_cases(slurm "cli;mpi;multihost" 240 kill_restart budget_requeue scancel queue_wait)
+  set_tests_properties(cli.slurm_kill_restart cli.slurm_budget_requeue cli.slurm_scancel cli.slurm_queue_wait
+                       PROPERTIES RESOURCE_LOCK tessera_testbed)
   unset(CLI_CASE_ARGS)
   unset(CLI_CASE_ENV)
 endif()

@@ -10,12 +10,26 @@
 #   tools/testbed.sh agent HOST CMD... the same, shaped as an rsh agent: OpenMPI's mpirun
 #                                      (`tessera launch --hosts ... --launch-agent`) calls it
 #                                      as it would call ssh, with the remote command as words
+#   tools/testbed.sh slurm up          a Slurm cluster on the hosts that are up: slurmctld on
+#                                      tbh1, a slurmd on every host, a private munged;
+#                                      `exec` then sets SLURM_CONF, so sbatch/srun/scontrol
+#                                      on a host talk to it (`down` stops it too)
+#   tools/testbed.sh slurm down        stop it and remove its state
+#
+# The Slurm cluster (Debian's slurm-wlm and munge, which `make deps` installs): its own
+# munge key and socket, state, spool and logs under /run/tessera-testbed/slurm; PMIx for
+# MPI (srun --mpi=pmix is the default, so OpenMPI ranks start without mpirun); no cgroups
+# (proctrack/linuxproc); a job that exits 75 (tessera launch's spent restart budget) is
+# requeued (RequeueExit=75), and may start again 10 s later (cred_expire=10; Slurm's
+# default keeps a requeued job waiting 120 s). Each slurmd has its own spool and PMIx temporary directory,
+# as separate machines would.
 #
 # Each host is a network namespace with its own loopback and one interface eth0 at
 # 10.231.0.I/24, cabled to a bridge inside a namespace of its own (tbsw), so the hosts
-# reach each other and nothing else; the machine's own network is not touched. A host's
-# /etc/hosts (ip netns exec binds /etc/netns/HOST/hosts over it) names every host, and
-# each command on it runs in a fresh UTS namespace whose hostname is the host's, so MPI
+# reach each other and nothing else; the machine's own network is not touched. Each
+# command on a host runs in its network namespace plus fresh UTS and mount namespaces:
+# the hostname is the host's and /etc/hosts (bound from /etc/netns/HOST/hosts) names
+# every host; /sys and the rest of the filesystem are the machine's. So MPI
 # sees distinct nodes and talks TCP between them, as across real machines. The
 # filesystem is shared, as a cluster's shared storage would be.
 #
@@ -26,6 +40,7 @@ set -euo pipefail
 readonly switch=tbsw
 readonly subnet=10.231.0
 readonly lock=/run/lock/tessera-testbed.lock
+readonly slurm_dir=/run/tessera-testbed/slurm
 
 die() {
   echo "testbed: $*" >&2
@@ -56,7 +71,100 @@ hosts_up() {  # tbh1 tbh2 ... in order
   ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^tbh[0-9]+$' | sort -V || true
 }
 
+pid_of() {  # a daemon's pid from its pid file, if it runs
+  local pid
+  pid="$(cat "$1" 2>/dev/null || true)"
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
+slurm_down_locked() {
+  [[ -d "$slurm_dir" ]] || return 0
+  local file pid
+  for file in "$slurm_dir"/slurmd-*.pid "$slurm_dir/slurmctld.pid" "$slurm_dir/munged.pid"; do
+    pid="$(pid_of "$file")" || continue
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  done
+  # Job processes the daemons left (a killed slurmstepd's tasks).
+  pkill -9 -f "slurmstepd: \[" 2>/dev/null || true
+  rm -rf "$slurm_dir"
+}
+
+slurm_up_locked() {
+  local hosts host i
+  hosts="$(hosts_up)"
+  [[ -n "$hosts" ]] || die "slurm up: no hosts (tools/testbed.sh up N first)"
+  for tool in slurmctld slurmd sbatch munged mungekey; do
+    command -v "$tool" >/dev/null || die "slurm up: $tool is missing (make deps installs slurm-wlm and munge)"
+  done
+  slurm_down_locked
+  mkdir -p "$slurm_dir/state"
+  # A private munge: its own key, socket and files (a munged of the machine's is untouched).
+  mungekey --create --keyfile="$slurm_dir/munge.key" --bits=1024 2>/dev/null ||
+    dd if=/dev/urandom of="$slurm_dir/munge.key" bs=128 count=1 status=none
+  chmod 600 "$slurm_dir/munge.key"
+  chmod 700 "$slurm_dir"
+  # 9>&-: the daemons must not inherit the lock (with_lock's descriptor 9).
+  munged --force --socket="$slurm_dir/munge.socket" --key-file="$slurm_dir/munge.key" \
+    --pid-file="$slurm_dir/munged.pid" --log-file="$slurm_dir/munged.log" --seed-file="$slurm_dir/munged.seed" 9>&- ||
+    die "slurm up: munged did not start: $(tail -3 "$slurm_dir/munged.log" 2>/dev/null)"
+  local nodes=""
+  for host in $hosts; do
+    i="${host#tbh}"
+    nodes+="NodeName=$host NodeAddr=$subnet.$i CPUs=$(nproc) State=UNKNOWN"$'\n'
+    mkdir -p "$slurm_dir/spool-$host" "$slurm_dir/tmp-$host"
+  done
+  cat >"$slurm_dir/slurm.conf" <<CONF
+ClusterName=tessera-testbed
+SlurmctldHost=tbh1($subnet.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$slurm_dir/munge.socket,cred_expire=10
+CredType=cred/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/builtin
+MpiDefault=pmix
+ReturnToService=2
+RequeueExit=75
+JobRequeue=1
+KillWait=10
+InactiveLimit=0
+MinJobAge=600
+SlurmctldPort=6817
+SlurmdPort=6818
+StateSaveLocation=$slurm_dir/state
+SlurmdSpoolDir=$slurm_dir/spool-%n
+TmpFS=$slurm_dir/tmp-%n
+SlurmctldPidFile=$slurm_dir/slurmctld.pid
+SlurmdPidFile=$slurm_dir/slurmd-%n.pid
+SlurmctldLogFile=$slurm_dir/slurmctld.log
+SlurmdLogFile=$slurm_dir/slurmd-%n.log
+$nodes
+PartitionName=testbed Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+CONF
+  "$0" exec tbh1 slurmctld -f "$slurm_dir/slurm.conf" 9>&- || die "slurm up: slurmctld did not start: $(tail -5 "$slurm_dir/slurmctld.log")"
+  for host in $hosts; do
+    "$0" exec "$host" slurmd -f "$slurm_dir/slurm.conf" -N "$host" 9>&- ||
+      die "slurm up: slurmd on $host did not start: $(tail -5 "$slurm_dir/slurmd-$host.log")"
+  done
+  local state=""
+  for _ in $(seq 100); do
+    state="$("$0" exec tbh1 sinfo -h -o "%T %D" 2>/dev/null || true)"
+    [[ "$state" == "idle $(wc -w <<<"$hosts")" ]] && return 0
+    sleep 0.3
+  done
+  die "slurm up: the nodes are not idle after 30 s (sinfo: '$state'); logs in $slurm_dir"
+}
+
 down_locked() {
+  slurm_down_locked
   local host
   for host in $(hosts_up); do
     ip netns del "$host" 2>/dev/null || true
@@ -108,7 +216,11 @@ run_on() {  # HOST CMD...
   shift
   [[ "$host" =~ ^tbh[0-9]+$ ]] || die "'$host' is not a testbed host (tbh1, tbh2, ...)"
   ip netns list | awk '{print $1}' | grep -qx "$host" || die "host $host is not up (tools/testbed.sh up N)"
-  exec ip netns exec "$host" unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
+  # Not `ip netns exec`: it remounts /sys for the namespace, which hides the cgroup
+  # mounts slurmd needs. The host's /etc/hosts is bound in a private mount namespace.
+  [[ -f "$slurm_dir/slurm.conf" ]] && export SLURM_CONF="$slurm_dir/slurm.conf"
+  exec nsenter --net="/run/netns/$host" unshare --uts --mount --propagation private /bin/sh -c \
+    'mount --bind "/etc/netns/$0/hosts" /etc/hosts && hostname "$0" && exec "$@"' "$host" "$@"
 }
 
 command="${1:-}"
@@ -141,7 +253,14 @@ case "$command" in
     shift
     run_on "$host" /bin/sh -c "$*"
     ;;
+  slurm)
+    case "${1:-}" in
+      up) with_lock slurm_up_locked ;;
+      down) with_lock slurm_down_locked ;;
+      *) die "usage: tools/testbed.sh slurm up | down" ;;
+    esac
+    ;;
   *)
-    die "usage: tools/testbed.sh check | up N | down | hosts | exec HOST CMD... | agent HOST CMD..."
+    die "usage: tools/testbed.sh check | up N | down | hosts | exec HOST CMD... | agent HOST CMD... | slurm up|down"
     ;;
 esac

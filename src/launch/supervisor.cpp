@@ -249,9 +249,11 @@ LaunchResult supervise(const LaunchOptions& options) {
   const bool own_beats = options.heartbeat_dir.empty();
   fs::path beats = options.heartbeat_dir;
   if (own_beats) {
-    // Ranks on other hosts write into the run directory (shared storage), not our /tmp.
-    if (!options.hosts.empty()) fs::create_directories(options.run_dir);
-    const fs::path parent = options.hosts.empty() ? fs::temp_directory_path() : fs::absolute(options.run_dir);
+    // Ranks on other hosts (--hosts, srun) write into the run directory (shared
+    // storage), not this host's /tmp.
+    const bool other_hosts = !options.hosts.empty() || options.mode == LaunchMode::kSrun;
+    if (other_hosts) fs::create_directories(options.run_dir);
+    const fs::path parent = other_hosts ? fs::absolute(options.run_dir) : fs::temp_directory_path();
     std::string pattern = (parent / "tessera-launch-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) fail<IOError>("launch: cannot create a heartbeat directory {}", pattern);
     beats = pattern;

@@ -51,7 +51,8 @@ struct LaunchOptions {
   // nproc_per_host ranks on each host (nproc = hosts.size() * nproc_per_host), started by
   // mpirun through its remote agent: launch_agent, or OpenMPI's default (ssh) when empty.
   // The run directory (and --heartbeat-dir) must be on storage every host sees; the
-  // default heartbeat directory is then a fresh one inside the run directory.
+  // default heartbeat directory is then a fresh one inside the run directory (also
+  // under srun, whose tasks may run on other nodes).
   std::vector<std::string> hosts;
   int nproc_per_host = 1;
   std::string launch_agent;

@@ -25,8 +25,12 @@ namespace {
 
 thread_local const DeviceContext* t_context = nullptr;
 
-// mpirun (OpenMPI) or a PMI launcher (MPICH, Slurm) started this process.
-bool launched_by_mpi() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr; }
+// mpirun (OpenMPI), a PMI launcher (MPICH, Slurm's --mpi=pmi2) or a PMIx one (Slurm's
+// srun --mpi=pmix, OpenMPI ranks started directly) started this process.
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+         std::getenv("PMIX_RANK") != nullptr;
+}
 
 int devices_from_env() {
   const char* env = flags::env("TESSERA_CPU_DEVICES");

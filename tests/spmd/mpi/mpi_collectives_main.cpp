@@ -179,7 +179,8 @@ int main(int argc, char** argv) {
   try {
     if (!is_multi_process()) {
       // Started by mpirun but running in-process: the runtime missed the launcher.
-      const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
+      const bool under_mpirun =
+          std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
       std::printf("mpi_collectives: %s\n", under_mpirun ? "started by mpirun but the runtime is not MPI"
                                                         : "not started by mpirun; nothing to check");
       return under_mpirun ? 1 : 0;

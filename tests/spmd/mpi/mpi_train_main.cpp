@@ -151,7 +151,8 @@ void check_layout(const std::string& mesh_text, const TrainRun& want) {
 int main() {
   try {
     if (!spmd::is_multi_process()) {
-      const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
+      const bool under_mpirun =
+          std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
       std::printf("mpi_train: %s\n", under_mpirun ? "started by mpirun but the runtime is not MPI"
                                                   : "not started by mpirun; nothing to check");
       return under_mpirun ? 1 : 0;

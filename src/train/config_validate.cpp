@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "backend/cpu/kernels/matmul_amx.h"
+#include "backend/cpu/kernels/matmul.h"
 #include "backend/cpu/kernels/matmul_int8.h"
 #include "tessera/base/error.h"
 #include "tessera/compiler/device_program.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/kernels/matmul_amx.h"
+#include "backend/cpu/kernels/matmul.h"
 #include "core/test_util.h"
 #include "tessera/base/error.h"
 #include "tessera/core/ops.h"

@@ -372,6 +372,11 @@ void TrainLoop::compile() {
     note(
         "warning: model.compute_dtype = \"bfloat16\" on a CPU without bf16 units (AMX-BF16, AVX512-BF16): its "
         "GEMMs widen to float32 (no faster than float32); \"auto\" picks float32 here");
+  else if (cfg_.run.device == "cpu" && cfg_.model.compute_dtype == "bfloat16" &&
+           !cpu::bf16_gemm_path().faster_than_float32)
+    note(
+        "note: model.compute_dtype = \"bfloat16\" on a CPU whose bf16 GEMMs run on AVX512-BF16 (no AMX): measured "
+        "slower than float32 sgemm on Intel Xeons; \"auto\" picks float32 here");
 }
 
 // ---- step ----

@@ -315,23 +315,24 @@ Bf16GemmPath choose_bf16_path() {
   if (mode != "auto" && mode != "float32" && mode != "amx" && mode != "avx512bf16")
     fail<ValueError>("TESSERA_CPU_BF16_GEMM={} (expected auto, float32, amx or avx512bf16)", mode);
   const std::string widened = "float32 sgemm on widened operands";
-  if (mode == "float32") return {Bf16Kernel::Float32, false, widened + " (TESSERA_CPU_BF16_GEMM=float32)"};
+  if (mode == "float32") return {Bf16Kernel::Float32, false, false, widened + " (TESSERA_CPU_BF16_GEMM=float32)"};
   auto described = [](Bf16Kernel kernel, const std::string& note) {
     const std::string what = kernel == Bf16Kernel::Amx
                                  ? "AMX tiles (TDPBF16PS: bf16 products, float32 accumulation)"
                                  : "AVX512-BF16 (VDPBF16PS: bf16 pair products, float32 accumulation)";
-    return Bf16GemmPath{kernel, true, what + note};
+    return Bf16GemmPath{kernel, true, kernel == Bf16Kernel::Amx, what + note};
   };
   const char *why_amx = "", *why_avx512 = "";
   if (mode != "auto") {
     const Bf16Kernel kernel = mode == "amx" ? Bf16Kernel::Amx : Bf16Kernel::Avx512Bf16;
     const char* why = "";
     if (bf16_kernel_usable(kernel, &why)) return described(kernel, fmt::format(" (TESSERA_CPU_BF16_GEMM={})", mode));
-    return {Bf16Kernel::Float32, false, fmt::format("{} (TESSERA_CPU_BF16_GEMM={}, but {})", widened, mode, why)};
+    return {Bf16Kernel::Float32, false, false,
+            fmt::format("{} (TESSERA_CPU_BF16_GEMM={}, but {})", widened, mode, why)};
   }
   if (bf16_kernel_usable(Bf16Kernel::Amx, &why_amx)) return described(Bf16Kernel::Amx, "");
   if (bf16_kernel_usable(Bf16Kernel::Avx512Bf16, &why_avx512)) return described(Bf16Kernel::Avx512Bf16, "");
-  return {Bf16Kernel::Float32, false, fmt::format("{} ({}; {})", widened, why_amx, why_avx512)};
+  return {Bf16Kernel::Float32, false, false, fmt::format("{} ({}; {})", widened, why_amx, why_avx512)};
 }
 
 void check_shape(const MatmulShape& s) {

@@ -64,7 +64,12 @@ bool bf16_kernel_usable(Bf16Kernel kernel, const char** why_not = nullptr);
 // description says why).
 struct Bf16GemmPath {
   Bf16Kernel kernel = Bf16Kernel::Float32;
-  bool native = false;      // kernel != Float32: the products run on the CPU's bf16 units
+  bool native = false;  // kernel != Float32: the products run on the CPU's bf16 units
+  // Whether bf16 GEMMs on this kernel were measured faster than float32 sgemm, which is
+  // what model.compute_dtype = "auto" asks: AMX yes (3x); AVX512-BF16 no on the AMX Xeon
+  // where it was measured (0.68x: VDPBF16PS issues at half the FMA rate there, so its
+  // pair products only match sgemm's FLOPs; bench/results/2026-11-27-avx512-gemms.md).
+  bool faster_than_float32 = false;
   std::string description;  // for `tessera info`: the path, or why not the bf16 units
 };
 const Bf16GemmPath& bf16_gemm_path();

@@ -174,14 +174,23 @@ TEST(Int8Gemm, BitwiseIdenticalForOneAndTwoThreads) {
     for (const Case& c : kCases) {
       Buf a(DType::BFloat16, uniform(static_cast<size_t>(c.m * c.k), -1, 1, 921));
       Buf b(DType::BFloat16, uniform(static_cast<size_t>(c.k * c.n), -1, 1, 922));
-      Buf one(DType::BFloat16, c.m * c.n), two(DType::BFloat16, c.m * c.n);
-      const Int8Rounding r{true, 5};
-      auto run = [&](Buf& out) {
-        quantized_matmul(kernel, DType::BFloat16, shape_of(c), a.data(), b.data(), out.data(), r, {});
-      };
-      with_threads(1, [&] { run(one); });
-      with_threads(2, [&] { run(two); });
-      EXPECT_TRUE(one.bitwise_equal(two)) << int8_kernel_name(kernel) << " m=" << c.m << " n=" << c.n << " k=" << c.k;
+      Buf bias(DType::BFloat16, uniform(static_cast<size_t>(c.n), -1, 1, 923));
+      for (bool fused : {false, true}) {
+        Buf one(DType::BFloat16, c.m * c.n), two(DType::BFloat16, c.m * c.n);
+        const Int8Rounding r{true, 5};
+        GemmEpilogue e;
+        e.bias = bias.data();
+        e.has_activation = true;
+        e.activation = UnaryOp::GeluTanh;
+        auto run = [&](Buf& out) {
+          quantized_matmul(kernel, DType::BFloat16, shape_of(c), a.data(), b.data(), out.data(), r, {},
+                           fused ? &e : nullptr);
+        };
+        with_threads(1, [&] { run(one); });
+        with_threads(2, [&] { run(two); });
+        EXPECT_TRUE(one.bitwise_equal(two))
+            << int8_kernel_name(kernel) << " m=" << c.m << " n=" << c.n << " k=" << c.k << " fused=" << fused;
+      }
     }
   }
 }

@@ -319,7 +319,8 @@ Bf16GemmPath choose_bf16_path() {
   auto described = [](Bf16Kernel kernel, const std::string& note) {
     const std::string what = kernel == Bf16Kernel::Amx
                                  ? "AMX tiles (TDPBF16PS: bf16 products, float32 accumulation)"
-                                 : "AVX512-BF16 (VDPBF16PS: bf16 pair products, float32 accumulation)";
+                                 : "AVX512-BF16 (VDPBF16PS: bf16 pair products, float32 accumulation; measured "
+                                   "slower than float32 sgemm, so compute_dtype \"auto\" is float32)";
     return Bf16GemmPath{kernel, true, kernel == Bf16Kernel::Amx, what + note};
   };
   const char *why_amx = "", *why_avx512 = "";

@@ -1,4 +1,5 @@
-# Feature variants: the build a user gets without MPI (or without NCCL) compiles too.
+# Feature variants: the build a user gets without MPI (or without NCCL, or with a compiler
+# that lacks the AVX-512 kernels' targets) compiles too.
 #
 # A user without OpenMPI (or with -DTESSERA_ENABLE_MPI=OFF), or with CUDA but no NCCL,
 # compiles the `#if !TESSERA_HAS_MPI` / `!TESSERA_HAS_NCCL` branches that our own
@@ -88,7 +89,7 @@ function(tessera_add_feature_variants)
       list(APPEND owners ${target})
     endif()
   endforeach()
-  foreach(feature MPI NCCL)
+  foreach(feature MPI NCCL AVX512_KERNELS)
     if(TESSERA_HAS_${feature})
       tessera_headers_naming(${feature} headers)
       foreach(owner ${owners})

@@ -34,13 +34,16 @@ constexpr Flag kFlags[] = {
     {"TESSERA_COMPILATION_CACHE_MAX_MB", "2048",
      "Size bound, in MiB, of the persistent compilation cache; the least recently used entries go first.", ""},
     {"TESSERA_CPU_BF16_GEMM", "auto",
-     "bfloat16 GEMMs on the CPU: auto (the AMX tile kernel where the CPU has AMX-BF16; else float32 sgemm on "
-     "widened operands) or float32 (always widen: for A/B timing).",
+     "bfloat16 GEMMs on the CPU: auto (the AMX tile kernel where the CPU has AMX-BF16; else the AVX512-BF16 "
+     "kernel where it has AVX512-BF16, e.g. Zen 4; else float32 sgemm on widened operands), float32 (always "
+     "widen), amx or avx512bf16 (that kernel, float32 where this CPU lacks it): for A/B timing and tests.",
      ""},
     {"TESSERA_CPU_DEVICES", "1", "The number of virtual CPU devices of an in-process mesh (1 to 4096).", ""},
     {"TESSERA_CPU_INT8_GEMM", "auto",
-     "int8 (AQT) GEMMs on the CPU: auto (AMX-INT8 tiles where the CPU has them; else the int8 values multiplied "
-     "exactly in float64) or reference (always float64: same bits, for A/B timing).",
+     "int8 (AQT) GEMMs on the CPU: auto (AMX-INT8 tiles where the CPU has them; else AVX512-VNNI where it has "
+     "that, e.g. Zen 4, Ice Lake; else the int8 values multiplied exactly in float64), reference (always "
+     "float64), amx or avx512vnni (that kernel, float64 where this CPU lacks it): the same bits on every kernel, "
+     "for A/B timing and tests.",
      ""},
     {"TESSERA_CUDA_GRAPHS", "1", "0: GPU programs launch their kernels one by one instead of replaying a CUDA graph.",
      ""},

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "backend/cpu/kernels/matmul_amx.h"
+#include "backend/cpu/kernels/matmul.h"
 #include "backend/cpu/kernels/matmul_int8.h"
 #include "cli/cpu_check.h"
 #include "tessera/backend/cuda.h"

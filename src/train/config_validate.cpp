@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "backend/cpu/kernels/matmul_amx.h"
+#include "backend/cpu/kernels/matmul.h"
 #include "backend/cpu/kernels/matmul_int8.h"
 #include "tessera/base/error.h"
 #include "tessera/compiler/device_program.h"
@@ -26,15 +26,18 @@ void check_compute_dtype(const std::string& dtype, const std::string& where) {
 void resolve_quant_mode(TrainConfig& config, const std::string& where) {
   if (config.quant_mode != "on" && config.quant_mode != "auto")
     fail<ConfigError>("{}: 'quant.mode' = \"{}\" is unknown (expected on or auto)", where, config.quant_mode);
+  // int8 on the CPU's int8 units (AMX-INT8, AVX512-VNNI: 3.6x and 2x float32 sgemm as
+  // measured, bench/results/2026-11-27-avx512-gemms.md); the float64 path is slower.
   if (config.quant_mode == "auto" && (config.run.device != "cpu" || !cpu::int8_gemm_path().native))
     config.model.quant_targets.clear();
 }
 
 std::string resolve_compute_dtype(const std::string& dtype, const std::string& device) {
   if (dtype != "auto") return dtype;
-  // GPUs have bf16 tensor cores; a CPU gains from bf16 only with matrix units for it.
+  // GPUs have bf16 tensor cores; a CPU gains from bf16 only where its bf16 GEMMs beat
+  // float32 sgemm: AMX, not AVX512-BF16 alone (measured, matmul.h's Bf16GemmPath).
   if (device != "cpu") return "bfloat16";
-  return cpu::bf16_gemm_path().native ? "bfloat16" : "float32";
+  return cpu::bf16_gemm_path().faster_than_float32 ? "bfloat16" : "float32";
 }
 
 void check_remat(const std::string& remat, const std::string& where) {

@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "backend/cpu/kernels/matmul_amx.h"
+#include "backend/cpu/kernels/matmul.h"
 #include "backend/cpu/kernels/matmul_int8.h"
 #include "tessera/backend/cuda.h"
 #include "tessera/base/allocator.h"
@@ -365,13 +365,18 @@ void TrainLoop::compile() {
     note("quant: " + summary_.quant_summary);
     if (!cpu::int8_gemm_path().native)
       note(
-          "warning: this CPU has no AMX-INT8: the int8 GEMMs are multiplied in float64 (exact, but slower than "
-          "bfloat16); leave [quant] out for speed");
+          "warning: this CPU has no int8 units (AMX-INT8, AVX512-VNNI): the int8 GEMMs are multiplied in float64 "
+          "(exact, but slower than bfloat16); leave [quant] out for speed");
   }
   if (cfg_.run.device == "cpu" && cfg_.model.compute_dtype == "bfloat16" && !cpu::bf16_gemm_path().native)
     note(
-        "warning: model.compute_dtype = \"bfloat16\" on a CPU without AMX-BF16: its GEMMs widen to float32 (no "
-        "faster than float32); \"auto\" picks float32 here");
+        "warning: model.compute_dtype = \"bfloat16\" on a CPU without bf16 units (AMX-BF16, AVX512-BF16): its "
+        "GEMMs widen to float32 (no faster than float32); \"auto\" picks float32 here");
+  else if (cfg_.run.device == "cpu" && cfg_.model.compute_dtype == "bfloat16" &&
+           !cpu::bf16_gemm_path().faster_than_float32)
+    note(
+        "note: model.compute_dtype = \"bfloat16\" on a CPU whose bf16 GEMMs run on AVX512-BF16 (no AMX): measured "
+        "slower than float32 sgemm on Intel Xeons; \"auto\" picks float32 here");
 }
 
 // ---- step ----

@@ -1,39 +1,69 @@
-// bfloat16 GEMMs on the CPU's AMX tiles (backend/cpu/kernels/matmul_amx.h): the path
-// follows the CPU's features, and its products stay within the format's precision of a
-// float64 reference on the transformer's shapes (long K, every transpose, tiles split
-// across rows and columns), bitwise equal for 1 and 2 threads.
+// bfloat16 GEMMs on the CPU's bf16 units (backend/cpu/kernels/matmul.h's Bf16Kernel:
+// AMX tiles, AVX512-BF16, or float32 sgemm on widened operands): the path follows the
+// CPU's features; every kernel this machine can run stays within the format's precision
+// of a float64 reference on the transformer's shapes (long K, every transpose, tiles split
+// across rows and columns, partial micro-tiles), is bitwise equal for 1 and 2 threads, and
+// its fused bias/GELU epilogue is bitwise the unfused ops.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
+#include <vector>
 
+#include "backend/cpu/kernels/elementwise.h"
 #include "backend/cpu/kernels/matmul.h"
-#include "backend/cpu/kernels/matmul_amx.h"
 #include "nn_test_util.h"
+#include "tessera/base/error.h"
 
 namespace tessera::cpu {
 namespace {
 
 using namespace testing;
 
-TEST(Bf16Gemm, UsesTheMatrixUnitsWhereTheCpuHasThem) {
+bool has_flag(const std::string& flags, const char* flag) {
+  return flags.find(std::string(" ") + flag + " ") != std::string::npos;
+}
+
+TEST(Bf16Gemm, PathFollowsTheCpusBf16Units) {
   const std::string flags = cpu_flags();
   ASSERT_FALSE(flags.empty()) << "no flags line in /proc/cpuinfo";
-  // Only AMX has a kernel: an AVX512-BF16-only CPU (Zen 4) takes the float32 path.
-  const bool has_units = flags.find(" amx_bf16 ") != std::string::npos;
+  const bool amx = has_flag(flags, "amx_bf16");
+  const bool avx512bf16 = has_flag(flags, "avx512_bf16") && has_flag(flags, "avx512bw") && has_flag(flags, "avx512vl");
+  EXPECT_EQ(bf16_kernel_usable(Bf16Kernel::Amx), amx);
+  EXPECT_EQ(bf16_kernel_usable(Bf16Kernel::Avx512Bf16), avx512bf16);
+  EXPECT_TRUE(bf16_kernel_usable(Bf16Kernel::Float32));
   const char* setting = std::getenv("TESSERA_CPU_BF16_GEMM");
-  const bool forced_off = setting != nullptr && std::string(setting) == "float32";
+  const std::string mode = setting && *setting ? setting : "auto";
+  Bf16Kernel want = amx ? Bf16Kernel::Amx : avx512bf16 ? Bf16Kernel::Avx512Bf16 : Bf16Kernel::Float32;
+  if (mode == "float32") want = Bf16Kernel::Float32;
+  if (mode == "amx") want = amx ? Bf16Kernel::Amx : Bf16Kernel::Float32;
+  if (mode == "avx512bf16") want = avx512bf16 ? Bf16Kernel::Avx512Bf16 : Bf16Kernel::Float32;
   const Bf16GemmPath& path = bf16_gemm_path();
-  if (has_units && !forced_off) {
-    EXPECT_TRUE(path.native) << "this CPU has bf16 matrix units but the GEMM path is: " << path.description;
-    EXPECT_NE(path.description.find("AMX"), std::string::npos) << path.description;
-  } else {
-    EXPECT_FALSE(path.native) << path.description;
-    EXPECT_NE(path.description.find("float32 sgemm"), std::string::npos) << path.description;
+  EXPECT_EQ(bf16_kernel_name(path.kernel), std::string(bf16_kernel_name(want))) << path.description;
+  EXPECT_EQ(path.native, want != Bf16Kernel::Float32) << path.description;
+  const char* says = want == Bf16Kernel::Amx ? "AMX" : want == Bf16Kernel::Avx512Bf16 ? "AVX512-BF16" : "float32 sgemm";
+  EXPECT_NE(path.description.find(says), std::string::npos) << path.description;
+}
+
+TEST(Bf16Gemm, AKernelThisMachineCannotRunIsRefused) {
+  for (Bf16Kernel kernel : {Bf16Kernel::Amx, Bf16Kernel::Avx512Bf16}) {
+    const char* why = "";
+    if (bf16_kernel_usable(kernel, &why)) continue;
+    EXPECT_NE(std::string(why), "") << bf16_kernel_name(kernel);
+    MatmulShape s;
+    s.m = s.n = s.k = 2;
+    std::vector<bfloat16> a(4), b(4), c(4);
+    EXPECT_THROW(matmul_bf16(kernel, s, a.data(), b.data(), c.data()), ValueError);
   }
+}
+
+// The kernels this machine runs (float32 everywhere).
+std::vector<Bf16Kernel> kernels_here() {
+  std::vector<Bf16Kernel> out;
+  for (Bf16Kernel k : {Bf16Kernel::Float32, Bf16Kernel::Amx, Bf16Kernel::Avx512Bf16})
+    if (bf16_kernel_usable(k)) out.push_back(k);
+  return out;
 }
 
 struct Case {
@@ -48,50 +78,95 @@ MatmulShape shape_of(const Case& c) {
 }
 
 // The transformer's GEMMs at batch x seq = 1024 (forward, dX and dW layouts), a long K,
-// and odd sizes that leave partial AMX tiles (16 rows x 32 pairs).
+// and odd sizes that leave partial AMX tiles (16 rows x 32 pairs) and partial
+// AVX512-BF16 micro-tiles (8 rows x 48 columns; K odd).
 const Case kCases[] = {{1024, 768, 256, false, false}, {1024, 256, 768, false, true}, {256, 768, 1024, true, false},
-                       {1100, 300, 2048, false, true}, {37, 1300, 61, true, true},    {1, 5, 3, false, false}};
+                       {1100, 300, 2048, false, true}, {37, 1300, 61, true, true},    {1, 5, 3, false, false},
+                       {45, 50, 33, false, true},      {13, 80, 64, true, false}};
 
 TEST(Bf16Gemm, ProductsStayWithinBf16PrecisionOfFloat64) {
-  for (const Case& c : kCases) {
-    const auto a = rounded(DType::BFloat16, uniform(static_cast<size_t>(c.m * c.k), -1, 1, 801));
-    const auto b = rounded(DType::BFloat16, uniform(static_cast<size_t>(c.k * c.n), -1, 1, 802));
-    Buf ab(DType::BFloat16, a), bb(DType::BFloat16, b), cb(DType::BFloat16, c.m * c.n);
-    matmul(DType::BFloat16, shape_of(c), ab.data(), bb.data(), cb.data());
-    double worst = 0;
-    for (int64_t i = 0; i < c.m; ++i) {
-      for (int64_t j = 0; j < c.n; ++j) {
-        double exact = 0, magnitude = 0;
-        for (int64_t p = 0; p < c.k; ++p) {
-          const double av = a[static_cast<size_t>(c.ta ? p * c.m + i : i * c.k + p)];
-          const double bv = b[static_cast<size_t>(c.tb ? j * c.k + p : p * c.n + j)];
-          exact += av * bv;
-          magnitude += std::abs(av * bv);
+  for (Bf16Kernel kernel : kernels_here()) {
+    SCOPED_TRACE(bf16_kernel_name(kernel));
+    for (const Case& c : kCases) {
+      const auto a = rounded(DType::BFloat16, uniform(static_cast<size_t>(c.m * c.k), -1, 1, 801));
+      const auto b = rounded(DType::BFloat16, uniform(static_cast<size_t>(c.k * c.n), -1, 1, 802));
+      Buf ab(DType::BFloat16, a), bb(DType::BFloat16, b), cb(DType::BFloat16, c.m * c.n);
+      matmul_bf16(kernel, shape_of(c), static_cast<const bfloat16*>(ab.data()), static_cast<const bfloat16*>(bb.data()),
+                  static_cast<bfloat16*>(cb.data()));
+      double worst = 0;
+      for (int64_t i = 0; i < c.m; ++i) {
+        for (int64_t j = 0; j < c.n; ++j) {
+          double exact = 0, magnitude = 0;
+          for (int64_t p = 0; p < c.k; ++p) {
+            const double av = a[static_cast<size_t>(c.ta ? p * c.m + i : i * c.k + p)];
+            const double bv = b[static_cast<size_t>(c.tb ? j * c.k + p : p * c.n + j)];
+            exact += av * bv;
+            magnitude += std::abs(av * bv);
+          }
+          // One bf16 rounding of the result (half an ulp: 2^-9 relative) plus float32
+          // accumulation (products of bf16 values are exact in float32; k sums of rounding
+          // 2^-24 each, bounded by the magnitude).
+          const double tol = std::ldexp(std::abs(exact), -8) + static_cast<double>(c.k) * std::ldexp(magnitude, -24);
+          const double err = std::abs(cb.get(i * c.n + j) - exact);
+          ASSERT_LE(err, tol) << "m=" << c.m << " n=" << c.n << " k=" << c.k << " ta=" << c.ta << " tb=" << c.tb
+                              << " at (" << i << ", " << j << ") exact " << exact;
+          if (std::abs(exact) > 1e-3) worst = std::max(worst, err / std::abs(exact));
         }
-        // One bf16 rounding of the result (half an ulp: 2^-9 relative) plus float32
-        // accumulation (products of bf16 values are exact in float32; k sums of rounding
-        // 2^-24 each, bounded by the magnitude).
-        const double tol = std::ldexp(std::abs(exact), -8) + static_cast<double>(c.k) * std::ldexp(magnitude, -24);
-        const double err = std::abs(cb.get(i * c.n + j) - exact);
-        ASSERT_LE(err, tol) << "m=" << c.m << " n=" << c.n << " k=" << c.k << " ta=" << c.ta << " tb=" << c.tb
-                            << " at (" << i << ", " << j << ") exact " << exact;
-        if (std::abs(exact) > 1e-3) worst = std::max(worst, err / std::abs(exact));
       }
+      // A bf16 result is off by at most half an ulp of its own rounding when the float32
+      // sum is close: typical worst relative errors are ~2^-9.
+      EXPECT_LT(worst, 0.02) << "m=" << c.m << " n=" << c.n << " k=" << c.k;
     }
-    // A bf16 result is off by at most half an ulp of its own rounding when the float32
-    // sum is close: typical worst relative errors are ~2^-9.
-    EXPECT_LT(worst, 0.02) << "m=" << c.m << " n=" << c.n << " k=" << c.k;
   }
 }
 
 TEST(Bf16Gemm, BitwiseIdenticalForOneAndTwoThreads) {
-  for (const Case& c : kCases) {
-    Buf a(DType::BFloat16, uniform(static_cast<size_t>(c.m * c.k), -1, 1, 811));
-    Buf b(DType::BFloat16, uniform(static_cast<size_t>(c.k * c.n), -1, 1, 812));
-    Buf one(DType::BFloat16, c.m * c.n), two(DType::BFloat16, c.m * c.n);
-    with_threads(1, [&] { matmul(DType::BFloat16, shape_of(c), a.data(), b.data(), one.data()); });
-    with_threads(2, [&] { matmul(DType::BFloat16, shape_of(c), a.data(), b.data(), two.data()); });
-    EXPECT_TRUE(one.bitwise_equal(two)) << "m=" << c.m << " n=" << c.n << " k=" << c.k;
+  for (Bf16Kernel kernel : kernels_here()) {
+    for (const Case& c : kCases) {
+      Buf a(DType::BFloat16, uniform(static_cast<size_t>(c.m * c.k), -1, 1, 811));
+      Buf b(DType::BFloat16, uniform(static_cast<size_t>(c.k * c.n), -1, 1, 812));
+      Buf one(DType::BFloat16, c.m * c.n), two(DType::BFloat16, c.m * c.n);
+      auto run = [&](Buf& out) {
+        matmul_bf16(kernel, shape_of(c), static_cast<const bfloat16*>(a.data()), static_cast<const bfloat16*>(b.data()),
+                    static_cast<bfloat16*>(out.data()));
+      };
+      with_threads(1, [&] { run(one); });
+      with_threads(2, [&] { run(two); });
+      EXPECT_TRUE(one.bitwise_equal(two)) << bf16_kernel_name(kernel) << " m=" << c.m << " n=" << c.n << " k=" << c.k;
+    }
+  }
+}
+
+// The epilogue of each kernel (bias, GELU, the pre-activation kept) against the unfused
+// ops on its own product: each op widens bf16 to float32 and rounds the result again.
+TEST(Bf16Gemm, FusedEpilogueIsBitwiseTheUnfusedOps) {
+  for (Bf16Kernel kernel : kernels_here()) {
+    for (const Case& c : kCases) {
+      const MatmulShape s = shape_of(c);
+      Buf a(DType::BFloat16, uniform(static_cast<size_t>(c.m * c.k), -1, 1, 821));
+      Buf b(DType::BFloat16, uniform(static_cast<size_t>(c.k * c.n), -1, 1, 822));
+      Buf bias(DType::BFloat16, uniform(static_cast<size_t>(c.n), -2, 2, 823));
+      const auto* ap = static_cast<const bfloat16*>(a.data());
+      const auto* bp = static_cast<const bfloat16*>(b.data());
+      Buf product(DType::BFloat16, c.m * c.n), sum(DType::BFloat16, c.m * c.n), want(DType::BFloat16, c.m * c.n);
+      matmul_bf16(kernel, s, ap, bp, static_cast<bfloat16*>(product.data()));
+      for (int64_t i = 0; i < c.m; ++i) {
+        const size_t at = static_cast<size_t>(i * c.n) * sizeof(bfloat16);
+        auto* row = static_cast<unsigned char*>(product.data()) + at;
+        auto* sum_row = static_cast<unsigned char*>(sum.data()) + at;
+        binary_span(BinaryOp::Add, DType::BFloat16, row, 1, bias.data(), 1, sum_row, c.n);
+        unary_span(UnaryOp::GeluTanh, DType::BFloat16, sum_row, static_cast<unsigned char*>(want.data()) + at, c.n);
+      }
+      Buf got(DType::BFloat16, c.m * c.n), got_sum(DType::BFloat16, c.m * c.n);
+      GemmEpilogue e;
+      e.bias = bias.data();
+      e.has_activation = true;
+      e.activation = UnaryOp::GeluTanh;
+      e.pre_activation = got_sum.data();
+      matmul_bf16(kernel, s, ap, bp, static_cast<bfloat16*>(got.data()), &e);
+      EXPECT_TRUE(got.bitwise_equal(want)) << bf16_kernel_name(kernel) << " m=" << c.m << " n=" << c.n;
+      EXPECT_TRUE(got_sum.bitwise_equal(sum)) << bf16_kernel_name(kernel) << " pre-activation m=" << c.m;
+    }
   }
 }
 

@@ -1,13 +1,15 @@
 // int8 (AQT) GEMMs (backend/cpu/kernels/matmul_int8.h): within the quantization's bound
-// of a float64 product of the unquantized operands; the AMX path bitwise equal to the
-// float64 reference path (same quantized values, exact products); bitwise equal for 1
-// and 2 threads; stochastic rounding unbiased where nearest rounding is not; a non-finite
-// input poisons only its own row.
+// of a float64 product of the unquantized operands; the AMX and AVX512-VNNI kernels
+// bitwise equal to the float64 reference path (same quantized values, exact products),
+// epilogue included; bitwise equal for 1 and 2 threads; stochastic rounding unbiased where nearest rounding is not; a
+// non-finite input poisons only its own row.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/kernels/matmul.h"
 #include "backend/cpu/kernels/matmul_int8.h"
@@ -19,18 +21,38 @@ namespace {
 
 using namespace testing;
 
-TEST(Int8Gemm, UsesAmxWhereTheCpuHasIt) {
+bool has_flag(const std::string& flags, const char* flag) {
+  return flags.find(std::string(" ") + flag + " ") != std::string::npos;
+}
+
+TEST(Int8Gemm, PathFollowsTheCpusInt8Units) {
   const std::string flags = cpu_flags();
   ASSERT_FALSE(flags.empty()) << "no flags line in /proc/cpuinfo";
+  const bool avx512 = has_flag(flags, "avx512f") && has_flag(flags, "avx512bw") && has_flag(flags, "avx512vl") &&
+                      has_flag(flags, "avx512dq");
+  const bool amx = has_flag(flags, "amx_int8") && avx512;
+  const bool vnni = has_flag(flags, "avx512_vnni") && avx512;
+  EXPECT_EQ(int8_kernel_usable(Int8Kernel::Amx), amx);
+  EXPECT_EQ(int8_kernel_usable(Int8Kernel::Avx512Vnni), vnni);
   const char* setting = std::getenv("TESSERA_CPU_INT8_GEMM");
-  const bool forced = setting != nullptr && std::string(setting) == "reference";
+  const std::string mode = setting && *setting ? setting : "auto";
+  Int8Kernel want = amx ? Int8Kernel::Amx : vnni ? Int8Kernel::Avx512Vnni : Int8Kernel::Reference;
+  if (mode == "reference") want = Int8Kernel::Reference;
+  if (mode == "amx") want = amx ? Int8Kernel::Amx : Int8Kernel::Reference;
+  if (mode == "avx512vnni") want = vnni ? Int8Kernel::Avx512Vnni : Int8Kernel::Reference;
   const Int8GemmPath& path = int8_gemm_path();
-  if (flags.find(" amx_int8 ") != std::string::npos && !forced) {
-    EXPECT_TRUE(path.native) << "this CPU has AMX-INT8 but the int8 path is: " << path.description;
-  } else {
-    EXPECT_FALSE(path.native) << path.description;
-    EXPECT_NE(path.description.find("float64"), std::string::npos) << path.description;
-  }
+  EXPECT_EQ(int8_kernel_name(path.kernel), std::string(int8_kernel_name(want))) << path.description;
+  EXPECT_EQ(path.native, want != Int8Kernel::Reference) << path.description;
+  const char* says = want == Int8Kernel::Amx ? "AMX" : want == Int8Kernel::Avx512Vnni ? "AVX512-VNNI" : "float64";
+  EXPECT_NE(path.description.find(says), std::string::npos) << path.description;
+}
+
+// The int8 units this machine has (AMX, AVX512-VNNI).
+std::vector<Int8Kernel> units_here() {
+  std::vector<Int8Kernel> out;
+  for (Int8Kernel k : {Int8Kernel::Amx, Int8Kernel::Avx512Vnni})
+    if (int8_kernel_usable(k)) out.push_back(k);
+  return out;
 }
 
 struct Case {
@@ -48,7 +70,8 @@ MatmulShape shape_of(const Case& c) {
 // the activations transposed), both transposed, and sizes leaving partial tiles and
 // blocks (32 rows, 16 columns, 64 K).
 const Case kCases[] = {{512, 384, 256, false, false}, {512, 256, 384, false, true}, {256, 384, 512, true, false},
-                       {37, 70, 131, true, true},     {1, 5, 3, false, false},      {100, 33, 1000, false, true}};
+                       {37, 70, 131, true, true},     {1, 5, 3, false, false},      {100, 33, 1000, false, true},
+                       {45, 200, 70, false, false},   {9, 130, 64, true, true}};
 
 double a_at(const std::vector<double>& a, const Case& c, int64_t i, int64_t p) {
   return a[static_cast<size_t>(c.ta ? p * c.m + i : i * c.k + p)];
@@ -96,33 +119,79 @@ TEST(Int8Gemm, ProductsStayWithinTheQuantizationBoundOfFloat64) {
   }
 }
 
-TEST(Int8Gemm, MatrixUnitsGiveBitwiseTheFloat64ReferencePath) {
-  if (!int8_gemm_path().native) GTEST_SKIP() << "no AMX-INT8 here: " << int8_gemm_path().description;
-  for (DType dtype : {DType::Float32, DType::BFloat16}) {
-    for (const Case& c : kCases) {
-      for (bool stochastic : {false, true}) {
-        Buf a(dtype, uniform(static_cast<size_t>(c.m * c.k), -3, 3, 911));
-        Buf b(dtype, uniform(static_cast<size_t>(c.k * c.n), -1, 1, 912));
-        Buf fast(dtype, c.m * c.n), reference(dtype, c.m * c.n);
-        const Int8Rounding ra{stochastic, 0x1234'5678'9abc'def0ull}, rb{stochastic, 77};
-        quantized_matmul(dtype, shape_of(c), a.data(), b.data(), fast.data(), ra, rb);
-        quantized_matmul_reference(dtype, shape_of(c), a.data(), b.data(), reference.data(), ra, rb);
-        EXPECT_TRUE(fast.bitwise_equal(reference)) << name(dtype) << " m=" << c.m << " n=" << c.n << " k=" << c.k
-                                                   << " ta=" << c.ta << " tb=" << c.tb << " stochastic=" << stochastic;
+// int32 sums are exact: each kernel gives bitwise the float64 path's C, with and without
+// stochastic rounding and the fused epilogue (bias, GELU, the pre-activation kept).
+TEST(Int8Gemm, EveryKernelGivesBitwiseTheFloat64ReferencePath) {
+  if (units_here().empty()) GTEST_SKIP() << "no int8 units here: " << int8_gemm_path().description;
+  for (Int8Kernel kernel : units_here()) {
+    for (DType dtype : {DType::Float32, DType::BFloat16}) {
+      for (const Case& c : kCases) {
+        for (int variant = 0; variant < 3; ++variant) {
+          const bool stochastic = variant >= 1, fused = variant == 2;
+          Buf a(dtype, uniform(static_cast<size_t>(c.m * c.k), -3, 3, 911));
+          Buf b(dtype, uniform(static_cast<size_t>(c.k * c.n), -1, 1, 912));
+          Buf bias(dtype, uniform(static_cast<size_t>(c.n), -1, 1, 913));
+          Buf fast(dtype, c.m * c.n), reference(dtype, c.m * c.n);
+          Buf fast_pre(dtype, c.m * c.n), reference_pre(dtype, c.m * c.n);
+          const Int8Rounding ra{stochastic, 0x1234'5678'9abc'def0ull}, rb{stochastic, 77};
+          GemmEpilogue e;
+          e.bias = bias.data();
+          e.has_activation = true;
+          e.activation = UnaryOp::GeluTanh;
+          e.pre_activation = fast_pre.data();
+          quantized_matmul(kernel, dtype, shape_of(c), a.data(), b.data(), fast.data(), ra, rb, fused ? &e : nullptr);
+          e.pre_activation = reference_pre.data();
+          quantized_matmul_reference(dtype, shape_of(c), a.data(), b.data(), reference.data(), ra, rb,
+                                     fused ? &e : nullptr);
+          const std::string what = fmt::format("{} {} m={} n={} k={} ta={} tb={} variant={}", int8_kernel_name(kernel),
+                                               name(dtype), c.m, c.n, c.k, c.ta, c.tb, variant);
+          EXPECT_TRUE(fast.bitwise_equal(reference)) << what;
+          if (fused) {
+            EXPECT_TRUE(fast_pre.bitwise_equal(reference_pre)) << what;
+          }
+        }
       }
     }
   }
 }
 
+TEST(Int8Gemm, AKernelThisMachineCannotRunIsRefused) {
+  for (Int8Kernel kernel : {Int8Kernel::Amx, Int8Kernel::Avx512Vnni}) {
+    const char* why = "";
+    if (int8_kernel_usable(kernel, &why)) continue;
+    EXPECT_NE(std::string(why), "") << int8_kernel_name(kernel);
+    MatmulShape s;
+    s.m = s.n = s.k = 2;
+    Buf a(DType::Float32, 4), b(DType::Float32, 4), c(DType::Float32, 4);
+    EXPECT_THROW(quantized_matmul(kernel, DType::Float32, s, a.data(), b.data(), c.data(), {}, {}), ValueError);
+  }
+}
+
 TEST(Int8Gemm, BitwiseIdenticalForOneAndTwoThreads) {
-  for (const Case& c : kCases) {
-    Buf a(DType::BFloat16, uniform(static_cast<size_t>(c.m * c.k), -1, 1, 921));
-    Buf b(DType::BFloat16, uniform(static_cast<size_t>(c.k * c.n), -1, 1, 922));
-    Buf one(DType::BFloat16, c.m * c.n), two(DType::BFloat16, c.m * c.n);
-    const Int8Rounding r{true, 5};
-    with_threads(1, [&] { quantized_matmul(DType::BFloat16, shape_of(c), a.data(), b.data(), one.data(), r, {}); });
-    with_threads(2, [&] { quantized_matmul(DType::BFloat16, shape_of(c), a.data(), b.data(), two.data(), r, {}); });
-    EXPECT_TRUE(one.bitwise_equal(two)) << "m=" << c.m << " n=" << c.n << " k=" << c.k;
+  std::vector<Int8Kernel> kernels = units_here();
+  kernels.push_back(Int8Kernel::Reference);
+  for (Int8Kernel kernel : kernels) {
+    for (const Case& c : kCases) {
+      Buf a(DType::BFloat16, uniform(static_cast<size_t>(c.m * c.k), -1, 1, 921));
+      Buf b(DType::BFloat16, uniform(static_cast<size_t>(c.k * c.n), -1, 1, 922));
+      Buf bias(DType::BFloat16, uniform(static_cast<size_t>(c.n), -1, 1, 923));
+      for (bool fused : {false, true}) {
+        Buf one(DType::BFloat16, c.m * c.n), two(DType::BFloat16, c.m * c.n);
+        const Int8Rounding r{true, 5};
+        GemmEpilogue e;
+        e.bias = bias.data();
+        e.has_activation = true;
+        e.activation = UnaryOp::GeluTanh;
+        auto run = [&](Buf& out) {
+          quantized_matmul(kernel, DType::BFloat16, shape_of(c), a.data(), b.data(), out.data(), r, {},
+                           fused ? &e : nullptr);
+        };
+        with_threads(1, [&] { run(one); });
+        with_threads(2, [&] { run(two); });
+        EXPECT_TRUE(one.bitwise_equal(two))
+            << int8_kernel_name(kernel) << " m=" << c.m << " n=" << c.n << " k=" << c.k << " fused=" << fused;
+      }
+    }
   }
 }
 

@@ -51,7 +51,8 @@ TEST(Int8Config, QuantKeys) {
   expect_config_error({"quant.target=[\"mlp\"]"}, {"unknown key 'quant.target'", "quant.targets"});
 }
 
-// mode "auto": int8 only on a CPU with AMX-INT8, otherwise the targets are dropped.
+// mode "auto": int8 only on a CPU with int8 units (AMX-INT8, AVX512-VNNI), otherwise the
+// targets are dropped.
 TEST(Int8Config, AutoModeFollowsTheMachine) {
   const TrainConfig c = parse_config("", "test", {"quant.targets=[\"mlp\"]", "quant.mode=auto"});
   if (cpu::int8_gemm_path().native) {

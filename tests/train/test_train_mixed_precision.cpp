@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/kernels/matmul_amx.h"
+#include "backend/cpu/kernels/matmul.h"
 #include "core/test_util.h"
 #include "tessera/base/error.h"
 #include "tessera/core/ops.h"
@@ -83,10 +83,13 @@ TEST(MixedPrecisionConfig, ComputeDtypeKey) {
   }
 }
 
-// "auto" resolves when the config is read: bf16 where the CPU has bf16 matrix units (or on
-// a GPU), float32 elsewhere; the resolved dtype is what the manifest keeps.
+// "auto" resolves when the config is read: bf16 where the CPU's bf16 GEMMs beat float32
+// (AMX; not AVX512-BF16 alone) or on a GPU, float32 elsewhere; the resolved dtype is what
+// the manifest keeps.
 TEST(MixedPrecisionConfig, AutoComputeDtypeFollowsTheMachine) {
-  const std::string cpu = cpu::bf16_gemm_path().native ? "bfloat16" : "float32";
+  const cpu::Bf16GemmPath& path = cpu::bf16_gemm_path();
+  EXPECT_EQ(path.faster_than_float32, path.kernel == cpu::Bf16Kernel::Amx) << path.description;
+  const std::string cpu = path.faster_than_float32 ? "bfloat16" : "float32";
   const TrainConfig c = parse_config("[model]\ncompute_dtype = \"auto\"\n", "x.toml");
   EXPECT_EQ(c.model.compute_dtype, cpu);
   EXPECT_EQ(c.to_json()["model"]["compute_dtype"], cpu);

@@ -17,11 +17,11 @@
 // only on the shape, K is never split, so every element's arithmetic is fixed.
 // matmul may be called inside a parallel region (nested parallel_for runs inline).
 //
-// bfloat16 runs on the CPU's AMX tiles, tile by tile like float32 (matmul_amx.h): bf16
-// products, float32 accumulation, one rounding. Where the CPU has no bf16 units (bf16_gemm_path()),
-// bfloat16 and always float16 are widened to float32 panels, multiplied with sgemm, and
-// rounded once. Integer and bool GEMMs accumulate in 64-bit (wrapping) and are rounded into the
-// element type (bool: any nonzero product).
+// bfloat16 runs on the CPU's bf16 units, tile by tile like float32: AMX tiles
+// (matmul_amx.h) or AVX512-BF16 (matmul_avx512bf16.h), bf16 products, float32
+// accumulation, one rounding. Where the CPU has neither (bf16_gemm_path()), bfloat16 and
+// always float16 are widened to float32 panels, multiplied with sgemm, and rounded once. Integer and bool GEMMs
+// accumulate in 64-bit (wrapping) and are rounded into the element type (bool: any nonzero product).
 #include "backend/cpu/kernels/matmul.h"
 
 #include <cblas.h>
@@ -35,9 +35,11 @@
 #include <vector>
 
 #include "backend/cpu/kernels/matmul_amx.h"
+#include "backend/cpu/kernels/matmul_avx512bf16.h"
 #include "backend/cpu/kernels/nn_common.h"
 #include "backend/cpu/kernels/scratch.h"
 #include "tessera/base/error.h"
+#include "tessera/base/flags.h"
 #include "tessera/base/signal_mask.h"
 #include "tessera/base/thread_pool.h"
 
@@ -110,7 +112,7 @@ struct Tiling {
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-// bfloat16 (AMX) tiles may be narrower (kMinCols 128): the packed B panel of a tile is
+// bfloat16 tiles (AMX, AVX512-BF16) may be narrower (kMinCols 128): the packed B panel of a tile is
 // re-made per tile, but its cost is small next to the 5x faster products, and a
 // 256-row GEMM (a weight gradient) then splits into 4 tiles instead of 3. Any tiling gives
 // the same bits (each element's K order is fixed), so this is speed only.
@@ -185,23 +187,26 @@ void apply_epilogue_all(DType dtype, const GemmEpilogue& e, const MatmulShape& s
                });
 }
 
+// `bf16`: the kernel of bfloat16 tiles (Amx or Avx512Bf16).
 template <typename T>
-void blas_matmul(const MatmulShape& s, const T* a, const T* b, T* c, const GemmEpilogue* epilogue = nullptr) {
+void blas_matmul(const MatmulShape& s, const T* a, const T* b, T* c, const GemmEpilogue* epilogue = nullptr,
+                 Bf16Kernel bf16 = Bf16Kernel::Amx) {
   const Tiling tiling = choose_tiles(s.m, s.n, std::is_same_v<T, bfloat16> ? 128 : 256);
   const int64_t tile_m = tiling.tile_m, tile_n = tiling.tile_n;
   const int64_t tiles_m = num_chunks(s.m, tile_m), tiles_n = num_chunks(s.n, tile_n);
   const int64_t per_batch = tiles_m * tiles_n;
   set_blas_threads(1);
-  // bfloat16 (AMX): per running chunk, the kernel's packing and accumulator scratch and
-  // the epilogue's float32 row and bias, taken here so a warm call allocates nothing.
+  // bfloat16: per running chunk, the kernel's packing and accumulator scratch and the
+  // epilogue's float32 row and bias, taken here so a warm call allocates nothing.
   std::optional<ChunkScratch> scratch;
-  size_t amx_bytes = 0;
+  size_t kernel_bytes = 0;
+  [[maybe_unused]] const bool amx = bf16 == Bf16Kernel::Amx;
   if constexpr (std::is_same_v<T, bfloat16>) {
     MatmulShape first = s;
     first.m = tile_m;
     first.n = tile_n;
-    amx_bytes = amx_bf16_scratch_bytes(first);
-    scratch.emplace(amx_bytes + 2 * sizeof(float) * static_cast<size_t>(tile_n), Scratch::MatmulTile);
+    kernel_bytes = amx ? amx_bf16_scratch_bytes(first) : avx512bf16_scratch_bytes(first);
+    scratch.emplace(kernel_bytes + 2 * sizeof(float) * static_cast<size_t>(tile_n), Scratch::MatmulTile);
   }
   parallel_for(s.batch * per_batch, 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -215,9 +220,12 @@ void blas_matmul(const MatmulShape& s, const T* a, const T* b, T* c, const GemmE
       T* ct = c + bi * s.m * s.n + i0 * s.n + j0;
       if constexpr (std::is_same_v<T, bfloat16>) {
         const ChunkScratch::Lease lease(*scratch);
-        amx_bf16_gemm_tile(at, bt, ct, s.n, sub, s, lease.as<unsigned char>());
+        if (amx)
+          amx_bf16_gemm_tile(at, bt, ct, s.n, sub, s, lease.as<unsigned char>());
+        else
+          avx512bf16_gemm_tile(at, bt, ct, s.n, sub, s, lease.as<unsigned char>());
         if (epilogue) {
-          float* row = lease.as<float>(amx_bytes);
+          float* row = lease.as<float>(kernel_bytes);
           bf16_epilogue_rows(c, sub, s, *epilogue, bi, i0, j0, row, row + tile_n);
         }
       } else {
@@ -290,6 +298,44 @@ void int_matmul(const MatmulShape& s, const T* a, const T* b, T* c) {
                });
 }
 
+// A bfloat16 product with K > 0 on `kernel` (usable here), then the epilogue.
+void bf16_product(Bf16Kernel kernel, const MatmulShape& s, const bfloat16* a, const bfloat16* b, bfloat16* c,
+                  const GemmEpilogue* epilogue) {
+  if (kernel != Bf16Kernel::Float32) {
+    blas_matmul(s, a, b, c, epilogue, kernel);
+    return;
+  }
+  half_matmul(s, a, b, c);
+  if (epilogue) apply_epilogue_all(DType::BFloat16, *epilogue, s, c);
+}
+
+Bf16GemmPath choose_bf16_path() {
+  const char* setting = flags::env("TESSERA_CPU_BF16_GEMM");
+  const std::string mode = setting && *setting ? setting : "auto";
+  if (mode != "auto" && mode != "float32" && mode != "amx" && mode != "avx512bf16")
+    fail<ValueError>("TESSERA_CPU_BF16_GEMM={} (expected auto, float32, amx or avx512bf16)", mode);
+  const std::string widened = "float32 sgemm on widened operands";
+  if (mode == "float32") return {Bf16Kernel::Float32, false, false, widened + " (TESSERA_CPU_BF16_GEMM=float32)"};
+  auto described = [](Bf16Kernel kernel, const std::string& note) {
+    const std::string what = kernel == Bf16Kernel::Amx
+                                 ? "AMX tiles (TDPBF16PS: bf16 products, float32 accumulation)"
+                                 : "AVX512-BF16 (VDPBF16PS: bf16 pair products, float32 accumulation; measured "
+                                   "slower than float32 sgemm, so compute_dtype \"auto\" is float32)";
+    return Bf16GemmPath{kernel, true, kernel == Bf16Kernel::Amx, what + note};
+  };
+  const char *why_amx = "", *why_avx512 = "";
+  if (mode != "auto") {
+    const Bf16Kernel kernel = mode == "amx" ? Bf16Kernel::Amx : Bf16Kernel::Avx512Bf16;
+    const char* why = "";
+    if (bf16_kernel_usable(kernel, &why)) return described(kernel, fmt::format(" (TESSERA_CPU_BF16_GEMM={})", mode));
+    return {Bf16Kernel::Float32, false, false,
+            fmt::format("{} (TESSERA_CPU_BF16_GEMM={}, but {})", widened, mode, why)};
+  }
+  if (bf16_kernel_usable(Bf16Kernel::Amx, &why_amx)) return described(Bf16Kernel::Amx, "");
+  if (bf16_kernel_usable(Bf16Kernel::Avx512Bf16, &why_avx512)) return described(Bf16Kernel::Avx512Bf16, "");
+  return {Bf16Kernel::Float32, false, false, fmt::format("{} ({}; {})", widened, why_amx, why_avx512)};
+}
+
 void check_shape(const MatmulShape& s) {
   if (s.batch < 0 || s.m < 0 || s.n < 0 || s.k < 0) {
     fail<ValueError>("matmul: negative size (got batch={}, m={}, n={}, k={}; expected >= 0)", s.batch, s.m, s.n, s.k);
@@ -322,11 +368,8 @@ void matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b,
       blas_matmul(shape, static_cast<const double*>(a), static_cast<const double*>(b), static_cast<double*>(c));
       break;
     case DType::BFloat16:
-      if (bf16_gemm_path().native) {
-        blas_matmul(shape, static_cast<const bfloat16*>(a), static_cast<const bfloat16*>(b), static_cast<bfloat16*>(c));
-        break;
-      }
-      half_matmul(shape, static_cast<const bfloat16*>(a), static_cast<const bfloat16*>(b), static_cast<bfloat16*>(c));
+      bf16_product(bf16_gemm_path().kernel, shape, static_cast<const bfloat16*>(a), static_cast<const bfloat16*>(b),
+                   static_cast<bfloat16*>(c), nullptr);
       break;
     case DType::Float16:
       half_matmul(shape, static_cast<const float16*>(a), static_cast<const float16*>(b), static_cast<float16*>(c));
@@ -366,13 +409,55 @@ void matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b,
   } else if (shape.k != 0 && dtype == DType::Float64) {
     blas_matmul(shape, static_cast<const double*>(a), static_cast<const double*>(b), static_cast<double*>(c),
                 &epilogue);
-  } else if (shape.k != 0 && dtype == DType::BFloat16 && bf16_gemm_path().native) {
-    blas_matmul(shape, static_cast<const bfloat16*>(a), static_cast<const bfloat16*>(b), static_cast<bfloat16*>(c),
-                &epilogue);
+  } else if (shape.k != 0 && dtype == DType::BFloat16) {
+    bf16_product(bf16_gemm_path().kernel, shape, static_cast<const bfloat16*>(a), static_cast<const bfloat16*>(b),
+                 static_cast<bfloat16*>(c), &epilogue);
   } else {
     matmul(dtype, shape, a, b, c);
     apply_epilogue_all(dtype, epilogue, shape, c);
   }
+}
+
+const char* bf16_kernel_name(Bf16Kernel kernel) {
+  switch (kernel) {
+    case Bf16Kernel::Amx:
+      return "amx";
+    case Bf16Kernel::Avx512Bf16:
+      return "avx512bf16";
+    case Bf16Kernel::Float32:
+      break;
+  }
+  return "float32";
+}
+
+bool bf16_kernel_usable(Bf16Kernel kernel, const char** why_not) {
+  if (kernel == Bf16Kernel::Amx) return amx_bf16_usable(why_not);
+  if (kernel == Bf16Kernel::Avx512Bf16) return avx512bf16_usable(why_not);
+  if (why_not) *why_not = "";
+  return true;
+}
+
+const Bf16GemmPath& bf16_gemm_path() {
+  static const Bf16GemmPath path = choose_bf16_path();
+  return path;
+}
+
+void matmul_bf16(Bf16Kernel kernel, const MatmulShape& shape, const bfloat16* a, const bfloat16* b, bfloat16* c,
+                 const GemmEpilogue* epilogue) {
+  const char* why = "";
+  if (!bf16_kernel_usable(kernel, &why))
+    fail<ValueError>("matmul_bf16: the {} kernel cannot run here ({})", bf16_kernel_name(kernel), why);
+  if (epilogue && epilogue->pre_activation && !epilogue->has_activation)
+    fail<ValueError>("matmul epilogue: a pre-activation output needs an activation");
+  check_shape(shape);
+  const int64_t c_size = shape.batch * shape.m * shape.n;
+  if (c_size == 0) return;
+  if (shape.k == 0) {
+    std::memset(static_cast<void*>(c), 0, static_cast<size_t>(c_size) * sizeof(bfloat16));
+    if (epilogue) apply_epilogue_all(DType::BFloat16, *epilogue, shape, c);
+    return;
+  }
+  bf16_product(kernel, shape, a, b, c, epilogue);
 }
 
 void blas_sgemm(int64_t m, int64_t n, int64_t k, const float* a, const float* b, bool trans_b, float* c) {

@@ -1,12 +1,14 @@
-// int8 GEMMs with dynamic symmetric quantization (matmul_int8.h). Compiled with
-// -mamx-tile -mamx-int8 -ffp-contract=off (no fused multiply-adds: the quantization's
-// x * inv + u must round twice on every path); the AVX-512 code is in functions with a
-// target attribute and runs only after int8_gemm_path() found AMX-INT8, which every
-// AMX CPU pairs with AVX-512.
+// int8 GEMMs with dynamic symmetric quantization (matmul_int8.h): the paths, the float64
+// reference, the AVX-512 quantizer and the AMX kernel (the AVX512-VNNI kernel is
+// matmul_int8_vnni.cpp). Compiled with -mamx-tile -mamx-int8 -ffp-contract=off (no fused
+// multiply-adds: the quantization's x * inv + u must round twice on every path); the
+// AVX-512 code is in functions with a target attribute and runs only after
+// int8_kernel_usable() found AMX-INT8 or AVX512-VNNI (each with AVX-512 F/BW/DQ/VL).
 //
 // AMX layout: C blocks of 32x32 as 2x2 tiles of 16x16 int32; A tiles are 16 rows x 64
 // int8 (K), B tiles 16 quads of K x 16 columns x 4 (the VNNI layout TDPBSSD reads).
-// Both operands are quantized once per call, straight into their packed layouts:
+// Both operands are quantized once per call, straight into their packed layouts
+// (matmul_int8_packed.h):
 //   A: [32-row block][64-K block][32 rows][64]   B: [64-K block][16-column block][16][16][4]
 // then the GEMM runs over (32-row block, up to 256 columns) tasks.
 #include "backend/cpu/kernels/matmul_int8.h"
@@ -18,7 +20,9 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/kernels/cpu_isa.h"
 #include "backend/cpu/kernels/elementwise.h"
+#include "backend/cpu/kernels/matmul_int8_packed.h"
 #include "backend/cpu/kernels/scratch.h"
 #include "tessera/base/error.h"
 #include "tessera/base/flags.h"
@@ -31,10 +35,18 @@
 #include <unistd.h>
 #endif
 
-// GCC spells the macro __AMX_INT8__, clang __AMXINT8__.
-#if defined(__x86_64__) && (defined(__AMX_INT8__) || defined(__AMXINT8__))
-#define TESSERA_AMX_INT8 1
+// The quantizer: AVX-512 in functions with a target attribute, where the compiler takes
+// them (TESSERA_HAS_AVX512_KERNELS: CMakeLists.txt checks it; the build compiles this file
+// once more with it off, cmake/feature_variants.cmake). GCC spells the AMX macro
+// __AMX_INT8__, clang __AMXINT8__.
+#if defined(__x86_64__) && TESSERA_HAS_AVX512_KERNELS
+#define TESSERA_INT8_AVX512 1
 #define TESSERA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#else
+#define TESSERA_INT8_AVX512 0
+#endif
+#if TESSERA_INT8_AVX512 && (defined(__AMX_INT8__) || defined(__AMXINT8__))
+#define TESSERA_AMX_INT8 1
 #else
 #define TESSERA_AMX_INT8 0
 #endif
@@ -196,54 +208,14 @@ void reference_path(DType dtype, const MatmulShape& s, const void* a, const void
   });
 }
 
-// ---- AMX-INT8 path ----
+// ---- quantization into the packed layouts (matmul_int8_packed.h), AVX-512 ----
 
-#if TESSERA_AMX_INT8
+#if TESSERA_INT8_AVX512
 
-constexpr int64_t kBlockK = 64;  // int8 K values in one tile row (64 bytes)
-constexpr int64_t kBlock = 32;   // C block: 2x2 tiles of 16x16
-
-int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
-
-bool probe(const char** why) {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 || (edx & (1u << 24)) == 0 || (edx & (1u << 25)) == 0) {
-    *why = "the CPU has no AMX-INT8";
-    return false;
-  }
-  if ((ebx & (1u << 16)) == 0 || (ebx & (1u << 30)) == 0) {
-    *why = "the CPU has no AVX-512BW";
-    return false;
-  }
-  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
-    *why = "the kernel refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)";
-    return false;
-  }
-  *why = "";
-  return true;
-}
-
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-struct Packed {
-  int64_t m, n, k, m_pad, n_pad, k_pad, kb_count;
-  int8_t* a;  // [m_pad / 32][kb_count][32][64]
-  int8_t* b;  // [kb_count][n_pad / 16][16][16][4]
-  float *sa, *ia, *sb, *ib;
-  int8_t* a_row(int64_t i, int64_t kb) const {
-    return a + ((i / kBlock * kb_count + kb) * kBlock + i % kBlock) * kBlockK;
-  }
-  int8_t* b_quad(int64_t p, int64_t j) const {
-    return b + (((p / kBlockK) * (n_pad / 16) + j / 16) * 16 + (p % kBlockK) / 4) * 64 + (j % 16) * 4;
-  }
-};
+using int8_detail::kBlock;
+using int8_detail::kBlockK;
+using int8_detail::kTaskCols;
+using int8_detail::Packed;
 
 // 16 values from `x` (float32 or bf16) at element `at`, as float32; lanes past `mask` 0.
 TESSERA_AVX512 __m512 load16(DType dtype, const void* x, int64_t at, __mmask16 mask) {
@@ -488,13 +460,61 @@ void quantize_operands(DType dtype, const MatmulShape& s, const void* a, const v
   }
 }
 
-// C rows [r0, r0 + 32) x columns [j0, j1) (at most kTaskCols; multiples of 32 but the
-// ends) from the packed operands. acc: 32 x kTaskCols int32, row: kTaskCols float32
-// (this chunk's scratch): all the blocks' sums first, then one dequantizing pass per row.
-constexpr int64_t kTaskCols = 256;
-TESSERA_AVX512 void gemm_block_row(DType dtype, const Packed& pk, int64_t r0, int64_t j0, int64_t j1, void* c,
-                                   const GemmEpilogue* epilogue, int32_t* acc, float* row) {
+// int8_detail::dequantize_block (matmul_int8_packed.h); a target attribute on the
+// declared function itself would make GCC treat it as one version of a multiversioned one.
+TESSERA_AVX512 void dequantize_rows(DType dtype, const Packed& pk, int64_t r0, int64_t j0, int64_t j1, void* c,
+                                    const GemmEpilogue* epilogue, const int32_t* acc, float* row) {
   const int64_t rows = std::min(kBlock, pk.m - r0);
+  const int64_t cols = std::min(j1, pk.n) - j0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const __m512 sa = _mm512_set1_ps(pk.sa[r0 + r]);
+    for (int64_t h = 0; h < cols; h += 16) {
+      const __mmask16 mask = lanes(cols - h);
+      const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(acc + r * kTaskCols + h)), sa);
+      _mm512_mask_storeu_ps(row + h, mask, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, pk.sb + j0 + h)));
+    }
+    finish_row(dtype, epilogue, row, row + kTaskCols, c, pk.n, r0 + r, j0, cols);
+  }
+}
+
+#endif  // TESSERA_INT8_AVX512
+
+// ---- AMX-INT8 path ----
+
+#if TESSERA_AMX_INT8
+
+bool probe(const char** why) {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 || (edx & (1u << 24)) == 0 || (edx & (1u << 25)) == 0) {
+    *why = "the CPU has no AMX-INT8";
+    return false;
+  }
+  if (!x86_isa().avx512) {  // the quantizer's (every AMX CPU has AVX-512)
+    *why = x86_isa().why_no_avx512;
+    return false;
+  }
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
+    *why = "the kernel refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)";
+    return false;
+  }
+  *why = "";
+  return true;
+}
+
+struct alignas(64) TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// C rows [r0, r0 + 32) x columns [j0, j1) (at most kTaskCols; multiples of 32 but the
+// ends) from the packed operands. acc: 32 x kTaskCols int32, row: 2 x kTaskCols float32
+// (this chunk's scratch): all the blocks' sums first, then one dequantizing pass per row.
+void gemm_block_row(DType dtype, const Packed& pk, int64_t r0, int64_t j0, int64_t j1, void* c,
+                    const GemmEpilogue* epilogue, int32_t* acc, float* row) {
   const int64_t nb16 = pk.n_pad / 16;
   constexpr size_t stride = kTaskCols * sizeof(int32_t);
   for (int64_t jb = j0; jb < j1; jb += kBlock) {
@@ -520,44 +540,12 @@ TESSERA_AVX512 void gemm_block_row(DType dtype, const Packed& pk, int64_t r0, in
     _tile_stored(2, block + 16 * kTaskCols, stride);
     _tile_stored(3, block + 16 * kTaskCols + 16, stride);
   }
-  const int64_t cols = std::min(j1, pk.n) - j0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const __m512 sa = _mm512_set1_ps(pk.sa[r0 + r]);
-    for (int64_t h = 0; h < cols; h += 16) {
-      const __mmask16 mask = lanes(cols - h);
-      const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(acc + r * kTaskCols + h)), sa);
-      _mm512_mask_storeu_ps(row + h, mask, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, pk.sb + j0 + h)));
-    }
-    finish_row(dtype, epilogue, row, row + kTaskCols, c, pk.n, r0 + r, j0, cols);
-  }
+  int8_detail::dequantize_block(dtype, pk, r0, j0, j1, c, epilogue, acc, row);
 }
 
 void amx_path(DType dtype, const MatmulShape& s, const void* a, const void* b, void* c, const Int8Rounding& round_a,
               const Int8Rounding& round_b, const GemmEpilogue* epilogue) {
-  Packed pk{};
-  pk.m = s.m;
-  pk.n = s.n;
-  pk.k = s.k;
-  pk.m_pad = round_up(s.m, kBlock);
-  pk.n_pad = round_up(s.n, kBlock);
-  pk.k_pad = round_up(s.k, kBlockK);
-  pk.kb_count = pk.k_pad / kBlockK;
-  const size_t a_bytes = aligned(static_cast<size_t>(pk.m_pad * pk.k_pad));
-  const size_t b_bytes = aligned(static_cast<size_t>(pk.k_pad * pk.n_pad));
-  const size_t scale_bytes = aligned(sizeof(float) * static_cast<size_t>(2 * (pk.m_pad + pk.n_pad)));
-  const size_t partial_bytes =
-      aligned(sizeof(float) * static_cast<size_t>(std::max(1, num_threads()) * std::max(pk.m_pad, pk.n_pad)));
-  auto* base = thread_scratch<unsigned char>(a_bytes + b_bytes + scale_bytes + partial_bytes, Scratch::MatmulInt8);
-  pk.a = reinterpret_cast<int8_t*>(base);
-  pk.b = reinterpret_cast<int8_t*>(base + a_bytes);
-  auto* scales = reinterpret_cast<float*>(base + a_bytes + b_bytes);
-  pk.sa = scales;
-  pk.ia = scales + pk.m_pad;
-  pk.sb = scales + 2 * pk.m_pad;
-  pk.ib = scales + 2 * pk.m_pad + pk.n_pad;
-  quantize_operands(dtype, s, a, b, pk, round_a, round_b,
-                    reinterpret_cast<float*>(base + a_bytes + b_bytes + scale_bytes));
-
+  const Packed pk = int8_detail::quantize_packed(dtype, s, a, b, round_a, round_b);
   // Tasks: a 32-row block times up to kTaskCols columns.
   const int64_t row_blocks = pk.m_pad / kBlock, col_tasks = num_chunks(pk.n_pad, kTaskCols);
   const ChunkScratch scratch(sizeof(int32_t) * kBlock * kTaskCols + 2 * sizeof(float) * kTaskCols,
@@ -583,23 +571,134 @@ void amx_path(DType dtype, const MatmulShape& s, const void* a, const void* b, v
 
 #endif  // TESSERA_AMX_INT8
 
+bool amx_int8_usable(const char** why_not) {
+#if TESSERA_AMX_INT8
+  static const char* why = "";
+  static const bool usable = probe(&why);
+  *why_not = why;
+  return usable;
+#else
+  *why_not = "built without AMX-INT8 (not x86-64, or the compiler lacks it)";
+  return false;
+#endif
+}
+
+bool vnni_usable(const char** why_not) {
+  const X86Isa& isa = x86_isa();
+  *why_not = "";
+  if (!TESSERA_INT8_AVX512) {
+    *why_not = "built without AVX-512 kernels (not x86-64, or the compiler lacks the target)";
+  } else if (!isa.avx512) {
+    *why_not = isa.why_no_avx512;
+  } else if (!isa.avx512_vnni) {
+    *why_not = "the CPU has no AVX512-VNNI";
+  }
+  return **why_not == '\0';
+}
+
 }  // namespace
+
+namespace int8_detail {
+
+#if TESSERA_INT8_AVX512
+
+Packed quantize_packed(DType dtype, const MatmulShape& s, const void* a, const void* b, const Int8Rounding& round_a,
+                       const Int8Rounding& round_b) {
+  auto round_up = [](int64_t x, int64_t to) { return (x + to - 1) / to * to; };
+  Packed pk{};
+  pk.m = s.m;
+  pk.n = s.n;
+  pk.k = s.k;
+  pk.m_pad = round_up(s.m, kBlock);
+  pk.n_pad = round_up(s.n, kBlock);
+  pk.k_pad = round_up(s.k, kBlockK);
+  pk.kb_count = pk.k_pad / kBlockK;
+  const size_t a_bytes = aligned(static_cast<size_t>(pk.m_pad * pk.k_pad));
+  const size_t b_bytes = aligned(static_cast<size_t>(pk.k_pad * pk.n_pad));
+  const size_t scale_bytes = aligned(sizeof(float) * static_cast<size_t>(2 * (pk.m_pad + pk.n_pad)));
+  const size_t sum_bytes = aligned(sizeof(int32_t) * static_cast<size_t>(pk.m_pad));
+  const size_t partial_bytes =
+      aligned(sizeof(float) * static_cast<size_t>(std::max(1, num_threads()) * std::max(pk.m_pad, pk.n_pad)));
+  auto* base =
+      thread_scratch<unsigned char>(a_bytes + b_bytes + scale_bytes + sum_bytes + partial_bytes, Scratch::MatmulInt8);
+  pk.a = reinterpret_cast<int8_t*>(base);
+  pk.b = reinterpret_cast<int8_t*>(base + a_bytes);
+  auto* scales = reinterpret_cast<float*>(base + a_bytes + b_bytes);
+  pk.sa = scales;
+  pk.ia = scales + pk.m_pad;
+  pk.sb = scales + 2 * pk.m_pad;
+  pk.ib = scales + 2 * pk.m_pad + pk.n_pad;
+  pk.a_sums = reinterpret_cast<int32_t*>(base + a_bytes + b_bytes + scale_bytes);
+  quantize_operands(dtype, s, a, b, pk, round_a, round_b,
+                    reinterpret_cast<float*>(base + a_bytes + b_bytes + scale_bytes + sum_bytes));
+  return pk;
+}
+
+void dequantize_block(DType dtype, const Packed& pk, int64_t r0, int64_t j0, int64_t j1, void* c,
+                      const GemmEpilogue* epilogue, const int32_t* acc, float* row) {
+  dequantize_rows(dtype, pk, r0, j0, j1, c, epilogue, acc, row);
+}
+
+#else  // Never called: no kernel that packs is usable in this build.
+
+Packed quantize_packed(DType, const MatmulShape&, const void*, const void*, const Int8Rounding&, const Int8Rounding&) {
+  fail<Error>("quantized_matmul: built without the AVX-512 quantizer");
+}
+void dequantize_block(DType, const Packed&, int64_t, int64_t, int64_t, void*, const GemmEpilogue*, const int32_t*,
+                      float*) {
+  fail<Error>("quantized_matmul: built without the AVX-512 quantizer");
+}
+
+#endif  // TESSERA_INT8_AVX512
+
+}  // namespace int8_detail
+
+const char* int8_kernel_name(Int8Kernel kernel) {
+  switch (kernel) {
+    case Int8Kernel::Amx:
+      return "amx";
+    case Int8Kernel::Avx512Vnni:
+      return "avx512vnni";
+    case Int8Kernel::Reference:
+      break;
+  }
+  return "reference";
+}
+
+bool int8_kernel_usable(Int8Kernel kernel, const char** why_not) {
+  const char* why = "";
+  bool usable = true;
+  if (kernel == Int8Kernel::Amx) usable = amx_int8_usable(&why);
+  if (kernel == Int8Kernel::Avx512Vnni) usable = vnni_usable(&why);
+  if (why_not) *why_not = why;
+  return usable;
+}
 
 const Int8GemmPath& int8_gemm_path() {
   static const Int8GemmPath path = [] {
     const char* setting = flags::env("TESSERA_CPU_INT8_GEMM");
     const std::string mode = setting && *setting ? setting : "auto";
-    if (mode != "auto" && mode != "reference")
-      fail<ValueError>("TESSERA_CPU_INT8_GEMM={} (expected auto or reference)", mode);
+    if (mode != "auto" && mode != "reference" && mode != "amx" && mode != "avx512vnni")
+      fail<ValueError>("TESSERA_CPU_INT8_GEMM={} (expected auto, reference, amx or avx512vnni)", mode);
     const std::string reference = "int8 values multiplied exactly in float64 (dgemm)";
-    if (mode == "reference") return Int8GemmPath{false, reference + " (TESSERA_CPU_INT8_GEMM=reference)"};
-#if TESSERA_AMX_INT8
-    const char* why = "";
-    if (probe(&why)) return Int8GemmPath{true, "AMX tiles (TDPBSSD: int8 products, int32 accumulation)"};
-    return Int8GemmPath{false, fmt::format("{} ({})", reference, why)};
-#else
-    return Int8GemmPath{false, reference + " (built without AMX-INT8)"};
-#endif
+    if (mode == "reference")
+      return Int8GemmPath{Int8Kernel::Reference, false, reference + " (TESSERA_CPU_INT8_GEMM=reference)"};
+    auto described = [](Int8Kernel kernel, const std::string& note) {
+      const std::string what = kernel == Int8Kernel::Amx ? "AMX tiles (TDPBSSD: int8 products, int32 accumulation)"
+                                                         : "AVX512-VNNI (VPDPBUSD: int8 products, int32 accumulation)";
+      return Int8GemmPath{kernel, true, what + note};
+    };
+    if (mode != "auto") {
+      const Int8Kernel kernel = mode == "amx" ? Int8Kernel::Amx : Int8Kernel::Avx512Vnni;
+      const char* why = "";
+      if (int8_kernel_usable(kernel, &why)) return described(kernel, fmt::format(" (TESSERA_CPU_INT8_GEMM={})", mode));
+      return Int8GemmPath{Int8Kernel::Reference, false,
+                          fmt::format("{} (TESSERA_CPU_INT8_GEMM={}, but {})", reference, mode, why)};
+    }
+    const char *why_amx = "", *why_vnni = "";
+    if (int8_kernel_usable(Int8Kernel::Amx, &why_amx)) return described(Int8Kernel::Amx, "");
+    if (int8_kernel_usable(Int8Kernel::Avx512Vnni, &why_vnni)) return described(Int8Kernel::Avx512Vnni, "");
+    return Int8GemmPath{Int8Kernel::Reference, false, fmt::format("{} ({}; {})", reference, why_amx, why_vnni)};
   }();
   return path;
 }
@@ -627,24 +726,36 @@ bool trivial(DType dtype, const MatmulShape& shape, void* c, const GemmEpilogue*
 }
 }  // namespace
 
+void quantized_matmul(Int8Kernel kernel, DType dtype, const MatmulShape& shape, const void* a, const void* b, void* c,
+                      const Int8Rounding& round_a, const Int8Rounding& round_b, const GemmEpilogue* epilogue) {
+  const char* why = "";
+  if (!int8_kernel_usable(kernel, &why))
+    fail<ValueError>("quantized_matmul: the {} kernel cannot run here ({})", int8_kernel_name(kernel), why);
+  check_problem(dtype, shape, epilogue);
+  if (trivial(dtype, shape, c, epilogue)) return;
+  switch (kernel) {
+#if TESSERA_AMX_INT8
+    case Int8Kernel::Amx:
+      amx_path(dtype, shape, a, b, c, round_a, round_b, epilogue);
+      return;
+#endif
+    case Int8Kernel::Avx512Vnni:
+      int8_detail::vnni_gemm(dtype, int8_detail::quantize_packed(dtype, shape, a, b, round_a, round_b), c, epilogue);
+      return;
+    default:
+      reference_path(dtype, shape, a, b, c, round_a, round_b, epilogue);
+  }
+}
+
 void quantized_matmul_reference(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* c,
                                 const Int8Rounding& round_a, const Int8Rounding& round_b,
                                 const GemmEpilogue* epilogue) {
-  check_problem(dtype, shape, epilogue);
-  if (!trivial(dtype, shape, c, epilogue)) reference_path(dtype, shape, a, b, c, round_a, round_b, epilogue);
+  quantized_matmul(Int8Kernel::Reference, dtype, shape, a, b, c, round_a, round_b, epilogue);
 }
 
 void quantized_matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* c,
                       const Int8Rounding& round_a, const Int8Rounding& round_b, const GemmEpilogue* epilogue) {
-  check_problem(dtype, shape, epilogue);
-  if (trivial(dtype, shape, c, epilogue)) return;
-#if TESSERA_AMX_INT8
-  if (int8_gemm_path().native) {
-    amx_path(dtype, shape, a, b, c, round_a, round_b, epilogue);
-    return;
-  }
-#endif
-  reference_path(dtype, shape, a, b, c, round_a, round_b, epilogue);
+  quantized_matmul(int8_gemm_path().kernel, dtype, shape, a, b, c, round_a, round_b, epilogue);
 }
 
 }  // namespace tessera::cpu

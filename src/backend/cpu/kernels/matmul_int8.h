@@ -14,10 +14,13 @@
 // quantizes to the same bytes wherever it sits (a shard of the token axis included).
 // Result: c_ij = (float(acc_ij) * scale_a_i) * scale_b_j, rounded once to C's dtype.
 //
-// Paths: AMX-INT8 tiles (TDPBSSD, int8 x int8 -> int32) when the CPU and the OS allow
-// them; otherwise the same quantized values multiplied exactly in float64 (dgemm), so
-// both paths give bitwise the same C. Either way the result is bitwise identical for
-// any thread count. TESSERA_CPU_INT8_GEMM=reference forces the float64 path.
+// Kernels (Int8Kernel): AMX-INT8 tiles (TDPBSSD, int8 x int8 -> int32) when the CPU and
+// the OS allow them; else AVX512-VNNI (VPDPBUSD, u8 x s8 -> int32: B is offset by +128
+// and 128 times each row sum of A subtracted again, exact in int32; Zen 4, Ice Lake,
+// Cooper Lake; matmul_int8_vnni.cpp); else the same quantized values multiplied exactly
+// in float64 (dgemm). int32 sums are exact, so every kernel gives bitwise the same C,
+// bitwise identical for any thread count. TESSERA_CPU_INT8_GEMM (auto | reference | amx
+// | avx512vnni) forces one.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +36,18 @@ struct Int8Rounding {
   uint64_t seed = 0;  // of the stochastic rounding noise
 };
 
+enum class Int8Kernel { Reference, Amx, Avx512Vnni };
+const char* int8_kernel_name(Int8Kernel kernel);  // "reference", "amx", "avx512vnni": the flag's values
+
+// Whether `kernel` can run here (CPU, OS, build); `why_not` says why not.
+bool int8_kernel_usable(Int8Kernel kernel, const char** why_not = nullptr);
+
+// The kernel quantized_matmul takes, decided once: auto takes AMX, else AVX512-VNNI, else
+// the reference; a forced kernel this machine cannot run falls back to the reference (the
+// description says why).
 struct Int8GemmPath {
-  bool native = false;      // AMX-INT8 tiles
+  Int8Kernel kernel = Int8Kernel::Reference;
+  bool native = false;      // kernel != Reference: int8 products on the CPU's int8 units
   std::string description;  // for `tessera info` and the quant report
 };
 const Int8GemmPath& int8_gemm_path();
@@ -46,7 +59,12 @@ const Int8GemmPath& int8_gemm_path();
 void quantized_matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* c,
                       const Int8Rounding& round_a, const Int8Rounding& round_b, const GemmEpilogue* epilogue = nullptr);
 
-// The float64 path whatever the machine (the tests compare the two paths bitwise).
+// On `kernel` whatever the path (the tests compare the kernels bitwise, the benchmarks
+// time them). ValueError if it cannot run here.
+void quantized_matmul(Int8Kernel kernel, DType dtype, const MatmulShape& shape, const void* a, const void* b, void* c,
+                      const Int8Rounding& round_a, const Int8Rounding& round_b, const GemmEpilogue* epilogue = nullptr);
+
+// The float64 path whatever the machine.
 void quantized_matmul_reference(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* c,
                                 const Int8Rounding& round_a, const Int8Rounding& round_b,
                                 const GemmEpilogue* epilogue = nullptr);

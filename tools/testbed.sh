@@ -80,14 +80,21 @@ pid_of() {  # a daemon's pid from its pid file, if it runs
 slurm_down_locked() {
   [[ -d "$slurm_dir" ]] || return 0
   local file pid
+  # Our cluster's jobs first (its slurmctld; a machine's own Slurm is never touched), so
+  # no job step outlives its slurmd.
+  if [[ -n "$(pid_of "$slurm_dir/slurmctld.pid")" ]]; then
+    "$0" exec tbh1 scancel --full --user="$(id -un)" 9>&- 2>/dev/null || true
+    for _ in $(seq 75); do
+      [[ -z "$("$0" exec tbh1 squeue -h -t running,completing 9>&- 2>/dev/null)" ]] && break
+      sleep 0.2
+    done
+  fi
   for file in "$slurm_dir"/slurmd-*.pid "$slurm_dir/slurmctld.pid" "$slurm_dir/munged.pid"; do
     pid="$(pid_of "$file")" || continue
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
   done
-  # Job processes the daemons left (a killed slurmstepd's tasks).
-  pkill -9 -f "slurmstepd: \[" 2>/dev/null || true
   rm -rf "$slurm_dir"
 }
 

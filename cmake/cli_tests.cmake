@@ -54,7 +54,7 @@ tessera_cli_cases(launch_modes "cli;goodput" 120 fork_stragglers srun_stragglers
 if(TESSERA_HAS_MPI AND TESSERA_MPIEXEC)
   set(CLI_CASE_ARGS ${TESSERA_MPIEXEC})
   set(CLI_CASE_ENV "${mpi_test_env}")  # cmake/mpi_tests.cmake: no LeakSanitizer for OpenMPI
-  tessera_cli_cases(launch_modes "cli;mpi;resilience" 120 mpi_kill)
+  tessera_cli_cases(launch_modes "cli;mpi;resilience" 120 mpi_kill mpi_term_one_rank)
   tessera_cli_cases(launch_modes "cli;mpi;goodput" 120 mpi_stragglers)
   # `tessera launch --hosts` across 2 test hosts (tools/testbed.sh: network namespaces):
   # bitwise the one-process run, a kill on the second host restarted, the clear errors.

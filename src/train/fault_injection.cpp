@@ -23,7 +23,8 @@ namespace tessera::train {
 namespace {
 
 constexpr std::string_view kGrammar =
-    "a ';'-separated list of kill@step=N, hang@step=N, slow@step=N,ms=M, fail_write@step=N, kill@save=N, "
+    "a ';'-separated list of kill@step=N, term@step=N, hang@step=N, slow@step=N,ms=M, fail_write@step=N, "
+    "kill@save=N, "
     "kill@restore=N or corrupt_newest, each optionally followed by ,rank=R";
 
 [[noreturn]] void fail_item(std::string_view spec, size_t index, std::string_view item, std::string_view problem) {
@@ -55,6 +56,7 @@ Fault parse_item(std::string_view spec, size_t index, std::string_view item) {
   };
   static constexpr Form kForms[] = {
       {"kill@step=", Fault::Kind::kKill, 0},
+      {"term@step=", Fault::Kind::kTerm, 0},
       {"hang@step=", Fault::Kind::kHang, 0},
       {"slow@step=", Fault::Kind::kSlow, 0},
       {"fail_write@step=", Fault::Kind::kFailWrite, 0},
@@ -142,8 +144,9 @@ FaultInjector::FaultInjector(FaultPlan plan, int rank, int64_t start_step, fs::p
     Armed entry;
     entry.marker = run_dir_ / fmt::format(".fault_fired.{}.{}.rank{}", fault.index, marker_text(fault.text), rank);
     const bool rank_matches = fault.rank < 0 || fault.rank == rank;
-    const bool is_step_fault = fault.kind == Fault::Kind::kKill || fault.kind == Fault::Kind::kHang ||
-                               fault.kind == Fault::Kind::kSlow || fault.kind == Fault::Kind::kFailWrite;
+    const bool is_step_fault = fault.kind == Fault::Kind::kKill || fault.kind == Fault::Kind::kTerm ||
+                               fault.kind == Fault::Kind::kHang || fault.kind == Fault::Kind::kSlow ||
+                               fault.kind == Fault::Kind::kFailWrite;
     const bool step_ahead = !is_step_fault || start_step < fault.at;
     entry.armed = rank_matches && step_ahead && !fs::exists(entry.marker);
     entry.fault = std::move(fault);
@@ -168,6 +171,11 @@ void FaultInjector::at_step_start(int64_t step) {
       mark_fired(a);
       announce(a.fault, fmt::format("SIGKILL at the start of step {}", step));
       std::raise(SIGKILL);
+    }
+    if (a.fault.kind == Fault::Kind::kTerm) {  // a preemption notice to this rank alone
+      mark_fired(a);
+      announce(a.fault, fmt::format("SIGTERM at the start of step {}", step));
+      std::raise(SIGTERM);
     }
     if (a.fault.kind == Fault::Kind::kHang) {
       mark_fired(a);

@@ -2,6 +2,8 @@
 // of faults separated by ';', each one of
 //
 //   kill@step=7        raise(SIGKILL) at the start of step 7 (as a node failure would)
+//   term@step=7        raise(SIGTERM) at the start of step 7 (a preemption notice that
+//                      reaches this rank alone: every rank must still stop together)
 //   hang@step=5        sleep forever at the start of step 5 (for a supervisor's hang detector)
 //   slow@step=5,ms=300 sleep 300 ms at the start of step 5, then go on (a straggler for the
 //                      per-rank goodput records; the step is recorded as step 6)
@@ -38,7 +40,7 @@
 namespace tessera::train {
 
 struct Fault {
-  enum class Kind { kKill, kHang, kSlow, kCorruptNewest, kFailWrite, kKillInSave, kKillInRestore };
+  enum class Kind { kKill, kTerm, kHang, kSlow, kCorruptNewest, kFailWrite, kKillInSave, kKillInRestore };
   Kind kind = Kind::kKill;
   int64_t at = -1;   // the step (kill, hang, slow, fail_write) or the save / restore count (from 1)
   int rank = -1;     // -1: every rank

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -382,11 +383,29 @@ void TrainLoop::compile() {
 // ---- step ----
 
 std::string TrainLoop::stop_reason() {
-  if (cfg_.loop.time_limit_s > 0 && seconds_since(loop_start_) >= cfg_.loop.time_limit_s) return "time limit";
-  if (options_.stop_at_step > 0 && step_ >= options_.stop_at_step) return "stop_at_step";
-  if (const int signal = stop_signal_.load(); signal != 0) {
-    std::string reason = fmt::format("signal {}", signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "?");
-    progress_->message(fmt::format("{}: saving a checkpoint at step {} and stopping", reason, step_));
+  enum Reason { kTimeLimit, kStopAtStep, kSigint, kSigterm, kReasons };
+  std::array<int32_t, kReasons> here{}, anywhere{};
+  here[kTimeLimit] = cfg_.loop.time_limit_s > 0 && seconds_since(loop_start_) >= cfg_.loop.time_limit_s;
+  here[kStopAtStep] = options_.stop_at_step > 0 && step_ >= options_.stop_at_step;
+  const int signal = stop_signal_.load();
+  here[kSigint] = signal == SIGINT;
+  here[kSigterm] = signal == SIGTERM;
+  anywhere = here;
+  // Ranks of several processes must stop before the same step: one that went on would
+  // wait forever in that step's collectives for the one that stopped (a signal reaches
+  // the hosts at different moments; each rank reads its own clock). So the ranks add
+  // their reasons and all stop when any of them would.
+  if (spmd::is_multi_process())
+    spmd::communicator().all_reduce(spmd::local_devices().at(0), spmd::world_group(), here.data(), anywhere.data(),
+                                    kReasons, DType::Int32);
+  constexpr std::array<const char*, kReasons> kNames = {"time limit", "stop_at_step", "signal SIGINT",
+                                                        "signal SIGTERM"};
+  for (int r = 0; r < kReasons; ++r) {
+    if (anywhere[r] == 0) continue;
+    std::string reason = kNames[r];
+    if (here[r] == 0) reason += " (on another rank)";
+    if (r == kSigint || r == kSigterm)
+      progress_->message(fmt::format("{}: saving a checkpoint at step {} and stopping", reason, step_));
     return reason;
   }
   return "";

@@ -8,6 +8,13 @@
 #                the final params and optimizer state are byte-identical to an uninterrupted
 #                `mpirun -n 2` run's. MPIEXEC (cmake's TESSERA_MPIEXEC) is put first in PATH
 #                as `mpirun`, the name the launcher runs.
+#   mpi_term_one_rank
+#                `mpirun -n 2 tessera train --mesh data=2` where only rank 1 gets SIGTERM
+#                (TESSERA_FAULT term@step=5,rank=1), as when a preemption notice reaches
+#                one host first: both ranks stop after that step (they agree on every
+#                stop), save one checkpoint and exit 0 instead of rank 0 waiting forever in
+#                the next step; the same command then resumes to a final state byte-identical to an
+#                uninterrupted run's
 #   srun_kill    `tessera launch --srun --nproc 2` with tests/cli/srun_stand_in/srun first in
 #                PATH (Slurm is not running here): two tasks, each an independent single-process
 #                trainer in its own run directory (the stand-in has no PMI, so no MPI job);
@@ -123,6 +130,29 @@ assert [s['step'] for s in steps if s['attempt'] == 1][-1] == 8, steps
       [[ "$(grep -c '"type":"rank_start"' "$tmp/launched/goodput/events.rank-$rank.jsonl")" -eq 2 ]] ||
         fail "rank $rank: one rank_start per attempt expected"
     done
+    ;;
+  mpi_term_one_rank)
+    [[ -n "$mpiexec" ]] || fail "no MPIEXEC argument"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+    export OMPI_MCA_rmaps_base_oversubscribe=1
+    train_args+=(--mesh data=2)
+    "$mpiexec" -n 2 "$tessera" "${train_args[@]}" --set run.dir="$tmp/straight" >"$tmp/straight.txt" 2>&1 ||
+      fail "uninterrupted 2-rank run: $(tail -5 "$tmp/straight.txt")"
+    status=0
+    TESSERA_FAULT="term@step=5,rank=1" timeout 90 "$mpiexec" -n 2 "$tessera" "${train_args[@]}" \
+      --set run.dir="$tmp/stopped" >"$tmp/stopped.txt" 2>&1 || status=$?
+    [[ $status -ne 124 ]] || fail "the ranks did not stop together (rank 0 waited in step 6): $(tail -5 "$tmp/stopped.txt")"
+    [[ $status -eq 0 ]] || fail "the stopped run exited $status: $(tail -8 "$tmp/stopped.txt")"
+    # Rank 0 (which prints the summary) stopped for rank 1's signal, after the step in
+    # which it arrived (the fault's step 5 is the run's sixth).
+    grep -Eq "steps +0 -> 6 \(signal SIGTERM \(on another rank\)\)" "$tmp/stopped.txt" ||
+      fail "rank 0 did not stop for rank 1's signal: $(cat "$tmp/stopped.txt")"
+    [[ -d "$tmp/stopped/checkpoints/step_00000006" ]] || fail "no checkpoint at step 6: $(ls "$tmp/stopped/checkpoints")"
+    [[ ! -d "$tmp/stopped/checkpoints/step_00000007" ]] || fail "a rank went on past step 6"
+    "$tessera" ckpt verify "$tmp/stopped" >"$tmp/verify.txt" 2>&1 || fail "the stop's checkpoint: $(cat "$tmp/verify.txt")"
+    "$mpiexec" -n 2 "$tessera" "${train_args[@]}" --set run.dir="$tmp/stopped" >"$tmp/resumed.txt" 2>&1 ||
+      fail "the resumed run: $(tail -5 "$tmp/resumed.txt")"
+    same_final_state "$tmp/straight" "$tmp/stopped" "stopped by one rank's SIGTERM, resumed"
     ;;
   srun_kill | srun_budget)
     ln -s "$src/tests/cli/srun_stand_in/srun" "$tmp/bin/srun"

@@ -111,18 +111,18 @@ case "$case_name" in
     ;;
   scancel)
     job="$(submit -- "$tmp/slurm" --max-restarts 0)" || fail "sbatch failed"
+    logged_steps() { cat "$tmp/slurm/metrics.jsonl" 2>/dev/null | grep -c '"step"' || true; }
     for _ in $(seq 300); do  # until rank 0 has logged a few steps
-      [[ "$(grep -c '"step"' "$tmp/slurm/metrics.jsonl" 2>/dev/null || echo 0)" -ge 3 ]] && break
+      [[ "$(logged_steps)" -ge 3 ]] && break
       sleep 0.2
     done
-    [[ "$(grep -c '"step"' "$tmp/slurm/metrics.jsonl" 2>/dev/null || echo 0)" -ge 3 ]] ||
-      fail "the job did not start training: $(tail -20 "$tmp/job-$job.out" 2>/dev/null)"
+    [[ "$(logged_steps)" -ge 3 ]] || fail "the job did not start training: $(tail -20 "$tmp/job-$job.out" 2>/dev/null)"
     on_host scancel "$job"
     wait_for_job "$job" 60
     out="$tmp/job-$job.out"
     [[ "$(job_field "$job" JobState)" == CANCELLED ]] || fail "job $job: $(job_field "$job" JobState)"
     grep -q "launch: launcher stopped by SIGTERM" "$out" || fail "the launcher did not get SIGTERM: $(tail -20 "$out")"
-    saved="$(ls -d "$tmp"/slurm/checkpoints/step_* 2>/dev/null | tail -1)"
+    saved="$(ls -d "$tmp"/slurm/checkpoints/step_* 2>/dev/null | tail -1 || true)"
     [[ -n "$saved" ]] || fail "no checkpoint after scancel: $(tail -20 "$out")"
     [[ "$(basename "$saved")" != step_00000000 ]] || fail "only the initial checkpoint"
     "$tessera" ckpt verify "$tmp/slurm" >"$tmp/verify.txt" 2>&1 || fail "after scancel: $(cat "$tmp/verify.txt")"

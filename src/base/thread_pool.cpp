@@ -79,9 +79,12 @@ class ThreadPool {
     return count;
   }
 
-  void worker_loop() {
+  // `seen`: the generation when the worker started. A worker started by a resize must
+  // not take an earlier region's generation for a new one: it would drain nothing and
+  // decrement active_ for a region it never joined, so run() could return while the
+  // worker still ran chunks of the next region, or wait forever (active_ below 0).
+  void worker_loop(uint64_t seen) {
     t_inside_pool = true;
-    uint64_t seen = 0;
     for (;;) {
       {
         std::unique_lock<std::mutex> lock(mutex_);
@@ -103,7 +106,12 @@ class ThreadPool {
     stopping_ = false;
     workers_lost_in_fork_ = false;
     threads_ = n;
-    for (int i = 1; i < n; ++i) workers_.emplace_back([this] { worker_loop(); });
+    uint64_t current = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      current = generation_;
+    }
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, current] { worker_loop(current); });
   }
 
   // In a fork's child (the handler runs before fork() returns there): the std::thread

@@ -26,8 +26,9 @@
 #   srun_stand_in_status
 #                the stand-in itself, 300 times: task 1 SIGKILLs itself after 0-40 ms while
 #                task 0 sleeps as long and exits 0 on SIGTERM; the stand-in must exit 137
-#                every time (bash's `wait -n` loses a job whose end it already reported,
-#                which made about 1 run in 60 exit 1), and 3 tasks exiting 3, 4 and 5 give 5
+#                (143 if task 0 got the SIGTERM before setting its trap) every time (bash's
+#                `wait -n` loses a job whose end it already reported, which made about 1 run
+#                in 60 exit 1), and 3 tasks exiting 3, 4 and 5 give 5
 #   srun_queue_wait
 #                inside a Slurm job, `tessera launch` asks Slurm how long the job queued
 #                (tests/cli/srun_stand_in/scontrol: submitted 120 s before it started) and
@@ -196,7 +197,10 @@ assert [s['step'] for s in steps if s['attempt'] == 1][-1] == 8, steps
     for ((run = 0; run < 300; ++run)); do
       status=0
       "$src/tests/cli/srun_stand_in/srun" -n 2 --kill-on-bad-exit "$tmp/kill_task.sh" 2>"$tmp/stand_in.txt" || status=$?
-      [[ $status -eq 137 ]] || fail "run $run: the stand-in exited $status, expected 137: $(cat "$tmp/stand_in.txt")"
+      # 137: task 1's SIGKILL; 143 when the stand-in's SIGTERM reached task 0 before its
+      # shell had set its trap (a loaded machine). Anything else (the old 1) is wrong.
+      [[ $status -eq 137 || $status -eq 143 ]] ||
+        fail "run $run: the stand-in exited $status, expected 137 (or 143): $(cat "$tmp/stand_in.txt")"
     done
     status=0
     "$src/tests/cli/srun_stand_in/srun" -n 3 "$tmp/exit_task.sh" || status=$?

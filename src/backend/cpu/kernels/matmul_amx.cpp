@@ -38,8 +38,6 @@ using bf16_pack::kBlockM;
 using bf16_pack::round_up;
 constexpr int64_t kBlockN = 32;
 
-size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
-
 struct alignas(64) TileConfig {
   uint8_t palette_id = 1;
   uint8_t start_row = 0;
@@ -80,9 +78,7 @@ bool amx_bf16_usable(const char** why_not) {
 
 size_t amx_bf16_scratch_bytes(const MatmulShape& sub) {
   const int64_t k_pad = round_up(sub.k, kBlockK), n_pad = round_up(sub.n, kBlockN);
-  return aligned(static_cast<size_t>(kBlockM * k_pad) * sizeof(bfloat16)) +
-         aligned(static_cast<size_t>(k_pad * n_pad) * sizeof(bfloat16)) +
-         aligned(static_cast<size_t>(kBlockM * n_pad) * sizeof(float));
+  return bf16_pack::TileScratch::bytes(k_pad, n_pad);
 }
 
 void amx_bf16_gemm_tile(const bfloat16* a, const bfloat16* b, bfloat16* c, int64_t ldc, const MatmulShape& sub,
@@ -92,12 +88,7 @@ void amx_bf16_gemm_tile(const bfloat16* a, const bfloat16* b, bfloat16* c, int64
 #else
   const int64_t k_pad = round_up(sub.k, kBlockK), n_pad = round_up(sub.n, kBlockN);
   const int64_t kb_count = k_pad / kBlockK, nb_count = n_pad / 16;
-  auto* base = static_cast<unsigned char*>(scratch);
-  auto* a_packed = reinterpret_cast<bfloat16*>(base);
-  base += aligned(static_cast<size_t>(kBlockM * k_pad) * sizeof(bfloat16));
-  auto* b_packed = reinterpret_cast<bfloat16*>(base);
-  base += aligned(static_cast<size_t>(k_pad * n_pad) * sizeof(bfloat16));
-  auto* acc = reinterpret_cast<float*>(base);
+  const auto [a_packed, b_packed, acc] = bf16_pack::TileScratch::carve(scratch, k_pad, n_pad);
   const int64_t lda = sub.trans_a ? full.m : sub.k, ldb = sub.trans_b ? sub.k : full.n;
   bf16_pack::pack_b(b, ldb, sub.trans_b, sub.k, sub.n, n_pad, b_packed);
 

@@ -38,8 +38,6 @@ using bf16_pack::kBlockK;
 using bf16_pack::kBlockM;
 using bf16_pack::round_up;
 
-size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
-
 bool probe(const char** why) {
   const X86Isa& isa = x86_isa();
   if (!TESSERA_AVX512BF16) {
@@ -134,9 +132,7 @@ bool avx512bf16_usable(const char** why_not) {
 
 size_t avx512bf16_scratch_bytes(const MatmulShape& sub) {
   const int64_t k_pad = round_up(sub.k, kBlockK), n_pad = round_up(sub.n, 16);
-  return aligned(static_cast<size_t>(kBlockM * k_pad) * sizeof(bfloat16)) +
-         aligned(static_cast<size_t>(k_pad * n_pad) * sizeof(bfloat16)) +
-         aligned(static_cast<size_t>(kBlockM * n_pad) * sizeof(float));
+  return bf16_pack::TileScratch::bytes(k_pad, n_pad);
 }
 
 void avx512bf16_gemm_tile(const bfloat16* a, const bfloat16* b, bfloat16* c, int64_t ldc, const MatmulShape& sub,
@@ -145,12 +141,7 @@ void avx512bf16_gemm_tile(const bfloat16* a, const bfloat16* b, bfloat16* c, int
   fail<Error>("matmul: the AVX512-BF16 kernel was not built (avx512bf16_usable() is false here)");
 #else
   const int64_t k_pad = round_up(sub.k, kBlockK), n_pad = round_up(sub.n, 16);
-  auto* base = static_cast<unsigned char*>(scratch);
-  auto* a_packed = reinterpret_cast<bfloat16*>(base);
-  base += aligned(static_cast<size_t>(kBlockM * k_pad) * sizeof(bfloat16));
-  auto* b_packed = reinterpret_cast<bfloat16*>(base);
-  base += aligned(static_cast<size_t>(k_pad * n_pad) * sizeof(bfloat16));
-  auto* acc = reinterpret_cast<float*>(base);
+  const auto [a_packed, b_packed, acc] = bf16_pack::TileScratch::carve(scratch, k_pad, n_pad);
   const int64_t lda = sub.trans_a ? full.m : sub.k, ldb = sub.trans_b ? sub.k : full.n;
   bf16_pack::pack_b(b, ldb, sub.trans_b, sub.k, sub.n, n_pad, b_packed);
   for (int64_t r0 = 0; r0 < sub.m; r0 += kBlockM) {

@@ -7,6 +7,7 @@
 // zero past the ends of rows, columns and K, so padding multiplies as zeros.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "tessera/base/dtype.h"
@@ -24,5 +25,31 @@ void pack_a(const bfloat16* a, int64_t lda, bool trans, int64_t r0, int64_t rows
 // op(B) (k x n; B stored [n, k] when `trans`) into `out`: round_up(k, 32) * n_pad
 // elements, n_pad a multiple of 16 and >= n.
 void pack_b(const bfloat16* b, int64_t ldb, bool trans, int64_t k, int64_t n, int64_t n_pad, bfloat16* out);
+
+// A tile kernel's scratch for a sub-problem of k_pad x n_pad: the packed A block
+// (kBlockM rows), the packed B panel and kBlockM x n_pad float32 accumulators, each
+// 64-byte aligned, in that order.
+struct TileScratch {
+  bfloat16* a_packed;
+  bfloat16* b_packed;
+  float* acc;
+
+  static size_t piece(size_t bytes) { return (bytes + 63) / 64 * 64; }
+  static size_t bytes(int64_t k_pad, int64_t n_pad) {
+    return piece(static_cast<size_t>(kBlockM * k_pad) * sizeof(bfloat16)) +
+           piece(static_cast<size_t>(k_pad * n_pad) * sizeof(bfloat16)) +
+           piece(static_cast<size_t>(kBlockM * n_pad) * sizeof(float));
+  }
+  static TileScratch carve(void* scratch, int64_t k_pad, int64_t n_pad) {
+    auto* base = static_cast<unsigned char*>(scratch);
+    TileScratch t{};
+    t.a_packed = reinterpret_cast<bfloat16*>(base);
+    base += piece(static_cast<size_t>(kBlockM * k_pad) * sizeof(bfloat16));
+    t.b_packed = reinterpret_cast<bfloat16*>(base);
+    base += piece(static_cast<size_t>(k_pad * n_pad) * sizeof(bfloat16));
+    t.acc = reinterpret_cast<float*>(base);
+    return t;
+  }
+};
 
 }  // namespace tessera::cpu::bf16_pack

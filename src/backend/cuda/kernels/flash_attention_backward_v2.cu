@@ -101,8 +101,9 @@ __global__ void __launch_bounds__(BwdKvV2Config<D>::kThreads, BwdKvV2Config<D>::
   // Segment ids (T == S): a query sees only the keys of its own document. A template
   // parameter, so that the kernel without them keeps its registers (runtime tests of
   // p.segments cost the unpacked backward ~13%).
-  const int32_t* seg = kSegments ? p.segments + b * Tq : nullptr;
-  const int32_t key_seg[2] = {kSegments && key[0] < S ? seg[key[0]] : 0, kSegments && key[1] < S ? seg[key[1]] : 0};
+  const int32_t* seg = kSegments && p.segments != nullptr ? p.segments + b * Tq : nullptr;
+  const int32_t key_seg[2] = {seg != nullptr && key[0] < S ? seg[key[0]] : 0,
+                              seg != nullptr && key[1] < S ? seg[key[1]] : 0};
 
   // Steps: query head gi = j / steps_per_head, query tile qt_begin + j % steps_per_head.
   const int n_qtiles = (Tq + kBM - 1) / kBM;
@@ -191,7 +192,7 @@ __global__ void __launch_bounds__(BwdKvV2Config<D>::kThreads, BwdKvV2Config<D>::
     // P^T and dS^T. Element e of n-tile n: key[e / 2], query column qi = 8 n + 2 t + e % 2.
     // Masked: queries past T, keys past S, (causal) keys after the query, and (segment
     // ids) keys of other documents.
-    const bool needs_mask = q0 + kBM > Tq || warp_last >= S || (p.causal && q0 < warp_last) || kSegments;
+    const bool needs_mask = q0 + kBM > Tq || warp_last >= S || (p.causal && q0 < warp_last) || seg != nullptr;
 #pragma unroll
     for (int n = 0; n < kBM / 8; ++n) {
 #pragma unroll
@@ -204,7 +205,7 @@ __global__ void __launch_bounds__(BwdKvV2Config<D>::kThreads, BwdKvV2Config<D>::
           bool visible = true;
           if (needs_mask) {
             const int q = q0 + qi;
-            visible = q < Tq && key[r] < S && (!p.causal || key[r] <= q) && (!kSegments || seg[q] == key_seg[r]);
+            visible = q < Tq && key[r] < S && (!p.causal || key[r] <= q) && (seg == nullptr || seg[q] == key_seg[r]);
           }
           const float pt = visible ? exp2f(st[n][e] * scale_log2 - lse2) : 0.0f;
           st[n][e] = pt;
@@ -294,8 +295,9 @@ __global__ void __launch_bounds__(BwdQV2Config<D>::kThreads, BwdQV2Config<D>::kM
   const int r_lo = warp * 16 + g;
   const int row[2] = {q0 + r_lo, q0 + r_lo + 8};
   const int warp_first = q0 + warp * 16, warp_last = warp_first + 15;
-  const int32_t* seg = kSegments ? p.segments + b * Tq : nullptr;
-  const int32_t row_seg[2] = {kSegments && row[0] < Tq ? seg[row[0]] : 0, kSegments && row[1] < Tq ? seg[row[1]] : 0};
+  const int32_t* seg = kSegments && p.segments != nullptr ? p.segments + b * Tq : nullptr;
+  const int32_t row_seg[2] = {seg != nullptr && row[0] < Tq ? seg[row[0]] : 0,
+                              seg != nullptr && row[1] < Tq ? seg[row[1]] : 0};
   float lse2[2], delta[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -374,7 +376,7 @@ __global__ void __launch_bounds__(BwdQV2Config<D>::kThreads, BwdQV2Config<D>::kM
     }
 
     // dS = P (dP - delta), in place of s. Element e: row[e / 2], key k0 + 8 n + 2 t + e % 2.
-    const bool needs_mask = k0 + kBN > S || (p.causal && k0 + kBN - 1 > warp_first) || kSegments;
+    const bool needs_mask = k0 + kBN > S || (p.causal && k0 + kBN - 1 > warp_first) || seg != nullptr;
 #pragma unroll
     for (int n = 0; n < kBN / 8; ++n) {
 #pragma unroll
@@ -383,7 +385,7 @@ __global__ void __launch_bounds__(BwdQV2Config<D>::kThreads, BwdQV2Config<D>::kM
         bool visible = true;
         if (needs_mask) {
           const int col = k0 + n * 8 + 2 * t + (e & 1);
-          visible = col < S && (!p.causal || col <= row[r]) && (!kSegments || seg[col] == row_seg[r]);
+          visible = col < S && (!p.causal || col <= row[r]) && (seg == nullptr || seg[col] == row_seg[r]);
         }
         const float pr = visible ? exp2f(s[n][e] * scale_log2 - lse2[r]) : 0.0f;
         s[n][e] = pr * (dp[n][e] - delta[r]);

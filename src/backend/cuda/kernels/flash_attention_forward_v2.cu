@@ -83,8 +83,9 @@ __global__ void __launch_bounds__(FwdV2Config<D>::kThreads, FwdV2Config<D>::kMin
   const int warp_first = q0 + warp * 16, warp_last = warp_first + 15;
   // Segment ids (T == S): a key is visible only from rows of its own document (a template
   // parameter: the kernel without them keeps its registers).
-  const int32_t* seg = kSegments ? p.segments + b * Tq : nullptr;
-  const int32_t row_seg[2] = {kSegments && row[0] < Tq ? seg[row[0]] : 0, kSegments && row[1] < Tq ? seg[row[1]] : 0};
+  const int32_t* seg = kSegments && p.segments != nullptr ? p.segments + b * Tq : nullptr;
+  const int32_t row_seg[2] = {seg != nullptr && row[0] < Tq ? seg[row[0]] : 0,
+                              seg != nullptr && row[1] < Tq ? seg[row[1]] : 0};
 
   const int n_ktiles = (S + kBN - 1) / kBN;
   // Causal: key s is visible to some row of the CTA iff s <= q0 + q_valid - 1.
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(FwdV2Config<D>::kThreads, FwdV2Config<D>::kMin
     // Scale into base-2 units; mask only a tile that crosses the sequence end or (causal)
     // has a key after the warp's first row, and every tile with segment ids. Element e of
     // n-tile n is (row[e / 2], key k0 + 8 n + 2 t + e % 2).
-    const bool needs_mask = k0 + kBN > S || (p.causal && k0 + kBN - 1 > warp_first) || kSegments;
+    const bool needs_mask = k0 + kBN > S || (p.causal && k0 + kBN - 1 > warp_first) || seg != nullptr;
     if (needs_mask) {
 #pragma unroll
       for (int n = 0; n < kBN / 8; ++n) {
@@ -164,7 +165,7 @@ __global__ void __launch_bounds__(FwdV2Config<D>::kThreads, FwdV2Config<D>::kMin
         for (int e = 0; e < 4; ++e) {
           const int col = k0 + n * 8 + 2 * t + (e & 1);
           const bool visible =
-              col < S && (!p.causal || col <= row[e >> 1]) && (!kSegments || seg[col] == row_seg[e >> 1]);
+              col < S && (!p.causal || col <= row[e >> 1]) && (seg == nullptr || seg[col] == row_seg[e >> 1]);
           s[n][e] = visible ? s[n][e] * scale_log2 : -INFINITY;
         }
       }

@@ -12,8 +12,8 @@
 #   test         test_cuda, every test
 #   bench        tessera, then PyTorch (torch.compile) in the same process: vs_best_peer
 #   profile      per-kernel GPU profile of 3 steps (TESSERA_PROFILE=2, no CUDA graphs)
-#   before       tessera with the earlier kernels and passes where a switch keeps them
-#                (TESSERA_ATTENTION_KERNEL=v1, TESSERA_CUDA_REDUCE=legacy, no classifier fusion)
+#   before       tessera without the latest change that a switch can turn off
+#                (TESSERA_DISABLE_PASSES=attention-layout: the q/k/v/out copies around attention)
 #   attention    bench_gpu_attention: the attention kernels v1 against v2, one by one
 #   determinism  two runs, equal parameter hashes
 #   offload      model.remat none then offload in one process (5 steps each, <= 60 s): step
@@ -77,9 +77,7 @@ for phase in $PHASES; do
     bench) run bench BUNDLE_BENCH_TIMEOUT=240 -- "bench:--steps:20:--warmup:5:--peers:torch:--python:$PEER_PYTHON" ;;
     profile) run profile TESSERA_PROFILE=2 TESSERA_CUDA_GRAPHS=0 BUNDLE_BENCH_TIMEOUT=90 -- bench:--steps:3:--warmup:1 ;;
     before)
-      run before TESSERA_ATTENTION_KERNEL=v1 TESSERA_CUDA_REDUCE=legacy TESSERA_DISABLE_PASSES=classifier-fusion \
-        BUNDLE_BENCH_TIMEOUT=90 -- \
-        bench:--steps:20:--warmup:5
+      run before TESSERA_DISABLE_PASSES=attention-layout BUNDLE_BENCH_TIMEOUT=90 -- bench:--steps:20:--warmup:5
       ;;
     attention) run attention BUNDLE_ATTENTION_TIMEOUT=60 -- attention ;;
     determinism) run determinism BUNDLE_BENCH_TIMEOUT=120 -- determinism ;;

@@ -80,12 +80,15 @@ soak() {
     >"$out/launch-$kind.txt" 2>&1 &
   local launcher=$! kills=0 last_pid="" phase step pid delay
   # Until the attempts killed so far and the injected kills still to fire make `wanted`
-  # (the launcher's log counts what died: two kills can meet in one worker).
+  # (the launcher's log counts what died: two kills can meet in one worker), and every
+  # kill@restore=N has fired: it needs N restores, and a worker killed before the first
+  # checkpoint restores nothing, so kills from outside go on until enough restores happened.
   while kill -0 "$launcher" 2>/dev/null; do
-    local died unfired
+    local died unfired restores_pending
     died="$(grep -c "failed after .* killed by SIGKILL" "$out/launch-$kind.txt" 2>/dev/null || true)"
     unfired=$((in_save + in_restore - $(ls -A "$run" 2>/dev/null | grep -c '^\.fault_fired\.' || true)))
-    ((died + unfired < wanted)) || break
+    restores_pending=$((in_restore - $(ls -A "$run" 2>/dev/null | grep -c '^\.fault_fired\..*kill@restore' || true)))
+    ((died + unfired < wanted || restores_pending > 0)) || break
     pid="$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "$beats/rank-0.json" 2>/dev/null || true)"
     if [[ -z "$pid" || "$pid" == "$last_pid" ]] || ! kill -0 "$pid" 2>/dev/null; then
       sleep 0.005

@@ -6,6 +6,7 @@
 
 #include "tessera/base/flags.h"
 #include "tessera/compiler/memory_plan.h"
+#include "tessera/compiler/passes/attention_layout.h"
 #include "tessera/compiler/passes/classifier_fusion.h"
 #include "tessera/compiler/passes/constant_folding.h"
 #include "tessera/compiler/passes/cse.h"
@@ -32,6 +33,7 @@ Pipeline default_pipeline(const CompileOptions& options) {
   if (options.fold_constants) p.add(std::make_shared<ConstantFolding>());
   if (options.simplify) p.add(std::make_shared<CommonSubexpressionElimination>());
   if (options.remat) p.add(std::make_shared<Rematerialization>());
+  if (options.fuse) p.add(std::make_shared<AttentionLayoutPass>());  // after remat: its clones fold too
   if (options.fuse) p.add(std::make_shared<ClassifierFusionPass>());
   if (options.fuse) p.add(std::make_shared<GemmEpiloguePass>());  // before fusion takes the epilogue ops
   if (options.fuse) p.add(std::make_shared<FusionPass>());

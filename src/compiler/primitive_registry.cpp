@@ -212,6 +212,12 @@ void register_attention(std::map<std::string, PrimitiveFactory>& f) {
   f["attention_grad"] = [attention_config](const AttributeMap& a) -> PrimitivePtr {
     return std::make_shared<AttentionGrad>(attention_config(a));
   };
+  f["attention_packed"] = [attention_config](const AttributeMap& a) -> PrimitivePtr {
+    return std::make_shared<AttentionPacked>(attention_config(a));
+  };
+  f["attention_packed_grad"] = [attention_config](const AttributeMap& a) -> PrimitivePtr {
+    return std::make_shared<AttentionPackedGrad>(attention_config(a));
+  };
 }
 
 void register_optim(std::map<std::string, PrimitiveFactory>& f) {

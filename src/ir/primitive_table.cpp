@@ -71,6 +71,8 @@ std::vector<PrimitiveEntry> make_table() {
   // attention
   row("attention", F::Attention);
   row("attention_grad", F::Attention);
+  for (const char* name : {"attention_packed", "attention_packed_grad"})
+    row(name, F::Attention, {}, "made by the attention-layout pass, which runs after partitioning");
 
   // optim
   row("adamw_update", F::Optim);

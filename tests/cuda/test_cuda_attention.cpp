@@ -686,3 +686,71 @@ TEST(CudaAttention, OpLevelForwardAndBackward) {
                                                                                                        << "qkv"[i];
   }
 }
+
+// attention_packed / attention_packed_grad (made by the attention-layout pass): q, k, v
+// read in place from qkv [B, T, Hkv, G + 2, D], out and dout [B, T, H, D], dqkv written in
+// place. Against the CPU (the packed CPU eval, which runs the unpacked kernels) within the
+// dtype's tolerance, and bitwise against the unpacked GPU op on the unpacked tensors (the
+// same kernels reading other addresses), on the v2 path and on the fallback's copies (v1,
+// float32, D = 80).
+TEST(CudaAttention, PackedQkvInPlace) {
+  TESSERA_REQUIRE_GPU();
+  ts::cuda::register_attention_kernels();
+  struct PackedCase {
+    DType dtype;
+    int64_t hkv, g, t, d;
+    bool segments;
+    const char* kernel;  // TESSERA_ATTENTION_KERNEL
+  };
+  const PackedCase cases[] = {
+      {DType::BFloat16, 3, 1, 200, 64, false, "v2"}, {DType::BFloat16, 2, 2, 130, 128, false, "v2"},
+      {DType::Float16, 2, 3, 77, 64, true, "v2"},    {DType::BFloat16, 3, 1, 100, 64, false, "v1"},
+      {DType::Float32, 2, 2, 40, 80, false, "v2"},   {DType::BFloat16, 2, 1, 64, 64, true, "v1"}};
+  for (const PackedCase& pc : cases) {
+    const int64_t b = 2, h = pc.hkv * pc.g;
+    const std::string what = std::string(ts::name(pc.dtype)) + " Hkv=" + std::to_string(pc.hkv) +
+                             " G=" + std::to_string(pc.g) + " T=" + std::to_string(pc.t) +
+                             " D=" + std::to_string(pc.d) + (pc.segments ? " segments " : " ") + pc.kernel;
+    ::setenv("TESSERA_ATTENTION_KERNEL", pc.kernel, 1);
+    const ts::AttentionConfig config{.causal = true, .scale = 0.125, .has_mask = false, .has_segments = pc.segments};
+    Array qkv = random_array({b, pc.t, pc.hkv, pc.g + 2, pc.d}, pc.dtype);
+    std::vector<Array> in = {qkv};
+    if (pc.segments) {
+      std::vector<int32_t> ids;
+      for (int64_t i = 0; i < b * pc.t; ++i) ids.push_back(static_cast<int32_t>((i % pc.t) / 23));
+      in.push_back(Array::from_vector(ids, {b, pc.t}));
+    }
+    std::vector<Array> fwd = Array::make({{b, pc.t, h, pc.d}, {b, h, pc.t}}, {pc.dtype, DType::Float32},
+                                         std::make_shared<ts::AttentionPacked>(config), in);
+    std::vector<Array> gpu = ts::cuda::run_on_gpu(fwd[0]);
+    ts::eval(fwd);
+    ASSERT_EQ(gpu.size(), 2u) << what;
+    EXPECT_LT(rel_error_inf(values(gpu[0]), values(fwd[0])), tolerance(pc.dtype)) << what << ": out";
+    EXPECT_LT(rel_error_inf(values(gpu[1]), values(fwd[1])), ts::cuda_test::kF32Tolerance) << what << ": lse";
+
+    Array dout = random_array({b, pc.t, h, pc.d}, pc.dtype);
+    std::vector<Array> grad_in = in;
+    grad_in.push_back(fwd[0]);
+    grad_in.push_back(fwd[1]);
+    grad_in.push_back(dout);
+    Array dqkv = Array::make({qkv.shape()}, {pc.dtype}, std::make_shared<ts::AttentionPackedGrad>(config), grad_in)[0];
+    std::vector<Array> gpu_dqkv = ts::cuda::run_on_gpu(dqkv);
+    dqkv.eval();
+    EXPECT_LT(ts::cuda_test::rel_error(values(gpu_dqkv[0]), values(dqkv)), tolerance(pc.dtype)) << what << ": dqkv";
+
+    // The unpacked op on the GPU, on the same (CPU-unpacked) values: bitwise equal.
+    auto heads_first = [&](const Array& x, int64_t start, int64_t stop, int64_t n) {
+      return ts::transpose(ts::reshape(ts::slice_axis(x, 3, start, stop), {b, pc.t, n, pc.d}), {0, 2, 1, 3}).eval();
+    };
+    std::vector<Array> plain_in = {heads_first(qkv, 0, pc.g, h), heads_first(qkv, pc.g, pc.g + 1, pc.hkv),
+                                   heads_first(qkv, pc.g + 1, pc.g + 2, pc.hkv)};
+    if (pc.segments) plain_in.push_back(in[1]);
+    std::vector<Array> plain = Array::make({plain_in[0].shape(), {b, h, pc.t}}, {pc.dtype, DType::Float32},
+                                           std::make_shared<ts::Attention>(config), plain_in);
+    std::vector<Array> gpu_plain = ts::cuda::run_on_gpu(plain[0]);
+    const Array packed_out = ts::transpose(gpu[0], {0, 2, 1, 3}).eval();
+    EXPECT_EQ(values(packed_out), values(gpu_plain[0])) << what << ": out vs the unpacked op";
+    EXPECT_EQ(values(gpu[1]), values(gpu_plain[1])) << what << ": lse vs the unpacked op";
+  }
+  ::unsetenv("TESSERA_ATTENTION_KERNEL");
+}

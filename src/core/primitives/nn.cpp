@@ -10,12 +10,9 @@
 #include "tessera/core/ops.h"
 
 namespace tessera {
-namespace {
-
-Array last_axis_mean(const Array& x) { return mean(x, {-1}, true); }
 
 // The visible (query, key) pairs of causal attention, top-left aligned.
-double visible_pairs(int64_t t, int64_t s, bool causal) {
+double attention_visible_pairs(int64_t t, int64_t s, bool causal) {
   if (!causal) return static_cast<double>(t) * static_cast<double>(s);
   double total = 0;
   int64_t full_rows = std::max<int64_t>(0, t - s);  // rows t >= s see every key
@@ -24,6 +21,10 @@ double visible_pairs(int64_t t, int64_t s, bool causal) {
   total += static_cast<double>(full_rows) * static_cast<double>(s);
   return total;
 }
+
+namespace {
+
+Array last_axis_mean(const Array& x) { return mean(x, {-1}, true); }
 
 // k/v [B, Hkv, S, D] repeated to [B, H, S, D] for grouped-query attention.
 Array repeat_kv(const Array& x, int64_t heads) {
@@ -336,7 +337,7 @@ std::pair<std::vector<Array>, std::vector<int>> AttentionGrad::vmap(const std::v
 
 Cost Attention::cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const {
   const Array& q = inputs[0];
-  double pairs = visible_pairs(q.shape(2), inputs[1].shape(2), config_.causal);
+  double pairs = attention_visible_pairs(q.shape(2), inputs[1].shape(2), config_.causal);
   Cost c = Primitive::cost(inputs, outputs);
   // QK^T and PV: 2 matmuls of 2*D flops per visible pair, per (batch, head). With
   // segment ids the visible pairs depend on the data: the causal count is a bound.
@@ -369,7 +370,7 @@ std::vector<Array> AttentionGrad::composite(const std::vector<Array>& in) const 
 
 Cost AttentionGrad::cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const {
   const Array& q = inputs[0];
-  double pairs = visible_pairs(q.shape(2), inputs[1].shape(2), config_.causal);
+  double pairs = attention_visible_pairs(q.shape(2), inputs[1].shape(2), config_.causal);
   Cost c = Primitive::cost(inputs, outputs);
   // Recompute QK^T, then dV, dP, dQ, dK: 5 matmuls (flash-attention-2 backward).
   c.flops = 10.0 * static_cast<double>(q.shape(0) * q.shape(1)) * pairs * static_cast<double>(q.shape(3));

@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include "tessera/base/shape.h"
 #include "tessera/ir/primitive.h"
 
 namespace tessera {
@@ -123,6 +124,59 @@ class AttentionGrad : public Primitive {
  private:
   AttentionConfig config_;
 };
+
+// Attention on the fused projection's layout, made by the attention-layout pass
+// (compiler/passes/attention_layout.h, after partitioning) from an attention whose q, k
+// and v are the heads-first slices of one qkv [B, T, Hkv, G + 2, D] (per kv head: its G
+// query heads, then k, then v; H = Hkv G) and whose out goes back to heads-last: the
+// kernels read q, k, v in place and write out [B, T, H, D], so no transpose, slice or
+// concatenate copies surround attention (GPT-2 124M on an H100: ~3.6 of 44 ms a step).
+// Inputs: qkv, [mask], [segments] (as attention's). Outputs: out [B, T, H, D], lse
+// [B, H, T] (accumulation dtype). Values: attention's on q = qkv[:, :, :, :G] as [B, T,
+// H, D] transposed to [B, H, T, D], k = qkv[:, :, :, G], v = qkv[:, :, :, G + 1], with
+// out transposed to [B, T, H, D].
+class AttentionPacked : public Primitive {
+ public:
+  explicit AttentionPacked(AttentionConfig config) : config_(config) {}
+  std::string name() const override { return "attention_packed"; }
+  std::string attributes() const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_COMPOSITE
+  TESSERA_PRIMITIVE_COST
+  const AttentionConfig& config() const { return config_; }
+
+ private:
+  AttentionConfig config_;
+};
+
+// The gradient of attention_packed. Inputs: qkv, [mask], [segments], out [B, T, H, D],
+// lse, dout [B, T, H, D]. Output: dqkv (qkv's shape and dtype): dq, dk, dv in qkv's layout,
+// which covers it (the concatenate of the unpacked gradients).
+class AttentionPackedGrad : public Primitive {
+ public:
+  explicit AttentionPackedGrad(AttentionConfig config) : config_(config) {}
+  std::string name() const override { return "attention_packed_grad"; }
+  std::string attributes() const override;
+  TESSERA_PRIMITIVE_EVAL
+  TESSERA_PRIMITIVE_COMPOSITE
+  TESSERA_PRIMITIVE_COST
+  const AttentionConfig& config() const { return config_; }
+
+ private:
+  AttentionConfig config_;
+};
+
+// The shapes of a packed qkv [B, T, Hkv, G + 2, D]: heads H = Hkv G. Throws a ShapeError
+// naming `op` for any other rank or G + 2 < 3.
+struct PackedQkvShape {
+  int64_t batch, seq, kv_heads, group, head_dim;
+  int64_t heads() const { return kv_heads * group; }
+};
+PackedQkvShape packed_qkv_shape(const char* op, const Shape& qkv);
+
+// The visible (query, key) pairs of (causal: top-left aligned) attention of t queries
+// over s keys: the FLOP count's factor.
+double attention_visible_pairs(int64_t t, int64_t s, bool causal);
 
 // Inputs: logits [N, V], targets [N] int64. Outputs: loss [N], lse [N] (accumulation dtype).
 // `classes` (0: all V): only the first `classes` columns are classes; the rest are

@@ -7,13 +7,17 @@
 // barrier reads garbage. Checks: alignment of cp.async and ldmatrix addresses, bounds of
 // shared memory, copies still in flight at thread exit, divergent collectives, deadlock.
 // Runs v1 and v2 (TESSERA_ATTENTION_KERNEL) forward and backward on random problems
-// against a float64 reference and prints one line per run.
+// against a float64 reference and prints one line per run; on the problems marked packed,
+// v2 also through the strided entry points on the fused-QKV layout (out and dqkv poisoned
+// with NaN: every element must be written, and the results must equal the contiguous
+// v2's bit for bit), with flash_attention_copy_rows packing and unpacking.
+// First, the strided entry points' declines and copy_rows on odd strides.
 //
 //   g++ -std=c++20 -O2 -I/usr/local/cuda/include -Isrc -Iinclude
 //       tools/flash_attention_emulation.cpp -o /tmp/flash_emu && /tmp/flash_emu [N [SEED]]
 //
-// (N: only the N-th problem, 0 all; SEED: the scheduler's random seed.) About a minute
-// for all; not part of the build: it includes the kernel sources with
+// (N: only the N-th problem, 0 all; SEED: the scheduler's random seed.) About two and a
+// half minutes for all; not part of the build: it includes the kernel sources with
 // TESSERA_FLASH_HOST_EMULATION defined, which swaps the hardware primitives of
 // flash_attention_common.cuh and flash_attention_v2.cuh for the ones here.
 #include <cuda_bf16.h>
@@ -206,6 +210,7 @@ namespace tessera::cuda::flash {
 
 inline int thread_index() { return emu::self().tid; }
 inline int64_t block_index() { return emu::g_block->index; }
+inline int64_t block_index_again() { return emu::g_block->index; }
 inline void cta_sync() { emu::barrier(); }
 inline unsigned char* dynamic_smem() { return emu::g_block->smem.data(); }
 
@@ -351,8 +356,8 @@ inline int max_dynamic_smem_per_block() { return g_max_smem; }
 #include "backend/cuda/kernels/flash_attention_common.cuh"
 
 namespace tessera::cuda::flash {
-inline void launch(void (*kernel)(Params), int64_t blocks, int threads, size_t smem, cudaStream_t,
-                   const Params& params) {
+template <typename P>
+void launch(void (*kernel)(P), int64_t blocks, int threads, size_t smem, cudaStream_t, const P& params) {
   for (int64_t blk = 0; blk < blocks; ++blk) {
     emu::g_entry = [kernel, &params] { kernel(params); };
     emu::run_block(blk, threads, smem);
@@ -375,11 +380,16 @@ FlashAttentionKernel flash_attention_kernel() { return g_kernel; }
 #endif
 
 // ---------------------------------------------------------------------------------
-// Driver: random problems, float64 reference, emulated v1 and v2.
+// Driver: random problems, float64 reference, emulated v1 and v2 (v2 also on the packed
+// QKV layout through the strided entry points).
 
 namespace {
 using namespace tessera;
+using tessera::cuda::FlashAttentionLayout;
 using tessera::cuda::FlashAttentionShape;
+using tessera::cuda::FlashAttentionStrides;
+
+constexpr uint16_t kPoison = 0xffff;  // NaN in bf16 and f16: an element no kernel wrote
 
 uint16_t to_bits(float x, bool bf16) {
   uint16_t h;
@@ -397,13 +407,8 @@ struct Problem {
   int B, H, Hkv, T, S, D;
   bool causal;
   bool bf16;
-  int documents = 0;  // > 0: T == S tokens packed as this many documents (segment ids)
-};
-
-// Aligned host buffer of 16-bit values.
-struct Buf {
-  std::vector<uint16_t> v;
-  uint16_t* data() { return v.data(); }
+  int documents = 0;    // > 0: T == S tokens packed as this many documents (segment ids)
+  bool packed = false;  // v2 also through the packed QKV layout (T == S)
 };
 
 double rel(const std::vector<double>& a, const std::vector<double>& b) {
@@ -417,6 +422,195 @@ double rel(const std::vector<double>& a, const std::vector<double>& b) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// The inputs (contiguous layouts, 8 elements of slack each) and the GPU's results, in
+// the contiguous layouts.
+struct Inputs {
+  std::vector<uint16_t> q, k, v, dout;
+};
+struct Results {
+  std::vector<uint16_t> out, dq, dk, dv;
+  std::vector<float> lse;
+};
+
+Results run_contiguous(DType dt, const FlashAttentionShape& sh, const Inputs& in, int64_t nq, int64_t nk,
+                       int64_t rows) {
+  Results r{std::vector<uint16_t>(nq + 8, kPoison), std::vector<uint16_t>(nq + 8, kPoison),
+            std::vector<uint16_t>(nk + 8, kPoison), std::vector<uint16_t>(nk + 8, kPoison),
+            std::vector<float>(rows + 4, NAN)};
+  std::vector<float> scratch(rows + 4, NAN);
+  tessera::cuda::flash_attention_forward(dt, sh, in.q.data(), in.k.data(), in.v.data(), r.out.data(), r.lse.data(),
+                                         nullptr);
+  // Backward from the GPU's own forward (out rounded as stored).
+  tessera::cuda::flash_attention_backward(dt, sh, in.q.data(), in.k.data(), in.v.data(), r.out.data(), r.lse.data(),
+                                          in.dout.data(), r.dq.data(), r.dk.data(), r.dv.data(), scratch.data(),
+                                          nullptr);
+  return r;
+}
+
+// Element offsets of rows in the packed layouts, written out as flash_attention.h states
+// them (not taken from packed_qkv_attention_layout, which they check): qkv [B, T, Hkv,
+// G + 2, D], out / dout [B, T, H, D].
+struct PackedOffsets {
+  int64_t T, H, G, D, W;  // W = Hkv (G + 2) D
+  int64_t q(int64_t b, int64_t h, int64_t t) const { return b * T * W + (h / G) * (G + 2) * D + (h % G) * D + t * W; }
+  int64_t k(int64_t b, int64_t kvh, int64_t s) const { return b * T * W + kvh * (G + 2) * D + G * D + s * W; }
+  int64_t v(int64_t b, int64_t kvh, int64_t s) const { return k(b, kvh, s) + D; }
+  int64_t o(int64_t b, int64_t h, int64_t t) const { return b * T * H * D + h * D + t * H * D; }
+};
+
+// v2 through flash_attention_forward_strided / flash_attention_backward_strided on the
+// packed layouts (qkv, out, dout, dqkv), the results unpacked into *r. Also checks that
+// every element of out and dqkv is written (and nothing past them), and packs the inputs
+// and unpacks dq, dk, dv once more with flash_attention_copy_rows. False (with a message)
+// on any failure.
+bool run_packed(DType dt, const FlashAttentionShape& sh, const Inputs& in, Results* r) {
+  using namespace tessera::cuda;
+  const int64_t B = sh.batch, H = sh.heads, Hkv = sh.kv_heads, T = sh.q_len, D = sh.head_dim, G = H / Hkv;
+  const PackedOffsets pk{T, H, G, D, Hkv * (G + 2) * D};
+  const int64_t n_qkv = B * T * pk.W, n_o = B * T * H * D, rows = B * H * T;
+  std::vector<uint16_t> qkv(n_qkv + 8, kPoison), dout(n_o + 8, kPoison);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < D; ++d) {
+        for (int64_t h = 0; h < H; ++h) {
+          qkv[pk.q(b, h, t) + d] = in.q[((b * H + h) * T + t) * D + d];
+          dout[pk.o(b, h, t) + d] = in.dout[((b * H + h) * T + t) * D + d];
+        }
+        for (int64_t kvh = 0; kvh < Hkv; ++kvh) {
+          qkv[pk.k(b, kvh, t) + d] = in.k[((b * Hkv + kvh) * T + t) * D + d];
+          qkv[pk.v(b, kvh, t) + d] = in.v[((b * Hkv + kvh) * T + t) * D + d];
+        }
+      }
+  const FlashAttentionLayout layout = packed_qkv_attention_layout(sh), flat = contiguous_attention_layout(sh);
+  std::vector<uint16_t> copied(n_qkv + 8, kPoison);
+  flash_attention_copy_rows(dt, B, H, G, T, D, in.q.data(), flat.q, copied.data(), layout.q, nullptr);
+  flash_attention_copy_rows(dt, B, Hkv, 1, T, D, in.k.data(), flat.kv, copied.data() + G * D, layout.kv, nullptr);
+  flash_attention_copy_rows(dt, B, Hkv, 1, T, D, in.v.data(), flat.kv, copied.data() + (G + 1) * D, layout.kv, nullptr);
+  if (copied != qkv) {
+    std::printf("FAIL flash_attention_copy_rows: contiguous q, k, v -> packed qkv differs\n");
+    return false;
+  }
+
+  std::vector<uint16_t> out(n_o + 8, kPoison), dqkv(n_qkv + 8, kPoison);
+  r->lse.assign(rows + 4, NAN);
+  std::vector<float> scratch(rows + 4, NAN);
+  const uint16_t *q = qkv.data(), *k = q + G * D, *v = q + (G + 1) * D;
+  if (!flash_attention_forward_strided(dt, sh, layout, q, k, v, out.data(), r->lse.data(), nullptr) ||
+      !flash_attention_backward_strided(dt, sh, layout, q, k, v, out.data(), r->lse.data(), dout.data(), dqkv.data(),
+                                        dqkv.data() + G * D, dqkv.data() + (G + 1) * D, scratch.data(), nullptr)) {
+    std::printf("FAIL a strided entry point returned false\n");
+    return false;
+  }
+  const auto unwritten = [](const std::vector<uint16_t>& x, int64_t n) {
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; ++i) count += x[i] == kPoison;
+    for (int64_t i = n; i < n + 8; ++i) count += x[i] != kPoison;  // written past the end
+    return count;
+  };
+  if (const int64_t bad = unwritten(out, n_o) + unwritten(dqkv, n_qkv); bad > 0) {
+    std::printf("FAIL %lld elements of out / dqkv not written (or written past the end)\n",
+                static_cast<long long>(bad));
+    return false;
+  }
+
+  r->out.assign(n_o + 8, kPoison);
+  r->dq.assign(n_o + 8, kPoison);
+  r->dk.assign(B * Hkv * T * D + 8, kPoison);
+  r->dv.assign(B * Hkv * T * D + 8, kPoison);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < D; ++d) {
+        for (int64_t h = 0; h < H; ++h) {
+          r->out[((b * H + h) * T + t) * D + d] = out[pk.o(b, h, t) + d];
+          r->dq[((b * H + h) * T + t) * D + d] = dqkv[pk.q(b, h, t) + d];
+        }
+        for (int64_t kvh = 0; kvh < Hkv; ++kvh) {
+          r->dk[((b * Hkv + kvh) * T + t) * D + d] = dqkv[pk.k(b, kvh, t) + d];
+          r->dv[((b * Hkv + kvh) * T + t) * D + d] = dqkv[pk.v(b, kvh, t) + d];
+        }
+      }
+  std::vector<uint16_t> dq(n_o + 8, kPoison), dk(B * Hkv * T * D + 8, kPoison);
+  flash_attention_copy_rows(dt, B, H, G, T, D, dqkv.data(), layout.q, dq.data(), flat.q, nullptr);
+  flash_attention_copy_rows(dt, B, Hkv, 1, T, D, dqkv.data() + G * D, layout.kv, dk.data(), flat.kv, nullptr);
+  if (dq != r->dq || dk != r->dk) {
+    std::printf("FAIL flash_attention_copy_rows: packed dqkv -> contiguous dq, dk differs\n");
+    return false;
+  }
+  return true;
+}
+
+// The strided entry points decline (false, nothing launched: outputs and scratch
+// untouched) where v2 does not apply.
+int check_declines() {
+  using namespace tessera::cuda;
+  FlashAttentionShape sh;
+  sh.heads = sh.kv_heads = 2;
+  sh.q_len = sh.kv_len = 8;
+  sh.head_dim = 64;
+  const FlashAttentionLayout good = packed_qkv_attention_layout(sh);
+  std::vector<uint16_t> qkv(8 * 2 * 3 * 64 + 64, 0), out(8 * 2 * 64 + 64, 0), dqkv(qkv.size(), kPoison);
+  std::vector<float> lse(64, 0.0f), scratch(64, NAN);
+  const auto declines = [&](const char* what, DType dt, const FlashAttentionShape& s, const FlashAttentionLayout& l,
+                            const uint16_t* q) {
+    std::vector<uint16_t> out_p(out.size(), kPoison);
+    const bool ran =
+        flash_attention_forward_strided(dt, s, l, q, q + 64, q + 128, out_p.data(), lse.data(), nullptr) ||
+        flash_attention_backward_strided(dt, s, l, q, q + 64, q + 128, out.data(), lse.data(), out.data(), dqkv.data(),
+                                         dqkv.data() + 64, dqkv.data() + 128, scratch.data(), nullptr);
+    bool untouched = true;
+    for (uint16_t x : out_p) untouched = untouched && x == kPoison;
+    for (uint16_t x : dqkv) untouched = untouched && x == kPoison;
+    for (float x : scratch) untouched = untouched && std::isnan(x);
+    std::printf("%s strided forward and backward decline: %s\n", !ran && untouched ? "ok  " : "FAIL", what);
+    return !ran && untouched ? 0 : 1;
+  };
+  int failures = 0;
+  FlashAttentionLayout odd = good;
+  odd.kv.row += 4;  // 8 bytes: not 16-byte aligned
+  failures += declines("a kv row stride not 16-byte aligned", DType::BFloat16, sh, odd, qkv.data());
+  failures += declines("a q pointer not 16-byte aligned", DType::BFloat16, sh, good, qkv.data() + 4);
+  failures += declines("float32", DType::Float32, sh, good, qkv.data());
+  FlashAttentionShape d32 = sh;
+  d32.head_dim = 32;
+  failures += declines("head_dim 32", DType::BFloat16, d32, packed_qkv_attention_layout(d32), qkv.data());
+  g_kernel = FlashAttentionKernel::V1;
+  failures += declines("TESSERA_ATTENTION_KERNEL=v1", DType::BFloat16, sh, good, qkv.data());
+  g_kernel = FlashAttentionKernel::V2;
+  return failures;
+}
+
+// flash_attention_copy_rows where 16-byte units do not fit (2- and 4-byte elements,
+// head_dim 5, odd strides): every row lands where the formula says, nothing else moves.
+int check_copy_rows() {
+  std::mt19937_64 rng(7);
+  int failures = 0;
+  for (const DType dt : {DType::BFloat16, DType::Float32}) {
+    const int64_t batch = 2, heads = 6, group = 3, rows = 5, hd = 5, esize = dt == DType::Float32 ? 4 : 2;
+    const FlashAttentionStrides src{heads * rows * hd, group * rows * hd, rows * hd, hd};
+    const int64_t W = (heads / group) * (group + 1) * hd + 1;
+    const FlashAttentionStrides dst{rows * W + 3, (group + 1) * hd, hd, W};
+    const int64_t n_src = batch * heads * rows * hd, n_dst = batch * dst.batch;
+    std::vector<unsigned char> from(n_src * esize), to(n_dst * esize, 0xab);
+    for (auto& x : from) x = static_cast<unsigned char>(rng());
+    tessera::cuda::flash_attention_copy_rows(dt, batch, heads, group, rows, hd, from.data(), src, to.data(), dst,
+                                             nullptr);
+    std::vector<unsigned char> expect(n_dst * esize, 0xab);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t t = 0; t < rows; ++t) {
+          const auto at = [&](const FlashAttentionStrides& s) {
+            return b * s.batch + (h / group) * s.group + (h % group) * s.head + t * s.row;
+          };
+          std::memcpy(&expect[at(dst) * esize], &from[at(src) * esize], hd * esize);
+        }
+    const bool ok = to == expect;
+    std::printf("%s flash_attention_copy_rows, %lld-byte elements, head_dim %lld, odd strides\n", ok ? "ok  " : "FAIL",
+                static_cast<long long>(esize), static_cast<long long>(hd));
+    failures += !ok;
+  }
+  return failures;
+}
+
 int run(const Problem& pr, int version, std::mt19937_64& rng) {
   const int64_t nq = int64_t(pr.B) * pr.H * pr.T * pr.D, nk = int64_t(pr.B) * pr.Hkv * pr.S * pr.D;
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -425,7 +619,12 @@ int run(const Problem& pr, int version, std::mt19937_64& rng) {
     for (int64_t i = 0; i < n; ++i) v[i] = to_bits(nd(rng), pr.bf16);
     return v;
   };
-  std::vector<uint16_t> q = make(nq), k = make(nk), v = make(nk), dout = make(nq);
+  Inputs in;
+  in.q = make(nq);
+  in.k = make(nk);
+  in.v = make(nk);
+  in.dout = make(nq);
+  const std::vector<uint16_t>&q = in.q, &k = in.k, &v = in.v, &dout = in.dout;
   auto f = [&](const std::vector<uint16_t>& x, int64_t i) { return double(emu::bits_to_float(x[i], pr.bf16)); };
   const double scale = 1.0 / std::sqrt(double(pr.D));
   // Segment ids [B, T]: documents of unequal lengths, one after the other (row b shifted
@@ -495,27 +694,40 @@ int run(const Problem& pr, int version, std::mt19937_64& rng) {
   tessera::cuda::g_kernel =
       version == 1 ? tessera::cuda::FlashAttentionKernel::V1 : tessera::cuda::FlashAttentionKernel::V2;
   const DType dt = pr.bf16 ? DType::BFloat16 : DType::Float16;
-  std::vector<uint16_t> out(nq + 8, 0xffff), dq(nq + 8, 0xffff), dk(nk + 8, 0xffff), dv(nk + 8, 0xffff);
-  std::vector<float> lse(int64_t(pr.B) * pr.H * pr.T + 4, NAN), scratch(int64_t(pr.B) * pr.H * pr.T + 4, NAN);
-  tessera::cuda::flash_attention_forward(dt, sh, q.data(), k.data(), v.data(), out.data(), lse.data(), nullptr);
-  // Backward from the GPU's own forward (out rounded as stored).
-  tessera::cuda::flash_attention_backward(dt, sh, q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(),
-                                          dq.data(), dk.data(), dv.data(), scratch.data(), nullptr);
+  const int64_t rows = int64_t(pr.B) * pr.H * pr.T;
+  const Results gpu = run_contiguous(dt, sh, in, nq, nk, rows);
   auto as_double = [&](const std::vector<uint16_t>& x, int64_t n) {
     std::vector<double> r(n);
     for (int64_t i = 0; i < n; ++i) r[i] = f(x, i);
     return r;
   };
-  std::vector<double> lse_d(lse_ref.size());
-  for (size_t i = 0; i < lse_d.size(); ++i) lse_d[i] = lse[i];
-  const double e_out = rel(as_double(out, nq), out_ref), e_lse = rel(lse_d, lse_ref),
-               e_dq = rel(as_double(dq, nq), dq_ref), e_dk = rel(as_double(dk, nk), dk_ref),
-               e_dv = rel(as_double(dv, nk), dv_ref);
-  const bool ok = e_out < 1e-2 && e_lse < 1e-5 && e_dq < 2e-2 && e_dk < 2e-2 && e_dv < 2e-2;
-  std::printf("%s v%d B=%d H=%d Hkv=%d T=%d S=%d D=%d %s docs=%d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
-              ok ? "ok  " : "FAIL", version, pr.B, pr.H, pr.Hkv, pr.T, pr.S, pr.D, pr.causal ? "causal" : "full",
-              pr.documents, e_out, e_lse, e_dq, e_dk, e_dv);
-  return ok ? 0 : 1;
+  // Prints the line of one run; true when within the tolerances.
+  const auto check = [&](const Results& r, const char* what) {
+    std::vector<double> lse_d(lse_ref.size());
+    for (size_t i = 0; i < lse_d.size(); ++i) lse_d[i] = r.lse[i];
+    const double e_out = rel(as_double(r.out, nq), out_ref), e_lse = rel(lse_d, lse_ref),
+                 e_dq = rel(as_double(r.dq, nq), dq_ref), e_dk = rel(as_double(r.dk, nk), dk_ref),
+                 e_dv = rel(as_double(r.dv, nk), dv_ref);
+    const bool ok = e_out < 1e-2 && e_lse < 1e-5 && e_dq < 2e-2 && e_dk < 2e-2 && e_dv < 2e-2;
+    std::printf("%s v%d%s B=%d H=%d Hkv=%d T=%d S=%d D=%d %s docs=%d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
+                ok ? "ok  " : "FAIL", version, what, pr.B, pr.H, pr.Hkv, pr.T, pr.S, pr.D,
+                pr.causal ? "causal" : "full", pr.documents, e_out, e_lse, e_dq, e_dk, e_dv);
+    return ok;
+  };
+  int failures = check(gpu, "") ? 0 : 1;
+  if (pr.packed && version == 2) {
+    Results packed;
+    if (!run_packed(dt, sh, in, &packed) || !check(packed, " packed")) return failures + 1;
+    // The same kernels on the same values: only the addresses differ.
+    const auto same = [](const auto& a, const auto& b, int64_t n) {
+      return std::memcmp(a.data(), b.data(), n * sizeof(a[0])) == 0;
+    };
+    const bool bitwise = same(packed.out, gpu.out, nq) && same(packed.lse, gpu.lse, rows) &&
+                         same(packed.dq, gpu.dq, nq) && same(packed.dk, gpu.dk, nk) && same(packed.dv, gpu.dv, nk);
+    std::printf("%s v2 packed == v2 contiguous, bit for bit\n", bitwise ? "ok  " : "FAIL");
+    failures += !bitwise;
+  }
+  return failures;
 }
 
 }  // namespace
@@ -546,7 +758,14 @@ int main(int argc, char** argv) {
   problems.push_back({1, 2, 2, 70, 70, 32, false, false, 3});
   problems.push_back({1, 2, 1, 100, 100, 128, true, false, 3});
   problems.push_back({1, 2, 2, 90, 90, 64, false, true, 5});
+  // The packed QKV layout (flash_attention_*_strided): GPT-2-like (G = 1, D = 64, causal,
+  // T not a multiple of 128), grouped-query (G = 2, D = 128), segment ids, float16.
+  problems.push_back({2, 3, 3, 200, 200, 64, true, true, 0, true});
+  problems.push_back({1, 4, 2, 150, 150, 128, false, true, 0, true});
+  problems.push_back({2, 4, 2, 130, 130, 64, true, true, 3, true});
+  problems.push_back({1, 2, 1, 70, 70, 128, true, false, 2, true});
   int failures = 0;
+  failures += check_declines() + check_copy_rows();
   for (size_t i = 0; i < problems.size(); ++i) {
     if (which > 0 && int(i) + 1 != which) continue;
     for (int version : {1, 2}) failures += run(problems[i], version, rng);

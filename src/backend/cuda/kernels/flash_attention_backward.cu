@@ -31,7 +31,8 @@ namespace flash {
 namespace {
 
 // ---------------------------------------------------------------------------------
-// delta[r] = sum_d dout[r, d] * out[r, d] (float32), one warp per row.
+// delta[r] = sum_d dout[r, d] * out[r, d] (float32), one warp per row r = (b H + h) T + t
+// (delta contiguous; out and dout rows at b os.batch + h os.head + t os.row).
 
 constexpr int kDeltaWarps = 8;
 
@@ -40,8 +41,10 @@ __global__ void __launch_bounds__(256) delta_kernel(const Params p) {
   const int warp = thread_index() / 32, lane = thread_index() % 32;
   const int64_t rows = p.B * p.H * p.T, row = block_index() * kDeltaWarps + warp;
   if (row >= rows) return;  // whole warps; no CTA-wide synchronization below
-  const T* o = static_cast<const T*>(p.out) + row * p.D;
-  const T* dout = static_cast<const T*>(p.dout) + row * p.D;
+  const int64_t bh = row / p.T, t = row - bh * p.T, b = bh / p.H, h = bh - b * p.H;
+  const int64_t at = b * p.os.batch + h * p.os.head + t * p.os.row;
+  const T* o = static_cast<const T*>(p.out) + at;
+  const T* dout = static_cast<const T*>(p.dout) + at;
   float sum = 0.0f;
   for (int d = lane; d < p.D; d += 32) sum = fmaf(to_float(dout[d]), to_float(o[d]), sum);
   sum = warp_sum(sum);
@@ -109,6 +112,47 @@ void flash_attention_backward(DType dtype, const FlashAttentionShape& shape, con
   } else {
     launch_backward_generic(dtype, p, stream);
   }
+}
+
+bool flash_attention_backward_strided(DType dtype, const FlashAttentionShape& shape, const FlashAttentionLayout& layout,
+                                      const void* q, const void* k, const void* v, const void* out, const float* lse,
+                                      const void* dout, void* dq, void* dk, void* dv, void* scratch,
+                                      cudaStream_t stream) {
+  using namespace flash;
+  validate("flash_attention_backward_strided", dtype, shape);
+  if (!strided_v2_shape(dtype, shape, layout)) return false;
+  const int64_t q_rows = shape.batch * shape.heads * shape.q_len, kv_rows = shape.batch * shape.kv_heads * shape.kv_len;
+  if (q_rows == 0 && kv_rows == 0) return true;  // nothing to write (head_dim is 64 or 128)
+  if ((q_rows > 0 &&
+       (q == nullptr || out == nullptr || dout == nullptr || dq == nullptr || lse == nullptr || scratch == nullptr)) ||
+      (kv_rows > 0 && (k == nullptr || v == nullptr || dk == nullptr || dv == nullptr)))
+    throw_value_error("flash_attention_backward_strided: null data pointer for a non-empty tensor");
+  if (reinterpret_cast<uintptr_t>(scratch) % alignof(float) != 0)
+    throw_value_error("flash_attention_backward_strided: scratch must be 4-byte aligned");
+  if (!(aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout) && aligned16(dq) && aligned16(dk) &&
+        aligned16(dv)))
+    return false;
+  Params p = make_params(shape);
+  p.qs = layout.q;
+  p.kvs = layout.kv;
+  p.os = layout.o;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.out = out;
+  p.dout = dout;
+  p.lse = const_cast<float*>(lse);  // read only in the backward kernels
+  p.delta = static_cast<float*>(scratch);
+  p.dq = dq;
+  p.dk = dk;
+  p.dv = dv;
+  if (!backward_v2_applies(dtype, p)) return false;  // before the delta kernel: nothing launched
+  if (dtype == DType::BFloat16)
+    launch_delta<__nv_bfloat16>(p, stream);
+  else
+    launch_delta<__half>(p, stream);
+  launch_backward_v2(dtype, p, stream);
+  return true;
 }
 
 }  // namespace tessera::cuda

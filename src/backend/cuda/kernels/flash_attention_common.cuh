@@ -53,8 +53,13 @@ inline constexpr float kLog2e = 1.4426950408889634f;  // log2(e): e^x = 2^(x log
 inline constexpr float kLn2 = 0.6931471805599453f;    // ln(2)
 
 // Everything a kernel needs, passed by value (kernel parameter space). Layouts as in
-// flash_attention.h: q, out, dout, dq [B, H, T, D]; k, v, dk, dv [B, Hkv, S, D];
-// lse, delta [B, H, T] (float32).
+// flash_attention.h: row (b, h, t) of q and dq at b qs.batch + (h / G) qs.group +
+// (h % G) qs.head + t qs.row, of out and dout at b os.batch + h os.head + t os.row; row
+// (b, kvh, s) of k, v, dk, dv at b kvs.batch + kvh kvs.head + s kvs.row; lse, delta
+// [B, H, T] (float32). make_params sets the contiguous strides ([B, H, T, D],
+// [B, Hkv, S, D]), the only ones the v1 and fp32 kernels take; the v2 kernels and the
+// delta kernel honour any. The strides stay in parameter space (the constant bank), read
+// where used rather than held in registers.
 struct Params {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -71,6 +76,7 @@ struct Params {
   int64_t mask_b_stride = 0, mask_h_stride = 0;
   const int32_t* segments = nullptr;  // [B, T] document ids (T == S); null: none
   int64_t B = 0, H = 0, Hkv = 0, T = 0, S = 0;
+  FlashAttentionStrides qs, kvs, os;  // elements
   int D = 0;
   int causal = 0;
   float scale = 1.0f;
@@ -83,6 +89,14 @@ struct Params {
 __device__ __forceinline__ int thread_index() { return static_cast<int>(threadIdx.x); }
 __device__ __forceinline__ int64_t block_index() { return static_cast<int64_t>(blockIdx.x); }
 __device__ __forceinline__ void cta_sync() { __syncthreads(); }
+// The block index again, opaque to the compiler (a volatile read it cannot merge with an
+// earlier block_index()): a kernel recomputes what it derives from it in its epilogue
+// instead of holding the values in registers through its main loop.
+__device__ __forceinline__ int64_t block_index_again() {
+  unsigned x;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(x));
+  return static_cast<int64_t>(x);
+}
 
 __device__ __forceinline__ unsigned char* dynamic_smem() {
   extern __shared__ __align__(16) unsigned char flash_smem[];
@@ -126,11 +140,11 @@ __device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const uint32_t 
 }
 
 // Launches kernel<<<blocks, threads, smem, stream>>>(params) (a 1-D grid; nothing when
-// blocks == 0). Dynamic shared memory above the default 48 KiB must be opted into per
-// kernel (and per device), so the attribute is set on every launch that needs it (a
-// host-side call, allowed while a stream is being captured).
-inline void launch(void (*kernel)(Params), int64_t blocks, int threads, size_t smem, cudaStream_t stream,
-                   const Params& params) {
+// blocks == 0; P is Params but for the row copy). Dynamic shared memory above the default
+// 48 KiB must be opted into per kernel (and per device), so the attribute is set on every
+// launch that needs it (a host-side call, allowed while a stream is being captured).
+template <typename P>
+void launch(void (*kernel)(P), int64_t blocks, int threads, size_t smem, cudaStream_t stream, const P& params) {
   if (blocks == 0) return;
   if (blocks > INT32_MAX)
     throw_value_error("flash_attention: " + std::to_string(blocks) + " thread blocks exceed the grid limit (2^31 - 1)");
@@ -297,6 +311,19 @@ inline bool tensor_core_v1_shape(DType dtype, const FlashAttentionShape& sh) {
   return tensor_core_shape(dtype, sh) && sh.segments == nullptr;
 }
 
+// The checks of the strided entry points that need neither pointers nor Params: the v2
+// kernels are selected (TESSERA_ATTENTION_KERNEL) and apply to dtype and shape, and every
+// stride whose index can be nonzero keeps rows 16-byte aligned (8 16-bit elements), as
+// cp.async needs.
+inline bool strided_v2_shape(DType dtype, const FlashAttentionShape& sh, const FlashAttentionLayout& l) {
+  if (!tensor_core_shape(dtype, sh) || flash_attention_kernel() != FlashAttentionKernel::V2) return false;
+  const auto ok = [](int64_t stride, int64_t extent) { return extent <= 1 || stride % 8 == 0; };
+  const int64_t G = sh.heads / sh.kv_heads;
+  return ok(l.q.batch, sh.batch) && ok(l.q.group, sh.kv_heads) && ok(l.q.head, G) && ok(l.q.row, sh.q_len) &&
+         ok(l.kv.batch, sh.batch) && ok(l.kv.head, sh.kv_heads) && ok(l.kv.row, sh.kv_len) && ok(l.o.batch, sh.batch) &&
+         ok(l.o.head, sh.heads) && ok(l.o.row, sh.q_len);
+}
+
 // Params common to both directions.
 inline Params make_params(const FlashAttentionShape& sh) {
   Params p;
@@ -312,6 +339,10 @@ inline Params make_params(const FlashAttentionShape& sh) {
   p.mask_b_stride = sh.mask_b_stride;
   p.mask_h_stride = sh.mask_h_stride;
   p.segments = sh.segments;
+  const FlashAttentionLayout layout = contiguous_attention_layout(sh);
+  p.qs = layout.q;
+  p.kvs = layout.kv;
+  p.os = layout.o;
   return p;
 }
 

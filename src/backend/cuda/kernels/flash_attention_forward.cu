@@ -18,6 +18,8 @@
 //  * fwd_generic_kernel<T, kDPL> (any dtype, D <= 256, masks, segment ids): fp32 CUDA cores. 4 warps x
 //    4 query rows; 32-key tiles, one key per lane for the scores (a dot product read from
 //    shared memory), lanes split over head_dim for P V (p broadcast by shuffles).
+// This file also holds the entry points of the strided layouts (the v2 kernels only; see
+// flash_attention.h) and copy_rows_kernel, their fallback's row copy.
 #include <algorithm>
 
 #include "backend/cuda/kernels/flash_attention.h"
@@ -326,8 +328,132 @@ void launch_tc_forward(const Params& p, cudaStream_t stream) {
   }
 }
 
+// ---------------------------------------------------------------------------------
+// Row copies between layouts (flash_attention_copy_rows), in units U of 2, 4 or 16 bytes:
+// thread i moves unit i % units of row i / units, row = (b heads + h) rows + t.
+
+struct CopyRowsParams {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  FlashAttentionStrides ss, ds;  // in units
+  int64_t heads = 0, group_size = 1, rows = 0, units = 0, total = 0;
+};
+
+constexpr int kCopyThreads = 256;
+
+template <typename U>
+__global__ void __launch_bounds__(kCopyThreads) copy_rows_kernel(const CopyRowsParams c) {
+  const int64_t i = block_index() * kCopyThreads + thread_index();
+  if (i >= c.total) return;
+  const int64_t r = i / c.units, u = i - r * c.units;
+  const int64_t bh = r / c.rows, t = r - bh * c.rows, b = bh / c.heads, h = bh - b * c.heads;
+  const int64_t hg = h / c.group_size, hi = h - hg * c.group_size;
+  const int64_t from = b * c.ss.batch + hg * c.ss.group + hi * c.ss.head + t * c.ss.row + u;
+  const int64_t to = b * c.ds.batch + hg * c.ds.group + hi * c.ds.head + t * c.ds.row + u;
+  static_cast<U*>(c.dst)[to] = static_cast<const U*>(c.src)[from];
+}
+
 }  // namespace
 }  // namespace flash
+
+FlashAttentionLayout contiguous_attention_layout(const FlashAttentionShape& shape) {
+  const int64_t D = shape.head_dim, T = shape.q_len, S = shape.kv_len;
+  const int64_t G = shape.kv_heads > 0 ? shape.heads / shape.kv_heads : 0;
+  FlashAttentionLayout l;
+  l.q = {shape.heads * T * D, G * T * D, T * D, D};
+  // group = head for the kinds without groups: the strides then also describe them to
+  // flash_attention_copy_rows with group_size 1.
+  l.kv = {shape.kv_heads * S * D, S * D, S * D, D};
+  l.o = {shape.heads * T * D, T * D, T * D, D};
+  return l;
+}
+
+FlashAttentionLayout packed_qkv_attention_layout(const FlashAttentionShape& shape) {
+  if (shape.q_len != shape.kv_len)
+    throw_value_error("packed_qkv_attention_layout: q_len " + std::to_string(shape.q_len) + " != kv_len " +
+                      std::to_string(shape.kv_len) + " (one projection gives q, k, v per token)");
+  if (shape.kv_heads < 1 || shape.heads % shape.kv_heads != 0)
+    throw_value_error("packed_qkv_attention_layout: heads=" + std::to_string(shape.heads) +
+                      " is not a positive multiple of kv_heads=" + std::to_string(shape.kv_heads));
+  const int64_t D = shape.head_dim, T = shape.q_len, G = shape.heads / shape.kv_heads;
+  const int64_t W = shape.kv_heads * (G + 2) * D;  // elements per token of qkv
+  FlashAttentionLayout l;
+  l.q = {T * W, (G + 2) * D, D, W};
+  l.kv = {T * W, (G + 2) * D, (G + 2) * D, W};  // group = head, as above
+  l.o = {T * shape.heads * D, D, D, shape.heads * D};
+  return l;
+}
+
+bool flash_attention_forward_strided(DType dtype, const FlashAttentionShape& shape, const FlashAttentionLayout& layout,
+                                     const void* q, const void* k, const void* v, void* out, float* lse,
+                                     cudaStream_t stream) {
+  using namespace flash;
+  validate("flash_attention_forward_strided", dtype, shape);
+  if (!strided_v2_shape(dtype, shape, layout)) return false;
+  if (shape.batch * shape.heads * shape.q_len == 0) return true;  // nothing to write
+  if (lse == nullptr || q == nullptr || out == nullptr || (shape.kv_len > 0 && (k == nullptr || v == nullptr)))
+    throw_value_error("flash_attention_forward_strided: null data pointer for a non-empty tensor");
+  if (!(aligned16(q) && aligned16(k) && aligned16(v) && aligned16(out))) return false;
+  Params p = make_params(shape);
+  p.qs = layout.q;
+  p.kvs = layout.kv;
+  p.os = layout.o;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = out;
+  p.lse = lse;
+  return launch_forward_v2(dtype, p, stream);
+}
+
+void flash_attention_copy_rows(DType dtype, int64_t batch, int64_t heads, int64_t group_size, int64_t rows,
+                               int64_t head_dim, const void* src, const FlashAttentionStrides& src_strides, void* dst,
+                               const FlashAttentionStrides& dst_strides, cudaStream_t stream) {
+  using namespace flash;
+  const bool two = dtype == DType::BFloat16 || dtype == DType::Float16;
+  if (!two && dtype != DType::Float32 && dtype != DType::Int32 && dtype != DType::UInt32)
+    throw_dtype_error("flash_attention_copy_rows: unsupported dtype " + std::string(name(dtype)) +
+                      " (expected one of 2 or 4 bytes)");
+  if (batch < 0 || heads < 0 || rows < 0 || head_dim < 0 || group_size < 1 || heads % group_size != 0)
+    throw_value_error("flash_attention_copy_rows: bad sizes (batch=" + std::to_string(batch) +
+                      ", heads=" + std::to_string(heads) + ", group_size=" + std::to_string(group_size) +
+                      ", rows=" + std::to_string(rows) + ", head_dim=" + std::to_string(head_dim) + ")");
+  if (batch * heads * rows * head_dim == 0) return;
+  if (src == nullptr || dst == nullptr) throw_value_error("flash_attention_copy_rows: null data pointer");
+  // 16-byte units when the rows and every stride whose index can be nonzero allow them
+  // (the contiguous and packed attention layouts with 16-bit D = 64/128 always do).
+  const int64_t esize = two ? 2 : 4;
+  const auto fits = [&](int64_t unit) {
+    const auto ok = [&](int64_t stride, int64_t extent) { return extent <= 1 || (stride * esize) % unit == 0; };
+    const auto ok_all = [&](const FlashAttentionStrides& s) {
+      return ok(s.batch, batch) && ok(s.group, heads / group_size) && ok(s.head, group_size) && ok(s.row, rows);
+    };
+    return (head_dim * esize) % unit == 0 && reinterpret_cast<uintptr_t>(src) % unit == 0 &&
+           reinterpret_cast<uintptr_t>(dst) % unit == 0 && ok_all(src_strides) && ok_all(dst_strides);
+  };
+  const int64_t unit = fits(16) ? 16 : esize;
+  const auto in_units = [&](const FlashAttentionStrides& s) {
+    const int64_t n = unit / esize;  // exact where the index can be nonzero
+    return FlashAttentionStrides{s.batch / n, s.group / n, s.head / n, s.row / n};
+  };
+  CopyRowsParams c;
+  c.src = src;
+  c.dst = dst;
+  c.ss = in_units(src_strides);
+  c.ds = in_units(dst_strides);
+  c.heads = heads;
+  c.group_size = group_size;
+  c.rows = rows;
+  c.units = head_dim * esize / unit;
+  c.total = batch * heads * rows * c.units;
+  const int64_t blocks = ceil_div(c.total, kCopyThreads);
+  if (unit == 16)
+    launch(copy_rows_kernel<uint4>, blocks, kCopyThreads, 0, stream, c);
+  else if (unit == 4)
+    launch(copy_rows_kernel<uint32_t>, blocks, kCopyThreads, 0, stream, c);
+  else
+    launch(copy_rows_kernel<uint16_t>, blocks, kCopyThreads, 0, stream, c);
+}
 
 bool flash_attention_uses_tensor_cores(DType dtype, const FlashAttentionShape& shape) {
   return flash_attention_kernel() == FlashAttentionKernel::V2 ? flash::tensor_core_shape(dtype, shape)

@@ -17,11 +17,17 @@
 //    of two CTAs per SM (Q adds 1/8 to the shared-memory reads of K and V for D = 64).
 //  * D = 128 uses 32-key tiles (the S fragments in half the registers).
 //  * segment ids (packed documents): every tile is masked per element (no tile skipping
-//    yet).
+//    yet); the key tile's ids come into shared memory with K and V.
+//  * strided operands (Params' strides, e.g. q, k, v read out of a fused QKV projection):
+//    only the row bases and the row stride of the tile copies change, so the results are
+//    bitwise those of the contiguous layout. The K/V row-0 pointers the loop needs are
+//    stashed in shared memory (KvSources) and the epilogue derives (b, h) again from the
+//    block index, so no 64-bit base lives in registers through the loop.
 //
 // Per CTA (kLd = D + 8): shared memory = Q [128][kLd] + 2 x K [kBN][kLd] + 2 x V [kBN][kLd]
-// 16-bit elements: 54 KiB (D = 64, kBN = 64), 68 KiB (D = 128, kBN = 32); 256 threads, at
-// most 128 registers (__launch_bounds__(256, 2)): two CTAs (16 warps) per SM.
+// 16-bit elements, + 2 x kBN segment ids and 24 bytes of KvSources: 54.5 KiB (D = 64,
+// kBN = 64), 68.3 KiB (D = 128, kBN = 32); 256 threads, at most 128 registers
+// (__launch_bounds__(256, 2)): two CTAs (16 warps) per SM.
 //
 // Pipeline (one commit group per tile, issued one tile ahead):
 //   prologue: cp.async Q, K_0, V_0; commit
@@ -50,7 +56,10 @@ struct FwdV2Config {
   static constexpr int kLd = D + 8;              // row stride (elements) of every shared tile
   static constexpr int kMinBlocks = 2;           // CTAs per SM the register cap must allow
   static constexpr int kTileElems = kBN * kLd;
-  static constexpr size_t kSmemBytes = sizeof(uint16_t) * static_cast<size_t>(kBM * kLd + 4 * kTileElems);
+  static constexpr size_t kTileBytes = sizeof(uint16_t) * static_cast<size_t>(kBM * kLd + 4 * kTileElems);
+  // Then [2][kBN] segment ids of the key tiles (int32) and the KvSources.
+  static constexpr size_t kSegBytes = sizeof(int32_t) * 2 * kBN;
+  static constexpr size_t kSmemBytes = kTileBytes + kSegBytes + sizeof(KvSources);
 };
 
 template <typename T, int D, bool kSegments>
@@ -59,33 +68,40 @@ __global__ void __launch_bounds__(FwdV2Config<D>::kThreads, FwdV2Config<D>::kMin
   constexpr int kBM = C::kBM, kBN = C::kBN, kLd = C::kLd, kThreads = C::kThreads;
   constexpr uint32_t kTileBytes = 2 * C::kTileElems;
   uint16_t* smem = reinterpret_cast<uint16_t*>(dynamic_smem());
-  const uint32_t sQ = smem_u32(smem);       // [kBM][kLd]
-  const uint32_t sK = sQ + 2 * kBM * kLd;   // [2][kBN][kLd]
-  const uint32_t sV = sK + 2 * kTileBytes;  // [2][kBN][kLd]
+  const uint32_t sQ = smem_u32(smem);        // [kBM][kLd]
+  const uint32_t sK = sQ + 2 * kBM * kLd;    // [2][kBN][kLd]
+  const uint32_t sV = sK + 2 * kTileBytes;   // [2][kBN][kLd]
+  const uint32_t sSeg = sQ + C::kTileBytes;  // [2][kBN] int32
+  const int32_t* seg_tiles = reinterpret_cast<const int32_t*>(dynamic_smem() + C::kTileBytes);
+  KvSources* stash = reinterpret_cast<KvSources*>(dynamic_smem() + C::kTileBytes + C::kSegBytes);
 
   const int tid = thread_index(), warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   // Block -> (batch*head, query tile), the last query tiles (the most key tiles when
   // causal) first.
   const int64_t BH = p.B * p.H, n_qtiles = ceil_div(p.T, kBM);
   const int64_t bh = block_index() % BH, qt = n_qtiles - 1 - block_index() / BH;
-  const int64_t b = bh / p.H, h = bh % p.H, kvh = h / (p.H / p.Hkv);
+  const int64_t b = bh / p.H, h = bh % p.H, G = p.H / p.Hkv, kvh = h / G;
   // Positions in 32 bits (the launcher checks T, S < 2^31 - kBM): fewer registers.
   const int q0 = static_cast<int>(qt * kBM), Tq = static_cast<int>(p.T), S = static_cast<int>(p.S);
   const int q_valid = std::min(Tq - q0, kBM);
-  const uint16_t* q = static_cast<const uint16_t*>(p.q) + (bh * Tq + q0) * D;
-  const uint16_t* k = static_cast<const uint16_t*>(p.k) + (b * p.Hkv + kvh) * S * D;
-  const uint16_t* v = static_cast<const uint16_t*>(p.v) + (b * p.Hkv + kvh) * S * D;
+  // Row bases (strides: Params): the CTA's first query row, key/value row 0 of its kv head.
+  const uint16_t* q =
+      static_cast<const uint16_t*>(p.q) + b * p.qs.batch + kvh * p.qs.group + (h - kvh * G) * p.qs.head + q0 * p.qs.row;
+  const int64_t kv_base = b * p.kvs.batch + kvh * p.kvs.head;
+  const uint16_t* k = static_cast<const uint16_t*>(p.k) + kv_base;
+  const uint16_t* v = static_cast<const uint16_t*>(p.v) + kv_base;
+  // Segment ids (T == S): a key is visible only from rows of its own document (a template
+  // parameter: the kernel without them keeps its registers).
+  const int32_t* seg_row = kSegments ? p.segments + b * Tq : nullptr;
+  if (tid == 0) *stash = {k, v, seg_row};
 
   // This thread's rows of the warp's 16 (C fragment rows g and g + 8): elements 0, 1 are
   // row[0], elements 2, 3 row[1].
   const int r_lo = warp * 16 + g;
   const int row[2] = {q0 + r_lo, q0 + r_lo + 8};
   const int warp_first = q0 + warp * 16, warp_last = warp_first + 15;
-  // Segment ids (T == S): a key is visible only from rows of its own document (a template
-  // parameter: the kernel without them keeps its registers).
-  const int32_t* seg = kSegments && p.segments != nullptr ? p.segments + b * Tq : nullptr;
-  const int32_t row_seg[2] = {seg != nullptr && row[0] < Tq ? seg[row[0]] : 0,
-                              seg != nullptr && row[1] < Tq ? seg[row[1]] : 0};
+  const int32_t row_seg[2] = {kSegments && row[0] < Tq ? seg_row[row[0]] : 0,
+                              kSegments && row[1] < Tq ? seg_row[row[1]] : 0};
 
   const int n_ktiles = (S + kBN - 1) / kBN;
   // Causal: key s is visible to some row of the CTA iff s <= q0 + q_valid - 1.
@@ -101,10 +117,11 @@ __global__ void __launch_bounds__(FwdV2Config<D>::kThreads, FwdV2Config<D>::kMin
   const uint32_t v_lane = sV + 2 * (lv.row * kLd + lv.col);
 
   if (kt_end > 0) {  // S = 0: nothing to load, every row ends with out = 0, lse = -inf
-    cp_async_tile<D, kBM, kThreads, kLd>(sQ, q, q_valid);
+    cp_async_tile<D, kBM, kThreads, kLd>(sQ, q, p.qs.row, q_valid);
     const int k_valid0 = std::min(S, kBN);
-    cp_async_tile<D, kBN, kThreads, kLd>(sK, k, k_valid0);
-    cp_async_tile<D, kBN, kThreads, kLd>(sV, v, k_valid0);
+    cp_async_tile<D, kBN, kThreads, kLd>(sK, k, p.kvs.row, k_valid0);
+    cp_async_tile<D, kBN, kThreads, kLd>(sV, v, p.kvs.row, k_valid0);
+    if (kSegments) cp_async_ids<kBN>(sSeg, seg_row, k_valid0);
     cp_async_commit();
   }
 
@@ -122,9 +139,10 @@ __global__ void __launch_bounds__(FwdV2Config<D>::kThreads, FwdV2Config<D>::kMin
     if (kt + 1 < kt_end) {
       const int k1 = (kt + 1) * kBN;
       const int valid1 = std::min(S - k1, kBN);
-      const int64_t offset = static_cast<int64_t>(k1) * D;
-      cp_async_tile<D, kBN, kThreads, kLd>(sK + (buf ^ 1u) * kTileBytes, k + offset, valid1);
-      cp_async_tile<D, kBN, kThreads, kLd>(sV + (buf ^ 1u) * kTileBytes, v + offset, valid1);
+      const int64_t offset = k1 * p.kvs.row;
+      cp_async_tile<D, kBN, kThreads, kLd>(sK + (buf ^ 1u) * kTileBytes, stash->k + offset, p.kvs.row, valid1);
+      cp_async_tile<D, kBN, kThreads, kLd>(sV + (buf ^ 1u) * kTileBytes, stash->v + offset, p.kvs.row, valid1);
+      if (kSegments) cp_async_ids<kBN>(sSeg + (buf ^ 1u) * 4 * kBN, stash->seg + k1, valid1);
       cp_async_commit();
     }
 
@@ -157,15 +175,16 @@ __global__ void __launch_bounds__(FwdV2Config<D>::kThreads, FwdV2Config<D>::kMin
     // Scale into base-2 units; mask only a tile that crosses the sequence end or (causal)
     // has a key after the warp's first row, and every tile with segment ids. Element e of
     // n-tile n is (row[e / 2], key k0 + 8 n + 2 t + e % 2).
-    const bool needs_mask = k0 + kBN > S || (p.causal && k0 + kBN - 1 > warp_first) || seg != nullptr;
+    const bool needs_mask = k0 + kBN > S || (p.causal && k0 + kBN - 1 > warp_first) || kSegments;
     if (needs_mask) {
+      const int32_t* seg = seg_tiles + buf * kBN;  // keys k0 ..
 #pragma unroll
       for (int n = 0; n < kBN / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int col = k0 + n * 8 + 2 * t + (e & 1);
           const bool visible =
-              col < S && (!p.causal || col <= row[e >> 1]) && (seg == nullptr || seg[col] == row_seg[e >> 1]);
+              col < S && (!p.causal || col <= row[e >> 1]) && (!kSegments || seg[col - k0] == row_seg[e >> 1]);
           s[n][e] = visible ? s[n][e] * scale_log2 : -INFINITY;
         }
       }
@@ -224,54 +243,64 @@ __global__ void __launch_bounds__(FwdV2Config<D>::kThreads, FwdV2Config<D>::kMin
   }
 
   // Epilogue: out = o / l (l summed over the 4 lanes of the row), lse = m ln 2 + ln l.
-  uint16_t* out = static_cast<uint16_t*>(p.o);
+  // (b, h) derived again from the block index: the loop above then holds neither.
+  const int64_t bh_e = block_index_again() % BH, b_e = bh_e / p.H, h_e = bh_e - b_e * p.H;
+  uint16_t* out = static_cast<uint16_t*>(p.o) + b_e * p.os.batch + h_e * p.os.head;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l_row = quad_sum(l[r]);
     if (row[r] >= Tq) continue;
     const float inv = l_row > 0.0f ? 1.0f / l_row : 0.0f;
-    uint16_t* orow = out + (bh * Tq + row[r]) * D;  // 64-bit: bh is int64_t
+    uint16_t* orow = out + row[r] * p.os.row;  // 64-bit: the stride is int64_t
 #pragma unroll
     for (int nd = 0; nd < D / 8; ++nd)
       st32(orow + nd * 8 + 2 * t, pack2<T>(o[nd][2 * r] * inv, o[nd][2 * r + 1] * inv));
-    if (t == 0) p.lse[bh * Tq + row[r]] = l_row > 0.0f ? m[r] * kLn2 + logf(l_row) : -INFINITY;
+    if (t == 0) p.lse[bh_e * Tq + row[r]] = l_row > 0.0f ? m[r] * kLn2 + logf(l_row) : -INFINITY;
   }
 }
 
-template <typename T, int D>
-bool launch_v2(const Params& p, cudaStream_t stream) {
+// The conditions of forward_v2_applies that depend on D.
+template <int D>
+bool v2_fits(const Params& p) {
   using C = FwdV2Config<D>;
   // Positions are 32-bit in the kernel.
   if (p.T > INT32_MAX - 2 * C::kBM || p.S > INT32_MAX - 2 * C::kBM) return false;
   // Not enough shared memory per block (e.g. sm_86/89 with 99 KiB): v1.
-  if (static_cast<size_t>(max_dynamic_smem_per_block()) < C::kSmemBytes) return false;
+  return static_cast<size_t>(max_dynamic_smem_per_block()) >= C::kSmemBytes;
+}
+
+template <typename T, int D>
+void launch_v2(const Params& p, cudaStream_t stream) {
+  using C = FwdV2Config<D>;
   const int64_t blocks = p.B * p.H * ceil_div(p.T, C::kBM);
   if (p.segments != nullptr)
     launch(fwd_v2_kernel<T, D, true>, blocks, C::kThreads, C::kSmemBytes, stream, p);
   else
     launch(fwd_v2_kernel<T, D, false>, blocks, C::kThreads, C::kSmemBytes, stream, p);
-  return true;
 }
 
 template <typename T>
-bool launch_v2_dims(const Params& p, cudaStream_t stream) {
-  if (p.D == 64) return launch_v2<T, 64>(p, stream);
-  if (p.D == 128) return launch_v2<T, 128>(p, stream);
-  return false;
+void launch_v2_dims(const Params& p, cudaStream_t stream) {
+  if (p.D == 64)
+    launch_v2<T, 64>(p, stream);
+  else
+    launch_v2<T, 128>(p, stream);
 }
 
 }  // namespace
 
+bool forward_v2_applies(DType dtype, const Params& p) {
+  if (p.mask != nullptr || (dtype != DType::BFloat16 && dtype != DType::Float16)) return false;
+  return p.D == 64 ? v2_fits<64>(p) : p.D == 128 && v2_fits<128>(p);
+}
+
 bool launch_forward_v2(DType dtype, const Params& p, cudaStream_t stream) {
-  if (p.mask != nullptr) return false;
-  switch (dtype) {
-    case DType::BFloat16:
-      return launch_v2_dims<__nv_bfloat16>(p, stream);
-    case DType::Float16:
-      return launch_v2_dims<__half>(p, stream);
-    default:
-      return false;
-  }
+  if (!forward_v2_applies(dtype, p)) return false;
+  if (dtype == DType::BFloat16)
+    launch_v2_dims<__nv_bfloat16>(p, stream);
+  else
+    launch_v2_dims<__half>(p, stream);
+  return true;
 }
 
 }  // namespace tessera::cuda::flash

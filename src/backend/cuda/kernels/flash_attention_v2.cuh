@@ -87,36 +87,64 @@ inline int max_dynamic_smem_per_block() {
 
 #endif  // TESSERA_FLASH_HOST_EMULATION
 
-// Queues the copy of a [kRows][D] tile of 16-bit elements (rows contiguous in global
-// memory from src, 16-byte aligned) into shared memory at dst with row stride kLd
-// elements; rows r >= valid become zeros. Thread i moves 16-byte chunks i, i + kThreads,
-// ...: 8 (D = 64) or 16 (D = 128) consecutive threads cover one 128/256-byte row, so the
-// global reads are coalesced and the shared writes of a quarter warp are contiguous.
+// Queues the copy of a [kRows][D] tile of 16-bit elements (row r at src + r src_ld in
+// global memory: src_ld = D when contiguous, the packed layouts' token stride otherwise;
+// src and src_ld 16-byte aligned) into shared memory at dst with row stride kLd elements;
+// rows r >= valid become zeros. Thread i moves 16-byte chunks i, i + kThreads, ...: 8
+// (D = 64) or 16 (D = 128) consecutive threads cover one 128/256-byte row, so the global
+// reads are coalesced (within a row when strided) and the shared writes of a quarter warp
+// are contiguous.
 template <int D, int kRows, int kThreads, int kLd>
-__device__ __forceinline__ void cp_async_tile(uint32_t dst, const uint16_t* src, int valid) {
-  constexpr int kChunks = D / 8;
-  static_assert((kRows * kChunks) % kThreads == 0, "whole rounds of chunks");
+__device__ __forceinline__ void cp_async_tile(uint32_t dst, const uint16_t* src, int64_t src_ld, int valid) {
+  constexpr int kChunks = D / 8, kRowsPerPass = kThreads / kChunks;
+  static_assert((kRows * kChunks) % kThreads == 0 && kThreads % kChunks == 0, "whole rounds of rows");
   static_assert((kLd * 2) % 16 == 0, "rows 16-byte aligned");
+  const unsigned tid = static_cast<unsigned>(thread_index());
+  const int r0 = static_cast<int>(tid / kChunks), c = static_cast<int>(tid % kChunks);
+  const uint16_t* from0 = src + r0 * src_ld + c * 8;  // this thread's chunk of row r0
 #pragma unroll
-  for (int j = 0; j < kRows * kChunks / kThreads; ++j) {
-    const int i = thread_index() + j * kThreads;
-    const int r = i / kChunks, c = i % kChunks;
+  for (int j = 0; j < kRows / kRowsPerPass; ++j) {
+    const int r = r0 + j * kRowsPerPass;
     const bool ok = r < valid;
     // A row past the end reads nothing; its address is the tile's first row (valid >= 1).
-    const uint16_t* from = src + static_cast<int64_t>(ok ? r : 0) * D + c * 8;
+    const uint16_t* from = ok ? from0 + j * kRowsPerPass * src_ld : src;
     cp_async_16(dst + static_cast<uint32_t>(2 * (r * kLd + c * 8)), from, ok ? 16 : 0);
   }
 }
 
+// Queues the copy of kRows int32 (segment ids) src[0 .. kRows) into shared memory at dst,
+// zeros for i >= valid: threads kFirst .. kFirst + kRows - 1, one 4-byte copy each.
+template <int kRows, int kFirst = 0>
+__device__ __forceinline__ void cp_async_ids(uint32_t dst, const int32_t* src, int valid) {
+  const int i = thread_index() - kFirst;
+  if (i >= 0 && i < kRows) cp_async_4(dst + 4 * i, src + (i < valid ? i : 0), i < valid ? 4 : 0);
+}
+
+// The CTA-uniform pointers a main loop needs once per tile (the K/V rows of the kv head
+// and its segment ids, for the forward and dQ kernels), kept in shared memory rather than
+// registers, where the MMA fragments fill the 128-register budget: thread 0 stores them
+// before the loop's first barrier, each tile loads them after its barrier.
+struct KvSources {
+  const uint16_t* k;
+  const uint16_t* v;
+  const int32_t* seg;
+};
+
 // ---- launchers (host) ----
 
-// The v2 forward for 16-bit dtypes, D = 64 or 128, no mask, 16-byte aligned operands on
-// sm_80+. Returns false (launching nothing) when it does not apply to p on the current
-// device (other D, or not enough shared memory per block), so the caller runs v1.
+// Whether the v2 forward (resp. backward) applies to p on the current device: a 16-bit
+// dtype, D = 64 or 128, no mask, T and S below 2^31 - 256 (32-bit positions in the
+// kernels), enough shared memory per block. The caller checks the alignment of pointers
+// and strides (16 bytes) and sm_80+.
+bool forward_v2_applies(DType dtype, const Params& p);
+bool backward_v2_applies(DType dtype, const Params& p);
+
+// The v2 forward. Returns false (launching nothing) when it does not apply, so the caller
+// runs v1.
 bool launch_forward_v2(DType dtype, const Params& p, cudaStream_t stream);
 
-// The v2 backward's dK/dV and dQ kernels (flash_attention_backward_v2.cu), same
-// conditions; p.delta must already hold delta. False: nothing launched, run v1.
+// The v2 backward's dK/dV and dQ kernels (flash_attention_backward_v2.cu); p.delta must
+// already hold delta. False: nothing launched, run v1.
 bool launch_backward_v2(DType dtype, const Params& p, cudaStream_t stream);
 
 }  // namespace tessera::cuda::flash

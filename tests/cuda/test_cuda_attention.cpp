@@ -714,7 +714,9 @@ TEST(CudaAttention, PackedQkvInPlace) {
     ::setenv("TESSERA_ATTENTION_KERNEL", pc.kernel, 1);
     const ts::AttentionConfig config{.causal = true, .scale = 0.125, .has_mask = false, .has_segments = pc.segments};
     Array qkv = random_array({b, pc.t, pc.hkv, pc.g + 2, pc.d}, pc.dtype);
-    std::vector<Array> in = {qkv};
+    std::vector<Array> in;
+    in.reserve(2);
+    in.push_back(qkv);
     if (pc.segments) {
       std::vector<int32_t> ids;
       for (int64_t i = 0; i < b * pc.t; ++i) ids.push_back(static_cast<int32_t>((i % pc.t) / 23));
@@ -733,7 +735,7 @@ TEST(CudaAttention, PackedQkvInPlace) {
     grad_in.push_back(fwd[0]);
     grad_in.push_back(fwd[1]);
     grad_in.push_back(dout);
-    Array dqkv = Array::make({qkv.shape()}, {pc.dtype}, std::make_shared<ts::AttentionPackedGrad>(config), grad_in)[0];
+    Array dqkv = Array::make(qkv.shape(), pc.dtype, std::make_shared<ts::AttentionPackedGrad>(config), grad_in);
     std::vector<Array> gpu_dqkv = ts::cuda::run_on_gpu(dqkv);
     dqkv.eval();
     EXPECT_LT(ts::cuda_test::rel_error(values(gpu_dqkv[0]), values(dqkv)), tolerance(pc.dtype)) << what << ": dqkv";

@@ -296,7 +296,13 @@ struct BwdQV2Config {
   static constexpr int kBM = 16 * kWarps;        // queries per CTA
   static constexpr int kBN = D == 64 ? 32 : 16;  // keys per tile (128 registers, no spills)
   static constexpr int kLd = D + 8;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  // sm_80's ptxas spills 8 bytes of the D = 128 kernel at 128 registers: one CTA per SM
+  // there (the H100 keeps two).
+  static constexpr int kMinBlocks = D == 128 ? 1 : 2;
+#else
   static constexpr int kMinBlocks = 2;
+#endif
   static constexpr int kQElems = kBM * kLd, kTileElems = kBN * kLd;
   // sQ, sdO, then per buffer sK, sV; then [2][kBN] segment ids of the key tiles (int32)
   // and the KvSources.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels/attention.h"
+#include "backend/cpu/kernels/scratch.h"
 #include "tessera/core/array.h"
 #include "tessera/ir/primitives/nn.h"
 
@@ -94,20 +95,31 @@ cpu::AttentionShape packed_attention_shape(const AttentionConfig& c, const Packe
   return shape;
 }
 
-// q, k, v of qkv in the kernels' layout.
-struct UnpackedQkv {
-  std::vector<char> q, k, v;
-  UnpackedQkv(const PackedLayouts& l, size_t item, const char* qkv)
-      : q(static_cast<size_t>(l.s.batch * l.s.heads() * l.s.seq * l.s.head_dim) * item),
-        k(static_cast<size_t>(l.s.batch * l.s.kv_heads * l.s.seq * l.s.head_dim) * item),
-        v(k.size()) {
-    copy_rows(l, l.s.heads(), item, qkv, l.q, q.data(), l.dense(l.s.heads()));
-    copy_rows(l, l.s.kv_heads, item, qkv + l.k_offset * static_cast<int64_t>(item), l.kv, k.data(),
-              l.dense(l.s.kv_heads));
-    copy_rows(l, l.s.kv_heads, item, qkv + l.v_offset * static_cast<int64_t>(item), l.kv, v.data(),
-              l.dense(l.s.kv_heads));
-  }
+// The packed primitives' temporaries in the kernels' layout, carved from one per-thread
+// scratch buffer (a compiled program's runs allocate nothing): q-sized and kv-sized
+// pieces, in the order asked for.
+class UnpackedBuffers {
+ public:
+  UnpackedBuffers(const PackedLayouts& l, size_t item, int q_like, int kv_like)
+      : q_bytes_(static_cast<size_t>(l.s.batch * l.s.heads() * l.s.seq * l.s.head_dim) * item),
+        kv_bytes_(static_cast<size_t>(l.s.batch * l.s.kv_heads * l.s.seq * l.s.head_dim) * item),
+        base_(
+            cpu::thread_scratch<char>(static_cast<size_t>(q_like) * q_bytes_ + static_cast<size_t>(kv_like) * kv_bytes_,
+                                      cpu::Scratch::AttentionPacked)) {}
+  char* q_like(int i) const { return base_ + static_cast<size_t>(i) * q_bytes_; }
+  char* kv_like(int q_count, int i) const { return q_like(q_count) + static_cast<size_t>(i) * kv_bytes_; }
+
+ private:
+  size_t q_bytes_, kv_bytes_;
+  char* base_;
 };
+
+// Copies q, k, v out of qkv to the kernels' layout.
+void unpack_qkv(const PackedLayouts& l, size_t item, const char* qkv, char* q, char* k, char* v) {
+  copy_rows(l, l.s.heads(), item, qkv, l.q, q, l.dense(l.s.heads()));
+  copy_rows(l, l.s.kv_heads, item, qkv + l.k_offset * static_cast<int64_t>(item), l.kv, k, l.dense(l.s.kv_heads));
+  copy_rows(l, l.s.kv_heads, item, qkv + l.v_offset * static_cast<int64_t>(item), l.kv, v, l.dense(l.s.kv_heads));
+}
 }  // namespace
 
 void Attention::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
@@ -131,12 +143,12 @@ void AttentionPacked::eval_cpu(const std::vector<Array>& inputs, std::vector<Arr
   const PackedLayouts l(packed_qkv_shape("attention_packed", inputs[0].shape()));
   const DType dtype = inputs[0].dtype();
   const size_t item = itemsize(dtype);
-  const UnpackedQkv qkv(l, item, static_cast<const char*>(inputs[0].raw_data()));
-  std::vector<char> out(qkv.q.size());
-  cpu::attention_forward(dtype, packed_attention_shape(config_, l.s, inputs), qkv.q.data(), qkv.k.data(), qkv.v.data(),
-                         out.data(), outputs[1].mutable_raw_data());
-  copy_rows(l, l.s.heads(), item, out.data(), l.dense(l.s.heads()), static_cast<char*>(outputs[0].mutable_raw_data()),
-            l.out);
+  const UnpackedBuffers buf(l, item, 2, 2);  // q, out; k, v
+  char *q = buf.q_like(0), *out = buf.q_like(1), *k = buf.kv_like(2, 0), *v = buf.kv_like(2, 1);
+  unpack_qkv(l, item, static_cast<const char*>(inputs[0].raw_data()), q, k, v);
+  cpu::attention_forward(dtype, packed_attention_shape(config_, l.s, inputs), q, k, v, out,
+                         outputs[1].mutable_raw_data());
+  copy_rows(l, l.s.heads(), item, out, l.dense(l.s.heads()), static_cast<char*>(outputs[0].mutable_raw_data()), l.out);
 }
 
 void AttentionPackedGrad::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
@@ -145,18 +157,19 @@ void AttentionPackedGrad::eval_cpu(const std::vector<Array>& inputs, std::vector
   const PackedLayouts l(packed_qkv_shape("attention_packed_grad", inputs[0].shape()));
   const DType dtype = inputs[0].dtype();
   const size_t item = itemsize(dtype);
-  const UnpackedQkv qkv(l, item, static_cast<const char*>(inputs[0].raw_data()));
+  const UnpackedBuffers buf(l, item, 4, 4);  // q, out, dout, dq; k, v, dk, dv
+  char *q = buf.q_like(0), *out = buf.q_like(1), *dout = buf.q_like(2), *dq = buf.q_like(3);
+  char *k = buf.kv_like(4, 0), *v = buf.kv_like(4, 1), *dk = buf.kv_like(4, 2), *dv = buf.kv_like(4, 3);
+  unpack_qkv(l, item, static_cast<const char*>(inputs[0].raw_data()), q, k, v);
   const RowLayout q_dense = l.dense(l.s.heads()), kv_dense = l.dense(l.s.kv_heads);
-  std::vector<char> out(qkv.q.size()), dout(qkv.q.size()), dq(qkv.q.size()), dk(qkv.k.size()), dv(qkv.v.size());
-  copy_rows(l, l.s.heads(), item, static_cast<const char*>(inputs[1 + m].raw_data()), l.out, out.data(), q_dense);
-  copy_rows(l, l.s.heads(), item, static_cast<const char*>(inputs[3 + m].raw_data()), l.out, dout.data(), q_dense);
-  cpu::attention_backward(dtype, packed_attention_shape(config_, l.s, {inputs.begin(), inputs.begin() + 1 + m}),
-                          qkv.q.data(), qkv.k.data(), qkv.v.data(), out.data(), inputs[2 + m].raw_data(), dout.data(),
-                          dq.data(), dk.data(), dv.data());
+  copy_rows(l, l.s.heads(), item, static_cast<const char*>(inputs[1 + m].raw_data()), l.out, out, q_dense);
+  copy_rows(l, l.s.heads(), item, static_cast<const char*>(inputs[3 + m].raw_data()), l.out, dout, q_dense);
+  cpu::attention_backward(dtype, packed_attention_shape(config_, l.s, inputs), q, k, v, out, inputs[2 + m].raw_data(),
+                          dout, dq, dk, dv);
   char* dqkv = static_cast<char*>(outputs[0].mutable_raw_data());
-  copy_rows(l, l.s.heads(), item, dq.data(), q_dense, dqkv, l.q);
-  copy_rows(l, l.s.kv_heads, item, dk.data(), kv_dense, dqkv + l.k_offset * static_cast<int64_t>(item), l.kv);
-  copy_rows(l, l.s.kv_heads, item, dv.data(), kv_dense, dqkv + l.v_offset * static_cast<int64_t>(item), l.kv);
+  copy_rows(l, l.s.heads(), item, dq, q_dense, dqkv, l.q);
+  copy_rows(l, l.s.kv_heads, item, dk, kv_dense, dqkv + l.k_offset * static_cast<int64_t>(item), l.kv);
+  copy_rows(l, l.s.kv_heads, item, dv, kv_dense, dqkv + l.v_offset * static_cast<int64_t>(item), l.kv);
 }
 
 }  // namespace tessera

@@ -19,10 +19,9 @@ namespace {
 
 const std::vector<int> kSwapSeqHeads = {0, 2, 1, 3};  // [B, T, H, D] <-> [B, H, T, D]
 
-// Nodes named with checkpoint_name stay (remat and offload read the names); remat's
-// clones, named only to keep CSE from merging them, are rewritten like any node, and
-// their replacements keep the name.
-bool rewritable(const Node& n) { return n.remat_name.empty() || n.remat_name == Rematerialization::kRecomputed; }
+// Nodes named with checkpoint_name stay (offload reads the names); remat's clones are
+// rewritten like any node, and their replacements keep the name (remat.h).
+bool rewritable(const Node& n) { return fusable_after_remat(n); }
 
 // The live, rewritable node producing v as a P, or nullptr.
 template <typename P>

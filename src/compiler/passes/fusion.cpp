@@ -6,8 +6,10 @@
 #include <functional>
 #include <map>
 #include <queue>
+#include <string>
 #include <vector>
 
+#include "tessera/compiler/passes/remat.h"
 #include "tessera/ir/primitives/elementwise.h"
 #include "tessera/ir/primitives/fusion.h"
 #include "tessera/ir/primitives/layout.h"
@@ -17,7 +19,7 @@ namespace tessera::compiler {
 namespace {
 
 bool is_elementwise(const Node& node) {
-  if (node.dead || node.outputs.size() != 1 || !node.remat_name.empty()) return false;
+  if (node.dead || node.outputs.size() != 1 || !fusable_after_remat(node)) return false;
   const Primitive* p = node.primitive.get();
   return dynamic_cast<const Unary*>(p) || dynamic_cast<const Binary*>(p) || dynamic_cast<const Where*>(p) ||
          dynamic_cast<const Cast*>(p);
@@ -230,7 +232,7 @@ class Fuser {
     const int r = users_[v][0];
     const Node& node = g_.nodes[r];
     const auto* reduce = dynamic_cast<const Reduce*>(node.primitive.get());
-    if (!reduce || node.inputs.size() != 1 || !node.remat_name.empty() ||
+    if (!reduce || node.inputs.size() != 1 || !fusable_after_remat(node) ||
         node.remat_region != g_.nodes[plan.members.back()].remat_region)
       return;
     if (reduce->kind() != ReduceKind::Sum && reduce->kind() != ReduceKind::Max) return;
@@ -297,8 +299,10 @@ class Fuser {
       replaced = plan.outputs;
     }
     const int region = g_.nodes[plan.position].remat_region;
+    const std::string remat_name = g_.nodes[plan.position].remat_name;  // a clone's stays one (remat.h)
     auto outs = g_.insert_node(plan.position + 1, std::make_shared<Fusion>(std::move(program)), inputs, types);
     g_.nodes[plan.position + 1].remat_region = region;
+    g_.nodes[plan.position + 1].remat_name = remat_name;
     for (int m : plan.members) g_.erase_node(m);
     if (plan.reduce_node >= 0) g_.erase_node(plan.reduce_node);
     for (size_t j = 0; j < outs.size(); ++j) g_.replace_uses(replaced[j], outs[j]);

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <iterator>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "tessera/compiler/passes/remat.h"
 #include "tessera/ir/primitives/elementwise.h"
 #include "tessera/ir/primitives/layout.h"
 #include "tessera/ir/primitives/linalg.h"
@@ -44,7 +46,7 @@ class Matcher {
     // product: its key input, if any, is then unused).
     const auto* int8 = dynamic_cast<const QuantizedMatmul*>(mm.primitive.get());
     if (int8 && (int8->config().stochastic_a || int8->config().stochastic_b)) int8 = nullptr;
-    if (mm.dead || (!matmul && !int8) || mm.outputs.size() != 1 || !mm.remat_name.empty()) return std::nullopt;
+    if (mm.dead || (!matmul && !int8) || mm.outputs.size() != 1 || !fusable_after_remat(mm)) return std::nullopt;
     Match m;
     m.matmul = index;
     m.options.trans_a = matmul ? matmul->trans_a() : int8->config().trans_a;
@@ -68,7 +70,7 @@ class Matcher {
 
  private:
   bool fusable_with(const Node& node, const Node& mm) const {
-    return !node.dead && node.remat_name.empty() && node.remat_region == mm.remat_region && node.outputs.size() == 1;
+    return !node.dead && fusable_after_remat(node) && node.remat_region == mm.remat_region && node.outputs.size() == 1;
   }
 
   // On success v becomes the add's output.
@@ -128,6 +130,7 @@ void rewrite(Graph& g, const Pending& pending) {
   std::vector<ValueId> inputs(mm.inputs.begin(), mm.inputs.begin() + 2);  // not an int8 GEMM's key
   if (m.options.bias) inputs.push_back(m.bias);
   const int region = mm.remat_region;
+  const std::string remat_name = mm.remat_name;    // a clone's stays one (remat.h)
   const int last = m.add >= 0 ? m.add : m.matmul;  // producer of the pre-activation value
   const ValueId pre = g.nodes[last].outputs[0];
   const ValueId y = m.activation >= 0 ? g.nodes[m.activation].outputs[0] : pre;
@@ -136,6 +139,7 @@ void rewrite(Graph& g, const Pending& pending) {
   // Every input is defined before `last`, and every reader of pre or y comes after it.
   auto outs = g.insert_node(last + 1, std::make_shared<MatmulEpilogue>(m.options), inputs, types);
   g.nodes[last + 1].remat_region = region;
+  g.nodes[last + 1].remat_name = remat_name;
   auto shifted = [&](int index) { return index > last ? index + 1 : index; };
   g.erase_node(shifted(m.matmul));
   if (m.add >= 0) g.erase_node(shifted(m.add));

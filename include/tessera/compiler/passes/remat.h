@@ -12,10 +12,16 @@
 // before the first outside reader in schedule order and redirects every outside
 // reader to them. Clones get remat_region = -1 and remat_name = kRecomputed so CSE
 // never merges them back into the originals. Policy none: no change.
+//
+// The passes after remat (attention-layout, gemm-epilogue, fusion) rewrite clones like
+// any node (fusable_after_remat): a recomputed value must be computed by the same
+// kernels as the original, or its low-precision roundings differ (a bf16 GEMM with its
+// bias in the epilogue rounds once, a GEMM then an add twice) and remat changes results.
 #pragma once
 
 #include <string>
 
+#include "tessera/compiler/graph.h"
 #include "tessera/compiler/pass.h"
 
 namespace tessera::compiler {
@@ -27,5 +33,13 @@ class Rematerialization : public Pass {
   std::string name() const override { return "remat"; }
   void run(Graph& graph) override;
 };
+
+// A node the passes after remat may fuse or replace: untagged, a remat clone or a region
+// output (both marks served remat and CSE, which ran). Nodes named with checkpoint_name
+// keep their names for the offload pass.
+inline bool fusable_after_remat(const Node& node) {
+  return node.remat_name.empty() || node.remat_name == Rematerialization::kRecomputed ||
+         node.remat_name == Rematerialization::kRegionOutput;
+}
 
 }  // namespace tessera::compiler

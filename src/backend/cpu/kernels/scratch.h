@@ -41,6 +41,7 @@ enum class Scratch : int {
   AttentionDelta,      // attention_backward.cpp: rowwise delta
   AttentionDq,         // attention_backward.cpp: per-task dQ partials
   AttentionChunks,     // attention_{forward,backward}.cpp: ChunkScratch of the tiles
+  AttentionPacked,     // eval_attention.cpp: the packed primitives' unpacked operands and results
   GatherIndices,       // gather.cpp: normalized indices
   MatmulA,             // matmul.cpp: widened 16-bit panels of a
   MatmulB,             // matmul.cpp: widened 16-bit panels of b

@@ -58,9 +58,10 @@ endif()
 # The flash-attention kernels' index math on the CPU: tools/flash_attention_emulation.cpp
 # compiles the kernel sources as host C++ (every CUDA thread a fiber; mma.sync, ldmatrix
 # and cp.async from their PTX fragment layouts; cp.async destinations poisoned until the
-# wait that retires them) and runs v1 and v2, forward and backward, on 51 problems against
-# a float64 reference. It needs the CUDA headers, not a GPU, so it runs wherever the CUDA
-# backend builds, GPU or not (about a minute).
+# wait that retires them) and runs v1 and v2, forward and backward, on 55 problems against
+# a float64 reference, and v2 on 4 packed-layout problems (q, k, v read from a fused qkv,
+# out and dqkv written in place, bitwise the contiguous v2's). It needs the CUDA headers,
+# not a GPU, so it runs wherever the CUDA backend builds, GPU or not (about 2.5 minutes).
 if(TESSERA_HAS_CUDA AND TESSERA_BUILD_TESTS)
   add_executable(flash_attention_emulation ${CMAKE_SOURCE_DIR}/tools/flash_attention_emulation.cpp)
   target_include_directories(flash_attention_emulation PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include

@@ -87,6 +87,14 @@ std::shared_ptr<compiler::CompilationCache> cache_for(const JitOptions& options)
   return cache;
 }
 
+// The compile options of a call: GPU programs read attention's operands in place
+// (CompileOptions::packed_attention).
+compiler::CompileOptions compile_options_for(const JitOptions& options) {
+  compiler::CompileOptions compile = options.compile;
+  if (compiler::DeviceSpec::parse(options.device).cuda) compile.packed_attention = true;
+  return compile;
+}
+
 // Compiles `traced`, or loads the executable the persistent compilation cache holds
 // for it (compiler/compilation_cache.h); with an index key, also records under it
 // which entry that was and the output tree, so the next process skips tracing.
@@ -95,11 +103,12 @@ std::shared_ptr<compiler::Executable> compile_with_cache(compiler::CompilationCa
                                                          const std::vector<bool>& donated,
                                                          const std::optional<compiler::IndexKey>& index_key,
                                                          const Tree& output_structure) {
-  if (!cache) return compiler::compile(traced, options.compile, donated);
-  const compiler::CacheKey key = compiler::make_cache_key(traced, donated, options.compile, options.device);
+  const compiler::CompileOptions compile = compile_options_for(options);
+  if (!cache) return compiler::compile(traced, compile, donated);
+  const compiler::CacheKey key = compiler::make_cache_key(traced, donated, compile, options.device);
   std::shared_ptr<compiler::Executable> exe = cache->load(key);
   if (!exe) {
-    exe = compiler::compile(traced, options.compile, donated);
+    exe = compiler::compile(traced, compile, donated);
     cache->store(key, *exe);
   }
   if (index_key)
@@ -223,7 +232,8 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
                                const std::vector<bool>& local_donated) -> std::unique_ptr<compiler::Executable> {
       if (spmd_key)
         if (std::unique_ptr<compiler::Executable> exe = cache->load(*spmd_key)) return exe;
-      std::unique_ptr<compiler::Executable> exe = compiler::compile(local, s.options.compile, local_donated);
+      std::unique_ptr<compiler::Executable> exe =
+          compiler::compile(local, compile_options_for(s.options), local_donated);
       if (spmd_key) cache->store(*spmd_key, *exe);
       return exe;
     };

@@ -128,9 +128,11 @@ CacheKey make_cache_key(const Graph& traced, const std::vector<bool>& donated, c
 
 std::string compile_options_text(const CompileOptions& options) {
   const char* disabled = flags::env("TESSERA_DISABLE_PASSES");
-  return fmt::format("fuse={},fold_constants={},simplify={},remat={},schedule={},disabled_passes={}", int(options.fuse),
-                     int(options.fold_constants), int(options.simplify), int(options.remat), int(options.schedule),
-                     disabled ? disabled : "");
+  std::string text = fmt::format("fuse={},fold_constants={},simplify={},remat={},schedule={},disabled_passes={}",
+                                 int(options.fuse), int(options.fold_constants), int(options.simplify),
+                                 int(options.remat), int(options.schedule), disabled ? disabled : "");
+  if (options.packed_attention) text += ",packed_attention=1";  // CPU programs keep their keys
+  return text;
 }
 
 bool compilation_index_enabled() {

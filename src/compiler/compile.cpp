@@ -33,7 +33,7 @@ Pipeline default_pipeline(const CompileOptions& options) {
   if (options.fold_constants) p.add(std::make_shared<ConstantFolding>());
   if (options.simplify) p.add(std::make_shared<CommonSubexpressionElimination>());
   if (options.remat) p.add(std::make_shared<Rematerialization>());
-  if (options.fuse) p.add(std::make_shared<AttentionLayoutPass>());  // after remat: its clones fold too
+  if (options.fuse && options.packed_attention) p.add(std::make_shared<AttentionLayoutPass>());  // clones fold too
   if (options.fuse) p.add(std::make_shared<ClassifierFusionPass>());
   if (options.fuse) p.add(std::make_shared<GemmEpiloguePass>());  // before fusion takes the epilogue ops
   if (options.fuse) p.add(std::make_shared<FusionPass>());

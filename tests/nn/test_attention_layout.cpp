@@ -47,10 +47,11 @@ void expect_bitwise(const std::vector<Array>& got, const std::vector<Array>& wan
 
 // The default pipeline with or without the attention-layout pass.
 Graph compiled(const Graph& g, bool with_layout) {
-  const Pipeline all = default_pipeline(CompileOptions{});
+  CompileOptions options;
+  options.packed_attention = with_layout;
+  const Pipeline all = default_pipeline(options);
   Pipeline pipeline;
-  for (const PassPtr& pass : all.passes())
-    if (with_layout || pass->name() != "attention-layout") pipeline.add(pass);
+  for (const PassPtr& pass : all.passes()) pipeline.add(pass);
   Graph out = g;
   pipeline.run(out);
   return out;
@@ -232,6 +233,19 @@ TEST(AttentionLayout, PackedNodesParseBack) {
   ASSERT_EQ(count_nodes(after, "attention_packed"), 1u);
   const Graph reparsed = parse_graph(after.text());
   EXPECT_EQ(reparsed.text(), after.text());
+}
+
+// On for GPU programs only (jit sets it for a CUDA device): the CPU kernels would copy
+// to their own layout inside the op, which costs more than the transposes.
+TEST(AttentionLayout, OnlyProgramsForTheGpuPack) {
+  auto has_pass = [](const CompileOptions& o) {
+    const Pipeline p = default_pipeline(o);
+    return p.text().find("attention-layout") != std::string::npos;
+  };
+  EXPECT_FALSE(has_pass(CompileOptions{}));
+  CompileOptions gpu;
+  gpu.packed_attention = true;
+  EXPECT_TRUE(has_pass(gpu));
 }
 
 TEST(AttentionLayout, PackedShapesAreChecked) {

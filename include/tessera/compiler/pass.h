@@ -46,6 +46,10 @@ struct CompileOptions {
   bool simplify = true;  // algebraic simplification, CSE
   bool remat = true;     // apply checkpoint policies
   bool schedule = true;  // memory-aware reordering
+  // The attention-layout pass (passes/attention_layout.h). jit turns it on for GPU
+  // programs, whose kernels read the packed layout in place; the CPU kernels would copy
+  // to their own layout instead of the transposes, a few % slower (bench_train small).
+  bool packed_attention = false;
 };
 
 // The default pipeline jit and eval use.

@@ -13,9 +13,11 @@
 // of one qkv. Uses of the old values that do not fit (the output not transposed back,
 // gradients not concatenated) read copies made from the packed values, so every program
 // stays correct; dead code elimination then drops the copies nothing reads. Nodes named
-// with checkpoint_name are left alone (remat's clones are rewritten too). Runs after partitioning
-// and remat (compiler/compile.cpp), on every backend: the CPU kernels copy to their own
-// layout inside the op, so CPU results stay bitwise the same.
+// with checkpoint_name are left alone (remat's clones are rewritten too). Runs after
+// partitioning and remat (compiler/compile.cpp), in GPU programs only
+// (CompileOptions::packed_attention, which jit sets for a CUDA device): the CPU kernels
+// would copy to their own layout inside the op (bitwise the same values, but the copies
+// cost more than the transposes did).
 #pragma once
 
 #include <string>

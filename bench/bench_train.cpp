@@ -16,7 +16,7 @@
 // --quant runs those matmuls as int8 GEMMs (AQT, the [quant] config); with int8
 // backward GEMMs each step gets its own random key (stochastic rounding), as in training.
 //
-// MFU is printed against the calibration GEMM measured here (what this machine's GEMM
+// MFU is printed against the calibration GEMM measured here in the compute dtype (what this machine's GEMM
 // reaches) and, with --peak-gflops, against the peak you give (e.g. cores x FMA width x
 // clock; run_train_bench.py passes its own). Without it there is no peak column: no
 // figure is assumed.
@@ -143,7 +143,9 @@ int run(const Flags& f) {
   const double tokens_per_s = static_cast<double>(f.batch * f.seq) / step_s;
   const double flops_per_token = model.flops_per_token(f.seq);
   const double gflops = flops_per_token * tokens_per_s / 1e9;
-  const double peak = ts::train::calibrate_peak_flops().peak_flops;
+  // The compute dtype's GEMM (a bf16 run against the bf16 kernel's rate).
+  const ts::train::CalibrationGemm gemm{.dtype = config.compute()};
+  const double peak = ts::train::calibrate_peak_flops(0.4, gemm).peak_flops;
 
   const std::string quant =
       f.quant.empty() ? "none" : fmt::format("{} ({} backward)", fmt::join(f.quant, ","), f.quant_backward);
@@ -155,8 +157,8 @@ int run(const Flags& f) {
   const std::string given_peak_header =
       f.peak_gflops > 0 ? fmt::format(" MFU vs {:g} GFLOP/s (--peak-gflops) |", f.peak_gflops) : "";
   const std::string given_peak_cell = f.peak_gflops > 0 ? fmt::format(" {:.1f}% |", 100 * gflops / f.peak_gflops) : "";
-  fmt::print("| params | flops/token | step ms (median of {}) | tokens/s | GFLOP/s |{} vs GEMM {:.0f} |\n", f.steps,
-             given_peak_header, peak / 1e9);
+  fmt::print("| params | flops/token | step ms (median of {}) | tokens/s | GFLOP/s |{} vs {} GEMM {:.0f} |\n", f.steps,
+             given_peak_header, gemm.name(), peak / 1e9);
   fmt::print("| --- | --- | --- | --- | --- |{} --- |\n", f.peak_gflops > 0 ? " --- |" : "");
   fmt::print("| {:.2f}M | {:.1f}M | {:.1f} | {:.0f} | {:.1f} |{} {:.1f}% |\n",
              static_cast<double>(model.parameter_count()) / 1e6, flops_per_token / 1e6, 1e3 * step_s, tokens_per_s,

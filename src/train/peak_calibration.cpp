@@ -52,9 +52,9 @@ double process_cpu_seconds() {
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
-Trial gemm_trial() {
+Trial gemm_trial(const CalibrationGemm& gemm) {
   Trial trial;
-  trial.load = measure_load([&] { trial.calibration = calibrate_peak_flops(kTrialSeconds); });
+  trial.load = measure_load([&] { trial.calibration = calibrate_peak_flops(kTrialSeconds, gemm); });
   return trial;
 }
 
@@ -122,10 +122,12 @@ double TrialLoad::others_share() const {
   return std::max(0.0, machine_busy_s - own_cpu_s) / (wall_s * static_cast<double>(cpus));
 }
 
-std::string calibration_key() {
-  return fmt::format("{} | {} cpus | {} threads | tessera {} build {}", cpu_model(),
-                     std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)), num_threads(), version(),
-                     compiler::build_identity());
+std::string calibration_key(const CalibrationGemm& gemm) {
+  std::string key =
+      fmt::format("{} | {} cpus | {} threads | tessera {} build {}", cpu_model(),
+                  std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)), num_threads(), version(), compiler::build_identity());
+  if (gemm.int8 || gemm.dtype != DType::Float32) key += " | " + gemm.name() + " GEMM";
+  return key;
 }
 
 std::string calibration_cache_path() {
@@ -134,12 +136,13 @@ std::string calibration_cache_path() {
   return path.starts_with("~/") ? std::string() : path;  // no HOME: measure every run
 }
 
-goodput::Calibration machine_peak_flops(const std::string& cache_path, const std::function<Trial()>& trial) {
-  const std::string key = calibration_key();
+goodput::Calibration machine_peak_flops(const std::string& cache_path, const std::function<Trial()>& trial,
+                                        const CalibrationGemm& gemm) {
+  const std::string key = calibration_key(gemm);
   nlohmann::json cache = cache_path.empty() ? nlohmann::json::object() : read_cache(cache_path);
   if (std::optional<goodput::Calibration> hit = cached(cache, key)) return *hit;
 
-  const std::function<Trial()> run = trial ? trial : std::function<Trial()>(gemm_trial);
+  const std::function<Trial()> run = trial ? trial : std::function<Trial()>([&gemm] { return gemm_trial(gemm); });
   std::optional<Trial> best_quiet, best_any;
   int quiet = 0, trials = 0;
   double seconds = 0;

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "tessera/goodput/calibration.h"
+#include "tessera/train/trainer.h"
 
 namespace tessera::train {
 
@@ -38,13 +39,15 @@ struct Trial {
   TrialLoad load;
 };
 
-// The cache key of this machine, thread count and build.
-std::string calibration_key();
+// The cache key of this machine, thread count, build and calibration GEMM (float32's
+// key names no GEMM, as before other GEMMs were calibrated).
+std::string calibration_key(const CalibrationGemm& gemm = {});
 
 // The peak: from `cache_path` when it holds this key's entry, else measured with
 // `trial` (the calibration GEMM by default) as above and stored. `cache_path` empty:
 // measured, not stored. A damaged cache file is measured over and rewritten.
-goodput::Calibration machine_peak_flops(const std::string& cache_path, const std::function<Trial()>& trial = {});
+goodput::Calibration machine_peak_flops(const std::string& cache_path, const std::function<Trial()>& trial = {},
+                                        const CalibrationGemm& gemm = {});
 
 // TESSERA_CALIBRATION_CACHE with ~/ expanded ("" when off).
 std::string calibration_cache_path();

@@ -207,10 +207,13 @@ void TrainLoop::measure_peak() {
     peak_ = record.peak_flops_per_device;
     peak_source_ = fmt::format("{}: {}", record.name, record.source);
   } else {
-    const goodput::Calibration calibration = machine_peak_flops(calibration_cache_path());
+    // The compute dtype's GEMM: a bf16 run against the bf16 kernel's rate (against
+    // float32's, MFU read above 100% on AMX). int8 GEMMs adjust it in compile().
+    const CalibrationGemm gemm{.dtype = cfg_.model.compute()};
+    const goodput::Calibration calibration = machine_peak_flops(calibration_cache_path(), {}, gemm);
     if (recorder_) recorder_->calibration(calibration);
-    peak_ = calibration.peak_flops;
-    peak_source_ = "CPU calibration GEMM, " + calibration.method;
+    peak_ = local_peak_ = calibration.peak_flops;
+    peak_source_ = fmt::format("CPU calibration GEMM ({}), {}", gemm.name(), calibration.method);
   }
   if (spmd::is_multi_process()) {
     // Every rank measured its own share of the machine(s): the job's peak is their sum.
@@ -329,19 +332,45 @@ void TrainLoop::write_metrics(const nlohmann::json& record) {
 
 namespace {
 
-// Which matmuls run in int8, their share of the compiled step's matmul FLOPs (measured
-// from the programs, not assumed), and the GEMM path they take.
-std::string quant_report(const models::ModelConfig& c, const std::map<std::string, double>& flops) {
+// The int8 GEMMs' share of the step's matmul FLOPs.
+double int8_share(const std::map<std::string, double>& flops) {
   auto at = [&](const char* op) { return flops.count(op) ? flops.at(op) : 0.0; };
   const double int8 = at("quantized_matmul") + at("matmul_epilogue[int8]");
   const double all = int8 + at("matmul") + at("matmul_epilogue");
+  return all > 0 ? int8 / all : 0.0;
+}
+
+// Which matmuls run in int8, their share of the compiled step's matmul FLOPs (measured
+// from the programs, not assumed), and the GEMM path they take.
+std::string quant_report(const models::ModelConfig& c, const std::map<std::string, double>& flops) {
   return fmt::format(
       "int8 GEMMs (AQT) for {}, backward {}: {:.1f}% of the step's matmul FLOPs; {}", fmt::join(c.quant_targets, ", "),
       c.quant_backward == "int8" ? "int8 (gradients rounded stochastically)" : "float (straight-through)",
-      all > 0 ? 100 * int8 / all : 0.0, cpu::int8_gemm_path().description);
+      100 * int8_share(flops), cpu::int8_gemm_path().description);
 }
 
 }  // namespace
+
+void TrainLoop::mix_int8_peak(const std::map<std::string, double>& flops) {
+  // The machine's best time for this step's matmul FLOPs is share s at the int8 GEMM's
+  // rate and the rest at the compute dtype's: peak = 1 / (s / p_int8 + (1 - s) / p).
+  // Against the compute dtype's rate alone, an int8 run's MFU could read above 100%.
+  const double s = int8_share(flops);
+  if (!(s > 0)) return;
+  const CalibrationGemm gemm{.dtype = cfg_.model.compute(), .int8 = true};
+  const goodput::Calibration int8 = machine_peak_flops(calibration_cache_path(), {}, gemm);
+  if (!(int8.peak_flops > 0)) return;
+  // peak_ may be the sum over ranks (measure_peak): scale it by this machine's ratio.
+  const double local = local_peak_;
+  if (!(local > 0)) return;
+  const double mixed = 1.0 / (s / int8.peak_flops + (1.0 - s) / local);
+  peak_ *= mixed / local;
+  peak_source_ += fmt::format("; mixed with the {} GEMM ({:.0f} GFLOP/s) for the {:.1f}% of matmul FLOPs in int8",
+                              gemm.name(), int8.peak_flops / 1e9, 100 * s);
+  summary_.peak_flops = peak_;
+  summary_.peak_source = peak_source_;
+  note(fmt::format("peak for MFU: {:.1f} GFLOP/s ({})", peak_ / 1e9, peak_source_));
+}
 
 void TrainLoop::compile() {
   evaluator_.emplace(*model_, &*layout_, cfg_.run.device);
@@ -364,6 +393,7 @@ void TrainLoop::compile() {
   if (!cfg_.model.quant_targets.empty()) {
     summary_.quant_summary = quant_report(cfg_.model, train_step_->flops_by_op());
     note("quant: " + summary_.quant_summary);
+    if (!compiler::DeviceSpec::parse(cfg_.run.device).cuda) mix_int8_peak(train_step_->flops_by_op());
     if (!cpu::int8_gemm_path().native)
       note(
           "warning: this CPU has no int8 units (AMX-INT8, AVX512-VNNI): the int8 GEMMs are multiplied in float64 "

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -58,6 +59,8 @@ class TrainLoop {
 
   void setup();
   void measure_peak();
+  // On the CPU, an int8 run's peak: its matmul FLOPs' mix of int8 and compute-dtype GEMMs.
+  void mix_int8_peak(const std::map<std::string, double>& flops);
   void open_data();
   void build_layout();
   void restore();
@@ -95,6 +98,7 @@ class TrainLoop {
 
   double peak_ = 0;
   std::string peak_source_;
+  double local_peak_ = 0;  // this process's CPU calibration (peak_ may sum the ranks')
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::shared_ptr<const data::TokenFile> train_file_, val_file_;
   std::optional<models::Model> model_;

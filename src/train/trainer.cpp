@@ -126,18 +126,24 @@ std::string ensure_data(const DataConfig& data) {
                      result.files.size(), result.train_tokens, result.val_tokens);
 }
 
-goodput::Calibration calibrate_peak_flops(double seconds) {
-  // tessera's own matmul (the kernel path training uses: OpenBLAS tiles split over
-  // tessera's thread pool). The pointers calibrate_cpu_gemm passes are ignored: the
-  // operands are made once here, so the timing holds no copies.
+std::string CalibrationGemm::name() const {
+  return int8 ? fmt::format("int8 (AQT, {} operands)", tessera::name(dtype)) : std::string(tessera::name(dtype));
+}
+
+goodput::Calibration calibrate_peak_flops(double seconds, const CalibrationGemm& gemm) {
+  // tessera's own matmul (the kernel path training uses: the packed f32 / AMX / AVX-512
+  // kernels split over tessera's thread pool). The pointers calibrate_cpu_gemm passes are
+  // ignored: the operands are made once here, so the timing holds no copies.
   constexpr int kN = 1024;
-  const Array a = random::normal(key(1), {kN, kN}).eval();
-  const Array b = random::normal(key(2), {kN, kN}).eval();
-  auto gemm = [&](int n, const float*, const float*, float*) {
+  const Array a = astype(random::normal(key(1), {kN, kN}), gemm.dtype).eval();
+  const Array b = astype(random::normal(key(2), {kN, kN}), gemm.dtype).eval();
+  auto run = [&](int n, const float*, const float*, float*) {
     if (n != kN) fail<ValueError>("calibrate_peak_flops: asked for n = {}, prepared {}", n, kN);
-    matmul(a, b).eval();
+    (gemm.int8 ? quantized_matmul(a, b) : matmul(a, b)).eval();
   };
-  return goodput::calibrate_cpu_gemm(gemm, fmt::format("tessera matmul f32 {}^3", kN), kN, seconds);
+  const std::string what = gemm.int8 ? fmt::format("tessera int8 GEMM (AQT, {} operands) {}^3", name(gemm.dtype), kN)
+                                     : fmt::format("tessera matmul {} {}^3", short_name(gemm.dtype), kN);
+  return goodput::calibrate_cpu_gemm(run, what, kN, seconds);
 }
 
 goodput::DeviceRecord cuda_device_peak(const cuda::DeviceInfo& info) {

@@ -99,6 +99,33 @@ TEST_F(PeakCalibrationTest, ADamagedOrForeignCacheIsMeasuredOver) {
   EXPECT_EQ(calls_, 4u);
 }
 
+// Each compute dtype's GEMM has its own entry: a bf16 run is measured against the bf16
+// kernel's rate, not float32's cached one (MFU read above 100% on AMX), and float32's
+// key is the one it always had.
+TEST_F(PeakCalibrationTest, EachGemmHasItsOwnEntry) {
+  const CalibrationGemm f32, bf16{.dtype = DType::BFloat16}, int8{.dtype = DType::BFloat16, .int8 = true};
+  EXPECT_EQ(calibration_key(f32), calibration_key());
+  EXPECT_EQ(calibration_key().find("GEMM"), std::string::npos);
+  EXPECT_NE(calibration_key(bf16), calibration_key(f32));
+  EXPECT_NE(calibration_key(int8), calibration_key(bf16));
+  EXPECT_EQ(bf16.name(), "bfloat16");
+  EXPECT_EQ(int8.name(), "int8 (AQT, bfloat16 operands)");
+  EXPECT_DOUBLE_EQ(machine_peak_flops(path_, trials({100e9}, {false}), f32).peak_flops, 100e9);
+  EXPECT_DOUBLE_EQ(machine_peak_flops(path_, trials({700e9}, {false}), bf16).peak_flops, 700e9);
+  EXPECT_DOUBLE_EQ(machine_peak_flops(path_, trials({1e9}, {false}), f32).peak_flops, 100e9);  // cached
+  EXPECT_DOUBLE_EQ(machine_peak_flops(path_, trials({1e9}, {false}), bf16).peak_flops, 700e9);
+}
+
+// The real calibration GEMMs run and say which GEMM they timed.
+TEST(CalibrationGemm, EveryGemmRunsAndSaysWhich) {
+  const goodput::Calibration bf16 = calibrate_peak_flops(0.02, {.dtype = DType::BFloat16});
+  EXPECT_GT(bf16.peak_flops, 0);
+  EXPECT_NE(bf16.method.find("bf16"), std::string::npos) << bf16.method;
+  const goodput::Calibration int8 = calibrate_peak_flops(0.02, {.dtype = DType::BFloat16, .int8 = true});
+  EXPECT_GT(int8.peak_flops, 0);
+  EXPECT_NE(int8.method.find("int8"), std::string::npos) << int8.method;
+}
+
 TEST(TrialLoad, SeesAnotherProcessBurningACpu) {
   const pid_t spinner = ::fork();
   ASSERT_GE(spinner, 0);

@@ -85,10 +85,19 @@ class Trainer {
 // data.fallback_sources) when missing. Returns a note of what it did ("" if nothing).
 std::string ensure_data(const DataConfig& data);
 
-// FLOP/s of a float32 BLAS GEMM (1024^3) on this machine with the current thread
-// count, timed for about `seconds`: the CPU's practical peak, which MFU is measured
-// against (stated as such in every report).
-goodput::Calibration calibrate_peak_flops(double seconds = 0.4);
+// The GEMM a CPU peak is calibrated with: tessera's matmul in `dtype` (the model's
+// compute dtype: float32, bfloat16 or float16, each on the kernel path training takes),
+// or with `int8` its AQT int8 GEMM on `dtype` operands (quantization included).
+struct CalibrationGemm {
+  DType dtype = DType::Float32;
+  bool int8 = false;
+  std::string name() const;  // "float32", "bfloat16", "int8 (AQT, bfloat16 operands)"
+};
+
+// FLOP/s of that GEMM (1024^3) on this machine with the current thread count, timed for
+// about `seconds`: the CPU's practical peak, which MFU is measured against (stated as
+// such in every report).
+goodput::Calibration calibrate_peak_flops(double seconds = 0.4, const CalibrationGemm& gemm = {});
 
 // The peak MFU counts against on a CUDA device: the entry of configs/accelerators.toml
 // (compiled in) that matches its name, else the runtime's estimate from SMs and clock,

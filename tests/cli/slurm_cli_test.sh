@@ -78,7 +78,12 @@ same_final_state() {  # run dir, what
 case "$case_name" in
   kill_restart)
     one_process_run
-    job="$(TESSERA_FAULT="kill@step=5,rank=1" submit -- "$tmp/slurm" --max-restarts 2)" || fail "sbatch failed"
+    # --hang-timeout 60: the surviving rank waits in its all-reduce until srun ends the step
+    # (SIGTERM, then SIGKILL after the testbed's KillWait of 10 s); under load the hang
+    # detector's automatic timeout (a 3 s floor) could end the attempt first. This case
+    # checks srun's path; the hang detector has its own tests.
+    job="$(TESSERA_FAULT="kill@step=5,rank=1" submit -- "$tmp/slurm" --max-restarts 2 --hang-timeout 60)" ||
+      fail "sbatch failed"
     wait_for_job "$job" 120
     out="$tmp/job-$job.out"
     [[ "$(job_field "$job" JobState) $(job_field "$job" ExitCode)" == "COMPLETED 0:0" ]] ||
@@ -92,7 +97,8 @@ case "$case_name" in
     ;;
   budget_requeue)
     one_process_run
-    job="$(TESSERA_FAULT="kill@step=5,rank=1" submit --requeue -- "$tmp/slurm" --max-restarts 0)" || fail "sbatch failed"
+    job="$(TESSERA_FAULT="kill@step=5,rank=1" submit --requeue -- "$tmp/slurm" --max-restarts 0 --hang-timeout 60)" ||
+      fail "sbatch failed"
     wait_for_job "$job" 180
     out="$tmp/job-$job.out"
     [[ "$(job_field "$job" JobState) $(job_field "$job" Restarts)" == "COMPLETED 1" ]] ||

@@ -232,7 +232,8 @@ void register_optim(std::map<std::string, PrimitiveFactory>& f) {
     config.beta2 = a.get_double("beta2");
     config.eps = a.get_double("eps");
     config.weight_decay = a.get_double("weight_decay");
-    return std::make_shared<AdamW>(config, dynamic);
+    const bool scaled_grad = a.has("scaled_grad") && a.get_bool("scaled_grad");
+    return std::make_shared<AdamW>(config, dynamic, scaled_grad);
   };
   f["lion_update"] = [](const AttributeMap& a) -> PrimitivePtr {
     LionConfig config;

@@ -31,6 +31,17 @@ DType check_adamw(const Array& param, const Array& grad, const Array& m, const A
   return state;
 }
 
+// The dynamic forms' checks: the shared ones and a floating lr and integer step scalar.
+DType check_adamw_dynamic(const Array& param, const Array& grad, const Array& m, const Array& v, const Array& lr,
+                          const Array& step, const AdamWConfig& config) {
+  const DType state = check_adamw(param, grad, m, v, config, false);
+  if (lr.ndim() != 0 || !is_floating(lr.dtype()))
+    fail<ValueError>("adamw_update: lr is {} (expected a floating scalar)", type_string(lr));
+  if (step.ndim() != 0 || is_floating(step.dtype()) || step.dtype() == DType::Bool)
+    fail<ValueError>("adamw_update: step is {} (expected an integer scalar)", type_string(step));
+  return state;
+}
+
 // Lion's checks shared by both forms; returns m's dtype.
 DType check_lion(const Array& param, const Array& grad, const Array& m, const LionConfig& config, bool check_lr) {
   const char* op = "lion_update";
@@ -62,13 +73,19 @@ std::vector<Array> adamw_update(const Array& param, const Array& grad, const Arr
 
 std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v, const Array& lr,
                                 const Array& step, const AdamWConfig& config) {
-  DType state = check_adamw(param, grad, m, v, config, false);
-  if (lr.ndim() != 0 || !is_floating(lr.dtype()))
-    fail<ValueError>("adamw_update: lr is {} (expected a floating scalar)", type_string(lr));
-  if (step.ndim() != 0 || is_floating(step.dtype()) || step.dtype() == DType::Bool)
-    fail<ValueError>("adamw_update: step is {} (expected an integer scalar)", type_string(step));
+  const DType state = check_adamw_dynamic(param, grad, m, v, lr, step, config);
   return Array::make({param.shape(), param.shape(), param.shape()}, {param.dtype(), state, state},
                      std::make_shared<AdamW>(config, true), {param, grad, m, v, lr, step});
+}
+
+std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v, const Array& lr,
+                                const Array& step, const Array& grad_scale, const AdamWConfig& config) {
+  if (grad_scale.ndim() != 0 || grad_scale.dtype() != grad.dtype())
+    fail<ValueError>("adamw_update: grad_scale is {} (expected a scalar of the gradient's dtype, {})",
+                     type_string(grad_scale), name(grad.dtype()));
+  const DType state = check_adamw_dynamic(param, grad, m, v, lr, step, config);
+  return Array::make({param.shape(), param.shape(), param.shape()}, {param.dtype(), state, state},
+                     std::make_shared<AdamW>(config, true, true), {param, grad, m, v, lr, step, grad_scale});
 }
 
 std::vector<Array> lion_update(const Array& param, const Array& grad, const Array& m, const LionConfig& config) {

@@ -37,15 +37,20 @@ Array global_norm_wide(const Tree& grads) {
 
 Array global_norm(const Tree& grads) { return astype(global_norm_wide(grads), DType::Float32); }
 
-std::pair<Tree, Array> clip_by_global_norm(const Tree& grads, double max_norm) {
+std::pair<Array, Array> clip_factor(const Tree& grads, double max_norm) {
   if (!std::isfinite(max_norm) || max_norm <= 0)
     fail<ValueError>("clip_by_global_norm: max_norm = {} (expected a finite value > 0)", max_norm);
   Array norm = global_norm_wide(grads);
   // scale = min(1, max_norm / (norm + 1e-6)): 1 (no change) while the norm is under the
   // threshold; the epsilon keeps a zero gradient finite.
   Array scale = minimum(scalar_like(1, norm), divide(scalar_like(max_norm, norm), add(norm, scalar_like(1e-6, norm))));
+  return {std::move(scale), astype(norm, DType::Float32)};
+}
+
+std::pair<Tree, Array> clip_by_global_norm(const Tree& grads, double max_norm) {
+  auto [scale, norm] = clip_factor(grads, max_norm);
   Tree clipped = grads.map([&](const Array& g) { return multiply(g, astype(scale, g.dtype())); });
-  return {std::move(clipped), astype(norm, DType::Float32)};
+  return {std::move(clipped), std::move(norm)};
 }
 
 }  // namespace tessera::optim

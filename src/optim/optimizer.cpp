@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <iterator>
 #include <limits>
+#include <map>
+#include <optional>
 
 #include "optim/rules.h"
 #include "tessera/core/ops.h"
@@ -196,7 +198,12 @@ Optimizer::Update Optimizer::apply(const Tree& params, const Tree& grads, const 
     unscaled = grads.map([&](const Array& g) { return multiply(g, astype(inverse, g.dtype())); });
   }
   Tree g_tree = unscaled;
-  if (config_.clip_norm > 0) {
+  // AdamW folds the clip factor into its update (grad_scale, one per gradient dtype);
+  // the other rules get clipped gradients.
+  std::optional<Array> clip_scale;
+  if (config_.clip_norm > 0 && adamw) {
+    std::tie(clip_scale, out.grad_norm) = clip_factor(unscaled, config_.clip_norm);
+  } else if (config_.clip_norm > 0) {
     std::tie(g_tree, out.grad_norm) = clip_by_global_norm(unscaled, config_.clip_norm);
   } else {
     out.grad_norm = global_norm(unscaled);
@@ -226,8 +233,17 @@ Optimizer::Update Optimizer::apply(const Tree& params, const Tree& grads, const 
     AdamWConfig without_decay = with_decay;
     without_decay.weight_decay = 0;
     std::vector<Array> m = state.at("m").leaves(), v = state.at("v").leaves();
+    std::map<DType, Array> scale_as;  // the clip factor in each gradient dtype, cast once
     for (size_t i = 0; i < p.size(); ++i) {
-      std::vector<Array> r = adamw_update(p[i], g[i], m[i], v[i], lr, step, decay[i] ? with_decay : without_decay);
+      const AdamWConfig& config = decay[i] ? with_decay : without_decay;
+      std::vector<Array> r;
+      if (clip_scale) {
+        auto it = scale_as.find(g[i].dtype());
+        if (it == scale_as.end()) it = scale_as.emplace(g[i].dtype(), astype(*clip_scale, g[i].dtype())).first;
+        r = adamw_update(p[i], g[i], m[i], v[i], lr, step, it->second, config);
+      } else {
+        r = adamw_update(p[i], g[i], m[i], v[i], lr, step, config);
+      }
       new_p[i] = r[0];
       m[i] = r[1];
       v[i] = r[2];

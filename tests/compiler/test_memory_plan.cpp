@@ -16,6 +16,7 @@
 #include "tessera/core/array.h"
 #include "tessera/ir/primitives/elementwise.h"
 #include "tessera/ir/primitives/layout.h"
+#include "tessera/ir/primitives/optim.h"
 #include "tessera/ir/primitives/reduce.h"
 
 namespace tessera::compiler {
@@ -362,6 +363,41 @@ TEST(MemoryPlan, RandomGraphsNeverOverlapLiveBuffers) {
 }
 
 // ---- schedule pass ----
+
+TEST(Schedule, EquivalentOptimizerUpdatesBecomeNeighbours) {
+  // Six AdamW updates, decayed and undecayed in turn (weights and biases), each read by
+  // the outputs only: after the pass the three of each kind are consecutive (a backend
+  // groups a run of equivalent updates into one launch), in their original order
+  // within each kind; an update that reads another's output stays after it.
+  Graph g;
+  const TensorType t = f32({64});
+  AdamWConfig decayed, plain;
+  decayed.weight_decay = 0.1;
+  std::vector<ValueId> outputs;
+  for (int i = 0; i < 6; ++i) {
+    const ValueId p = g.add_parameter(t), grad = g.add_parameter(t), m = g.add_parameter(t), v = g.add_parameter(t);
+    std::vector<ValueId> r =
+        g.add_node(std::make_shared<AdamW>(i % 2 == 0 ? decayed : plain), {p, grad, m, v}, {t, t, t});
+    g.nodes.back().remat_name = "update " + std::to_string(i);
+    outputs.insert(outputs.end(), r.begin(), r.end());
+  }
+  // A seventh, undecayed, whose gradient is the first update's new parameter.
+  const ValueId m7 = g.add_parameter(t), v7 = g.add_parameter(t);
+  std::vector<ValueId> r7 = g.add_node(std::make_shared<AdamW>(plain), {outputs[0], outputs[0], m7, v7}, {t, t, t});
+  g.nodes.back().remat_name = "update 6";
+  outputs.insert(outputs.end(), r7.begin(), r7.end());
+  g.outputs = outputs;
+  SchedulePass().run(g);
+  g.verify();
+  std::vector<std::string> order;
+  for (const Node& n : g.nodes) order.push_back(n.remat_name);
+  const std::vector<std::string> want = {"update 1", "update 3", "update 5", "update 0",
+                                         "update 2", "update 4", "update 6"};
+  EXPECT_EQ(order, want);
+  const std::string text = g.text();
+  SchedulePass().run(g);
+  EXPECT_EQ(g.text(), text) << "idempotent";
+}
 
 TEST(Schedule, MovesANodeToJustBeforeItsFirstUser) {
   Graph g;

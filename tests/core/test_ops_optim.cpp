@@ -116,6 +116,48 @@ TEST(AdamW, DifferentiatesThroughItsCompositeForm) {
   EXPECT_TRUE(check_vjp_fd(f, {p, g, m, v}));
 }
 
+TEST(AdamW, ScaledGradientEqualsTheMultiplyBitwise) {
+  // grad_scale (global-norm clipping folded into the update) gives the bits of the
+  // update of multiply(grad, grad_scale), for every float dtype, over several chunks
+  // of the parallel kernel; the composite agrees to rounding.
+  AdamWConfig config;
+  config.weight_decay = 0.1;
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16, DType::Float64}) {
+    const DType state = accumulation_dtype(dtype);
+    const int64_t n = 40001;
+    Array p = random_array({n}, 41, dtype), g = random_array({n}, 42, dtype);
+    Array m = astype(random_array({n}, 43, state) * 0.1, state);
+    Array v = astype(square(random_array({n}, 44, state)) * 0.01, state);
+    Array lr = Array::scalar(3e-3, DType::Float32), step = Array::scalar(4, DType::Int64);
+    Array scale = astype(Array::scalar(0.3712345, DType::Float64), dtype);
+    auto fused = adamw_update(p, g, m, v, lr, step, scale, config);
+    auto plain = adamw_update(p, multiply(g, scale), m, v, lr, step, config);
+    for (int i = 0; i < 3; ++i) {
+      std::vector<double> a = fused[i].to_vector<double>(), b = plain[i].to_vector<double>();
+      ASSERT_EQ(a, b) << name(dtype) << " output " << i;
+    }
+    // A scale of 1 is no scaling at all.
+    auto one = adamw_update(p, g, m, v, lr, step, astype(Array::scalar(1.0), dtype), config);
+    auto unscaled = adamw_update(p, g, m, v, lr, step, config);
+    ASSERT_EQ(one[0].to_vector<double>(), unscaled[0].to_vector<double>()) << name(dtype);
+    auto c = AdamW(config, true, true).composite({p, g, m, v, lr, step, scale});
+    EXPECT_TRUE(all_close(c[1].to_vector<double>(), fused[1].to_vector<double>(), 1e-6, 1e-7)) << name(dtype);
+    EXPECT_TRUE(
+        all_close(c[0].to_vector<double>(), fused[0].to_vector<double>(), dtype == DType::BFloat16 ? 1e-2 : 1e-3, 1e-6))
+        << name(dtype);
+  }
+  Array p = random_array({5}, 45, DType::Float32), m = zeros({5}), v = zeros({5});
+  Array lr = Array::scalar(1e-3), step = Array::scalar(1, DType::Int64);
+  EXPECT_TRUE(
+      throws_with<ValueError>([&] { adamw_update(p, p, m, v, lr, step, Array::scalar(0.5, DType::Float64), config); },
+                              {"grad_scale", "f64", "float32"}));
+  EXPECT_TRUE(throws_with<ValueError>([&] { adamw_update(p, p, m, v, lr, step, zeros({2}), config); },
+                                      {"grad_scale", "scalar"}));
+  // The attribute names the form, so a parsed program rebuilds it.
+  EXPECT_NE(AdamW(config, true, true).attributes().find("scaled_grad=true"), std::string::npos);
+  EXPECT_EQ(AdamW(config, true).attributes().find("scaled_grad"), std::string::npos);
+}
+
 TEST(AdamW, ArrayStepAndRateEqualTheStaticForm) {
   // lr and step as arrays (what a jitted training loop passes) give bitwise the same
   // update as the same numbers baked into the primitive.

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,33 @@ TEST(CudaAdamW, DynamicLrAndStep) {
     }
 }
 
+TEST(CudaAdamW, ScaledGradientIsTheMultiplyBitwise) {
+  TESSERA_REQUIRE_GPU();
+  // grad_scale (the clip factor folded into the update) against the same update of the
+  // multiplied gradient (the multiply run by the CPU, whose rounding is the op's), both
+  // on the GPU: bit for bit; m and v bitwise the CPU's fused form too.
+  ts::AdamWConfig config;
+  config.weight_decay = 0.1;
+  config.beta2 = 0.95;
+  for (DType dtype : kFloatTypes) {
+    State s = random_state({70001}, dtype);
+    Array lr = Array::scalar(2e-3, DType::Float32), t = Array::scalar(3.0, DType::Int64);
+    Array scale = ts::astype(Array::scalar(0.3712345, DType::Float64), dtype);
+    scale.eval();
+    std::vector<Array> fused = ts::adamw_update(s.p, s.g, s.m, s.v, lr, t, scale, config);
+    std::vector<Array> plain = ts::adamw_update(s.p, ts::multiply(s.g, scale), s.m, s.v, lr, t, config);
+    std::vector<Array> gpu_fused = ts::cuda::run_on_gpu(fused[0]);
+    std::vector<Array> gpu_plain = ts::cuda::run_on_gpu(plain[0]);
+    ts::eval(fused);
+    ASSERT_EQ(gpu_fused.size(), 3u);
+    const std::string what = std::string(ts::name(dtype)) + " scaled";
+    for (int i = 0; i < 3; ++i) expect_same_bytes(gpu_fused[i], gpu_plain[i], what + " output " + std::to_string(i));
+    expect_same_bytes(gpu_fused[1], fused[1], what + " m against the CPU");
+    expect_same_bytes(gpu_fused[2], fused[2], what + " v against the CPU");
+    EXPECT_LT(rel_error(gpu_fused[0].to_vector<float>(), fused[0].to_vector<float>()), 1e-6) << what;
+  }
+}
+
 TEST(CudaAdamW, InvalidDynamicStepPoisonsParams) {
   TESSERA_REQUIRE_GPU();
   // The CPU throws for step 0; the device cannot, so the parameters become NaN.
@@ -128,9 +156,12 @@ TEST(CudaAdamW, InvalidDynamicStepPoisonsParams) {
 namespace {
 
 // The multi-tensor launcher against the CPU kernel on host copies, for `sizes`.
+// `grad_scale`: a gradient scale to put on the device (hyper.grad_scale_device) and give
+// the CPU kernel too.
 template <typename T>
-void expect_multi_tensor_matches_cpu(DType dtype, const std::vector<int64_t>& sizes, const ts::cuda::AdamWHyper& h,
-                                     const std::vector<float>* lr_and_step_on_device = nullptr) {
+void expect_multi_tensor_matches_cpu(DType dtype, const std::vector<int64_t>& sizes, ts::cuda::AdamWHyper h,
+                                     const std::vector<float>* lr_and_step_on_device = nullptr,
+                                     const T* grad_scale = nullptr) {
   struct Host {
     std::vector<T> p, g;
     std::vector<float> m, v;
@@ -157,8 +188,14 @@ void expect_multi_tensor_matches_cpu(DType dtype, const std::vector<int64_t>& si
     tensors.push_back({dp.back().get(), dg.back().get(), dm.back().get(), dv.back().get(), n});
     host.push_back(std::move(t));
   }
+  std::optional<ts::cuda_test::DeviceBuffer<T>> d_scale;
+  if (grad_scale != nullptr) {
+    d_scale.emplace(std::vector<T>{*grad_scale});
+    h.grad_scale_device = d_scale->get();
+  }
   ts::cuda::adamw_multi_tensor(dtype, tensors, h, nullptr);
   ts::cpu::AdamWConfig c;
+  c.grad_scale = grad_scale;
   c.lr = h.lr;
   c.beta1 = h.beta1;
   c.beta2 = h.beta2;
@@ -209,6 +246,19 @@ TEST(CudaAdamWMultiTensor, ManyOddTensorsMatchCpu) {
   expect_multi_tensor_matches_cpu<float>(DType::Float32, sizes, h);
   expect_multi_tensor_matches_cpu<ts::bfloat16>(DType::BFloat16, {3, 65537, 1000, 0, 77}, h);
   expect_multi_tensor_matches_cpu<ts::float16>(DType::Float16, {3, 65537, 1000, 77}, h);
+}
+
+TEST(CudaAdamWMultiTensor, ScaledGradientsMatchCpu) {
+  TESSERA_REQUIRE_GPU();
+  ts::cuda::AdamWHyper h;
+  h.lr = 6e-4;
+  h.beta2 = 0.95;
+  h.weight_decay = 0.1;
+  h.step = 5;
+  const float scale = 0.2718f;
+  expect_multi_tensor_matches_cpu<float>(DType::Float32, {1, 65537, 300001, 33}, h, nullptr, &scale);
+  const ts::bfloat16 scale_bf16 = ts::float_to_bf16(0.2718f);
+  expect_multi_tensor_matches_cpu<ts::bfloat16>(DType::BFloat16, {3, 65537, 77}, h, nullptr, &scale_bf16);
 }
 
 TEST(CudaAdamWMultiTensor, DynamicLrAndStep) {

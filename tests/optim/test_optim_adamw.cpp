@@ -79,6 +79,36 @@ TEST(OptimAdamW, ClipsBeforeTheUpdate) {
   run_adamw_against_reference(DType::Float64, 0.5, 1e-12);
 }
 
+TEST(OptimAdamW, FoldedClipIsBitwiseTheClippedGradientsUpdate) {
+  // apply() hands AdamW the clip factor as its grad_scale instead of clipped gradients:
+  // the same bits as clip_by_global_norm followed by the plain update.
+  std::vector<LeafSpec> leaves = test_leaves();
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    OptimizerConfig config;
+    config.clip_norm = 0.5;
+    Optimizer opt(config, specs_of(leaves));
+    Tree params = tree_of(leaves, random_values_for(leaves, 1, dtype), dtype);
+    Tree grads = tree_of(leaves, random_values_for(leaves, 2, dtype), dtype);
+    Tree state = opt.init(params);
+    const Array lr = Array::scalar(3e-3, DType::Float32);
+    Optimizer::Update u = opt.apply(params, grads, state, lr);
+    auto [clipped, norm] = optim::clip_by_global_norm(grads, config.clip_norm);
+    EXPECT_EQ(u.grad_norm.item<float>(), norm.item<float>());
+    const std::vector<std::string> paths = params.paths();
+    const std::vector<Array> p = params.leaves(), g = clipped.leaves(), m = state.at("m").leaves(),
+                             v = state.at("v").leaves(), new_p = u.params.leaves(), new_m = u.state.at("m").leaves();
+    for (size_t i = 0; i < p.size(); ++i) {
+      AdamWConfig c{.beta1 = config.beta1,
+                    .beta2 = config.beta2,
+                    .eps = config.eps,
+                    .weight_decay = opt.decays(paths[i]) ? config.weight_decay : 0.0};
+      std::vector<Array> r = adamw_update(p[i], g[i], m[i], v[i], lr, Array::scalar(1, DType::Int64), c);
+      EXPECT_EQ(new_p[i].to_vector<double>(), r[0].to_vector<double>()) << name(dtype) << " " << paths[i];
+      EXPECT_EQ(new_m[i].to_vector<double>(), r[1].to_vector<double>()) << name(dtype) << " " << paths[i];
+    }
+  }
+}
+
 TEST(OptimAdamW, InitStateLayoutAndDtypes) {
   std::vector<LeafSpec> leaves = test_leaves();
   Optimizer opt(OptimizerConfig{}, specs_of(leaves));

@@ -180,6 +180,11 @@ std::vector<Array> adamw_update(const Array& param, const Array& grad, const Arr
 // compiles once for every step and learning-rate schedule.
 std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v, const Array& lr,
                                 const Array& step, const AdamWConfig& config);
+// The same with the gradient scaled first: the update of multiply(grad, grad_scale)
+// (grad_scale a scalar of grad's dtype, e.g. the global-norm clip factor), bitwise, in
+// one pass: the scaled gradients are never stored.
+std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v, const Array& lr,
+                                const Array& step, const Array& grad_scale, const AdamWConfig& config);
 // One Lion step (Chen et al. 2023):
 //   c = b1 m + (1-b1) g;  p' = p - lr (sign(c) + wd p);  m' = b2 m + (1-b2) g
 // Returns {p', m'}. grad has param's shape and dtype; m is float32 for

@@ -81,6 +81,12 @@ Array global_norm(const Tree& grads);
 // grads * min(1, max_norm / (norm + 1e-6)) (traceable); returns {clipped, norm}.
 std::pair<Tree, Array> clip_by_global_norm(const Tree& grads, double max_norm);
 
+// The clip factor alone: {min(1, max_norm / (norm + 1e-6)) in the norm's accumulation
+// dtype, norm as float32}. clip_by_global_norm multiplies each leaf by it cast to the
+// leaf's dtype; AdamW takes that cast factor as its grad_scale instead (the same bits,
+// without writing the clipped gradients).
+std::pair<Array, Array> clip_factor(const Tree& grads, double max_norm);
+
 class Optimizer {
  public:
   // `specs` gives each parameter's kind (weight decay mask) by path; paths of the

@@ -30,6 +30,7 @@ void AdamW::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outpu
     if (c.step < 1) fail<ValueError>("adamw_update: step {} (expected >= 1, it is 1-based)", c.step);
     if (!(c.lr >= 0)) fail<ValueError>("adamw_update: lr {} (expected >= 0)", c.lr);
   }
+  if (scaled_grad_) c.grad_scale = inputs[grad_scale_input()].raw_data();
   cpu::adamw_update(inputs[0].dtype(), outputs[0].mutable_raw_data(), inputs[1].raw_data(),
                     outputs[1].mutable_raw_data(), outputs[2].mutable_raw_data(), inputs[0].size(), c);
 }

@@ -1,5 +1,6 @@
 // CUDA kernels of the optimizer update primitives (ir/primitives/optim.h): adamw_update
-// (inputs param, grad, m, v, and lr, step when dynamic; outputs param, m, v) and
+// (inputs param, grad, m, v, lr and step when dynamic, grad_scale when scaled_grad;
+// outputs param, m, v) and
 // lion_update (inputs param, grad, m, and lr when dynamic; outputs param, m), as in the
 // CPU eval (backend/cpu/eval_optim.cpp). The kernels read the inputs and write the
 // outputs, so they need no copies whether or not the executable donated the buffers
@@ -16,7 +17,7 @@ namespace {
 // Checks one application's operands and returns its hyperparameters.
 AdamWHyper checked_hyper(const AdamW& p, const std::vector<DeviceTensor>& inputs,
                          const std::vector<DeviceTensor>& outputs) {
-  const size_t want_in = p.dynamic() ? 6 : 4;
+  const size_t want_in = (p.dynamic() ? 6 : 4) + (p.scaled_grad() ? 1 : 0);
   if (inputs.size() != want_in || outputs.size() != 3)
     fail<ValueError>("adamw_update: called with {} inputs and {} outputs (expected {} and 3)", inputs.size(),
                      outputs.size(), want_in);
@@ -52,6 +53,13 @@ AdamWHyper checked_hyper(const AdamW& p, const std::vector<DeviceTensor>& inputs
     h.lr_dtype = lr.dtype;
     h.step_device = step.data;
     h.step_dtype = step.dtype;
+  }
+  if (p.scaled_grad()) {
+    const DeviceTensor& scale = inputs[p.grad_scale_input()];
+    if (scale.numel() != 1 || scale.dtype != param.dtype)
+      fail<ValueError>("adamw_update: grad_scale is {}[{}] (expected a scalar of the gradient's dtype, {})",
+                       name(scale.dtype), scale.numel(), name(param.dtype));
+    h.grad_scale_device = scale.data;
   }
   return h;
 }
@@ -164,7 +172,8 @@ void lion_group_kernel(const Primitive& primitive, const std::vector<std::vector
 
 void register_optim_kernels() {
   register_kernel("adamw_update", adamw_kernel);
-  // Inputs from 4 on (a dynamic lr and step) must be the same values across the group.
+  // Inputs from 4 on (a dynamic lr and step, a grad_scale) must be the same values across
+  // the group.
   register_group_kernel("adamw_update", adamw_group_kernel, 4);
   register_kernel("lion_update", lion_kernel);
   // Input 3 (a dynamic lr) must be the same value across the group.

@@ -18,10 +18,14 @@
 // made only when that is negative, so no point of the schedule holds more than
 // before. Views (reshape, identity) first move to just after their source: a view
 // costs no bytes but its position counts as a use of its source's buffer.
+//
+// Last, runs of consecutive independent in-place updates (the optimizer's) are sorted
+// so that equivalent ones are neighbours (cluster_equivalent_updates).
 #include "tessera/compiler/passes/schedule.h"
 
 #include <algorithm>
 #include <numeric>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -330,6 +334,54 @@ void apply_order(Graph& graph, const std::vector<int>& order) {
   }
 }
 
+// Within each run of consecutive live nodes of one primitive that read none of each
+// other's outputs and update in place (every output may be written over an input: the
+// optimizer's per-parameter updates), nodes with equal attributes become neighbours
+// (stable, by attribute text): a backend that launches a run of equivalent nodes as one
+// kernel (the CUDA multi-tensor AdamW) then gets two runs, say decayed and undecayed
+// parameters, instead of one per switch. The live bytes do not change: each node's
+// outputs take its inputs' buffers.
+std::vector<int> cluster_equivalent_updates(const Graph& graph) {
+  std::vector<int> order;
+  order.reserve(graph.nodes.size());
+  auto in_place = [](const Node& node) {
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      bool any = false;
+      for (size_t i = 0; i < node.inputs.size() && !any; ++i)
+        any = node.primitive->can_write_in_place(static_cast<int>(i), static_cast<int>(o));
+      if (!any) return false;
+    }
+    return !node.outputs.empty();
+  };
+  const size_t n = graph.nodes.size();
+  size_t begin = 0;
+  while (begin < n) {
+    const Node& head = graph.nodes[begin];
+    size_t end = begin + 1;
+    if (!head.dead && in_place(head)) {
+      const std::string name = head.primitive->name();
+      for (; end < n; ++end) {
+        const Node& node = graph.nodes[end];
+        if (node.dead || node.primitive->name() != name || !in_place(node)) break;
+        bool reads_run = false;
+        for (ValueId in : node.inputs) {
+          const Value& v = graph.value(in);
+          reads_run = reads_run || (v.kind == ValueKind::NodeOutput && v.node >= static_cast<int>(begin) &&
+                                    v.node < static_cast<int>(end));
+        }
+        if (reads_run) break;
+      }
+    }
+    std::vector<std::pair<std::string, int>> run;
+    for (size_t i = begin; i < end; ++i)
+      run.emplace_back(end - begin > 1 ? graph.nodes[i].primitive->attributes() : std::string(), static_cast<int>(i));
+    std::stable_sort(run.begin(), run.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& r : run) order.push_back(r.second);
+    begin = end;
+  }
+  return order;
+}
+
 }  // namespace
 
 void SchedulePass::run(Graph& graph) {
@@ -398,10 +450,12 @@ void SchedulePass::run(Graph& graph) {
   }
 
   apply_order(graph, order);
-  if (!hoist_shrinking_) return;
-  ShrinkingHoister hoister(graph);
-  hoist_sweeps_ = hoister.run();
-  apply_order(graph, hoister.order());
+  if (hoist_shrinking_) {
+    ShrinkingHoister hoister(graph);
+    hoist_sweeps_ = hoister.run();
+    apply_order(graph, hoister.order());
+  }
+  apply_order(graph, cluster_equivalent_updates(graph));
 }
 
 }  // namespace tessera::compiler

@@ -11,17 +11,20 @@
 namespace tessera {
 
 std::string AdamW::attributes() const {
+  const char* scaled = scaled_grad_ ? ", scaled_grad=true" : "";
   if (dynamic_)
-    return fmt::format("beta1={}, beta2={}, eps={}, weight_decay={}, dynamic=true", config_.beta1, config_.beta2,
-                       config_.eps, config_.weight_decay);
-  return fmt::format("lr={}, beta1={}, beta2={}, eps={}, weight_decay={}, step={}", config_.lr, config_.beta1,
-                     config_.beta2, config_.eps, config_.weight_decay, config_.step);
+    return fmt::format("beta1={}, beta2={}, eps={}, weight_decay={}, dynamic=true{}", config_.beta1, config_.beta2,
+                       config_.eps, config_.weight_decay, scaled);
+  return fmt::format("lr={}, beta1={}, beta2={}, eps={}, weight_decay={}, step={}{}", config_.lr, config_.beta1,
+                     config_.beta2, config_.eps, config_.weight_decay, config_.step, scaled);
 }
 
 std::vector<Array> AdamW::composite(const std::vector<Array>& in) const {
   const AdamWConfig& c = config_;
   DType state = accumulation_dtype(in[0].dtype());
-  Array p = astype(in[0], state), g = astype(in[1], state);
+  // The scaled gradient is rounded to grad's dtype first, as multiply(grad, grad_scale).
+  const Array grad = scaled_grad_ ? multiply(in[1], in[grad_scale_input()]) : in[1];
+  Array p = astype(in[0], state), g = astype(grad, state);
   Array m = in[2] * c.beta1 + g * (1.0 - c.beta1);
   Array v = in[3] * c.beta2 + square(g) * (1.0 - c.beta2);
   if (dynamic_) {
@@ -40,7 +43,7 @@ std::vector<Array> AdamW::composite(const std::vector<Array>& in) const {
 
 Cost AdamW::cost(const std::vector<Array>& inputs, const std::vector<Array>& outputs) const {
   Cost c = Primitive::cost(inputs, outputs);
-  c.flops = 12.0 * static_cast<double>(inputs[0].size());
+  c.flops = (scaled_grad_ ? 13.0 : 12.0) * static_cast<double>(inputs[0].size());
   return c;
 }
 

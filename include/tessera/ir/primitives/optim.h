@@ -17,13 +17,20 @@ struct AdamWConfig {
 
 // Inputs: param, grad, m, v, and when `dynamic`: lr (a floating scalar) and step (an
 // integer scalar), which then replace config.lr and config.step, so one compiled
-// program serves every step and any learning-rate schedule. Outputs: param, m, v
-// (m, v in the accumulation dtype).
+// program serves every step and any learning-rate schedule; and last, when
+// `scaled_grad`: grad_scale, a scalar of grad's dtype, and the update uses
+// multiply(grad, grad_scale) (rounded to grad's dtype, exactly the multiply op): global-norm
+// clipping folded into the update, so the clipped gradients are never written out.
+// Outputs: param, m, v (m, v in the accumulation dtype).
 class AdamW : public Primitive {
  public:
-  explicit AdamW(AdamWConfig config, bool dynamic = false) : config_(config), dynamic_(dynamic) {}
+  explicit AdamW(AdamWConfig config, bool dynamic = false, bool scaled_grad = false)
+      : config_(config), dynamic_(dynamic), scaled_grad_(scaled_grad) {}
   const AdamWConfig& config() const { return config_; }
   bool dynamic() const { return dynamic_; }
+  bool scaled_grad() const { return scaled_grad_; }
+  // The index of grad_scale among the inputs (when scaled_grad).
+  size_t grad_scale_input() const { return dynamic_ ? 6 : 4; }
   std::string name() const override { return "adamw_update"; }
   // param -> new param, m -> new m, v -> new v (the kernel is elementwise).
   bool can_write_in_place(int input, int output) const override { return input == (output == 0 ? 0 : output + 1); }
@@ -35,6 +42,7 @@ class AdamW : public Primitive {
  private:
   AdamWConfig config_;
   bool dynamic_;
+  bool scaled_grad_;
 };
 
 struct LionConfig {

@@ -106,12 +106,48 @@ void widened_update(T* p, const T* g, int64_t n, Span&& span) {
                           });
 }
 
+// widened_update's twin for a scaled gradient: each chunk's g * scale, rounded to T as
+// the multiply op rounds it, is written to scratch in the accumulation type (next to the
+// widened parameters of a 16-bit T) and the span reads it from there.
+template <typename T, typename Span>
+void scaled_update(T* p, const T* g, int64_t n, T scale, Span&& span) {
+  using A = Acc<T>;
+  const ChunkScratch scratch(sizeof(A) * 2 * static_cast<size_t>(std::min(n, kGrain)), Scratch::OptimChunks);
+  auto wide = [](T x) -> A {
+    if constexpr (kIsHalf<T>) {
+      return to_float(x);
+    } else {
+      return x;
+    }
+  };
+  const A s = wide(scale);
+  parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
+    ChunkScratch::Lease lease(scratch);
+    const int64_t len = end - begin;
+    A* ps = lease.as<A>();
+    A* gs = ps + len;
+    for (int64_t i = 0; i < len; ++i) gs[i] = wide(from_acc<T>(wide(g[begin + i]) * s));
+    if constexpr (kIsHalf<T>) {
+      widen(p + begin, ps, len);
+      span(ps, gs, begin, len);
+      narrow(ps, p + begin, len);
+    } else {
+      span(p + begin, gs, begin, len);
+    }
+  });
+}
+
 template <typename T>
 void adamw_impl(T* p, const T* g, Acc<T>* m, Acc<T>* v, int64_t n, const AdamWConfig& config) {
   const Coeffs<Acc<T>> k = coeffs<Acc<T>>(config);
-  widened_update(p, g, n, [&](auto* ps, const auto* gs, int64_t begin, int64_t len) {
+  auto span = [&](auto* ps, const auto* gs, int64_t begin, int64_t len) {
     adamw_span(ps, gs, m + begin, v + begin, len, k);
-  });
+  };
+  if (config.grad_scale != nullptr) {
+    scaled_update(p, g, n, *static_cast<const T*>(config.grad_scale), span);
+  } else {
+    widened_update(p, g, n, span);
+  }
 }
 
 // ---- Lion ----

@@ -10,6 +10,9 @@ namespace tessera::cpu {
 struct AdamWConfig {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   int64_t step = 1;  // 1-based, for bias correction
+  // When set: a scalar of the gradient's dtype, and the update uses g * grad_scale rounded
+  // to that dtype (the multiply op's result), so a clip factor costs no pass of its own.
+  const void* grad_scale = nullptr;
 };
 
 // Decoupled weight decay (Loshchilov & Hutter):

@@ -31,9 +31,11 @@ struct Coeffs {
 };
 
 // lr and step on the device (dynamic schedules); lr == nullptr: the coefficients are final.
+// grad_scale: a device scalar of the gradient's dtype multiplying each gradient, or nullptr.
 struct Dynamic {
   const void* lr = nullptr;
   const void* step = nullptr;
+  const void* grad_scale = nullptr;
   int lr_dtype = 0, step_dtype = 0;
   double beta1 = 0, beta2 = 0;
 };
@@ -135,13 +137,27 @@ struct Param<__nv_bfloat16> {
   __device__ static __nv_bfloat16 store(A x) { return __float2bfloat16_rn(x); }
 };
 
+// The gradient times the clip factor, rounded to T as the multiply op rounds it (a 16-bit
+// product is exact in float32, so one rounding to T), widened again.
+__device__ __forceinline__ float scaled(float g, float s) { return __fmul_rn(g, s); }
+__device__ __forceinline__ double scaled(double g, double s) { return __dmul_rn(g, s); }
+
+// The scale as the compute type (1 when there is none: then `scale` is not applied).
+template <typename T>
+__device__ __forceinline__ typename Param<T>::A load_grad_scale(const Dynamic& d) {
+  return d.grad_scale != nullptr ? Param<T>::load(*static_cast<const T*>(d.grad_scale)) : typename Param<T>::A(1);
+}
+
 template <typename T>
 __device__ __forceinline__ void update_one(const T* p, const T* g, const typename Param<T>::A* m,
                                            const typename Param<T>::A* v, T* po, typename Param<T>::A* mo,
-                                           typename Param<T>::A* vo, int64_t i, const Coeffs<typename Param<T>::A>& k) {
+                                           typename Param<T>::A* vo, int64_t i, const Coeffs<typename Param<T>::A>& k,
+                                           bool has_scale, typename Param<T>::A scale) {
   using A = typename Param<T>::A;
   A pn, mn, vn;
-  adamw_element(Param<T>::load(p[i]), Param<T>::load(g[i]), m[i], v[i], k, pn, mn, vn);
+  A gi = Param<T>::load(g[i]);
+  if (has_scale) gi = Param<T>::load(Param<T>::store(scaled(gi, scale)));
+  adamw_element(Param<T>::load(p[i]), gi, m[i], v[i], k, pn, mn, vn);
   mo[i] = mn;
   vo[i] = vn;
   po[i] = Param<T>::store(pn);
@@ -154,9 +170,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                  typename Param<T>::A* mo, typename Param<T>::A* vo, int64_t n, Coeffs<typename Param<T>::A> k,
                  Dynamic d) {
   k = resolve(k, d);
+  const bool has_scale = d.grad_scale != nullptr;
+  const typename Param<T>::A scale = load_grad_scale<T>(d);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    update_one(p, g, m, v, po, mo, vo, i, k);
+    update_one(p, g, m, v, po, mo, vo, i, k, has_scale, scale);
 }
 
 // One multi-tensor launch's pointers and (tensor, chunk) pairs; S float32 state
@@ -184,7 +202,10 @@ __global__ void __launch_bounds__(kMtThreads) adamw_multi_tensor_kernel(MtMeta<2
   const T* g = static_cast<const T*>(meta.g[t]);
   float* m = meta.state[0][t];
   float* v = meta.state[1][t];
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) update_one<T>(p, g, m, v, p, m, v, i, k);
+  const bool has_scale = d.grad_scale != nullptr;
+  const float scale = load_grad_scale<T>(d);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    update_one<T>(p, g, m, v, p, m, v, i, k, has_scale, scale);
 }
 
 // One tensor of a multi-tensor launch: parameter, gradient, S state tensors.
@@ -247,6 +268,7 @@ void check_hyper(const char* op, const AdamWHyper& h) {
 
 Dynamic dynamic_of(const AdamWHyper& h) {
   Dynamic d;
+  d.grad_scale = h.grad_scale_device;
   if (h.lr_device != nullptr) {
     d.lr = h.lr_device;
     d.step = h.step_device;

@@ -40,6 +40,9 @@ struct AdamWHyper {
   DType lr_dtype = DType::Float32;
   const void* step_device = nullptr;
   DType step_dtype = DType::Int64;
+  // When set: a device scalar of the gradient's dtype, and the update uses g * grad_scale
+  // rounded to that dtype (the multiply op's result, bitwise): a clip factor costs no pass.
+  const void* grad_scale_device = nullptr;
 };
 
 // One tensor of n elements: reads param, grad, m, v and writes param_out, m_out, v_out

@@ -14,9 +14,11 @@ DType check_adamw(const Array& param, const Array& grad, const Array& m, const A
   if (!is_floating(param.dtype()))
     fail<DTypeError>("{}: param has dtype {} (expected a floating dtype)", op, name(param.dtype()));
   DType state = accumulation_dtype(param.dtype());
-  if (grad.dtype() != param.dtype() || m.dtype() != state || v.dtype() != state)
-    fail<DTypeError>("{}: dtypes param {}, grad {}, m {}, v {} (expected grad = param dtype, m and v {})", op,
-                     name(param.dtype()), name(grad.dtype()), name(m.dtype()), name(v.dtype()), name(state));
+  if (!AdamW::accepts_grad(param.dtype(), grad.dtype()) || m.dtype() != state || v.dtype() != state)
+    fail<DTypeError>(
+        "{}: dtypes param {}, grad {}, m {}, v {} (expected grad = param dtype, or bfloat16/float16 for float32 "
+        "params; m and v {})",
+        op, name(param.dtype()), name(grad.dtype()), name(m.dtype()), name(v.dtype()), name(state));
   if (grad.shape() != param.shape() || m.shape() != param.shape() || v.shape() != param.shape())
     fail<ShapeError>("{}: shapes param {}, grad {}, m {}, v {} (expected all equal)", op, to_string(param.shape()),
                      to_string(grad.shape()), to_string(m.shape()), to_string(v.shape()));
@@ -80,9 +82,9 @@ std::vector<Array> adamw_update(const Array& param, const Array& grad, const Arr
 
 std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v, const Array& lr,
                                 const Array& step, const Array& grad_scale, const AdamWConfig& config) {
-  if (grad_scale.ndim() != 0 || grad_scale.dtype() != grad.dtype())
-    fail<ValueError>("adamw_update: grad_scale is {} (expected a scalar of the gradient's dtype, {})",
-                     type_string(grad_scale), name(grad.dtype()));
+  if (grad_scale.ndim() != 0 || grad_scale.dtype() != param.dtype())
+    fail<ValueError>("adamw_update: grad_scale is {} (expected a scalar of the parameter's dtype, {})",
+                     type_string(grad_scale), name(param.dtype()));
   const DType state = check_adamw_dynamic(param, grad, m, v, lr, step, config);
   return Array::make({param.shape(), param.shape(), param.shape()}, {param.dtype(), state, state},
                      std::make_shared<AdamW>(config, true, true), {param, grad, m, v, lr, step, grad_scale});

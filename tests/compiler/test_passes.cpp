@@ -20,6 +20,7 @@
 #include "tessera/compiler/passes/simplify.h"
 #include "tessera/ir/primitives/elementwise.h"
 #include "tessera/ir/primitives/layout.h"
+#include "tessera/ir/primitives/optim.h"
 
 namespace tessera::compiler {
 namespace {
@@ -278,6 +279,53 @@ TEST(AlgebraicSimplification, KeepsIdentitiesThatBroadcastOrAreNotSplats) {
   g.outputs = {a, b};
   std::string before = g.text();
   EXPECT_EQ(run_pass(AlgebraicSimplification(), g), before);
+}
+
+TEST(AlgebraicSimplification, FoldsAGradientsWideningConvertIntoAdamW) {
+  // Float32 parameters: the update reads the bfloat16 gradient itself; the convert goes
+  // when nothing else reads it and stays for the other reader (a norm's square).
+  // A float64 parameter's float32 gradient keeps its convert (not an accepted mix).
+  Graph g;
+  auto f32 = [](Shape s) { return TensorType{std::move(s), DType::Float32}; };
+  // v (the second moment) as a square, so the update of random inputs is finite and the
+  // values compare bitwise before and after.
+  auto second_moment = [&](TensorType t) { return g.add_node1(unary(UnaryKind::Square), {g.add_parameter(t)}, t); };
+  const ValueId p1 = g.add_parameter(f32({4})), m1 = g.add_parameter(f32({4})), v1 = second_moment(f32({4}));
+  const ValueId p2 = g.add_parameter(f32({4})), m2 = g.add_parameter(f32({4})), v2 = second_moment(f32({4}));
+  const ValueId g1 = g.add_parameter({{4}, DType::BFloat16}), g2 = g.add_parameter({{4}, DType::Float16});
+  const ValueId p3 = g.add_parameter({{4}, DType::Float64}), m3 = g.add_parameter({{4}, DType::Float64});
+  const ValueId v3 = second_moment({{4}, DType::Float64}), g3 = g.add_parameter(f32({4}));
+  const ValueId w1 = g.add_node1(std::make_shared<Cast>(DType::Float32), {g1}, f32({4}));
+  const ValueId w2 = g.add_node1(std::make_shared<Cast>(DType::Float32), {g2}, f32({4}));
+  const ValueId w3 = g.add_node1(std::make_shared<Cast>(DType::Float64), {g3}, {{4}, DType::Float64});
+  const ValueId sq = g.add_node1(unary(UnaryKind::Square), {w2}, f32({4}));
+  AdamWConfig config;
+  std::vector<ValueId> outs =
+      g.add_node(std::make_shared<AdamW>(config), {p1, w1, m1, v1}, {f32({4}), f32({4}), f32({4})});
+  std::vector<ValueId> r2 =
+      g.add_node(std::make_shared<AdamW>(config), {p2, w2, m2, v2}, {f32({4}), f32({4}), f32({4})});
+  std::vector<ValueId> r3 = g.add_node(std::make_shared<AdamW>(config), {p3, w3, m3, v3},
+                                       {{{4}, DType::Float64}, {{4}, DType::Float64}, {{4}, DType::Float64}});
+  outs.insert(outs.end(), r2.begin(), r2.end());
+  outs.insert(outs.end(), r3.begin(), r3.end());
+  outs.push_back(sq);
+  g.outputs = outs;
+  run_pass(AlgebraicSimplification(), g);
+  std::vector<std::pair<ValueId, DType>> update_grads;  // each update's gradient: its producer's dtype
+  int converts = 0;
+  for (const Node& n : g.nodes) {
+    if (n.dead) continue;
+    if (n.primitive->name() == "convert") ++converts;
+    if (n.primitive->name() == "adamw_update") update_grads.emplace_back(n.inputs[1], g.type(n.inputs[1]).dtype);
+  }
+  ASSERT_EQ(update_grads.size(), 3u);
+  // (DCE renumbers the values: the first two gradients are parameters again.)
+  EXPECT_EQ(g.value(update_grads[0].first).kind, ValueKind::Parameter);
+  EXPECT_EQ(update_grads[0].second, DType::BFloat16);
+  EXPECT_EQ(g.value(update_grads[1].first).kind, ValueKind::Parameter);
+  EXPECT_EQ(update_grads[1].second, DType::Float16);
+  EXPECT_EQ(update_grads[2].second, DType::Float64) << "float64 params keep their widened gradient";
+  EXPECT_EQ(converts, 2) << "the float16 one stays for the square, the float64 one for its update";
 }
 
 TEST(AlgebraicSimplification, CancelsNegationsAndComposesTransposes) {

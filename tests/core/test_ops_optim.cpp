@@ -158,6 +158,36 @@ TEST(AdamW, ScaledGradientEqualsTheMultiplyBitwise) {
   EXPECT_EQ(AdamW(config, true).attributes().find("scaled_grad"), std::string::npos);
 }
 
+TEST(AdamW, LowPrecisionGradientsOfFloat32ParamsAreWidenedExactly) {
+  // A bfloat16/float16 gradient of a float32 parameter (what the simplify pass hands the
+  // update instead of a widening convert) gives the bits of the float32 gradient's
+  // update, with and without a grad_scale; other mixes are refused.
+  AdamWConfig config;
+  config.weight_decay = 0.1;
+  const int64_t n = 40001;
+  Array p = random_array({n}, 51, DType::Float32);
+  Array m = astype(random_array({n}, 52) * 0.1, DType::Float32);
+  Array v = astype(square(random_array({n}, 53)) * 0.01, DType::Float32);
+  Array lr = Array::scalar(3e-3, DType::Float32), step = Array::scalar(2, DType::Int64);
+  Array scale = Array::scalar(0.3712345, DType::Float32);
+  for (DType low : {DType::BFloat16, DType::Float16}) {
+    Array g = random_array({n}, 54, low);
+    Array wide = astype(g, DType::Float32);
+    std::vector<std::pair<std::vector<Array>, std::vector<Array>>> cases = {
+        {adamw_update(p, g, m, v, lr, step, config), adamw_update(p, wide, m, v, lr, step, config)},
+        {adamw_update(p, g, m, v, lr, step, scale, config), adamw_update(p, wide, m, v, lr, step, scale, config)}};
+    for (size_t c = 0; c < cases.size(); ++c)
+      for (int i = 0; i < 3; ++i)
+        ASSERT_EQ(cases[c].first[i].to_vector<double>(), cases[c].second[i].to_vector<double>())
+            << name(low) << (c == 1 ? " scaled" : "") << " output " << i;
+    auto composite = AdamW(config, true, true).composite({p, g, m, v, lr, step, scale});
+    EXPECT_TRUE(all_close(composite[1].to_vector<double>(), cases[1].first[1].to_vector<double>(), 1e-6, 1e-7));
+  }
+  Array pb = random_array({5}, 55, DType::BFloat16), gf = random_array({5}, 56, DType::Float32);
+  EXPECT_TRUE(throws_with<DTypeError>([&] { adamw_update(pb, gf, zeros({5}), zeros({5}), lr, step, config); },
+                                      {"grad float32", "bfloat16/float16 for float32"}));
+}
+
 TEST(AdamW, ArrayStepAndRateEqualTheStaticForm) {
   // lr and step as arrays (what a jitted training loop passes) give bitwise the same
   // update as the same numbers baked into the primitive.

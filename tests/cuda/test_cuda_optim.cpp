@@ -142,6 +142,32 @@ TEST(CudaAdamW, ScaledGradientIsTheMultiplyBitwise) {
   }
 }
 
+TEST(CudaAdamW, LowPrecisionGradientsOfFloat32Params) {
+  TESSERA_REQUIRE_GPU();
+  // bfloat16/float16 gradients of float32 parameters (the simplify pass folds their
+  // widening convert into the update): bitwise the CPU's (static lr and step), scaled or not.
+  ts::AdamWConfig config;
+  config.lr = 3e-3;
+  config.weight_decay = 0.1;
+  config.step = 4;
+  for (DType low : {DType::BFloat16, DType::Float16}) {
+    State s = random_state({70001}, DType::Float32);
+    Array g = random_array({70001}, low, 1.0f);
+    std::vector<Array> outs = ts::adamw_update(s.p, g, s.m, s.v, config);
+    std::vector<Array> gpu = ts::cuda::run_on_gpu(outs[0]);
+    ts::eval(outs);
+    for (int i = 0; i < 3; ++i)
+      expect_same_bytes(gpu[i], outs[i], std::string(ts::name(low)) + " gradient, output " + std::to_string(i));
+    Array lr = Array::scalar(2e-3, DType::Float32), t = Array::scalar(3.0, DType::Int64);
+    Array scale = Array::scalar(0.3712345, DType::Float32);
+    std::vector<Array> fused = ts::adamw_update(s.p, g, s.m, s.v, lr, t, scale, config);
+    std::vector<Array> wide = ts::adamw_update(s.p, ts::astype(g, DType::Float32), s.m, s.v, lr, t, scale, config);
+    std::vector<Array> gpu_fused = ts::cuda::run_on_gpu(fused[0]), gpu_wide = ts::cuda::run_on_gpu(wide[0]);
+    for (int i = 0; i < 3; ++i)
+      expect_same_bytes(gpu_fused[i], gpu_wide[i], std::string(ts::name(low)) + " scaled, output " + std::to_string(i));
+  }
+}
+
 TEST(CudaAdamW, InvalidDynamicStepPoisonsParams) {
   TESSERA_REQUIRE_GPU();
   // The CPU throws for step 0; the device cannot, so the parameters become NaN.
@@ -259,6 +285,59 @@ TEST(CudaAdamWMultiTensor, ScaledGradientsMatchCpu) {
   expect_multi_tensor_matches_cpu<float>(DType::Float32, {1, 65537, 300001, 33}, h, nullptr, &scale);
   const ts::bfloat16 scale_bf16 = ts::float_to_bf16(0.2718f);
   expect_multi_tensor_matches_cpu<ts::bfloat16>(DType::BFloat16, {3, 65537, 77}, h, nullptr, &scale_bf16);
+}
+
+TEST(CudaAdamWMultiTensor, Bfloat16GradientsOfFloat32Params) {
+  TESSERA_REQUIRE_GPU();
+  // hyper.grad_dtype: float32 parameters, bfloat16 gradients, with a grad_scale, against
+  // the CPU kernel given the same dtypes.
+  ts::cuda::AdamWHyper h;
+  h.lr = 6e-4;
+  h.beta2 = 0.95;
+  h.weight_decay = 0.1;
+  h.step = 2;
+  h.grad_dtype = DType::BFloat16;
+  const float scale = 0.61f;
+  ts::cuda_test::DeviceBuffer<float> d_scale(std::vector<float>{scale});
+  h.grad_scale_device = d_scale.get();
+  ts::cpu::AdamWConfig c;
+  c.lr = h.lr;
+  c.beta2 = h.beta2;
+  c.weight_decay = h.weight_decay;
+  c.step = h.step;
+  c.grad_dtype = DType::BFloat16;
+  c.grad_scale = &scale;
+  std::vector<ts::cuda_test::DeviceBuffer<float>> dp, dm, dv;
+  std::vector<ts::cuda_test::DeviceBuffer<ts::bfloat16>> dg;
+  std::vector<ts::cuda::AdamWTensor> tensors;
+  struct Host {
+    std::vector<float> p, m, v;
+    std::vector<ts::bfloat16> g;
+  };
+  std::vector<Host> host;
+  for (int64_t n : {int64_t{1}, int64_t{65537}, int64_t{300001}, int64_t{77}}) {
+    Host t{ts::cuda_test::random_floats(n, next_seed()),
+           ts::cuda_test::random_floats(n, next_seed(), 0.1f),
+           ts::cuda_test::random_floats(n, next_seed(), 0.01f),
+           {}};
+    for (float& x : t.v) x = std::fabs(x);
+    for (float x : ts::cuda_test::random_floats(n, next_seed())) t.g.push_back(ts::float_to_bf16(x));
+    dp.emplace_back(t.p);
+    dg.emplace_back(t.g);
+    dm.emplace_back(t.m);
+    dv.emplace_back(t.v);
+    tensors.push_back({dp.back().get(), dg.back().get(), dm.back().get(), dv.back().get(), n});
+    host.push_back(std::move(t));
+  }
+  ts::cuda::adamw_multi_tensor(DType::Float32, tensors, h, nullptr);
+  for (size_t i = 0; i < host.size(); ++i) {
+    Host& t = host[i];
+    ts::cpu::adamw_update(DType::Float32, t.p.data(), t.g.data(), t.m.data(), t.v.data(),
+                          static_cast<int64_t>(t.p.size()), c);
+    EXPECT_EQ(dp[i].download(), t.p) << "tensor " << i << " param";
+    EXPECT_EQ(dm[i].download(), t.m) << "tensor " << i << " m";
+    EXPECT_EQ(dv[i].download(), t.v) << "tensor " << i << " v";
+  }
 }
 
 TEST(CudaAdamWMultiTensor, DynamicLrAndStep) {

@@ -31,6 +31,7 @@ void AdamW::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outpu
     if (!(c.lr >= 0)) fail<ValueError>("adamw_update: lr {} (expected >= 0)", c.lr);
   }
   if (scaled_grad_) c.grad_scale = inputs[grad_scale_input()].raw_data();
+  c.grad_dtype = inputs[1].dtype();
   cpu::adamw_update(inputs[0].dtype(), outputs[0].mutable_raw_data(), inputs[1].raw_data(),
                     outputs[1].mutable_raw_data(), outputs[2].mutable_raw_data(), inputs[0].size(), c);
 }

@@ -6,6 +6,10 @@
 // outputs, so they need no copies whether or not the executable donated the buffers
 // (can_write_in_place). A dynamic lr/step stays on the device: the kernel reads it, so
 // one captured step serves every step of a schedule.
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "backend/cuda/kernel_registry.h"
 #include "backend/cuda/kernels/optim.h"
 #include "tessera/base/error.h"
@@ -24,10 +28,11 @@ AdamWHyper checked_hyper(const AdamW& p, const std::vector<DeviceTensor>& inputs
   const DeviceTensor& param = inputs[0];
   const DType state = accumulation_dtype(param.dtype);
   for (int i = 0; i < 4; ++i) {
-    const DType want = i < 2 ? param.dtype : state;
-    if (inputs[i].numel() != param.numel() || inputs[i].dtype != want)
+    const DType want = i == 0 ? param.dtype : i == 1 ? inputs[1].dtype : state;
+    if (inputs[i].numel() != param.numel() || inputs[i].dtype != want ||
+        (i == 1 && !AdamW::accepts_grad(param.dtype, want)))
       fail<ShapeError>("adamw_update: input {} has {} elements of {} (expected {} of {})", i, inputs[i].numel(),
-                       name(inputs[i].dtype), param.numel(), name(want));
+                       name(inputs[i].dtype), param.numel(), i == 1 ? "the parameter's dtype" : name(want));
   }
   for (int o = 0; o < 3; ++o) {
     const DType want = o == 0 ? param.dtype : state;
@@ -43,6 +48,7 @@ AdamWHyper checked_hyper(const AdamW& p, const std::vector<DeviceTensor>& inputs
   h.eps = c.eps;
   h.weight_decay = c.weight_decay;
   h.step = c.step;
+  h.grad_dtype = inputs[1].dtype;
   if (p.dynamic()) {
     const DeviceTensor& lr = inputs[4];
     const DeviceTensor& step = inputs[5];
@@ -73,14 +79,16 @@ void adamw_kernel(const Primitive& primitive, const std::vector<DeviceTensor>& i
                outputs[1].data, outputs[2].data, inputs[0].numel(), h, ctx.stream);
 }
 
-// Every parameter's update in one multi-tensor launch (apex's multi_tensor_apply) when
-// the memory plan updated them all in place (donated parameters and state: the training
-// step) with one parameter dtype; otherwise one launch per tensor. Bitwise the same.
+// Every parameter's update in multi-tensor launches (apex's multi_tensor_apply), one
+// series per gradient dtype (float32 parameters may have bfloat16 and float32
+// gradients), when the memory plan updated them all in place (donated parameters and
+// state: the training step) with one parameter dtype; otherwise one launch per tensor.
+// Bitwise the same: every update is elementwise and independent of the others.
 void adamw_group_kernel(const Primitive& primitive, const std::vector<std::vector<DeviceTensor>>& inputs,
                         const std::vector<std::vector<DeviceTensor>>& outputs, KernelContext& ctx) {
   const AdamW& p = as_adamw(primitive);
   bool in_place = true;
-  std::vector<AdamWTensor> tensors;
+  std::vector<std::pair<DType, std::vector<AdamWTensor>>> by_grad_dtype;
   AdamWHyper h;
   for (size_t t = 0; t < inputs.size(); ++t) {
     h = checked_hyper(p, inputs[t], outputs[t]);
@@ -89,10 +97,16 @@ void adamw_group_kernel(const Primitive& primitive, const std::vector<std::vecto
     in_place = in_place && out[0].data == in[0].data && out[1].data == in[2].data && out[2].data == in[3].data &&
                in[0].dtype == inputs[0][0].dtype &&
                (in[0].dtype == DType::Float32 || in[0].dtype == DType::BFloat16 || in[0].dtype == DType::Float16);
-    tensors.push_back({in[0].data, in[1].data, in[2].data, in[3].data, in[0].numel()});
+    auto series =
+        std::find_if(by_grad_dtype.begin(), by_grad_dtype.end(), [&](const auto& s) { return s.first == in[1].dtype; });
+    if (series == by_grad_dtype.end()) series = by_grad_dtype.insert(by_grad_dtype.end(), {in[1].dtype, {}});
+    series->second.push_back({in[0].data, in[1].data, in[2].data, in[3].data, in[0].numel()});
   }
   if (in_place) {
-    adamw_multi_tensor(inputs[0][0].dtype, tensors, h, ctx.stream);
+    for (const auto& [grad_dtype, tensors] : by_grad_dtype) {
+      h.grad_dtype = grad_dtype;
+      adamw_multi_tensor(inputs[0][0].dtype, tensors, h, ctx.stream);
+    }
     return;
   }
   for (size_t t = 0; t < inputs.size(); ++t) adamw_kernel(primitive, inputs[t], outputs[t], ctx);

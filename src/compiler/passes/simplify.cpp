@@ -11,6 +11,7 @@
 #include "tessera/compiler/passes/dce.h"
 #include "tessera/ir/primitives/elementwise.h"
 #include "tessera/ir/primitives/layout.h"
+#include "tessera/ir/primitives/optim.h"
 
 namespace tessera::compiler {
 
@@ -60,7 +61,22 @@ class Simplifier : public NodeRewriter {
     if (const auto* t = dynamic_cast<const Transpose*>(p)) return transpose(n, *t);
     if (dynamic_cast<const Reshape*>(p)) return reshape(n);
     if (dynamic_cast<const BroadcastTo*>(p) || dynamic_cast<const Cast*>(p)) return type_preserving(n);
+    if (dynamic_cast<const AdamW*>(p)) return widened_gradient(n);
     return false;
+  }
+
+  // adamw_update(p, convert(g16, float32), ...) -> adamw_update(p, g16, ...): the update
+  // widens a bfloat16/float16 gradient itself (exactly, as the convert), so the float32
+  // copy is neither written nor read. The convert stays while others read it (the
+  // gradient norm's square, which fusion then folds into its reduction).
+  bool widened_gradient(int n) {
+    const ValueId grad = node(n).inputs[1];
+    if (!producer_as<Cast>(grad, /*untagged=*/false)) return false;
+    const ValueId source = g_.producer(grad)->inputs[0];
+    const DType param = g_.type(node(n).inputs[0]).dtype;
+    if (g_.type(source).dtype == param || !AdamW::accepts_grad(param, g_.type(source).dtype)) return false;
+    node(n).inputs[1] = source;
+    return true;
   }
 
   bool binary_identity(int n, BinaryKind kind) {

@@ -22,8 +22,10 @@ std::string AdamW::attributes() const {
 std::vector<Array> AdamW::composite(const std::vector<Array>& in) const {
   const AdamWConfig& c = config_;
   DType state = accumulation_dtype(in[0].dtype());
-  // The scaled gradient is rounded to grad's dtype first, as multiply(grad, grad_scale).
-  const Array grad = scaled_grad_ ? multiply(in[1], in[grad_scale_input()]) : in[1];
+  // The gradient in param's dtype (an exact widening), scaled and rounded to that dtype
+  // first, as multiply(grad, grad_scale).
+  const Array wide = astype(in[1], in[0].dtype());
+  const Array grad = scaled_grad_ ? multiply(wide, in[grad_scale_input()]) : wide;
   Array p = astype(in[0], state), g = astype(grad, state);
   Array m = in[2] * c.beta1 + g * (1.0 - c.beta1);
   Array v = in[3] * c.beta2 + square(g) * (1.0 - c.beta2);

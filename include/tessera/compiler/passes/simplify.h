@@ -6,6 +6,9 @@
 //   transpose(transpose(x, p), q)    -> transpose(x, p o q), or x when that is the identity
 //   reshape(reshape(x))              -> reshape(x)
 //   reshape / broadcast_to / convert to x's own type, identity transpose -> x
+//   adamw_update(p, convert(g, float32), ...) -> adamw_update(p, g, ...) for bfloat16 /
+//                                        float16 g and float32 p: the update widens
+//                                        the gradient itself (exactly, as the convert)
 //   binary(broadcast_to(a), b)       -> binary(a, b) when numpy broadcasting of the
 //                                        operands gives the same output shape (also
 //                                        for where): the kernels read broadcast inputs

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "tessera/base/dtype.h"
 #include "tessera/ir/primitive.h"
 
 namespace tessera {
@@ -18,9 +19,12 @@ struct AdamWConfig {
 // Inputs: param, grad, m, v, and when `dynamic`: lr (a floating scalar) and step (an
 // integer scalar), which then replace config.lr and config.step, so one compiled
 // program serves every step and any learning-rate schedule; and last, when
-// `scaled_grad`: grad_scale, a scalar of grad's dtype, and the update uses
-// multiply(grad, grad_scale) (rounded to grad's dtype, exactly the multiply op): global-norm
+// `scaled_grad`: grad_scale, a scalar of param's dtype, and the update uses
+// multiply(grad, grad_scale) (rounded to param's dtype, exactly the multiply op): global-norm
 // clipping folded into the update, so the clipped gradients are never written out.
+// grad has param's dtype or, for float32 parameters, bfloat16 or float16 (read widened,
+// which is exact: the simplify pass folds a gradient's widening convert into the update,
+// so mixed-precision training never stores float32 copies of its gradients).
 // Outputs: param, m, v (m, v in the accumulation dtype).
 class AdamW : public Primitive {
  public:
@@ -31,6 +35,10 @@ class AdamW : public Primitive {
   bool scaled_grad() const { return scaled_grad_; }
   // The index of grad_scale among the inputs (when scaled_grad).
   size_t grad_scale_input() const { return dynamic_ ? 6 : 4; }
+  // Whether a gradient of dtype `grad` may update a parameter of dtype `param`.
+  static bool accepts_grad(DType param, DType grad) {
+    return grad == param || (param == DType::Float32 && (grad == DType::BFloat16 || grad == DType::Float16));
+  }
   std::string name() const override { return "adamw_update"; }
   // param -> new param, m -> new m, v -> new v (the kernel is elementwise).
   bool can_write_in_place(int input, int output) const override { return input == (output == 0 ? 0 : output + 1); }

@@ -15,6 +15,7 @@
 #include "backend/cpu/kernels/optim.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cpu/kernels/nn_common.h"
 #include "tessera/base/thread_pool.h"
@@ -106,27 +107,32 @@ void widened_update(T* p, const T* g, int64_t n, Span&& span) {
                           });
 }
 
-// widened_update's twin for a scaled gradient: each chunk's g * scale, rounded to T as
-// the multiply op rounds it, is written to scratch in the accumulation type (next to the
-// widened parameters of a 16-bit T) and the span reads it from there.
-template <typename T, typename Span>
-void scaled_update(T* p, const T* g, int64_t n, T scale, Span&& span) {
+// widened_update's twin for a gradient that is scaled or of another dtype G: each
+// chunk's gradient, widened to T (exact) and, with `scale`, times the scale rounded to T
+// as the multiply op rounds it, is written to scratch in the accumulation type (next to
+// the widened parameters of a 16-bit T) and the span reads it from there.
+template <typename T, typename G, typename Span>
+void staged_update(T* p, const G* g, int64_t n, const T* scale, Span&& span) {
   using A = Acc<T>;
   const ChunkScratch scratch(sizeof(A) * 2 * static_cast<size_t>(std::min(n, kGrain)), Scratch::OptimChunks);
-  auto wide = [](T x) -> A {
-    if constexpr (kIsHalf<T>) {
+  auto wide = [](auto x) -> A {
+    if constexpr (kIsHalf<decltype(x)>) {
       return to_float(x);
     } else {
-      return x;
+      return static_cast<A>(x);
     }
   };
-  const A s = wide(scale);
+  const A s = scale != nullptr ? wide(*scale) : A(1);
   parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
     ChunkScratch::Lease lease(scratch);
     const int64_t len = end - begin;
     A* ps = lease.as<A>();
     A* gs = ps + len;
-    for (int64_t i = 0; i < len; ++i) gs[i] = wide(from_acc<T>(wide(g[begin + i]) * s));
+    if (scale != nullptr) {
+      for (int64_t i = 0; i < len; ++i) gs[i] = wide(from_acc<T>(wide(g[begin + i]) * s));
+    } else {
+      for (int64_t i = 0; i < len; ++i) gs[i] = wide(g[begin + i]);
+    }
     if constexpr (kIsHalf<T>) {
       widen(p + begin, ps, len);
       span(ps, gs, begin, len);
@@ -138,15 +144,26 @@ void scaled_update(T* p, const T* g, int64_t n, T scale, Span&& span) {
 }
 
 template <typename T>
-void adamw_impl(T* p, const T* g, Acc<T>* m, Acc<T>* v, int64_t n, const AdamWConfig& config) {
+void adamw_impl(T* p, const void* g, Acc<T>* m, Acc<T>* v, int64_t n, const AdamWConfig& config) {
   const Coeffs<Acc<T>> k = coeffs<Acc<T>>(config);
   auto span = [&](auto* ps, const auto* gs, int64_t begin, int64_t len) {
     adamw_span(ps, gs, m + begin, v + begin, len, k);
   };
-  if (config.grad_scale != nullptr) {
-    scaled_update(p, g, n, *static_cast<const T*>(config.grad_scale), span);
+  const auto* scale = static_cast<const T*>(config.grad_scale);
+  const DType grad_dtype = config.grad_dtype.value_or(dtype_of<T>::value);
+  if constexpr (std::is_same_v<T, float>) {
+    if (grad_dtype == DType::BFloat16) return staged_update(p, static_cast<const bfloat16*>(g), n, scale, span);
+    if (grad_dtype == DType::Float16) return staged_update(p, static_cast<const float16*>(g), n, scale, span);
+  }
+  if (grad_dtype != dtype_of<T>::value)
+    fail<DTypeError>(
+        "adamw_update: {} gradients for {} parameters (expected the parameter's dtype, or "
+        "bfloat16/float16 for float32)",
+        name(grad_dtype), name(dtype_of<T>::value));
+  if (scale != nullptr) {
+    staged_update(p, static_cast<const T*>(g), n, scale, span);
   } else {
-    widened_update(p, g, n, span);
+    widened_update(p, static_cast<const T*>(g), n, span);
   }
 }
 
@@ -227,7 +244,7 @@ void adamw_update(DType dtype, void* param, const void* grad, void* m, void* v, 
   dispatch_float(dtype, "adamw_update", [&](auto tag) {
     using T = decltype(tag);
     using A = Acc<T>;
-    adamw_impl(static_cast<T*>(param), static_cast<const T*>(grad), static_cast<A*>(m), static_cast<A*>(v), n, config);
+    adamw_impl(static_cast<T*>(param), grad, static_cast<A*>(m), static_cast<A*>(v), n, config);
   });
 }
 

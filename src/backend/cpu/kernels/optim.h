@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "tessera/base/dtype.h"
 
@@ -13,6 +14,9 @@ struct AdamWConfig {
   // When set: a scalar of the gradient's dtype, and the update uses g * grad_scale rounded
   // to that dtype (the multiply op's result), so a clip factor costs no pass of its own.
   const void* grad_scale = nullptr;
+  // The gradient's dtype (unset: the parameter's): bfloat16 or float16 for float32
+  // parameters are read widened, exactly.
+  std::optional<DType> grad_dtype;
 };
 
 // Decoupled weight decay (Loshchilov & Hutter):
@@ -20,6 +24,7 @@ struct AdamWConfig {
 //   p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p )
 // param and grad have `dtype` (float32, float64, bfloat16, float16); m and v are of
 // accumulation_dtype(dtype) (fp32 state for low-precision params). AVX2 for float32.
+// config.grad_dtype / grad_scale: see AdamWConfig.
 void adamw_update(DType dtype, void* param, const void* grad, void* m, void* v, int64_t n, const AdamWConfig& config);
 
 struct LionConfig {

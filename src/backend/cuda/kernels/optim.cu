@@ -148,14 +148,15 @@ __device__ __forceinline__ typename Param<T>::A load_grad_scale(const Dynamic& d
   return d.grad_scale != nullptr ? Param<T>::load(*static_cast<const T*>(d.grad_scale)) : typename Param<T>::A(1);
 }
 
-template <typename T>
-__device__ __forceinline__ void update_one(const T* p, const T* g, const typename Param<T>::A* m,
+// G: the gradient's storage type (T, or bfloat16/float16 for float32 T; widened exactly).
+template <typename T, typename G>
+__device__ __forceinline__ void update_one(const T* p, const G* g, const typename Param<T>::A* m,
                                            const typename Param<T>::A* v, T* po, typename Param<T>::A* mo,
                                            typename Param<T>::A* vo, int64_t i, const Coeffs<typename Param<T>::A>& k,
                                            bool has_scale, typename Param<T>::A scale) {
   using A = typename Param<T>::A;
   A pn, mn, vn;
-  A gi = Param<T>::load(g[i]);
+  A gi = Param<G>::load(g[i]);
   if (has_scale) gi = Param<T>::load(Param<T>::store(scaled(gi, scale)));
   adamw_element(Param<T>::load(p[i]), gi, m[i], v[i], k, pn, mn, vn);
   mo[i] = mn;
@@ -164,9 +165,9 @@ __device__ __forceinline__ void update_one(const T* p, const T* g, const typenam
 }
 
 // Inputs and outputs may alias (in-place update): no __restrict__.
-template <typename T>
+template <typename T, typename G>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    adamw_kernel(const T* p, const T* g, const typename Param<T>::A* m, const typename Param<T>::A* v, T* po,
+    adamw_kernel(const T* p, const G* g, const typename Param<T>::A* m, const typename Param<T>::A* v, T* po,
                  typename Param<T>::A* mo, typename Param<T>::A* vo, int64_t n, Coeffs<typename Param<T>::A> k,
                  Dynamic d) {
   k = resolve(k, d);
@@ -192,20 +193,20 @@ static_assert(sizeof(MtMeta<2>) + sizeof(Coeffs<float>) + sizeof(Dynamic) < 4000
 static_assert(kMtTensors <= 256, "block_tensor is a byte");
 
 // One block per (tensor, chunk) pair of the launch.
-template <typename T>
+template <typename T, typename G>
 __global__ void __launch_bounds__(kMtThreads) adamw_multi_tensor_kernel(MtMeta<2> meta, Coeffs<float> k, Dynamic d) {
   k = resolve(k, d);
   const int t = meta.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(meta.block_chunk[blockIdx.x]) * kMtChunk;
   const int64_t end = std::min(meta.n[t], begin + kMtChunk);
   T* p = static_cast<T*>(meta.p[t]);
-  const T* g = static_cast<const T*>(meta.g[t]);
+  const G* g = static_cast<const G*>(meta.g[t]);
   float* m = meta.state[0][t];
   float* v = meta.state[1][t];
   const bool has_scale = d.grad_scale != nullptr;
   const float scale = load_grad_scale<T>(d);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
-    update_one<T>(p, g, m, v, p, m, v, i, k, has_scale, scale);
+    update_one<T, G>(p, g, m, v, p, m, v, i, k, has_scale, scale);
 }
 
 // One tensor of a multi-tensor launch: parameter, gradient, S state tensors.
@@ -280,17 +281,17 @@ Dynamic dynamic_of(const AdamWHyper& h) {
   return d;
 }
 
-template <typename T>
+template <typename T, typename G>
 void launch_single(const void* param, const void* grad, const void* m, const void* v, void* param_out, void* m_out,
                    void* v_out, int64_t n, const AdamWHyper& h, cudaStream_t stream) {
   using A = typename Param<T>::A;
-  adamw_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(
-      static_cast<const T*>(param), static_cast<const T*>(grad), static_cast<const A*>(m), static_cast<const A*>(v),
+  adamw_kernel<T, G><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(
+      static_cast<const T*>(param), static_cast<const G*>(grad), static_cast<const A*>(m), static_cast<const A*>(v),
       static_cast<T*>(param_out), static_cast<A*>(m_out), static_cast<A*>(v_out), n, host_coeffs<A>(h), dynamic_of(h));
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename T>
+template <typename T, typename G>
 void launch_multi(const std::vector<AdamWTensor>& tensors, const AdamWHyper& h, cudaStream_t stream) {
   const Coeffs<float> k = host_coeffs<float>(h);
   const Dynamic d = dynamic_of(h);
@@ -298,7 +299,7 @@ void launch_multi(const std::vector<AdamWTensor>& tensors, const AdamWHyper& h, 
   packed.reserve(tensors.size());
   for (const AdamWTensor& t : tensors) packed.push_back({t.param, t.grad, {t.m, t.v}, t.n});
   pack_multi_tensor<2>(packed, [&](const MtMeta<2>& meta, int blocks) {
-    adamw_multi_tensor_kernel<T><<<blocks, kMtThreads, 0, stream>>>(meta, k, d);
+    adamw_multi_tensor_kernel<T, G><<<blocks, kMtThreads, 0, stream>>>(meta, k, d);
     TESSERA_CUDA_CHECK(cudaGetLastError());
   });
 }
@@ -435,15 +436,24 @@ void adamw_update(DType dtype, const void* param, const void* grad, const void* 
   if (n < 0) value_error("adamw_update: negative size (got ", n, "; expected >= 0)");
   check_hyper("adamw_update", hyper);
   if (n == 0) return;
+  const DType grad_dtype = hyper.grad_dtype.value_or(dtype);
+  if (grad_dtype != dtype &&
+      !(dtype == DType::Float32 && (grad_dtype == DType::BFloat16 || grad_dtype == DType::Float16)))
+    value_error("adamw_update: ", name(grad_dtype), " gradients for ", name(dtype),
+                " parameters (expected the parameter's dtype, or bfloat16/float16 for float32)");
+  if (grad_dtype == DType::BFloat16 && dtype == DType::Float32)
+    return launch_single<float, __nv_bfloat16>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
+  if (grad_dtype == DType::Float16 && dtype == DType::Float32)
+    return launch_single<float, __half>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
   switch (dtype) {
     case DType::Float32:
-      return launch_single<float>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
+      return launch_single<float, float>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
     case DType::BFloat16:
-      return launch_single<__nv_bfloat16>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
+      return launch_single<__nv_bfloat16, __nv_bfloat16>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
     case DType::Float16:
-      return launch_single<__half>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
+      return launch_single<__half, __half>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
     case DType::Float64:
-      return launch_single<double>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
+      return launch_single<double, double>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
     default:
       value_error("adamw_update: param dtype ", name(dtype), " (expected float32, bfloat16, float16 or float64)");
   }
@@ -459,13 +469,22 @@ void adamw_multi_tensor(DType dtype, const std::vector<AdamWTensor>& tensors, co
     if (t.n > 0 && (t.param == nullptr || t.grad == nullptr || t.m == nullptr || t.v == nullptr))
       value_error("adamw_multi_tensor: tensor ", i, " has a null pointer");
   }
+  const DType grad_dtype = hyper.grad_dtype.value_or(dtype);
+  if (grad_dtype != dtype &&
+      !(dtype == DType::Float32 && (grad_dtype == DType::BFloat16 || grad_dtype == DType::Float16)))
+    value_error("adamw_multi_tensor: ", name(grad_dtype), " gradients for ", name(dtype),
+                " parameters (expected the parameter's dtype, or bfloat16/float16 for float32)");
+  if (grad_dtype == DType::BFloat16 && dtype == DType::Float32)
+    return launch_multi<float, __nv_bfloat16>(tensors, hyper, stream);
+  if (grad_dtype == DType::Float16 && dtype == DType::Float32)
+    return launch_multi<float, __half>(tensors, hyper, stream);
   switch (dtype) {
     case DType::Float32:
-      return launch_multi<float>(tensors, hyper, stream);
+      return launch_multi<float, float>(tensors, hyper, stream);
     case DType::BFloat16:
-      return launch_multi<__nv_bfloat16>(tensors, hyper, stream);
+      return launch_multi<__nv_bfloat16, __nv_bfloat16>(tensors, hyper, stream);
     case DType::Float16:
-      return launch_multi<__half>(tensors, hyper, stream);
+      return launch_multi<__half, __half>(tensors, hyper, stream);
     default:
       value_error("adamw_multi_tensor: param dtype ", name(dtype), " (expected float32, bfloat16 or float16)");
   }

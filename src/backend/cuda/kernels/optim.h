@@ -10,7 +10,8 @@
 // fma(-lr, upd, p)) with correctly rounded division and square root, so results are
 // bitwise the CPU's; float64 runs the same sequence in double (the CPU's scalar loop,
 // which GCC -O3 -mfma contracts into these FMAs). Parameters and gradients
-// share a dtype (float32, bfloat16, float16, float64); m and v are float32 (float64 for
+// share a dtype (float32, bfloat16, float16, float64), or float32 parameters take
+// bfloat16/float16 gradients (AdamWHyper::grad_dtype); m and v are float32 (float64 for
 // float64 parameters).
 //
 // Lion's is the CPU kernel's sequence too, for every dtype (float32 and widened 16-bit
@@ -23,6 +24,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "tessera/base/dtype.h"
@@ -43,6 +45,9 @@ struct AdamWHyper {
   // When set: a device scalar of the gradient's dtype, and the update uses g * grad_scale
   // rounded to that dtype (the multiply op's result, bitwise): a clip factor costs no pass.
   const void* grad_scale_device = nullptr;
+  // The gradients' dtype (unset: the parameters'): bfloat16 or float16 for float32
+  // parameters are read widened, exactly.
+  std::optional<DType> grad_dtype;
 };
 
 // One tensor of n elements: reads param, grad, m, v and writes param_out, m_out, v_out

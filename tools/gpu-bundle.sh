@@ -103,11 +103,16 @@ run_phase() { # NAME TIMEOUT CMD...
 run_bundle() {
   LOGS="${OUT:-$ROOT/build-gpu/bundle-logs}"
   mkdir -p "$LOGS"
-  local dir="/tmp/tessera-bundle"
-  if [[ ! -d "$dir/bin" ]]; then
+  local dir="/tmp/tessera-bundle" sum
+  # Unpacked again whenever the bundle changed: a warm machine (or a rehearsal here) keeps
+  # the previous call's binaries, which must not run in place of the new ones.
+  sum="$(cksum <"$BUNDLE")"
+  if [[ ! -d "$dir/bin" || "$(cat "$dir/.bundle-sum" 2>/dev/null)" != "$sum" ]]; then
+    rm -rf "$dir"
     mkdir -p "$dir"
     tar -C "$dir" -xJf "$BUNDLE" 2>/dev/null ||
       python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$BUNDLE" "$dir" || exit 2
+    echo "$sum" >"$dir/.bundle-sum"
   fi
   local cuda_dirs
   cuda_dirs="$(cuda_lib_dirs)"

@@ -454,8 +454,9 @@ TEST(CudaFusion, LongChainOnALargeArray) {
 
 TEST(CudaFusion, FusedReductionsMatchCpu) {
   TESSERA_REQUIRE_GPU();
-  // Row lengths for the warp (<= 512), block, and chunked (few rows longer than 32768) paths.
-  const Shape shapes[] = {{7, 3, 50}, {3000, 5}, {5, 1000}, {2, 70001}, {1, 1}, {4, 0}};
+  // Row lengths for the warp (<= 512), block, and chunked (few rows longer than 8192, in
+  // 4096-element chunks, the last one partial) paths.
+  const Shape shapes[] = {{7, 3, 50}, {3000, 5}, {5, 1000}, {2, 70001}, {1, 9000}, {1, 1}, {4, 0}};
   for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float64})
     for (ts::ReduceKind kind : {ts::ReduceKind::Sum, ts::ReduceKind::Max})
       for (const Shape& shape : shapes) {

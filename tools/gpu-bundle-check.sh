@@ -13,8 +13,7 @@
 #   bench        tessera, then PyTorch (torch.compile) in the same process: vs_best_peer
 #   profile      per-kernel GPU profile of 3 steps (TESSERA_PROFILE=2, no CUDA graphs)
 #   before       tessera without the latest change that a switch can turn off
-#                (TESSERA_CROSS_ENTROPY_KERNEL=two_pass: the classifier's forward and backward
-#                kernels instead of the one-kernel form)
+#                (TESSERA_DISABLE_PASSES=attention-layout: the q/k/v/out copies around attention)
 #   attention    bench_gpu_attention: the attention kernels v1 against v2, one by one
 #   determinism  two runs, equal parameter hashes
 #   offload      model.remat none then offload in one process (5 steps each, <= 60 s): step
@@ -22,8 +21,8 @@
 #   batch32      tessera and PyTorch at batch 32
 #   reduce       bench_gpu_reduce (the step's reductions, column vs legacy)
 #   batch64      tessera alone at batch 64
-#   ncu          Nsight Compute on the newest kernels (one-kernel cross entropy, multi-tensor
-#                AdamW, column sums), one launch per launch configuration
+#   ncu          Nsight Compute on the newest kernels (multi-tensor AdamW, column sums, fused
+#                reductions), one launch per launch configuration
 #   jax          tessera and JAX at batch 16 (not in the default list: PyTorch is the
 #                faster peer, and a device call has 10 minutes)
 # The default list leaves out attention and reduce (their kernels did not change since the
@@ -79,7 +78,7 @@ for phase in $PHASES; do
     bench) run bench BUNDLE_BENCH_TIMEOUT=240 -- "bench:--steps:20:--warmup:5:--peers:torch:--python:$PEER_PYTHON" ;;
     profile) run profile TESSERA_PROFILE=2 TESSERA_CUDA_GRAPHS=0 BUNDLE_BENCH_TIMEOUT=90 -- bench:--steps:3:--warmup:1 ;;
     before)
-      run before TESSERA_CROSS_ENTROPY_KERNEL=two_pass BUNDLE_BENCH_TIMEOUT=90 -- bench:--steps:20:--warmup:5
+      run before TESSERA_DISABLE_PASSES=attention-layout BUNDLE_BENCH_TIMEOUT=90 -- bench:--steps:20:--warmup:5
       ;;
     attention) run attention BUNDLE_ATTENTION_TIMEOUT=60 -- attention ;;
     determinism) run determinism BUNDLE_BENCH_TIMEOUT=120 -- determinism ;;
@@ -88,7 +87,7 @@ for phase in $PHASES; do
     batch64) run batch64 BUNDLE_BENCH_TIMEOUT=90 -- bench:--batch:64:--steps:10:--warmup:3 ;;
     reduce) run reduce BUNDLE_REDUCE_TIMEOUT=60 -- reduce:--repeats:20 ;;
     jax) run jax BUNDLE_BENCH_TIMEOUT=150 -- "bench:--steps:20:--warmup:5:--peers:jax:--python:$PEER_PYTHON" ;;
-    ncu) run ncu BUNDLE_NCU_TIMEOUT=120 -- "ncu:cross_entropy_fused|adamw_multi_tensor|column_chunks" ;;
+    ncu) run ncu BUNDLE_NCU_TIMEOUT=120 -- "ncu:adamw_multi_tensor|column_chunks|_rows" ;;
     *) echo "gpu-bundle-check: unknown phase $phase" >&2 ;;
   esac
 done

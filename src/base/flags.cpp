@@ -45,11 +45,6 @@ constexpr Flag kFlags[] = {
      "float64), amx or avx512vnni (that kernel, float64 where this CPU lacks it): the same bits on every kernel, "
      "for A/B timing and tests.",
      ""},
-    {"TESSERA_CROSS_ENTROPY_KERNEL", "fused",
-     "How the GPU runs cross_entropy_with_grad: fused (one kernel staging each row in shared memory, where a row "
-     "fits twice per SM) or two_pass (a forward and a backward kernel, each reading the logits). The same bits; "
-     "for A/B timing. Read on every launch.",
-     ""},
     {"TESSERA_CUDA_GRAPHS", "1", "0: GPU programs launch their kernels one by one instead of replaying a CUDA graph.",
      ""},
     {"TESSERA_CUDA_REDUCE", "column",

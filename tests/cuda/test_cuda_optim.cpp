@@ -340,6 +340,33 @@ TEST(CudaAdamWMultiTensor, Bfloat16GradientsOfFloat32Params) {
   }
 }
 
+TEST(CudaAdamWMultiTensor, UnalignedTensorsTakeTheScalarPath) {
+  TESSERA_REQUIRE_GPU();
+  // Views one element into their buffers (not 16-byte aligned): the kernel's four-wide
+  // path does not apply and the scalar one gives the CPU's bits.
+  ts::cuda::AdamWHyper h;
+  h.lr = 1e-3;
+  h.weight_decay = 0.1;
+  h.step = 3;
+  const int64_t n = 70001;
+  std::vector<float> p = ts::cuda_test::random_floats(n + 1, next_seed()),
+                     g = ts::cuda_test::random_floats(n + 1, next_seed());
+  std::vector<float> m = ts::cuda_test::random_floats(n + 1, next_seed(), 0.1f),
+                     v = ts::cuda_test::random_floats(n + 1, next_seed(), 0.01f);
+  for (float& x : v) x = std::fabs(x);
+  ts::cuda_test::DeviceBuffer<float> dp(p), dg(g), dm(m), dv(v);
+  ts::cuda::adamw_multi_tensor(DType::Float32, {{dp.get() + 1, dg.get() + 1, dm.get() + 1, dv.get() + 1, n}}, h,
+                               nullptr);
+  ts::cpu::AdamWConfig c;
+  c.lr = h.lr;
+  c.weight_decay = h.weight_decay;
+  c.step = h.step;
+  ts::cpu::adamw_update(DType::Float32, p.data() + 1, g.data() + 1, m.data() + 1, v.data() + 1, n, c);
+  EXPECT_EQ(dp.download(), p);
+  EXPECT_EQ(dm.download(), m);
+  EXPECT_EQ(dv.download(), v);
+}
+
 TEST(CudaAdamWMultiTensor, DynamicLrAndStep) {
   TESSERA_REQUIRE_GPU();
   const std::vector<float> lr = {1.5e-3f}, step = {4.0f};

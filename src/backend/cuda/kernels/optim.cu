@@ -178,6 +178,16 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     update_one(p, g, m, v, po, mo, vo, i, k, has_scale, scale);
 }
 
+// Four consecutive elements, loaded and stored as one access.
+template <typename T>
+struct alignas(4 * sizeof(T)) Quad {
+  T v[4];
+};
+
+__device__ __forceinline__ bool aligned_to(const void* ptr, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+}
+
 // One multi-tensor launch's pointers and (tensor, chunk) pairs; S float32 state
 // tensors per parameter (AdamW: m, v; Lion: m).
 template <int S>
@@ -205,8 +215,38 @@ __global__ void __launch_bounds__(kMtThreads) adamw_multi_tensor_kernel(MtMeta<2
   float* v = meta.state[1][t];
   const bool has_scale = d.grad_scale != nullptr;
   const float scale = load_grad_scale<T>(d);
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
-    update_one<T, G>(p, g, m, v, p, m, v, i, k, has_scale, scale);
+  // Four elements a thread at a time with 16-byte moment loads when the tensor's
+  // buffers allow it (chunks start at multiples of kMtChunk, so the alignment of the base
+  // pointers decides): more bytes in flight per thread. The same per-element arithmetic.
+  const bool vec =
+      aligned_to(p, 4 * sizeof(T)) && aligned_to(g, 4 * sizeof(G)) && aligned_to(m, 16) && aligned_to(v, 16);
+  int64_t i = begin + threadIdx.x;
+  if (vec) {
+    const int64_t quads = (end - begin) / 4;
+    for (int64_t q = threadIdx.x; q < quads; q += blockDim.x) {
+      const int64_t at = begin + 4 * q;
+      const Quad<T> pq = *reinterpret_cast<const Quad<T>*>(p + at);
+      const Quad<G> gq = *reinterpret_cast<const Quad<G>*>(g + at);
+      const float4 mq = *reinterpret_cast<const float4*>(m + at);
+      const float4 vq = *reinterpret_cast<const float4*>(v + at);
+      const float mi[4] = {mq.x, mq.y, mq.z, mq.w}, vi[4] = {vq.x, vq.y, vq.z, vq.w};
+      Quad<T> po;
+      float mo[4], vo[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float gi = Param<G>::load(gq.v[e]);
+        if (has_scale) gi = Param<T>::load(Param<T>::store(scaled(gi, scale)));
+        float pn;
+        adamw_element(Param<T>::load(pq.v[e]), gi, mi[e], vi[e], k, pn, mo[e], vo[e]);
+        po.v[e] = Param<T>::store(pn);
+      }
+      *reinterpret_cast<Quad<T>*>(p + at) = po;
+      *reinterpret_cast<float4*>(m + at) = make_float4(mo[0], mo[1], mo[2], mo[3]);
+      *reinterpret_cast<float4*>(v + at) = make_float4(vo[0], vo[1], vo[2], vo[3]);
+    }
+    i = begin + 4 * quads + threadIdx.x;  // the tail of a tensor's last chunk
+  }
+  for (; i < end; i += blockDim.x) update_one<T, G>(p, g, m, v, p, m, v, i, k, has_scale, scale);
 }
 
 // One tensor of a multi-tensor launch: parameter, gradient, S state tensors.

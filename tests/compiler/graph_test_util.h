@@ -1,9 +1,14 @@
 // Helpers for compiler pass tests: a node-by-node reference interpreter of a Graph
-// (each primitive's eval_cpu in schedule order, no passes, no memory plan) and random
-// parameters for it.
+// (each primitive's eval_cpu in schedule order, no passes, no memory plan), random
+// parameters for it, a count of a primitive's live nodes and a bitwise comparison of
+// outputs.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "core/test_util.h"
@@ -37,6 +42,24 @@ inline std::vector<Array> random_params(const Graph& g, uint32_t seed) {
     params.push_back(tessera::test::make_array(tessera::test::random_values(numel(t.shape), seed++), t.shape, t.dtype));
   }
   return params;
+}
+
+// The live nodes of primitive `name`.
+inline size_t count_nodes(const Graph& g, const std::string& name) {
+  size_t n = 0;
+  for (const Node& node : g.nodes)
+    if (!node.dead && node.primitive->name() == name) ++n;
+  return n;
+}
+
+// Same shapes, dtypes and bytes, output by output.
+inline void expect_bitwise(const std::vector<Array>& got, const std::vector<Array>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].shape(), want[i].shape()) << "output " << i;
+    ASSERT_EQ(got[i].dtype(), want[i].dtype()) << "output " << i;
+    EXPECT_EQ(std::memcmp(got[i].raw_data(), want[i].raw_data(), want[i].nbytes()), 0) << "output " << i;
+  }
 }
 
 }  // namespace tessera::compiler::test_util

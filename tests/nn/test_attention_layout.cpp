@@ -27,23 +27,9 @@
 namespace tessera::compiler {
 namespace {
 
+using test_util::count_nodes;
+using test_util::expect_bitwise;
 using test_util::interpret;
-
-size_t count_nodes(const Graph& g, const std::string& name) {
-  size_t n = 0;
-  for (const Node& node : g.nodes)
-    if (!node.dead && node.primitive->name() == name) ++n;
-  return n;
-}
-
-void expect_bitwise(const std::vector<Array>& got, const std::vector<Array>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_EQ(got[i].shape(), want[i].shape()) << "output " << i;
-    ASSERT_EQ(got[i].dtype(), want[i].dtype()) << "output " << i;
-    EXPECT_EQ(std::memcmp(got[i].raw_data(), want[i].raw_data(), want[i].nbytes()), 0) << "output " << i;
-  }
-}
 
 // The default pipeline with or without the attention-layout pass.
 Graph compiled(const Graph& g, bool with_layout) {

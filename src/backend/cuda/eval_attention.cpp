@@ -34,6 +34,31 @@ void check_type(const char* op, const char* what, const DeviceTensor& t, const S
     fail<ShapeError>("{}: {} is {} (expected {}{})", op, what, type_of(t), short_name(dtype), to_string(shape));
 }
 
+// The optional inputs of an attention primitive, from inputs[first]: the mask (bool
+// [1 or B, 1 or H, T, S], broadcast by zero strides) and the segment ids (int32 [B, T]),
+// checked against s's sizes and set on s.
+void set_mask_and_segments(const char* op, const AttentionConfig& config, const std::vector<DeviceTensor>& inputs,
+                           size_t first, FlashAttentionShape* s) {
+  size_t next = first;
+  if (config.has_mask) {
+    const DeviceTensor& m = inputs[next++];
+    if (m.dtype != DType::Bool || m.shape.size() != 4 || (m.shape[0] != 1 && m.shape[0] != s->batch) ||
+        (m.shape[1] != 1 && m.shape[1] != s->heads) || m.shape[2] != s->q_len || m.shape[3] != s->kv_len)
+      fail<ShapeError>("{}: mask is {} (expected bool [1 or {}, 1 or {}, {}, {}])", op, type_of(m), s->batch, s->heads,
+                       s->q_len, s->kv_len);
+    const int64_t plane = s->q_len * s->kv_len;
+    s->mask = m.data;
+    s->mask_h_stride = m.shape[1] == 1 ? 0 : plane;
+    s->mask_b_stride = m.shape[0] == 1 ? 0 : m.shape[1] * plane;
+  }
+  if (config.has_segments) {
+    const DeviceTensor& seg = inputs[next];
+    if (seg.dtype != DType::Int32 || seg.shape != Shape{s->batch, s->q_len})
+      fail<ShapeError>("{}: segment ids are {} (expected int32 [{}, {}])", op, type_of(seg), s->batch, s->q_len);
+    s->segments = seg.as<int32_t>();
+  }
+}
+
 // The kernel shape from q, k, v (and the mask), checking what the kernels rely on.
 FlashAttentionShape attention_shape(const char* op, const AttentionConfig& config,
                                     const std::vector<DeviceTensor>& inputs) {
@@ -51,24 +76,9 @@ FlashAttentionShape attention_shape(const char* op, const AttentionConfig& confi
   s.kv_len = k.shape[2];
   s.causal = config.causal;
   s.scale = config.scale;
-  if (config.has_mask) {
-    const DeviceTensor& m = inputs[3];
-    if (m.dtype != DType::Bool || m.shape.size() != 4 || (m.shape[0] != 1 && m.shape[0] != s.batch) ||
-        (m.shape[1] != 1 && m.shape[1] != s.heads) || m.shape[2] != s.q_len || m.shape[3] != s.kv_len)
-      fail<ShapeError>("{}: mask is {} (expected bool [1 or {}, 1 or {}, {}, {}])", op, type_of(m), s.batch, s.heads,
-                       s.q_len, s.kv_len);
-    const int64_t plane = s.q_len * s.kv_len;
-    s.mask = m.data;
-    s.mask_h_stride = m.shape[1] == 1 ? 0 : plane;
-    s.mask_b_stride = m.shape[0] == 1 ? 0 : m.shape[1] * plane;
-  }
-  if (config.has_segments) {
-    const DeviceTensor& seg = inputs[config.segments_index()];
-    if (seg.dtype != DType::Int32 || seg.shape != Shape{s.batch, s.q_len} || s.q_len != s.kv_len)
-      fail<ShapeError>("{}: segment ids are {} with q {} and k {} (expected int32 [{}, {}] and T == S)", op,
-                       type_of(seg), type_of(q), type_of(k), s.batch, s.q_len);
-    s.segments = seg.as<int32_t>();
-  }
+  if (config.has_segments && s.q_len != s.kv_len)
+    fail<ShapeError>("{}: segment ids with q {} and k {} (expected T == S)", op, type_of(q), type_of(k));
+  set_mask_and_segments(op, config, inputs, 3, &s);
   return s;
 }
 
@@ -118,23 +128,7 @@ FlashAttentionShape packed_shape(const char* op, const AttentionConfig& config,
   s.head_dim = p.head_dim;
   s.causal = config.causal;
   s.scale = config.scale;
-  if (config.has_mask) {
-    const DeviceTensor& m = inputs[1];
-    if (m.dtype != DType::Bool || m.shape.size() != 4 || (m.shape[0] != 1 && m.shape[0] != s.batch) ||
-        (m.shape[1] != 1 && m.shape[1] != s.heads) || m.shape[2] != s.q_len || m.shape[3] != s.kv_len)
-      fail<ShapeError>("{}: mask is {} (expected bool [1 or {}, 1 or {}, {}, {}])", op, type_of(m), s.batch, s.heads,
-                       s.q_len, s.kv_len);
-    const int64_t plane = s.q_len * s.kv_len;
-    s.mask = m.data;
-    s.mask_h_stride = m.shape[1] == 1 ? 0 : plane;
-    s.mask_b_stride = m.shape[0] == 1 ? 0 : m.shape[1] * plane;
-  }
-  if (config.has_segments) {
-    const DeviceTensor& seg = inputs[config.segments_index() - 2];
-    if (seg.dtype != DType::Int32 || seg.shape != Shape{s.batch, s.q_len})
-      fail<ShapeError>("{}: segment ids are {} (expected int32 [{}, {}])", op, type_of(seg), s.batch, s.q_len);
-    s.segments = seg.as<int32_t>();
-  }
+  set_mask_and_segments(op, config, inputs, 1, &s);
   return s;
 }
 

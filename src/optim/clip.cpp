@@ -48,9 +48,11 @@ std::pair<Array, Array> clip_factor(const Tree& grads, double max_norm) {
 }
 
 std::pair<Tree, Array> clip_by_global_norm(const Tree& grads, double max_norm) {
-  auto [scale, norm] = clip_factor(grads, max_norm);
+  // Not a structured binding: clang before 16 cannot capture one in a lambda.
+  const std::pair<Array, Array> factor = clip_factor(grads, max_norm);
+  const Array& scale = factor.first;
   Tree clipped = grads.map([&](const Array& g) { return multiply(g, astype(scale, g.dtype())); });
-  return {std::move(clipped), std::move(norm)};
+  return {std::move(clipped), factor.second};
 }
 
 }  // namespace tessera::optim

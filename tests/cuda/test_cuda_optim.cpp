@@ -183,17 +183,20 @@ namespace {
 
 // The multi-tensor launcher against the CPU kernel on host copies, for `sizes`.
 // `grad_scale`: a gradient scale to put on the device (hyper.grad_scale_device) and give
-// the CPU kernel too.
-template <typename T>
+// the CPU kernel too. G: the gradients' storage type (T, or bf16/f16 for float32 T).
+template <typename T, typename G = T>
 void expect_multi_tensor_matches_cpu(DType dtype, const std::vector<int64_t>& sizes, ts::cuda::AdamWHyper h,
                                      const std::vector<float>* lr_and_step_on_device = nullptr,
                                      const T* grad_scale = nullptr) {
   struct Host {
-    std::vector<T> p, g;
+    std::vector<T> p;
+    std::vector<G> g;
     std::vector<float> m, v;
   };
+  const DType grad_dtype = ts::dtype_of<G>::value;
   std::vector<Host> host;
-  std::vector<ts::cuda_test::DeviceBuffer<T>> dp, dg;
+  std::vector<ts::cuda_test::DeviceBuffer<T>> dp;
+  std::vector<ts::cuda_test::DeviceBuffer<G>> dg;
   std::vector<ts::cuda_test::DeviceBuffer<float>> dm, dv;
   std::vector<ts::cuda::AdamWTensor> tensors;
   for (int64_t n : sizes) {
@@ -206,7 +209,7 @@ void expect_multi_tensor_matches_cpu(DType dtype, const std::vector<int64_t>& si
     t.p.resize(n);
     t.g.resize(n);
     ts::convert(DType::Float32, p.data(), dtype, t.p.data(), n);
-    ts::convert(DType::Float32, g.data(), dtype, t.g.data(), n);
+    ts::convert(DType::Float32, g.data(), grad_dtype, t.g.data(), n);
     dp.emplace_back(t.p);
     dg.emplace_back(t.g);
     dm.emplace_back(t.m);
@@ -219,9 +222,11 @@ void expect_multi_tensor_matches_cpu(DType dtype, const std::vector<int64_t>& si
     d_scale.emplace(std::vector<T>{*grad_scale});
     h.grad_scale_device = d_scale->get();
   }
+  h.grad_dtype = grad_dtype;
   ts::cuda::adamw_multi_tensor(dtype, tensors, h, nullptr);
   ts::cpu::AdamWConfig c;
   c.grad_scale = grad_scale;
+  c.grad_dtype = grad_dtype;
   c.lr = h.lr;
   c.beta1 = h.beta1;
   c.beta2 = h.beta2;
@@ -296,48 +301,8 @@ TEST(CudaAdamWMultiTensor, Bfloat16GradientsOfFloat32Params) {
   h.beta2 = 0.95;
   h.weight_decay = 0.1;
   h.step = 2;
-  h.grad_dtype = DType::BFloat16;
   const float scale = 0.61f;
-  ts::cuda_test::DeviceBuffer<float> d_scale(std::vector<float>{scale});
-  h.grad_scale_device = d_scale.get();
-  ts::cpu::AdamWConfig c;
-  c.lr = h.lr;
-  c.beta2 = h.beta2;
-  c.weight_decay = h.weight_decay;
-  c.step = h.step;
-  c.grad_dtype = DType::BFloat16;
-  c.grad_scale = &scale;
-  std::vector<ts::cuda_test::DeviceBuffer<float>> dp, dm, dv;
-  std::vector<ts::cuda_test::DeviceBuffer<ts::bfloat16>> dg;
-  std::vector<ts::cuda::AdamWTensor> tensors;
-  struct Host {
-    std::vector<float> p, m, v;
-    std::vector<ts::bfloat16> g;
-  };
-  std::vector<Host> host;
-  for (int64_t n : {int64_t{1}, int64_t{65537}, int64_t{300001}, int64_t{77}}) {
-    Host t{ts::cuda_test::random_floats(n, next_seed()),
-           ts::cuda_test::random_floats(n, next_seed(), 0.1f),
-           ts::cuda_test::random_floats(n, next_seed(), 0.01f),
-           {}};
-    for (float& x : t.v) x = std::fabs(x);
-    for (float x : ts::cuda_test::random_floats(n, next_seed())) t.g.push_back(ts::float_to_bf16(x));
-    dp.emplace_back(t.p);
-    dg.emplace_back(t.g);
-    dm.emplace_back(t.m);
-    dv.emplace_back(t.v);
-    tensors.push_back({dp.back().get(), dg.back().get(), dm.back().get(), dv.back().get(), n});
-    host.push_back(std::move(t));
-  }
-  ts::cuda::adamw_multi_tensor(DType::Float32, tensors, h, nullptr);
-  for (size_t i = 0; i < host.size(); ++i) {
-    Host& t = host[i];
-    ts::cpu::adamw_update(DType::Float32, t.p.data(), t.g.data(), t.m.data(), t.v.data(),
-                          static_cast<int64_t>(t.p.size()), c);
-    EXPECT_EQ(dp[i].download(), t.p) << "tensor " << i << " param";
-    EXPECT_EQ(dm[i].download(), t.m) << "tensor " << i << " m";
-    EXPECT_EQ(dv[i].download(), t.v) << "tensor " << i << " v";
-  }
+  expect_multi_tensor_matches_cpu<float, ts::bfloat16>(DType::Float32, {1, 65537, 300001, 77}, h, nullptr, &scale);
 }
 
 TEST(CudaAdamWMultiTensor, UnalignedTensorsTakeTheScalarPath) {

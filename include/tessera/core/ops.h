@@ -181,7 +181,7 @@ std::vector<Array> adamw_update(const Array& param, const Array& grad, const Arr
 std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v, const Array& lr,
                                 const Array& step, const AdamWConfig& config);
 // The same with the gradient scaled first: the update of multiply(grad, grad_scale)
-// (grad_scale a scalar of grad's dtype, e.g. the global-norm clip factor), bitwise, in
+// (grad_scale a scalar of param's dtype, e.g. the global-norm clip factor), bitwise, in
 // one pass: the scaled gradients are never stored.
 std::vector<Array> adamw_update(const Array& param, const Array& grad, const Array& m, const Array& v, const Array& lr,
                                 const Array& step, const Array& grad_scale, const AdamWConfig& config);

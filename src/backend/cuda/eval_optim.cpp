@@ -63,7 +63,7 @@ AdamWHyper checked_hyper(const AdamW& p, const std::vector<DeviceTensor>& inputs
   if (p.scaled_grad()) {
     const DeviceTensor& scale = inputs[p.grad_scale_input()];
     if (scale.numel() != 1 || scale.dtype != param.dtype)
-      fail<ValueError>("adamw_update: grad_scale is {}[{}] (expected a scalar of the gradient's dtype, {})",
+      fail<ValueError>("adamw_update: grad_scale is {}[{}] (expected a scalar of the parameter's dtype, {})",
                        name(scale.dtype), scale.numel(), name(param.dtype));
     h.grad_scale_device = scale.data;
   }

@@ -11,8 +11,9 @@ namespace tessera::cpu {
 struct AdamWConfig {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   int64_t step = 1;  // 1-based, for bias correction
-  // When set: a scalar of the gradient's dtype, and the update uses g * grad_scale rounded
-  // to that dtype (the multiply op's result), so a clip factor costs no pass of its own.
+  // When set: a scalar of the parameter's dtype, and the update uses the gradient (widened
+  // to that dtype) times grad_scale rounded to that dtype (the multiply op's result), so a
+  // clip factor costs no pass of its own.
   const void* grad_scale = nullptr;
   // The gradient's dtype (unset: the parameter's): bfloat16 or float16 for float32
   // parameters are read widened, exactly.

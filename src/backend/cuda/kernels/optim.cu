@@ -31,7 +31,7 @@ struct Coeffs {
 };
 
 // lr and step on the device (dynamic schedules); lr == nullptr: the coefficients are final.
-// grad_scale: a device scalar of the gradient's dtype multiplying each gradient, or nullptr.
+// grad_scale: a device scalar of the parameters' dtype multiplying each gradient, or nullptr.
 struct Dynamic {
   const void* lr = nullptr;
   const void* step = nullptr;
@@ -149,19 +149,30 @@ __device__ __forceinline__ typename Param<T>::A load_grad_scale(const Dynamic& d
 }
 
 // G: the gradient's storage type (T, or bfloat16/float16 for float32 T; widened exactly).
+// One element from its stored values: the gradient widened (and scaled), the update, the
+// parameter stored as T.
+template <typename T, typename G>
+__device__ __forceinline__ void update_value(T p, G g, typename Param<T>::A m, typename Param<T>::A v,
+                                             const Coeffs<typename Param<T>::A>& k, bool has_scale,
+                                             typename Param<T>::A scale, T& po, typename Param<T>::A& mo,
+                                             typename Param<T>::A& vo) {
+  typename Param<T>::A gi = Param<G>::load(g), pn;
+  if (has_scale) gi = Param<T>::load(Param<T>::store(scaled(gi, scale)));
+  adamw_element(Param<T>::load(p), gi, m, v, k, pn, mo, vo);
+  po = Param<T>::store(pn);
+}
+
 template <typename T, typename G>
 __device__ __forceinline__ void update_one(const T* p, const G* g, const typename Param<T>::A* m,
                                            const typename Param<T>::A* v, T* po, typename Param<T>::A* mo,
                                            typename Param<T>::A* vo, int64_t i, const Coeffs<typename Param<T>::A>& k,
                                            bool has_scale, typename Param<T>::A scale) {
-  using A = typename Param<T>::A;
-  A pn, mn, vn;
-  A gi = Param<G>::load(g[i]);
-  if (has_scale) gi = Param<T>::load(Param<T>::store(scaled(gi, scale)));
-  adamw_element(Param<T>::load(p[i]), gi, m[i], v[i], k, pn, mn, vn);
+  typename Param<T>::A mn, vn;
+  T pn;
+  update_value<T, G>(p[i], g[i], m[i], v[i], k, has_scale, scale, pn, mn, vn);
   mo[i] = mn;
   vo[i] = vn;
-  po[i] = Param<T>::store(pn);
+  po[i] = pn;
 }
 
 // Inputs and outputs may alias (in-place update): no __restrict__.
@@ -233,13 +244,8 @@ __global__ void __launch_bounds__(kMtThreads) adamw_multi_tensor_kernel(MtMeta<2
       Quad<T> po;
       float mo[4], vo[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float gi = Param<G>::load(gq.v[e]);
-        if (has_scale) gi = Param<T>::load(Param<T>::store(scaled(gi, scale)));
-        float pn;
-        adamw_element(Param<T>::load(pq.v[e]), gi, mi[e], vi[e], k, pn, mo[e], vo[e]);
-        po.v[e] = Param<T>::store(pn);
-      }
+      for (int e = 0; e < 4; ++e)
+        update_value<T, G>(pq.v[e], gq.v[e], mi[e], vi[e], k, has_scale, scale, po.v[e], mo[e], vo[e]);
       *reinterpret_cast<Quad<T>*>(p + at) = po;
       *reinterpret_cast<float4*>(m + at) = make_float4(mo[0], mo[1], mo[2], mo[3]);
       *reinterpret_cast<float4*>(v + at) = make_float4(vo[0], vo[1], vo[2], vo[3]);
@@ -469,6 +475,35 @@ void launch_lion_multi(const std::vector<LionTensor>& tensors, const LionHyper& 
   });
 }
 
+// Calls fn(T{}, G{}) with the CUDA types of `dtype` parameters and their gradients
+// (hyper.grad_dtype, unset: the parameters' own; bfloat16/float16 only for float32
+// parameters); float64 only kWithF64. Anything else is a ValueError naming `op`.
+template <bool kWithF64, typename Fn>
+void dispatch_param_grad(const char* op, DType dtype, const AdamWHyper& hyper, Fn&& fn) {
+  const DType grad = hyper.grad_dtype.value_or(dtype);
+  if (dtype == DType::Float32 && grad == DType::BFloat16) return fn(float{}, __nv_bfloat16{});
+  if (dtype == DType::Float32 && grad == DType::Float16) return fn(float{}, __half{});
+  if (grad != dtype)
+    value_error(op, ": ", name(grad), " gradients for ", name(dtype),
+                " parameters (expected the parameter's dtype, or bfloat16/float16 for float32)");
+  switch (dtype) {
+    case DType::Float32:
+      return fn(float{}, float{});
+    case DType::BFloat16:
+      return fn(__nv_bfloat16{}, __nv_bfloat16{});
+    case DType::Float16:
+      return fn(__half{}, __half{});
+    case DType::Float64:
+      if constexpr (kWithF64) return fn(double{}, double{});
+      break;
+    default:
+      break;
+  }
+  value_error(
+      op, ": param dtype ", name(dtype),
+      kWithF64 ? " (expected float32, bfloat16, float16 or float64)" : " (expected float32, bfloat16 or float16)");
+}
+
 }  // namespace
 
 void adamw_update(DType dtype, const void* param, const void* grad, const void* m, const void* v, void* param_out,
@@ -476,27 +511,9 @@ void adamw_update(DType dtype, const void* param, const void* grad, const void* 
   if (n < 0) value_error("adamw_update: negative size (got ", n, "; expected >= 0)");
   check_hyper("adamw_update", hyper);
   if (n == 0) return;
-  const DType grad_dtype = hyper.grad_dtype.value_or(dtype);
-  if (grad_dtype != dtype &&
-      !(dtype == DType::Float32 && (grad_dtype == DType::BFloat16 || grad_dtype == DType::Float16)))
-    value_error("adamw_update: ", name(grad_dtype), " gradients for ", name(dtype),
-                " parameters (expected the parameter's dtype, or bfloat16/float16 for float32)");
-  if (grad_dtype == DType::BFloat16 && dtype == DType::Float32)
-    return launch_single<float, __nv_bfloat16>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
-  if (grad_dtype == DType::Float16 && dtype == DType::Float32)
-    return launch_single<float, __half>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
-  switch (dtype) {
-    case DType::Float32:
-      return launch_single<float, float>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
-    case DType::BFloat16:
-      return launch_single<__nv_bfloat16, __nv_bfloat16>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
-    case DType::Float16:
-      return launch_single<__half, __half>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
-    case DType::Float64:
-      return launch_single<double, double>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
-    default:
-      value_error("adamw_update: param dtype ", name(dtype), " (expected float32, bfloat16, float16 or float64)");
-  }
+  dispatch_param_grad<true>("adamw_update", dtype, hyper, [&](auto t, auto g) {
+    launch_single<decltype(t), decltype(g)>(param, grad, m, v, param_out, m_out, v_out, n, hyper, stream);
+  });
 }
 
 void adamw_multi_tensor(DType dtype, const std::vector<AdamWTensor>& tensors, const AdamWHyper& hyper,
@@ -509,25 +526,8 @@ void adamw_multi_tensor(DType dtype, const std::vector<AdamWTensor>& tensors, co
     if (t.n > 0 && (t.param == nullptr || t.grad == nullptr || t.m == nullptr || t.v == nullptr))
       value_error("adamw_multi_tensor: tensor ", i, " has a null pointer");
   }
-  const DType grad_dtype = hyper.grad_dtype.value_or(dtype);
-  if (grad_dtype != dtype &&
-      !(dtype == DType::Float32 && (grad_dtype == DType::BFloat16 || grad_dtype == DType::Float16)))
-    value_error("adamw_multi_tensor: ", name(grad_dtype), " gradients for ", name(dtype),
-                " parameters (expected the parameter's dtype, or bfloat16/float16 for float32)");
-  if (grad_dtype == DType::BFloat16 && dtype == DType::Float32)
-    return launch_multi<float, __nv_bfloat16>(tensors, hyper, stream);
-  if (grad_dtype == DType::Float16 && dtype == DType::Float32)
-    return launch_multi<float, __half>(tensors, hyper, stream);
-  switch (dtype) {
-    case DType::Float32:
-      return launch_multi<float, float>(tensors, hyper, stream);
-    case DType::BFloat16:
-      return launch_multi<__nv_bfloat16, __nv_bfloat16>(tensors, hyper, stream);
-    case DType::Float16:
-      return launch_multi<__half, __half>(tensors, hyper, stream);
-    default:
-      value_error("adamw_multi_tensor: param dtype ", name(dtype), " (expected float32, bfloat16 or float16)");
-  }
+  dispatch_param_grad<false>("adamw_multi_tensor", dtype, hyper,
+                             [&](auto t, auto g) { launch_multi<decltype(t), decltype(g)>(tensors, hyper, stream); });
 }
 
 void lion_update(DType dtype, const void* param, const void* grad, const void* m, void* param_out, void* m_out,

@@ -42,8 +42,9 @@ struct AdamWHyper {
   DType lr_dtype = DType::Float32;
   const void* step_device = nullptr;
   DType step_dtype = DType::Int64;
-  // When set: a device scalar of the gradient's dtype, and the update uses g * grad_scale
-  // rounded to that dtype (the multiply op's result, bitwise): a clip factor costs no pass.
+  // When set: a device scalar of the parameters' dtype, and the update uses the gradient
+  // (widened to that dtype) times grad_scale, rounded to that dtype (the multiply op's
+  // result, bitwise): a clip factor costs no pass.
   const void* grad_scale_device = nullptr;
   // The gradients' dtype (unset: the parameters'): bfloat16 or float16 for float32
   // parameters are read widened, exactly.

@@ -1,11 +1,12 @@
 // bench_gpu_attention: tessera's flash-attention kernels (backend/cuda/kernels/
 // flash_attention.h) on attention shapes of GPT-2 124M training (batch 16, 12 heads,
 // 1024 tokens, head_dim 64, causal, bf16) and a few neighbours, each with both
-// generations of tensor-core kernels (TESSERA_ATTENTION_KERNEL = v1, v2): median time of
+// generations of tensor-core kernels (TESSERA_ATTENTION_KERNEL = v1, v2) and cuDNN's fused
+// attention (cudnn_attention.h, where the library loads): median time of
 // --repeats runs between CUDA events for the forward and for the backward (delta, dK/dV
 // and dQ kernels together), TFLOP/s by the usual count (forward 4 B H T S D, halved when
 // causal; backward 2.5 times the forward), and the largest difference of v2's outputs
-// from v1's (both round to bf16, so a few bf16 ulps of the values).
+// from v1's (all round to bf16, so a few bf16 ulps of the values).
 //
 //   build/bin/bench_gpu_attention [--repeats 20]
 //
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -28,6 +30,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/kernels/cuda_check.h"
+#include "backend/cuda/kernels/cudnn_attention.h"
 #include "backend/cuda/kernels/flash_attention.h"
 #include "backend/cuda/runtime.h"
 #include "gpu_bench_util.h"
@@ -129,12 +132,35 @@ int run(int64_t repeats) {
     const double fwd_flops =
         4.0 * static_cast<double>(c.B * c.H) * static_cast<double>(c.T) * c.T * c.D * (c.causal ? 0.5 : 1.0);
     std::vector<uint16_t> out_v1, dq_v1;
-    for (const char* version : {"v1", "v2"}) {
+    const ts::cuda::FlashAttentionLayout dense = ts::cuda::contiguous_attention_layout(s);
+    std::shared_ptr<void> workspace;  // cuDNN's, grown on request
+    size_t workspace_bytes = 0;
+    const ts::cuda::CudnnWorkspace grow = [&](size_t bytes) {
+      if (bytes > workspace_bytes) {
+        TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+        void* p = nullptr;
+        TESSERA_CUDA_CHECK(cudaMalloc(&p, bytes));
+        workspace.reset(p, cudaFree);
+        workspace_bytes = bytes;
+      }
+      return workspace.get();
+    };
+    for (const char* version : {"v1", "v2", "cudnn"}) {
+      const bool cudnn = std::strcmp(version, "cudnn") == 0;
+      if (cudnn && !ts::cuda::cudnn_library().loaded) {
+        fmt::print("| {} | cudnn | {} | | | | | |\n", c.name, ts::cuda::cudnn_description());
+        continue;
+      }
       ::setenv("TESSERA_ATTENTION_KERNEL", version, 1);
       const auto forward = [&] {
+        if (cudnn && ts::cuda::cudnn_attention_forward(ts::DType::BFloat16, s, dense, q, k, v, out, lse, grow, stream))
+          return;
         ts::cuda::flash_attention_forward(ts::DType::BFloat16, s, q, k, v, out, lse, stream);
       };
       const auto backward = [&] {
+        if (cudnn && ts::cuda::cudnn_attention_backward(ts::DType::BFloat16, s, dense, q, k, v, out, lse, dout, dq, dk,
+                                                        dv, grow, stream))
+          return;
         ts::cuda::flash_attention_backward(ts::DType::BFloat16, s, q, k, v, out, lse, dout, dq, dk, dv, scratch,
                                            stream);
       };
@@ -175,7 +201,11 @@ int run(int64_t repeats) {
     cudaFree(lse);
     cudaFree(scratch);
   }
-  nlohmann::json line{{"bench", "gpu_attention"}, {"device", info.name}, {"repeats", repeats}, {"rows", rows}};
+  nlohmann::json line{{"bench", "gpu_attention"},
+                      {"device", info.name},
+                      {"cudnn", ts::cuda::cudnn_description()},
+                      {"repeats", repeats},
+                      {"rows", rows}};
   fmt::print("{}\n", line.dump());
   return 0;
 }

@@ -285,6 +285,9 @@ int run(const Flags& f) {
   out["device"] = info.name;
   out["driver_version"] = info.driver_version;
   out["runtime_version"] = info.runtime_version;
+  out["cudnn"] = ts::cuda::cudnn_status();
+  const char* attention_kernel = std::getenv("TESSERA_ATTENTION_KERNEL");
+  out["attention_kernel"] = attention_kernel != nullptr && *attention_kernel != '\0' ? attention_kernel : "auto";
   out["preset"] = f.preset;
   out["batch"] = f.batch;
   out["seq"] = f.seq;

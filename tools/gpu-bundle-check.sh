@@ -13,16 +13,20 @@
 #   bench        tessera, then PyTorch (torch.compile) in the same process: vs_best_peer
 #   profile      per-kernel GPU profile of 3 steps (TESSERA_PROFILE=2, no CUDA graphs)
 #   before       tessera without the latest change that a switch can turn off
-#                (TESSERA_DISABLE_PASSES=attention-layout: the q/k/v/out copies around attention)
-#   attention    bench_gpu_attention: the attention kernels v1 against v2, one by one
+#                (TESSERA_ATTENTION_KERNEL=v2: tessera's attention kernels, not cuDNN's)
+#   attention    bench_gpu_attention: the attention kernels v1, v2 and cuDNN's, one by one
+#   cudnn        bench with TESSERA_ATTENTION_KERNEL=cudnn (an error if cuDNN does not load),
+#                then PyTorch in the same process
+#   cudnnprofile the per-kernel profile with cuDNN's attention
+#   cudnndet     determinism with cuDNN's attention (its deterministic backward)
 #   determinism  two runs, equal parameter hashes
 #   offload      model.remat none then offload in one process (5 steps each, <= 60 s): step
 #                time, allocator peak and planned device peak of each, equal params_hash
 #   batch32      tessera and PyTorch at batch 32
 #   reduce       bench_gpu_reduce (the step's reductions, column vs legacy)
 #   batch64      tessera alone at batch 64
-#   ncu          Nsight Compute on the newest kernels (multi-tensor AdamW, column sums, fused
-#                reductions), one launch per launch configuration
+#   ncu          Nsight Compute on the newest kernels (multi-tensor converts and AdamW, column
+#                sums, fused reductions), one launch per launch configuration
 #   jax          tessera and JAX at batch 16 (not in the default list: PyTorch is the
 #                faster peer, and a device call has 10 minutes)
 # The default list leaves out attention and reduce (their kernels did not change since the
@@ -78,16 +82,21 @@ for phase in $PHASES; do
     bench) run bench BUNDLE_BENCH_TIMEOUT=240 -- "bench:--steps:20:--warmup:5:--peers:torch:--python:$PEER_PYTHON" ;;
     profile) run profile TESSERA_PROFILE=2 TESSERA_CUDA_GRAPHS=0 BUNDLE_BENCH_TIMEOUT=90 -- bench:--steps:3:--warmup:1 ;;
     before)
-      run before TESSERA_DISABLE_PASSES=attention-layout BUNDLE_BENCH_TIMEOUT=90 -- bench:--steps:20:--warmup:5
+      run before TESSERA_ATTENTION_KERNEL=v2 BUNDLE_BENCH_TIMEOUT=90 -- bench:--steps:20:--warmup:5
       ;;
     attention) run attention BUNDLE_ATTENTION_TIMEOUT=60 -- attention ;;
+    cudnn) run cudnn TESSERA_ATTENTION_KERNEL=cudnn BUNDLE_BENCH_TIMEOUT=150 -- "bench:--steps:20:--warmup:5:--peers:torch:--python:$PEER_PYTHON" ;;
+    cudnnprofile)
+      run cudnnprofile TESSERA_ATTENTION_KERNEL=cudnn TESSERA_PROFILE=2 TESSERA_CUDA_GRAPHS=0 BUNDLE_BENCH_TIMEOUT=90 -- bench:--steps:3:--warmup:1
+      ;;
+    cudnndet) run cudnndet TESSERA_ATTENTION_KERNEL=cudnn BUNDLE_BENCH_TIMEOUT=120 -- determinism ;;
     determinism) run determinism BUNDLE_BENCH_TIMEOUT=120 -- determinism ;;
     offload) run offload BUNDLE_BENCH_TIMEOUT=60 -- bench:--steps:5:--warmup:2:--remat:none,offload ;;
     batch32) run batch32 BUNDLE_BENCH_TIMEOUT=150 -- "bench:--batch:32:--steps:10:--warmup:3:--peers:torch:--python:$PEER_PYTHON" ;;
     batch64) run batch64 BUNDLE_BENCH_TIMEOUT=90 -- bench:--batch:64:--steps:10:--warmup:3 ;;
     reduce) run reduce BUNDLE_REDUCE_TIMEOUT=60 -- reduce:--repeats:20 ;;
     jax) run jax BUNDLE_BENCH_TIMEOUT=150 -- "bench:--steps:20:--warmup:5:--peers:jax:--python:$PEER_PYTHON" ;;
-    ncu) run ncu BUNDLE_NCU_TIMEOUT=120 -- "ncu:adamw_multi_tensor|column_chunks|_rows" ;;
+    ncu) run ncu BUNDLE_NCU_TIMEOUT=120 -- "ncu:convert_multi_tensor|adamw_multi_tensor|column_chunks|_rows" ;;
     *) echo "gpu-bundle-check: unknown phase $phase" >&2 ;;
   esac
 done

@@ -133,6 +133,10 @@ run_bundle() {
           # 9.14 was on the bundle's library path; torch bundles 9.19 and refuses the older
           # one, hence python3 without LD_LIBRARY_PATH.)
           grep -h -E '#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ' /usr/local/cuda/include/cudnn_version*.h 2>/dev/null
+          # The cuDNN tessera opens (TESSERA_CUDNN_LIBRARY, default libcudnn.so.9 on the
+          # library path) and the copies on this machine.
+          "$dir/bin/tessera" info | grep -E "GPU|cuDNN"
+          timeout 20 find / -xdev -name 'libcudnn.so.9*' 2>/dev/null | head
           LD_LIBRARY_PATH="" python3 -c '
 import torch, jax
 try:

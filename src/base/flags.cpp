@@ -15,9 +15,11 @@ constexpr std::string_view kLaunch = "tessera launch";
 // Sorted by name (a test checks it).
 constexpr Flag kFlags[] = {
     {"TESSERA_ATTEMPT", "", "The attempt number (0 first) of the worker group this process belongs to.", kLaunch},
-    {"TESSERA_ATTENTION_KERNEL", "v2",
-     "Which tensor-core flash-attention kernels the GPU runs (bf16/f16, head_dim 64 or 128, no mask): v2 "
-     "(cp.async pipelined, ldmatrix) or v1 (the first ones, kept for comparison). Read on every launch.",
+    {"TESSERA_ATTENTION_KERNEL", "auto",
+     "Which flash-attention kernels the GPU runs (bf16/f16, no mask): auto (cuDNN's fused attention where "
+     "cuDNN loaded and applies, else v2), cudnn (the same, but an error when cuDNN is not loaded), v2 "
+     "(tessera's, cp.async pipelined, ldmatrix; head_dim 64 or 128) or v1 (the first ones, kept for "
+     "comparison). Read on every launch.",
      ""},
     {"TESSERA_BUFFER_CACHE_MB", "4096",
      "Upper bound, in MiB, of the host buffers the caching allocator keeps for reuse.", ""},
@@ -51,6 +53,10 @@ constexpr Flag kFlags[] = {
      "GPU reduction plans: column (sums over leading axes of wide rows, e.g. bias gradients, by a block per strip "
      "of columns and chunk of rows with 16-byte loads; few long rows in about 512 chunks) or legacy (a thread per "
      "column; long rows in chunks of 16384; for A/B timing).",
+     ""},
+    {"TESSERA_CUDNN_LIBRARY", "libcudnn.so.9",
+     "The cuDNN library the GPU backend opens (dlopen) for TESSERA_ATTENTION_KERNEL=cudnn: a file name "
+     "searched on the library path, or a path.",
      ""},
     {"TESSERA_DISABLE_PASSES", "",
      "Compiler passes to skip, by name (e.g. fusion,cse: bisecting a miscompile); part of compilation-cache keys.", ""},

@@ -74,6 +74,7 @@ std::string info_text() {
           peak.peak_flops_per_device / 1e12, peak.source);
     }
   }
+  if (TESSERA_HAS_CUDA) out += fmt::format("  cuDNN          {}\n", cuda::cudnn_status());
   return out;
 }
 

@@ -540,6 +540,68 @@ TEST(Schedule, HoistsAChainThatShrinksAsAWhole) {
   EXPECT_LT(peak_live_bytes(g), peak_live_bytes(demand));
 }
 
+// The bf16 copies of float32 weights (converts of parameters) move to the front of
+// the schedule, in order, so that a backend launches them together (the CUDA
+// multi-tensor convert), but only where no position then holds more than the peak.
+TEST(Schedule, InputCastsMoveToTheFrontBelowThePeak) {
+  const TensorType wide = f32({1024}), narrow{{1024}, DType::BFloat16};
+  auto cast = [](Graph& g, ValueId w) {
+    return g.add_node1(std::make_shared<Cast>(DType::BFloat16), {w}, {{1024}, DType::BFloat16});
+  };
+  {
+    // A training step: h_i = h_{i-1} * c_i forward, then gradients that read each h_i
+    // and c_i again: every copy is live at the peak (the end of the forward pass). The
+    // weights come through identities (views), as a training step's parameters do: the
+    // views go first, then the casts.
+    Graph g;
+    const ValueId x = g.add_parameter(narrow);
+    std::vector<ValueId> w, c, h = {x};
+    for (int i = 0; i < 3; ++i) w.push_back(g.add_parameter(wide));
+    for (int i = 0; i < 3; ++i)
+      w[static_cast<size_t>(i)] = g.add_node1(std::make_shared<Identity>(), {w[static_cast<size_t>(i)]}, wide);
+    for (int i = 0; i < 3; ++i) {
+      c.push_back(cast(g, w[static_cast<size_t>(i)]));
+      h.push_back(g.add_node1(mul_op(), {h.back(), c.back()}, narrow));
+    }
+    ValueId grad = h.back();
+    for (int i = 2; i >= 0; --i) {
+      const ValueId sum = g.add_node1(add_op(), {grad, h[static_cast<size_t>(i)]}, narrow);
+      grad = g.add_node1(mul_op(), {sum, c[static_cast<size_t>(i)]}, narrow);
+    }
+    g.outputs = {grad};
+    Graph demand = g;
+    SchedulePass(false).run(demand);
+    SchedulePass().run(g);
+    g.verify();
+    for (int i = 0; i < 3; ++i) EXPECT_LT(g.value(w[static_cast<size_t>(i)]).node, 3) << "view " << i;
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(g.value(c[static_cast<size_t>(i)]).node, 3 + i) << "cast " << i;
+    EXPECT_LE(peak_live_bytes(g), peak_live_bytes(demand));
+    const std::string text = g.text();
+    SchedulePass().run(g);
+    EXPECT_EQ(g.text(), text) << "idempotent";
+  }
+  {
+    // Inference: each copy is read once, right after it is made. Hoisting the first two
+    // keeps the peak (three buffers); the third would make four live at once: it stays.
+    Graph g;
+    ValueId h = g.add_parameter(narrow);
+    std::vector<ValueId> c;
+    for (int i = 0; i < 3; ++i) {
+      c.push_back(cast(g, g.add_parameter(wide)));
+      h = g.add_node1(mul_op(), {h, c.back()}, narrow);
+    }
+    g.outputs = {h};
+    Graph demand = g;
+    SchedulePass(false).run(demand);
+    SchedulePass().run(g);
+    g.verify();
+    EXPECT_EQ(g.value(c[0]).node, 0);
+    EXPECT_EQ(g.value(c[1]).node, 1);
+    EXPECT_EQ(g.value(c[2]).node, 4);  // after h1, h2, where demand put it
+    EXPECT_EQ(peak_live_bytes(g), peak_live_bytes(demand));
+  }
+}
+
 // q, k and v sliced out of one fused projection, each then reshaped (a view): the
 // last slice frees the projection, but moving it up only passes the view of the slice
 // before it, which then follows its source back. Such a move must not be made: the

@@ -33,6 +33,11 @@ struct DeviceInfo {
 };
 DeviceInfo device_info(int device = 0);
 
+// cuDNN, which runs fused attention when TESSERA_ATTENTION_KERNEL=cudnn: "9.19.0
+// (/path/libcudnn.so.9)" when it loaded, else "not used: " and why (not built, no
+// library, too old). Opens the library on the first call.
+std::string cudnn_status();
+
 // The caching allocator's counters for one device (bytes are rounded block sizes).
 struct MemoryStats {
   size_t allocated_bytes = 0;       // handed out now

@@ -8,10 +8,14 @@
 // The packed primitives ("attention_packed", "attention_packed_grad", made by the
 // attention-layout pass) run the v2 kernels on qkv [B, T, Hkv, G + 2, D] and out / dout
 // [B, T, H, D] in place; where v2 does not apply (other dtypes or D, a mask, TESSERA_
-// ATTENTION_KERNEL=v1, an older GPU) they copy to the contiguous layout and back.
+// ATTENTION_KERNEL=v1, an older GPU) they copy to the contiguous layout and back. Where
+// cuDNN loaded (TESSERA_ATTENTION_KERNEL auto, the default, or cudnn), each runs cuDNN's
+// fused attention first where it applies (backend/cuda/kernels/cudnn_attention.h), in the
+// same layouts.
 #include <string>
 
 #include "backend/cuda/kernel_registry.h"
+#include "backend/cuda/kernels/cudnn_attention.h"
 #include "backend/cuda/kernels/flash_attention.h"
 #include "tessera/base/error.h"
 #include "tessera/ir/primitives/nn.h"
@@ -90,6 +94,10 @@ void attention_kernel(const Primitive& p, const std::vector<DeviceTensor>& input
   const DType dtype = inputs[0].dtype;
   check_type("attention", "out", outputs[0], inputs[0].shape, dtype);
   check_type("attention", "lse", outputs[1], Shape{s.batch, s.heads, s.q_len}, accumulation_dtype(dtype));
+  if (cudnn_attention_selected() &&
+      cudnn_attention_forward(dtype, s, contiguous_attention_layout(s), inputs[0].data, inputs[1].data, inputs[2].data,
+                              outputs[0].data, outputs[1].as<float>(), ctx.scratch, ctx.stream))
+    return;
   flash_attention_forward(dtype, s, inputs[0].data, inputs[1].data, inputs[2].data, outputs[0].data,
                           outputs[1].as<float>(), ctx.stream);
 }
@@ -107,6 +115,11 @@ void attention_grad_kernel(const Primitive& p, const std::vector<DeviceTensor>& 
   check_type("attention_grad", "dout", dout, inputs[0].shape, dtype);
   for (int i = 0; i < 3; ++i)
     check_type("attention_grad", i == 0 ? "dq" : i == 1 ? "dk" : "dv", outputs[i], inputs[i].shape, dtype);
+  if (cudnn_attention_selected() &&
+      cudnn_attention_backward(dtype, s, contiguous_attention_layout(s), inputs[0].data, inputs[1].data, inputs[2].data,
+                               out.data, lse.as<float>(), dout.data, outputs[0].data, outputs[1].data, outputs[2].data,
+                               ctx.scratch, ctx.stream))
+    return;
   const size_t scratch_bytes = flash_attention_backward_scratch_bytes(s);
   void* scratch = scratch_bytes > 0 ? ctx.scratch(scratch_bytes) : nullptr;
   flash_attention_backward(dtype, s, inputs[0].data, inputs[1].data, inputs[2].data, out.data, lse.as<float>(),
@@ -186,6 +199,9 @@ void attention_packed_kernel(const Primitive& p, const std::vector<DeviceTensor>
   const PackedPointers qkv(inputs[0].data, s, dtype);
   const FlashAttentionLayout packed = packed_qkv_attention_layout(s);
   float* lse = outputs[1].as<float>();
+  if (cudnn_attention_selected() &&
+      cudnn_attention_forward(dtype, s, packed, qkv.q, qkv.k, qkv.v, outputs[0].data, lse, ctx.scratch, ctx.stream))
+    return;
   if (flash_attention_forward_strided(dtype, s, packed, qkv.q, qkv.k, qkv.v, outputs[0].data, lse, ctx.stream)) return;
   const FlashAttentionLayout dense = contiguous_attention_layout(s);
   const size_t item = itemsize(dtype), q_bytes = static_cast<size_t>(s.batch * s.heads * s.q_len * s.head_dim) * item,
@@ -222,6 +238,10 @@ void attention_packed_grad_kernel(const Primitive& p, const std::vector<DeviceTe
   const size_t delta_bytes = flash_attention_backward_scratch_bytes(s);
   const size_t item = itemsize(dtype), q_bytes = static_cast<size_t>(s.batch * s.heads * s.q_len * s.head_dim) * item,
                kv_bytes = static_cast<size_t>(s.batch * s.kv_heads * s.kv_len * s.head_dim) * item;
+  if (cudnn_attention_selected() &&
+      cudnn_attention_backward(dtype, s, packed, qkv.q, qkv.k, qkv.v, out.data, lse.as<float>(), dout.data, dqkv.q,
+                               dqkv.k, dqkv.v, ctx.scratch, ctx.stream))
+    return;
   if (flash_attention_backward_strided(dtype, s, packed, qkv.q, qkv.k, qkv.v, out.data, lse.as<float>(), dout.data,
                                        dqkv.q, dqkv.k, dqkv.v, ctx.scratch(delta_bytes), ctx.stream))
     return;

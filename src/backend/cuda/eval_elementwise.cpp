@@ -3,7 +3,9 @@
 // is lowered to the generator's FusedProgram (kernels/fusion_codegen.h), compiled with
 // NVRTC once per distinct signature (kernels/nvrtc_module.h) and launched on the
 // context's stream. identity / stop_gradient alias their input; when the executable
-// gave them a separate output buffer they copy.
+// gave them a separate output buffer they copy. A run of converts (the schedule puts a
+// step's float32 -> bf16 weight casts together) is one multi-tensor launch
+// (kernels/convert_multi_tensor.h).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <unordered_map>
 
 #include "backend/cuda/kernel_registry.h"
+#include "backend/cuda/kernels/convert_multi_tensor.h"
 #include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/kernels/fusion_codegen.h"
 #include "backend/cuda/kernels/launch_config.h"
@@ -211,6 +214,30 @@ void convert_kernel(const Primitive& primitive, const std::vector<DeviceTensor>&
   run_program(single(inputs, outputs[0], FusedInstruction::Kind::Convert, 0, outputs[0].dtype), inputs, outputs, ctx);
 }
 
+// A run of equivalent converts (one target dtype): the float32 sources in one
+// multi-tensor launch, any other source dtype one kernel per tensor (the same bits).
+void convert_group_kernel(const Primitive& primitive, const std::vector<std::vector<DeviceTensor>>& inputs,
+                          const std::vector<std::vector<DeviceTensor>>& outputs, KernelContext& ctx) {
+  std::vector<ConvertTensor> from_f32;
+  DType to = DType::Float32;
+  for (size_t t = 0; t < inputs.size(); ++t) {
+    check_counts(primitive, inputs[t], outputs[t], 1);
+    const DeviceTensor &in = inputs[t][0], &out = outputs[t][0];
+    if (in.numel() != out.numel())
+      fail<ShapeError>("convert: output {} for input {}", to_string(out.shape), to_string(in.shape));
+    to = out.dtype;
+    if (in.dtype == DType::Float32 && in.data != out.data) {
+      from_f32.push_back({in.data, out.data, in.numel()});
+    } else {
+      convert_kernel(primitive, inputs[t], outputs[t], ctx);
+    }
+  }
+  if (from_f32.empty() || convert_multi_tensor(DType::Float32, to, from_f32, ctx.stream)) return;
+  for (size_t t = 0; t < inputs.size(); ++t)
+    if (inputs[t][0].dtype == DType::Float32 && inputs[t][0].data != outputs[t][0].data)
+      convert_kernel(primitive, inputs[t], outputs[t], ctx);
+}
+
 FusedProgram lower(const FusionProgram& f) {
   FusedProgram p;
   p.shape = f.shape;
@@ -268,6 +295,7 @@ void register_elementwise_kernels() {
   for (int k = 0; k < kNumBinaryKinds; ++k) register_kernel(binary_name(static_cast<BinaryKind>(k)), binary_kernel);
   register_kernel("where", where_kernel);
   register_kernel("convert", convert_kernel);
+  register_group_kernel("convert", convert_group_kernel, 1);  // no shared inputs
   register_kernel("fusion", fusion_kernel);
   register_kernel("identity", alias_kernel);
   register_kernel("stop_gradient", alias_kernel);

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/device_allocator.h"
 #include "backend/cuda/kernels/cuda_check.h"
+#include "backend/cuda/kernels/cudnn_attention.h"
 
 namespace tessera::cuda {
 
@@ -80,6 +81,7 @@ double estimated_peak_bf16(const cudaDeviceProp& p, int device) {
 bool available() { return discovery().count > 0; }
 std::string unavailable_reason() { return discovery().reason; }
 int device_count() { return discovery().count; }
+std::string cudnn_status() { return cudnn_description(); }
 
 void require_device(int device) {
   const Discovery& d = discovery();

@@ -21,6 +21,7 @@ bool available() { return false; }
 std::string unavailable_reason() { return "tessera was built without CUDA"; }
 int device_count() { return 0; }
 DeviceInfo device_info(int) { no_cuda("device_info"); }
+std::string cudnn_status() { return "not used: tessera was built without CUDA"; }
 MemoryStats memory_stats(int) { no_cuda("memory_stats"); }
 void reset_peak_memory(int) { no_cuda("reset_peak_memory"); }
 void empty_cache(int) { no_cuda("empty_cache"); }

@@ -19,6 +19,9 @@
 // before. Views (reshape, identity) first move to just after their source: a view
 // costs no bytes but its position counts as a use of its source's buffer.
 //
+// Then casts of the program's inputs (the bf16 copies of float32 weights) move to the
+// front where that keeps every position at or under the peak (hoist_input_casts).
+//
 // Last, runs of consecutive independent in-place updates (the optimizer's) are sorted
 // so that equivalent ones are neighbours (cluster_equivalent_updates).
 #include "tessera/compiler/passes/schedule.h"
@@ -123,6 +126,56 @@ class ShrinkingHoister {
   }
 
   const std::vector<int>& order() const { return order_.nodes(); }
+
+  // Casts of the program's inputs (a convert reading a parameter or constant, or a view
+  // of one: the bf16 copy of a float32 weight) move to the front, after the inputs'
+  // views and keeping their order, each where the
+  // bytes it adds to the positions it passes keep all of them at or under the
+  // schedule's peak. A backend can then launch them together (the CUDA multi-tensor
+  // convert), and in a training step the copies stay live until the backward pass, so
+  // across the peak (the end of the forward pass), anyway. Returns the number moved.
+  int hoist_input_casts() {
+    int front = 0, moved = 0;
+    auto of_input = [&](ValueId v) { return g_.value(root_[static_cast<size_t>(v)]).kind != ValueKind::NodeOutput; };
+    // First the views of the inputs (a training step's parameters come through
+    // identities), which cost nothing and which the casts read: then every cast can
+    // follow them, one after the other.
+    for (int n : std::vector<int>(order_.nodes())) {
+      const Node& node = g_.nodes[static_cast<size_t>(n)];
+      if (node.dead || !is_view(node) || node.inputs.empty()) continue;
+      bool views_input = true;
+      for (ValueId in : node.inputs) views_input = views_input && of_input(in);
+      for (ValueId out : node.outputs)  // graph outputs and unread views keep their place
+        views_input = views_input && !is_output_[static_cast<size_t>(out)] && read_[static_cast<size_t>(out)];
+      if (!views_input) continue;
+      if (order_.position(n) > front) {
+        order_.move_up(n, front);
+        profile_current_ = false;
+      }
+      ++front;
+    }
+    for (int n : std::vector<int>(order_.nodes())) {
+      const Node& node = g_.nodes[static_cast<size_t>(n)];
+      if (node.dead || node.primitive->name() != "convert" || node.inputs.size() != 1 || node.outputs.size() != 1)
+        continue;
+      if (!of_input(node.inputs[0]) || earliest(n) > front) continue;
+      const ValueId out = node.outputs[0];
+      if (kept_[static_cast<size_t>(out)] || !read_[static_cast<size_t>(out)]) continue;
+      const int p = order_.position(n);
+      if (p > front) {
+        update_profile();
+        size_t highest = 0;
+        for (int t = front; t < p; ++t) highest = std::max(highest, live_[static_cast<size_t>(t)]);
+        if (highest + g_.type(out).nbytes() > peak_) continue;
+        order_.move_up(n, front);
+        hoisted_[static_cast<size_t>(n)] = true;
+        profile_current_ = false;
+        ++moved;
+      }
+      ++front;
+    }
+    return moved;
+  }
 
  private:
   // One past the latest producer of n's inputs.
@@ -276,7 +329,8 @@ class ShrinkingHoister {
   }
 
   // across_[t]: the bytes live across the gap before position t (made before t, read at
-  // or after t); peak_: the most bytes live at any position. Recomputed after moves.
+  // or after t); live_[t]: the bytes live at position t (made at or before t, read at or
+  // after it); peak_: the most of live_. Recomputed after moves.
   void update_profile() {
     if (profile_current_) return;
     const size_t n = order_.nodes().size();
@@ -299,12 +353,14 @@ class ShrinkingHoister {
       }
     }
     across_.assign(n + 1, 0);
+    live_.assign(n + 1, 0);
     peak_ = 0;
     int64_t live = 0, crossing = 0;
     for (size_t t = 0; t <= n; ++t) {
       live += at_delta[t];
       crossing += begin_delta[t];
       across_[t] = static_cast<size_t>(crossing);
+      live_[t] = static_cast<size_t>(live);
       if (t < n) peak_ = std::max(peak_, static_cast<size_t>(live));
     }
     profile_current_ = true;
@@ -319,7 +375,7 @@ class ShrinkingHoister {
   std::vector<std::vector<int>> readers_;         // per root: the nodes reading it or a view of it
   std::vector<std::vector<int>> direct_readers_;  // per value: the nodes reading it
   std::vector<bool> hoisted_ = std::vector<bool>(g_.nodes.size(), false);
-  std::vector<size_t> across_;
+  std::vector<size_t> across_, live_;
   size_t peak_ = 0;
   bool profile_current_ = false;
 };
@@ -453,6 +509,7 @@ void SchedulePass::run(Graph& graph) {
   if (hoist_shrinking_) {
     ShrinkingHoister hoister(graph);
     hoist_sweeps_ = hoister.run();
+    hoister.hoist_input_casts();
     apply_order(graph, hoister.order());
   }
   apply_order(graph, cluster_equivalent_updates(graph));

@@ -5,7 +5,9 @@
 // needed in (ties: original order). Deterministic, and never moves a node before
 // one of its inputs. Then a node whose outputs are smaller than the inputs it is the
 // last to read (a weight gradient, a reduction) moves up to just after their other
-// readers, when that lowers the live bytes (schedule.cpp; hoist_shrinking).
+// readers, when that lowers the live bytes (schedule.cpp; hoist_shrinking), and casts
+// of the program's inputs (bf16 copies of float32 weights) move to the front where no
+// position then holds more than the peak, so that a backend can launch them together.
 #pragma once
 
 #include <string>

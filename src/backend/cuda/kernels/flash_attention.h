@@ -64,7 +64,9 @@ enum class FlashAttentionPath { Auto, Generic };
 // Which tensor-core kernels Auto runs, from TESSERA_ATTENTION_KERNEL (read on every call,
 // so a test can switch it in-process): V2 (the default: the kernels of
 // flash_attention_forward_v2.cu and flash_attention_backward_v2.cu where they apply) or
-// V1 (the first kernels, kept to compare). An Error for any other value.
+// V1 (the first kernels, kept to compare); "auto" (the default) and "cudnn" (the attention
+// evals run cuDNN where it applies, cudnn_attention.h) mean V2 here. An Error for any
+// other value.
 enum class FlashAttentionKernel { V1, V2 };
 FlashAttentionKernel flash_attention_kernel();
 

@@ -1,4 +1,5 @@
-// TESSERA_ATTENTION_KERNEL (flash_attention.h): which tensor-core attention kernels run.
+// TESSERA_ATTENTION_KERNEL (flash_attention.h): which tensor-core attention kernels run
+// ("auto" and "cudnn" run cuDNN where it applies, cudnn_attention.h, and v2 elsewhere).
 #include <cstring>
 #include <string>
 
@@ -10,9 +11,11 @@ namespace tessera::cuda {
 
 FlashAttentionKernel flash_attention_kernel() {
   const char* v = flags::env("TESSERA_ATTENTION_KERNEL");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "v2") == 0) return FlashAttentionKernel::V2;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "v2") == 0 || std::strcmp(v, "cudnn") == 0 ||
+      std::strcmp(v, "auto") == 0)
+    return FlashAttentionKernel::V2;
   if (std::strcmp(v, "v1") == 0) return FlashAttentionKernel::V1;
-  throw_value_error("TESSERA_ATTENTION_KERNEL: expected v1 or v2, got '" + std::string(v) + "'");
+  throw_value_error("TESSERA_ATTENTION_KERNEL: expected auto, cudnn, v2 or v1, got '" + std::string(v) + "'");
 }
 
 }  // namespace tessera::cuda

@@ -42,7 +42,7 @@ cd "$ROOT" || exit 2
 FINAL="${OUT:-$ROOT/build-gpu/check}"
 WORK="$(mktemp -d /tmp/gpu-check.XXXXXX)"
 mkdir -p "$FINAL"
-PHASES="${CHECK_PHASES:-device test bench profile before determinism offload batch32 batch64 ncu}"
+PHASES="${CHECK_PHASES:-device test bench before profile determinism batch32 batch64 offload ncu}"
 BUDGET="${CHECK_BUDGET_S:-570}"
 START=$(date +%s)
 PEER_PYTHON="env LD_LIBRARY_PATH= python3"  # the peers use the machine's own CUDA libraries

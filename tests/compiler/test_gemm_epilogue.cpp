@@ -477,6 +477,74 @@ TEST(MatmulEpilogue, AttributesRoundTripThroughTheRegistry) {
   EXPECT_THROW(make_primitive("matmul_epilogue", "actvation=relu"), ValueError);
 }
 
+// The backward's form: matmul -> gelu_tanh_grad(x, product) becomes one node with
+// activation_grad=gelu_tanh and inputs (a, b, x), placed where the gradient was (x may be
+// made after the matmul), bitwise the unfused pair; a product with another reader stays.
+TEST(GemmEpiloguePass, GeluGradientOfAProductBecomesOneNode) {
+  Graph g = parse_graph(R"(func @main(%0: bf16[2, 8, 4], %1: bf16[16, 4], %2: bf16[2, 8, 16]) -> (bf16[2, 8, 16]) {
+  %3 = matmul(%0, %1) {trans_a=false, trans_b=true} : bf16[2, 8, 16]
+  %4 = exp(%2) : bf16[2, 8, 16]
+  %5 = gelu_tanh_grad(%4, %3) : bf16[2, 8, 16]
+  return %5
+})");
+  Graph fused = fused_copy(g);
+  EXPECT_EQ(fused.text(), R"(func @main(%0: bf16[2, 8, 4], %1: bf16[16, 4], %2: bf16[2, 8, 16]) -> (bf16[2, 8, 16]) {
+  %3 = exp(%2) : bf16[2, 8, 16]
+  %4 = matmul_epilogue(%0, %1, %3) {trans_a=false, trans_b=true, bias=false, activation_grad=gelu_tanh} : bf16[2, 8, 16]
+  return %4
+}
+)");
+  for (DType dtype : {DType::BFloat16, DType::Float32}) {
+    SCOPED_TRACE(name(dtype));
+    const std::vector<Array> params = {random_array({2, 8, 4}, 3, dtype, -2, 2), random_array({16, 4}, 4, dtype, -2, 2),
+                                       random_array({2, 8, 16}, 5, dtype, -2, 2)};
+    Graph typed = g;
+    for (Value& v : typed.values) v.type.dtype = dtype;
+    Graph typed_fused = fused_copy(typed);
+    ASSERT_EQ(count_nodes(typed_fused, "matmul_epilogue"), 1u);
+    const auto want = interpret(typed, params);
+    const auto got = interpret(typed_fused, params);
+    EXPECT_TRUE(bitwise_equal(got[0], want[0]));
+  }
+  // The product also returned: unfused.
+  Graph kept = parse_graph(R"(func @main(%0: f32[8, 4], %1: f32[4, 16], %2: f32[8, 16]) -> (f32[8, 16], f32[8, 16]) {
+  %3 = matmul(%0, %1) : f32[8, 16]
+  %4 = gelu_tanh_grad(%2, %3) : f32[8, 16]
+  return %4, %3
+})");
+  EXPECT_EQ(count_nodes(fused_copy(kept), "matmul_epilogue"), 0u);
+  // The product as the gradient's x (its first operand), not its g: unfused.
+  Graph swapped = parse_graph(R"(func @main(%0: f32[8, 4], %1: f32[4, 16], %2: f32[8, 16]) -> (f32[8, 16]) {
+  %3 = matmul(%0, %1) : f32[8, 16]
+  %4 = gelu_tanh_grad(%3, %2) : f32[8, 16]
+  return %4
+})");
+  EXPECT_EQ(count_nodes(fused_copy(swapped), "matmul_epilogue"), 0u);
+}
+
+TEST(MatmulEpilogue, ActivationGradOptionsAreChecked) {
+  MatmulEpilogue::Options o;
+  o.bias = false;
+  o.activation_grad = UnaryKind::GeluTanh;
+  auto p = std::make_shared<MatmulEpilogue>(o);
+  EXPECT_EQ(p->attributes(), "bias=false, activation_grad=gelu_tanh");
+  PrimitivePtr back = make_primitive(p->name(), p->attributes());
+  EXPECT_TRUE(back->is_equivalent(*p));
+  EXPECT_EQ(dynamic_cast<const MatmulEpilogue&>(*back).options().activation_grad, UnaryKind::GeluTanh);
+  EXPECT_THROW(make_primitive("matmul_epilogue", "bias=false, activation_grad=relu"), ValueError);
+  EXPECT_THROW(make_primitive("matmul_epilogue", "bias=true, activation_grad=gelu_tanh"), ValueError);
+  EXPECT_THROW(make_primitive("matmul_epilogue", "bias=false, activation=gelu_tanh, activation_grad=gelu_tanh"),
+               ValueError);
+  // Three inputs, x of the output's type.
+  Array a = random_array({4, 3}, 1, DType::Float32), b = random_array({3, 5}, 2, DType::Float32);
+  std::vector<Array> outs = {Array::placeholder({4, 5}, DType::Float32)};
+  EXPECT_THROW(p->eval_cpu({a, b}, outs), ValueError);
+  EXPECT_THROW(p->eval_cpu({a, b, random_array({4, 4}, 3, DType::Float32)}, outs), ShapeError);
+  // Cost: the GEMM and one FLOP per element.
+  Cost c = p->cost({a, b, outs[0]}, outs);
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * 4 * 5 * 3 + 4 * 5);
+}
+
 TEST(MatmulEpilogue, CostIsMatmulPlusEpilogue) {
   MatmulEpilogue::Options o;
   o.activation = UnaryKind::GeluTanh;

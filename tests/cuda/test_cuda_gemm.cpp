@@ -4,6 +4,7 @@
 // operands, every epilogue, float32 / bfloat16 / float16 / float64 and integers; the
 // fallback kernel and the heuristic-only mode; and the algorithm cache's text round
 // trip (the part that needs no GPU runs everywhere).
+#include <cublasLt.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -314,6 +315,32 @@ TEST(CudaGemm, GeluEpilogueUsesCublasLtForHalfTypes) {
   EXPECT_EQ(r.path, ts::cuda::GemmPath::CublasLt);
   if (!r.post_kernel) {
     EXPECT_NE(r.lt_epilogue, 1 /* CUBLASLT_EPILOGUE_DEFAULT */);
+  }
+}
+
+// The backward's form, out = gelu_tanh_grad(x, a b^T) (matmul_epilogue activation_grad):
+// cuBLASLt's DGELU epilogue for bf16/f16 with n % 8 == 0 (its product is not rounded
+// before the multiply, so within the dtype's tolerance of the CPU, which rounds it), the
+// product then the gelu_tanh_grad kernel elsewhere (n = 33, float32).
+TEST(CudaGemm, GeluGradientEpilogueMatchesTheCpu) {
+  TESSERA_REQUIRE_GPU();
+  for (DType dtype : {DType::BFloat16, DType::Float16, DType::Float32}) {
+    for (int64_t n : {64, 33}) {
+      Array a = random_array({2, 9, 48}, dtype);
+      Array b = random_array({n, 48}, dtype, 0.3f);
+      Array x = random_array({2, 9, n}, dtype);
+      ts::MatmulEpilogue::Options o;
+      o.bias = false;
+      o.trans_b = true;
+      o.activation_grad = ts::UnaryKind::GeluTanh;
+      Array y = Array::make(Shape{2, 9, n}, dtype, std::make_shared<ts::MatmulEpilogue>(o), {a, b, x});
+      const std::string what = "gelu_tanh_grad epilogue n=" + std::to_string(n) + " " + std::string(ts::name(dtype));
+      expect_matches_cpu(y, tolerance(dtype), what);
+      const ts::cuda::GemmReport r = ts::cuda::last_gemm_report();
+      EXPECT_EQ(r.path, ts::cuda::GemmPath::CublasLt) << what;
+      const bool dgelu = r.lt_epilogue == static_cast<int>(CUBLASLT_EPILOGUE_DGELU);
+      EXPECT_EQ(dgelu, dtype != DType::Float32 && n % 8 == 0) << what << ": cuBLASLt epilogue " << r.lt_epilogue;
+    }
   }
 }
 

@@ -67,7 +67,7 @@ void MatmulEpilogue::eval_int8(const std::vector<Array>& inputs, std::vector<Arr
 
 void MatmulEpilogue::eval_cpu(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
   const Options& o = options_;
-  const size_t want_inputs = o.bias ? 3 : 2, want_outputs = o.pre_activation ? 2 : 1;
+  const size_t want_inputs = o.bias || o.activation_grad ? 3 : 2, want_outputs = o.pre_activation ? 2 : 1;
   if (inputs.size() != want_inputs || outputs.size() != want_outputs)
     fail<ValueError>("matmul_epilogue: called with {} inputs and {} outputs (expected {} and {})", inputs.size(),
                      outputs.size(), want_inputs, want_outputs);
@@ -97,6 +97,20 @@ void MatmulEpilogue::eval_cpu(const std::vector<Array>& inputs, std::vector<Arra
   if ((a.ndim() > 2 && a.size() != s.batch * s.m * s.k) || (b.ndim() > 2 && b.size() != s.batch * s.k * s.n))
     fail<ShapeError>("matmul_epilogue: batch dims of {} and {} do not match the output {}", type_string(a),
                      type_string(b), type_string(out));
+  if (o.activation_grad) {
+    // The unfused pair: the product rounded to the dtype, then the gradient kernel.
+    const Array& x = inputs[2];
+    if (x.shape() != out.shape() || x.dtype() != out.dtype())
+      fail<ShapeError>("matmul_epilogue: the activation's input is {} (expected {})", type_string(x), type_string(out));
+    out.allocate();
+    if (out.size() == 0) return;
+    cpu::matmul(a.dtype(), s, a.raw_data(), b.raw_data(), out.mutable_raw_data(), cpu::GemmEpilogue{});
+    SmallDims strides;  // contiguous, as the unfused binary op reads them
+    broadcast_strides_into(out.shape(), out.shape(), strides);
+    cpu::binary(static_cast<cpu::BinaryOp>(BinaryKind::GeluTanhGrad), out.dtype(), x.raw_data(), strides,
+                out.raw_data(), strides, out.mutable_raw_data(), out.shape());
+    return;
+  }
   const cpu::GemmEpilogue e = epilogue_of(o, inputs, outputs, s.n);
   if (out.size() == 0) return;
   cpu::matmul(a.dtype(), s, a.raw_data(), b.raw_data(), out.mutable_raw_data(), e);

@@ -1,4 +1,5 @@
-// CUDA kernels of the linear-algebra primitives: matmul and matmul_epilogue, both
+// CUDA kernels of the linear-algebra primitives: matmul and matmul_epilogue (and its
+// activation_grad form: cuBLASLt's DGELU), both
 // through gemm() (backend/cuda/kernels/gemm.h: cuBLASLt with a fused bias / activation
 // epilogue). Shapes and attributes are read exactly as the CPU evals read them
 // (backend/cpu/eval_linalg.cpp, eval_linalg_epilogue.cpp).
@@ -7,6 +8,7 @@
 #include "backend/cuda/kernel_registry.h"
 #include "backend/cuda/kernels/gemm.h"
 #include "tessera/base/error.h"
+#include "tessera/ir/primitives/elementwise.h"
 #include "tessera/ir/primitives/linalg.h"
 #include "tessera/ir/primitives/matmul_epilogue.h"
 
@@ -102,6 +104,23 @@ GemmActivation gemm_activation(UnaryKind kind) {
   }
 }
 
+// activation_grad=gelu_tanh: out = gelu_tanh_grad(x, a b). cuBLASLt's DGELU epilogue where
+// it applies, else the product and then the gelu_tanh_grad kernel (the unfused pair).
+void activation_grad(const std::vector<DeviceTensor>& inputs, const DeviceTensor& out, const GemmShape& s,
+                     KernelContext& ctx) {
+  const DeviceTensor& x = inputs[2];
+  if (x.shape != out.shape || x.dtype != out.dtype)
+    fail<ShapeError>("matmul_epilogue: the activation's input is {} (expected {})", type_of(x), type_of(out));
+  if (out.numel() == 0) return;
+  const GemmContext gc = gemm_context(ctx, out.dtype, s);
+  if (gemm_dgelu(out.dtype, s, inputs[0].data, inputs[1].data, out.data, x.data, gc)) return;
+  gemm(out.dtype, s, inputs[0].data, inputs[1].data, out.data, GemmEpilogue{}, gc);
+  static const Binary grad_op(BinaryKind::GeluTanhGrad);
+  const KernelFn* grad = find_kernel("gelu_tanh_grad");
+  if (grad == nullptr) fail<Error>("matmul_epilogue: no CUDA kernel for gelu_tanh_grad");
+  (*grad)(grad_op, {x, out}, {out}, ctx);  // elementwise: each element read before it is written
+}
+
 void matmul_epilogue_kernel(const Primitive& primitive, const std::vector<DeviceTensor>& inputs,
                             const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
   const auto& me = dynamic_cast<const MatmulEpilogue&>(primitive);
@@ -110,7 +129,7 @@ void matmul_epilogue_kernel(const Primitive& primitive, const std::vector<Device
     fail<Error>(
         "matmul_epilogue: int8=true (a fused quantized_matmul) has no CUDA kernel: int8 (AQT) training runs "
         "on the CPU only");
-  const size_t want_inputs = o.bias ? 3 : 2, want_outputs = o.pre_activation ? 2 : 1;
+  const size_t want_inputs = o.bias || o.activation_grad ? 3 : 2, want_outputs = o.pre_activation ? 2 : 1;
   if (inputs.size() != want_inputs || outputs.size() != want_outputs)
     fail<ValueError>("matmul_epilogue: called with {} inputs and {} outputs (expected {} and {})", inputs.size(),
                      outputs.size(), want_inputs, want_outputs);
@@ -118,6 +137,10 @@ void matmul_epilogue_kernel(const Primitive& primitive, const std::vector<Device
   const DeviceTensor& b = inputs[1];
   const DeviceTensor& out = outputs[0];
   const GemmShape s = gemm_shape("matmul_epilogue", a, b, out, o.trans_a, o.trans_b);
+  if (o.activation_grad) {
+    activation_grad(inputs, out, s, ctx);
+    return;
+  }
   GemmEpilogue e;
   if (o.bias) {
     const DeviceTensor& bias = inputs[2];

@@ -20,6 +20,7 @@ namespace {
 
 struct Match {
   int matmul = -1, add = -1, activation = -1;  // node indices (-1: absent)
+  int activation_grad = -1;                    // gelu_tanh_grad(x, matmul): the backward's form
   ValueId bias = kNoValue;                     // read by the fused node
   int bias_broadcast = -1;                     // a broadcast_to read through
   MatmulEpilogue::Options options;
@@ -54,6 +55,7 @@ class Matcher {
     m.options.int8 = int8 != nullptr;
     const TensorType out = g_.type(mm.outputs[0]);
     ValueId v = mm.outputs[0];
+    if (!m.options.int8 && match_activation_grad(m, v, out)) return m;
     if (!match_bias(m, v, out)) m.options.bias = false;
     for (int u : users_[v]) {
       const Node& node = g_.nodes[u];
@@ -71,6 +73,23 @@ class Matcher {
  private:
   bool fusable_with(const Node& node, const Node& mm) const {
     return !node.dead && fusable_after_remat(node) && node.remat_region == mm.remat_region && node.outputs.size() == 1;
+  }
+
+  // The product read only by gelu_tanh_grad(x, product) (an MLP's backward: the
+  // gradient of the activation's input x from that of its output).
+  bool match_activation_grad(Match& m, ValueId v, const TensorType& out) const {
+    if (users_[v].size() != 1 || is_returned(g_, v)) return false;
+    const int u = users_[v][0];
+    const Node& node = g_.nodes[u];
+    const auto* binary = dynamic_cast<const Binary*>(node.primitive.get());
+    if (!binary || binary->kind() != BinaryKind::GeluTanhGrad || node.inputs.size() != 2 || node.inputs[1] != v ||
+        node.inputs[0] == v || !fusable_with(node, g_.nodes[m.matmul]) || g_.type(node.inputs[0]) != out ||
+        g_.type(node.outputs[0]) != out)
+      return false;
+    m.activation_grad = u;
+    m.options.bias = false;
+    m.options.activation_grad = UnaryKind::GeluTanh;
+    return true;
   }
 
   // On success v becomes the add's output.
@@ -106,7 +125,8 @@ class Matcher {
 // other matches in the same round (which insert nodes and so move indices).
 struct Pending {
   Match match;
-  ValueId matmul = kNoValue, add = kNoValue, activation = kNoValue, bias_broadcast = kNoValue;
+  ValueId matmul = kNoValue, add = kNoValue, activation = kNoValue, bias_broadcast = kNoValue,
+          activation_grad = kNoValue;
 };
 
 ValueId first_output(const Graph& g, int node) { return node >= 0 ? g.nodes[node].outputs[0] : kNoValue; }
@@ -120,7 +140,28 @@ bool is_read(const Graph& g, ValueId v) {
   return false;
 }
 
+// matmul, gelu_tanh_grad(x, matmul) -> matmul_epilogue(a, b, x) where the gradient was:
+// x may be made after the matmul (a forward value recomputed by remat).
+void rewrite_activation_grad(Graph& g, const Pending& pending) {
+  const int mm = node_of(g, pending.matmul), grad = node_of(g, pending.activation_grad);
+  // Read now: an earlier rewrite of this round may have replaced x (the forward's fused node).
+  const std::vector<ValueId> inputs = {g.nodes[mm].inputs[0], g.nodes[mm].inputs[1], g.nodes[grad].inputs[0]};
+  const ValueId y = g.nodes[grad].outputs[0];
+  const int region = g.nodes[mm].remat_region;
+  const std::string remat_name = g.nodes[mm].remat_name;
+  auto outs = g.insert_node(grad + 1, std::make_shared<MatmulEpilogue>(pending.match.options), inputs, {g.type(y)});
+  g.nodes[grad + 1].remat_region = region;
+  g.nodes[grad + 1].remat_name = remat_name;
+  g.erase_node(mm);  // before grad: unshifted
+  g.erase_node(grad);
+  g.replace_uses(y, outs[0]);
+}
+
 void rewrite(Graph& g, const Pending& pending) {
+  if (pending.activation_grad != kNoValue) {
+    rewrite_activation_grad(g, pending);
+    return;
+  }
   Match m = pending.match;
   m.matmul = node_of(g, pending.matmul);
   m.add = node_of(g, pending.add);
@@ -171,12 +212,13 @@ void GemmEpiloguePass::run(Graph& graph) {
         if (!found) continue;
         const Match& m = *found;
         const int bias_producer = m.options.bias ? node_of(graph, m.bias) : -1;
-        const int touched[] = {m.matmul, m.add, m.activation, m.bias_broadcast, bias_producer};
+        const int touched[] = {m.matmul, m.add, m.activation, m.bias_broadcast, bias_producer, m.activation_grad};
         if (std::any_of(std::begin(touched), std::end(touched), [&](int t) { return t >= 0 && claimed[t]; })) continue;
         for (int t : touched)
           if (t >= 0) claimed[t] = 1;
         round.push_back({m, first_output(graph, m.matmul), first_output(graph, m.add),
-                         first_output(graph, m.activation), first_output(graph, m.bias_broadcast)});
+                         first_output(graph, m.activation), first_output(graph, m.bias_broadcast),
+                         first_output(graph, m.activation_grad)});
       }
     }
     if (round.empty()) break;

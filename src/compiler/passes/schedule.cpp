@@ -147,7 +147,8 @@ class ShrinkingHoister {
       for (ValueId in : node.inputs) views_input = views_input && of_input(in);
       for (ValueId out : node.outputs)  // graph outputs and unread views keep their place
         views_input = views_input && !is_output_[static_cast<size_t>(out)] && read_[static_cast<size_t>(out)];
-      if (!views_input) continue;
+      // A view of a view that stays behind stays too.
+      if (!views_input || earliest(n) > front) continue;
       if (order_.position(n) > front) {
         order_.move_up(n, front);
         profile_current_ = false;

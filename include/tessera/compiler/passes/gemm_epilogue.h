@@ -10,9 +10,14 @@
 //  * activation: the first reader of v that is gelu_tanh, gelu_erf, relu, silu, tanh or
 //    sigmoid. When v has other readers (or is returned) the fused node also returns v
 //    as its pre-activation output (the gelu vjp reads it).
-// A match needs a bias or an activation. Nodes in different checkpoint regions, or
-// named with checkpoint_name, are not fused. The fused node takes the place of the add
-// (or of the matmul when there is no bias).
+//  * activation gradient (first, for a plain matmul): v's only reader is
+//    gelu_tanh_grad(x, v) (v not returned): an MLP's backward, the gradient of the
+//    activation's input x from the product, the gradient of its output. The fused node
+//    (activation_grad=gelu_tanh, inputs a, b, x) takes the gradient's place, since x may
+//    be made after the matmul; on the GPU it is cuBLASLt's DGELU epilogue.
+// A match needs a bias, an activation or an activation gradient. Nodes in different
+// checkpoint regions, or named with checkpoint_name, are not fused. The fused node takes
+// the place of the add (or of the matmul when there is no bias).
 #pragma once
 
 #include <string>

@@ -589,4 +589,48 @@ void gemm(DType dtype, const GemmShape& shape, const void* a, const void* b, voi
   reference();
 }
 
+bool gemm_dgelu(DType dtype, const GemmShape& shape, const void* a, const void* b, void* c, const void* x,
+                const GemmContext& ctx) {
+  validate(dtype, shape, a, b, c, GemmEpilogue{});
+  const GemmOptions opt = gemm_options();
+  if (!is_half(dtype) || ctx.handle == nullptr || opt.reference_only || shape.batch == 0 || shape.m == 0 ||
+      shape.n == 0 || shape.k == 0 || shape.n % 8 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(c) % 16 != 0)
+    return false;
+  bool folded = false;
+  const GemmShape s = fold(shape, &folded);
+  if (staging_of(dtype, s, false).total() != 0) return false;  // misaligned rows: the plain path restages
+  Plan plan;
+  plan.epilogue = CUBLASLT_EPILOGUE_DGELU;
+  plan.act_fused = true;
+  plan.aux = const_cast<void*>(x);  // read, not written, by DGELU
+  const Problem p{dtype, s, a, b, c, nullptr};
+  Descriptors d;
+  GemmKey key;
+  const int sm = ctx.sm_major * 10 + ctx.sm_minor;
+  if (!build(p, plan, CUBLAS_COMPUTE_32F, CUDA_R_32F, ctx.workspace_bytes, d, key, sm) || no_algo().contains(key))
+    return false;
+  const Scalars scalars;
+  bool tuned = false;
+  std::optional<cublasLtMatmulAlgo_t> algo = choose(p, d, key, ctx, scalars, opt, &tuned);
+  if (!algo) {
+    no_algo().add(key);
+    return false;
+  }
+  const cublasStatus_t st = run_matmul(p, d, &*algo, ctx, scalars);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+    gemm_algo_cache().erase(key);
+    no_algo().add(key);
+    return false;
+  }
+  check_lt(st, "cublasLtMatmul (DGELU)");
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  GemmReport& report = t_report;
+  report = GemmReport{};
+  report.path = GemmPath::CublasLt;
+  report.lt_epilogue = static_cast<int>(plan.epilogue);
+  report.folded = folded;
+  return true;
+}
+
 }  // namespace tessera::cuda

@@ -114,6 +114,15 @@ void set_gemm_options(const GemmOptions& options);
 void gemm(DType dtype, const GemmShape& shape, const void* a, const void* b, void* c, const GemmEpilogue& epilogue,
           const GemmContext& context);
 
+// The backward of a gelu_tanh epilogue: c = gelu_tanh'(x) * (the product), x of c's shape
+// (the forward's pre-activation), in cuBLASLt's DGELU epilogue (x its aux input; the
+// product is not rounded before the multiply). True when that ran; false, launching
+// nothing, where it does not apply: not bfloat16/float16, k == 0, n not a multiple of 8,
+// x or c not 16-byte aligned, dimensions that would need restaging, no cuBLASLt
+// algorithm. The caller then runs gemm() and the unfused gradient kernel.
+bool gemm_dgelu(DType dtype, const GemmShape& shape, const void* a, const void* b, void* c, const void* x,
+                const GemmContext& context);
+
 // What the calling thread's last gemm() did (tests and diagnostics).
 enum class GemmPath : uint8_t { Empty, ZeroK, CublasLt, Reference };
 struct GemmReport {

@@ -18,15 +18,6 @@ set(TESSERA_PYTHON AUTO CACHE STRING "Build the Python package: AUTO, ON or OFF"
 set_property(CACHE TESSERA_PYTHON PROPERTY STRINGS AUTO ON OFF)
 set(TESSERA_HAS_PYTHON OFF)
 
-# The reason may come in several pieces (joined).
-function(tessera_python_unavailable)
-  string(CONCAT reason ${ARGN})
-  if(TESSERA_PYTHON STREQUAL "ON")
-    message(FATAL_ERROR "tessera: TESSERA_PYTHON=ON but ${reason}")
-  endif()
-  message(STATUS "tessera: Python package off: ${reason}")
-endfunction()
-
 if(NOT TESSERA_PYTHON STREQUAL "OFF")
   # Debian's interpreter first: the one `make deps` gives python3-dev and python3-venv to.
   if(NOT DEFINED Python_EXECUTABLE AND EXISTS /usr/bin/python3 AND NOT SKBUILD)
@@ -34,7 +25,7 @@ if(NOT TESSERA_PYTHON STREQUAL "OFF")
   endif()
   find_package(Python 3.10 COMPONENTS Interpreter Development.Module)
   if(NOT Python_FOUND)
-    tessera_python_unavailable("no Python >= 3.10 with its headers (Debian: python3-dev)")
+    tessera_feature_unavailable(TESSERA_PYTHON "Python package" "no Python >= 3.10 with its headers (Debian: python3-dev)")
   else()
     # nanobind from the interpreter that builds us (pip install .), else from the venv.
     execute_process(COMMAND ${Python_EXECUTABLE} -m nanobind --cmake_dir OUTPUT_VARIABLE nanobind_dir
@@ -74,7 +65,7 @@ if(NOT TESSERA_PYTHON STREQUAL "OFF")
       else()
         set(nanobind_rc 1)
         string(STRIP "${venv_err}" venv_err)
-        tessera_python_unavailable("could not make the venv ${TESSERA_PYTHON_VENV} "
+        tessera_feature_unavailable(TESSERA_PYTHON "Python package" "could not make the venv ${TESSERA_PYTHON_VENV} "
                                    "(Debian: python3-venv; PyPI must be reachable; exit status ${venv_rc}): ${venv_err}")
       endif()
     endif()

@@ -20,6 +20,11 @@
 #include "cuda/cuda_test_util.h"
 #include "tessera/core/ops.h"
 
+namespace tessera::cuda {
+void register_attention_kernels();  // eval_attention.cpp: the op-level tests register them
+}  // namespace tessera::cuda
+
+// The tests use these names unqualified (`using namespace tessera::cuda_test::attention`).
 namespace tessera::cuda_test::attention {
 
 namespace ts = tessera;

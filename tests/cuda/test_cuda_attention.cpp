@@ -37,16 +37,7 @@
 #include "tessera/core/ops.h"
 #include "tessera/ir/primitives/nn.h"
 
-namespace tessera::cuda {
-void register_attention_kernels();  // eval_attention.cpp
-}  // namespace tessera::cuda
-
 namespace ts = tessera;
-using ts::Array;
-using ts::DType;
-using ts::Shape;
-using ts::cuda::FlashAttentionPath;
-using ts::cuda_test::DeviceBuffer;
 using namespace ts::cuda_test::attention;  // NOLINT(google-build-using-namespace): the shared test helpers
 
 namespace {

@@ -24,15 +24,7 @@
 #include "cuda/cuda_test_util.h"
 #include "tessera/ir/primitives/nn.h"
 
-namespace tessera::cuda {
-void register_attention_kernels();  // eval_attention.cpp
-}  // namespace tessera::cuda
-
 namespace ts = tessera;
-using ts::Array;
-using ts::DType;
-using ts::cuda::FlashAttentionShape;
-using ts::cuda_test::DeviceBuffer;
 using namespace ts::cuda_test::attention;  // NOLINT(google-build-using-namespace): the shared test helpers
 
 #define TESSERA_REQUIRE_CUDNN()                                                                              \
@@ -94,24 +86,14 @@ class FlagScope {
 TEST(CudnnAttention, MatchesTheCpuReference) {
   TESSERA_REQUIRE_CUDNN();
   auto ws = std::make_shared<Workspace>();
-  std::vector<Problem> problems;
-  auto add = [&](int64_t b, int64_t h, int64_t hkv, int64_t t, int64_t s, int64_t d, bool causal) {
-    Problem p;
-    p.B = b;
-    p.H = h;
-    p.Hkv = hkv;
-    p.T = t;
-    p.S = s;
-    p.D = d;
-    p.causal = causal;
-    problems.push_back(p);
+  const std::vector<Problem> problems = {
+      {.B = 2, .H = 4, .Hkv = 4, .T = 1024, .S = 1024, .D = 64},  // GPT-2's head_dim and length
+      {.B = 2, .H = 3, .Hkv = 3, .T = 65, .S = 65, .D = 128},
+      {.B = 1, .H = 2, .Hkv = 2, .T = 200, .S = 200, .D = 64, .causal = false},
+      {.B = 2, .H = 2, .Hkv = 2, .T = 7, .S = 130, .D = 64},                 // T != S, top-left causal
+      {.B = 1, .H = 8, .Hkv = 2, .T = 256, .S = 256, .D = 64},               // grouped-query
+      {.B = 3, .H = 2, .Hkv = 2, .T = 1, .S = 9, .D = 64, .causal = false},  // one query
   };
-  add(2, 4, 4, 1024, 1024, 64, true);  // GPT-2's head_dim and length
-  add(2, 3, 3, 65, 65, 128, true);
-  add(1, 2, 2, 200, 200, 64, false);
-  add(2, 2, 2, 7, 130, 64, true);    // T != S, top-left causal
-  add(1, 8, 2, 256, 256, 64, true);  // grouped-query
-  add(3, 2, 2, 1, 9, 64, false);     // one query
   for (DType dtype : {DType::BFloat16, DType::Float16})
     for (const Problem& p : problems) check_case(make_case(p, dtype), cudnn_launch(dtype, ws));
 }
@@ -141,12 +123,7 @@ TEST(CudnnAttention, TheBackwardOfOneQueryAndOneKeyFallsBack) {
 
 TEST(CudnnAttention, BackwardIsBitwiseDeterministic) {
   TESSERA_REQUIRE_CUDNN();
-  Problem p;
-  p.B = 2;
-  p.H = p.Hkv = 12;
-  p.T = p.S = 1024;
-  p.D = 64;
-  const Case c = make_case(p, DType::BFloat16);
+  const Case c = make_case({.B = 2, .H = 12, .Hkv = 12, .T = 1024, .S = 1024, .D = 64}, DType::BFloat16);
   auto ws = std::make_shared<Workspace>();
   const GpuGrads a = check_case(c, cudnn_launch(DType::BFloat16, ws));
   const GpuGrads b = check_case(c, cudnn_launch(DType::BFloat16, ws));

@@ -215,27 +215,29 @@ void convert_kernel(const Primitive& primitive, const std::vector<DeviceTensor>&
 }
 
 // A run of equivalent converts (one target dtype): the float32 sources in one
-// multi-tensor launch, any other source dtype one kernel per tensor (the same bits).
+// multi-tensor launch, then the others one by one in their order (one may read a
+// converted value, never the other way round: only those have the target dtype).
 void convert_group_kernel(const Primitive& primitive, const std::vector<std::vector<DeviceTensor>>& inputs,
                           const std::vector<std::vector<DeviceTensor>>& outputs, KernelContext& ctx) {
   std::vector<ConvertTensor> from_f32;
-  DType to = DType::Float32;
+  std::vector<size_t> from_f32_at, others;
   for (size_t t = 0; t < inputs.size(); ++t) {
     check_counts(primitive, inputs[t], outputs[t], 1);
     const DeviceTensor &in = inputs[t][0], &out = outputs[t][0];
     if (in.numel() != out.numel())
       fail<ShapeError>("convert: output {} for input {}", to_string(out.shape), to_string(in.shape));
-    to = out.dtype;
     if (in.dtype == DType::Float32 && in.data != out.data) {
       from_f32.push_back({in.data, out.data, in.numel()});
+      from_f32_at.push_back(t);
     } else {
-      convert_kernel(primitive, inputs[t], outputs[t], ctx);
+      others.push_back(t);
     }
   }
-  if (from_f32.empty() || convert_multi_tensor(DType::Float32, to, from_f32, ctx.stream)) return;
-  for (size_t t = 0; t < inputs.size(); ++t)
-    if (inputs[t][0].dtype == DType::Float32 && inputs[t][0].data != outputs[t][0].data)
-      convert_kernel(primitive, inputs[t], outputs[t], ctx);
+  if (!from_f32.empty() && !convert_multi_tensor(DType::Float32, outputs[0][0].dtype, from_f32, ctx.stream)) {
+    others.insert(others.end(), from_f32_at.begin(), from_f32_at.end());  // a pair it does not take
+    std::sort(others.begin(), others.end());
+  }
+  for (size_t t : others) convert_kernel(primitive, inputs[t], outputs[t], ctx);
 }
 
 FusedProgram lower(const FusionProgram& f) {

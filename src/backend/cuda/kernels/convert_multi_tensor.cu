@@ -6,6 +6,7 @@
 
 #include "backend/cuda/kernels/convert_multi_tensor.h"
 #include "backend/cuda/kernels/cuda_check.h"
+#include "backend/cuda/kernels/multi_tensor_chunks.h"
 
 namespace tessera::cuda {
 namespace {
@@ -84,42 +85,25 @@ bool convert_multi_tensor(DType from, DType to, const std::vector<ConvertTensor>
   if (from != DType::Float32 || (to != DType::BFloat16 && to != DType::Float16)) return false;
   const bool bf16 = to == DType::BFloat16;
   ConvertMeta meta{};
-  int tensors_in = 0, blocks_in = 0;
-  auto launch = [&] {
-    if (bf16) {
-      convert_multi_tensor_kernel<true><<<blocks_in, kThreads, 0, stream>>>(meta);
-    } else {
-      convert_multi_tensor_kernel<false><<<blocks_in, kThreads, 0, stream>>>(meta);
-    }
-    TESSERA_CUDA_CHECK(cudaGetLastError());
-  };
-  auto put = [&meta](int slot, const ConvertTensor& t) {
-    meta.src[slot] = static_cast<const float*>(t.src);
-    meta.dst[slot] = static_cast<unsigned short*>(t.dst);
-    meta.n[slot] = t.n;
-  };
-  for (const ConvertTensor& t : tensors) {
-    if (t.n <= 0) continue;
-    put(tensors_in++, t);
-    const int64_t chunks = (t.n + kChunk - 1) / kChunk;
-    for (int64_t c = 0; c < chunks; ++c) {
-      meta.block_tensor[blocks_in] = static_cast<unsigned char>(tensors_in - 1);
-      meta.block_chunk[blocks_in] = static_cast<int>(c);
-      ++blocks_in;
-      const bool last_chunk = c == chunks - 1;
-      if (blocks_in == kBlocks || (tensors_in == kTensors && last_chunk)) {
-        launch();
-        blocks_in = 0;
-        if (last_chunk) {
-          tensors_in = 0;
-        } else {  // the tensor goes on in the next launch, from slot 0
-          put(0, t);
-          tensors_in = 1;
+  pack_chunks(
+      tensors.size(), kChunk, kTensors, kBlocks, [&](size_t t) { return tensors[t].n; },
+      [&](int slot, size_t t) {
+        meta.src[slot] = static_cast<const float*>(tensors[t].src);
+        meta.dst[slot] = static_cast<unsigned short*>(tensors[t].dst);
+        meta.n[slot] = tensors[t].n;
+      },
+      [&](int b, int slot, int64_t chunk) {
+        meta.block_tensor[b] = static_cast<unsigned char>(slot);
+        meta.block_chunk[b] = static_cast<int>(chunk);
+      },
+      [&](int blocks) {
+        if (bf16) {
+          convert_multi_tensor_kernel<true><<<blocks, kThreads, 0, stream>>>(meta);
+        } else {
+          convert_multi_tensor_kernel<false><<<blocks, kThreads, 0, stream>>>(meta);
         }
-      }
-    }
-  }
-  if (blocks_in > 0) launch();
+        TESSERA_CUDA_CHECK(cudaGetLastError());
+      });
   return true;
 }
 

@@ -453,6 +453,35 @@ size_t gemm_staging_bytes(DType dtype, const GemmShape& shape) {
   return staging_of(dtype, fold(shape, &folded), false).total();
 }
 
+// One cuBLASLt attempt at `plan`: Ran, NoAlgorithm (none, known from before or found now:
+// another plan may have one), or Inexpressible (beyond what the descriptors express).
+enum class Attempt { Ran, NoAlgorithm, Inexpressible };
+Attempt try_plan(const Problem& p, const Plan& plan, cublasComputeType_t compute, cudaDataType_t scale,
+                 const GemmContext& ctx, const GemmOptions& opt, bool* tuned) {
+  Descriptors d;
+  GemmKey key;
+  if (!build(p, plan, compute, scale, ctx.workspace_bytes, d, key, ctx.sm_major * 10 + ctx.sm_minor))
+    return Attempt::Inexpressible;
+  if (no_algo().contains(key)) return Attempt::NoAlgorithm;
+  const Scalars scalars;
+  bool timed = false;
+  std::optional<cublasLtMatmulAlgo_t> algo = choose(p, d, key, ctx, scalars, opt, &timed);
+  *tuned = *tuned || timed;
+  if (!algo) {
+    no_algo().add(key);
+    return Attempt::NoAlgorithm;
+  }
+  const cublasStatus_t st = run_matmul(p, d, &*algo, ctx, scalars);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+    gemm_algo_cache().erase(key);
+    no_algo().add(key);
+    return Attempt::NoAlgorithm;
+  }
+  check_lt(st, "cublasLtMatmul");
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  return Attempt::Ran;
+}
+
 void gemm(DType dtype, const GemmShape& shape, const void* a, const void* b, void* c, const GemmEpilogue& epilogue,
           const GemmContext& ctx) {
   validate(dtype, shape, a, b, c, epilogue);
@@ -532,8 +561,6 @@ void gemm(DType dtype, const GemmShape& shape, const void* a, const void* b, voi
   } else if (dtype == DType::Float32 && opt.tf32) {
     compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   }
-  const int sm = ctx.sm_major * 10 + ctx.sm_minor;
-  const Scalars scalars;
 
   // Dimensions with misaligned 16-bit rows: zero-pad them in staging memory (gemm.h).
   Staging stg = staging_of(dtype, s, has_epilogue);
@@ -559,25 +586,9 @@ void gemm(DType dtype, const GemmShape& shape, const void* a, const void* b, voi
   for (const Plan& plan : plans) {
     Problem p{dtype, gs, a_in, b_in, plan.act_fused ? c : (has_epilogue ? unfused_target : c), epilogue.bias};
     if (stg.c) p.d = c_out;
-    Descriptors d;
-    GemmKey key;
-    if (!build(p, plan, compute, scale, ctx.workspace_bytes, d, key, sm)) break;
-    if (no_algo().contains(key)) continue;
-    bool tuned = false;
-    std::optional<cublasLtMatmulAlgo_t> algo = choose(p, d, key, ctx, scalars, opt, &tuned);
-    report.tuned = report.tuned || tuned;
-    if (!algo) {
-      no_algo().add(key);
-      continue;
-    }
-    const cublasStatus_t st = run_matmul(p, d, &*algo, ctx, scalars);
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
-      gemm_algo_cache().erase(key);
-      no_algo().add(key);
-      continue;
-    }
-    check_lt(st, "cublasLtMatmul");
-    TESSERA_CUDA_CHECK(cudaGetLastError());
+    const Attempt attempt = try_plan(p, plan, compute, scale, ctx, opt, &report.tuned);
+    if (attempt == Attempt::Inexpressible) break;
+    if (attempt == Attempt::NoAlgorithm) continue;
     report.path = GemmPath::CublasLt;
     report.lt_epilogue = static_cast<int>(plan.epilogue);
     if (stg.c)  // the top-left m x n corner
@@ -604,29 +615,13 @@ bool gemm_dgelu(DType dtype, const GemmShape& shape, const void* a, const void* 
   plan.epilogue = CUBLASLT_EPILOGUE_DGELU;
   plan.act_fused = true;
   plan.aux = const_cast<void*>(x);  // read, not written, by DGELU
-  const Problem p{dtype, s, a, b, c, nullptr};
-  Descriptors d;
-  GemmKey key;
-  const int sm = ctx.sm_major * 10 + ctx.sm_minor;
-  if (!build(p, plan, CUBLAS_COMPUTE_32F, CUDA_R_32F, ctx.workspace_bytes, d, key, sm) || no_algo().contains(key))
-    return false;
-  const Scalars scalars;
   bool tuned = false;
-  std::optional<cublasLtMatmulAlgo_t> algo = choose(p, d, key, ctx, scalars, opt, &tuned);
-  if (!algo) {
-    no_algo().add(key);
+  if (try_plan(Problem{dtype, s, a, b, c, nullptr}, plan, CUBLAS_COMPUTE_32F, CUDA_R_32F, ctx, opt, &tuned) !=
+      Attempt::Ran)
     return false;
-  }
-  const cublasStatus_t st = run_matmul(p, d, &*algo, ctx, scalars);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
-    gemm_algo_cache().erase(key);
-    no_algo().add(key);
-    return false;
-  }
-  check_lt(st, "cublasLtMatmul (DGELU)");
-  TESSERA_CUDA_CHECK(cudaGetLastError());
   GemmReport& report = t_report;
   report = GemmReport{};
+  report.tuned = tuned;
   report.path = GemmPath::CublasLt;
   report.lt_epilogue = static_cast<int>(plan.epilogue);
   report.folded = folded;

@@ -13,6 +13,7 @@
 
 #include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/kernels/launch_config.h"
+#include "backend/cuda/kernels/multi_tensor_chunks.h"
 #include "backend/cuda/kernels/optim.h"
 
 namespace tessera::cuda {
@@ -264,41 +265,24 @@ struct MtTensor {
   int64_t n = 0;
 };
 
-// Cuts the tensors into kMtChunk-element chunks and packs them into launches of up to
-// kMtTensors tensors and kMtBlocks chunks: launch(meta, blocks) runs one. A tensor whose
-// chunks do not fit goes on in the next launch, from slot 0.
+// The tensors in launches of up to kMtTensors tensors and kMtBlocks chunks of kMtChunk
+// elements (multi_tensor_chunks.h): launch(meta, blocks) runs one.
 template <int S, typename Launch>
 void pack_multi_tensor(const std::vector<MtTensor<S>>& tensors, Launch&& launch) {
   MtMeta<S> meta{};
-  int tensors_in = 0, blocks_in = 0;
-  auto put = [&meta](int slot, const MtTensor<S>& t) {
-    meta.p[slot] = t.p;
-    meta.g[slot] = t.g;
-    for (int s = 0; s < S; ++s) meta.state[s][slot] = static_cast<float*>(t.state[s]);
-    meta.n[slot] = t.n;
-  };
-  for (const MtTensor<S>& t : tensors) {
-    if (t.n == 0) continue;
-    put(tensors_in++, t);
-    const int64_t chunks = (t.n + kMtChunk - 1) / kMtChunk;
-    for (int64_t c = 0; c < chunks; ++c) {
-      meta.block_tensor[blocks_in] = static_cast<unsigned char>(tensors_in - 1);
-      meta.block_chunk[blocks_in] = static_cast<int>(c);
-      ++blocks_in;
-      const bool last_chunk = c == chunks - 1;
-      if (blocks_in == kMtBlocks || (tensors_in == kMtTensors && last_chunk)) {
-        launch(meta, blocks_in);
-        blocks_in = 0;
-        if (last_chunk) {
-          tensors_in = 0;
-        } else {
-          put(0, t);
-          tensors_in = 1;
-        }
-      }
-    }
-  }
-  if (blocks_in > 0) launch(meta, blocks_in);
+  pack_chunks(
+      tensors.size(), kMtChunk, kMtTensors, kMtBlocks, [&](size_t t) { return tensors[t].n; },
+      [&](int slot, size_t t) {
+        meta.p[slot] = tensors[t].p;
+        meta.g[slot] = tensors[t].g;
+        for (int s = 0; s < S; ++s) meta.state[s][slot] = static_cast<float*>(tensors[t].state[s]);
+        meta.n[slot] = tensors[t].n;
+      },
+      [&](int b, int slot, int64_t chunk) {
+        meta.block_tensor[b] = static_cast<unsigned char>(slot);
+        meta.block_chunk[b] = static_cast<int>(chunk);
+      },
+      [&](int blocks) { launch(meta, blocks); });
 }
 
 void check_hyper(const char* op, const AdamWHyper& h) {

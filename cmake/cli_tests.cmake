@@ -53,7 +53,7 @@ tessera_cli_cases(launch_modes "cli;resilience" 120 srun_kill srun_budget srun_s
 tessera_cli_cases(launch_modes "cli;goodput" 120 fork_stragglers srun_stragglers srun_queue_wait)
 if(TESSERA_HAS_MPI AND TESSERA_MPIEXEC)
   set(CLI_CASE_ARGS ${TESSERA_MPIEXEC})
-  set(CLI_CASE_ENV "${mpi_test_env}")  # cmake/mpi_tests.cmake: no LeakSanitizer for OpenMPI
+  set(CLI_CASE_ENV "${mpi_test_env}")  # cmake/multiprocess_tests.cmake: no LeakSanitizer for OpenMPI
   tessera_cli_cases(launch_modes "cli;mpi;resilience" 120 mpi_kill mpi_term_one_rank)
   tessera_cli_cases(launch_modes "cli;mpi;goodput" 120 mpi_stragglers)
   # `tessera launch --hosts` across 2 test hosts (tools/testbed.sh: network namespaces):
@@ -71,6 +71,13 @@ if(TESSERA_HAS_MPI AND TESSERA_MPIEXEC)
   unset(CLI_CASE_ARGS)
   unset(CLI_CASE_ENV)
 endif()
+
+# TCP jobs (`tessera launch --coordinator`, no MPI): bitwise the one-process run on one
+# host and as two launchers (two "hosts" on this machine), a killed rank restarted by both
+# launchers, the usage errors; test_hosts across tools/testbed.sh's network namespaces.
+tessera_cli_cases(tcp "cli;resilience" 180 one_host two_nodes kill_restart errors)
+tessera_cli_cases(tcp "cli;multihost" 180 test_hosts)
+set_tests_properties(cli.tcp_test_hosts PROPERTIES RESOURCE_LOCK tessera_testbed)
 
 # The kill soak, reduced (bench/resilience/kill_soak.sh; the full one is 100 kills):
 # 20 SIGKILLs of supervised runs with asynchronous and synchronous saves, in saves,

@@ -1,4 +1,4 @@
-# GPU tests beyond what gtest_discover_tests registers (include after cmake/mpi_tests.cmake
+# GPU tests beyond what gtest_discover_tests registers (include after cmake/multiprocess_tests.cmake
 # in CMakeLists.txt's test section). Label "cuda", so `ctest -L cuda` runs them with the
 # rest of test_cuda.
 #
@@ -18,7 +18,7 @@ if(TESSERA_HAS_NCCL AND TARGET test_cuda)
     set(nccl_abort_regex "rank 0 caught after [0-9.]+ s: .*rank 1 fails on purpose")
 
     if(TESSERA_HAS_MPI AND TESSERA_MPIEXEC)
-      # As cmake/mpi_tests.cmake: root in containers, more ranks than cores, no CMA.
+      # As cmake/multiprocess_tests.cmake: root in containers, more ranks than cores, no CMA.
       set(nccl_mpi_env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
                        OMPI_MCA_btl_vader_single_copy_mechanism=none)
       add_test(NAME cuda.nccl_mpi_collectives_np2

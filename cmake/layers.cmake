@@ -32,7 +32,7 @@ tessera_layer(core LIBRARY tessera_core DIRS core DEPS ir cpu_kernels)
 tessera_layer(backend_cpu LIBRARY tessera_core DIRS backend/cpu DEPS core)
 # Graphs, passes, memory planning, Executables, the compilation cache.
 tessera_layer(compiler LIBRARY tessera_compiler DIRS compiler DEPS backend_cpu)
-# SPMD: meshes, shardings, rules, the partitioner, communicators (MPI, NCCL).
+# SPMD: meshes, shardings, rules, the partitioner, communicators (in-process, TCP, MPI, NCCL).
 tessera_layer(spmd LIBRARY tessera_spmd DIRS spmd DEPS compiler cuda_kernels)
 # The GPU runtime and its executable (or, without CUDA, the stand-in that says why not).
 tessera_layer(backend_cuda LIBRARY tessera_backend_cuda DIRS backend backend/cuda backend/no_cuda

@@ -35,6 +35,10 @@ constexpr Flag kFlags[] = {
      "0: jit does not use the cache's per-call index (every call is traced again; entries still load).", ""},
     {"TESSERA_COMPILATION_CACHE_MAX_MB", "2048",
      "Size bound, in MiB, of the persistent compilation cache; the least recently used entries go first.", ""},
+    {"TESSERA_COORDINATOR", "",
+     "host:port of rank 0 in a TCP job (tessera launch --coordinator): set, the ranks form a TCP communicator "
+     "(one process per device) with TESSERA_RANK and TESSERA_WORLD_SIZE.",
+     kLaunch},
     {"TESSERA_CPU_BF16_GEMM", "auto",
      "bfloat16 GEMMs on the CPU: auto (the AMX tile kernel where the CPU has AMX-BF16; else the AVX512-BF16 "
      "kernel where it has AVX512-BF16, e.g. Zen 4; else float32 sgemm on widened operands), float32 (always "
@@ -94,10 +98,15 @@ constexpr Flag kFlags[] = {
     {"TESSERA_NCCL_TIMEOUT_S", "600",
      "Seconds after which an unfinished collective aborts the NCCL communicator (0: wait forever).", ""},
     {"TESSERA_NCCL_WORLD_SIZE", "", "The number of NCCL ranks (else WORLD_SIZE, else OMPI_COMM_WORLD_SIZE).", ""},
+    {"TESSERA_NODE_RANK", "", "This worker's host (node) in a TCP job (tessera launch --node-rank).", kLaunch},
     {"TESSERA_NUM_THREADS", "the number of cores", "Threads of the process-wide pool (the caller included).", ""},
     {"TESSERA_PROFILE", "0",
      "1: time every kernel of compiled programs (profile tables by op); 2: also a row per kernel, shape by shape.", ""},
     {"TESSERA_RANK", "", "This worker's rank in the job.", kLaunch},
+    {"TESSERA_RENDEZVOUS_TIMEOUT_S", "300",
+     "Seconds the ranks of a TCP job wait for each other at start-up (pods start in any order).", ""},
+    {"TESSERA_TCP_TIMEOUT_S", "1800",
+     "Seconds a collective of a TCP job waits for its peers before it aborts the job (0: wait forever).", ""},
     {"TESSERA_WORLD_SIZE", "", "The number of workers in the job.", kLaunch},
 };
 

@@ -1,6 +1,8 @@
 // `tessera launch [options] -- COMMAND ARGS...`: runs a job under a supervisor that
 // restarts it after failures and hangs (src/launch/supervisor.h).
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <climits>
@@ -11,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "launch/supervisor.h"
+#include "spmd/tcp/tcp_socket.h"
 #include "tessera/base/error.h"
 #include "tessera/train/config.h"
 
@@ -24,6 +27,8 @@ struct LaunchCliOptions {
   bool srun = false;
   std::string hosts;  // comma-separated
   CLI::Option* nproc_option = nullptr;
+  CLI::Option* nnodes_option = nullptr;
+  CLI::Option* node_rank_option = nullptr;
   CLI::Option* per_host_option = nullptr;
   CLI::Option* agent_option = nullptr;
 };
@@ -91,6 +96,34 @@ std::string run_dir_of(const std::vector<std::string>& command) {
   return train::load_config(config, overrides).run.dir;
 }
 
+// HOST:0 of a one-host TCP job: HOST with a port the kernel calls free now (its
+// workers start at once; another job grabbing it in between makes rank 0 wait for it).
+std::string with_free_port(const std::string& endpoint) {
+  const std::string host = endpoint.substr(0, endpoint.size() - 2);
+  const int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in6 address{};
+  address.sin6_family = AF_INET6;
+  address.sin6_addr = in6addr_any;
+  socklen_t length = sizeof address;
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), length) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0)
+    port = ntohs(address.sin6_port);
+  if (fd >= 0) ::close(fd);
+  if (port == 0) {
+    const int fd4 = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address4{};
+    address4.sin_family = AF_INET;
+    socklen_t length4 = sizeof address4;
+    if (fd4 >= 0 && ::bind(fd4, reinterpret_cast<sockaddr*>(&address4), length4) == 0 &&
+        ::getsockname(fd4, reinterpret_cast<sockaddr*>(&address4), &length4) == 0)
+      port = ntohs(address4.sin_port);
+    if (fd4 >= 0) ::close(fd4);
+  }
+  if (port == 0) fail<IOError>("--coordinator {}: no free port found on this host", endpoint);
+  return fmt::format("{}:{}", host, port);
+}
+
 int run_launch(LaunchCliOptions& options) {
   launch::LaunchOptions& o = options.launch;
   if (options.mpi && options.srun) {
@@ -115,16 +148,62 @@ int run_launch(LaunchCliOptions& options) {
     }
     o.nproc = static_cast<int>(ranks);
     o.mode = launch::LaunchMode::kMpirun;
+  } else if (!o.coordinator.empty()) {
+    if (options.mpi || options.srun) {
+      fmt::print(stderr, "tessera launch: --coordinator starts a TCP job itself; it excludes --mpi and --srun\n");
+      return 2;
+    }
+    try {
+      if (o.coordinator.ends_with(":0") && o.nnodes == 1) o.coordinator = with_free_port(o.coordinator);
+      spmd::tcp::parse_endpoint(o.coordinator, "--coordinator");
+    } catch (const ValueError& e) {
+      fmt::print(stderr, "tessera launch: {}\n", e.what());
+      return 2;
+    }
+    if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes) {
+      fmt::print(stderr, "tessera launch: --node-rank {} with --nnodes {}: expected 0 <= node rank < nnodes\n",
+                 o.node_rank, o.nnodes);
+      return 2;
+    }
+    // --nproc counts the job's ranks, --nproc-per-host this host's (as with --hosts).
+    const bool per_host_given = options.per_host_option->count() > 0;
+    const bool total_given = options.nproc_option->count() > 0;
+    if (total_given && !per_host_given) {
+      if (o.nproc % o.nnodes != 0) {
+        fmt::print(stderr, "tessera launch: --nproc {} does not divide into --nnodes {} hosts\n", o.nproc, o.nnodes);
+        return 2;
+      }
+      o.nproc_per_host = o.nproc / o.nnodes;
+    } else if (total_given && o.nproc != o.nnodes * o.nproc_per_host) {
+      fmt::print(stderr, "tessera launch: --nproc {} disagrees with --nnodes {} x --nproc-per-host {} = {} ranks\n",
+                 o.nproc, o.nnodes, o.nproc_per_host, o.nnodes * o.nproc_per_host);
+      return 2;
+    }
+    if (o.nproc_per_host < 1) {
+      fmt::print(stderr, "tessera launch: --nproc-per-host {}; expected at least 1\n", o.nproc_per_host);
+      return 2;
+    }
+    o.nproc = o.nproc_per_host;  // the workers this launcher starts
   } else if (options.per_host_option->count() > 0 || options.agent_option->count() > 0) {
-    fmt::print(stderr, "tessera launch: --nproc-per-host and --launch-agent need --hosts\n");
+    fmt::print(stderr, "tessera launch: --nproc-per-host and --launch-agent need --hosts or --coordinator\n");
     return 2;
   }
-  if (o.mode == launch::LaunchMode::kMpirun) {
-    // One device per rank under mpirun: a --mesh of another size would fail on every rank.
-    if (const int64_t devices = mesh_devices_of(o.command); devices != 0 && devices != o.nproc) {
+  if (o.coordinator.empty() && (options.nnodes_option->count() > 0 || options.node_rank_option->count() > 0)) {
+    fmt::print(stderr,
+               "tessera launch: --nnodes and --node-rank need --coordinator HOST:PORT (where rank 0 listens)\n");
+    return 2;
+  }
+  if (o.mode == launch::LaunchMode::kMpirun || !o.coordinator.empty()) {
+    // One device per rank: a --mesh of another size would fail on every rank.
+    const int64_t ranks = o.coordinator.empty() ? o.nproc : static_cast<int64_t>(o.nnodes) * o.nproc;
+    if (const int64_t devices = mesh_devices_of(o.command); devices != 0 && devices != ranks) {
       fmt::print(stderr,
                  "tessera launch: the command's --mesh has {} devices, but {} starts {} ranks (one device each)\n",
-                 devices, o.hosts.empty() ? "--nproc" : "--hosts", o.nproc);
+                 devices,
+                 !o.coordinator.empty() ? "--nnodes x --nproc-per-host"
+                 : o.hosts.empty()      ? "--nproc"
+                                        : "--hosts",
+                 ranks);
       return 2;
     }
   }
@@ -174,7 +253,8 @@ Command add_launch_command(CLI::App& app) {
       "75 (EX_TEMPFAIL) the restart budget is spent: requeue the job; 127 the command cannot be run; "
       "128+N the launcher got signal N (passed on to the workers, which checkpoint and stop).\n"
       "Workers get TESSERA_RANK, TESSERA_LOCAL_RANK, TESSERA_WORLD_SIZE, TESSERA_ATTEMPT and "
-      "TESSERA_HEARTBEAT_FILE ('tessera train' writes its step there). Attempts, reasons and backoff waits go "
+      "TESSERA_HEARTBEAT_FILE ('tessera train' writes its step there); with --coordinator also TESSERA_COORDINATOR and "
+      "TESSERA_NODE_RANK. Attempts, reasons and backoff waits go "
       "to RUN_DIR/goodput/events.jsonl.");
   launch::LaunchOptions& o = options->launch;
   options->nproc_option =
@@ -184,10 +264,19 @@ Command add_launch_command(CLI::App& app) {
                   "Start the ranks on these hosts (h1,h2,...: the same command on each, through mpirun and its remote "
                   "agent; run.dir on shared storage)");
   options->per_host_option =
-      sub->add_option("--nproc-per-host", o.nproc_per_host, "Ranks per host with --hosts")->capture_default_str();
+      sub->add_option("--nproc-per-host", o.nproc_per_host, "Ranks per host with --hosts or --coordinator")
+          ->capture_default_str();
   options->agent_option = sub->add_option(
       "--launch-agent", o.launch_agent,
       "How mpirun reaches the other hosts with --hosts (default: ssh; tools/testbed.sh agent for the test hosts)");
+  sub->add_option("--coordinator", o.coordinator,
+                  "A TCP job without MPI (Kubernetes pods, hosts started by hand): HOST:PORT where rank 0 (node 0's "
+                  "first worker) listens; every host runs this same launch with its --node-rank (one host: HOST:0 "
+                  "picks a free port)");
+  options->nnodes_option =
+      sub->add_option("--nnodes", o.nnodes, "Hosts of a TCP job (with --coordinator)")->capture_default_str();
+  options->node_rank_option = sub->add_option(
+      "--node-rank", o.node_rank, "This host's index in a TCP job, 0..nnodes-1 (its ranks: node-rank x per-host + i)");
   sub->add_option("--max-restarts", o.max_restarts, "Restarts of the whole job (not per rank)")->capture_default_str();
   sub->add_option("--hang-timeout", options->hang_timeout,
                   "Seconds without step progress that count as a hang, or auto: max(3 s, 5 x the median step "

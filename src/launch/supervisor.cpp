@@ -169,9 +169,12 @@ void append_host_arguments(const LaunchOptions& o, WorkerSpec& spec) {
   for (const std::string& name : names) spec.argv.insert(spec.argv.end(), {"-x", name});
 }
 
+// A fork-mode worker's rank in the job: its host's first rank plus its index here.
+int global_rank(const LaunchOptions& o, int local) { return o.node_rank * o.nproc + local; }
+
 std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const fs::path& beats, int attempt, int log_attempt) {
   const std::vector<std::pair<std::string, std::string>> common = {
-      {"TESSERA_WORLD_SIZE", std::to_string(o.nproc)},
+      {"TESSERA_WORLD_SIZE", std::to_string(o.nproc * o.nnodes)},
       {"TESSERA_ATTEMPT", std::to_string(attempt)},
       {"TESSERA_GOODPUT_ATTEMPT", std::to_string(log_attempt)},
       // Every rank records into the launcher's run directory, even a task that trains in
@@ -182,9 +185,13 @@ std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const fs::path& bea
   if (o.mode == LaunchMode::kFork) {
     for (int rank = 0; rank < o.nproc; ++rank) {
       WorkerSpec spec{o.command, common};
-      spec.env.emplace_back("TESSERA_RANK", std::to_string(rank));
+      spec.env.emplace_back("TESSERA_RANK", std::to_string(global_rank(o, rank)));
       spec.env.emplace_back("TESSERA_LOCAL_RANK", std::to_string(rank));
       spec.env.emplace_back("TESSERA_HEARTBEAT_FILE", heartbeat_file(beats, rank).string());
+      if (!o.coordinator.empty()) {
+        spec.env.emplace_back("TESSERA_COORDINATOR", o.coordinator);
+        spec.env.emplace_back("TESSERA_NODE_RANK", std::to_string(o.node_rank));
+      }
       specs.push_back(std::move(spec));
     }
     return specs;
@@ -238,6 +245,15 @@ void check_options(const LaunchOptions& o) {
   if (o.mode == LaunchMode::kSrun && std::getenv("SLURM_JOB_ID") == nullptr)
     fail<ValueError>("launch: --srun needs a Slurm allocation (SLURM_JOB_ID is not set); use salloc/sbatch");
   if (!o.hosts.empty()) check_hosts(o);
+  if (o.coordinator.empty() && (o.nnodes != 1 || o.node_rank != 0))
+    fail<ValueError>("launch: --nnodes and --node-rank need --coordinator HOST:PORT (where rank 0 listens)");
+  if (!o.coordinator.empty()) {
+    if (o.mode != LaunchMode::kFork)
+      fail<ValueError>("launch: --coordinator starts the ranks itself (a TCP job); it excludes --mpi, --srun, --hosts");
+    if (o.nnodes < 1) fail<ValueError>("launch: --nnodes {}; expected at least 1", o.nnodes);
+    if (o.node_rank < 0 || o.node_rank >= o.nnodes)
+      fail<ValueError>("launch: --node-rank {} is outside 0..{} (--nnodes {})", o.node_rank, o.nnodes - 1, o.nnodes);
+  }
 }
 
 }  // namespace
@@ -268,7 +284,11 @@ LaunchResult supervise(const LaunchOptions& options) {
     }
   } remove_beats{own_beats ? beats : fs::path()};
 
-  goodput::Recorder recorder(options.run_dir);
+  // One job log, written by node 0; another host's launcher logs its own attempts
+  // beside it (its workers still record into the job's directory).
+  goodput::Recorder recorder(options.node_rank == 0
+                                 ? fs::path(options.run_dir)
+                                 : fs::path(options.run_dir) / "nodes" / fmt::format("node-{}", options.node_rank));
   std::string command_text;
   for (const std::string& arg : options.command) command_text += (command_text.empty() ? "" : " ") + arg;
   recorder.job_start("tessera launch: " + command_text);
@@ -310,6 +330,10 @@ LaunchResult supervise(const LaunchOptions& options) {
     }
     std::string started_what = options.mode == LaunchMode::kFork ? fmt::format("{} worker(s)", options.nproc)
                                                                  : fmt::format("{} ranks", options.nproc);
+    if (!options.coordinator.empty())
+      started_what = fmt::format("ranks {}..{} of {} (host {} of {}, coordinator {})", global_rank(options, 0),
+                                 global_rank(options, options.nproc - 1), options.nproc * options.nnodes,
+                                 options.node_rank, options.nnodes, options.coordinator);
     if (!options.hosts.empty())
       started_what += fmt::format(" on {} hosts ({})", options.hosts.size(), fmt::join(options.hosts, ", "));
     print(fmt::format("launch: attempt {} started {} ({} of at most {})", attempt, started_what, attempt + 1,
@@ -341,7 +365,7 @@ LaunchResult supervise(const LaunchOptions& options) {
         failed = true;
         outcome.exit_code = e.exit_code;
         outcome.signal = e.signal;
-        const std::string who = options.mode == LaunchMode::kFork     ? fmt::format("rank {}", e.rank)
+        const std::string who = options.mode == LaunchMode::kFork ? fmt::format("rank {}", global_rank(options, e.rank))
                                 : options.mode == LaunchMode::kMpirun ? std::string("mpirun")
                                                                       : std::string("srun");
         const int64_t step = options.mode == LaunchMode::kFork ? detector.last_step(e.rank) : detector.last_step(0);

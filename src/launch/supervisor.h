@@ -56,6 +56,16 @@ struct LaunchOptions {
   std::vector<std::string> hosts;
   int nproc_per_host = 1;
   std::string launch_agent;
+  // A TCP job (mode kFork, no MPI, no scheduler: Kubernetes pods, hosts started by
+  // hand): `nnodes` hosts each run `tessera launch` with their own node_rank; each
+  // launcher starts its host's nproc workers, ranks node_rank * nproc + local, which
+  // meet at `coordinator` (rank 0's host:port; TESSERA_COORDINATOR). Each launcher
+  // restarts its own workers: a rank that fails makes its peers' collectives fail, so
+  // every host restarts and the ranks meet again. Only node 0 writes the job's goodput
+  // log; node R's launcher keeps its own in RUN_DIR/nodes/node-R/goodput/.
+  std::string coordinator;
+  int nnodes = 1;
+  int node_rank = 0;
   std::function<void(const std::string&)> print;  // one line per event; default: stderr
 };
 

@@ -1,10 +1,13 @@
-// What every communicator shares: add_into (the one elementwise sum, so the in-process,
-// MPI and NCCL reductions round identically), the group checks and the call statistics.
+// What every communicator shares: add_into and ordered_sum (the one elementwise sum and
+// its order, so the in-process, MPI, TCP and NCCL reductions round identically), the
+// group checks and the call statistics.
 #include "tessera/spmd/communicator.h"
 
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 #include "spmd/communicator_local.h"
 #include "tessera/base/error.h"
@@ -57,6 +60,23 @@ void add_into(void* dst, const void* src, size_t count, DType dtype) {
       fail<DTypeError>("add_into: cannot sum {} values (expected float32, float64, bfloat16, float16, int32 or int64)",
                        name(dtype));
   }
+}
+
+// Tiled so each tile of dst stays in cache while the members' contributions are added.
+void ordered_sum(void* dst, const std::vector<const char*>& srcs, size_t count, DType dtype) {
+  const size_t item = itemsize(dtype);
+  constexpr size_t kTile = 4096;
+  char* out = static_cast<char*>(dst);
+  for (size_t begin = 0; begin < count; begin += kTile) {
+    const size_t len = std::min(kTile, count - begin);
+    std::memcpy(out + begin * item, srcs[0] + begin * item, len * item);
+    for (size_t j = 1; j < srcs.size(); ++j) add_into(out + begin * item, srcs[j] + begin * item, len, dtype);
+  }
+}
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
 }
 
 void check_group_members(const char* op, int device, const std::vector<int>& group, int world,

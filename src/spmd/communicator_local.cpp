@@ -22,25 +22,6 @@ void copy_bytes(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) std::memcpy(dst, src, bytes);
 }
 
-bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
-}
-
-// dst = ((src[0] + src[1]) + src[2]) + ... elementwise, `count` elements: the order
-// every communicator reduces in. Tiled so each tile of dst stays in cache while the
-// members' contributions are added to it.
-void ordered_sum(void* dst, const std::vector<const char*>& srcs, size_t count, DType dtype) {
-  const size_t item = itemsize(dtype);
-  constexpr size_t kTile = 4096;
-  char* out = static_cast<char*>(dst);
-  for (size_t begin = 0; begin < count; begin += kTile) {
-    const size_t len = std::min(kTile, count - begin);
-    copy_bytes(out + begin * item, srcs[0] + begin * item, len * item);
-    for (size_t j = 1; j < srcs.size(); ++j) add_into(out + begin * item, srcs[j] + begin * item, len, dtype);
-  }
-}
-
 // Per-thread staging buffer (grown, never shrunk) for members whose output overlaps
 // their input.
 void* scratch(size_t bytes, int which) {

@@ -32,6 +32,13 @@ void record_call(CommStats& stats, CommKind kind, int n, double full_bytes, doub
 void check_group_members(const char* op, int device, const std::vector<int>& group, int world,
                          const std::string& world_name);
 
+// dst = ((src[0] + src[1]) + src[2]) + ... elementwise, `count` elements: the order
+// every communicator reduces in (in-process, MPI, TCP, NCCL's host path).
+void ordered_sum(void* dst, const std::vector<const char*>& srcs, size_t count, DType dtype);
+
+// Whether two byte ranges share a byte (empty ranges share none).
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes);
+
 class LocalCommunicator : public Communicator {
  public:
   explicit LocalCommunicator(int devices);

@@ -1,5 +1,6 @@
 // The SPMD runtime: which devices this process drives and the communicator between
-// them (in-process by default, MPI under mpirun), and run_on_devices.
+// them (in-process by default, MPI under mpirun, TCP when TESSERA_COORDINATOR names a
+// TCP job's rank 0), and run_on_devices.
 #include "tessera/spmd/runtime.h"
 
 #include <fmt/ranges.h>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "spmd/communicator_local.h"
+#include "spmd/tcp/communicator_tcp.h"
 #include "tessera/base/error.h"
 #include "tessera/base/flags.h"
 #include "tessera/base/thread_pool.h"
@@ -45,7 +47,7 @@ int devices_from_env() {
 struct Runtime {
   std::mutex mutex;
   Communicator* active = nullptr;
-  bool mpi = false;
+  bool mpi = false;  // one process per device (MPI or TCP)
   std::unique_ptr<LocalCommunicator> local;
   // Communicators replaced by set_cpu_devices stay alive: a caller may still hold a
   // reference from communicator().
@@ -63,6 +65,15 @@ Communicator& active_communicator() {
   Runtime& rt = runtime();
   std::lock_guard<std::mutex> lock(rt.mutex);
   if (!rt.active) {
+    if (tcp_requested()) {
+      if (launched_by_mpi())
+        fail<ValueError>(
+            "TESSERA_COORDINATOR is set (a TCP job) but mpirun started this process: unset one (tessera launch "
+            "--coordinator starts its own processes)");
+      rt.active = &tcp_communicator();
+      rt.mpi = true;
+      return *rt.active;
+    }
 #if TESSERA_HAS_MPI
     if (launched_by_mpi()) {
       rt.active = &mpi_communicator();
@@ -110,7 +121,8 @@ bool is_primary_process() {
 
 std::string runtime_description() {
   Communicator& comm = communicator();
-  if (runtime().mpi) return fmt::format("mpi (rank {} of {})", comm.local_devices().front(), comm.world_size());
+  if (runtime().mpi)
+    return fmt::format("{} (rank {} of {})", comm.kind(), comm.local_devices().front(), comm.world_size());
   const int n = comm.world_size();
   return fmt::format("local ({} virtual CPU device{})", n, n == 1 ? "" : "s");
 }
@@ -122,9 +134,9 @@ void set_cpu_devices(int n) {
   std::lock_guard<std::mutex> lock(rt.mutex);
   if (rt.mpi)
     fail<ValueError>(
-        "set_cpu_devices({}): this process runs under MPI (rank per device; the world size is set by "
-        "mpirun -n)",
-        n);
+        "set_cpu_devices({}): this process is one rank of a {} job (a rank per device; the world size is set by "
+        "its launcher)",
+        n, rt.active->kind());
   if (rt.runs_in_flight.load() > 0)
     fail<ValueError>("set_cpu_devices({}): a run_on_devices call is in flight (change the device count between runs)",
                      n);
@@ -215,8 +227,9 @@ void run_on_devices(const std::vector<int>& devices, const std::function<void(in
 void check_mesh(const Mesh& mesh) {
   const int n = device_count();
   if (mesh.size() <= n) return;
-  const std::string how =
-      is_multi_process() ? fmt::format("mpirun -n {}", n) : fmt::format("TESSERA_CPU_DEVICES={}", n);
+  const std::string how = !is_multi_process()              ? fmt::format("TESSERA_CPU_DEVICES={}", n)
+                          : communicator().kind() == "tcp" ? fmt::format("a TCP job of {} ranks", n)
+                                                           : fmt::format("mpirun -n {}", n);
   fail<ValueError>("mesh {} needs {} devices but {} are present ({})", mesh.to_string(), mesh.size(), n, how);
 }
 

@@ -42,11 +42,6 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
-}
-
 void check_mpi(int code, const char* what) {
   if (code == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
@@ -59,18 +54,6 @@ int as_count(size_t bytes, const char* op) {
   if (bytes > static_cast<size_t>(INT_MAX))
     fail<ValueError>("{}: a block of {} bytes is too large for one MPI call (at most {} bytes)", op, bytes, INT_MAX);
   return static_cast<int>(bytes);
-}
-
-// Same order as communicator_local.cpp: dst = ((src[0] + src[1]) + ...) elementwise.
-void ordered_sum(void* dst, const std::vector<const char*>& srcs, size_t count, DType dtype) {
-  const size_t item = itemsize(dtype);
-  constexpr size_t kTile = 4096;
-  char* out = static_cast<char*>(dst);
-  for (size_t begin = 0; begin < count; begin += kTile) {
-    const size_t len = std::min(kTile, count - begin);
-    std::memcpy(out + begin * item, srcs[0] + begin * item, len * item);
-    for (size_t j = 1; j < srcs.size(); ++j) add_into(out + begin * item, srcs[j] + begin * item, len, dtype);
-  }
 }
 
 class MpiCommunicator : public Communicator {

@@ -49,22 +49,6 @@ ncclDataType_t nccl_sum_type(DType dtype, const char* op) {
 
 }  // namespace nccl_detail
 
-namespace {
-
-// Same order as communicator_local.cpp and communicator_mpi.cpp: dst = ((src[0] + src[1]) + ...).
-void ordered_sum(void* dst, const std::vector<const char*>& srcs, size_t count, DType dtype) {
-  const size_t item = itemsize(dtype);
-  constexpr size_t kTile = 4096;
-  char* out = static_cast<char*>(dst);
-  for (size_t begin = 0; begin < count; begin += kTile) {
-    const size_t len = std::min(kTile, count - begin);
-    std::memcpy(out + begin * item, srcs[0] + begin * item, len * item);
-    for (size_t j = 1; j < srcs.size(); ++j) add_into(out + begin * item, srcs[j] + begin * item, len, dtype);
-  }
-}
-
-}  // namespace
-
 using namespace nccl_detail;  // NOLINT(build/namespaces): the NCCL files' shared helpers
 namespace fs = std::filesystem;
 

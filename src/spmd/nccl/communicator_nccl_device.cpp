@@ -6,18 +6,11 @@
 
 #include <cstdint>
 
+#include "spmd/communicator_local.h"
 #include "spmd/nccl/communicator_nccl_impl.h"
 #include "tessera/base/error.h"
 
 namespace tessera::spmd {
-namespace {
-
-bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
-}
-
-}  // namespace
 
 using namespace nccl_detail;  // NOLINT(build/namespaces): the NCCL files' shared helpers
 

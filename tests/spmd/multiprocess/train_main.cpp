@@ -1,12 +1,15 @@
-// The parallel GPT training step under MPI (one process per device): run by ctest as
-//   mpirun -n 2 / -n 4 mpi_train          (spmd.mpi_train_np2 / _np4)
+// The parallel GPT training step with one process per device, under MPI or a TCP job:
+// run by ctest as
+//   mpirun -n 2 / -n 4 multiprocess_train                  (spmd.mpi_train_np2 / _np4)
+//   tessera launch --nproc 2 / 4 --coordinator 127.0.0.1:0 -- multiprocess_train
+//                                                          (spmd.tcp_train_np2 / _np4)
 // The same tiny GPT, batches and AdamW settings as tests/spmd/test_parallel_train.cpp.
 // Every rank trains the single-device reference locally (plain jit, no collectives),
 // then every layout whose mesh has as many devices as there are ranks for 3 steps, and
 // checks: the losses (relative 1e-5), every parameter after spmd::gather (relative
 // 2-norm error 1e-5), and the collective bytes of one step (the layout's analytic
 // count, plus at most 256 bytes of scalar reductions; what the rank measured sending
-// over MPI equals the program's count). Rank 0 prints one line per layout with an
+// to its peers equals the program's count). Rank 0 prints one line per layout with an
 // FNV-1a hash of the gathered parameters (to compare runs by eye).
 // Exits nonzero on any mismatch, on every rank.
 #include <fmt/format.h>
@@ -73,7 +76,7 @@ TrainRun run_layout(const std::string& mesh_text) {
   }
   for (const auto& p : step.spmd_programs()) {
     run.summary_bytes += p->program().summary.per_device.total_bytes();
-    run.measured_bytes += p->last_comm_stats().at(0).total_bytes();  // this rank's device, sent over MPI
+    run.measured_bytes += p->last_comm_stats().at(0).total_bytes();  // this rank's device, sent to its peers
   }
   // spmd::gather is collective: every rank gathers the same leaves in the same order.
   run.paths = params.paths();
@@ -151,11 +154,11 @@ void check_layout(const std::string& mesh_text, const TrainRun& want) {
 int main() {
   try {
     if (!spmd::is_multi_process()) {
-      const bool under_mpirun =
-          std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
-      std::printf("mpi_train: %s\n", under_mpirun ? "started by mpirun but the runtime is not MPI"
-                                                  : "not started by mpirun; nothing to check");
-      return under_mpirun ? 1 : 0;
+      const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+                            std::getenv("PMIX_RANK") || std::getenv("TESSERA_COORDINATOR");
+      std::printf("multiprocess_train: %s\n", launched ? "started as a rank but the runtime is in-process"
+                                                       : "not started by mpirun or tessera launch; nothing to check");
+      return launched ? 1 : 0;
     }
     g_rank = spmd::local_devices().front();
     const int n = spmd::device_count();
@@ -163,7 +166,7 @@ int main() {
     if (n == 2) layouts = {"data=2", "fsdp=2", "tensor=2"};
     if (n == 4) layouts = {"data=4", "fsdp=4", "data=2,tensor=2", "fsdp=2,tensor=2"};
     if (layouts.empty()) {
-      std::fprintf(stderr, "mpi_train: no layouts for %d ranks (run with mpirun -n 2 or -n 4)\n", n);
+      std::fprintf(stderr, "multiprocess_train: no layouts for %d ranks (run 2 or 4)\n", n);
       return 1;
     }
     const TrainRun want = run_layout("");
@@ -177,8 +180,8 @@ int main() {
       spmd::communicator().all_reduce(d, spmd::world_group(), &failures, &failures, 1, DType::Int64);
     });
     if (g_rank == 0)
-      std::printf("mpi_train: %d ranks, %zu layouts, %lld failed checks\n", n, layouts.size(),
-                  static_cast<long long>(failures));
+      std::printf("multiprocess_train: %d ranks (%s), %zu layouts, %lld failed checks\n", n,
+                  spmd::runtime_description().c_str(), layouts.size(), static_cast<long long>(failures));
     return failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: error: %s\n", g_rank, e.what());

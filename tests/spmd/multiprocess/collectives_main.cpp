@@ -1,10 +1,13 @@
-// The collectives under MPI (one process per device): run by ctest as
-//   mpirun -n 2 / -n 4 mpi_collectives          (spmd.mpi_collectives_np2 / _np4)
-//   mpirun -n 2 mpi_collectives abort           (spmd.mpi_abort_np2)
+// The collectives with one process per device, under MPI or a TCP job: run by ctest as
+//   mpirun -n 2 / -n 4 multiprocess_collectives            (spmd.mpi_collectives_np2 / _np4)
+//   mpirun -n 2 multiprocess_collectives abort             (spmd.mpi_abort_np2)
+//   tessera launch --nproc 2 / 4 --coordinator 127.0.0.1:0 -- multiprocess_collectives
+//                                                          (spmd.tcp_collectives_np2 / _np4,
+//                                                           spmd.tcp_abort_np2 with `abort`)
 // Each rank checks its own results against references it computes locally (the same
 // element-by-element definitions and serial ordered sums the in-process tests use),
-// so passing here means MPI and in-process runs agree bitwise. Exits nonzero on any
-// mismatch.
+// so passing here means multi-process and in-process runs agree bitwise. Exits nonzero
+// on any mismatch.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -168,7 +171,7 @@ int run_abort() {
     std::printf("rank %d caught after %.2f s: %s\n", g_rank, seconds, e.what());
   }
   std::fflush(stdout);
-  // The failing rank ends the job at exit (MPI_Abort); give the others time to report.
+  // Under MPI the failing rank ends the job at exit (MPI_Abort); give the others time to report.
   if (g_rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   return 1;
 }
@@ -178,12 +181,14 @@ int run_abort() {
 int main(int argc, char** argv) {
   try {
     if (!is_multi_process()) {
-      // Started by mpirun but running in-process: the runtime missed the launcher.
-      const bool under_mpirun =
-          std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
-      std::printf("mpi_collectives: %s\n", under_mpirun ? "started by mpirun but the runtime is not MPI"
-                                                        : "not started by mpirun; nothing to check");
-      return under_mpirun ? 1 : 0;
+      // A rank that runs in-process: the runtime missed its launcher. Started by hand, there
+      // is nothing to check (ctest always starts it under one).
+      const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+                            std::getenv("PMIX_RANK") || std::getenv("TESSERA_COORDINATOR");
+      std::printf("multiprocess_collectives: %s\n", launched
+                                                        ? "started as a rank but the runtime is in-process"
+                                                        : "not started by mpirun or tessera launch; nothing to check");
+      return launched ? 1 : 0;
     }
     g_rank = local_devices().front();
     if (argc > 1 && std::strcmp(argv[1], "abort") == 0) return run_abort();

@@ -1,0 +1,570 @@
+// The TCP communicator (see communicator_tcp.h for the algorithms and failure rules).
+#include "spmd/tcp/communicator_tcp.h"
+
+#include <fcntl.h>
+#include <fmt/ranges.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <vector>
+
+#include "spmd/communicator_local.h"
+#include "spmd/tcp/tcp_rendezvous.h"
+#include "tessera/base/error.h"
+#include "tessera/base/flags.h"
+
+namespace tessera::spmd {
+namespace {
+
+using tcp::get_u32;
+using tcp::get_u64;
+using tcp::monotonic_seconds;
+
+constexpr uint32_t kFrameMagic = 0x4c4f4354;  // "TCOL"
+constexpr size_t kHeaderBytes = 24;           // magic, op, sequence number, payload bytes
+constexpr uint64_t kMaxAbortText = 1 << 16;
+
+// The message kinds. An all-reduce's two phases have their own so a rank that reduces
+// cannot be paired with one that gathers.
+enum Op : uint32_t {
+  kAllGather = 1,
+  kAllToAll = 2,
+  kReduceScatter = 3,
+  kAllReduceScatter = 4,
+  kAllReduceGather = 5,
+  kBroadcast = 6,
+  kBarrier = 7,
+  kAbort = 99,
+};
+
+const char* op_name(uint32_t op) {
+  switch (op) {
+    case kAllGather:
+      return "all_gather";
+    case kAllToAll:
+      return "all_to_all";
+    case kReduceScatter:
+      return "reduce_scatter";
+    case kAllReduceScatter:
+      return "all_reduce (its reduce-scatter)";
+    case kAllReduceGather:
+      return "all_reduce (its all-gather)";
+    case kBroadcast:
+      return "broadcast";
+    case kBarrier:
+      return "barrier";
+    case kAbort:
+      return "abort";
+    default:
+      return "an unknown message";
+  }
+}
+
+void encode_header(unsigned char* out, uint32_t op, uint64_t seq, uint64_t bytes) {
+  std::string text;
+  tcp::put_u32(text, kFrameMagic);
+  tcp::put_u32(text, op);
+  tcp::put_u64(text, seq);
+  tcp::put_u64(text, bytes);
+  std::memcpy(out, text.data(), kHeaderBytes);
+}
+
+// One message to one peer, header then payload.
+struct Outgoing {
+  int peer = 0;
+  const char* data = nullptr;
+  size_t bytes = 0;
+  unsigned char header[kHeaderBytes] = {};
+  size_t sent = 0;  // of kHeaderBytes + bytes
+  bool done() const { return sent == kHeaderBytes + bytes; }
+};
+
+// One message expected from one peer.
+struct Incoming {
+  int peer = 0;
+  char* data = nullptr;
+  size_t bytes = 0;
+  uint64_t seq = 0;
+  unsigned char header[kHeaderBytes] = {};
+  size_t received = 0;  // of kHeaderBytes + bytes
+  bool done() const { return received == kHeaderBytes + bytes; }
+};
+
+class TcpCommunicator final : public Communicator {
+ public:
+  explicit TcpCommunicator(const TcpOptions& o)
+      : rank_(o.rank), world_(o.world), timeout_s_(o.timeout_s), coordinator_(o.coordinator.text()) {
+    peers_ = tcp::rendezvous({o.coordinator, o.rank, o.world, o.rendezvous_timeout_s});
+    send_seq_.assign(static_cast<size_t>(world_), 0);
+    recv_seq_.assign(static_cast<size_t>(world_), 0);
+    control_open_.assign(static_cast<size_t>(world_), true);
+    if (::pipe2(wake_, O_NONBLOCK | O_CLOEXEC) != 0)
+      fail<IOError>("TCP communicator: pipe failed: {}", std::strerror(errno));
+  }
+  ~TcpCommunicator() override {
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+  }
+
+  std::string kind() const override { return "tcp"; }
+  int world_size() const override { return world_; }
+  std::vector<int> local_devices() const override { return {rank_}; }
+
+  void all_gather(int device, const std::vector<int>& group, const void* send, void* recv, size_t bytes) override {
+    const double start = begin(device, group, "all_gather");
+    gather(group, send, recv, bytes, kAllGather, "all_gather");
+    finish(start, CommKind::AllGather, group.size(), static_cast<double>(group.size() * bytes));
+  }
+
+  void all_to_all(int device, const std::vector<int>& group, const void* send, void* recv, size_t bytes) override {
+    const double start = begin(device, group, "all_to_all");
+    const size_t n = group.size();
+    std::vector<char> staged;
+    const char* source = static_cast<const char*>(send);
+    if (overlaps(send, n * bytes, recv, n * bytes)) {
+      staged.assign(source, source + n * bytes);
+      source = staged.data();
+    }
+    exchange_blocks(group, source, static_cast<char*>(recv), bytes, kAllToAll, "all_to_all");
+    finish(start, CommKind::AllToAll, n, static_cast<double>(n * bytes));
+  }
+
+  void reduce_scatter(int device, const std::vector<int>& group, const void* send, void* recv, size_t count,
+                      DType dtype) override {
+    const double start = begin(device, group, "reduce_scatter");
+    scatter_sum(group, send, recv, count, dtype, kReduceScatter, "reduce_scatter");
+    finish(start, CommKind::ReduceScatter, group.size(), static_cast<double>(group.size() * count * itemsize(dtype)));
+  }
+
+  void all_reduce(int device, const std::vector<int>& group, const void* send, void* recv, size_t count,
+                  DType dtype) override {
+    const double start = begin(device, group, "all_reduce");
+    const size_t n = group.size(), item = itemsize(dtype);
+    if (n == 1) {
+      if (send != recv && count > 0) std::memmove(recv, send, count * item);
+    } else {
+      // n equal chunks (zero padding past the end never reaches the output).
+      const size_t chunk = (count + n - 1) / n;
+      std::vector<char> in, mine(chunk * item), out(n * chunk * item);
+      const void* source = send;
+      if (chunk * n != count) {
+        in.assign(n * chunk * item, 0);
+        if (count > 0) std::memcpy(in.data(), send, count * item);
+        source = in.data();
+      }
+      scatter_sum(group, source, mine.data(), chunk, dtype, kAllReduceScatter, "all_reduce");
+      gather(group, mine.data(), out.data(), chunk * item, kAllReduceGather, "all_reduce");
+      if (count > 0) std::memcpy(recv, out.data(), count * item);
+    }
+    finish(start, CommKind::AllReduce, n, static_cast<double>(count * item));
+  }
+
+  void broadcast(int device, const std::vector<int>& group, void* buffer, size_t bytes) override {
+    const double start = begin(device, group, "broadcast");
+    if (group.size() > 1) {
+      std::vector<Outgoing> out;
+      std::vector<Incoming> in;
+      if (group.front() == rank_) {
+        for (size_t j = 1; j < group.size(); ++j) out.push_back(outgoing(group[j], buffer, bytes));
+      } else {
+        in.push_back(incoming(group.front(), buffer, bytes));
+      }
+      exchange(group, kBroadcast, "broadcast", out, in);
+    }
+    finish(start, CommKind::Other, group.size(), 0);
+  }
+
+  void barrier(int device, const std::vector<int>& group) override {
+    const double start = begin(device, group, "barrier");
+    std::vector<Outgoing> out;
+    std::vector<Incoming> in;
+    for (int member : group)
+      if (member != rank_) {
+        out.push_back(outgoing(member, nullptr, 0));
+        in.push_back(incoming(member, nullptr, 0));
+      }
+    exchange(group, kBarrier, "barrier", out, in);
+    finish(start, CommKind::Other, group.size(), 0);
+  }
+
+  void abort(const std::string& reason) override { abort_with(fmt::format("rank {}: {}", rank_, reason)); }
+
+  // Messages may be half sent when a collective throws: the connections cannot be
+  // trusted again, so an aborted communicator stays aborted (as under MPI).
+  void reset() override {}
+
+  CommStats stats(int device) const override {
+    if (device != rank_)
+      fail<ValueError>("communicator stats: device {} belongs to rank {}; this is rank {}", device, device, rank_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+  void reset_stats() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_ = {};
+  }
+
+ private:
+  double begin(int device, const std::vector<int>& group, const char* op) {
+    const double start = monotonic_seconds();
+    if (device != rank_) fail<ValueError>("{}: device {} is not driven by this process (rank {})", op, device, rank_);
+    check_group_members(op, rank_, group, world_,
+                        fmt::format("the TCP job has {} ranks (coordinator {})", world_, coordinator_));
+    read_control_notes(0);
+    if (aborted_) throw_aborted(op, group);
+    return start;
+  }
+
+  void finish(double start, CommKind kind, size_t n, double full_bytes) {
+    const double seconds = monotonic_seconds() - start;
+    std::lock_guard<std::mutex> lock(mutex_);
+    record_call(stats_, kind, static_cast<int>(n), full_bytes, seconds);
+  }
+
+  size_t index_of(const std::vector<int>& group) const {
+    return static_cast<size_t>(std::find(group.begin(), group.end(), rank_) - group.begin());
+  }
+
+  static Outgoing outgoing(int peer, const void* data, size_t bytes) {
+    Outgoing o;
+    o.peer = peer;
+    o.data = static_cast<const char*>(data);
+    o.bytes = bytes;
+    return o;
+  }
+  static Incoming incoming(int peer, void* data, size_t bytes) {
+    Incoming i;
+    i.peer = peer;
+    i.data = static_cast<char*>(data);
+    i.bytes = bytes;
+    return i;
+  }
+
+  // recv = concat over members of their `bytes`-sized blocks (send is this member's).
+  void gather(const std::vector<int>& group, const void* send, void* recv, size_t bytes, uint32_t op,
+              const char* name) {
+    const size_t n = group.size(), index = index_of(group);
+    char* out = static_cast<char*>(recv);
+    std::vector<char> staged;
+    const char* mine = static_cast<const char*>(send);
+    if (mine != out + index * bytes && overlaps(send, bytes, recv, n * bytes)) {
+      staged.assign(mine, mine + bytes);
+      mine = staged.data();
+    }
+    if (mine != out + index * bytes && bytes > 0) std::memmove(out + index * bytes, mine, bytes);
+    std::vector<Outgoing> outs;
+    std::vector<Incoming> ins;
+    for (size_t j = 0; j < n; ++j) {
+      if (j == index) continue;
+      outs.push_back(outgoing(group[j], out + index * bytes, bytes));
+      ins.push_back(incoming(group[j], out + j * bytes, bytes));
+    }
+    exchange(group, op, name, outs, ins);
+  }
+
+  // recv block j = member j's block `index` of its send (n blocks of `bytes`).
+  void exchange_blocks(const std::vector<int>& group, const char* send, char* recv, size_t bytes, uint32_t op,
+                       const char* name) {
+    const size_t n = group.size(), index = index_of(group);
+    if (bytes > 0) std::memmove(recv + index * bytes, send + index * bytes, bytes);
+    std::vector<Outgoing> outs;
+    std::vector<Incoming> ins;
+    for (size_t j = 0; j < n; ++j) {
+      if (j == index) continue;
+      outs.push_back(outgoing(group[j], send + j * bytes, bytes));
+      ins.push_back(incoming(group[j], recv + j * bytes, bytes));
+    }
+    exchange(group, op, name, outs, ins);
+  }
+
+  // recv (count elements) = ordered sum over members of their block `index` of send.
+  void scatter_sum(const std::vector<int>& group, const void* send, void* recv, size_t count, DType dtype, uint32_t op,
+                   const char* name) {
+    const size_t n = group.size(), block = count * itemsize(dtype);
+    if (n == 1) {
+      if (send != recv && block > 0) std::memmove(recv, send, block);
+      return;
+    }
+    std::vector<char> blocks(n * block);
+    exchange_blocks(group, static_cast<const char*>(send), blocks.data(), block, op, name);
+    std::vector<const char*> srcs(n);
+    for (size_t j = 0; j < n; ++j) srcs[j] = blocks.data() + j * block;
+    ordered_sum(recv, srcs, count, dtype);
+  }
+
+  // Drives every message of one collective to completion with one poll() loop, also
+  // watching the control connections (abort notes) and the wake pipe (a local abort).
+  void exchange(const std::vector<int>& group, uint32_t op, const char* name, std::vector<Outgoing>& outs,
+                std::vector<Incoming>& ins) {
+    for (Outgoing& o : outs) encode_header(o.header, op, send_seq_[o.peer]++, o.bytes);
+    for (Incoming& i : ins) i.seq = recv_seq_[i.peer]++;
+    const double deadline = timeout_s_ > 0 ? monotonic_seconds() + timeout_s_ : std::numeric_limits<double>::infinity();
+    std::vector<pollfd> fds;
+    std::vector<int> peer_of;  // fds index -> peer (-1: wake pipe; -2 - r: control of rank r)
+    while (true) {
+      if (aborted_) throw_aborted(name, group);
+      fds.clear();
+      peer_of.clear();
+      auto slot = [&](int peer) -> pollfd& {
+        for (size_t k = 0; k < peer_of.size(); ++k)
+          if (peer_of[k] == peer) return fds[k];
+        fds.push_back({peers_.data[peer].fd(), 0, 0});
+        peer_of.push_back(peer);
+        return fds.back();
+      };
+      for (const Outgoing& o : outs)
+        if (!o.done()) slot(o.peer).events |= POLLOUT;
+      for (const Incoming& i : ins)
+        if (!i.done()) slot(i.peer).events |= POLLIN;
+      if (fds.empty()) return;
+      fds.push_back({wake_[0], POLLIN, 0});
+      peer_of.push_back(-1);
+      for (int r = 0; r < world_; ++r)
+        if (r != rank_ && control_open_[r]) {
+          fds.push_back({peers_.control[r].fd(), POLLIN, 0});
+          peer_of.push_back(-2 - r);
+        }
+      const double left = deadline - monotonic_seconds();
+      if (left <= 0) {
+        std::vector<int> waiting;
+        for (const Incoming& i : ins)
+          if (!i.done()) waiting.push_back(i.peer);
+        abort_with(
+            fmt::format("rank {}: {} on devices {} timed out after {:g} s waiting for rank(s) {} "
+                        "(TESSERA_TCP_TIMEOUT_S)",
+                        rank_, name, group, timeout_s_, fmt::join(waiting, ", ")));
+        throw_aborted(name, group);
+      }
+      const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::min(std::ceil(left * 1000), 1000.0)));
+      if (ready < 0 && errno != EINTR) fail<IOError>("{}: poll failed: {}", name, std::strerror(errno));
+      if (ready <= 0) continue;
+      for (size_t k = 0; k < fds.size(); ++k) {
+        if (fds[k].revents == 0) continue;
+        if (peer_of[k] == -1) {
+          char drain[64];
+          while (::read(wake_[0], drain, sizeof drain) > 0) {
+          }
+        } else if (peer_of[k] <= -2) {
+          read_control_note(-2 - peer_of[k]);
+        }
+      }
+      if (aborted_) throw_aborted(name, group);
+      for (Outgoing& o : outs)
+        if (!o.done()) push(o, op, name, group);
+      for (Incoming& i : ins)
+        if (!i.done()) pull(i, op, name, group);
+    }
+  }
+
+  // Sends what the socket takes now (header, then payload).
+  void push(Outgoing& o, uint32_t op, const char* name, const std::vector<int>& group) {
+    const int fd = peers_.data[o.peer].fd();
+    while (!o.done()) {
+      const bool in_header = o.sent < kHeaderBytes;
+      const char* from =
+          in_header ? reinterpret_cast<const char*>(o.header) + o.sent : o.data + (o.sent - kHeaderBytes);
+      const size_t left = in_header ? kHeaderBytes - o.sent : o.bytes - (o.sent - kHeaderBytes);
+      const ssize_t n = ::send(fd, from, left, MSG_NOSIGNAL);
+      if (n > 0) {
+        o.sent += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+      peer_lost(o.peer, op, name, group, n < 0 ? std::strerror(errno) : "closed");
+    }
+  }
+
+  // Receives what has arrived (header, checked, then payload).
+  void pull(Incoming& i, uint32_t op, const char* name, const std::vector<int>& group) {
+    const int fd = peers_.data[i.peer].fd();
+    while (!i.done()) {
+      const bool in_header = i.received < kHeaderBytes;
+      char* to = in_header ? reinterpret_cast<char*>(i.header) + i.received : i.data + (i.received - kHeaderBytes);
+      const size_t left = in_header ? kHeaderBytes - i.received : i.bytes - (i.received - kHeaderBytes);
+      const ssize_t n = ::recv(fd, to, left, 0);
+      if (n > 0) {
+        i.received += static_cast<size_t>(n);
+        if (i.received == kHeaderBytes) check_header(i, op, name, group);
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+      peer_lost(i.peer, op, name, group, n < 0 ? std::strerror(errno) : "closed");
+    }
+  }
+
+  void check_header(const Incoming& i, uint32_t op, const char* name, const std::vector<int>& group) {
+    const uint32_t magic = get_u32(i.header), their_op = get_u32(i.header + 4);
+    const uint64_t seq = get_u64(i.header + 8), bytes = get_u64(i.header + 16);
+    if (magic == kFrameMagic && their_op == op && seq == i.seq && bytes == i.bytes) return;
+    const std::string reason =
+        magic != kFrameMagic
+            ? fmt::format("rank {}: {} on devices {}: rank {} sent bytes that are not a tessera message", rank_, name,
+                          group, i.peer)
+            : fmt::format(
+                  "rank {}: {} on devices {}: rank {} sent {} of {} bytes (message {}) where this rank expected {} "
+                  "of {} bytes (message {}): the ranks are not running the same program",
+                  rank_, name, group, i.peer, op_name(their_op), bytes, seq, op_name(op), i.bytes, i.seq);
+    abort_with(reason);
+    throw_aborted(name, group);
+  }
+
+  [[noreturn]] void peer_lost(int peer, uint32_t op, const char* name, const std::vector<int>& group,
+                              const std::string& how) {
+    read_control_notes(0.2);  // the peer may have said why before it went
+    if (!aborted_)
+      abort_with(
+          fmt::format("rank {}: rank {} closed its connection during {} on devices {} ({}: it failed or "
+                      "exited)",
+                      rank_, peer, op_name(op), group, how));
+    throw_aborted(name, group);
+  }
+
+  // Reads the abort notes that have arrived (waiting up to `wait_s` for one).
+  void read_control_notes(double wait_s) {
+    std::vector<pollfd> fds;
+    std::vector<int> ranks;
+    for (int r = 0; r < world_; ++r)
+      if (r != rank_ && control_open_[r]) {
+        fds.push_back({peers_.control[r].fd(), POLLIN, 0});
+        ranks.push_back(r);
+      }
+    if (fds.empty()) return;
+    if (::poll(fds.data(), fds.size(), static_cast<int>(wait_s * 1000)) <= 0) return;
+    for (size_t k = 0; k < fds.size(); ++k)
+      if (fds[k].revents != 0) read_control_note(ranks[k]);
+  }
+
+  // One abort note from rank r, or the end of its control connection (it exited:
+  // not a failure by itself; a collective that needs it will say so).
+  void read_control_note(int r) {
+    const int fd = peers_.control[r].fd();
+    unsigned char header[kHeaderBytes];
+    const ssize_t n = ::recv(fd, header, sizeof header, MSG_PEEK);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (n <= 0) {
+      control_open_[r] = false;
+      return;
+    }
+    std::string text;
+    try {
+      const double deadline = monotonic_seconds() + 2;
+      tcp::read_all(fd, header, sizeof header, deadline, "abort note");
+      const uint64_t bytes = get_u64(header + 16);
+      if (get_u32(header) != kFrameMagic || get_u32(header + 4) != kAbort || bytes > kMaxAbortText)
+        text = fmt::format("rank {} sent a malformed abort note", r);
+      else {
+        text.resize(bytes);
+        tcp::read_all(fd, text.data(), text.size(), deadline, "abort note");
+      }
+    } catch (const IOError&) {
+      text = fmt::format("rank {} closed its control connection in the middle of an abort note", r);
+    }
+    control_open_[r] = false;  // nothing follows an abort note
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!aborted_) {
+      reason_ = text;
+      aborted_ = true;
+    }
+  }
+
+  // Marks the communicator aborted with `reason` and tells every other rank (best
+  // effort, never blocking: a note is small and the sockets are otherwise idle).
+  void abort_with(const std::string& reason) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (aborted_) return;
+      reason_ = reason;
+      aborted_ = true;
+    }
+    std::string frame(kHeaderBytes, '\0');
+    encode_header(reinterpret_cast<unsigned char*>(frame.data()), kAbort, 0, reason.size());
+    frame += reason;
+    for (int r = 0; r < world_; ++r) {
+      if (r == rank_ || !peers_.control[r].valid()) continue;
+      [[maybe_unused]] const ssize_t n =
+          ::send(peers_.control[r].fd(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    [[maybe_unused]] const ssize_t n = ::write(wake_[1], "x", 1);
+  }
+
+  [[noreturn]] void throw_aborted(const char* op, const std::vector<int>& group) const {
+    std::string reason;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      reason = reason_;
+    }
+    fail<Error>("{} on devices {}: aborted: {}", op, group, reason);
+  }
+
+  const int rank_, world_;
+  const double timeout_s_;
+  const std::string coordinator_;
+  tcp::PeerSockets peers_;
+  std::vector<uint64_t> send_seq_, recv_seq_;  // per peer, on its data connection
+  std::vector<bool> control_open_;             // the collective thread's view
+  int wake_[2] = {-1, -1};
+  mutable std::mutex mutex_;  // stats_, reason_
+  std::atomic<bool> aborted_{false};
+  std::string reason_;
+  CommStats stats_;
+};
+
+double seconds_from_env(const char* name, double fallback) {
+  const char* text = flags::env(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  const double value = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(value >= 0) || !std::isfinite(value))
+    fail<ValueError>("{}='{}': expected seconds (a number >= 0)", name, text);
+  return value;
+}
+
+int int_from_env(const char* name, const char* purpose) {
+  const char* text = flags::env(name);
+  if (text == nullptr || *text == '\0')
+    fail<ValueError>("TESSERA_COORDINATOR is set (a TCP job) but {} is not: {} (tessera launch sets both)", name,
+                     purpose);
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || value < 0 || value > 1 << 20)
+    fail<ValueError>("{}='{}': expected {}", name, text, purpose);
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_tcp_communicator(const TcpOptions& options) {
+  if (!(options.timeout_s >= 0)) fail<ValueError>("TCP communicator: timeout {} s; expected >= 0", options.timeout_s);
+  return std::make_unique<TcpCommunicator>(options);
+}
+
+bool tcp_requested() {
+  const char* coordinator = flags::env("TESSERA_COORDINATOR");
+  return coordinator != nullptr && *coordinator != '\0';
+}
+
+Communicator& tcp_communicator() {
+  static std::once_flag once;
+  static Communicator* instance = nullptr;
+  std::call_once(once, [] {
+    TcpOptions o;
+    o.coordinator = tcp::parse_endpoint(flags::env("TESSERA_COORDINATOR"), "TESSERA_COORDINATOR");
+    o.world = int_from_env("TESSERA_WORLD_SIZE", "the number of ranks in the job (at least 1)");
+    o.rank = int_from_env("TESSERA_RANK", "this process's rank (0 .. TESSERA_WORLD_SIZE-1)");
+    o.rendezvous_timeout_s = seconds_from_env("TESSERA_RENDEZVOUS_TIMEOUT_S", 300);
+    o.timeout_s = seconds_from_env("TESSERA_TCP_TIMEOUT_S", 1800);
+    instance = make_tcp_communicator(o).release();  // never deleted: device threads may outlive statics
+  });
+  return *instance;
+}
+
+}  // namespace tessera::spmd

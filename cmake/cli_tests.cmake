@@ -93,3 +93,8 @@ set_tests_properties(resilience.kill_soak_reduced PROPERTIES LABELS "cli;resilie
 # measured host with its collectives, the clear errors, tessera train --mesh auto, and the
 # --html page.
 tessera_cli_cases(plan cli 300 catalog explain host errors mesh_auto html)
+
+# tessera k8s render: the manifests byte-identical to the golden the schema oracle
+# validated (tests/oracles/k8s_manifests.py), each pod's command as Kubernetes expands it
+# is the `tessera launch` command expected, and the clear errors.
+tessera_cli_cases(k8s cli 60 golden pod_commands errors)

@@ -36,5 +36,6 @@ Command add_ckpt_command(CLI::App& app);
 Command add_cache_command(CLI::App& app);
 Command add_launch_command(CLI::App& app);
 Command add_plan_command(CLI::App& app);
+Command add_k8s_command(CLI::App& app);
 
 }  // namespace tessera::cli

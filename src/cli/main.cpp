@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   commands.push_back(tessera::cli::add_cache_command(app));
   commands.push_back(tessera::cli::add_launch_command(app));
   commands.push_back(tessera::cli::add_plan_command(app));
+  commands.push_back(tessera::cli::add_k8s_command(app));
 
   try {
     app.parse(argc, argv);

@@ -27,7 +27,7 @@ tessera_cli_cases(interop cli 120 bpe_train_sample hf_round_trip)
 
 # `tessera launch` restarting a SIGKILLed training run that resumes to byte-identical
 # params, and the exit codes a scheduler sees.
-tessera_cli_cases(launch cli 180 kill_resume exit_codes)
+tessera_cli_cases(launch cli 180 kill_resume exit_codes verbatim_command)
 
 # TESSERA_FAULT kill@step SIGKILLs `tessera train`, the same command resumes to
 # byte-identical params (also through the data pipeline, resumed with another worker
@@ -96,5 +96,8 @@ tessera_cli_cases(plan cli 300 catalog explain host errors mesh_auto html)
 
 # tessera k8s render: the manifests byte-identical to the golden the schema oracle
 # validated (tests/oracles/k8s_manifests.py), each pod's command as Kubernetes expands it
-# is the `tessera launch` command expected, and the clear errors.
+# is the `tessera launch` command expected, and the clear errors; the pods of a 2-host Job
+# run on the test hosts, bitwise the one-process training.
 tessera_cli_cases(k8s cli 60 golden pod_commands errors)
+tessera_cli_cases(k8s "cli;multihost" 180 pods_on_test_hosts)
+set_tests_properties(cli.k8s_pods_on_test_hosts PROPERTIES RESOURCE_LOCK tessera_testbed)

@@ -92,13 +92,7 @@ Command add_k8s_command(CLI::App& app) {
       ->check(CLI::IsMember({"yaml", "json"}))
       ->capture_default_str();
   sub->add_option("--out,-o", options->out, "Write the manifests to this file (default: stdout)");
-  // Verbatim: CLI11 reads a value "[a,b]" of an option with extra args as a list and
-  // passes on "a", "b". Without them, a positional takes values while it has fewer than
-  // its minimum: a minimum never reached, with TakeAll so that it is not an error.
-  sub->add_option("command", o.command, "The command each pod's `tessera launch` runs (after --)")
-      ->expected(CLI::detail::expected_max_vector_size - 1)
-      ->allow_extra_args(false)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_verbatim_command(sub, o.command, "The command each pod's `tessera launch` runs (after --)");
   return Command{k8s, [options] { return run_render(*options); }};
 }
 

@@ -299,7 +299,7 @@ Command add_launch_command(CLI::App& app) {
                   "Run directory for the goodput log (default: the run.dir of a `tessera train` command)");
   sub->add_flag("--mpi", options->mpi, "Start one `mpirun -n N COMMAND` job instead of N processes");
   sub->add_flag("--srun", options->srun, "Inside a Slurm allocation: start `srun --ntasks=N COMMAND`");
-  sub->add_option("command", o.command, "The worker command (after --)");
+  add_verbatim_command(sub, o.command, "The worker command (after --)");
   return Command{sub, [options] { return run_launch(*options); }};
 }
 

@@ -25,6 +25,13 @@ void print_warning(const std::string& text);
 // "512 B", "1.5 KB", "498.0 MB": decimal units, for listings (checkpoints, cache entries).
 std::string human_bytes(uint64_t bytes);
 
+// The COMMAND ARGS... after `--` of `launch` and `k8s render`, kept verbatim. CLI11 reads
+// a value such as "[a,b]" of a vector option that takes extra args as a list (and passes
+// on "a", "b"), which would change a worker's `--set key=[1,2]`. Without extra args, a
+// positional takes values while it has fewer than its minimum: a minimum never reached,
+// with TakeAll so that reaching none is not an error.
+CLI::Option* add_verbatim_command(CLI::App* sub, std::vector<std::string>& command, const std::string& help);
+
 Command add_info_command(CLI::App& app);
 Command add_goodput_command(CLI::App& app);
 Command add_train_command(CLI::App& app);

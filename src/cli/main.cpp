@@ -16,6 +16,13 @@
 namespace tessera::cli {
 void print_warning(const std::string& text) { std::fprintf(stderr, "warning: %s\n", text.c_str()); }
 
+CLI::Option* add_verbatim_command(CLI::App* sub, std::vector<std::string>& command, const std::string& help) {
+  return sub->add_option("command", command, help)
+      ->expected(CLI::detail::expected_max_vector_size - 1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
 std::string human_bytes(uint64_t bytes) {
   const char* units[] = {"B", "KB", "MB", "GB", "TB"};
   double value = static_cast<double>(bytes);

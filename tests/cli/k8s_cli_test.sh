@@ -8,7 +8,13 @@
 #                 does it) are `tessera launch --nnodes N --node-rank I --coordinator
 #                 HOST:PORT --nproc-per-host P ... -- COMMAND` with HOST the DNS name pod 0
 #                 gets (Indexed Job + headless Service, or JobSet), COMMAND verbatim;
-#   errors        bad input exits 2 with a message naming the option.
+#   errors        bad input exits 2 with a message naming the option;
+#   pods_on_test_hosts
+#                 the pods of a rendered 2-host Job run for real: each pod's env and argv
+#                 (as above) run on its own test host (tools/testbed.sh; pod 0's DNS name
+#                 resolves to the first host, as the headless Service's record would), a
+#                 `--mesh data=2` training that equals the same mesh in one process bit for
+#                 bit. Skips without root and network namespaces.
 # Only python3's standard library: the JSON form (--format json) is parsed, not the YAML.
 source "$(dirname "$0")/cli_common.sh" "$@"
 
@@ -37,69 +43,16 @@ PY
   ;;
 pod_commands)
   python3 - "$tessera" <<'PY' || fail "a pod's command is not what tessera launch expects"
-import json, subprocess, sys
+import sys
+sys.path.insert(0, "tests/cli")
+from k8s_pods import expand, pod_argv, pods
 tessera = sys.argv[1]
-INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-
-def expand(s, env):
-    """Kubernetes' $(VAR) expansion of command and args (third_party/forked/golang/expansion):
-    $$ -> $, $(NAME) -> its value when NAME is in the container's env, else left as is."""
-    out, i = [], 0
-    while i < len(s):
-        if s[i] == "$" and i + 1 < len(s):
-            nxt = s[i + 1]
-            if nxt == "$":
-                out.append("$"); i += 2; continue
-            if nxt == "(":
-                close = s.find(")", i + 2)
-                if close != -1:
-                    name = s[i + 2:close]
-                    out.append(env[name] if name in env else "$(" + name + ")")
-                    i = close + 1; continue
-                out.append("$("); i += 2; continue
-            out.append("$" + nxt); i += 2; continue
-        out.append(s[i]); i += 1
-    return "".join(out)
-
-assert expand("a$$b$(X)$(Y)$$(X)$(", {"X": "1"}) == "a$b1$(Y)$(X)$(", "expansion"
-
-def pods(args):
-    """(hostname of pod 0 with its subdomain, job spec, port) as Kubernetes would name them."""
-    docs = json.loads(subprocess.run([tessera, "k8s", "render", "--format", "json"] + args,
-                                     capture_output=True, check=True).stdout)["items"]
-    kinds = [d["kind"] for d in docs]
-    if kinds == ["JobSet"]:
-        js = docs[0]
-        assert js["spec"]["network"]["enableDNSHostnames"] is True
-        rjob = js["spec"]["replicatedJobs"][0]
-        assert rjob["replicas"] == 1
-        subdomain = js["spec"]["network"].get("subdomain", js["metadata"]["name"])
-        # JobSet pod hostnames: <jobset>-<replicatedJob>-<jobIndex>-<podIndex>
-        host0 = f"{js['metadata']['name']}-{rjob['name']}-0-0.{subdomain}"
-        return host0, rjob["template"]["spec"]
-    assert kinds == ["Service", "Job"], kinds
-    service, job = docs
-    spec = job["spec"]
-    pod = spec["template"]["spec"]
-    # A headless Service selecting the Job's pods (the Job controller labels them with
-    # batch.kubernetes.io/job-name) named as the pods' subdomain: pod I is <job>-<I>.<subdomain>.
-    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
-    assert service["spec"]["selector"] == {"batch.kubernetes.io/job-name": job["metadata"]["name"]}
-    assert pod["subdomain"] == service["metadata"]["name"]
-    return f"{job['metadata']['name']}-0.{pod['subdomain']}", spec
 
 def check(args, nnodes, nproc, port, command, extra=()):
-    host0, spec = pods(args)
+    host0, spec = pods(tessera, args)
     assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] == nnodes, spec
-    container = spec["template"]["spec"]["containers"][0]
     for i in range(nnodes):
-        env = {}
-        for var in container.get("env", []):
-            if var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == INDEX:
-                env[var["name"]] = str(i)  # the Job controller's annotation on pod I
-            elif "value" in var:
-                env[var["name"]] = expand(var["value"], env)
-        argv = [expand(a, env) for a in container["command"] + container.get("args", [])]
+        argv = pod_argv(spec, i)[1]
         want = ["tessera", "launch", "--nnodes", str(nnodes), "--node-rank", str(i), "--coordinator",
                 f"{host0}:{port}", "--nproc-per-host", str(nproc), *extra, "--", *command]
         assert argv == want, f"pod {i} of {args}:\n  {argv}\n  expected\n  {want}"
@@ -119,6 +72,44 @@ check(["--name", "awk", "--hosts", "2", *image, "--run-dir", "/ck/$(USER)", "--"
       ["--run-dir", "/ck/$(USER)"])
 check(["--jobset", "--name", "awk", "--hosts", "2", *image, "--", *awkward], 2, 1, 29500, awkward)
 PY
+  ;;
+pods_on_test_hosts)
+  testbed="$src/tools/testbed.sh"
+  reason="$("$testbed" check 2>&1)" || skip "no test hosts here: $reason"
+  trap '"$testbed" down; rm -rf "$tmp"' EXIT
+  "$testbed" up 2
+  tiny_train_args 8 --quiet --mesh data=2
+  TESSERA_CPU_DEVICES=2 "$tessera" "${train_args[@]}" --set run.dir="$tmp/one" >"$tmp/one.txt" 2>&1 ||
+    fail "the one-process run: $(tail -5 "$tmp/one.txt")"
+  first_host="$(awk '$2 == "tbh1" { print $1 }' /etc/netns/tbh1/hosts)"
+  for host in tbh1 tbh2; do echo "$first_host tiny-0.tiny" >>"/etc/netns/$host/hosts"; done
+  python3 - "$tessera" "$testbed" "$tmp" "${train_args[@]}" --set run.dir="$tmp/k8s" <<'PY' ||
+import subprocess, sys
+sys.path.insert(0, "tests/cli")
+from k8s_pods import pod_argv, pods
+tessera, testbed, tmp, *command = sys.argv[1:]
+host0, spec = pods(tessera, ["--name", "tiny", "--hosts", "2", "--image", "example/tessera:1", "--tessera-bin",
+                             tessera, "--launch-max-restarts", "0", "--", tessera, *command])
+assert host0 == "tiny-0.tiny", host0
+running = []
+for i in range(2):
+    env, argv = pod_argv(spec, i)
+    log = open(f"{tmp}/pod{i}.txt", "w")
+    running.append(subprocess.Popen([testbed, "exec", f"tbh{i + 1}", "env", *[f"{k}={v}" for k, v in env.items()],
+                                     *argv], stdout=log, stderr=subprocess.STDOUT))
+codes = [p.wait(timeout=300) for p in running]
+if codes != [0, 0]:
+    sys.exit(f"pods exited {codes}")
+PY
+    fail "the pods: $(tail -5 "$tmp/pod0.txt"); $(tail -5 "$tmp/pod1.txt")"
+  grep -q "mesh (data=2) (tcp (rank 0 of 2))" "$tmp/pod0.txt" || fail "pod 0 did not train as rank 0 of a TCP job"
+  grep -q "coordinator tiny-0.tiny:29500" "$tmp/pod1.txt" || fail "pod 1 did not meet at tiny-0.tiny: $(cat "$tmp/pod1.txt")"
+  diff <(grep -o '"loss":[^,]*' "$tmp/one/metrics.jsonl") <(grep -o '"loss":[^,]*' "$tmp/k8s/metrics.jsonl") ||
+    fail "the losses differ from the one-process run's"
+  for f in params.safetensors opt_state.safetensors; do
+    cmp -s "$tmp/one/checkpoints/step_00000008/$f" "$tmp/k8s/checkpoints/step_00000008/$f" ||
+      fail "$f differs from the one-process run's"
+  done
   ;;
 errors)
   expect_error() {

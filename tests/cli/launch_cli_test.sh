@@ -9,6 +9,9 @@
 #                goodput log has both attempts and the reason
 #   exit_codes   a worker's exit 2 (usage error) is passed through without a restart; a
 #                spent budget exits 75; no run directory is a usage error
+#   verbatim_command
+#                the worker gets its arguments exactly as given after `--`: "[a,b]",
+#                "k=[1,2]", "x,y", "--" (CLI11 once split list-looking values)
 # Exit status 0 when the case passes; a failure says what differed.
 source "$(dirname "$0")/cli_common.sh" "$@"
 
@@ -80,6 +83,11 @@ case "$case_name" in
     "$tessera" launch -- bash -c 'exit 0' >"$tmp/o3.txt" 2>&1 || status=$?
     [[ $status -eq 2 ]] || fail "no run dir: launch exited $status"
     grep -q -- "--run-dir" "$tmp/o3.txt" || fail "no-run-dir message: $(cat "$tmp/o3.txt")"
+    ;;
+  verbatim_command)
+    "$tessera" launch --run-dir "$tmp/v" -- printf '%s|' "[a,b]" "--set" "k=[1,2]" "x,y" "[z]" "--" "" \
+      >"$tmp/v.txt" 2>"$tmp/v.err" || fail "launch exited $?: $(cat "$tmp/v.err")"
+    [[ "$(cat "$tmp/v.txt")" == '[a,b]|--set|k=[1,2]|x,y|[z]|--||' ]] || fail "the worker got: $(cat "$tmp/v.txt")"
     ;;
   *)
     fail "unknown case"

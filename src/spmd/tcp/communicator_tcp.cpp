@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -154,16 +155,19 @@ class TcpCommunicator final : public Communicator {
     } else {
       // n equal chunks (zero padding past the end never reaches the output).
       const size_t chunk = (count + n - 1) / n;
-      std::vector<char> in, mine(chunk * item), out(n * chunk * item);
+      const bool padded = chunk * n != count;
+      std::vector<char> in;
+      const std::unique_ptr<char[]> mine(new char[chunk * item]), out(padded ? new char[n * chunk * item] : nullptr);
       const void* source = send;
-      if (chunk * n != count) {
+      if (padded) {
         in.assign(n * chunk * item, 0);
         if (count > 0) std::memcpy(in.data(), send, count * item);
         source = in.data();
       }
-      scatter_sum(group, source, mine.data(), chunk, dtype, kAllReduceScatter, "all_reduce");
-      gather(group, mine.data(), out.data(), chunk * item, kAllReduceGather, "all_reduce");
-      if (count > 0) std::memcpy(recv, out.data(), count * item);
+      // The reduce-scatter has read all of send before the gather writes recv (in place is fine).
+      scatter_sum(group, source, mine.get(), chunk, dtype, kAllReduceScatter, "all_reduce");
+      gather(group, mine.get(), padded ? out.get() : recv, chunk * item, kAllReduceGather, "all_reduce");
+      if (padded && count > 0) std::memcpy(recv, out.get(), count * item);
     }
     finish(start, CommKind::AllReduce, n, static_cast<double>(count * item));
   }
@@ -294,10 +298,10 @@ class TcpCommunicator final : public Communicator {
       if (send != recv && block > 0) std::memmove(recv, send, block);
       return;
     }
-    std::vector<char> blocks(n * block);
-    exchange_blocks(group, static_cast<const char*>(send), blocks.data(), block, op, name);
+    const std::unique_ptr<char[]> blocks(new char[n * block]);  // every byte is written before it is read
+    exchange_blocks(group, static_cast<const char*>(send), blocks.get(), block, op, name);
     std::vector<const char*> srcs(n);
-    for (size_t j = 0; j < n; ++j) srcs[j] = blocks.data() + j * block;
+    for (size_t j = 0; j < n; ++j) srcs[j] = blocks.get() + j * block;
     ordered_sum(recv, srcs, count, dtype);
   }
 
@@ -310,6 +314,10 @@ class TcpCommunicator final : public Communicator {
     const double deadline = timeout_s_ > 0 ? monotonic_seconds() + timeout_s_ : std::numeric_limits<double>::infinity();
     std::vector<pollfd> fds;
     std::vector<int> peer_of;  // fds index -> peer (-1: wake pipe; -2 - r: control of rank r)
+    // Send what the sockets take at once, before the first poll. (Polling without
+    // sleeping for 50 or 200 us before blocking was tried and dropped: on 2 cores the
+    // spinning rank starves its peer; bench/spmd/compare_collectives.sh.)
+    for (Outgoing& o : outs) push(o, op, name, group);
     while (true) {
       if (aborted_) throw_aborted(name, group);
       fds.clear();

@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
               comm.all_gather(d, world, in.data(), out.data(), block);
             else
               comm.all_to_all(d, world, in.data(), out.data(), block);
-            const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+            const double us =
+                std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
             if (r >= 2) times[static_cast<size_t>(d)].push_back(us);  // two warm-up calls
           }
         });
@@ -96,12 +97,14 @@ int main(int argc, char** argv) {
     std::string json;
     for (const Row& r : rows) {
       fmt::print("{:<12} {:>12} {:>12.1f} {:>12.3f} {:>12.3f}\n", r.op, r.bytes, r.median_us, r.algbw, r.busbw);
-      json += fmt::format("{}{{\"op\":\"{}\",\"bytes\":{},\"median_us\":{:.2f},\"algbw_gbs\":{:.4f},\"busbw_gbs\":{:.4f}}}",
-                          json.empty() ? "" : ",", r.op, r.bytes, r.median_us, r.algbw, r.busbw);
+      json +=
+          fmt::format("{}{{\"op\":\"{}\",\"bytes\":{},\"median_us\":{:.2f},\"algbw_gbs\":{:.4f},\"busbw_gbs\":{:.4f}}}",
+                      json.empty() ? "" : ",", r.op, r.bytes, r.median_us, r.algbw, r.busbw);
     }
-    fmt::print("{{\"bench\":\"collectives\",\"runtime\":\"{}\",\"communicator\":\"{}\",\"devices\":{},\"rounds\":{},"
-               "\"rows\":[{}]}}\n",
-               ts::spmd::runtime_description(), comm.kind(), n, rounds, json);
+    fmt::print(
+        "{{\"bench\":\"collectives\",\"runtime\":\"{}\",\"communicator\":\"{}\",\"devices\":{},\"rounds\":{},"
+        "\"rows\":[{}]}}\n",
+        ts::spmd::runtime_description(), comm.kind(), n, rounds, json);
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_collectives: error: {}\n", e.what());

@@ -400,11 +400,21 @@ nn::ProjectionMatmul int8_projection(const ModelConfig& c, const std::optional<A
   };
 }
 
+// A contiguous part of the forward pass (a pipeline stage): with `embed` it starts from
+// tokens, else from the residual stream; its layers are params["layers"], numbered from
+// first_layer (dropout keys and int8 salts follow the whole model's numbering); with
+// `head` it ends with the final norm and the logits, else it returns the stream.
+struct Segment {
+  int64_t first_layer = 0;
+  bool embed = true, head = true;
+  bool whole() const { return first_layer == 0 && embed && head; }
+};
+
 // The shared forward pass: logits of tokens at positions offset.. (offset = the
 // cache's length), with dropout when `dropout_key` is set. Activations (the residual
 // stream included, as in MaxText) are in the compute dtype.
 Array forward(const ModelConfig& c, const Tree& master, const Array& tokens, const std::optional<Array>& dropout_key,
-              KVCache* cache, const std::optional<Packing>& packing = std::nullopt) {
+              KVCache* cache, const std::optional<Packing>& packing = std::nullopt, const Segment& segment = {}) {
   const int64_t t = tokens.shape(1), offset = cache != nullptr ? cache->length : 0;
   const std::optional<DType> dtype = cast_dtype(c);
   const Tree params = compute_params(master, dtype);
@@ -416,21 +426,28 @@ Array forward(const ModelConfig& c, const Tree& master, const Array& tokens, con
     return keys[i];
   };
 
-  Array x = cast(take(params.at("wte").leaf(), tokens, 0), dtype);
-  if (is_gpt2(c)) {
-    const Array& wpe = params.at("wpe").leaf();
-    x = x + cast(packing ? take(wpe, packing->positions, 0) : slice_axis(wpe, 0, offset, offset + t), dtype);
+  Array x = tokens;
+  if (segment.embed) {
+    x = cast(take(params.at("wte").leaf(), tokens, 0), dtype);
+    if (is_gpt2(c)) {
+      const Array& wpe = params.at("wpe").leaf();
+      x = x + cast(packing ? take(wpe, packing->positions, 0) : slice_axis(wpe, 0, offset, offset + t), dtype);
+    }
+    x = drop(x, key_at(0));
   }
-  x = drop(x, key_at(0));
   nn::Attention attention = attention_of(c);
   nn::GeluMLP gelu_mlp = gelu_mlp_of(c);
   nn::SwiGLU swiglu = swiglu_of(c);
   const std::vector<Tree>& layers = params.at("layers").elements();
-  if (static_cast<int64_t>(layers.size()) != c.layers)
+  if (segment.whole() && static_cast<int64_t>(layers.size()) != c.layers)
     fail<ValueError>("Model: params have {} layers (the config says {})", layers.size(), c.layers);
+  if (segment.first_layer < 0 || segment.first_layer + static_cast<int64_t>(layers.size()) > c.layers)
+    fail<ValueError>("Model: a stage of {} layers from layer {} does not fit the model's {} layers", layers.size(),
+                     segment.first_layer, c.layers);
   const std::optional<CheckpointPolicy> remat = cache != nullptr ? std::nullopt : remat_policy(c);
-  for (size_t l = 0; l < layers.size(); ++l) {
-    const Tree& layer = layers[l];
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Tree& layer = layers[i];
+    const size_t l = static_cast<size_t>(segment.first_layer) + i;
     const auto salt = static_cast<uint32_t>(l + 1) * 16;
     if (c.quantized("attention")) attention.projection = int8_projection(c, dropout_key, salt);
     if (c.quantized("mlp")) gelu_mlp.projection = swiglu.projection = int8_projection(c, dropout_key, salt + 8);
@@ -454,6 +471,7 @@ Array forward(const ModelConfig& c, const Tree& master, const Array& tokens, con
     };
     x = remat ? checkpoint(std::function<Array(const Array&)>(block), *remat)(x) : block(x);
   }
+  if (!segment.head) return x;
   x = norm_apply(c, params.at("lnf"), x);
   if (c.quantized("head")) {
     QuantizedMatmulOptions o = int8_options(c, dropout_key, 1);
@@ -492,6 +510,18 @@ Array Model::loss(const Tree& params, const Array& tokens, const Array& targets,
   check_packing(tokens, packing, "loss");
   return cross_entropy(forward(config_, params, tokens, dropout_key, nullptr, packing), targets, -100, Reduction::Mean,
                        config_.vocab);
+}
+
+Array Model::stage_forward(const Tree& params, const Array& input, int64_t first_layer, bool embed,
+                           const std::optional<Array>& targets) const {
+  if (embed) check_tokens(config_, input, 0, "stage_forward");
+  const Segment segment{first_layer, embed, targets.has_value()};
+  const Array out = forward(config_, params, input, std::nullopt, nullptr, std::nullopt, segment);
+  if (!targets) return out;
+  if (targets->shape() != Shape{input.shape(0), input.shape(1)})
+    fail<ShapeError>("Model::stage_forward: targets {} do not match the batch [{}, {}]", to_string(targets->shape()),
+                     input.shape(0), input.shape(1));
+  return cross_entropy(out, *targets, -100, Reduction::Sum, config_.vocab);
 }
 
 KVCache Model::empty_cache(int64_t batch) const {

@@ -1,0 +1,262 @@
+// Pipeline-parallel gradients on device threads (see pipeline.h).
+#include "tessera/train/pipeline.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "tessera/api/jit.h"
+#include "tessera/base/error.h"
+#include "tessera/base/thread_pool.h"
+#include "tessera/core/ops.h"
+#include "tessera/core/transforms.h"
+
+namespace tessera::train {
+namespace {
+
+using Key = std::pair<int, int>;  // (micro-batch, stage)
+
+// Arrays handed from one stage's device to the next: a forward's output to the next
+// stage, a backward's input gradient to the previous one. take() waits; a failing
+// device wakes every waiter, which then throws.
+class Mailbox {
+ public:
+  void put(const Key& key, const Array& value) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      items_[key] = value;
+    }
+    cv_.notify_all();
+  }
+  Array take(const Key& key) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return failed_ || items_.count(key) > 0; });
+    if (failed_)
+      fail<Error>("pipeline: another device failed (micro-batch {}, stage {} was waiting)", key.first, key.second);
+    Array value = items_.at(key);
+    items_.erase(key);
+    return value;
+  }
+  void abort() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      failed_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<Key, Array> items_;
+  bool failed_ = false;
+};
+
+bool has_key(const Tree& tree, const std::string& key) { return tree.is_dict() && tree.items().count(key) > 0; }
+
+std::vector<std::pair<int, int>> stage_ranges(const PipelineOptions& o, int stages, int layers) {
+  if (o.stage_layers.empty()) return balance_stages(std::vector<double>(static_cast<size_t>(layers), 1.0), stages);
+  if (static_cast<int>(o.stage_layers.size()) != stages)
+    fail<ValueError>("pipeline: {} stage ranges for {} stages ({} devices x {} virtual stages)", o.stage_layers.size(),
+                     stages, o.devices, o.virtual_stages);
+  int next = 0;
+  for (size_t s = 0; s < o.stage_layers.size(); ++s) {
+    const auto [first, last] = o.stage_layers[s];
+    if (first != next || last <= first)
+      fail<ValueError>("pipeline: stage {} has layers [{}, {}); expected a non-empty range starting at layer {}", s,
+                       first, last, next);
+    next = last;
+  }
+  if (next != layers) fail<ValueError>("pipeline: the stages end at layer {}; the model has {} layers", next, layers);
+  return o.stage_layers;
+}
+
+// The parameters stage s reads (Model::stage_forward's layout).
+Tree stage_params(const Tree& params, const std::pair<int, int>& range, bool first, bool last, bool tied) {
+  const std::vector<Tree>& layers = params.at("layers").elements();
+  Tree t = Tree::dict();
+  t["layers"] = Tree::list(std::vector<Tree>(layers.begin() + range.first, layers.begin() + range.second));
+  if (first) {
+    t["wte"] = params.at("wte");
+    if (has_key(params, "wpe")) t["wpe"] = params.at("wpe");
+  }
+  if (last) {
+    t["lnf"] = params.at("lnf");
+    if (tied)
+      t["wte"] = params.at("wte");
+    else
+      t["head"] = params.at("head");
+  }
+  return t;
+}
+
+Tree add_trees(const Tree& a, const Tree& b) {
+  Tree sum = tree_map([](const Array& x, const Array& y) { return add(x, y); }, a, b);
+  for (const Array& leaf : sum.leaves()) leaf.eval();
+  return sum;
+}
+
+}  // namespace
+
+PipelineResult pipeline_value_and_grad(const models::Model& model, const Tree& params, const Array& tokens,
+                                       const Array& targets, const PipelineOptions& o) {
+  const models::ModelConfig& c = model.config();
+  if (tokens.ndim() != 2 || targets.shape() != tokens.shape())
+    fail<ShapeError>("pipeline: tokens {} and targets {} must both be [batch, seq]", tessera::to_string(tokens.shape()),
+                     tessera::to_string(targets.shape()));
+  const int64_t batch = tokens.shape(0);
+  if (o.micro_batches < 1 || batch % o.micro_batches != 0)
+    fail<ValueError>("pipeline: the batch of {} rows does not split into {} equal micro-batches", batch,
+                     o.micro_batches);
+  PipelineResult result;
+  result.schedule = make_pipeline_schedule(o.kind, o.devices, o.micro_batches, o.virtual_stages);
+  const PipelineSchedule& schedule = result.schedule;
+  const int stages = schedule.stages(), p = o.devices, m = o.micro_batches;
+  result.stage_layers = stage_ranges(o, stages, static_cast<int>(c.layers));
+  const bool tied = c.resolved_tied();
+
+  std::vector<Tree> parts;
+  for (int s = 0; s < stages; ++s)
+    parts.push_back(stage_params(params, result.stage_layers[s], s == 0, s == stages - 1, tied));
+  const int64_t rows = batch / m;
+  std::vector<Array> tokens_mb, targets_mb;
+  for (int mb = 0; mb < m; ++mb) {
+    tokens_mb.push_back(slice_axis(tokens, 0, mb * rows, (mb + 1) * rows).eval());
+    targets_mb.push_back(slice_axis(targets, 0, mb * rows, (mb + 1) * rows).eval());
+  }
+  // The loss is a mean over the targets that count: each micro-batch's sum, seeded
+  // with 1 / count in the backward pass.
+  const double counted = sum(astype(not_equal(targets, scalar_like(-100, targets)), DType::Float64)).item<double>();
+  if (!(counted > 0)) fail<ValueError>("pipeline: every target is -100 (ignored): the loss has no terms");
+  const Array seed = full(Shape{}, 1.0 / counted, DType::Float32).eval();
+
+  // Two programs per stage, compiled on first use and shared by the micro-batches.
+  std::vector<Jitted> forward_programs, backward_programs;
+  for (int s = 0; s < stages; ++s) {
+    const int64_t first = result.stage_layers[s].first;
+    const bool embed = s == 0, loss = s == stages - 1;
+    auto run_stage = [&model, first, embed, loss](const Tree& p_tree, const Array& x, const Tree& args) {
+      return model.stage_forward(p_tree, x, first, embed,
+                                 loss ? std::optional<Array>(args.at("t").leaf()) : std::nullopt);
+    };
+    forward_programs.push_back(jit(
+        [run_stage](const Tree& args) -> Tree { return Tree(run_stage(args.at("p"), args.at("x").leaf(), args)); }));
+    backward_programs.push_back(jit([run_stage, embed](const Tree& args) -> Tree {
+      const Tree& p_tree = args.at("p");
+      const Array x = args.at("x").leaf();
+      const std::vector<Array> p_leaves = p_tree.leaves();
+      std::vector<Array> primals = p_leaves;
+      if (!embed) primals.push_back(x);  // token ids carry no gradient
+      const ArrayFn stage_fn = [&](const std::vector<Array>& in) -> std::vector<Array> {
+        const Tree p_in = p_tree.with_leaves(std::vector<Array>(in.begin(), in.begin() + p_leaves.size()));
+        return {run_stage(p_in, embed ? x : in.back(), args)};
+      };
+      const std::vector<Array> cotangents = vjp(stage_fn, primals, {args.at("dy").leaf()}).second;
+      Tree out = Tree::dict();
+      out["dp"] = p_tree.with_leaves(std::vector<Array>(cotangents.begin(), cotangents.begin() + p_leaves.size()));
+      if (!embed) out["dx"] = Tree(cotangents.back());
+      return out;
+    }));
+  }
+
+  Mailbox activations, gradients;
+  std::vector<std::optional<Tree>> accumulated(static_cast<size_t>(stages));
+  std::vector<Array> loss_parts(static_cast<size_t>(m));
+  result.measured.devices.resize(static_cast<size_t>(p));
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  auto device = [&](int d) {
+    std::optional<SerialKernelsScope> serial;  // the device threads already share the cores
+    if (p > 1) serial.emplace();
+    std::map<Key, Array> saved;  // each in-flight micro-batch's stage input
+    try {
+      for (const PipelineOp& op : schedule.ops[static_cast<size_t>(d)]) {
+        const int s = op.stage, mb = op.micro_batch;
+        const bool last = s == stages - 1;
+        Tree args = Tree::dict();
+        args["p"] = parts[static_cast<size_t>(s)];
+        if (last) args["t"] = Tree(targets_mb[static_cast<size_t>(mb)]);
+        const double began = seconds();
+        if (op.forward) {
+          const Array x = s == 0 ? tokens_mb[static_cast<size_t>(mb)] : activations.take({mb, s});
+          saved[{mb, s}] = x;
+          args["x"] = Tree(x);
+          const Array y = forward_programs[static_cast<size_t>(s)](args).leaf();
+          if (last)
+            loss_parts[static_cast<size_t>(mb)] = y;
+          else
+            activations.put({mb, s + 1}, y);
+        } else {
+          args["x"] = Tree(saved.at({mb, s}));
+          args["dy"] = Tree(last ? seed : gradients.take({mb, s}));
+          const Tree out = backward_programs[static_cast<size_t>(s)](args);
+          saved.erase({mb, s});
+          std::optional<Tree>& acc = accumulated[static_cast<size_t>(s)];
+          acc = acc ? add_trees(*acc, out.at("dp")) : out.at("dp");
+          if (s > 0) gradients.put({mb, s - 1}, out.at("dx").leaf());
+        }
+        result.measured.devices[static_cast<size_t>(d)].push_back({op, began, seconds()});
+      }
+    } catch (...) {
+      {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+      activations.abort();
+      gradients.abort();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int d = 1; d < p; ++d) threads.emplace_back(device, d);
+  device(0);
+  for (std::thread& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+
+  // The measured timeline: busy time, idle share, micro-batches in flight.
+  PipelineTimeline& t = result.measured;
+  for (size_t d = 0; d < t.devices.size(); ++d) {
+    int held = 0, peak = 0;
+    for (const auto& slot : t.devices[d]) {
+      t.makespan = std::max(t.makespan, slot.end);
+      t.busy += slot.end - slot.start;
+      held += slot.op.forward ? 1 : -1;
+      peak = std::max(peak, held);
+    }
+    t.peak_in_flight.push_back(peak);
+  }
+  t.bubble_fraction = t.makespan > 0 ? 1 - t.busy / (p * t.makespan) : 0;
+
+  double total = 0;
+  for (const Array& part : loss_parts) total += part.item<double>();  // micro-batch order
+  result.loss = total / counted;
+
+  // The gradients in the parameters' structure; a tied embedding adds both stages'.
+  Tree grads = Tree::dict();
+  std::vector<Tree> layer_grads;
+  for (int s = 0; s < stages; ++s)
+    for (const Tree& layer : accumulated[static_cast<size_t>(s)]->at("layers").elements()) layer_grads.push_back(layer);
+  grads["layers"] = Tree::list(std::move(layer_grads));
+  const Tree& first = *accumulated.front();
+  const Tree& last = *accumulated.back();
+  grads["wte"] = first.at("wte");
+  if (has_key(first, "wpe")) grads["wpe"] = first.at("wpe");
+  grads["lnf"] = last.at("lnf");
+  if (tied && stages > 1)
+    grads["wte"] = Tree(add(first.at("wte").leaf(), last.at("wte").leaf()).eval());
+  else if (!tied)
+    grads["head"] = last.at("head");
+  if (!grads.same_structure(params))
+    fail<Error>("pipeline: the stages' gradients do not cover the parameters (an unexpected parameter name?)");
+  result.grads = grads;
+  return result;
+}
+
+}  // namespace tessera::train

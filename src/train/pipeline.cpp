@@ -3,10 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -165,6 +167,20 @@ PipelineResult pipeline_value_and_grad(const models::Model& model, const Tree& p
     }));
   }
 
+  // A program's first call traces and compiles it: those calls take one lock, so no two
+  // compilations run at once (each thread only executes concurrently with the others).
+  std::mutex compile_mutex;
+  const std::unique_ptr<std::atomic<bool>[]> compiled(new std::atomic<bool>[2 * static_cast<size_t>(stages)]);
+  for (int i = 0; i < 2 * stages; ++i) compiled[static_cast<size_t>(i)] = false;
+  auto call = [&](std::vector<Jitted>& programs, size_t index, size_t which, const Tree& args) {
+    std::atomic<bool>& done = compiled[2 * index + which];
+    if (done.load()) return programs[index](args);
+    std::lock_guard<std::mutex> lock(compile_mutex);
+    Tree out = programs[index](args);
+    done = true;
+    return out;
+  };
+
   Mailbox activations, gradients;
   std::vector<std::optional<Tree>> accumulated(static_cast<size_t>(stages));
   std::vector<Array> loss_parts(static_cast<size_t>(m));
@@ -189,7 +205,7 @@ PipelineResult pipeline_value_and_grad(const models::Model& model, const Tree& p
           const Array x = s == 0 ? tokens_mb[static_cast<size_t>(mb)] : activations.take({mb, s});
           saved[{mb, s}] = x;
           args["x"] = Tree(x);
-          const Array y = forward_programs[static_cast<size_t>(s)](args).leaf();
+          const Array y = call(forward_programs, static_cast<size_t>(s), 0, args).leaf();
           if (last)
             loss_parts[static_cast<size_t>(mb)] = y;
           else
@@ -197,7 +213,7 @@ PipelineResult pipeline_value_and_grad(const models::Model& model, const Tree& p
         } else {
           args["x"] = Tree(saved.at({mb, s}));
           args["dy"] = Tree(last ? seed : gradients.take({mb, s}));
-          const Tree out = backward_programs[static_cast<size_t>(s)](args);
+          const Tree out = call(backward_programs, static_cast<size_t>(s), 1, args);
           saved.erase({mb, s});
           std::optional<Tree>& acc = accumulated[static_cast<size_t>(s)];
           acc = acc ? add_trees(*acc, out.at("dp")) : out.at("dp");

@@ -11,6 +11,7 @@
 #include <set>
 #include <tuple>
 
+#include "spmd/spmd_test_util.h"
 #include "tessera/base/error.h"
 #include "tessera/train/pipeline_schedule.h"
 
@@ -144,14 +145,7 @@ TEST(PipelineSchedule, AnOrderThatCannotFinishIsNamed) {
 TEST(PipelineSchedule, BadShapesAreClearErrors) {
   EXPECT_THROW(parse_pipeline_kind("zero-bubble"), ConfigError);
   EXPECT_EQ(parse_pipeline_kind("interleaved"), PipelineKind::kInterleaved);
-  auto message = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const ValueError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto message = [](auto&& fn) { return testing::error_of<ValueError>(fn); };
   EXPECT_NE(message([] {
               make_pipeline_schedule(PipelineKind::kInterleaved, 4, 6, 2);
             }).find("a multiple of the pipeline devices (6 micro-batches, 4 devices)"),

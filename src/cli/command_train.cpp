@@ -105,6 +105,9 @@ int run_train(const TrainOptions& options) {
                std::exp(*s.val_loss), *s.val_loss / std::log(2.0));
   fmt::print("  checkpoint       {}\n", s.last_checkpoint.string());
   if (!s.parallel_summary.empty()) fmt::print("\n== parallel ==\n{}", s.parallel_summary);
+  if (s.pipeline_bubble)
+    fmt::print("  pipeline bubble  {:.1f}% of the devices' step time idle (median over steps; analytic {:.1f}%)\n",
+               100 * *s.pipeline_bubble, 100 * s.pipeline_bubble_analytic.value_or(0));
   if (!s.goodput_table.empty())
     fmt::print("\n== goodput (tessera goodput {} for the detail, --html for charts) ==\n{}", config.run.dir,
                s.goodput_table);
@@ -120,7 +123,8 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--config,-c", options->config, "TOML config file (see configs/)");
   sub->add_option("--set", options->overrides, "Override a key: --set optimizer.lr=3e-4 (repeatable)");
   sub->add_option("--mesh", options->mesh,
-                  "Train SPMD over a device mesh, e.g. data=2,fsdp=2,tensor=2 (= --set parallel.mesh=...); "
+                  "Train SPMD over a device mesh, e.g. data=2,fsdp=2,tensor=2 or pipeline=4,data=2 (= --set "
+                  "parallel.mesh=...; the pipeline's keys are parallel.pipeline_*); "
                   "in-process it uses that many virtual CPU devices, under mpirun one per rank. 'auto': the "
                   "planner picks the layout of the devices present (TESSERA_CPU_DEVICES in-process, the ranks "
                   "under mpirun) and says why; a resumed run keeps its choice");

@@ -454,6 +454,19 @@ void add_parallel_fields(std::vector<Field>& f) {
   f.push_back(field<std::string>("parallel.rules",
                                  "logical axis rules over the defaults, e.g. embed=fsdp,heads=tensor,vocab=",
                                  [](C& c) -> std::string& { return c.parallel.rules; }));
+  f.push_back(field<std::string>("parallel.pipeline_schedule",
+                                 "with a pipeline mesh axis: gpipe, 1f1b or interleaved (1F1B over virtual stages)",
+                                 [](C& c) -> std::string& { return c.parallel.pipeline_schedule; }));
+  f.push_back(field<int64_t>("parallel.pipeline_micro_batches",
+                             "pipeline micro-batches per replica and accumulation step (0: auto, the most up to 2 x "
+                             "the stages that divide the rows)",
+                             [](C& c) -> int64_t& { return c.parallel.pipeline_micro_batches; }));
+  f.push_back(field<int64_t>("parallel.virtual_stages",
+                             "pipeline stages per device (interleaved; 0: 2 for interleaved, else 1)",
+                             [](C& c) -> int64_t& { return c.parallel.virtual_stages; }));
+  f.push_back(field<std::string>("parallel.pipeline_stages",
+                                 "layers of each pipeline stage, e.g. 0-2,3-5 (\"\": balanced by FLOPs)",
+                                 [](C& c) -> std::string& { return c.parallel.pipeline_stages; }));
 }
 
 const std::vector<Field>& schema() {

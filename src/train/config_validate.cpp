@@ -11,6 +11,7 @@
 #include "tessera/spmd/mesh.h"
 #include "tessera/train/config.h"
 #include "train/config_checks.h"
+#include "train/pipeline_config.h"
 
 namespace tessera::train {
 
@@ -108,6 +109,7 @@ void TrainConfig::validate() const {
     } catch (const Error& e) {
       fail<ConfigError>("config: 'parallel.mesh': {}", e.what());
     }
+    (void)pipeline_plan(*this);  // a pipeline axis: its keys against the mesh, batch and model
   }
   if (data.uses_pipeline()) data.resolved_pipeline().validate();
   if (data.val_fraction <= 0 || data.val_fraction >= 1)

@@ -104,52 +104,48 @@ Tree add_trees(const Tree& a, const Tree& b) {
   return sum;
 }
 
+// A program's first call traces and compiles it: those calls take one lock (shared by
+// every executor), so no two compilations run at once; later calls only execute
+// concurrently with the other devices'.
+std::mutex& compile_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
 }  // namespace
 
-PipelineResult pipeline_value_and_grad(const models::Model& model, const Tree& params, const Array& tokens,
-                                       const Array& targets, const PipelineOptions& o) {
+std::vector<double> pipeline_layer_costs(const models::Model& model, int64_t seq) {
   const models::ModelConfig& c = model.config();
-  if (tokens.ndim() != 2 || targets.shape() != tokens.shape())
-    fail<ShapeError>("pipeline: tokens {} and targets {} must both be [batch, seq]", tessera::to_string(tokens.shape()),
-                     tessera::to_string(targets.shape()));
-  const int64_t batch = tokens.shape(0);
-  if (o.micro_batches < 1 || batch % o.micro_batches != 0)
-    fail<ValueError>("pipeline: the batch of {} rows does not split into {} equal micro-batches", batch,
-                     o.micro_batches);
-  PipelineResult result;
-  result.schedule = make_pipeline_schedule(o.kind, o.devices, o.micro_batches, o.virtual_stages);
-  const PipelineSchedule& schedule = result.schedule;
-  const int stages = schedule.stages(), p = o.devices, m = o.micro_batches;
-  result.stage_layers = stage_ranges(o, stages, static_cast<int>(c.layers));
-  const bool tied = c.resolved_tied();
-
-  std::vector<Tree> parts;
-  for (int s = 0; s < stages; ++s)
-    parts.push_back(stage_params(params, result.stage_layers[s], s == 0, s == stages - 1, tied));
-  const int64_t rows = batch / m;
-  std::vector<Array> tokens_mb, targets_mb;
-  for (int mb = 0; mb < m; ++mb) {
-    tokens_mb.push_back(slice_axis(tokens, 0, mb * rows, (mb + 1) * rows).eval());
-    targets_mb.push_back(slice_axis(targets, 0, mb * rows, (mb + 1) * rows).eval());
+  const Tree shapes = model.placeholders();
+  std::vector<double> costs;
+  for (const Tree& layer : shapes.at("layers").elements()) {
+    double n = 0;
+    for (const Array& leaf : layer.leaves()) n += static_cast<double>(leaf.size());
+    costs.push_back(6 * n + 12.0 * static_cast<double>(seq) * static_cast<double>(c.dim));
   }
-  // The loss is a mean over the targets that count: each micro-batch's sum, seeded
-  // with 1 / count in the backward pass.
-  const double counted = sum(astype(not_equal(targets, scalar_like(-100, targets)), DType::Float64)).item<double>();
-  if (!(counted > 0)) fail<ValueError>("pipeline: every target is -100 (ignored): the loss has no terms");
-  const Array seed = full(Shape{}, 1.0 / counted, DType::Float32).eval();
+  if (!costs.empty()) costs.back() += 6.0 * static_cast<double>(c.dim) * static_cast<double>(c.padded_vocab());
+  return costs;
+}
 
-  // Two programs per stage, compiled on first use and shared by the micro-batches.
-  std::vector<Jitted> forward_programs, backward_programs;
+PipelineExecutor::PipelineExecutor(const models::Model& model, const PipelineOptions& options, int64_t seq)
+    : model_(model),
+      options_(options),
+      schedule_(make_pipeline_schedule(options.kind, options.devices, options.micro_batches, options.virtual_stages)) {
+  const int stages = schedule_.stages();
+  stage_layers_ = options.stage_layers.empty() ? balance_stages(pipeline_layer_costs(model, seq), stages)
+                                               : stage_ranges(options, stages, static_cast<int>(model.config().layers));
+  compiled_.reset(new std::atomic<bool>[2 * static_cast<size_t>(stages)]);
+  for (int i = 0; i < 2 * stages; ++i) compiled_[static_cast<size_t>(i)] = false;
+  const models::Model* m = &model_;
   for (int s = 0; s < stages; ++s) {
-    const int64_t first = result.stage_layers[s].first;
+    const int64_t first = stage_layers_[static_cast<size_t>(s)].first;
     const bool embed = s == 0, loss = s == stages - 1;
-    auto run_stage = [&model, first, embed, loss](const Tree& p_tree, const Array& x, const Tree& args) {
-      return model.stage_forward(p_tree, x, first, embed,
-                                 loss ? std::optional<Array>(args.at("t").leaf()) : std::nullopt);
+    auto run_stage = [m, first, embed, loss](const Tree& p_tree, const Array& x, const Tree& args) {
+      return m->stage_forward(p_tree, x, first, embed, loss ? std::optional<Array>(args.at("t").leaf()) : std::nullopt);
     };
-    forward_programs.push_back(jit(
+    forward_.push_back(jit(
         [run_stage](const Tree& args) -> Tree { return Tree(run_stage(args.at("p"), args.at("x").leaf(), args)); }));
-    backward_programs.push_back(jit([run_stage, embed](const Tree& args) -> Tree {
+    backward_.push_back(jit([run_stage, embed](const Tree& args) -> Tree {
       const Tree& p_tree = args.at("p");
       const Array x = args.at("x").leaf();
       const std::vector<Array> p_leaves = p_tree.leaves();
@@ -166,16 +162,83 @@ PipelineResult pipeline_value_and_grad(const models::Model& model, const Tree& p
       return out;
     }));
   }
+}
 
-  // A program's first call traces and compiles it: those calls take one lock, so no two
-  // compilations run at once (each thread only executes concurrently with the others).
-  std::mutex compile_mutex;
-  const std::unique_ptr<std::atomic<bool>[]> compiled(new std::atomic<bool>[2 * static_cast<size_t>(stages)]);
-  for (int i = 0; i < 2 * stages; ++i) compiled[static_cast<size_t>(i)] = false;
+int PipelineExecutor::compiled_programs() const {
+  int n = 0;
+  for (int i = 0; i < 2 * schedule_.stages(); ++i) n += compiled_[static_cast<size_t>(i)].load() ? 1 : 0;
+  return n;
+}
+
+Tree PipelineExecutor::stage_args(const Tree& params, int s) const {
+  const int stages = schedule_.stages();
+  Tree args = Tree::dict();
+  args["p"] = stage_params(params, stage_layers_[static_cast<size_t>(s)], s == 0, s == stages - 1,
+                           model_.config().resolved_tied());
+  return args;
+}
+
+void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape) {
+  if (tokens_shape.size() != 2 || tokens_shape[0] % schedule_.micro_batches != 0)
+    fail<ShapeError>("pipeline: batches {} must be [batch, seq] with a batch that splits into {} micro-batches",
+                     tessera::to_string(tokens_shape), schedule_.micro_batches);
+  const int stages = schedule_.stages();
+  const Shape micro{tokens_shape[0] / schedule_.micro_batches, tokens_shape[1]};
+  const Array targets = Array::placeholder(micro, DType::Int32);
+  Array x = Array::placeholder(micro, DType::Int32);
+  std::lock_guard<std::mutex> lock(compile_mutex());
+  for (int s = 0; s < stages; ++s) {
+    Tree args = stage_args(params, s);
+    args["x"] = Tree(x);
+    if (s == stages - 1) args["t"] = Tree(targets);
+    (void)forward_[static_cast<size_t>(s)].lowered(args);
+    compiled_[2 * static_cast<size_t>(s)] = true;
+    // The stage's output type: what the next stage receives and this backward is seeded with.
+    Tree out;
+    (void)trace(
+        [&](const Tree& a, const StaticArgs&) -> Tree {
+          return Tree(model_.stage_forward(a.at("p"), a.at("x").leaf(), stage_layers_[static_cast<size_t>(s)].first,
+                                           s == 0,
+                                           s == stages - 1 ? std::optional<Array>(a.at("t").leaf()) : std::nullopt));
+        },
+        args, {}, &out);
+    const Array y = out.leaf();
+    args["dy"] = Tree(Array::placeholder(y.shape(), y.dtype()));
+    (void)backward_[static_cast<size_t>(s)].lowered(args);
+    compiled_[2 * static_cast<size_t>(s) + 1] = true;
+    x = Array::placeholder(y.shape(), y.dtype());
+  }
+}
+
+PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, const Array& targets, double seed_value) {
+  if (tokens.ndim() != 2 || targets.shape() != tokens.shape())
+    fail<ShapeError>("pipeline: tokens {} and targets {} must both be [batch, seq]", tessera::to_string(tokens.shape()),
+                     tessera::to_string(targets.shape()));
+  const int64_t batch = tokens.shape(0);
+  const int stages = schedule_.stages(), p = schedule_.devices, m = schedule_.micro_batches;
+  if (batch % m != 0)
+    fail<ValueError>("pipeline: the batch of {} rows does not split into {} equal micro-batches", batch, m);
+  PipelineResult result;
+  result.schedule = schedule_;
+  result.stage_layers = stage_layers_;
+  const bool tied = model_.config().resolved_tied();
+
+  std::vector<Tree> parts;
+  for (int s = 0; s < stages; ++s) parts.push_back(stage_args(params, s).at("p"));
+  const int64_t rows = batch / m;
+  std::vector<Array> tokens_mb, targets_mb;
+  for (int mb = 0; mb < m; ++mb) {
+    tokens_mb.push_back(slice_axis(tokens, 0, mb * rows, (mb + 1) * rows).eval());
+    targets_mb.push_back(slice_axis(targets, 0, mb * rows, (mb + 1) * rows).eval());
+  }
+  // Each micro-batch's loss is a sum over its counted targets; the backward pass
+  // starts from `seed` (1 / the counted targets for a mean).
+  const Array seed = full(Shape{}, seed_value, DType::Float32).eval();
+
   auto call = [&](std::vector<Jitted>& programs, size_t index, size_t which, const Tree& args) {
-    std::atomic<bool>& done = compiled[2 * index + which];
+    std::atomic<bool>& done = compiled_[2 * index + which];
     if (done.load()) return programs[index](args);
-    std::lock_guard<std::mutex> lock(compile_mutex);
+    std::lock_guard<std::mutex> lock(compile_mutex());
     Tree out = programs[index](args);
     done = true;
     return out;
@@ -194,18 +257,20 @@ PipelineResult pipeline_value_and_grad(const models::Model& model, const Tree& p
     if (p > 1) serial.emplace();
     std::map<Key, Array> saved;  // each in-flight micro-batch's stage input
     try {
-      for (const PipelineOp& op : schedule.ops[static_cast<size_t>(d)]) {
+      for (const PipelineOp& op : schedule_.ops[static_cast<size_t>(d)]) {
         const int s = op.stage, mb = op.micro_batch;
         const bool last = s == stages - 1;
         Tree args = Tree::dict();
         args["p"] = parts[static_cast<size_t>(s)];
         if (last) args["t"] = Tree(targets_mb[static_cast<size_t>(mb)]);
-        const double began = seconds();
+        // A slot starts when its inputs are here: waiting for them is idle time (the bubble).
+        double began = 0;
         if (op.forward) {
           const Array x = s == 0 ? tokens_mb[static_cast<size_t>(mb)] : activations.take({mb, s});
+          began = seconds();
           saved[{mb, s}] = x;
           args["x"] = Tree(x);
-          const Array y = call(forward_programs, static_cast<size_t>(s), 0, args).leaf();
+          const Array y = call(forward_, static_cast<size_t>(s), 0, args).leaf();
           if (last)
             loss_parts[static_cast<size_t>(mb)] = y;
           else
@@ -213,7 +278,8 @@ PipelineResult pipeline_value_and_grad(const models::Model& model, const Tree& p
         } else {
           args["x"] = Tree(saved.at({mb, s}));
           args["dy"] = Tree(last ? seed : gradients.take({mb, s}));
-          const Tree out = call(backward_programs, static_cast<size_t>(s), 1, args);
+          began = seconds();
+          const Tree out = call(backward_, static_cast<size_t>(s), 1, args);
           saved.erase({mb, s});
           std::optional<Tree>& acc = accumulated[static_cast<size_t>(s)];
           acc = acc ? add_trees(*acc, out.at("dp")) : out.at("dp");
@@ -252,7 +318,7 @@ PipelineResult pipeline_value_and_grad(const models::Model& model, const Tree& p
 
   double total = 0;
   for (const Array& part : loss_parts) total += part.item<double>();  // micro-batch order
-  result.loss = total / counted;
+  result.loss = total * seed_value;
 
   // The gradients in the parameters' structure; a tied embedding adds both stages'.
   Tree grads = Tree::dict();
@@ -273,6 +339,21 @@ PipelineResult pipeline_value_and_grad(const models::Model& model, const Tree& p
     fail<Error>("pipeline: the stages' gradients do not cover the parameters (an unexpected parameter name?)");
   result.grads = grads;
   return result;
+}
+
+PipelineResult pipeline_value_and_grad(const models::Model& model, const Tree& params, const Array& tokens,
+                                       const Array& targets, const PipelineOptions& o) {
+  if (tokens.ndim() != 2 || targets.shape() != tokens.shape())
+    fail<ShapeError>("pipeline: tokens {} and targets {} must both be [batch, seq]", tessera::to_string(tokens.shape()),
+                     tessera::to_string(targets.shape()));
+  if (o.micro_batches < 1 || tokens.shape(0) % o.micro_batches != 0)
+    fail<ValueError>("pipeline: the batch of {} rows does not split into {} equal micro-batches", tokens.shape(0),
+                     o.micro_batches);
+  // The loss is a mean over the targets that count.
+  const double counted = sum(astype(not_equal(targets, scalar_like(-100, targets)), DType::Float64)).item<double>();
+  if (!(counted > 0)) fail<ValueError>("pipeline: every target is -100 (ignored): the loss has no terms");
+  PipelineExecutor executor(model, o, tokens.shape(1));
+  return executor.run(params, tokens, targets, 1.0 / counted);
 }
 
 }  // namespace tessera::train

@@ -143,7 +143,7 @@ TrainSummary TrainLoop::run() {
   open_metrics();
   compile();
   progress_.emplace(cfg_.loop.steps, show_);
-  if (cfg_.model.remat != "none") {
+  if (cfg_.model.remat != "none" && train_step_) {
     constexpr double kMiB = 1024.0 * 1024.0;
     std::string offload;
     if (train_step_->offloaded_bytes() > 0)
@@ -252,6 +252,23 @@ void TrainLoop::open_data() {
 // parallel.mesh: the SPMD layout of parameters, optimizer state and batches. Without
 // one the run is on a 1-device mesh, whose placement is the identity.
 void TrainLoop::build_layout() {
+  pipeline_plan_ = pipeline_plan(cfg_);
+  if (pipeline_plan_) {
+    // The pipeline's devices are threads of this process that share the whole
+    // parameters (train/pipeline_step.h): the layout is the 1-device one.
+    if (spmd::is_multi_process())
+      fail<ConfigError>(
+          "parallel: a pipeline axis runs on the threads of one process; pipelines across processes (mpirun, tessera "
+          "launch --nnodes) are not built yet (issue 26)");
+    layout_.emplace(Layout::one_device(model_->specs()));
+    const PipelineOptions& o = pipeline_plan_->options;
+    note(
+        fmt::format("parallel: mesh {} as {} pipeline replica(s) of {} stages on {} device threads; schedule {}, {} "
+                    "micro-batches",
+                    cfg_.parallel.mesh, pipeline_plan_->replicas, o.devices * o.virtual_stages,
+                    o.devices * pipeline_plan_->replicas, to_string(o.kind), o.micro_batches));
+    return;
+  }
   if (cfg_.parallel.mesh.empty()) {
     layout_.emplace(Layout::one_device(model_->specs()));
     return;
@@ -374,7 +391,11 @@ void TrainLoop::mix_int8_peak(const std::map<std::string, double>& flops) {
 
 void TrainLoop::compile() {
   evaluator_.emplace(*model_, &*layout_, cfg_.run.device);
-  train_step_.emplace(*model_, *optimizer_, cfg_.micro_batches(), &*layout_, cfg_.run.device);
+  if (pipeline_plan_)
+    pipeline_step_.emplace(*model_, *optimizer_, cfg_.micro_batches(), pipeline_plan_->options,
+                           pipeline_plan_->replicas, cfg_.loop.seq);
+  else
+    train_step_.emplace(*model_, *optimizer_, cfg_.micro_batches(), &*layout_, cfg_.run.device);
   // Compile time is its own phase. A batch of the right shape is all it needs (not the next one).
   auto compile_span = span(goodput::Phase::kCompile);
   data::DataLoader probe(val_file_, cfg_.micro_batch_size(), cfg_.loop.seq, cfg_.run.seed, 0, 1, /*shuffle=*/false);
@@ -385,12 +406,15 @@ void TrainLoop::compile() {
     shape_batch.positions = zeros(shape_batch.tokens.shape(), DType::Int32);
   }
   const compiler::CompilationCacheStats cache_before = compiler::compilation_cache_stats();
-  train_step_->compile(params_, opt_state_, layout_->shard_batch(shape_batch), dropout_key_for(step_));
+  if (pipeline_step_)
+    pipeline_step_->compile(params_, opt_state_, shape_batch);
+  else
+    train_step_->compile(params_, opt_state_, layout_->shard_batch(shape_batch), dropout_key_for(step_));
   // A hit: every program came from the persistent compilation cache (none compiled).
   const compiler::CompilationCacheStats cache_after = compiler::compilation_cache_stats();
   if (compile_span)
     compile_span->set_cache_hit(cache_after.hits > cache_before.hits && cache_after.misses == cache_before.misses);
-  if (!cfg_.model.quant_targets.empty()) {
+  if (!cfg_.model.quant_targets.empty() && train_step_) {
     summary_.quant_summary = quant_report(cfg_.model, train_step_->flops_by_op());
     note("quant: " + summary_.quant_summary);
     if (!compiler::DeviceSpec::parse(cfg_.run.device).cuda) mix_int8_peak(train_step_->flops_by_op());
@@ -477,11 +501,15 @@ void TrainLoop::step_once() {
   const double lr = optim::learning_rate(cfg_.schedule, step_);
   if (recorder_) recorder_->step_start(step_ + 1);
   reset_peak_bytes_in_use();
-  const StepStats stats = train_step_->run(params_, opt_state_, micro, lr, dropout_key_for(step_));
+  const StepStats stats = pipeline_step_ ? pipeline_step_->run(params_, opt_state_, micro, lr)
+                                         : train_step_->run(params_, opt_state_, micro, lr, dropout_key_for(step_));
   const int64_t step_peak_bytes = allocator_stats().peak_bytes_in_use;
   ++step_;
   tokens_seen_ += tokens_per_step_;
-  if (recorder_) recorder_->step_end(step_, static_cast<int64_t>(tokens_per_step_), train_step_->compiled_flops());
+  // The pipeline's programs recompute each stage's forward in its backward: the step's
+  // model FLOPs are the model's count, not the programs'.
+  const double step_flops = pipeline_step_ ? flops_per_token_ * tokens_per_step_ : train_step_->compiled_flops();
+  if (recorder_) recorder_->step_end(step_, static_cast<int64_t>(tokens_per_step_), step_flops);
   if (rank_recorder_)
     rank_recorder_->step(step_, wall_start, unix_now(), data_wait_s, collective_seconds() - collectives_before);
   heartbeat_->beat(step_);
@@ -512,6 +540,10 @@ void TrainLoop::step_once() {
   // The allocator's high-water mark during the step: on a CPU the memory the step held
   // (every device of this process), what tessera plan's memory prediction is checked on.
   if (cfg_.run.device == "cpu") record["peak_bytes"] = step_peak_bytes;
+  if (pipeline_step_) {
+    pipeline_bubbles_.push_back(pipeline_step_->last_bubble_fraction());
+    record["pipeline_bubble"] = pipeline_step_->last_bubble_fraction();
+  }
   if (optimizer_->scales_loss()) {
     record["loss_scale"] = stats.loss_scale;
     record["skipped"] = stats.skipped;
@@ -558,6 +590,7 @@ void TrainLoop::save(int64_t at_step, bool final) {
 // ---- finish ----
 
 std::string TrainLoop::parallel_summary() const {
+  if (pipeline_step_) return pipeline_step_->describe();
   std::string text = fmt::format("mesh {} ({}), batch split {} ways\n", layout_->mesh().to_string(),
                                  spmd::runtime_description(), layout_->data_parallel_size());
   for (const auto& program : train_step_->spmd_programs()) {
@@ -581,6 +614,10 @@ TrainSummary TrainLoop::finish() {
     summary_.mfu = flops_per_token_ * summary_.tokens_per_s / peak_;
   }
   if (!cfg_.parallel.mesh.empty()) summary_.parallel_summary = parallel_summary();
+  if (pipeline_step_) {
+    summary_.pipeline_bubble_analytic = analytic_bubble_fraction(pipeline_step_->schedule());
+    if (!pipeline_bubbles_.empty()) summary_.pipeline_bubble = median(pipeline_bubbles_);
+  }
   if (summary_.stop_reason.starts_with("signal")) {
     // A preemption notice leaves little time: save first, and skip the final evaluation.
     metrics_.flush();

@@ -29,12 +29,14 @@
 #include "tessera/models/model.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/train/parallel.h"
+#include "tessera/train/pipeline_step.h"
 #include "tessera/train/progress.h"
 #include "tessera/train/tensorboard.h"
 #include "tessera/train/train_step.h"
 #include "tessera/train/trainer.h"
 #include "train/checkpoint_saver.h"
 #include "train/heartbeat.h"
+#include "train/pipeline_config.h"
 #include "train/stack_request.h"
 
 namespace tessera::train {
@@ -108,7 +110,10 @@ class TrainLoop {
   std::optional<data::DataLoader> val_loader_;
   std::optional<CheckpointSaver> checkpoints_;
   std::optional<Evaluator> evaluator_;
-  std::optional<TrainStep> train_step_;
+  std::optional<TrainStep> train_step_;        // unless the mesh has a pipeline axis
+  std::optional<PipelinePlan> pipeline_plan_;  // a pipeline axis: its resolved options
+  std::optional<PipelineTrainStep> pipeline_step_;
+  std::vector<double> pipeline_bubbles_;  // per step: the measured idle share
 
   int64_t step_ = 0;
   double tokens_seen_ = 0;

@@ -1,6 +1,6 @@
 // The trainer on a device mesh (parallel.mesh): it trains like one device, resumes
 // bitwise on the same mesh, and a checkpoint written under one mesh resumes under
-// another.
+// another; the same for a mesh with a pipeline axis (train/pipeline_step.h).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -107,6 +107,54 @@ TEST_F(ParallelTrainer, CheckpointFromOneMeshResumesOnAnother) {
   EXPECT_EQ(spmd::sharding_of(second.params().at("layers").at(0).at("mlp").at("fc").at("w").leaf())->to_string(),
             "P(None, 'tensor')");
   expect_trees_close(second.params(), one.params(), 1e-5);
+}
+
+TEST_F(ParallelTrainer, PipelineRunMatchesOneDevice) {
+  Trainer one(config("one", "", 6), quiet());
+  const TrainSummary o = one.run();
+  Trainer piped(config("piped", "pipeline=2,data=2", 6), quiet());
+  const TrainSummary s = piped.run();
+  EXPECT_EQ(s.end_step, 6);
+  EXPECT_NE(s.parallel_summary.find("pipeline 2 x data 2 (4 device threads"), std::string::npos) << s.parallel_summary;
+  EXPECT_NE(s.parallel_summary.find("stage 0 (device 0): layers 0-0; stage 1 (device 1): layers 1-1"),
+            std::string::npos)
+      << s.parallel_summary;
+  ASSERT_TRUE(s.pipeline_bubble.has_value());
+  EXPECT_GT(*s.pipeline_bubble, 0);
+  EXPECT_LT(*s.pipeline_bubble, 1);
+  EXPECT_NEAR(*s.pipeline_bubble_analytic, 1.0 / 3.0, 1e-12);  // 1f1b, p = 2, m = 2: (p-1)/(m+p-1)
+  expect_trees_close(piped.params(), one.params(), 1e-5);
+  ASSERT_TRUE(s.val_loss.has_value() && o.val_loss.has_value());
+  EXPECT_NEAR(*s.val_loss, *o.val_loss, 1e-5 * *o.val_loss);
+}
+
+TEST_F(ParallelTrainer, PipelineResumesBitwiseAndMovesToOtherMeshes) {
+  VirtualDevices devices(2);
+  Trainer straight(config("straight", "pipeline=2", 6), quiet());
+  straight.run();
+  Trainer first(config("resumed", "pipeline=2", 6), quiet(/*stop_at=*/3));
+  EXPECT_EQ(first.run().end_step, 3);
+  Trainer second(config("resumed", "pipeline=2", 6), quiet());
+  EXPECT_EQ(second.run().start_step, 3);
+  expect_bitwise(straight.params(), second.params());
+  expect_bitwise(straight.opt_state(), second.opt_state());
+  // A pipeline's checkpoint resumes on an FSDP mesh, and an FSDP one on a pipeline.
+  Trainer one(config("one", "", 6), quiet());
+  one.run();
+  Trainer to_fsdp(config("to_fsdp", "pipeline=2", 6), quiet(/*stop_at=*/2));
+  to_fsdp.run();
+  Trainer fsdp(config("to_fsdp", "fsdp=2", 6), quiet());
+  EXPECT_EQ(fsdp.run().start_step, 2);
+  expect_trees_close(fsdp.params(), one.params(), 1e-5);
+  Trainer to_pipeline(config("to_pipeline", "fsdp=2", 6), quiet(/*stop_at=*/4));
+  to_pipeline.run();
+  TrainConfig gpipe = config("to_pipeline", "pipeline=2", 6);
+  gpipe.parallel.pipeline_schedule = "gpipe";
+  Trainer piped(gpipe, quiet());
+  const TrainSummary s = piped.run();
+  EXPECT_EQ(s.start_step, 4);
+  EXPECT_NE(s.parallel_summary.find("schedule gpipe"), std::string::npos) << s.parallel_summary;
+  expect_trees_close(piped.params(), one.params(), 1e-5);
 }
 
 }  // namespace

@@ -110,6 +110,11 @@ struct RunConfig {
 struct ParallelConfig {
   std::string mesh;   // "data=2,fsdp=2,tensor=2" (MaxText axis names)
   std::string rules;  // logical axis rules overriding the defaults: "embed=fsdp,heads=tensor"
+  // With a `pipeline` mesh axis (train/pipeline_step.h; resolved by pipeline_options()):
+  std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b | interleaved
+  int64_t pipeline_micro_batches = 0;      // per replica and accumulation step; 0: auto
+  int64_t virtual_stages = 0;              // stages per device (interleaved); 0: 2 interleaved, else 1
+  std::string pipeline_stages;             // layer ranges per stage, "0-3,4-7"; "": balanced by cost
 };
 
 struct TrainConfig {

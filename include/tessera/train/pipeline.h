@@ -15,13 +15,20 @@
 // the targets that count, as Model::loss. A tied embedding ("wte" in the first and the
 // last stage) gets the sum of both stages' gradients.
 //
-// Not yet: the `pipeline` mesh axis in `tessera train`, other axes (DP/FSDP/TP) on the
-// same mesh, processes instead of threads, mixture of experts (issue 26).
+// PipelineExecutor keeps the programs between calls (a training step runs it every
+// step); pipeline_value_and_grad is its one-off form. `tessera train --mesh
+// pipeline=P[,data=R]` runs it through PipelineTrainStep (train/pipeline_step.h).
+//
+// Not yet: FSDP/TP on the same mesh, processes instead of threads, mixture of experts
+// (issue 26).
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <utility>
 #include <vector>
 
+#include "tessera/api/jit.h"
 #include "tessera/core/array.h"
 #include "tessera/core/tree.h"
 #include "tessera/models/model.h"
@@ -40,13 +47,50 @@ struct PipelineOptions {
 };
 
 struct PipelineResult {
-  double loss = 0;  // mean over the counted targets
+  double loss = 0;  // pipeline_value_and_grad: the mean over the counted targets; run(): see there
   Tree grads;       // the structure of the parameters
   std::vector<std::pair<int, int>> stage_layers;
   PipelineSchedule schedule;
   // The ops as they ran: each device thread's start and end times (seconds from the
   // step's start), the measured idle share and the micro-batches in flight.
   PipelineTimeline measured;
+};
+
+// Layer costs for balance_stages: each block's training FLOPs per token (6 x its
+// parameters + 12 x seq x dim for attention), with the output head's (6 x dim x
+// padded vocabulary) added to the last layer, since the last stage computes it.
+std::vector<double> pipeline_layer_costs(const models::Model& model, int64_t seq);
+
+// A pipeline over `model` whose stage programs are compiled once (on the first run or
+// by compile()) and reused by every later run with the same batch shape.
+class PipelineExecutor {
+ public:
+  // Checks the schedule and stage ranges (ValueErrors as pipeline_value_and_grad's).
+  // Without options.stage_layers the stages are balanced by pipeline_layer_costs(model, seq).
+  PipelineExecutor(const models::Model& model, const PipelineOptions& options, int64_t seq);
+
+  // Traces and compiles every stage's two programs for `tokens_shape` batches without
+  // running them.
+  void compile(const Tree& params, const Shape& tokens_shape);
+
+  // One pass over the batch: result.loss = seed x the sum of the losses of its counted
+  // targets, result.grads = the gradients of that (a caller splitting a batch passes
+  // seed = 1 / the whole batch's counted targets and adds the parts up).
+  PipelineResult run(const Tree& params, const Array& tokens, const Array& targets, double seed);
+
+  const PipelineSchedule& schedule() const { return schedule_; }
+  const std::vector<std::pair<int, int>>& stage_layers() const { return stage_layers_; }
+  // How many stage programs have compiled (2 per stage once warm).
+  int compiled_programs() const;
+
+ private:
+  Tree stage_args(const Tree& params, int stage) const;
+  const models::Model& model_;
+  PipelineOptions options_;
+  PipelineSchedule schedule_;
+  std::vector<std::pair<int, int>> stage_layers_;
+  std::vector<Jitted> forward_, backward_;
+  std::unique_ptr<std::atomic<bool>[]> compiled_;  // per program: its first call (the compile) is done
 };
 
 // Loss and gradients of model.loss(params, tokens, targets) (no dropout, no packing)

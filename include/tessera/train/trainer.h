@@ -46,6 +46,10 @@ struct TrainSummary {
   // int8 training ([quant]): which matmuls run in int8 and their share of the step's
   // matmul FLOPs, the int8 GEMM path; "" without int8.
   std::string quant_summary;
+  // Pipeline parallelism (a `pipeline` mesh axis): the median over the attempt's steps of
+  // the devices' measured idle share within a step (the bubble), and the schedule's
+  // analytic value for equal stages.
+  std::optional<double> pipeline_bubble, pipeline_bubble_analytic;
 };
 
 struct TrainerOptions {

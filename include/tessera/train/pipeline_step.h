@@ -1,0 +1,79 @@
+// The training step on a mesh with a `pipeline` axis (`--mesh pipeline=P[,data=R]`):
+// R data-parallel replicas of a P-device pipeline (train/pipeline.h), all threads of
+// this process, then one optimizer update.
+//
+// Each of the step's k accumulation micro-batches (train.micro_batch) splits into R
+// equal row blocks; replica r runs its block through its pipeline (which splits it
+// again into m pipeline micro-batches and runs them in the schedule's order). The
+// backward passes are seeded with 1 / (the micro-batch's counted targets), so the
+// replicas' gradients add up to the gradient of the micro-batch's mean loss, as on one
+// device. The update program sums the R x k gradient trees in a fixed order (replicas
+// inside accumulation steps), divides by k, clips and applies the optimizer: the
+// result does not depend on thread timing, and equals the one-device step to float
+// rounding (tests/train/test_pipeline_step.cpp).
+//
+// Parameters and optimizer state stay whole (every stage reads its slice of them), so
+// checkpoints are the one-device ones and restore onto any pipeline size.
+//
+// Not supported yet, each a ValueError naming it: dropout, int8 backward GEMMs (both
+// need a step key), packed documents, loss scaling (float16), FSDP or tensor axes on
+// the same mesh, several processes (issue 26).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/api/jit.h"
+#include "tessera/data/loader.h"
+#include "tessera/models/model.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/train/pipeline.h"
+#include "tessera/train/train_step.h"
+
+namespace tessera::train {
+
+class PipelineTrainStep {
+ public:
+  // accumulation: the step's micro-batches (k); replicas: R; seq: tokens per sequence
+  // (stage balancing). ValueErrors for the unsupported cases above.
+  PipelineTrainStep(const models::Model& model, const optim::Optimizer& optimizer, int64_t accumulation,
+                    const PipelineOptions& pipeline, int replicas, int64_t seq);
+
+  // Compiles every replica's stage programs and the update program without running them.
+  void compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch);
+
+  // Updates params and opt_state in place from `micro` (k batches).
+  StepStats run(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr);
+
+  const PipelineSchedule& schedule() const { return executors_.front().schedule(); }
+  const std::vector<std::pair<int, int>>& stage_layers() const { return executors_.front().stage_layers(); }
+  int replicas() const { return static_cast<int>(executors_.size()); }
+  // The last step's measured timelines: replica r's pipeline in its last accumulation step.
+  const std::vector<PipelineTimeline>& last_timelines() const { return last_timelines_; }
+  // The devices' idle share in the last step: 1 - busy / (devices x makespan), over every
+  // replica's pipelines and accumulation steps.
+  double last_bubble_fraction() const { return last_bubble_; }
+
+  // The summary's parallel block: the mesh's use, the stages and their layers, the
+  // schedule with its analytic and last measured bubble, the last step's timeline.
+  std::string describe() const;
+
+ private:
+  const models::Model& model_;
+  const optim::Optimizer& optimizer_;
+  int64_t accumulation_;
+  std::vector<PipelineExecutor> executors_;  // one per replica: its own programs (no two threads share one)
+  std::optional<Jitted> update_;
+  std::vector<PipelineTimeline> last_timelines_;
+  double last_bubble_ = 0;
+
+  // Created for the first call's argument structure (its donated leaves).
+  Jitted& update_program(const Tree& args);
+  // Replica r's rows of a micro-batch.
+  std::pair<Array, Array> rows_of(const data::Batch& batch, int replica) const;
+};
+
+}  // namespace tessera::train

@@ -1,0 +1,177 @@
+// The training step over pipeline replicas (see pipeline_step.h).
+#include "tessera/train/pipeline_step.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "tessera/base/error.h"
+#include "tessera/core/ops.h"
+
+namespace tessera::train {
+
+namespace {
+
+// The counted targets of a batch (those not -100).
+double counted_targets(const Array& targets) {
+  return sum(astype(not_equal(targets, scalar_like(-100, targets)), DType::Float64)).item<double>();
+}
+
+// Leaf indices of the subtrees "params", "opt" and "grads": what the update overwrites.
+std::vector<int> donated_leaves(const Tree& args) {
+  std::vector<int> indices;
+  const std::vector<std::string> paths = args.paths();
+  for (size_t i = 0; i < paths.size(); ++i)
+    if (paths[i].starts_with("params.") || paths[i].starts_with("opt.") || paths[i].starts_with("grads."))
+      indices.push_back(static_cast<int>(i));
+  return indices;
+}
+
+}  // namespace
+
+PipelineTrainStep::PipelineTrainStep(const models::Model& model, const optim::Optimizer& optimizer,
+                                     int64_t accumulation, const PipelineOptions& pipeline, int replicas, int64_t seq)
+    : model_(model), optimizer_(optimizer), accumulation_(accumulation) {
+  if (accumulation < 1) fail<ValueError>("pipeline step: {} accumulation micro-batches; expected >= 1", accumulation);
+  if (replicas < 1) fail<ValueError>("pipeline step: {} data-parallel replicas; expected >= 1", replicas);
+  if (model.config().needs_step_key())
+    fail<ValueError>(
+        "pipeline parallelism does not support model.dropout > 0 or int8 backward GEMMs yet (each needs a per-step "
+        "random key in the stage programs); set model.dropout = 0 and quant.backward = \"float\", or drop the "
+        "pipeline axis");
+  if (optimizer.scales_loss())
+    fail<ValueError>(
+        "pipeline parallelism does not support loss scaling yet (model.compute_dtype = \"float16\"); use bfloat16 or "
+        "float32");
+  for (int r = 0; r < replicas; ++r) executors_.emplace_back(model, pipeline, seq);
+}
+
+std::pair<Array, Array> PipelineTrainStep::rows_of(const data::Batch& batch, int replica) const {
+  if (batch.segments || batch.positions)
+    fail<ValueError>("pipeline parallelism does not support packed documents yet (data.pipeline.packing)");
+  const int64_t rows = batch.tokens.shape(0), r = replicas();
+  if (rows % r != 0)
+    fail<ValueError>("pipeline step: a micro-batch of {} sequences does not split over {} data-parallel replicas", rows,
+                     r);
+  const int64_t n = rows / r;
+  return {slice_axis(batch.tokens, 0, replica * n, (replica + 1) * n).eval(),
+          slice_axis(batch.targets, 0, replica * n, (replica + 1) * n).eval()};
+}
+
+Jitted& PipelineTrainStep::update_program(const Tree& args) {
+  if (!update_) {
+    const double scale = 1.0 / static_cast<double>(accumulation_);
+    const optim::Optimizer* optimizer = &optimizer_;
+    auto update = [optimizer, scale](const Tree& a) -> Tree {
+      // The parts in their fixed order: replicas within accumulation steps.
+      const std::vector<Tree>& parts = a.at("grads").elements();
+      std::vector<Array> total = parts.front().leaves();
+      for (size_t i = 1; i < parts.size(); ++i) {
+        const std::vector<Array> g = parts[i].leaves();
+        for (size_t j = 0; j < total.size(); ++j) total[j] = total[j] + g[j];
+      }
+      for (Array& g : total) g = g * scale;
+      const Tree mean = a.at("params").with_leaves(total);
+      optim::Optimizer::Update u = optimizer->apply(a.at("params"), mean, a.at("opt"), a.at("lr").leaf());
+      return Tree{{"params", u.params}, {"opt", u.state}, {"grad_norm", u.grad_norm}};
+    };
+    JitOptions options;
+    options.name = "pipeline_update";
+    options.donate_leaves = donated_leaves(args);
+    update_.emplace(jit(update, options));
+  }
+  return *update_;
+}
+
+void PipelineTrainStep::compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch) {
+  const auto [tokens, targets] = rows_of(micro_batch, 0);
+  for (PipelineExecutor& executor : executors_) executor.compile(params, tokens.shape());
+  std::vector<Tree> parts(static_cast<size_t>(replicas() * accumulation_), params);
+  const Tree args{
+      {"params", params}, {"opt", opt_state}, {"grads", Tree::list(parts)}, {"lr", Array::scalar(0.0, DType::Float32)}};
+  (void)update_program(args).lowered(args);
+}
+
+StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr) {
+  if (static_cast<int64_t>(micro.size()) != accumulation_)
+    fail<ValueError>("pipeline step: {} micro-batches given, {} expected", micro.size(), accumulation_);
+  const int r_count = replicas();
+  std::vector<Tree> parts;
+  double loss = 0, busy = 0, capacity = 0;
+  last_timelines_.assign(static_cast<size_t>(r_count), PipelineTimeline{});
+  for (const data::Batch& batch : micro) {
+    const double counted = counted_targets(batch.targets);
+    if (!(counted > 0)) fail<ValueError>("pipeline step: every target of a micro-batch is -100 (ignored)");
+    std::vector<PipelineResult> results(static_cast<size_t>(r_count));
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(r_count));
+    auto replica = [&](int r) {
+      try {
+        const auto [tokens, targets] = rows_of(batch, r);
+        results[static_cast<size_t>(r)] =
+            executors_[static_cast<size_t>(r)].run(params, tokens, targets, 1.0 / counted);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int r = 1; r < r_count; ++r) threads.emplace_back(replica, r);
+    replica(0);
+    for (std::thread& t : threads) t.join();
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
+    for (int r = 0; r < r_count; ++r) {
+      PipelineResult& result = results[static_cast<size_t>(r)];
+      loss += result.loss;  // replica order: a fixed sum
+      parts.push_back(std::move(result.grads));
+      busy += result.measured.busy;
+      capacity += result.measured.makespan * result.schedule.devices;
+      last_timelines_[static_cast<size_t>(r)] = std::move(result.measured);
+    }
+  }
+  last_bubble_ = capacity > 0 ? 1 - busy / capacity : 0;
+  Tree args{{"params", params},
+            {"opt", opt_state},
+            {"grads", Tree::list(std::move(parts))},
+            {"lr", Array::scalar(lr, DType::Float32)}};
+  Tree out = update_program(args)(args);
+  params = out.at("params");
+  opt_state = out.at("opt");
+  return StepStats{.loss = loss / static_cast<double>(accumulation_),
+                   .grad_norm = out.at("grad_norm").leaf().item<double>()};
+}
+
+std::string PipelineTrainStep::describe() const {
+  const PipelineSchedule& s = schedule();
+  std::vector<std::string> stages;
+  for (size_t i = 0; i < stage_layers().size(); ++i) {
+    const auto [first, last] = stage_layers()[i];
+    stages.push_back(
+        fmt::format("stage {} (device {}): layers {}-{}", i, static_cast<int>(i) % s.devices, first, last - 1));
+  }
+  std::string text = fmt::format("pipeline {} x data {} ({} device threads in this process)\n", s.devices, replicas(),
+                                 s.devices * replicas());
+  text += fmt::format("  {}\n", fmt::join(stages, "; "));
+  text += fmt::format(
+      "  schedule {}, {} micro-batches per replica and step{}, analytic bubble {:.1f}%, measured {:.1f}%"
+      " (last step)\n",
+      to_string(s.kind), s.micro_batches,
+      s.kind == PipelineKind::kInterleaved ? fmt::format(", {} virtual stages", s.virtual_stages) : "",
+      100 * analytic_bubble_fraction(s), 100 * last_bubble_);
+  if (!last_timelines_.empty() && last_timelines_.front().makespan > 0) {
+    const PipelineTimeline& t = last_timelines_.front();
+    text += "  the last step of replica 0, measured (one column = 1/60 of it):\n";
+    const std::string timeline = render_timeline(t, s, t.makespan / 60);
+    size_t begin = 0;
+    while (begin < timeline.size()) {
+      const size_t end = timeline.find('\n', begin);
+      text += "    " + timeline.substr(begin, end - begin) + "\n";
+      begin = end == std::string::npos ? timeline.size() : end + 1;
+    }
+  }
+  return text;
+}
+
+}  // namespace tessera::train

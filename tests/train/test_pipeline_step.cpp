@@ -1,0 +1,241 @@
+// The pipeline training step (train/pipeline_step.h) against the one-device TrainStep:
+// pipelines of 2 and 4 devices, every schedule, alone and with data-parallel replicas
+// and gradient accumulation, three AdamW steps (clipping on) with the same losses and
+// parameters to 1e-5; bitwise repeats; the measured bubble against the analytic one;
+// [parallel]'s pipeline keys resolved and their errors (train/pipeline_config.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "spmd/parallel_train_util.h"
+#include "spmd/spmd_test_util.h"
+#include "tessera/models/model.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/tessera.h"
+#include "tessera/train/config.h"
+#include "tessera/train/pipeline_step.h"
+#include "tessera/train/train_step.h"
+#include "train/pipeline_config.h"
+
+namespace tessera::train {
+namespace {
+
+constexpr int64_t kBatch = 8, kSeq = 16, kSteps = 3;
+
+models::ModelConfig config(const std::string& family) {
+  models::ModelConfig c;
+  c.family = family;
+  c.vocab = 64;
+  c.dim = 32;
+  c.layers = 4;
+  c.heads = 2;
+  c.kv_heads = family == "llama" ? 1 : 0;
+  c.context = kSeq;
+  return c;
+}
+
+optim::OptimizerConfig adamw() {
+  optim::OptimizerConfig o = testing::test_adamw();
+  o.clip_norm = 0.5;  // the update clips: the global norm is over the summed gradients
+  return o;
+}
+
+struct TrainedRun {
+  std::vector<double> losses, norms;
+  Tree params;
+};
+
+// kSteps steps on fixed batches: k accumulation micro-batches of kBatch / k rows each.
+TrainedRun train(const models::Model& model, const optim::Optimizer& optimizer, int64_t k,
+                 const std::function<StepStats(Tree&, Tree&, const std::vector<data::Batch>&)>& step) {
+  TrainedRun run;
+  Tree params = model.init(3), state = optimizer.init(params);
+  for (int64_t s = 0; s < kSteps; ++s) {
+    std::vector<data::Batch> micro;
+    for (int64_t i = 0; i < k; ++i)
+      micro.push_back(testing::random_batch(kBatch / k, kSeq, 64, static_cast<uint64_t>(100 * s + i)));
+    const StepStats stats = step(params, state, micro);
+    run.losses.push_back(stats.loss);
+    run.norms.push_back(stats.grad_norm);
+  }
+  run.params = params;
+  return run;
+}
+
+struct Case {
+  PipelineKind kind;
+  int devices, micro_batches, virtual_stages, replicas;
+  int64_t accumulation;
+};
+
+TEST(PipelineTrainStep, EveryLayoutTrainsAsOneDevice) {
+  for (const std::string family : {"gpt2", "llama"}) {
+    const models::Model model(config(family));
+    const optim::Optimizer optimizer(adamw(), model.specs());
+    for (const Case& c : {Case{PipelineKind::kOneFOneB, 2, 4, 1, 1, 1}, Case{PipelineKind::kGPipe, 2, 2, 1, 2, 1},
+                          Case{PipelineKind::kOneFOneB, 4, 4, 1, 2, 1}, Case{PipelineKind::kInterleaved, 2, 2, 2, 1, 2},
+                          Case{PipelineKind::kOneFOneB, 2, 2, 1, 2, 2}}) {
+      const std::string what = fmt::format("{} {} p={} m={} v={} data={} accumulation={}", family, to_string(c.kind),
+                                           c.devices, c.micro_batches, c.virtual_stages, c.replicas, c.accumulation);
+      TrainStep one(model, optimizer, c.accumulation);
+      const TrainedRun want = train(model, optimizer, c.accumulation, [&](Tree& p, Tree& s, const auto& micro) {
+        return one.run(p, s, micro, 1e-2, std::nullopt);
+      });
+      PipelineOptions o;
+      o.kind = c.kind;
+      o.devices = c.devices;
+      o.micro_batches = c.micro_batches;
+      o.virtual_stages = c.virtual_stages;
+      PipelineTrainStep pipe(model, optimizer, c.accumulation, o, c.replicas, kSeq);
+      auto pipelined = [&](Tree& p, Tree& s, const auto& micro) { return pipe.run(p, s, micro, 1e-2); };
+      const TrainedRun got = train(model, optimizer, c.accumulation, pipelined);
+      for (int64_t s = 0; s < kSteps; ++s) {
+        std::printf("%-48s step %lld loss %.7f (one device %.7f) norm %.6f (%.6f)\n", what.c_str(),
+                    static_cast<long long>(s), got.losses[s], want.losses[s], got.norms[s], want.norms[s]);
+        EXPECT_LT(std::abs(got.losses[s] - want.losses[s]) / want.losses[s], 1e-5) << what << " step " << s;
+        EXPECT_LT(std::abs(got.norms[s] - want.norms[s]) / want.norms[s], 1e-5) << what << " step " << s;
+      }
+      const std::vector<std::string> paths = want.params.paths();
+      const std::vector<Array> x = got.params.leaves(), y = want.params.leaves();
+      ASSERT_EQ(x.size(), y.size()) << what;
+      for (size_t i = 0; i < x.size(); ++i) testing::expect_close(x[i], y[i], 1e-5, what + " " + paths[i]);
+      // The same step again gives the same bits, whatever the threads' timing.
+      const TrainedRun again = train(model, optimizer, c.accumulation, pipelined);
+      EXPECT_EQ(again.losses, got.losses) << what;
+      const std::vector<Array> z = again.params.leaves();
+      for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(z[i].to_vector<float>(), x[i].to_vector<float>()) << what;
+      EXPECT_EQ(pipe.last_timelines().size(), static_cast<size_t>(c.replicas));
+    }
+  }
+}
+
+// Equal stages (a forward and a backward cost the same on every stage): the measured
+// idle share is the schedule's (p-1)/(m+p-1) within 5 points. The threads run on the
+// machine's cores, so timing noise is allowed for by taking the best of 5 steps.
+TEST(PipelineTrainStep, MeasuredBubbleIsTheAnalyticOne) {
+  // Wide enough that the stages' kernels, not the threads' hand-overs, take the time.
+  models::ModelConfig c = config("llama");
+  c.dim = 192;
+  c.heads = 4;
+  c.kv_heads = 4;
+  const models::Model model(c);
+  const optim::Optimizer optimizer(adamw(), model.specs());
+  for (const PipelineKind kind : {PipelineKind::kGPipe, PipelineKind::kOneFOneB}) {
+    PipelineOptions o;
+    o.kind = kind;
+    o.devices = 2;
+    o.micro_batches = 4;
+    o.stage_layers = {{0, 2}, {2, 4}};
+    PipelineTrainStep pipe(model, optimizer, 1, o, 1, kSeq);
+    Tree params = model.init(1), state = optimizer.init(params);
+    const std::vector<data::Batch> micro{testing::random_batch(kBatch, kSeq, 64, 9)};
+    double closest = 1;
+    const double analytic = analytic_bubble_fraction(pipe.schedule());
+    for (int s = 0; s < 5; ++s) {
+      pipe.run(params, state, micro, 1e-3);
+      closest = std::min(closest, std::abs(pipe.last_bubble_fraction() - analytic));
+    }
+    std::printf("%s: analytic bubble %.3f, closest measured within %.3f\n%s", to_string(kind).c_str(), analytic,
+                closest, pipe.describe().c_str());
+    EXPECT_LT(closest, 0.05) << to_string(kind);
+    EXPECT_NE(pipe.describe().find("stage 1 (device 1): layers 2-3"), std::string::npos);
+  }
+}
+
+TrainConfig pipeline_config(const std::string& mesh) {
+  TrainConfig c;
+  c.model = config("gpt2");
+  c.loop.batch = 8;
+  c.loop.seq = kSeq;
+  c.parallel.mesh = mesh;
+  return c;
+}
+
+TEST(PipelineConfig, KeysResolve) {
+  EXPECT_FALSE(pipeline_plan(pipeline_config("")).has_value());
+  EXPECT_FALSE(pipeline_plan(pipeline_config("data=2")).has_value());
+  TrainConfig c = pipeline_config("pipeline=2,data=2");
+  std::optional<PipelinePlan> plan = pipeline_plan(c);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->replicas, 2);
+  EXPECT_EQ(plan->options.devices, 2);
+  EXPECT_EQ(plan->options.micro_batches, 4);  // 4 rows per replica, at most 2 x 2 stages
+  EXPECT_EQ(plan->options.kind, PipelineKind::kOneFOneB);
+  c.parallel.pipeline_schedule = "interleaved";
+  c.parallel.mesh = "pipeline=2";
+  plan = pipeline_plan(c);
+  EXPECT_EQ(plan->options.virtual_stages, 2);
+  EXPECT_EQ(plan->options.micro_batches, 8);
+  c.parallel.pipeline_stages = "0, 1-2 ,3";
+  c.parallel.pipeline_schedule = "gpipe";
+  c.parallel.mesh = "pipeline=3";
+  c.parallel.pipeline_micro_batches = 2;
+  plan = pipeline_plan(c);
+  EXPECT_EQ(plan->options.stage_layers, (std::vector<std::pair<int, int>>{{0, 1}, {1, 3}, {3, 4}}));
+  EXPECT_EQ(plan->options.micro_batches, 2);
+}
+
+TEST(PipelineConfig, BadKeysAreClearErrors) {
+  auto message = [](TrainConfig c) { return testing::error_of<ConfigError>([&] { pipeline_plan(c); }); };
+  TrainConfig c = pipeline_config("pipeline=2,fsdp=2");
+  EXPECT_NE(message(c).find("a pipeline axis combines only with a data axis so far (fsdp=2"), std::string::npos);
+  c = pipeline_config("pipeline=1");
+  EXPECT_NE(message(c).find("the pipeline axis needs at least 2 devices"), std::string::npos);
+  c = pipeline_config("pipeline=2");
+  c.parallel.pipeline_schedule = "zero-bubble";
+  EXPECT_NE(message(c).find("pipeline schedule 'zero-bubble' is unknown"), std::string::npos);
+  c = pipeline_config("pipeline=2");
+  c.parallel.pipeline_micro_batches = 3;
+  EXPECT_NE(message(c).find("'parallel.pipeline_micro_batches' = 3 must divide the 8 sequences"), std::string::npos);
+  c = pipeline_config("pipeline=2");
+  c.parallel.virtual_stages = 2;
+  EXPECT_NE(message(c).find("virtual stages are for parallel.pipeline_schedule = \"interleaved\""), std::string::npos);
+  c = pipeline_config("pipeline=8");
+  EXPECT_NE(message(c).find("8 stages (8 devices x 1 virtual stages) need at least 8 layers; the model has 4"),
+            std::string::npos);
+  c = pipeline_config("pipeline=2");
+  c.parallel.pipeline_stages = "0-1,3";
+  EXPECT_NE(message(c).find("a stage starts at layer 3 where layer 2 was expected"), std::string::npos);
+  c.parallel.pipeline_stages = "0-1,2";
+  EXPECT_NE(message(c).find("ends at layer 2; the model has 4 layers (0-3)"), std::string::npos);
+  c.parallel.pipeline_stages = "0-x,2-3";
+  EXPECT_NE(message(c).find("'0-x' is not a layer range"), std::string::npos);
+  c.parallel.pipeline_stages = "0-1,2-3,";
+  EXPECT_NE(message(c).find("'' is not a layer range"), std::string::npos);
+  c = pipeline_config("pipeline=2,data=3");
+  EXPECT_NE(message(c).find("the micro-batch of 8 sequences does not split over data=3"), std::string::npos);
+  c = pipeline_config("pipeline=4");
+  c.loop.batch = 2;
+  c.parallel.pipeline_schedule = "interleaved";
+  EXPECT_NE(message(c).find("do not split into a multiple of 4 pipeline micro-batches"), std::string::npos);
+  c = pipeline_config("pipeline=2");
+  c.model.quant_targets = {"mlp"};
+  EXPECT_NE(message(c).find("int8 training inside pipeline stages is not built yet"), std::string::npos);
+}
+
+TEST(PipelineTrainStep, UnsupportedModelsAreClearErrors) {
+  models::ModelConfig c = config("gpt2");
+  c.dropout = 0.1;
+  const models::Model model(c);
+  const optim::Optimizer optimizer(adamw(), model.specs());
+  EXPECT_NE(testing::error_of<ValueError>([&] {
+              PipelineTrainStep(model, optimizer, 1, {}, 1, kSeq);
+            }).find("does not support model.dropout > 0"),
+            std::string::npos);
+  const models::Model plain(config("gpt2"));
+  PipelineTrainStep pipe(plain, optimizer, 1, {}, 1, kSeq);
+  Tree params = plain.init(1), state = optimizer.init(params);
+  data::Batch packed = testing::random_batch(kBatch, kSeq, 64, 1);
+  packed.segments = zeros(packed.tokens.shape(), DType::Int32);
+  packed.positions = zeros(packed.tokens.shape(), DType::Int32);
+  EXPECT_NE(testing::error_of<ValueError>([&] {
+              pipe.run(params, state, {packed}, 1e-3);
+            }).find("does not support packed documents"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::train

@@ -47,7 +47,8 @@ void register_goodput(nb::module_& m) {
       .def("data_wait_start", &Recorder::data_wait_start)
       .def("data_wait_end", &Recorder::data_wait_end)
       .def("step_start", &Recorder::step_start, nb::arg("step"))
-      .def("step_end", &Recorder::step_end, nb::arg("step"), nb::arg("tokens") = 0, nb::arg("model_flops") = 0.0)
+      .def("step_end", &Recorder::step_end, nb::arg("step"), nb::arg("tokens") = 0, nb::arg("model_flops") = 0.0,
+           nb::arg("pipeline_bubble") = -1.0)
       .def("eval_start", &Recorder::eval_start)
       .def("eval_end", &Recorder::eval_end)
       .def(

@@ -312,6 +312,7 @@ void GoodputComputation::totals() {
       ++r.kept_steps;
       r.tokens += x.tokens;
       r.model_flops += x.model_flops;
+      r.pipeline_bubble_s += x.pipeline_bubble * (x.end - x.start);
     } else {
       ++r.wasted_steps;
     }

@@ -170,6 +170,7 @@ void GoodputComputation::on_step_end(AttemptPhases& p, const Event& e) {
   x.completed = true;
   x.tokens = std::max<int64_t>(0, e.integer("tokens", 0));
   x.model_flops = std::max(0.0, e.number("model_flops", 0));
+  x.pipeline_bubble = std::clamp(e.number("pipeline_bubble", 0), 0.0, 1.0);
 }
 
 // Phases and steps still open when the attempt ends close at its cut.

@@ -138,8 +138,10 @@ void Recorder::checkpoint_save_end(int64_t step, SavePart part, bool committed) 
 void Recorder::data_wait_start() { record(EventType::kDataWaitStart, {}, false); }
 void Recorder::data_wait_end() { record(EventType::kDataWaitEnd, {}, false); }
 void Recorder::step_start(int64_t step) { record(EventType::kStepStart, {{"step", step}}, false); }
-void Recorder::step_end(int64_t step, int64_t tokens, double model_flops) {
-  record(EventType::kStepEnd, {{"step", step}, {"tokens", tokens}, {"model_flops", model_flops}}, false);
+void Recorder::step_end(int64_t step, int64_t tokens, double model_flops, double pipeline_bubble) {
+  nlohmann::json fields = {{"step", step}, {"tokens", tokens}, {"model_flops", model_flops}};
+  if (pipeline_bubble >= 0) fields["pipeline_bubble"] = pipeline_bubble;
+  record(EventType::kStepEnd, fields, false);
 }
 void Recorder::eval_start() { record(EventType::kEvalStart); }
 void Recorder::eval_end() { record(EventType::kEvalEnd); }

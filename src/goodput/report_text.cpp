@@ -49,6 +49,11 @@ std::string format_table(const GoodputReport& r) {
   out += fmt::format("  tokens/s {} (productive) {} (wall)  step time median {:.3f}s MAD {:.3f}s, {} anomalous\n",
                      si(r.tokens_per_s), si(r.effective_tokens_per_s), r.step_stats.median_s, r.step_stats.mad_s,
                      r.step_stats.anomalous.size());
+  if (r.pipeline_bubble_s > 0) {
+    const double productive = r.seconds_of(Category::kProductive);
+    out += fmt::format("  pipeline bubble {:.2f}s of the productive time ({:.1f}%): devices idle in the schedule\n",
+                       r.pipeline_bubble_s, productive > 0 ? 100 * r.pipeline_bubble_s / productive : 0.0);
+  }
   if (r.program_goodput && r.peak_source.starts_with("CPU"))
     out +=
         "  MFU is relative to the CPU calibration GEMM (measured at start-up, or cached from a quiet run on this "
@@ -93,6 +98,7 @@ nlohmann::json report_to_json(const GoodputReport& r) {
   j["wasted_steps"] = r.wasted_steps;
   j["tokens"] = r.tokens;
   j["model_flops"] = r.model_flops;
+  j["pipeline_bubble_s"] = r.pipeline_bubble_s;
   j["tokens_per_s"] = r.tokens_per_s;
   j["effective_tokens_per_s"] = r.effective_tokens_per_s;
   json attempts = json::array();

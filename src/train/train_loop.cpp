@@ -509,7 +509,9 @@ void TrainLoop::step_once() {
   // The pipeline's programs recompute each stage's forward in its backward: the step's
   // model FLOPs are the model's count, not the programs'.
   const double step_flops = pipeline_step_ ? flops_per_token_ * tokens_per_step_ : train_step_->compiled_flops();
-  if (recorder_) recorder_->step_end(step_, static_cast<int64_t>(tokens_per_step_), step_flops);
+  if (recorder_)
+    recorder_->step_end(step_, static_cast<int64_t>(tokens_per_step_), step_flops,
+                        pipeline_step_ ? pipeline_step_->last_bubble_fraction() : -1);
   if (rank_recorder_)
     rank_recorder_->step(step_, wall_start, unix_now(), data_wait_s, collective_seconds() - collectives_before);
   heartbeat_->beat(step_);

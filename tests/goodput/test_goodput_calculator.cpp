@@ -10,6 +10,7 @@
 #include "tessera/base/error.h"
 #include "tessera/goodput/calculator.h"
 #include "tessera/goodput/events.h"
+#include "tessera/goodput/report.h"
 
 namespace tessera::goodput {
 namespace {
@@ -311,6 +312,27 @@ TEST(GoodputCalculator, CustomBadputAndCompileInsideTheFirstStep) {
   EXPECT_NEAR(r.custom_seconds.at("sdc_check"), 2, kTol);
   EXPECT_FALSE(r.program_goodput.has_value());  // no device, no calibration, no FLOPs
   EXPECT_NEAR(sum_of_categories(r), 11, kTol);
+}
+
+// Pipeline steps carry the devices' idle share: the report sums bubble x step time over
+// kept steps (out-of-range shares clamped), a figure inside productive time.
+TEST(GoodputCalculator, PipelineBubbleSecondsOfKeptSteps) {
+  LogBuilder b;
+  b.event(0, "job_start").attempt(0, 0);
+  const double bubbles[] = {0.25, 0.5, 1.5, -1};  // 1.5 counts as 1; -1 (not recorded) as 0
+  for (int s = 0; s < 4; ++s) {
+    b.event(2.0 * s, "step_start", {{"step", s}});
+    b.event(2.0 * s + 2, "step_end",
+            {{"step", s}, {"tokens", 10}, {"model_flops", 1}, {"pipeline_bubble", bubbles[s]}});
+  }
+  b.event(8, "job_end");
+  const GoodputReport r = compute(b.text());
+  EXPECT_NEAR(r.seconds_of(Category::kProductive), 8, kTol);
+  EXPECT_NEAR(r.pipeline_bubble_s, 2 * (0.25 + 0.5 + 1.0), kTol);
+  EXPECT_NE(format_table(r).find("pipeline bubble 3.50s of the productive time (43.8%)"), std::string::npos)
+      << format_table(r);
+  // Without the field, no figure.
+  EXPECT_EQ(format_table(compute(clean_run().text())).find("pipeline bubble"), std::string::npos);
 }
 
 TEST(GoodputCalculator, StepStatisticsFlagSlowStepsByMad) {

@@ -73,6 +73,9 @@ struct StepExec {
   bool kept = true;  // false: wasted progress
   int64_t tokens = 0;
   double model_flops = 0;
+  // Pipeline parallelism: the share of the devices' time in the step spent idle in the
+  // schedule's bubble (step_end's "pipeline_bubble"); 0 without a pipeline.
+  double pipeline_bubble = 0;
   double attributed_s = 0;  // wall time the timeline gave this execution
 };
 
@@ -120,8 +123,12 @@ struct GoodputReport {
 
   int disruptions = 0;
   int64_t kept_steps = 0, wasted_steps = 0;
-  int64_t tokens = 0;                 // of kept steps
-  double model_flops = 0;             // of kept steps
+  int64_t tokens = 0;      // of kept steps
+  double model_flops = 0;  // of kept steps
+  // Of the productive time, the devices' idle share inside kept steps' pipeline bubbles
+  // (sum of bubble fraction x step time); 0 without a pipeline axis. Part of productive
+  // time, not a category: the steps are kept, but the idle devices lower MFU.
+  double pipeline_bubble_s = 0;
   double tokens_per_s = 0;            // kept tokens / productive seconds
   double effective_tokens_per_s = 0;  // kept tokens / total seconds
 

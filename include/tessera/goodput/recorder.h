@@ -73,7 +73,9 @@ class Recorder {
   void data_wait_end();
   void step_start(int64_t step);
   // model_flops: the FLOPs of this step as the compiled program counts them (all devices).
-  void step_end(int64_t step, int64_t tokens, double model_flops);
+  // pipeline_bubble: the devices' idle share within the step (pipeline parallelism), or
+  // a negative number (not recorded) without one.
+  void step_end(int64_t step, int64_t tokens, double model_flops, double pipeline_bubble = -1);
   void eval_start();
   void eval_end();
   void failure(int signal, int exit_code, std::string_view message);

@@ -248,6 +248,7 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
   std::vector<std::optional<Tree>> accumulated(static_cast<size_t>(stages));
   std::vector<Array> loss_parts(static_cast<size_t>(m));
   result.measured.devices.resize(static_cast<size_t>(p));
+  std::vector<double> sent(static_cast<size_t>(p), 0.0);  // per device thread
   std::mutex error_mutex;
   std::exception_ptr error;
   const auto start = std::chrono::steady_clock::now();
@@ -273,8 +274,10 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
           const Array y = call(forward_, static_cast<size_t>(s), 0, args).leaf();
           if (last)
             loss_parts[static_cast<size_t>(mb)] = y;
-          else
+          else {
+            sent[static_cast<size_t>(d)] += static_cast<double>(y.nbytes());
             activations.put({mb, s + 1}, y);
+          }
         } else {
           args["x"] = Tree(saved.at({mb, s}));
           args["dy"] = Tree(last ? seed : gradients.take({mb, s}));
@@ -283,7 +286,10 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
           saved.erase({mb, s});
           std::optional<Tree>& acc = accumulated[static_cast<size_t>(s)];
           acc = acc ? add_trees(*acc, out.at("dp")) : out.at("dp");
-          if (s > 0) gradients.put({mb, s - 1}, out.at("dx").leaf());
+          if (s > 0) {
+            sent[static_cast<size_t>(d)] += static_cast<double>(out.at("dx").leaf().nbytes());
+            gradients.put({mb, s - 1}, out.at("dx").leaf());
+          }
         }
         result.measured.devices[static_cast<size_t>(d)].push_back({op, began, seconds()});
       }
@@ -315,6 +321,7 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
     t.peak_in_flight.push_back(peak);
   }
   t.bubble_fraction = t.makespan > 0 ? 1 - t.busy / (p * t.makespan) : 0;
+  for (double bytes : sent) result.sent_bytes += bytes;
 
   double total = 0;
   for (const Array& part : loss_parts) total += part.item<double>();  // micro-batch order

@@ -101,6 +101,7 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
   const int r_count = replicas();
   std::vector<Tree> parts;
   double loss = 0, busy = 0, capacity = 0;
+  last_sent_bytes_ = 0;
   last_timelines_.assign(static_cast<size_t>(r_count), PipelineTimeline{});
   for (const data::Batch& batch : micro) {
     const double counted = counted_targets(batch.targets);
@@ -127,6 +128,7 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
       loss += result.loss;  // replica order: a fixed sum
       parts.push_back(std::move(result.grads));
       busy += result.measured.busy;
+      last_sent_bytes_ += result.sent_bytes;
       capacity += result.measured.makespan * result.schedule.devices;
       last_timelines_[static_cast<size_t>(r)] = std::move(result.measured);
     }

@@ -141,6 +141,13 @@ TEST(PipelineTrainStep, MeasuredBubbleIsTheAnalyticOne) {
     std::printf("%s: analytic bubble %.3f, closest measured within %.3f\n%s", to_string(kind).c_str(), analytic,
                 closest, pipe.describe().c_str());
     EXPECT_LT(closest, 0.05) << to_string(kind);
+    // Each micro-batch crosses the one stage boundary twice: [rows, seq, dim] float32 each way.
+    EXPECT_EQ(pipe.last_sent_bytes(), 2.0 * kBatch * kSeq * static_cast<double>(c.dim) * 4);
+    // Micro-batches whose activations a device holds at once: all m under GPipe, at most
+    // the depth left (p - d) under 1F1B.
+    const std::vector<int> want_in_flight =
+        kind == PipelineKind::kGPipe ? std::vector<int>{4, 4} : std::vector<int>{2, 1};
+    EXPECT_EQ(pipe.last_timelines().front().peak_in_flight, want_in_flight) << to_string(kind);
     EXPECT_NE(pipe.describe().find("stage 1 (device 1): layers 2-3"), std::string::npos);
   }
 }

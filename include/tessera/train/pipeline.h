@@ -54,6 +54,9 @@ struct PipelineResult {
   // The ops as they ran: each device thread's start and end times (seconds from the
   // step's start), the measured idle share and the micro-batches in flight.
   PipelineTimeline measured;
+  // Bytes handed from one stage's device to another (activations forward, their
+  // gradients backward), summed over the devices: what point-to-point sends would move.
+  double sent_bytes = 0;
 };
 
 // Layer costs for balance_stages: each block's training FLOPs per token (6 x its

@@ -56,6 +56,9 @@ class PipelineTrainStep {
   // The devices' idle share in the last step: 1 - busy / (devices x makespan), over every
   // replica's pipelines and accumulation steps.
   double last_bubble_fraction() const { return last_bubble_; }
+  // Bytes the last step handed between stage devices (PipelineResult::sent_bytes), all
+  // replicas and accumulation steps.
+  double last_sent_bytes() const { return last_sent_bytes_; }
 
   // The summary's parallel block: the mesh's use, the stages and their layers, the
   // schedule with its analytic and last measured bubble, the last step's timeline.
@@ -68,7 +71,7 @@ class PipelineTrainStep {
   std::vector<PipelineExecutor> executors_;  // one per replica: its own programs (no two threads share one)
   std::optional<Jitted> update_;
   std::vector<PipelineTimeline> last_timelines_;
-  double last_bubble_ = 0;
+  double last_bubble_ = 0, last_sent_bytes_ = 0;
 
   // Created for the first call's argument structure (its donated leaves).
   Jitted& update_program(const Tree& args);

@@ -68,6 +68,17 @@ if(TESSERA_HAS_MPI)
                      --set data.val=\"${CMAKE_BINARY_DIR}/mpi_cli_data/val.bin\")
     set_tests_properties(spmd.mpi_cli_train_np2 PROPERTIES LABELS spmd TIMEOUT 300 ENVIRONMENT "${mpi_test_env}"
                          PASS_REGULAR_EXPRESSION "mesh \\(fsdp=2\\) \\(mpi \\(rank 0 of 2\\)\\)")
+    # ... and with a pipeline axis: a stage per process (train/pipeline_step.h).
+    add_test(NAME spmd.mpi_cli_pipeline_np2
+             COMMAND ${TESSERA_MPIEXEC} -n 2 --oversubscribe $<TARGET_FILE:tessera_cli> train --config
+                     ${CMAKE_SOURCE_DIR}/configs/tiny.toml --mesh pipeline=2 -q --set model.dim=64 --set model.layers=2
+                     --set train.seq=32 --set train.steps=4 --set train.eval_batches=1
+                     --set run.dir=\"${CMAKE_BINARY_DIR}/mpi_cli_pipeline_run\"
+                     --set data.train=\"${CMAKE_BINARY_DIR}/mpi_cli_data/train.bin\"
+                     --set data.val=\"${CMAKE_BINARY_DIR}/mpi_cli_data/val.bin\")
+    set_tests_properties(spmd.mpi_cli_pipeline_np2 PROPERTIES LABELS spmd TIMEOUT 300 ENVIRONMENT "${mpi_test_env}"
+                         DEPENDS spmd.mpi_cli_train_np2
+                         PASS_REGULAR_EXPRESSION "pipeline 2 x data 1 \\(2 processes, one device each: mpi \\(rank 0 of 2\\)\\)")
   else()
     message(STATUS "tessera: mpirun not found; the MPI tests (spmd.mpi_*) are not registered")
   endif()

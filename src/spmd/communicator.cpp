@@ -119,6 +119,22 @@ void record_call(CommStats& stats, CommKind kind, int n, double full_bytes, doub
   stats.seconds += seconds;
 }
 
+void Communicator::send(int device, int to, int tag, const void*, size_t) {
+  fail<ValueError>(
+      "send from device {} to device {} (tag {}): the {} communicator has no point-to-point messages (pipeline "
+      "stages across processes need mpirun)",
+      device, to, tag, kind());
+}
+
+void Communicator::recv(int device, int from, int tag, void*, size_t) {
+  fail<ValueError>(
+      "recv on device {} from device {} (tag {}): the {} communicator has no point-to-point messages (pipeline "
+      "stages across processes need mpirun)",
+      device, from, tag, kind());
+}
+
+void Communicator::wait_sends(int) {}
+
 CommStats operator-(const CommStats& after, const CommStats& before) {
   CommStats d;
   d.all_gather_calls = after.all_gather_calls - before.all_gather_calls;

@@ -18,6 +18,7 @@
 #include "tessera/base/thread_pool.h"
 #include "tessera/core/ops.h"
 #include "tessera/core/transforms.h"
+#include "tessera/spmd/runtime.h"
 
 namespace tessera::train {
 namespace {
@@ -98,12 +99,6 @@ Tree stage_params(const Tree& params, const std::pair<int, int>& range, bool fir
   return t;
 }
 
-Tree add_trees(const Tree& a, const Tree& b) {
-  Tree sum = tree_map([](const Array& x, const Array& y) { return add(x, y); }, a, b);
-  for (const Array& leaf : sum.leaves()) leaf.eval();
-  return sum;
-}
-
 // A program's first call traces and compiles it: those calls take one lock (shared by
 // every executor), so no two compilations run at once; later calls only execute
 // concurrently with the other devices'.
@@ -113,6 +108,12 @@ std::mutex& compile_mutex() {
 }
 
 }  // namespace
+
+Tree add_trees(const Tree& a, const Tree& b) {
+  Tree sum = tree_map([](const Array& x, const Array& y) { return add(x, y); }, a, b);
+  for (const Array& leaf : sum.leaves()) leaf.eval();
+  return sum;
+}
 
 std::vector<double> pipeline_layer_costs(const models::Model& model, int64_t seq) {
   const models::ModelConfig& c = model.config();
@@ -203,11 +204,23 @@ void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape) {
         },
         args, {}, &out);
     const Array y = out.leaf();
+    if (stage_outputs_.size() < static_cast<size_t>(stages))
+      stage_outputs_.push_back(Array::placeholder(y.shape(), y.dtype()));
     args["dy"] = Tree(Array::placeholder(y.shape(), y.dtype()));
     (void)backward_[static_cast<size_t>(s)].lowered(args);
     compiled_[2 * static_cast<size_t>(s) + 1] = true;
     x = Array::placeholder(y.shape(), y.dtype());
   }
+}
+
+int PipelineExecutor::local_index() const {
+  const std::vector<int>& ranks = options_.ranks;
+  const std::vector<int> mine = spmd::local_devices();
+  const auto it = std::find(ranks.begin(), ranks.end(), mine.empty() ? -1 : mine.front());
+  if (static_cast<int>(ranks.size()) != schedule_.devices || it == ranks.end())
+    fail<ValueError>("pipeline: ranks [{}] must list the {} pipeline devices, this process's ({}) among them",
+                     fmt::join(ranks, ", "), schedule_.devices, mine.empty() ? -1 : mine.front());
+  return static_cast<int>(it - ranks.begin());
 }
 
 PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, const Array& targets, double seed_value) {
@@ -234,6 +247,30 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
   // Each micro-batch's loss is a sum over its counted targets; the backward pass
   // starts from `seed` (1 / the counted targets for a mean).
   const Array seed = full(Shape{}, seed_value, DType::Float32).eval();
+
+  // Processes: this one runs its own pipeline device; hand-overs to and from the others
+  // are point-to-point messages, tagged by micro-batch, receiving stage and direction.
+  const bool remote = !options_.ranks.empty();
+  const int here = remote ? local_index() : -1;
+  if (remote && stage_outputs_.size() < static_cast<size_t>(stages)) compile(params, tokens.shape());
+  if (remote && int64_t{m} * stages * 2 > spmd::Communicator::kMaxTag)
+    fail<ValueError>("pipeline: {} micro-batches x {} stages need more message tags than the {} there are", m, stages,
+                     spmd::Communicator::kMaxTag + 1);
+  auto tag = [stages](int mb, int s, bool forward) { return (mb * stages + s) * 2 + (forward ? 0 : 1); };
+  std::vector<Array> posted;  // arrays of sends in flight: kept until wait_sends
+  auto device_of = [&](int s) { return options_.ranks[static_cast<size_t>(s % p)]; };
+  auto receive = [&](int from_stage, int mb, int s, bool forward) {
+    const Array& type = stage_outputs_[static_cast<size_t>(forward ? from_stage : s)];
+    Array x = Array::empty(type.shape(), type.dtype());
+    spmd::communicator().recv(options_.ranks[static_cast<size_t>(here)], device_of(from_stage), tag(mb, s, forward),
+                              x.mutable_raw_data(), x.nbytes());
+    return x;
+  };
+  auto post = [&](int to_stage, int mb, bool forward, const Array& x) {
+    posted.push_back(x);
+    spmd::communicator().send(options_.ranks[static_cast<size_t>(here)], device_of(to_stage),
+                              tag(mb, to_stage, forward), x.raw_data(), x.nbytes());
+  };
 
   auto call = [&](std::vector<Jitted>& programs, size_t index, size_t which, const Tree& args) {
     std::atomic<bool>& done = compiled_[2 * index + which];
@@ -267,7 +304,9 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
         // A slot starts when its inputs are here: waiting for them is idle time (the bubble).
         double began = 0;
         if (op.forward) {
-          const Array x = s == 0 ? tokens_mb[static_cast<size_t>(mb)] : activations.take({mb, s});
+          const Array x = s == 0   ? tokens_mb[static_cast<size_t>(mb)]
+                          : remote ? receive(s - 1, mb, s, true)
+                                   : activations.take({mb, s});
           began = seconds();
           saved[{mb, s}] = x;
           args["x"] = Tree(x);
@@ -276,11 +315,14 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
             loss_parts[static_cast<size_t>(mb)] = y;
           else {
             sent[static_cast<size_t>(d)] += static_cast<double>(y.nbytes());
-            activations.put({mb, s + 1}, y);
+            if (remote)
+              post(s + 1, mb, true, y);
+            else
+              activations.put({mb, s + 1}, y);
           }
         } else {
           args["x"] = Tree(saved.at({mb, s}));
-          args["dy"] = Tree(last ? seed : gradients.take({mb, s}));
+          args["dy"] = Tree(last ? seed : remote ? receive(s + 1, mb, s, false) : gradients.take({mb, s}));
           began = seconds();
           const Tree out = call(backward_, static_cast<size_t>(s), 1, args);
           saved.erase({mb, s});
@@ -288,7 +330,10 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
           acc = acc ? add_trees(*acc, out.at("dp")) : out.at("dp");
           if (s > 0) {
             sent[static_cast<size_t>(d)] += static_cast<double>(out.at("dx").leaf().nbytes());
-            gradients.put({mb, s - 1}, out.at("dx").leaf());
+            if (remote)
+              post(s - 1, mb, false, out.at("dx").leaf());
+            else
+              gradients.put({mb, s - 1}, out.at("dx").leaf());
           }
         }
         result.measured.devices[static_cast<size_t>(d)].push_back({op, began, seconds()});
@@ -302,15 +347,22 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
       gradients.abort();
     }
   };
-  std::vector<std::thread> threads;
-  for (int d = 1; d < p; ++d) threads.emplace_back(device, d);
-  device(0);
-  for (std::thread& t : threads) t.join();
+  if (remote) {
+    device(here);
+    if (!error) spmd::communicator().wait_sends(options_.ranks[static_cast<size_t>(here)]);
+  } else {
+    std::vector<std::thread> threads;
+    for (int d = 1; d < p; ++d) threads.emplace_back(device, d);
+    device(0);
+    for (std::thread& t : threads) t.join();
+  }
   if (error) std::rethrow_exception(error);
 
   // The measured timeline: busy time, idle share, micro-batches in flight.
   PipelineTimeline& t = result.measured;
+  int ran = 0;  // devices whose ops ran here
   for (size_t d = 0; d < t.devices.size(); ++d) {
+    ran += t.devices[d].empty() ? 0 : 1;
     int held = 0, peak = 0;
     for (const auto& slot : t.devices[d]) {
       t.makespan = std::max(t.makespan, slot.end);
@@ -320,14 +372,20 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
     }
     t.peak_in_flight.push_back(peak);
   }
-  t.bubble_fraction = t.makespan > 0 ? 1 - t.busy / (p * t.makespan) : 0;
+  t.bubble_fraction = t.makespan > 0 ? 1 - t.busy / (ran * t.makespan) : 0;
   for (double bytes : sent) result.sent_bytes += bytes;
 
   double total = 0;
-  for (const Array& part : loss_parts) total += part.item<double>();  // micro-batch order
+  for (const Array& part : loss_parts)  // micro-batch order; only the last stage's device has them
+    if (part.valid()) total += part.item<double>();
   result.loss = total * seed_value;
 
   // The gradients in the parameters' structure; a tied embedding adds both stages'.
+  // Stages of other processes contribute zeros here.
+  for (int s = 0; s < stages; ++s)
+    if (!accumulated[static_cast<size_t>(s)])
+      accumulated[static_cast<size_t>(s)] =
+          parts[static_cast<size_t>(s)].map([](const Array& a) { return zeros(a.shape(), a.dtype()).eval(); });
   Tree grads = Tree::dict();
   std::vector<Tree> layer_grads;
   for (int s = 0; s < stages; ++s)

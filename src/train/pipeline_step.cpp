@@ -4,12 +4,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <array>
 #include <exception>
 #include <mutex>
 #include <thread>
 
 #include "tessera/base/error.h"
 #include "tessera/core/ops.h"
+#include "tessera/spmd/runtime.h"
 
 namespace tessera::train {
 
@@ -33,8 +35,9 @@ std::vector<int> donated_leaves(const Tree& args) {
 }  // namespace
 
 PipelineTrainStep::PipelineTrainStep(const models::Model& model, const optim::Optimizer& optimizer,
-                                     int64_t accumulation, const PipelineOptions& pipeline, int replicas, int64_t seq)
-    : model_(model), optimizer_(optimizer), accumulation_(accumulation) {
+                                     int64_t accumulation, const PipelineOptions& pipeline, int replicas, int64_t seq,
+                                     const spmd::Mesh* mesh)
+    : model_(model), optimizer_(optimizer), accumulation_(accumulation), replicas_(replicas) {
   if (accumulation < 1) fail<ValueError>("pipeline step: {} accumulation micro-batches; expected >= 1", accumulation);
   if (replicas < 1) fail<ValueError>("pipeline step: {} data-parallel replicas; expected >= 1", replicas);
   if (model.config().needs_step_key())
@@ -46,13 +49,25 @@ PipelineTrainStep::PipelineTrainStep(const models::Model& model, const optim::Op
     fail<ValueError>(
         "pipeline parallelism does not support loss scaling yet (model.compute_dtype = \"float16\"); use bfloat16 or "
         "float32");
+  if (spmd::is_multi_process()) {
+    if (mesh == nullptr || mesh->size() != spmd::device_count() || !mesh->has_axis("pipeline"))
+      fail<ValueError>("pipeline step: {} processes need a mesh of {} devices with a pipeline axis (got {})",
+                       spmd::device_count(), spmd::device_count(), mesh ? mesh->to_string() : "none");
+    const int me = spmd::local_devices().front();
+    PipelineOptions o = pipeline;
+    o.ranks = mesh->group(me, {mesh->axis_index("pipeline")});
+    multi_process_ = true;
+    replica_here_ = mesh->has_axis("data") ? mesh->coords(me)[static_cast<size_t>(mesh->axis_index("data"))] : 0;
+    executors_.emplace_back(model, o, seq);
+    return;
+  }
   for (int r = 0; r < replicas; ++r) executors_.emplace_back(model, pipeline, seq);
 }
 
 std::pair<Array, Array> PipelineTrainStep::rows_of(const data::Batch& batch, int replica) const {
   if (batch.segments || batch.positions)
     fail<ValueError>("pipeline parallelism does not support packed documents yet (data.pipeline.packing)");
-  const int64_t rows = batch.tokens.shape(0), r = replicas();
+  const int64_t rows = batch.tokens.shape(0), r = replicas_;
   if (rows % r != 0)
     fail<ValueError>("pipeline step: a micro-batch of {} sequences does not split over {} data-parallel replicas", rows,
                      r);
@@ -89,7 +104,9 @@ Jitted& PipelineTrainStep::update_program(const Tree& args) {
 void PipelineTrainStep::compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch) {
   const auto [tokens, targets] = rows_of(micro_batch, 0);
   for (PipelineExecutor& executor : executors_) executor.compile(params, tokens.shape());
-  std::vector<Tree> parts(static_cast<size_t>(replicas() * accumulation_), params);
+  // The update sums R x k gradient trees in-process; one (already summed) over processes.
+  const size_t count = multi_process_ ? 1 : static_cast<size_t>(replicas_ * accumulation_);
+  std::vector<Tree> parts(count, params);
   const Tree args{
       {"params", params}, {"opt", opt_state}, {"grads", Tree::list(parts)}, {"lr", Array::scalar(0.0, DType::Float32)}};
   (void)update_program(args).lowered(args);
@@ -98,7 +115,8 @@ void PipelineTrainStep::compile(const Tree& params, const Tree& opt_state, const
 StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr) {
   if (static_cast<int64_t>(micro.size()) != accumulation_)
     fail<ValueError>("pipeline step: {} micro-batches given, {} expected", micro.size(), accumulation_);
-  const int r_count = replicas();
+  if (multi_process_) return run_multi_process(params, opt_state, micro, lr);
+  const int r_count = replicas_;
   std::vector<Tree> parts;
   double loss = 0, busy = 0, capacity = 0;
   last_sent_bytes_ = 0;
@@ -145,6 +163,48 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
                    .grad_norm = out.at("grad_norm").leaf().item<double>()};
 }
 
+StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro,
+                                               double lr) {
+  PipelineExecutor& executor = executors_.front();
+  const int me = spmd::local_devices().front();
+  std::optional<Tree> local;  // this process's gradients, summed over accumulation steps in order
+  // loss, busy seconds, device seconds, handed-over bytes: summed over the processes.
+  std::array<double, 4> figures{};
+  last_timelines_.assign(1, PipelineTimeline{});
+  for (const data::Batch& batch : micro) {
+    const double counted = counted_targets(batch.targets);  // every process reads the whole micro-batch
+    if (!(counted > 0)) fail<ValueError>("pipeline step: every target of a micro-batch is -100 (ignored)");
+    const auto [tokens, targets] = rows_of(batch, replica_here_);
+    PipelineResult result = executor.run(params, tokens, targets, 1.0 / counted);
+    local = local ? add_trees(*local, result.grads) : result.grads;
+    figures[0] += result.loss;
+    figures[1] += result.measured.busy;
+    figures[2] += result.measured.makespan;  // one device ran here
+    figures[3] += result.sent_bytes;
+    last_timelines_.front() = std::move(result.measured);
+  }
+  spmd::Communicator& comm = spmd::communicator();
+  const std::vector<int> world = spmd::world_group();
+  comm.all_reduce(me, world, figures.data(), figures.data(), figures.size(), DType::Float64);
+  std::vector<Array> summed;
+  for (const Array& g : local->leaves()) {
+    Array out = Array::empty(g.shape(), g.dtype());
+    comm.all_reduce(me, world, g.raw_data(), out.mutable_raw_data(), static_cast<size_t>(g.size()), g.dtype());
+    summed.push_back(out);
+  }
+  last_bubble_ = figures[2] > 0 ? 1 - figures[1] / figures[2] : 0;
+  last_sent_bytes_ = figures[3];
+  Tree args{{"params", params},
+            {"opt", opt_state},
+            {"grads", Tree::list({local->with_leaves(summed)})},
+            {"lr", Array::scalar(lr, DType::Float32)}};
+  Tree out = update_program(args)(args);
+  params = out.at("params");
+  opt_state = out.at("opt");
+  return StepStats{.loss = figures[0] / static_cast<double>(accumulation_),
+                   .grad_norm = out.at("grad_norm").leaf().item<double>()};
+}
+
 std::string PipelineTrainStep::describe() const {
   const PipelineSchedule& s = schedule();
   std::vector<std::string> stages;
@@ -153,23 +213,30 @@ std::string PipelineTrainStep::describe() const {
     stages.push_back(
         fmt::format("stage {} (device {}): layers {}-{}", i, static_cast<int>(i) % s.devices, first, last - 1));
   }
-  std::string text = fmt::format("pipeline {} x data {} ({} device threads in this process)\n", s.devices, replicas(),
-                                 s.devices * replicas());
+  std::string text = multi_process_
+                         ? fmt::format("pipeline {} x data {} ({} processes, one device each: {})\n", s.devices,
+                                       replicas_, s.devices * replicas_, spmd::runtime_description())
+                         : fmt::format("pipeline {} x data {} ({} device threads in this process)\n", s.devices,
+                                       replicas_, s.devices * replicas_);
   text += fmt::format("  {}\n", fmt::join(stages, "; "));
   text += fmt::format(
-      "  schedule {}, {} micro-batches per replica and step{}, analytic bubble {:.1f}%, measured {:.1f}%"
-      " (last step)\n",
+      "  schedule {}, {} micro-batches per replica and step{}, analytic bubble {:.1f}%, measured {}\n",
       to_string(s.kind), s.micro_batches,
       s.kind == PipelineKind::kInterleaved ? fmt::format(", {} virtual stages", s.virtual_stages) : "",
-      100 * analytic_bubble_fraction(s), 100 * last_bubble_);
+      100 * analytic_bubble_fraction(s),
+      last_timelines_.empty() ? std::string("(no step ran)") : fmt::format("{:.1f}% (last step)", 100 * last_bubble_));
   if (!last_timelines_.empty() && last_timelines_.front().makespan > 0) {
     const PipelineTimeline& t = last_timelines_.front();
-    text += "  the last step of replica 0, measured (one column = 1/60 of it):\n";
+    text += multi_process_ ? "  the last step of this process's device, measured (one column = 1/60 of it):\n"
+                           : "  the last step of replica 0, measured (one column = 1/60 of it):\n";
     const std::string timeline = render_timeline(t, s, t.makespan / 60);
     size_t begin = 0;
-    while (begin < timeline.size()) {
+    for (size_t line = 0; begin < timeline.size(); ++line) {
       const size_t end = timeline.find('\n', begin);
-      text += "    " + timeline.substr(begin, end - begin) + "\n";
+      // Several processes: each knows its own device's ops only (and not the others' idle
+      // time, so not the line's bubble either; the figure above is the job's).
+      const bool shown = !multi_process_ || (line < t.devices.size() && !t.devices[line].empty());
+      if (shown) text += "    " + timeline.substr(begin, end - begin) + "\n";
       begin = end == std::string::npos ? timeline.size() : end + 1;
     }
   }

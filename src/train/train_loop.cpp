@@ -254,19 +254,19 @@ void TrainLoop::open_data() {
 void TrainLoop::build_layout() {
   pipeline_plan_ = pipeline_plan(cfg_);
   if (pipeline_plan_) {
-    // The pipeline's devices are threads of this process that share the whole
-    // parameters (train/pipeline_step.h): the layout is the 1-device one.
-    if (spmd::is_multi_process())
-      fail<ConfigError>(
-          "parallel: a pipeline axis runs on the threads of one process; pipelines across processes (mpirun, tessera "
-          "launch --nnodes) are not built yet (issue 26)");
+    // Every pipeline device (a thread here, or a process under mpirun) reads its stages'
+    // slices of the whole parameters (train/pipeline_step.h): the layout is the 1-device one.
+    const spmd::Mesh mesh = spmd::Mesh::parse(cfg_.parallel.mesh);
+    if (spmd::is_multi_process() && mesh.size() != spmd::device_count())
+      fail<ConfigError>("parallel: mesh {} has {} devices, but the job has {} processes ({}); start one per device",
+                        mesh.to_string(), mesh.size(), spmd::device_count(), spmd::runtime_description());
     layout_.emplace(Layout::one_device(model_->specs()));
     const PipelineOptions& o = pipeline_plan_->options;
-    note(
-        fmt::format("parallel: mesh {} as {} pipeline replica(s) of {} stages on {} device threads; schedule {}, {} "
-                    "micro-batches",
-                    cfg_.parallel.mesh, pipeline_plan_->replicas, o.devices * o.virtual_stages,
-                    o.devices * pipeline_plan_->replicas, to_string(o.kind), o.micro_batches));
+    note(fmt::format("parallel: mesh {} as {} pipeline replica(s) of {} stages on {} {}; schedule {}, {} micro-batches",
+                     cfg_.parallel.mesh, pipeline_plan_->replicas, o.devices * o.virtual_stages,
+                     o.devices * pipeline_plan_->replicas,
+                     spmd::is_multi_process() ? "processes (" + spmd::runtime_description() + ")" : "device threads",
+                     to_string(o.kind), o.micro_batches));
     return;
   }
   if (cfg_.parallel.mesh.empty()) {
@@ -391,11 +391,13 @@ void TrainLoop::mix_int8_peak(const std::map<std::string, double>& flops) {
 
 void TrainLoop::compile() {
   evaluator_.emplace(*model_, &*layout_, cfg_.run.device);
-  if (pipeline_plan_)
+  if (pipeline_plan_) {
+    const spmd::Mesh mesh = spmd::Mesh::parse(cfg_.parallel.mesh);
     pipeline_step_.emplace(*model_, *optimizer_, cfg_.micro_batches(), pipeline_plan_->options,
-                           pipeline_plan_->replicas, cfg_.loop.seq);
-  else
+                           pipeline_plan_->replicas, cfg_.loop.seq, &mesh);
+  } else {
     train_step_.emplace(*model_, *optimizer_, cfg_.micro_batches(), &*layout_, cfg_.run.device);
+  }
   // Compile time is its own phase. A batch of the right shape is all it needs (not the next one).
   auto compile_span = span(goodput::Phase::kCompile);
   data::DataLoader probe(val_file_, cfg_.micro_batch_size(), cfg_.loop.seq, cfg_.run.seed, 0, 1, /*shuffle=*/false);

@@ -61,6 +61,20 @@ class Communicator {
   virtual void broadcast(int device, const std::vector<int>& group, void* buffer, size_t bytes) = 0;
   virtual void barrier(int device, const std::vector<int>& group) = 0;
 
+  // Point-to-point messages (pipeline stages on different processes hand over their
+  // activations and gradients). send() posts `bytes` for device `to` under `tag` and
+  // returns without waiting for the receiver: the buffer must stay unchanged until
+  // wait_sends(). recv() waits for device `from`'s message with `tag` (its size must be
+  // `bytes`). Messages of one pair and tag arrive in the order they were sent. Tags are
+  // 0 .. kMaxTag. Both are abort-aware like the collectives. The default (in-process:
+  // pipeline stages there hand over their arrays directly) is a ValueError naming the
+  // communicator.
+  static constexpr int kMaxTag = 32767;
+  virtual void send(int device, int to, int tag, const void* data, size_t bytes);
+  virtual void recv(int device, int from, int tag, void* data, size_t bytes);
+  // Waits until every send() of `device` has left its buffer.
+  virtual void wait_sends(int device);
+
   // Wakes every waiting member with an error mentioning `reason`; later calls throw
   // too until reset().
   virtual void abort(const std::string& reason) = 0;

@@ -41,9 +41,13 @@ struct PipelineOptions {
   int devices = 2;         // p: pipeline devices (threads)
   int micro_batches = 4;   // m: the batch splits into m equal micro-batches
   int virtual_stages = 1;  // v: stages per device (interleaved only)
-  // Layers [first, last) of each of the p * v stages; empty: balance_stages over equal
-  // layer costs.
+  // Layers [first, last) of each of the p * v stages; empty: balanced by
+  // pipeline_layer_costs.
   std::vector<std::pair<int, int>> stage_layers;
+  // Processes instead of threads (mpirun): the world device of each pipeline device
+  // (0 .. p-1). This process runs the one that is its own device; the others' hand-overs
+  // are point-to-point messages (Communicator::send / recv). Empty: p threads here.
+  std::vector<int> ranks;
 };
 
 struct PipelineResult {
@@ -58,6 +62,9 @@ struct PipelineResult {
   // gradients backward), summed over the devices: what point-to-point sends would move.
   double sent_bytes = 0;
 };
+
+// a + b leaf by leaf (same structure), evaluated: how gradients add up over micro-batches.
+Tree add_trees(const Tree& a, const Tree& b);
 
 // Layer costs for balance_stages: each block's training FLOPs per token (6 x its
 // parameters + 12 x seq x dim for attention), with the output head's (6 x dim x
@@ -78,7 +85,10 @@ class PipelineExecutor {
 
   // One pass over the batch: result.loss = seed x the sum of the losses of its counted
   // targets, result.grads = the gradients of that (a caller splitting a batch passes
-  // seed = 1 / the whole batch's counted targets and adds the parts up).
+  // seed = 1 / the whole batch's counted targets and adds the parts up). With
+  // options.ranks, only this process's stages contribute: the loss is 0 unless it runs
+  // the last stage, the other stages' gradients are zeros, and the measured timeline
+  // has this device's ops only; the caller adds them up over the processes.
   PipelineResult run(const Tree& params, const Array& tokens, const Array& targets, double seed);
 
   const PipelineSchedule& schedule() const { return schedule_; }
@@ -88,11 +98,14 @@ class PipelineExecutor {
 
  private:
   Tree stage_args(const Tree& params, int stage) const;
+  // The world device of pipeline device d (options.ranks), and this process's index.
+  int local_index() const;
   const models::Model& model_;
   PipelineOptions options_;
   PipelineSchedule schedule_;
   std::vector<std::pair<int, int>> stage_layers_;
   std::vector<Jitted> forward_, backward_;
+  std::vector<Array> stage_outputs_;               // placeholders of each stage's output type (compile())
   std::unique_ptr<std::atomic<bool>[]> compiled_;  // per program: its first call (the compile) is done
 };
 

@@ -15,9 +15,16 @@
 // Parameters and optimizer state stay whole (every stage reads its slice of them), so
 // checkpoints are the one-device ones and restore onto any pipeline size.
 //
+// Under mpirun (one process per mesh device, `mpirun -n P*R tessera train --mesh
+// pipeline=P,data=R`) each process runs its device's stages of its replica's pipeline;
+// activations and gradients cross processes as point-to-point messages. Every process
+// then holds gradients for its own stages (zeros elsewhere); one all-reduce over the
+// world (in rank order) sums them and the replicas', and every process applies the same
+// update to its whole copy of the parameters.
+//
 // Not supported yet, each a ValueError naming it: dropout, int8 backward GEMMs (both
 // need a step key), packed documents, loss scaling (float16), FSDP or tensor axes on
-// the same mesh, several processes (issue 26).
+// the same mesh, TCP jobs (their communicator has no point-to-point messages yet).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +37,7 @@
 #include "tessera/data/loader.h"
 #include "tessera/models/model.h"
 #include "tessera/optim/optimizer.h"
+#include "tessera/spmd/mesh.h"
 #include "tessera/train/pipeline.h"
 #include "tessera/train/train_step.h"
 
@@ -38,9 +46,11 @@ namespace tessera::train {
 class PipelineTrainStep {
  public:
   // accumulation: the step's micro-batches (k); replicas: R; seq: tokens per sequence
-  // (stage balancing). ValueErrors for the unsupported cases above.
+  // (stage balancing). ValueErrors for the unsupported cases above. Under several
+  // processes `mesh` (with a `pipeline` axis and optionally `data`) must cover the
+  // world: it says which pipeline and replica this process's device belongs to.
   PipelineTrainStep(const models::Model& model, const optim::Optimizer& optimizer, int64_t accumulation,
-                    const PipelineOptions& pipeline, int replicas, int64_t seq);
+                    const PipelineOptions& pipeline, int replicas, int64_t seq, const spmd::Mesh* mesh = nullptr);
 
   // Compiles every replica's stage programs and the update program without running them.
   void compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch);
@@ -50,7 +60,8 @@ class PipelineTrainStep {
 
   const PipelineSchedule& schedule() const { return executors_.front().schedule(); }
   const std::vector<std::pair<int, int>>& stage_layers() const { return executors_.front().stage_layers(); }
-  int replicas() const { return static_cast<int>(executors_.size()); }
+  int replicas() const { return replicas_; }
+  bool multi_process() const { return multi_process_; }
   // The last step's measured timelines: replica r's pipeline in its last accumulation step.
   const std::vector<PipelineTimeline>& last_timelines() const { return last_timelines_; }
   // The devices' idle share in the last step: 1 - busy / (devices x makespan), over every
@@ -68,6 +79,9 @@ class PipelineTrainStep {
   const models::Model& model_;
   const optim::Optimizer& optimizer_;
   int64_t accumulation_;
+  int replicas_ = 1;
+  bool multi_process_ = false;
+  int replica_here_ = 0;                     // several processes: this process's data coordinate
   std::vector<PipelineExecutor> executors_;  // one per replica: its own programs (no two threads share one)
   std::optional<Jitted> update_;
   std::vector<PipelineTimeline> last_timelines_;
@@ -77,6 +91,8 @@ class PipelineTrainStep {
   Jitted& update_program(const Tree& args);
   // Replica r's rows of a micro-batch.
   std::pair<Array, Array> rows_of(const data::Batch& batch, int replica) const;
+  // Several processes: this process's part of the step, summed over the world.
+  StepStats run_multi_process(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr);
 };
 
 }  // namespace tessera::train

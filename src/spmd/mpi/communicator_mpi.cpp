@@ -74,6 +74,7 @@ class MpiCommunicator : public Communicator {
     check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &abort_comm_), "MPI_Comm_dup");
     check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &control_comm_), "MPI_Comm_dup");
     check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &world_comm_), "MPI_Comm_dup");
+    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &p2p_comm_), "MPI_Comm_dup");
     stats_ = {};
   }
 
@@ -185,6 +186,51 @@ class MpiCommunicator : public Communicator {
     finish(start, CommKind::Other, static_cast<int>(group.size()), 0);
   }
 
+  // Point-to-point: MPI_Isend / MPI_Irecv on their own communicator. A posted send is
+  // kept until wait_sends(); MPI progresses it during later calls (a recv included),
+  // so two stages that each send before they receive do not wait on each other.
+  void send(int device, int to, int tag, const void* data, size_t bytes) override {
+    const std::vector<int> pair{rank_, to};
+    const double start = begin(device, pair, "send");
+    check_tag(tag, "send");
+    sends_.emplace_back();
+    check_mpi(MPI_Isend(data, as_count(bytes, "send"), MPI_BYTE, to, tag, p2p_comm_, &sends_.back()), "MPI_Isend");
+    finish(start, CommKind::Other, 2, 0);
+  }
+
+  void recv(int device, int from, int tag, void* data, size_t bytes) override {
+    const std::vector<int> pair{from, rank_};
+    const double start = begin(device, pair, "recv");
+    check_tag(tag, "recv");
+    MPI_Request request;
+    MPI_Status status;
+    check_mpi(MPI_Irecv(data, as_count(bytes, "recv"), MPI_BYTE, from, tag, p2p_comm_, &request), "MPI_Irecv");
+    for (int spins = 0;; ++spins) {
+      int done = 0;
+      check_mpi(MPI_Test(&request, &done, &status), "MPI_Test");
+      if (done) break;
+      poll_abort();
+      if (aborted_) throw_aborted("recv", pair);
+      if (spins > 1024)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      else if (spins > 64)
+        std::this_thread::yield();
+    }
+    int received = 0;
+    MPI_Get_count(&status, MPI_BYTE, &received);
+    if (static_cast<size_t>(received) != bytes)
+      fail<Error>("recv on rank {} from rank {} (tag {}): {} bytes arrived where {} were expected", rank_, from, tag,
+                  received, bytes);
+    finish(start, CommKind::Other, 2, 0);
+  }
+
+  void wait_sends(int device) override {
+    const double start = begin(device, {rank_}, "wait_sends");
+    for (MPI_Request& request : sends_) wait(&request, "send", {rank_});
+    sends_.clear();
+    finish(start, CommKind::Other, 1, 0);
+  }
+
   void abort(const std::string& reason) override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -235,6 +281,7 @@ class MpiCommunicator : public Communicator {
     MPI_Comm_free(&abort_comm_);
     MPI_Comm_free(&control_comm_);
     MPI_Comm_free(&world_comm_);
+    MPI_Comm_free(&p2p_comm_);
     MPI_Finalize();
   }
 
@@ -251,6 +298,11 @@ class MpiCommunicator : public Communicator {
     const double seconds = now_seconds() - start;
     std::lock_guard<std::mutex> lock(mutex_);
     record_call(stats_, kind, n, full_bytes, seconds);
+  }
+
+  static void check_tag(int tag, const char* op) {
+    if (tag < 0 || tag > Communicator::kMaxTag)
+      fail<ValueError>("{}: tag {} is outside 0 .. {}", op, tag, Communicator::kMaxTag);
   }
 
   size_t index_of(const std::vector<int>& group) const {
@@ -363,6 +415,8 @@ class MpiCommunicator : public Communicator {
   MPI_Comm abort_comm_ = MPI_COMM_NULL;    // abort notes
   MPI_Comm control_comm_ = MPI_COMM_NULL;  // handshakes before creating group communicators
   MPI_Comm world_comm_ = MPI_COMM_NULL;    // the parent of every group communicator
+  MPI_Comm p2p_comm_ = MPI_COMM_NULL;      // point-to-point messages
+  std::vector<MPI_Request> sends_;         // posted, not yet waited for
   std::map<std::vector<int>, MPI_Comm> comms_;
   mutable std::mutex mutex_;  // stats_, reason_
   std::atomic<bool> aborted_{false};

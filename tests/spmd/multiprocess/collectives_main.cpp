@@ -7,7 +7,8 @@
 // Each rank checks its own results against references it computes locally (the same
 // element-by-element definitions and serial ordered sums the in-process tests use),
 // so passing here means multi-process and in-process runs agree bitwise. Exits nonzero
-// on any mismatch.
+// on any mismatch. Point-to-point messages (send / recv) are checked under MPI; a TCP
+// job's communicator refuses them with a clear error (checked too).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -134,6 +135,43 @@ void check_communicator() {
   expect(buf == std::vector<int>(5, n), "broadcast from the group's first member");
 }
 
+// Point-to-point messages (pipeline stages across processes), MPI only: every rank sends
+// to the next before it receives from the previous (a ring that only works if a send
+// does not wait for its receiver), two tags between one pair arriving in order, and a
+// size mismatch named.
+void check_point_to_point() {
+  auto error_of = [](const auto& fn) -> std::string {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  Communicator& comm = communicator();
+  const int n = device_count(), next = (g_rank + 1) % n, previous = (g_rank + n - 1) % n;
+  if (comm.kind() != "mpi") {
+    const std::string error = error_of([&] { comm.send(g_rank, next, 0, nullptr, 0); });
+    expect(error.find("has no point-to-point messages") != std::string::npos, "p2p refused: " + error);
+    return;
+  }
+  std::vector<float> out(1000, static_cast<float>(g_rank)), first(1000), second(1000);
+  std::vector<float> out2(1000, static_cast<float>(10 + g_rank));
+  comm.send(g_rank, next, 3, out.data(), out.size() * sizeof(float));
+  comm.send(g_rank, next, 3, out2.data(), out2.size() * sizeof(float));
+  comm.recv(g_rank, previous, 3, first.data(), first.size() * sizeof(float));
+  comm.recv(g_rank, previous, 3, second.data(), second.size() * sizeof(float));
+  comm.wait_sends(g_rank);
+  expect(first == std::vector<float>(1000, static_cast<float>(previous)), "p2p ring: the first message");
+  expect(second == std::vector<float>(1000, static_cast<float>(10 + previous)), "p2p ring: the second, in order");
+  comm.send(g_rank, next, 4, out.data(), 8);
+  const std::string error = error_of([&] { comm.recv(g_rank, previous, 4, first.data(), 4); });
+  comm.wait_sends(g_rank);
+  expect(!error.empty(), "p2p: a message larger than the receive buffer is an error");
+  const std::string bad_tag = error_of([&] { comm.send(g_rank, next, -1, nullptr, 0); });
+  expect(bad_tag.find("tag -1 is outside 0 .. 32767") != std::string::npos, "p2p bad tag: " + bad_tag);
+}
+
 void check_stats() {
   Communicator& comm = communicator();
   const std::vector<int> group = world_group();
@@ -194,6 +232,7 @@ int main(int argc, char** argv) {
     if (argc > 1 && std::strcmp(argv[1], "abort") == 0) return run_abort();
     check_primitives();
     check_communicator();
+    check_point_to_point();
     check_stats();
     // Every rank learns the total, so they all exit with the same status.
     int64_t failures = g_failures;

@@ -16,6 +16,7 @@
 #include "tessera/nn/dropout.h"
 #include "tessera/nn/layer_norm.h"
 #include "tessera/nn/mlp.h"
+#include "tessera/nn/moe.h"
 #include "tessera/nn/rms_norm.h"
 
 namespace tessera::models {
@@ -77,6 +78,23 @@ void ModelConfig::validate() const {
   if (!quant_targets.empty() && dtype == DType::Float16)
     fail<ValueError>(
         "ModelConfig: int8 matmuls (quant.targets) need model.compute_dtype float32 or bfloat16 (got float16)");
+  if (moe_experts < 0) fail<ValueError>("ModelConfig: moe_experts = {} must be >= 0 (0: no experts)", moe_experts);
+  if (moe()) {
+    if (family != "llama")
+      fail<ValueError>("ModelConfig: moe_experts = {} needs family 'llama' (Mixtral's SwiGLU experts; got '{}')",
+                       moe_experts, family);
+    if (moe_top_k < 1 || moe_top_k > moe_experts)
+      fail<ValueError>("ModelConfig: moe_top_k = {} must be between 1 and moe_experts = {}", moe_top_k, moe_experts);
+    if (!(moe_capacity_factor >= 0) || !std::isfinite(moe_capacity_factor))
+      fail<ValueError>("ModelConfig: moe_capacity_factor = {} must be >= 0 (0: dropless)", moe_capacity_factor);
+    if (!(moe_aux_loss_coef >= 0) || !std::isfinite(moe_aux_loss_coef))
+      fail<ValueError>("ModelConfig: moe_aux_loss_coef = {} must be >= 0", moe_aux_loss_coef);
+    if (remat != "none")
+      fail<ValueError>("ModelConfig: remat = '{}' with experts (moe_experts = {}) is not supported yet; use 'none'",
+                       remat, moe_experts);
+    if (quantized("mlp"))
+      fail<ValueError>("ModelConfig: int8 'mlp' matmuls (quant.targets) with experts are not supported yet");
+  }
 }
 
 bool ModelConfig::quantized(const std::string& target) const {
@@ -164,6 +182,30 @@ ModelConfig preset(const std::string& name) {
          .mlp_dim = big ? 28672 : 14336,
          .context = 8192,
          .rope_theta = 500000.0};
+  } else if (name == "mixtral-tiny") {
+    c = {.family = "llama",
+         .vocab = 256,
+         .dim = 128,
+         .layers = 2,
+         .heads = 4,
+         .kv_heads = 2,
+         .mlp_dim = 256,
+         .context = 256,
+         .moe_experts = 4,
+         .moe_top_k = 2};
+  } else if (name == "mixtral-8x7b") {
+    // Mixtral-8x7B-v0.1's config.json: 8 experts, 2 per token, rope_theta 1e6, 32k context.
+    c = {.family = "llama",
+         .vocab = 32000,
+         .dim = 4096,
+         .layers = 32,
+         .heads = 32,
+         .kv_heads = 8,
+         .mlp_dim = 14336,
+         .context = 32768,
+         .rope_theta = 1e6,
+         .moe_experts = 8,
+         .moe_top_k = 2};
   } else {
     fail<ValueError>("preset: unknown model '{}' (known: {})", name, fmt::join(preset_names(), ", "));
   }
@@ -171,8 +213,8 @@ ModelConfig preset(const std::string& name) {
 }
 
 std::vector<std::string> preset_names() {
-  return {"tiny",     "small",     "gpt2-124m",  "gpt2-350m",   "llama-tiny",
-          "llama-1b", "llama2-7b", "llama2-70b", "llama3.1-8b", "llama3.1-70b"};
+  return {"tiny",      "small",      "gpt2-124m",   "gpt2-350m",    "llama-tiny",   "llama-1b",
+          "llama2-7b", "llama2-70b", "llama3.1-8b", "llama3.1-70b", "mixtral-tiny", "mixtral-8x7b"};
 }
 
 namespace {
@@ -200,6 +242,16 @@ nn::GeluMLP gelu_mlp_of(const ModelConfig& c) {
 
 nn::SwiGLU swiglu_of(const ModelConfig& c) {
   return {.dim = c.dim, .hidden = c.resolved_mlp_dim(), .init_std = c.init_std, .out_std = residual_std(c)};
+}
+
+nn::MoE moe_of(const ModelConfig& c) {
+  return {.dim = c.dim,
+          .hidden = c.resolved_mlp_dim(),
+          .experts = c.moe_experts,
+          .top_k = c.moe_top_k,
+          .capacity_factor = c.moe_capacity_factor,
+          .init_std = c.init_std,
+          .out_std = residual_std(c)};
 }
 
 // gpt2: LayerNorm with bias; llama: RMSNorm. Both keep "scale" (and gpt2 "bias").
@@ -236,7 +288,10 @@ Tree build_params(const ModelConfig& c, const nn::ParamScope& scope) {
     layer["ln1"] = norm_init(c, s.child("ln1"));
     layer["attn"] = attention.init(s.child("attn"));
     layer["ln2"] = norm_init(c, s.child("ln2"));
-    layer["mlp"] = is_gpt2(c) ? gelu_mlp_of(c).init(s.child("mlp")) : swiglu_of(c).init(s.child("mlp"));
+    if (c.moe())
+      layer["moe"] = moe_of(c).init(s.child("moe"));
+    else
+      layer["mlp"] = is_gpt2(c) ? gelu_mlp_of(c).init(s.child("mlp")) : swiglu_of(c).init(s.child("mlp"));
     layers.push_back(std::move(layer));
   }
   p["layers"] = Tree::list(std::move(layers));
@@ -413,8 +468,10 @@ struct Segment {
 // The shared forward pass: logits of tokens at positions offset.. (offset = the
 // cache's length), with dropout when `dropout_key` is set. Activations (the residual
 // stream included, as in MaxText) are in the compute dtype.
+// With experts, each layer's routing figures go to `moe_stats` when given.
 Array forward(const ModelConfig& c, const Tree& master, const Array& tokens, const std::optional<Array>& dropout_key,
-              KVCache* cache, const std::optional<Packing>& packing = std::nullopt, const Segment& segment = {}) {
+              KVCache* cache, const std::optional<Packing>& packing = std::nullopt, const Segment& segment = {},
+              std::vector<nn::MoE::Output>* moe_stats = nullptr) {
   const int64_t t = tokens.shape(1), offset = cache != nullptr ? cache->length : 0;
   const std::optional<DType> dtype = cast_dtype(c);
   const Tree params = compute_params(master, dtype);
@@ -438,6 +495,7 @@ Array forward(const ModelConfig& c, const Tree& master, const Array& tokens, con
   nn::Attention attention = attention_of(c);
   nn::GeluMLP gelu_mlp = gelu_mlp_of(c);
   nn::SwiGLU swiglu = swiglu_of(c);
+  const nn::MoE moe = moe_of(c);
   const std::vector<Tree>& layers = params.at("layers").elements();
   if (segment.whole() && static_cast<int64_t>(layers.size()) != c.layers)
     fail<ValueError>("Model: params have {} layers (the config says {})", layers.size(), c.layers);
@@ -466,7 +524,13 @@ Array forward(const ModelConfig& c, const Tree& master, const Array& tokens, con
       }
       y = y + drop(h, key_at(1 + 2 * l));
       h = norm_apply(c, layer.at("ln2"), y);
-      h = is_gpt2(c) ? gelu_mlp(layer.at("mlp"), h) : swiglu(layer.at("mlp"), h);
+      if (c.moe()) {
+        nn::MoE::Output routed = moe(layer.at("moe"), h);
+        h = routed.y;
+        if (moe_stats != nullptr) moe_stats->push_back(std::move(routed));
+      } else {
+        h = is_gpt2(c) ? gelu_mlp(layer.at("mlp"), h) : swiglu(layer.at("mlp"), h);
+      }
       return y + drop(h, key_at(2 + 2 * l));
     };
     x = remat ? checkpoint(std::function<Array(const Array&)>(block), *remat)(x) : block(x);
@@ -508,13 +572,20 @@ Array Model::loss(const Tree& params, const Array& tokens, const Array& targets,
                      to_string(tokens.shape()));
   check_tokens(config_, tokens, 0, "loss");
   check_packing(tokens, packing, "loss");
-  return cross_entropy(forward(config_, params, tokens, dropout_key, nullptr, packing), targets, -100, Reduction::Mean,
-                       config_.vocab);
+  std::vector<nn::MoE::Output> routing;
+  const Array ce = cross_entropy(forward(config_, params, tokens, dropout_key, nullptr, packing, {}, &routing), targets,
+                                 -100, Reduction::Mean, config_.vocab);
+  if (!config_.moe() || config_.moe_aux_loss_coef == 0) return ce;
+  return ce + nn::load_balancing_loss(routing, config_.moe_experts) * config_.moe_aux_loss_coef;
 }
 
 Array Model::stage_forward(const Tree& params, const Array& input, int64_t first_layer, bool embed,
                            const std::optional<Array>& targets) const {
   if (embed) check_tokens(config_, input, 0, "stage_forward");
+  if (config_.moe())
+    fail<ValueError>(
+        "Model::stage_forward: pipeline stages of a mixture-of-experts model are not supported yet (the load-balancing "
+        "loss spans every layer)");
   const Segment segment{first_layer, embed, targets.has_value()};
   const Array out = forward(config_, params, input, std::nullopt, nullptr, std::nullopt, segment);
   if (!targets) return out;
@@ -559,6 +630,9 @@ double Model::flops_per_token(int64_t seq) const {
   if (seq <= 0) fail<ValueError>("Model::flops_per_token: seq {} must be positive", seq);
   int64_t n = parameter_count();  // without the vocabulary padding
   if (is_gpt2(config_)) n -= config_.context * config_.dim;
+  // Experts: a token runs through top_k of them (the active parameters).
+  if (config_.moe())
+    n -= config_.layers * (config_.moe_experts - config_.moe_top_k) * 3 * config_.dim * config_.resolved_mlp_dim();
   return 6.0 * static_cast<double>(n) +
          12.0 * static_cast<double>(config_.layers) * static_cast<double>(seq) * static_cast<double>(config_.dim);
 }

@@ -154,6 +154,16 @@ void add_model_fields(std::vector<Field>& f) {
   f.push_back(field<int64_t>("model.context", "longest sequence", [](C& c) -> int64_t& { return c.model.context; }));
   f.push_back(
       field<double>("model.dropout", "dropout while training", [](C& c) -> double& { return c.model.dropout; }));
+  f.push_back(field<int64_t>("model.moe_experts", "mixture of experts (llama): SwiGLU experts per layer (0: dense MLP)",
+                             [](C& c) -> int64_t& { return c.model.moe_experts; }));
+  f.push_back(field<int64_t>("model.moe_top_k", "experts each token is routed to",
+                             [](C& c) -> int64_t& { return c.model.moe_top_k; }));
+  f.push_back(field<double>("model.moe_capacity_factor",
+                            "expert slots per expert = ceil(factor * tokens * top_k / experts), the rest dropped "
+                            "(0: dropless)",
+                            [](C& c) -> double& { return c.model.moe_capacity_factor; }));
+  f.push_back(field<double>("model.moe_aux_loss_coef", "weight of the load-balancing loss added to the training loss",
+                            [](C& c) -> double& { return c.model.moe_aux_loss_coef; }));
   f.push_back(
       field<double>("model.norm_eps", "normalization epsilon", [](C& c) -> double& { return c.model.norm_eps; }));
   f.push_back(

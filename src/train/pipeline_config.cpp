@@ -63,6 +63,10 @@ std::optional<PipelinePlan> pipeline_plan(const TrainConfig& c) {
           "split the stages' parameters; FSDP and tensor parallelism inside pipeline stages are not built yet)",
           c.parallel.mesh, name, mesh.axis_size(a));
   }
+  if (c.model.moe())
+    fail<ConfigError>(
+        "config: model.moe_experts = {} with a pipeline axis: mixture-of-experts pipeline stages are not built yet",
+        c.model.moe_experts);
   if (!c.model.quant_targets.empty())
     fail<ConfigError>(
         "config: [quant] targets ({}) with a pipeline axis: int8 training inside pipeline stages is not built yet",

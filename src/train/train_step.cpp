@@ -38,11 +38,13 @@ std::string model_identity(const models::ModelConfig& c) {
   return fmt::format(
       "model family={} vocab={} vocab_pad_to={} dim={} layers={} heads={} kv_heads={} mlp_dim={} context={} "
       "dropout={} norm_eps={} rope_theta={} rope_scaling={} rope_factor={} rope_low={} rope_high={} rope_context={} "
-      "tied={} init_std={} compute_dtype={} quant_targets={} quant_backward={} remat={}",
+      "tied={} init_std={} compute_dtype={} quant_targets={} quant_backward={} remat={} moe_experts={} moe_top_k={} "
+      "moe_capacity_factor={} moe_aux_loss_coef={}",
       c.family, c.vocab, c.vocab_pad_to, c.dim, c.layers, c.heads, c.kv_heads, c.mlp_dim, c.context, c.dropout,
       c.norm_eps, c.rope_theta, c.rope_scaling, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
       c.rope_original_context, c.tied_embeddings ? int(*c.tied_embeddings) : -1, c.init_std, c.compute_dtype,
-      fmt::join(c.quant_targets, ","), c.quant_backward, c.remat);
+      fmt::join(c.quant_targets, ","), c.quant_backward, c.remat, c.moe_experts, c.moe_top_k, c.moe_capacity_factor,
+      c.moe_aux_loss_coef);
 }
 
 std::string step_identity(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches,

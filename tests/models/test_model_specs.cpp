@@ -25,8 +25,10 @@ int64_t closed_form_count(const ModelConfig& c) {
   const int64_t qkv = (c.heads + 2 * c.resolved_kv_heads()) * dh;
   const bool gpt2 = c.family == "gpt2";
   int64_t n = c.vocab * d + (gpt2 ? c.context * d : 0);
+  // Experts: moe_experts SwiGLUs and the router [d, E] in place of one SwiGLU.
+  const int64_t mlp = c.moe() ? c.moe_experts * 3 * d * f + d * c.moe_experts : 3 * d * f;
   int64_t layer =
-      gpt2 ? 2 * (2 * d) + d * qkv + qkv + d * d + d + d * f + f + f * d + d : 2 * d + d * qkv + d * d + 3 * d * f;
+      gpt2 ? 2 * (2 * d) + d * qkv + qkv + d * d + d + d * f + f + f * d + d : 2 * d + d * qkv + d * d + mlp;
   n += c.layers * layer + (gpt2 ? 2 * d : d);
   if (!c.resolved_tied()) n += d * c.vocab;
   return n;
@@ -156,13 +158,14 @@ TEST(ModelSpecs, FlopsPerTokenIsTheHeaderFormula) {
 }
 
 TEST(ModelSpecs, PresetsAndConfigErrors) {
-  EXPECT_EQ(preset_names().size(), 10u);
+  EXPECT_EQ(preset_names().size(), 12u);
   // The published models' parameter counts (Hugging Face's num_parameters() of the
   // released checkpoints).
   EXPECT_EQ(Model(preset("llama2-7b")).parameter_count(), 6738415616);
   EXPECT_EQ(Model(preset("llama2-70b")).parameter_count(), 68976648192);
   EXPECT_EQ(Model(preset("llama3.1-8b")).parameter_count(), 8030261248);
   EXPECT_EQ(Model(preset("llama3.1-70b")).parameter_count(), 70553706496);
+  EXPECT_EQ(Model(preset("mixtral-8x7b")).parameter_count(), 46702792704);
   ModelConfig l = preset("llama-1b");
   EXPECT_EQ(l.resolved_kv_heads(), 8);
   EXPECT_EQ(l.resolved_mlp_dim(), 8192);

@@ -77,6 +77,16 @@ struct ModelConfig {
   // cache path) never recomputes.
   std::string remat = "none";
   static constexpr const char* kBlockInput = "block_input";
+  // Mixture of experts (llama family; nn/moe.h, Mixtral's block): with moe_experts > 0
+  // every layer's feed-forward is moe_experts SwiGLU experts of width mlp_dim, each token
+  // routed to moe_top_k of them. moe_capacity_factor 0: dropless; > 0: each expert takes
+  // ceil(factor * tokens * k / experts) assignments and drops the rest. The training
+  // loss adds moe_aux_loss_coef times the load-balancing loss (transformers' Mixtral:
+  // router_aux_loss_coef 0.02).
+  int64_t moe_experts = 0;
+  int64_t moe_top_k = 2;
+  double moe_capacity_factor = 0;
+  double moe_aux_loss_coef = 0.02;
 
   // Checks every field (positive sizes, dim % heads, heads % kv_heads, known family);
   // a ConfigError-style ValueError names the field and the value.
@@ -96,6 +106,7 @@ struct ModelConfig {
   // Whether a training forward pass takes a random key: dropout, or int8 backward
   // GEMMs (stochastic rounding).
   bool needs_step_key() const;
+  bool moe() const { return moe_experts > 0; }
 };
 
 // Named shapes: "tiny" (gpt2 V256 L4 H4 d256 T256), "small" (gpt2 V4096 L6 H6 d384
@@ -178,7 +189,8 @@ class Model {
 
   // Training FLOPs per token, PaLM/nanoGPT convention (the peers use it):
   // 6 * N + 12 * layers * T * dim, N = parameters without the position table
-  // (a tied embedding counted once). `seq` is the trained sequence length T.
+  // (a tied embedding counted once; with experts, only the top_k a token runs through).
+  // `seq` is the trained sequence length T.
   double flops_per_token(int64_t seq) const;
 
  private:

@@ -1,0 +1,60 @@
+// Mixture of experts (Mixtral's sparse MoE block): a router picks top_k of `experts`
+// SwiGLU experts per token; the token's output is their outputs weighted by the
+// router's renormalized probabilities.
+//
+//   probs = softmax(x @ router)                       [T, E] (float32)
+//   top-k experts per token, gates = their probs / the sum of those k
+//   y_t = sum_j gate_tj * expert_{e_tj}(x_t),  expert_e(x) = down_e(silu(gate_e x) * up_e x)
+//
+// Dispatch is by gathers, not dense masks: the T*k (token, expert) assignments get a
+// slot in their expert's buffer of `capacity` rows (rank among the expert's assignments
+// in token order: an exclusive prefix count of the one-hot choices, done as blocked
+// triangular matmuls on exact small integers), the tokens are gathered into
+// [experts, capacity, dim], the experts run as batched GEMMs, and the outputs are
+// gathered back by slot. Gradients flow through the gathers (scatter-adds), the GEMMs
+// and the gates; the routing itself (which expert, which slot) carries none.
+//
+// capacity_factor 0: dropless (capacity = T: every assignment gets a slot; the expert
+// GEMMs then cost experts / top_k times the active FLOPs). > 0: capacity =
+// ceil(factor * T * k / E) (GShard / Switch); assignments past it are dropped (their
+// gate's share is lost, as in those models) and counted.
+//
+// Load balancing (Switch Transformer, as transformers' Mixtral computes it): with
+// f[j, e] the share of tokens whose j-th choice is e and P[e] the mean router
+// probability, aux = E * sum_je f[j, e] P[e]; the model adds aux_loss_coef * aux to the
+// loss, the per-layer f and P averaged over layers first.
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/core/tree.h"
+#include "tessera/nn/param.h"
+
+namespace tessera::nn {
+
+struct MoE {
+  int64_t dim = 0, hidden = 0, experts = 0, top_k = 2;
+  double capacity_factor = 0;  // 0: dropless
+  double init_std = 0.02, out_std = 0.02;
+
+  struct Output {
+    Array y;                  // x's shape
+    Array choice_share;       // f: [top_k, experts], the share of tokens per (choice, expert)
+    Array router_prob;        // P: [experts], the mean router probability
+    Array tokens_per_expert;  // [experts] float32: assignments routed to each expert (kept or not)
+    Array dropped;            // scalar float32: assignments past the capacity
+  };
+
+  // {"router": {"w" [dim, experts]}, "gate"/"up": {"w" [experts, dim, hidden]},
+  //  "down": {"w" [experts, hidden, dim]}}; logical axes "embed", "experts", "mlp".
+  Tree init(ParamScope scope) const;
+  // x [..., dim] in the compute dtype (the router runs in float32).
+  Output operator()(const Tree& p, const Array& x) const;
+  // Expert slots per expert for `tokens` tokens.
+  int64_t capacity(int64_t tokens) const;
+};
+
+// E * sum(f * P) from the layers' f and P averaged over layers (see above).
+Array load_balancing_loss(const std::vector<MoE::Output>& layers, int64_t experts);
+
+}  // namespace tessera::nn

@@ -1,0 +1,142 @@
+// The mixture-of-experts block (see moe.h).
+#include "tessera/nn/moe.h"
+
+#include <cmath>
+#include <memory>
+
+#include "tessera/base/error.h"
+#include "tessera/core/ops.h"
+#include "tessera/ir/primitives/indexing.h"
+
+namespace tessera::nn {
+
+namespace {
+
+// 1 where row > column: the strictly lower triangle of an n x n matrix, float32.
+Array strictly_lower(int64_t n) {
+  const Array r = arange(n);
+  return astype(greater(expand_dims(r, 1), expand_dims(r, 0)), DType::Float32);
+}
+
+// Exclusive prefix sums down the rows of `a` [n, e] (small non-negative integers in
+// float32, so every sum is exact): blocks of s ~ sqrt(n) rows, a triangular matmul
+// inside each block and one across the blocks' totals. O(n^1.5 e) work.
+Array exclusive_row_prefix(const Array& a) {
+  const int64_t n = a.shape(0), e = a.shape(1);
+  const auto s = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))));
+  const int64_t blocks = (n + s - 1) / s;
+  Array padded = blocks * s == n ? a : concatenate({a, zeros({blocks * s - n, e}, a.dtype())}, 0);
+  padded = reshape(padded, {blocks, s, e});
+  const Array within = matmul(strictly_lower(s), padded);                 // [blocks, s, e]
+  const Array before = matmul(strictly_lower(blocks), sum(padded, {1}));  // [blocks, e]
+  const Array prefix = reshape(within + expand_dims(before, 1), {blocks * s, e});
+  return slice_axis(prefix, 0, 0, n);
+}
+
+// zeros([size]) with values[i] added at index[i] (TakeScatterAdd: take's transpose).
+Array scatter_add_1d(int64_t size, const Array& index, const Array& values) {
+  return Array::make({size}, values.dtype(), std::make_shared<TakeScatterAdd>(Shape{size}, 0), {index, values});
+}
+
+}  // namespace
+
+int64_t MoE::capacity(int64_t tokens) const {
+  if (capacity_factor <= 0) return tokens;  // dropless: an expert can get every token once
+  const auto c = static_cast<int64_t>(
+      std::ceil(capacity_factor * static_cast<double>(tokens * top_k) / static_cast<double>(experts)));
+  return std::clamp<int64_t>(c, 1, tokens);
+}
+
+Tree MoE::init(ParamScope scope) const {
+  if (dim <= 0 || hidden <= 0 || experts <= 0)
+    fail<ValueError>("MoE '{}': dim {}, hidden {} and experts {} must be positive", scope.path(), dim, hidden, experts);
+  if (top_k < 1 || top_k > experts)
+    fail<ValueError>("MoE '{}': top_k = {} must be between 1 and the {} experts", scope.path(), top_k, experts);
+  auto weight = [&](const std::string& name, Shape shape, AxisNames axes, double std) {
+    Tree t;
+    t["w"] = scope.child(name).param(
+        "w", {.shape = std::move(shape), .axes = std::move(axes), .init = Initializer::normal(std)});
+    return t;
+  };
+  Tree p;
+  p["router"] = weight("router", {dim, experts}, {"embed", "experts"}, init_std);
+  p["gate"] = weight("gate", {experts, dim, hidden}, {"experts", "embed", "mlp"}, init_std);
+  p["up"] = weight("up", {experts, dim, hidden}, {"experts", "embed", "mlp"}, init_std);
+  p["down"] = weight("down", {experts, hidden, dim}, {"experts", "mlp", "embed"}, out_std);
+  return p;
+}
+
+MoE::Output MoE::operator()(const Tree& p, const Array& x) const {
+  if (x.ndim() < 1 || x.shape(-1) != dim)
+    fail<ShapeError>("MoE: input {} must end in the model width {}", tessera::to_string(x.shape()), dim);
+  const Shape shape = x.shape();
+  const int64_t t = x.size() / dim, k = top_k, e = experts, n = t * k, c = capacity(t);
+  const Array flat = reshape(x, {t, dim});
+
+  // Routing in float32 (float64 for float64 inputs): the top k by repeated argmax (the
+  // first index on ties).
+  const DType router_dtype = x.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
+  const Array probs =
+      softmax(matmul(astype(flat, router_dtype), astype(p.at("router").at("w").leaf(), router_dtype)), -1);
+  Array remaining = stop_gradient(probs);
+  std::vector<Array> choices;
+  for (int64_t j = 0; j < k; ++j) {
+    const Array choice = argmax(remaining, 1);  // [t]
+    choices.push_back(choice);
+    remaining = where(greater(one_hot(choice, e), zeros({}, DType::Float32)), full({}, -1.0, router_dtype), remaining);
+  }
+  const Array chosen = stack(choices, 1);  // [t, k]
+  const Array picked = take_along_axis(probs, chosen, 1);
+  const Array gates = picked / sum(picked, {1}, true);  // Mixtral renormalizes the top k
+
+  // Slots: assignment i = token i / k's (i % k)-th choice; its rank among its expert's
+  // assignments in that order; past the capacity it goes to the spare slot e * c.
+  const Array expert = reshape(chosen, {n});
+  const Array choice_one_hot = stop_gradient(one_hot(expert, e));  // [n, e]
+  const Array rank = reshape(take_along_axis(exclusive_row_prefix(choice_one_hot), expand_dims(expert, 1), 1), {n});
+  const Array kept = less(rank, full({}, static_cast<double>(c)));
+  const Array slot = astype(
+      where(kept, astype(expert, DType::Float32) * static_cast<double>(c) + rank, full({}, static_cast<double>(e * c))),
+      DType::Int64);
+  // Which token fills each slot (+1; 0 for an empty slot), then a gather with the empty
+  // slots reading an appended zero row.
+  const Array token_of_assignment = reshape(broadcast_to(expand_dims(arange(t), 1), {t, k}), {n});
+  const Array filled =
+      slice_axis(scatter_add_1d(e * c + 1, slot, astype(token_of_assignment, DType::Float32) + 1.0), 0, 0, e * c);
+  const Array source = astype(filled - 1.0, DType::Int64);
+  const Array source_or_zero_row =
+      where(less(source, zeros({}, DType::Int64)), full({}, static_cast<double>(t), DType::Int64), source);
+  const Array padded_x = concatenate({flat, zeros({1, dim}, flat.dtype())}, 0);
+  const Array dispatched = reshape(take(padded_x, source_or_zero_row, 0), {e, c, dim});
+
+  // The experts: batched SwiGLU GEMMs [e, c, dim] x [e, dim, hidden].
+  const DType dtype = flat.dtype();
+  auto w = [&](const char* name) { return astype(p.at(name).at("w").leaf(), dtype); };
+  const Array h = silu(matmul(dispatched, w("gate"))) * matmul(dispatched, w("up"));
+  const Array out = reshape(matmul(h, w("down")), {e * c, dim});
+
+  // Combine: each assignment reads its slot (a dropped one the zero row), weighted by its gate.
+  const Array padded_out = concatenate({out, zeros({1, dim}, dtype)}, 0);
+  const Array per_assignment = take(padded_out, slot, 0);  // [n, dim]
+  const Array weighted = per_assignment * astype(reshape(gates, {n, 1}), dtype);
+  Output o;
+  o.y = reshape(sum(reshape(weighted, {t, k, dim}), {1}), shape);
+  o.choice_share = mean(reshape(choice_one_hot, {t, k, e}), {0});
+  o.router_prob = mean(probs, {0});
+  o.tokens_per_expert = sum(choice_one_hot, {0});
+  o.dropped = sum(astype(logical_not(kept), DType::Float32));
+  return o;
+}
+
+Array load_balancing_loss(const std::vector<MoE::Output>& layers, int64_t experts) {
+  if (layers.empty()) fail<ValueError>("load_balancing_loss: no MoE layers");
+  Array f = layers.front().choice_share, prob = layers.front().router_prob;
+  for (size_t l = 1; l < layers.size(); ++l) {
+    f = f + layers[l].choice_share;
+    prob = prob + layers[l].router_prob;
+  }
+  const double inv = 1.0 / static_cast<double>(layers.size());
+  return sum(f * inv * expand_dims(prob * inv, 0)) * static_cast<double>(experts);
+}
+
+}  // namespace tessera::nn

@@ -9,9 +9,16 @@
 namespace tessera::train {
 
 AxisRules default_axis_rules() {
-  return {{"batch", {"data", "fsdp"}}, {"embed", {"fsdp"}},      {"norm", {"fsdp"}},
-          {"heads", {"tensor"}},       {"kv_heads", {"tensor"}}, {"mlp", {"tensor"}},
-          {"vocab", {"tensor"}},       {"position", {}},         {"head_dim", {}}};
+  return {{"batch", {"data", "fsdp", "expert"}},
+          {"embed", {"fsdp"}},
+          {"norm", {"fsdp"}},
+          {"heads", {"tensor"}},
+          {"kv_heads", {"tensor"}},
+          {"mlp", {"tensor"}},
+          {"vocab", {"tensor"}},
+          {"experts", {"expert"}},
+          {"position", {}},
+          {"head_dim", {}}};
 }
 
 AxisRules parse_axis_rules(const std::string& text, const AxisRules& base) {

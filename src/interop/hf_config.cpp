@@ -19,7 +19,9 @@ struct Family {
   const char* family;  // tessera's
 };
 
-constexpr Family kFamilies[] = {{"gpt2", "GPT2LMHeadModel", "gpt2"}, {"llama", "LlamaForCausalLM", "llama"}};
+constexpr Family kFamilies[] = {{"gpt2", "GPT2LMHeadModel", "gpt2"},
+                                {"llama", "LlamaForCausalLM", "llama"},
+                                {"mixtral", "MixtralForCausalLM", "llama"}};
 
 // Typed reads of config.json keys; a wrong type or a missing required key names both.
 class Reader {
@@ -49,6 +51,14 @@ class Reader {
     return v.get<double>();
   }
   double number_or(const char* key, double fallback) const { return has(key) ? number(key) : fallback; }
+  // A number >= 0 (a coefficient that may be 0).
+  double non_negative_or(const char* key, double fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = config_[key];
+    if (!v.is_number() || !(v.get<double>() >= 0))
+      fail<ValueError>("{}: '{}' = {} (expected a number >= 0)", origin_, key, v.dump());
+    return v.get<double>();
+  }
 
   bool boolean_or(const char* key, bool fallback) const {
     if (!has(key)) return fallback;
@@ -168,6 +178,25 @@ models::ModelConfig llama_from_hf(const Reader& r) {
   return c;
 }
 
+// Mixtral: Llama's attention and norms with a sparse MoE block per layer (nn/moe.h), as
+// transformers computes it: dropless, top num_experts_per_tok of num_local_experts,
+// renormalized gates. Router jitter (a training-time noise) and a sliding window shorter
+// than the context would compute something else and are refused.
+models::ModelConfig mixtral_from_hf(const Reader& r) {
+  models::ModelConfig c = llama_from_hf(r);
+  c.moe_experts = r.integer("num_local_experts");
+  c.moe_top_k = r.integer("num_experts_per_tok");
+  c.moe_capacity_factor = 0;
+  c.moe_aux_loss_coef = r.non_negative_or("router_aux_loss_coef", 0.001);  // MixtralConfig's default
+  if (r.non_negative_or("router_jitter_noise", 0) != 0)
+    fail<ValueError>("{}: 'router_jitter_noise' = {} is not supported (tessera's router has no jitter: 0)", r.origin(),
+                     r.raw("router_jitter_noise").dump());
+  if (r.has("sliding_window") && r.integer("sliding_window") < c.context)
+    fail<ValueError>("{}: 'sliding_window' = {} is not supported (tessera attends to the whole context of {})",
+                     r.origin(), r.integer("sliding_window"), c.context);
+  return c;
+}
+
 }  // namespace
 
 std::vector<std::string> supported_hf_model_types() {
@@ -195,7 +224,9 @@ models::ModelConfig model_config_from_hf(const json& config, const std::string& 
       fail<ValueError>("{}: architectures = {} is not supported for model_type \"{}\" (supported: [\"{}\"])", origin,
                        archs.dump(), model_type, family->architecture);
   }
-  models::ModelConfig c = model_type == "gpt2" ? gpt2_from_hf(r) : llama_from_hf(r);
+  models::ModelConfig c = model_type == "gpt2"      ? gpt2_from_hf(r)
+                          : model_type == "mixtral" ? mixtral_from_hf(r)
+                                                    : llama_from_hf(r);
   try {
     c.validate();
   } catch (const ValueError& e) {
@@ -226,8 +257,8 @@ json hf_config_from_model(const models::ModelConfig& c, const HfConfigOptions& o
     // Inference as trained: dropout is a training-time choice of the importer.
     for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) out[key] = 0.0;
   } else {
-    out["architectures"] = {"LlamaForCausalLM"};
-    out["model_type"] = "llama";
+    out["architectures"] = {c.moe() ? "MixtralForCausalLM" : "LlamaForCausalLM"};
+    out["model_type"] = c.moe() ? "mixtral" : "llama";
     out["vocab_size"] = c.vocab;
     out["hidden_size"] = c.dim;
     out["intermediate_size"] = c.resolved_mlp_dim();
@@ -250,6 +281,18 @@ json hf_config_from_model(const models::ModelConfig& c, const HfConfigOptions& o
     out["attention_bias"] = false;
     out["mlp_bias"] = false;
     out["attention_dropout"] = 0.0;
+    if (c.moe()) {
+      // transformers' Mixtral is dropless: a model trained with a capacity factor runs
+      // there (and in tessera's HF import) without dropping tokens.
+      out["num_local_experts"] = c.moe_experts;
+      out["num_experts_per_tok"] = c.moe_top_k;
+      out["router_aux_loss_coef"] = c.moe_aux_loss_coef;
+      out["router_jitter_noise"] = 0.0;
+      out["sliding_window"] = nullptr;
+      out["output_router_logits"] = false;
+      out.erase("mlp_bias");
+      out.erase("attention_bias");
+    }
   }
   out["tie_word_embeddings"] = c.resolved_tied();
   out["torch_dtype"] = options.dtype;

@@ -238,6 +238,41 @@ Tree gpt2_from_hf(const models::ModelConfig& c, const HfTensors& tensors, Tensor
   return params;
 }
 
+// A Mixtral layer's experts (nn/moe.h's tree) from either of transformers' layouts:
+//   the hub's (save_pretrained's default): block_sparse_moe.gate.weight [E, d] and
+//     block_sparse_moe.experts.N.{w1 (gate), w3 (up)} [f, d], w2 (down) [d, f];
+//   transformers 5's fused one: mlp.gate.weight, mlp.experts.gate_up_proj [E, 2f, d]
+//     (gate rows first), mlp.experts.down_proj [E, d, f].
+Tree mixtral_experts_from_hf(const models::ModelConfig& c, const std::string& h, TensorTaker& taker) {
+  const int64_t d = c.dim, m = c.resolved_mlp_dim(), e = c.moe_experts;
+  const bool fused = taker.contains(h + "mlp.experts.gate_up_proj");
+  const std::string prefix = h + (fused ? "mlp." : "block_sparse_moe.");
+  Tree moe;
+  moe["router"] = Tree{{"w", transpose(taker.take_f32(prefix + "gate.weight", {e, d})).eval()}};
+  Array gate, up, down;  // [e, d, m], [e, d, m], [e, m, d]
+  if (fused) {
+    const Array gate_up = taker.take_f32(prefix + "experts.gate_up_proj", {e, 2 * m, d});
+    gate = transpose(slice_axis(gate_up, 1, 0, m), {0, 2, 1});
+    up = transpose(slice_axis(gate_up, 1, m, 2 * m), {0, 2, 1});
+    down = transpose(taker.take_f32(prefix + "experts.down_proj", {e, d, m}), {0, 2, 1});
+  } else {
+    std::vector<Array> gates, ups, downs;
+    for (int64_t x = 0; x < e; ++x) {
+      const std::string n = fmt::format("{}experts.{}.", prefix, x);
+      gates.push_back(transpose(taker.take_f32(n + "w1.weight", {m, d})));
+      ups.push_back(transpose(taker.take_f32(n + "w3.weight", {m, d})));
+      downs.push_back(transpose(taker.take_f32(n + "w2.weight", {d, m})));
+    }
+    gate = stack(gates, 0);
+    up = stack(ups, 0);
+    down = stack(downs, 0);
+  }
+  moe["gate"] = Tree{{"w", gate.eval()}};
+  moe["up"] = Tree{{"w", up.eval()}};
+  moe["down"] = Tree{{"w", down.eval()}};
+  return moe;
+}
+
 Tree llama_from_hf(const models::ModelConfig& c, const HfTensors& tensors, TensorTaker& taker) {
   const int64_t d = c.dim, m = c.resolved_mlp_dim();
   const Heads hd = heads_of(c);
@@ -265,11 +300,15 @@ Tree llama_from_hf(const models::ModelConfig& c, const HfTensors& tensors, Tenso
     layer["attn"] = attn;
     if (taker.contains(h + "self_attn.rotary_emb.inv_freq")) taker.ignore(h + "self_attn.rotary_emb.inv_freq");
     layer["ln2"] = rms(h + "post_attention_layernorm.weight");
-    Tree mlp;
-    mlp["gate"] = Tree{{"w", array_of(linear_t(h + "mlp.gate_proj.weight", d, m), {d, m})}};
-    mlp["up"] = Tree{{"w", array_of(linear_t(h + "mlp.up_proj.weight", d, m), {d, m})}};
-    mlp["down"] = Tree{{"w", array_of(linear_t(h + "mlp.down_proj.weight", m, d), {m, d})}};
-    layer["mlp"] = mlp;
+    if (c.moe()) {
+      layer["moe"] = mixtral_experts_from_hf(c, h, taker);
+    } else {
+      Tree mlp;
+      mlp["gate"] = Tree{{"w", array_of(linear_t(h + "mlp.gate_proj.weight", d, m), {d, m})}};
+      mlp["up"] = Tree{{"w", array_of(linear_t(h + "mlp.up_proj.weight", d, m), {d, m})}};
+      mlp["down"] = Tree{{"w", array_of(linear_t(h + "mlp.down_proj.weight", m, d), {m, d})}};
+      layer["mlp"] = mlp;
+    }
     layers.push_back(std::move(layer));
   }
   params["layers"] = Tree::list(std::move(layers));
@@ -344,9 +383,24 @@ void llama_to_hf(const models::ModelConfig& c, const Tree& params, TensorList& o
     out.add(h + "self_attn.v_proj.weight", transposed(qkv[2]), {hd.hkv * hd.dh, d});
     add_t(h + "self_attn.o_proj.weight", leaf(layer, {"attn", "wo"}));
     out.add(h + "post_attention_layernorm.weight", leaf(layer, {"ln2", "scale"}));
-    add_t(h + "mlp.gate_proj.weight", leaf(layer, {"mlp", "gate", "w"}));
-    add_t(h + "mlp.up_proj.weight", leaf(layer, {"mlp", "up", "w"}));
-    add_t(h + "mlp.down_proj.weight", leaf(layer, {"mlp", "down", "w"}));
+    if (c.moe()) {
+      // The hub's Mixtral layout (what transformers' save_pretrained writes by default).
+      const std::string b = h + "block_sparse_moe.";
+      out.add(b + "gate.weight", transpose(leaf(layer, {"moe", "router", "w"})));
+      for (int64_t x = 0; x < c.moe_experts; ++x) {
+        const std::string n = fmt::format("{}experts.{}.", b, x);
+        auto expert = [&](const char* name) {
+          return squeeze(slice_axis(leaf(layer, {"moe", name, "w"}), 0, x, x + 1), {0});
+        };
+        out.add(n + "w1.weight", transpose(expert("gate")));
+        out.add(n + "w2.weight", transpose(expert("down")));
+        out.add(n + "w3.weight", transpose(expert("up")));
+      }
+    } else {
+      add_t(h + "mlp.gate_proj.weight", leaf(layer, {"mlp", "gate", "w"}));
+      add_t(h + "mlp.up_proj.weight", leaf(layer, {"mlp", "up", "w"}));
+      add_t(h + "mlp.down_proj.weight", leaf(layer, {"mlp", "down", "w"}));
+    }
   }
   out.add("model.norm.weight", leaf(params, {"lnf", "scale"}));
   if (!c.resolved_tied()) out.add("lm_head.weight", transposed(matrix_of(params.at("head").leaf())), {c.vocab, d});

@@ -84,7 +84,7 @@ TEST(HfExport, RoundTripIsBitwiseForBothFamilies) {
 TEST(HfExport, ImportedFixtureReExportsToTheSameTensors) {
   // Fixture -> tessera -> HF: every tensor transformers wrote comes back bit for bit.
   const fs::path dir = test::hf_test_dir();
-  for (const char* name : {"hf_gpt2", "hf_llama", "hf_llama31"}) {
+  for (const char* name : {"hf_gpt2", "hf_llama", "hf_llama31", "hf_mixtral"}) {
     const interop::HfModel hf = interop::load_hf_model(test::kHfFixtures / name);
     interop::save_hf_model(dir / name, hf.config, hf.params);
     const interop::HfTensors original = interop::read_hf_tensors(test::kHfFixtures / name);

@@ -41,7 +41,7 @@ std::string export_with_logits(const models::ModelConfig& config, const fs::path
   return " " + (dir / "model").string() + " " + (dir / "expected.json").string();
 }
 
-TEST(HfExportLive, TransformersLoadsExportedGpt2AndLlamaWithTesserasLogits) {
+TEST(HfExportLive, TransformersLoadsExportedGpt2LlamaAndMixtralWithTesserasLogits) {
   if (!venv_has_transformers())
     GTEST_SKIP() << "no transformers in " << kPython << " (run tests/oracles/run_oracle.sh hf_models to install it)";
   const fs::path dir = test::hf_test_dir();
@@ -67,6 +67,13 @@ TEST(HfExportLive, TransformersLoadsExportedGpt2AndLlamaWithTesserasLogits) {
   llama31.rope_scaling = "llama3";
   llama31.rope_original_context = 32;
   pairs += export_with_logits(llama31, dir / "llama31", 5'000'000'000);
+  // Mixtral: 4 experts, 2 per token (transformers' dropless routing on tessera's weights).
+  models::ModelConfig mixtral = models::preset("mixtral-tiny");
+  mixtral.vocab = 64;
+  mixtral.dim = 32;
+  mixtral.mlp_dim = 40;
+  mixtral.context = 16;
+  pairs += export_with_logits(mixtral, dir / "mixtral", 5'000'000'000);
   // Same float32 reasoning as test_hf_import.cpp: only the summation order differs.
   const std::string command =
       kPython.string() + " " + (test::kSourceDir / "tests/oracles/hf_check_export.py").string() + pairs + " --tol 5e-5";

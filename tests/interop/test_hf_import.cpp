@@ -76,6 +76,24 @@ TEST(HfImport, Llama31ScaledRopeLogitsMatchTransformers) {
   RecordProperty("max_abs_change_by_scaling", fmt::format("{:.3g}", unscaled));
 }
 
+TEST(HfImport, MixtralLogitsMatchTransformers) {
+  // 4 experts, 2 per token, dropless: transformers' MixtralForCausalLM on the same files.
+  const double err = max_logit_error("hf_mixtral");
+  EXPECT_LE(err, kLogitTolerance);
+  RecordProperty("max_abs_error", fmt::format("{:.3g}", err));
+  const interop::HfModel hf = interop::load_hf_model(kHfFixtures / "hf_mixtral");
+  EXPECT_EQ(hf.config.family, "llama");
+  EXPECT_EQ(hf.config.moe_experts, 4);
+  EXPECT_EQ(hf.config.moe_top_k, 2);
+  EXPECT_EQ(hf.config.moe_capacity_factor, 0);
+  EXPECT_DOUBLE_EQ(hf.config.moe_aux_loss_coef, 0.02);
+  // An expert's weights land in their slot: expert 2's w1 (gate) transposed.
+  const interop::HfTensors files = interop::read_hf_tensors(kHfFixtures / "hf_mixtral");
+  const Array w1 = files.at("model.layers.1.block_sparse_moe.experts.2.w1.weight").array;
+  const Array gate = hf.params.at("layers").at(1).at("moe").at("gate").at("w").leaf();
+  EXPECT_EQ(transpose(w1).to_vector<float>(), squeeze(slice_axis(gate, 0, 2, 3), {0}).to_vector<float>());
+}
+
 TEST(HfImport, ConfigsMapToModelConfigs) {
   const interop::HfModel gpt2 = interop::load_hf_model(kHfFixtures / "hf_gpt2");
   EXPECT_EQ(gpt2.config.family, "gpt2");
@@ -276,4 +294,30 @@ TEST(HfConfig, TransformersFourRopeKeysAreAccepted) {
 }
 
 }  // namespace
+TEST(HfConfig, MixtralSettingsTesseraCannotComputeAreErrors) {
+  json c = fixture_config("hf_mixtral");
+  c["router_jitter_noise"] = 0.1;
+  std::string e = config_error(c);
+  EXPECT_NE(e.find("'router_jitter_noise' = 0.1 is not supported"), std::string::npos) << e;
+  c = fixture_config("hf_mixtral");
+  c["sliding_window"] = 16;
+  e = config_error(c);
+  EXPECT_NE(e.find("'sliding_window' = 16 is not supported (tessera attends to the whole context of 32)"),
+            std::string::npos)
+      << e;
+  c = fixture_config("hf_mixtral");
+  c["num_experts_per_tok"] = 5;
+  e = config_error(c);
+  EXPECT_NE(e.find("moe_top_k = 5 must be between 1 and moe_experts = 4"), std::string::npos) << e;
+  c = fixture_config("hf_mixtral");
+  c["architectures"] = {"LlamaForCausalLM"};
+  e = config_error(c);
+  EXPECT_NE(e.find("(supported: [\"MixtralForCausalLM\"])"), std::string::npos) << e;
+  // Exported back, the config says mixtral with the same experts.
+  const json out = interop::hf_config_from_model(interop::model_config_from_hf(fixture_config("hf_mixtral"), "x"), {});
+  EXPECT_EQ(out.at("model_type"), "mixtral");
+  EXPECT_EQ(out.at("num_local_experts"), 4);
+  EXPECT_EQ(out.at("num_experts_per_tok"), 2);
+}
+
 }  // namespace tessera

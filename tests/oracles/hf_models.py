@@ -1,6 +1,6 @@
 """Hugging Face transformers as the oracle of tessera's HF import (src/interop/).
 
-Builds tiny GPT2LMHeadModel and LlamaForCausalLM models from configs (nothing comes
+Builds tiny GPT2LMHeadModel, LlamaForCausalLM and MixtralForCausalLM models from configs (nothing comes
 from the hub), gives every parameter random values (norm scales and biases too, so a
 mistaken mapping shows), and saves them with save_pretrained into the committed
 fixtures tests/interop/fixtures/hf_*/ -- only when a fixture is missing or
@@ -19,7 +19,8 @@ import sys
 
 import torch
 import transformers
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MixtralConfig,
+                          MixtralForCausalLM)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIXTURES = os.path.join(ROOT, "tests", "interop", "fixtures")
@@ -53,6 +54,16 @@ def llama31_config(rope_parameters=None):
     return llama_config(tied=False, max_position_embeddings=64, rope_parameters=rope_parameters or LLAMA31_ROPE)
 
 
+def mixtral_config():
+    # 4 experts, 2 per token (dropless, as transformers computes it); saved in the hub's
+    # original layout (block_sparse_moe.experts.N.w1/w2/w3), save_pretrained's default.
+    return MixtralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32, rms_norm_eps=1e-5,
+                         rope_theta=10000.0, tie_word_embeddings=False, hidden_act="silu", num_local_experts=4,
+                         num_experts_per_tok=2, router_aux_loss_coef=0.02, router_jitter_noise=0.0,
+                         sliding_window=None, bos_token_id=1, eos_token_id=2)
+
+
 def randomize(model, seed):
     """Every parameter random: weights ~ N(0, 0.2), norm scales ~ 1 + N(0, 0.2), biases ~ N(0, 0.1)."""
     gen = torch.Generator().manual_seed(seed)
@@ -80,6 +91,8 @@ def build(name):
         return randomize(LlamaForCausalLM(llama_config(tied=True)), 3), {}
     if name == "hf_llama31":
         return randomize(LlamaForCausalLM(llama31_config()), 4), {}
+    if name == "hf_mixtral":
+        return randomize(MixtralForCausalLM(mixtral_config()), 5), {}
     raise ValueError(name)
 
 
@@ -123,7 +136,7 @@ def main():
               "tokens": TOKENS, "cases": []}
     for name, cls in (("hf_gpt2", GPT2LMHeadModel), ("hf_llama", LlamaForCausalLM),
                       ("hf_llama_sharded", LlamaForCausalLM), ("hf_llama_tied", LlamaForCausalLM),
-                      ("hf_llama31", LlamaForCausalLM)):
+                      ("hf_llama31", LlamaForCausalLM), ("hf_mixtral", MixtralForCausalLM)):
         path = ensure_fixture(name)
         logits = logits_of(path, cls)
         if name == "hf_llama_sharded":

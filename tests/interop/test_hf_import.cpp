@@ -94,6 +94,35 @@ TEST(HfImport, MixtralLogitsMatchTransformers) {
   EXPECT_EQ(transpose(w1).to_vector<float>(), squeeze(slice_axis(gate, 0, 2, 3), {0}).to_vector<float>());
 }
 
+TEST(HfImport, MixtralFusedExpertLayoutEqualsTheHubLayout) {
+  // transformers 5 keeps a layer's experts fused (save_pretrained(save_original_format=
+  // False) writes them so): mlp.gate.weight, mlp.experts.gate_up_proj [E, 2f, d] with the
+  // gate rows first, mlp.experts.down_proj [E, d, f]. Built here from the hub-layout
+  // fixture, it imports to the same parameters bit for bit.
+  const interop::HfModel hub = interop::load_hf_model(kHfFixtures / "hf_mixtral");
+  const interop::HfTensors files = interop::read_hf_tensors(kHfFixtures / "hf_mixtral");
+  interop::HfTensors fused;
+  for (const auto& [name, t] : files)
+    if (name.find(".block_sparse_moe.") == std::string::npos) fused[name] = t;
+  for (int64_t l = 0; l < hub.config.layers; ++l) {
+    const std::string from = fmt::format("model.layers.{}.block_sparse_moe.", l);
+    const std::string to = fmt::format("model.layers.{}.mlp.", l);
+    fused[to + "gate.weight"] = files.at(from + "gate.weight");
+    std::vector<Array> gate_up, down;
+    for (int64_t e = 0; e < hub.config.moe_experts; ++e) {
+      const std::string n = fmt::format("{}experts.{}.", from, e);
+      gate_up.push_back(concatenate({files.at(n + "w1.weight").array, files.at(n + "w3.weight").array}, 0));
+      down.push_back(files.at(n + "w2.weight").array);
+    }
+    fused[to + "experts.gate_up_proj"] = {stack(gate_up, 0).eval(), "fused"};
+    fused[to + "experts.down_proj"] = {stack(down, 0).eval(), "fused"};
+  }
+  const Tree params = interop::params_from_hf(hub.config, fused, "fused");
+  const std::vector<Array> got = params.leaves(), want = hub.params.leaves();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].to_vector<float>(), want[i].to_vector<float>()) << i;
+}
+
 TEST(HfImport, ConfigsMapToModelConfigs) {
   const interop::HfModel gpt2 = interop::load_hf_model(kHfFixtures / "hf_gpt2");
   EXPECT_EQ(gpt2.config.family, "gpt2");

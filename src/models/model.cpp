@@ -87,6 +87,7 @@ void ModelConfig::validate() const {
       fail<ValueError>("ModelConfig: moe_top_k = {} must be between 1 and moe_experts = {}", moe_top_k, moe_experts);
     if (!(moe_capacity_factor >= 0) || !std::isfinite(moe_capacity_factor))
       fail<ValueError>("ModelConfig: moe_capacity_factor = {} must be >= 0 (0: dropless)", moe_capacity_factor);
+    if (moe_groups < 0) fail<ValueError>("ModelConfig: moe_groups = {} must be >= 0 (0: automatic)", moe_groups);
     if (!(moe_aux_loss_coef >= 0) || !std::isfinite(moe_aux_loss_coef))
       fail<ValueError>("ModelConfig: moe_aux_loss_coef = {} must be >= 0", moe_aux_loss_coef);
     if (remat != "none")
@@ -249,6 +250,7 @@ nn::MoE moe_of(const ModelConfig& c) {
           .hidden = c.resolved_mlp_dim(),
           .experts = c.moe_experts,
           .top_k = c.moe_top_k,
+          .groups = c.moe_groups,
           .capacity_factor = c.moe_capacity_factor,
           .init_std = c.init_std,
           .out_std = residual_std(c)};

@@ -7,6 +7,7 @@
 #include "tessera/base/error.h"
 #include "tessera/core/ops.h"
 #include "tessera/ir/primitives/indexing.h"
+#include "tessera/nn/logical_sharding.h"
 
 namespace tessera::nn {
 
@@ -18,24 +19,32 @@ Array strictly_lower(int64_t n) {
   return astype(greater(expand_dims(r, 1), expand_dims(r, 0)), DType::Float32);
 }
 
-// Exclusive prefix sums down the rows of `a` [n, e] (small non-negative integers in
-// float32, so every sum is exact): blocks of s ~ sqrt(n) rows, a triangular matmul
-// inside each block and one across the blocks' totals. O(n^1.5 e) work.
-Array exclusive_row_prefix(const Array& a) {
-  const int64_t n = a.shape(0), e = a.shape(1);
+// Exclusive prefix sums down axis 1 of `a` [g, n, e] (small non-negative integers in
+// float32, so every sum is exact), each of the g groups on its own: blocks of s ~
+// sqrt(n) rows, a triangular matmul inside each block and one across the blocks' totals.
+// O(g n^1.5 e) work.
+Array exclusive_prefix(const Array& a) {
+  const int64_t g = a.shape(0), n = a.shape(1), e = a.shape(2);
   const auto s = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))));
   const int64_t blocks = (n + s - 1) / s;
-  Array padded = blocks * s == n ? a : concatenate({a, zeros({blocks * s - n, e}, a.dtype())}, 0);
-  padded = reshape(padded, {blocks, s, e});
-  const Array within = matmul(strictly_lower(s), padded);                 // [blocks, s, e]
-  const Array before = matmul(strictly_lower(blocks), sum(padded, {1}));  // [blocks, e]
-  const Array prefix = reshape(within + expand_dims(before, 1), {blocks * s, e});
-  return slice_axis(prefix, 0, 0, n);
+  Array padded = blocks * s == n ? a : concatenate({a, zeros({g, blocks * s - n, e}, a.dtype())}, 1);
+  padded = reshape(padded, {g, blocks, s, e});
+  const Array within = matmul(strictly_lower(s), padded);                 // [g, blocks, s, e]
+  const Array before = matmul(strictly_lower(blocks), sum(padded, {2}));  // [g, blocks, e]
+  const Array prefix = reshape(within + expand_dims(before, 2), {g, blocks * s, e});
+  return slice_axis(prefix, 1, 0, n);
 }
 
-// zeros([size]) with values[i] added at index[i] (TakeScatterAdd: take's transpose).
-Array scatter_add_1d(int64_t size, const Array& index, const Array& values) {
-  return Array::make({size}, values.dtype(), std::make_shared<TakeScatterAdd>(Shape{size}, 0), {index, values});
+// zeros([g, size]) with values[i, j] added at [i, index[i, j]] (take_along_axis's transpose).
+Array scatter_add_rows(int64_t size, const Array& index, const Array& values) {
+  const Shape shape{index.shape(0), size};
+  return Array::make(shape, values.dtype(), std::make_shared<TakeAlongScatterAdd>(shape, 1), {index, values});
+}
+
+// rows[i, index[i, j], :] for each group i: [g, m, d] from [g, n, d] and [g, m].
+Array gather_rows(const Array& rows, const Array& index) {
+  const Array wide = broadcast_to(expand_dims(index, 2), {index.shape(0), index.shape(1), rows.shape(2)});
+  return take_along_axis(rows, wide, 1);
 }
 
 }  // namespace
@@ -66,11 +75,22 @@ Tree MoE::init(ParamScope scope) const {
   return p;
 }
 
+int64_t MoE::resolved_groups(int64_t tokens) const {
+  if (groups > 0) {
+    if (tokens % groups != 0)
+      fail<ShapeError>("MoE: {} tokens do not split into moe_groups = {} equal groups", tokens, groups);
+    return groups;
+  }
+  const int64_t devices = logical_axis_size("batch");
+  return tokens % devices == 0 ? devices : 1;
+}
+
 MoE::Output MoE::operator()(const Tree& p, const Array& x) const {
   if (x.ndim() < 1 || x.shape(-1) != dim)
     fail<ShapeError>("MoE: input {} must end in the model width {}", tessera::to_string(x.shape()), dim);
   const Shape shape = x.shape();
-  const int64_t t = x.size() / dim, k = top_k, e = experts, n = t * k, c = capacity(t);
+  const int64_t t = x.size() / dim, k = top_k, e = experts;
+  const int64_t g = resolved_groups(t), tg = t / g, ng = tg * k, c = capacity(tg);
   const Array flat = reshape(x, {t, dim});
 
   // Routing in float32 (float64 for float64 inputs): the top k by repeated argmax (the
@@ -89,41 +109,52 @@ MoE::Output MoE::operator()(const Tree& p, const Array& x) const {
   const Array picked = take_along_axis(probs, chosen, 1);
   const Array gates = picked / sum(picked, {1}, true);  // Mixtral renormalizes the top k
 
-  // Slots: assignment i = token i / k's (i % k)-th choice; its rank among its expert's
-  // assignments in that order; past the capacity it goes to the spare slot e * c.
-  const Array expert = reshape(chosen, {n});
-  const Array choice_one_hot = stop_gradient(one_hot(expert, e));  // [n, e]
-  const Array rank = reshape(take_along_axis(exclusive_row_prefix(choice_one_hot), expand_dims(expert, 1), 1), {n});
+  // Slots, per group of tg consecutive tokens: assignment i = the group's token i / k's
+  // (i % k)-th choice; its rank among its expert's assignments in that order; past the
+  // capacity it goes to the spare slot e * c.
+  const Array expert = reshape(chosen, {g, ng});
+  const Array choice_one_hot = stop_gradient(one_hot(expert, e));  // [g, ng, e]
+  const Array rank = reshape(take_along_axis(exclusive_prefix(choice_one_hot), expand_dims(expert, 2), 2), {g, ng});
   const Array kept = less(rank, full({}, static_cast<double>(c)));
   const Array slot = astype(
       where(kept, astype(expert, DType::Float32) * static_cast<double>(c) + rank, full({}, static_cast<double>(e * c))),
       DType::Int64);
-  // Which token fills each slot (+1; 0 for an empty slot), then a gather with the empty
-  // slots reading an appended zero row.
-  const Array token_of_assignment = reshape(broadcast_to(expand_dims(arange(t), 1), {t, k}), {n});
-  const Array filled =
-      slice_axis(scatter_add_1d(e * c + 1, slot, astype(token_of_assignment, DType::Float32) + 1.0), 0, 0, e * c);
+  // Which of the group's tokens fills each slot (+1; 0 for an empty slot), then a gather
+  // with the empty slots reading an appended zero row.
+  const Array token = broadcast_to(reshape(broadcast_to(expand_dims(arange(tg), 1), {tg, k}), {1, ng}), {g, ng});
+  const Array filled = slice_axis(scatter_add_rows(e * c + 1, slot, astype(token, DType::Float32) + 1.0), 1, 0, e * c);
   const Array source = astype(filled - 1.0, DType::Int64);
   const Array source_or_zero_row =
-      where(less(source, zeros({}, DType::Int64)), full({}, static_cast<double>(t), DType::Int64), source);
-  const Array padded_x = concatenate({flat, zeros({1, dim}, flat.dtype())}, 0);
-  const Array dispatched = reshape(take(padded_x, source_or_zero_row, 0), {e, c, dim});
+      where(less(source, zeros({}, DType::Int64)), full({}, static_cast<double>(tg), DType::Int64), source);
+  const Array groups_x = reshape(flat, {g, tg, dim});
+  const Array padded_x = concatenate({groups_x, zeros({g, 1, dim}, flat.dtype())}, 1);
+  // [g, e, c, dim], then (on a mesh with an expert axis) split over the experts instead
+  // of the groups: the partitioner's all-to-all is expert parallelism's dispatch.
+  Array dispatched = reshape(gather_rows(padded_x, source_or_zero_row), {g, e, c, dim});
+  const AxisNames at_experts{"moe_groups", "experts", "", ""};
+  dispatched = with_logical_constraint(dispatched, at_experts);
 
-  // The experts: batched SwiGLU GEMMs [e, c, dim] x [e, dim, hidden].
+  // The experts: batched SwiGLU GEMMs [g, e, c, dim] x [e, dim, hidden], every product
+  // pinned to the experts' devices.
   const DType dtype = flat.dtype();
   auto w = [&](const char* name) { return astype(p.at(name).at("w").leaf(), dtype); };
-  const Array h = silu(matmul(dispatched, w("gate"))) * matmul(dispatched, w("up"));
-  const Array out = reshape(matmul(h, w("down")), {e * c, dim});
+  auto expert_matmul = [&](const Array& a, const char* name) {
+    return with_logical_constraint(matmul(a, w(name)), at_experts);
+  };
+  const Array h =
+      with_logical_constraint(silu(expert_matmul(dispatched, "gate")) * expert_matmul(dispatched, "up"), at_experts);
+  // ... and back to the groups' devices (the combine's all-to-all).
+  const Array out = with_logical_constraint(expert_matmul(h, "down"), {"batch", "", "", ""});
 
   // Combine: each assignment reads its slot (a dropped one the zero row), weighted by its gate.
-  const Array padded_out = concatenate({out, zeros({1, dim}, dtype)}, 0);
-  const Array per_assignment = take(padded_out, slot, 0);  // [n, dim]
-  const Array weighted = per_assignment * astype(reshape(gates, {n, 1}), dtype);
+  const Array padded_out = concatenate({reshape(out, {g, e * c, dim}), zeros({g, 1, dim}, dtype)}, 1);
+  const Array per_assignment = gather_rows(padded_out, slot);  // [g, ng, dim]
+  const Array weighted = per_assignment * astype(reshape(gates, {g, ng, 1}), dtype);
   Output o;
   o.y = reshape(sum(reshape(weighted, {t, k, dim}), {1}), shape);
   o.choice_share = mean(reshape(choice_one_hot, {t, k, e}), {0});
   o.router_prob = mean(probs, {0});
-  o.tokens_per_expert = sum(choice_one_hot, {0});
+  o.tokens_per_expert = sum(reshape(choice_one_hot, {g * ng, e}), {0});
   o.dropped = sum(astype(logical_not(kept), DType::Float32));
   return o;
 }

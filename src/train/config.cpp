@@ -162,6 +162,9 @@ void add_model_fields(std::vector<Field>& f) {
                             "expert slots per expert = ceil(factor * tokens * top_k / experts), the rest dropped "
                             "(0: dropless)",
                             [](C& c) -> double& { return c.model.moe_capacity_factor; }));
+  f.push_back(field<int64_t>("model.moe_groups",
+                             "routing groups, each with its own expert slots (0: one per batch device on a mesh)",
+                             [](C& c) -> int64_t& { return c.model.moe_groups; }));
   f.push_back(field<double>("model.moe_aux_loss_coef", "weight of the load-balancing loss added to the training loss",
                             [](C& c) -> double& { return c.model.moe_aux_loss_coef; }));
   f.push_back(

@@ -17,6 +17,7 @@ AxisRules default_axis_rules() {
           {"mlp", {"tensor"}},
           {"vocab", {"tensor"}},
           {"experts", {"expert"}},
+          {"moe_groups", {"data", "fsdp"}},
           {"position", {}},
           {"head_dim", {}}};
 }

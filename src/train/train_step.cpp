@@ -9,6 +9,7 @@
 #include "tessera/core/ops.h"
 #include "tessera/core/random.h"
 #include "tessera/core/transforms.h"
+#include "tessera/nn/logical_sharding.h"
 
 namespace tessera::train {
 
@@ -39,12 +40,12 @@ std::string model_identity(const models::ModelConfig& c) {
       "model family={} vocab={} vocab_pad_to={} dim={} layers={} heads={} kv_heads={} mlp_dim={} context={} "
       "dropout={} norm_eps={} rope_theta={} rope_scaling={} rope_factor={} rope_low={} rope_high={} rope_context={} "
       "tied={} init_std={} compute_dtype={} quant_targets={} quant_backward={} remat={} moe_experts={} moe_top_k={} "
-      "moe_capacity_factor={} moe_aux_loss_coef={}",
+      "moe_capacity_factor={} moe_aux_loss_coef={} moe_groups={}",
       c.family, c.vocab, c.vocab_pad_to, c.dim, c.layers, c.heads, c.kv_heads, c.mlp_dim, c.context, c.dropout,
       c.norm_eps, c.rope_theta, c.rope_scaling, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
       c.rope_original_context, c.tied_embeddings ? int(*c.tied_embeddings) : -1, c.init_std, c.compute_dtype,
       fmt::join(c.quant_targets, ","), c.quant_backward, c.remat, c.moe_experts, c.moe_top_k, c.moe_capacity_factor,
-      c.moe_aux_loss_coef);
+      c.moe_aux_loss_coef, c.moe_groups);
 }
 
 std::string step_identity(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches,
@@ -76,6 +77,15 @@ JitOptions jit_options(std::vector<int> donate, std::string name, const Layout& 
 }
 
 Array scalar_like() { return Array::placeholder({}, DType::Float32); }
+
+// The layout's rules for activations' logical axes (nn/logical_sharding.h: a mixture of
+// experts' dispatch) while the programs are traced; nothing on one device.
+struct ActivationLayout {
+  explicit ActivationLayout(const Layout& layout) {
+    if (!layout.splits_nothing()) scope.emplace(layout.mesh(), layout.rules());
+  }
+  std::optional<nn::LogicalShardingScope> scope;
+};
 
 // tokens, targets and, for packed documents, segments and positions (data::Batch).
 Tree batch_args(const data::Batch& batch, const std::optional<Array>& key) {
@@ -272,6 +282,7 @@ StepArgs step_args(const optim::Optimizer& optimizer, int64_t micro_batches, con
 void TrainStep::compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch,
                         const std::optional<Array>& dropout_key) {
   check_packing(micro_batch);
+  const ActivationLayout activations(layout_);
   const StepArgs args = step_args(optimizer_, micro_batches_, params, opt_state, micro_batch, dropout_key);
   if (args.fused) {
     fused_program(*args.fused);
@@ -285,6 +296,7 @@ void TrainStep::compile(const Tree& params, const Tree& opt_state, const data::B
 std::vector<TracedProgram> TrainStep::trace_programs(const Tree& params, const Tree& opt_state,
                                                      const data::Batch& micro_batch,
                                                      const std::optional<Array>& dropout_key) const {
+  const ActivationLayout activations(layout_);
   const StepArgs args = step_args(optimizer_, micro_batches_, params, opt_state, micro_batch, dropout_key);
   std::vector<TracedProgram> out;
   auto add = [&](const ProgramDef& def, const Tree& a, double runs) {
@@ -317,6 +329,7 @@ StepStats TrainStep::run(Tree& params, Tree& opt_state, const std::vector<data::
                          const std::optional<Array>& dropout_key) {
   if (static_cast<int64_t>(micro.size()) != micro_batches_)
     fail<ValueError>("TrainStep::run: {} micro-batches given, {} expected", micro.size(), micro_batches_);
+  const ActivationLayout activations(layout_);
   const bool needs_key = model_.config().needs_step_key();
   if (needs_key != dropout_key.has_value())
     fail<ValueError>("TrainStep::run: the model {} dropout or int8 backward GEMMs, so a step key must be {}",
@@ -427,6 +440,7 @@ Evaluator::Evaluator(const models::Model& model, const Layout* layout, const std
 double Evaluator::operator()(const Tree& params, data::DataLoader& loader, int64_t batches) {
   if (batches < 1) fail<ValueError>("evaluate: batches must be >= 1 (got {})", batches);
   loader.set_position({});
+  const ActivationLayout activations(layout_);
   double total = 0;
   const int64_t n = std::min<int64_t>(batches, static_cast<int64_t>(loader.batches_per_epoch()));
   for (int64_t i = 0; i < n; ++i) {

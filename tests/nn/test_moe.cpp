@@ -31,13 +31,14 @@ struct Reference {
 // x [t, dim], router [dim, E], gate/up [E, dim, hidden], down [E, hidden, dim], row-major.
 Reference reference(const std::vector<double>& x, const std::vector<double>& router, const std::vector<double>& gate,
                     const std::vector<double>& up, const std::vector<double>& down, int64_t t, int64_t k,
-                    int64_t capacity) {
+                    int64_t capacity, int64_t groups = 1) {
   Reference r;
   r.y.assign(static_cast<size_t>(t * kDim), 0.0);
   r.counts.assign(kExperts, 0.0);
   std::vector<int64_t> used(kExperts, 0);
   std::vector<double> share(static_cast<size_t>(k * kExperts), 0.0), mean_prob(kExperts, 0.0);
   for (int64_t i = 0; i < t; ++i) {
+    if (i % (t / groups) == 0) std::fill(used.begin(), used.end(), 0);  // a new group: its own slots
     std::vector<double> logits(kExperts, 0.0);
     for (int64_t e = 0; e < kExperts; ++e)
       for (int64_t d = 0; d < kDim; ++d) logits[e] += x[i * kDim + d] * router[d * kExperts + e];
@@ -87,12 +88,13 @@ struct Fixture {
   Array x;
 };
 
-Fixture make(int64_t k, double capacity_factor, DType dtype = DType::Float32) {
+Fixture make(int64_t k, double capacity_factor, DType dtype = DType::Float32, int64_t groups = 0) {
   Fixture f;
   f.moe = MoE{.dim = kDim,
               .hidden = kHidden,
               .experts = kExperts,
               .top_k = k,
+              .groups = groups,
               .capacity_factor = capacity_factor,
               .init_std = 0.5,
               .out_std = 0.5};
@@ -103,8 +105,9 @@ Fixture make(int64_t k, double capacity_factor, DType dtype = DType::Float32) {
 
 Reference reference_of(const Fixture& f) {
   auto v = [&](const char* name) { return f.params.at(name).at("w").leaf().to_vector<double>(); };
+  const int64_t groups = f.moe.resolved_groups(kTokens);
   return reference(f.x.to_vector<double>(), v("router"), v("gate"), v("up"), v("down"), kTokens, f.moe.top_k,
-                   f.moe.capacity(kTokens));
+                   f.moe.capacity(kTokens / groups), groups);
 }
 
 TEST(MoE, DroplessMatchesTheReference) {
@@ -132,6 +135,23 @@ TEST(MoE, CapacityDropsTheAssignmentsPastItInTokenOrder) {
     EXPECT_EQ(out.tokens_per_expert.to_vector<double>(), want.counts) << "factor " << factor;
   }
   EXPECT_GT(reference_of(make(2, 0.5)).dropped, 0);  // the case above does drop some
+}
+
+TEST(MoE, GroupsHaveTheirOwnSlots) {
+  // Two groups of 5 tokens: with a capacity each has its own slots (GShard); dropless,
+  // grouping changes nothing.
+  const Fixture grouped = make(2, 1.0, DType::Float32, 2);
+  EXPECT_EQ(grouped.moe.capacity(kTokens / 2), 3);  // ceil(1.0 * 5 * 2 / 4)
+  const MoE::Output out = grouped.moe(grouped.params, grouped.x);
+  const Reference want = reference_of(grouped);
+  EXPECT_TRUE(test::all_close(out.y, want.y, 1e-5, 1e-5));
+  EXPECT_EQ(out.dropped.item<double>(), want.dropped);
+  const Fixture one = make(2, 0, DType::Float32, 1), two = make(2, 0, DType::Float32, 2);
+  EXPECT_TRUE(
+      test::all_close(two.moe(two.params, two.x).y, one.moe(one.params, one.x).y.to_vector<double>(), 1e-6, 1e-6));
+  MoE bad = grouped.moe;
+  bad.groups = 3;
+  EXPECT_THROW(bad(grouped.params, grouped.x), ShapeError);  // 10 tokens in 3 groups
 }
 
 TEST(MoE, GradientsMatchFiniteDifferences) {

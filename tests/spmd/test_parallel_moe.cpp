@@ -1,10 +1,13 @@
 // A mixture-of-experts model (nn/moe.h, the llama family with moe_experts) trained on a
 // mesh: data, FSDP, tensor and expert axes (the experts' weights split over `expert`,
 // the batch too) give the one-device losses and parameters after 3 AdamW steps
-// (relative < 1e-5), dropless and with a capacity factor. The partitioner places the
-// routing's gathers and prefix counts; an all-to-all dispatch is not built yet.
+// (relative < 1e-5), dropless (routing groups left automatic: one per batch device) and
+// with a capacity factor (2 groups everywhere, so each group's slots are the same). With
+// an expert axis the dispatch and combine are all-to-alls (the dispatched buffer is
+// constrained to the experts' devices, nn/logical_sharding.h).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <optional>
 #include <string>
 
@@ -33,12 +36,15 @@ models::ModelConfig mixtral(double capacity_factor) {
   c.mlp_dim = 48;
   c.context = kSeq;
   c.moe_capacity_factor = capacity_factor;
+  c.moe_groups = capacity_factor > 0 ? 2 : 0;
   return c;
 }
 
 struct MoeRun {
   std::vector<double> losses;
   Tree params;
+  int64_t all_to_all_calls = 0;
+  double all_to_all_bytes = 0;
 };
 
 MoeRun train(const models::ModelConfig& c, const std::string& mesh_text) {
@@ -58,6 +64,10 @@ MoeRun train(const models::ModelConfig& c, const std::string& mesh_text) {
     run.losses.push_back(step.run(params, opt, {layout ? layout->shard_batch(b) : b}, 1e-2, std::nullopt).loss);
   }
   run.params = layout ? Layout::gather(params) : params;
+  for (const auto& program : step.spmd_programs()) {
+    run.all_to_all_calls += program->program().summary.per_device.all_to_all_calls;
+    run.all_to_all_bytes += program->program().summary.per_device.all_to_all_bytes;
+  }
   return run;
 }
 
@@ -74,6 +84,21 @@ TEST(ParallelMoE, EveryLayoutTrainsAsOneDevice) {
       const std::vector<Array> g = got.params.leaves(), w = want.params.leaves();
       const std::vector<std::string> paths = want.params.paths();
       for (size_t i = 0; i < g.size(); ++i) expect_close(g[i], w[i], 1e-5, what + " " + paths[i]);
+      // Expert parallelism: 2 layers x (dispatch + combine) forward and their transposes
+      // backward are all-to-alls. (Other layouts may use some too where the partitioner
+      // finds them cheaper, e.g. FSDP-split expert weights meeting group-split tokens.)
+      std::printf("%-36s all_to_all calls per step %lld\n", what.c_str(), static_cast<long long>(got.all_to_all_calls));
+      if (std::string(mesh).starts_with("expert")) {
+        // Each all-to-all moves a device's group buffer [experts, capacity, dim] float32,
+        // (n-1)/n of it to the other device: 8 of them per step.
+        const int64_t group_tokens = kBatch * kSeq / 2;  // one routing group per expert device
+        const int64_t capacity =
+            factor > 0 ? (group_tokens * c.moe_top_k * static_cast<int64_t>(factor) + c.moe_experts - 1) / c.moe_experts
+                       : group_tokens;
+        const double buffer = static_cast<double>(c.moe_experts * capacity * c.dim) * 4;
+        EXPECT_EQ(got.all_to_all_calls, 4 * c.layers) << what;
+        EXPECT_DOUBLE_EQ(got.all_to_all_bytes, 4.0 * static_cast<double>(c.layers) * buffer / 2) << what;
+      }
     }
   }
   // The experts' weights are split over the expert axis.

@@ -87,6 +87,8 @@ struct ModelConfig {
   int64_t moe_top_k = 2;
   double moe_capacity_factor = 0;
   double moe_aux_loss_coef = 0.02;
+  // Routing groups (nn::MoE::groups): 0 = one per batch device on a mesh, 1 alone.
+  int64_t moe_groups = 0;
 
   // Checks every field (positive sizes, dim % heads, heads % kv_heads, known family);
   // a ConfigError-style ValueError names the field and the value.

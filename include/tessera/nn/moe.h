@@ -6,12 +6,12 @@
 //   top-k experts per token, gates = their probs / the sum of those k
 //   y_t = sum_j gate_tj * expert_{e_tj}(x_t),  expert_e(x) = down_e(silu(gate_e x) * up_e x)
 //
-// Dispatch is by gathers, not dense masks: the T*k (token, expert) assignments get a
-// slot in their expert's buffer of `capacity` rows (rank among the expert's assignments
-// in token order: an exclusive prefix count of the one-hot choices, done as blocked
-// triangular matmuls on exact small integers), the tokens are gathered into
-// [experts, capacity, dim], the experts run as batched GEMMs, and the outputs are
-// gathered back by slot. Gradients flow through the gathers (scatter-adds), the GEMMs
+// Dispatch is by gathers, not dense masks: within each group of tokens (below) the
+// (token, expert) assignments get a slot in their expert's buffer of `capacity` rows
+// (rank among the expert's assignments in token order: an exclusive prefix count of the
+// one-hot choices, done as blocked triangular matmuls on exact small integers), the
+// tokens are gathered into [groups, experts, capacity, dim], the experts run as batched
+// GEMMs, and the outputs are gathered back by slot. Gradients flow through the gathers (scatter-adds), the GEMMs
 // and the gates; the routing itself (which expert, which slot) carries none.
 //
 // capacity_factor 0: dropless (capacity = T: every assignment gets a slot; the expert
@@ -33,8 +33,14 @@
 namespace tessera::nn {
 
 struct MoE {
-  int64_t dim = 0, hidden = 0, experts = 0, top_k = 2;
+  int64_t dim = 0, hidden = 0, experts = 0, top_k = 2, groups = 0;
   double capacity_factor = 0;  // 0: dropless
+  // Tokens are routed in `groups` groups of consecutive tokens, each with its own
+  // expert slots (GShard): on a mesh one group per batch device, so a group's dispatch
+  // is local and the move to the experts' devices is an all-to-all. 0: the batch's
+  // devices in the active logical scope (nn/logical_sharding.h; 1 without one, or when
+  // they do not divide the tokens). Dropless routing gives the same result for any
+  // number of groups; with a capacity each group has its own.
   double init_std = 0.02, out_std = 0.02;
 
   struct Output {
@@ -50,8 +56,10 @@ struct MoE {
   Tree init(ParamScope scope) const;
   // x [..., dim] in the compute dtype (the router runs in float32).
   Output operator()(const Tree& p, const Array& x) const;
-  // Expert slots per expert for `tokens` tokens.
+  // Expert slots per expert for a group of `tokens` tokens.
   int64_t capacity(int64_t tokens) const;
+  // The groups `tokens` tokens are routed in (ShapeError if `groups` does not divide them).
+  int64_t resolved_groups(int64_t tokens) const;
 };
 
 // E * sum(f * P) from the layers' f and P averaged over layers (see above).

@@ -33,7 +33,9 @@ using AxisRules = std::map<std::string, std::vector<std::string>>;
 
 // batch -> (data, fsdp, expert); embed, norm -> fsdp; heads, kv_heads, mlp, vocab ->
 // tensor (Megatron: vocabulary-parallel embedding and loss); experts (a mixture of
-// experts' weights, nn/moe.h) -> expert; position, head_dim -> not split.
+// experts' weights and expert buffers, nn/moe.h) -> expert; moe_groups (the routing
+// groups while their tokens are at the experts) -> (data, fsdp); position, head_dim ->
+// not split.
 AxisRules default_axis_rules();
 // "embed=fsdp,heads=tensor,batch=data+fsdp" (entries override the defaults; an empty
 // right side, "vocab=", means not split). Throws ConfigError naming the entry.

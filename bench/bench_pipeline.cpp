@@ -34,6 +34,7 @@
 #include "tessera/optim/optimizer.h"
 #include "tessera/train/pipeline_step.h"
 #include "tessera/train/train_step.h"
+#include "train_bench_util.h"
 
 namespace ts = tessera;
 
@@ -103,15 +104,6 @@ Flags parse_flags(int argc, char** argv) {
   return f;
 }
 
-ts::data::Batch random_batch(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> tokens(static_cast<size_t>(b * t)), targets(tokens.size());
-  for (auto& x : tokens) x = u(rng);
-  for (auto& x : targets) x = u(rng);
-  return {ts::Array::from_vector(tokens, {b, t}), ts::Array::from_vector(targets, {b, t})};
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -165,7 +157,8 @@ int main(int argc, char** argv) {
       results.push_back(r);
     }
     for (int64_t round = 0; round <= f.rounds; ++round) {  // round 0 compiles and warms up
-      const std::vector<ts::data::Batch> batch{random_batch(f.batch, f.seq, mc.vocab, static_cast<uint64_t>(round))};
+      std::mt19937_64 gen(static_cast<uint64_t>(round));
+      const std::vector<ts::data::Batch> batch{ts::bench::random_batch(mc.vocab, f.batch, f.seq, gen)};
       auto t0 = Clock::now();
       one.run(one_params, one_opt, batch, 1e-4, std::nullopt);
       if (round > 0) one_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "tessera/base/error.h"
+#include "tessera/nn/logical_sharding.h"
 #include "tessera/spmd/api.h"
 #include "tessera/spmd/runtime.h"
 
@@ -52,21 +53,7 @@ AxisRules parse_axis_rules(const std::string& text, const AxisRules& base) {
 Layout::Layout(spmd::Mesh mesh, AxisRules rules, nn::ParamSpecs specs)
     : mesh_(std::move(mesh)), rules_(std::move(rules)), specs_(std::move(specs)) {
   for (const auto& [path, info] : specs_) {
-    spmd::PartitionSpec spec;
-    std::vector<std::string> used;
-    for (size_t d = 0; d < info.axes.size(); ++d) {
-      spmd::Axes axes;
-      auto it = rules_.find(info.axes[d]);
-      if (it != rules_.end()) {
-        for (const std::string& a : it->second) {
-          if (!mesh_.has_axis(a) || mesh_.axis_size(a) == 1) continue;
-          if (std::find(used.begin(), used.end(), a) != used.end()) continue;
-          axes.push_back(a);
-          used.push_back(a);
-        }
-      }
-      spec.dims.push_back(axes);
-    }
+    const spmd::PartitionSpec spec = nn::logical_spec(mesh_, rules_, info.axes);
     spmd::Sharding s = spmd::Sharding::from_spec(mesh_, spec, static_cast<int>(info.shape.size()), path);
     try {
       s.check_divisible(info.shape, "parameter " + path);

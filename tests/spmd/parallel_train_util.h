@@ -4,12 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tessera/data/loader.h"
 #include "tessera/models/model.h"
 #include "tessera/optim/optimizer.h"
+#include "tessera/train/parallel.h"
 
 namespace tessera::testing {
 
@@ -45,6 +48,18 @@ inline optim::OptimizerConfig test_adamw() {
   // comparison about the math, not the noise.
   oc.eps = 1e-3;
   return oc;
+}
+
+// The layout of `mesh_text` with the default rules, params and opt placed on it; nullopt
+// (nothing moved) for "" (one device).
+inline std::optional<train::Layout> place_on_mesh(const std::string& mesh_text, const models::Model& model,
+                                                  Tree& params, Tree& opt) {
+  if (mesh_text.empty()) return std::nullopt;
+  std::optional<train::Layout> layout;
+  layout.emplace(spmd::Mesh::parse(mesh_text), train::default_axis_rules(), model.specs());
+  params = layout->shard_params(params);
+  opt = layout->shard_opt_state(opt);
+  return layout;
 }
 
 }  // namespace tessera::testing

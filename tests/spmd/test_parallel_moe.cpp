@@ -51,12 +51,7 @@ MoeRun train(const models::ModelConfig& c, const std::string& mesh_text) {
   const models::Model model(c);
   const optim::Optimizer optimizer(testing::test_adamw(), model.specs());
   Tree params = model.init(3), opt = optimizer.init(params);
-  std::optional<Layout> layout;
-  if (!mesh_text.empty()) {
-    layout.emplace(spmd::Mesh::parse(mesh_text), default_axis_rules(), model.specs());
-    params = layout->shard_params(params);
-    opt = layout->shard_opt_state(opt);
-  }
+  const std::optional<Layout> layout = testing::place_on_mesh(mesh_text, model, params, opt);
   TrainStep step(model, optimizer, 1, layout ? &*layout : nullptr);
   MoeRun run;
   for (int64_t s = 0; s < kSteps; ++s) {

@@ -44,12 +44,7 @@ OptimizerRun run(const std::string& name, const std::string& mesh_text) {
   models::Model model(tiny_llama());
   optim::Optimizer optimizer(config_for(name), model.specs());
   Tree params = model.init(7), opt = optimizer.init(params);
-  std::optional<Layout> layout;
-  if (!mesh_text.empty()) {
-    layout.emplace(spmd::Mesh::parse(mesh_text), default_axis_rules(), model.specs());
-    params = layout->shard_params(params);
-    opt = layout->shard_opt_state(opt);
-  }
+  const std::optional<Layout> layout = testing::place_on_mesh(mesh_text, model, params, opt);
   TrainStep step(model, optimizer, 1, layout ? &*layout : nullptr);
   OptimizerRun r;
   for (int64_t s = 0; s < testing::kTrainSteps; ++s) {

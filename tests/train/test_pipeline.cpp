@@ -17,23 +17,14 @@
 #include "tessera/optim/optimizer.h"
 #include "tessera/tessera.h"
 #include "tessera/train/pipeline.h"
+#include "train/pipeline_test_util.h"
 
 namespace tessera::train {
 namespace {
 
-constexpr int64_t kBatch = 8, kSeq = 16;
+constexpr int64_t kBatch = testing::kPipelineBatch, kSeq = testing::kPipelineSeq;
 
-models::ModelConfig config(const std::string& family) {
-  models::ModelConfig c;
-  c.family = family;
-  c.vocab = 64;
-  c.dim = 32;
-  c.layers = 4;
-  c.heads = 2;
-  c.kv_heads = family == "llama" ? 1 : 0;
-  c.context = kSeq;
-  return c;
-}
+models::ModelConfig config(const std::string& family) { return testing::pipeline_test_model(family); }
 
 Array random_ids(uint32_t seed) {
   std::vector<int64_t> v = test::random_ints(kBatch * kSeq, seed, 0, 63);

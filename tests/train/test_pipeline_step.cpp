@@ -19,23 +19,14 @@
 #include "tessera/train/pipeline_step.h"
 #include "tessera/train/train_step.h"
 #include "train/pipeline_config.h"
+#include "train/pipeline_test_util.h"
 
 namespace tessera::train {
 namespace {
 
-constexpr int64_t kBatch = 8, kSeq = 16, kSteps = 3;
+constexpr int64_t kBatch = testing::kPipelineBatch, kSeq = testing::kPipelineSeq, kSteps = 3;
 
-models::ModelConfig config(const std::string& family) {
-  models::ModelConfig c;
-  c.family = family;
-  c.vocab = 64;
-  c.dim = 32;
-  c.layers = 4;
-  c.heads = 2;
-  c.kv_heads = family == "llama" ? 1 : 0;
-  c.context = kSeq;
-  return c;
-}
+models::ModelConfig config(const std::string& family) { return testing::pipeline_test_model(family); }
 
 optim::OptimizerConfig adamw() {
   optim::OptimizerConfig o = testing::test_adamw();

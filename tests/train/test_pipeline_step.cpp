@@ -4,6 +4,7 @@
 // parameters to 1e-5; bitwise repeats; the measured bubble against the analytic one;
 // [parallel]'s pipeline keys resolved and their errors (train/pipeline_config.h).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cmath>
 #include <cstdio>
@@ -104,8 +105,18 @@ TEST(PipelineTrainStep, EveryLayoutTrainsAsOneDevice) {
 }
 
 // Equal stages (a forward and a backward cost the same on every stage): the measured
-// idle share is the schedule's (p-1)/(m+p-1) within 5 points. The threads run on the
-// machine's cores, so timing noise is allowed for by taking the best of 5 steps.
+// idle share is the schedule's (p-1)/(m+p-1) within 5 points. The device threads run on
+// the machine's cores, which other processes may be using (ctest -j): a step counts only
+// when the process got CPU time for at least 80% of the time its device threads were
+// busy (else a thread was waiting for a core, not for the schedule); the best of up to 10
+// such steps is checked, and with none the test skips saying so.
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 TEST(PipelineTrainStep, MeasuredBubbleIsTheAnalyticOne) {
   // Wide enough that the stages' kernels, not the threads' hand-overs, take the time.
   models::ModelConfig c = config("llama");
@@ -114,6 +125,7 @@ TEST(PipelineTrainStep, MeasuredBubbleIsTheAnalyticOne) {
   c.kv_heads = 4;
   const models::Model model(c);
   const optim::Optimizer optimizer(adamw(), model.specs());
+  std::vector<std::string> contended;
   for (const PipelineKind kind : {PipelineKind::kGPipe, PipelineKind::kOneFOneB}) {
     PipelineOptions o;
     o.kind = kind;
@@ -124,14 +136,23 @@ TEST(PipelineTrainStep, MeasuredBubbleIsTheAnalyticOne) {
     Tree params = model.init(1), state = optimizer.init(params);
     const std::vector<data::Batch> micro{testing::random_batch(kBatch, kSeq, 64, 9)};
     double closest = 1;
+    int timed = 0;
     const double analytic = analytic_bubble_fraction(pipe.schedule());
-    for (int s = 0; s < 5; ++s) {
+    pipe.run(params, state, micro, 1e-3);  // compiles
+    for (int s = 0; s < 10; ++s) {
+      const double cpu_before = cpu_seconds();
       pipe.run(params, state, micro, 1e-3);
+      const double cpu = cpu_seconds() - cpu_before, busy = pipe.last_timelines().front().busy;
+      if (cpu < 0.8 * busy) continue;  // a device thread waited for a core
+      ++timed;
       closest = std::min(closest, std::abs(pipe.last_bubble_fraction() - analytic));
     }
-    std::printf("%s: analytic bubble %.3f, closest measured within %.3f\n%s", to_string(kind).c_str(), analytic,
-                closest, pipe.describe().c_str());
-    EXPECT_LT(closest, 0.05) << to_string(kind);
+    std::printf("%s: analytic bubble %.3f, closest measured within %.3f over %d uncontended steps\n%s",
+                to_string(kind).c_str(), analytic, closest, timed, pipe.describe().c_str());
+    if (timed > 0)
+      EXPECT_LT(closest, 0.05) << to_string(kind);
+    else
+      contended.push_back(to_string(kind));
     // Each micro-batch crosses the one stage boundary twice: [rows, seq, dim] float32 each way.
     EXPECT_EQ(pipe.last_sent_bytes(), 2.0 * kBatch * kSeq * static_cast<double>(c.dim) * 4);
     // Micro-batches whose activations a device holds at once: all m under GPipe, at most
@@ -141,6 +162,9 @@ TEST(PipelineTrainStep, MeasuredBubbleIsTheAnalyticOne) {
     EXPECT_EQ(pipe.last_timelines().front().peak_in_flight, want_in_flight) << to_string(kind);
     EXPECT_NE(pipe.describe().find("stage 1 (device 1): layers 2-3"), std::string::npos);
   }
+  if (!contended.empty())
+    GTEST_SKIP() << "every timed step of " << fmt::format("{}", fmt::join(contended, ", "))
+                 << " was slowed by other processes on this machine's cores (the bubble was not checked)";
 }
 
 TrainConfig pipeline_config(const std::string& mesh) {

@@ -27,6 +27,7 @@ std::string PlanLayout::mesh() const {
   std::vector<std::string> parts;
   if (data > 1) parts.push_back(fmt::format("data={}", data));
   if (fsdp > 1) parts.push_back(fmt::format("fsdp={}", fsdp));
+  if (expert > 1) parts.push_back(fmt::format("expert={}", expert));
   if (tensor > 1) parts.push_back(fmt::format("tensor={}", tensor));
   if (parts.empty()) return "data=1";
   std::string out = parts[0];
@@ -52,8 +53,11 @@ PlanLayout PlanLayout::parse(const std::string& text) {
       layout.fsdp = size;
     } else if (name == "tensor") {
       layout.tensor = size;
+    } else if (name == "expert") {
+      layout.expert = size;
     } else {
-      fail<ConfigError>("mesh '{}': the planner lays out the axes data, fsdp and tensor (got '{}')", text, name);
+      fail<ConfigError>("mesh '{}': the planner lays out the axes data, fsdp, expert and tensor (got '{}')", text,
+                        name);
     }
   }
   return layout;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tessera plan end to end: the tables and --json of a catalog plan, --explain, the
+# tessera plan end to end: the tables and --json of a catalog plan, --explain (also of a
+# mixture of experts on an expert axis), the
 # measured host, and its clear errors (unknown accelerator, unknown model, a mesh of
 # unknown axes, a layout that does not split the batch), and the --html page.
 source "$(dirname "$0")/cli_common.sh" "$@"
@@ -35,6 +36,12 @@ explain)
   echo "$out"
   grep -qE "^matmul +gemm" <<<"$out" || fail "no matmul line in --explain"
   grep -q "^memory per chip: peak" <<<"$out" || fail "no memory breakdown in --explain"
+  # A mixture of experts over an expert axis: the dispatch and combine are all-to-alls
+  # (2 layers x 2 moves x forward and backward), each [experts, capacity, dim] float32 of
+  # a 2048-token group (4 x 2048 x 128 x 4 B), half of it sent: 16.78 MB per step.
+  out="$("$tessera" plan --model mixtral-tiny --batch 16 --seq 256 --accelerators h100 --mesh expert=2 --explain)"
+  echo "$out"
+  grep -qE "^all_to_all +collective +8 +0.00 +16.78 " <<<"$out" || fail "no 8 all-to-alls of 16.78 MB in the expert plan"
   ;;
 host)
   out="$("$tessera" plan --config configs/tiny.toml --set train.batch=4 --set train.seq=64 --accelerators host \
@@ -54,7 +61,7 @@ errors)
   }
   expect_error "unknown accelerator 'h900'" --model tiny --accelerators h900
   expect_error "unknown model 'gpt5'" --model gpt5
-  expect_error "the planner lays out the axes data, fsdp and tensor (got 'model')" --model tiny --accelerators h100 \
+  expect_error "the planner lays out the axes data, fsdp, expert and tensor (got 'model')" --model tiny --accelerators h100 \
     --mesh model=2
   expect_error "does not split over 3 data-parallel devices" --model tiny --set train.batch=8 --accelerators h100 \
     --mesh data=3

@@ -41,13 +41,14 @@
 
 namespace tessera::plan {
 
-// A layout: mesh axes data x fsdp x tensor (MaxText names) and the micro-batching.
+// A layout: mesh axes data x fsdp x expert x tensor (MaxText names; expert splits a
+// mixture of experts' weights and dispatch, nn/moe.h) and the micro-batching.
 struct PlanLayout {
-  int64_t data = 1, fsdp = 1, tensor = 1;
-  int64_t chips() const { return data * fsdp * tensor; }
+  int64_t data = 1, fsdp = 1, tensor = 1, expert = 1;
+  int64_t chips() const { return data * fsdp * expert * tensor; }
   // "data=2,fsdp=4" (axes of size 1 left out; "data=1" for one chip).
   std::string mesh() const;
-  // Parses a mesh string of data / fsdp / tensor axes (ConfigError otherwise).
+  // Parses a mesh string of data / fsdp / expert / tensor axes (ConfigError otherwise).
   static PlanLayout parse(const std::string& mesh);
 };
 

@@ -122,14 +122,14 @@ void record_call(CommStats& stats, CommKind kind, int n, double full_bytes, doub
 void Communicator::send(int device, int to, int tag, const void*, size_t) {
   fail<ValueError>(
       "send from device {} to device {} (tag {}): the {} communicator has no point-to-point messages (pipeline "
-      "stages across processes need mpirun)",
+      "stages across processes need mpirun or a TCP job)",
       device, to, tag, kind());
 }
 
 void Communicator::recv(int device, int from, int tag, void*, size_t) {
   fail<ValueError>(
       "recv on device {} from device {} (tag {}): the {} communicator has no point-to-point messages (pipeline "
-      "stages across processes need mpirun)",
+      "stages across processes need mpirun or a TCP job)",
       device, from, tag, kind());
 }
 

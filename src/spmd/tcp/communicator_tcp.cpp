@@ -13,7 +13,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -44,11 +46,14 @@ enum Op : uint32_t {
   kAllReduceGather = 5,
   kBroadcast = 6,
   kBarrier = 7,
+  kPointToPoint = 8,  // the low byte; the tag sits above it (op = 8 | tag << 8)
   kAbort = 99,
 };
 
+bool is_point_to_point(uint32_t op) { return (op & 0xff) == kPointToPoint; }
+
 const char* op_name(uint32_t op) {
-  switch (op) {
+  switch (is_point_to_point(op) ? kPointToPoint : op) {
     case kAllGather:
       return "all_gather";
     case kAllToAll:
@@ -63,6 +68,8 @@ const char* op_name(uint32_t op) {
       return "broadcast";
     case kBarrier:
       return "barrier";
+    case kPointToPoint:
+      return "a point-to-point message";
     case kAbort:
       return "abort";
     default:
@@ -200,6 +207,50 @@ class TcpCommunicator final : public Communicator {
     finish(start, CommKind::Other, group.size(), 0);
   }
 
+  // Point-to-point messages share the pair's data connection and sequence numbers with
+  // the collectives. A send is queued and written as the socket takes it, during this
+  // and every later call (so two ranks that send before they receive both progress); a
+  // recv reads the peer's messages in order, keeping those of other tags for their own
+  // recv. A collective first finishes the queued sends, and keeps a point-to-point
+  // message that arrives before its own for a later recv.
+  void send(int device, int to, int tag, const void* data, size_t bytes) override {
+    const std::vector<int> pair{rank_, to};
+    const double start = begin(device, pair, "send");
+    check_tag(tag, "send");
+    pending_.push_back(outgoing(to, data, bytes));
+    encode_header(pending_.back().header, kPointToPoint | static_cast<uint32_t>(tag) << 8, send_seq_[to]++, bytes);
+    progress(nullptr, "send", pair);
+    finish(start, CommKind::Other, 2, 0);
+  }
+
+  void recv(int device, int from, int tag, void* data, size_t bytes) override {
+    const std::vector<int> pair{from, rank_};
+    const double start = begin(device, pair, "recv");
+    check_tag(tag, "recv");
+    auto& kept = stash_[{from, tag}];
+    if (!kept.empty()) {
+      if (kept.front().size() != bytes)
+        fail<Error>("recv on rank {} from rank {} (tag {}): {} bytes arrived where {} were expected", rank_, from, tag,
+                    kept.front().size(), bytes);
+      if (bytes > 0) std::memcpy(data, kept.front().data(), bytes);
+      kept.pop_front();
+    } else {
+      Wanted want;
+      want.from = from;
+      want.tag = tag;
+      want.data = static_cast<char*>(data);
+      want.bytes = bytes;
+      progress(&want, "recv", pair);
+    }
+    finish(start, CommKind::Other, 2, 0);
+  }
+
+  void wait_sends(int device) override {
+    const double start = begin(device, {rank_}, "wait_sends");
+    progress(nullptr, "wait_sends", {rank_}, /*until_sent=*/true);
+    finish(start, CommKind::Other, 1, 0);
+  }
+
   void abort(const std::string& reason) override { abort_with(fmt::format("rank {}: {}", rank_, reason)); }
 
   // Messages may be half sent when a collective throws: the connections cannot be
@@ -309,6 +360,7 @@ class TcpCommunicator final : public Communicator {
   // watching the control connections (abort notes) and the wake pipe (a local abort).
   void exchange(const std::vector<int>& group, uint32_t op, const char* name, std::vector<Outgoing>& outs,
                 std::vector<Incoming>& ins) {
+    if (!pending_.empty()) progress(nullptr, name, group, /*until_sent=*/true);  // the pair streams stay in order
     for (Outgoing& o : outs) encode_header(o.header, op, send_seq_[o.peer]++, o.bytes);
     for (Incoming& i : ins) i.seq = recv_seq_[i.peer]++;
     const double deadline = timeout_s_ > 0 ? monotonic_seconds() + timeout_s_ : std::numeric_limits<double>::infinity();
@@ -401,11 +453,187 @@ class TcpCommunicator final : public Communicator {
       const ssize_t n = ::recv(fd, to, left, 0);
       if (n > 0) {
         i.received += static_cast<size_t>(n);
+        if (i.received == kHeaderBytes && get_u32(i.header) == kFrameMagic &&
+            is_point_to_point(get_u32(i.header + 4)) && get_u64(i.header + 8) == i.seq) {
+          // A point-to-point message sent before the collective's: kept for its recv.
+          stash_message(i.peer, i.header, name, group);
+          ++i.seq;
+          ++recv_seq_[i.peer];
+          i.received = 0;
+          continue;
+        }
         if (i.received == kHeaderBytes) check_header(i, op, name, group);
         continue;
       }
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
       peer_lost(i.peer, op, name, group, n < 0 ? std::strerror(errno) : "closed");
+    }
+  }
+
+  static void check_tag(int tag, const char* op) {
+    if (tag < 0 || tag > Communicator::kMaxTag)
+      fail<ValueError>("{}: tag {} is outside 0 .. {}", op, tag, Communicator::kMaxTag);
+  }
+
+  // The message a recv waits for, and its progress.
+  struct Wanted {
+    int from = 0, tag = 0;
+    char* data = nullptr;
+    size_t bytes = 0;
+    unsigned char header[kHeaderBytes] = {};
+    size_t got = 0;  // of the header, then of the payload
+    bool in_payload = false;
+    std::vector<char> other;  // a message of another tag being read
+    char* target = nullptr;   // data, or other.data()
+    bool mine = false;        // the payload being read is the wanted one
+    size_t target_bytes = 0;
+    bool done = false;
+  };
+
+  // Reads the payload of a point-to-point message whose header was just read from
+  // `peer` into the stash (its sender wrote it right behind the header).
+  void stash_message(int peer, const unsigned char* header, const char* name, const std::vector<int>& group) {
+    const uint32_t tag = get_u32(header + 4) >> 8;
+    const uint64_t bytes = get_u64(header + 16);
+    std::vector<char> payload(static_cast<size_t>(bytes));
+    const double deadline = timeout_s_ > 0 ? monotonic_seconds() + timeout_s_ : std::numeric_limits<double>::infinity();
+    try {
+      if (bytes > 0) tcp::read_all(peers_.data[peer].fd(), payload.data(), payload.size(), deadline, name);
+    } catch (const IOError& e) {
+      peer_lost(peer, kPointToPoint, name, group, e.what());
+    }
+    stash_[{peer, static_cast<int>(tag)}].push_back(std::move(payload));
+  }
+
+  // Writes the queued sends (each peer's in order) and, for a recv, reads `want`'s peer
+  // until its message is here; with until_sent, until every queued send is written.
+  // Without either it writes what the sockets take now and returns.
+  void progress(Wanted* want, const char* name, const std::vector<int>& group, bool until_sent = false) {
+    const double deadline = timeout_s_ > 0 ? monotonic_seconds() + timeout_s_ : std::numeric_limits<double>::infinity();
+    std::vector<pollfd> fds;
+    std::vector<int> peer_of;
+    while (true) {
+      if (aborted_) throw_aborted(name, group);
+      // The first unfinished send of each peer may be written; later ones wait their turn.
+      std::vector<Outgoing*> heads;
+      for (Outgoing& o : pending_) {
+        if (o.done()) continue;
+        bool first = true;
+        for (Outgoing* h : heads) first = first && h->peer != o.peer;
+        if (first) heads.push_back(&o);
+      }
+      for (Outgoing* o : heads) push(*o, kPointToPoint, name, group);
+      while (!pending_.empty() && pending_.front().done()) pending_.pop_front();
+      if (want != nullptr) pull_wanted(*want, name, group);
+      const bool sent = pending_.empty();
+      if (want != nullptr ? want->done && (!until_sent || sent) : (!until_sent || sent)) return;
+      fds.clear();
+      peer_of.clear();
+      for (const Outgoing& o : pending_)
+        if (!o.done()) {
+          bool listed = false;
+          for (int p : peer_of) listed = listed || p == o.peer;
+          if (!listed) {
+            fds.push_back({peers_.data[o.peer].fd(), POLLOUT, 0});
+            peer_of.push_back(o.peer);
+          }
+        }
+      if (want != nullptr && !want->done) {
+        bool listed = false;
+        for (size_t k = 0; k < peer_of.size(); ++k)
+          if (peer_of[k] == want->from) {
+            fds[k].events |= POLLIN;
+            listed = true;
+          }
+        if (!listed) {
+          fds.push_back({peers_.data[want->from].fd(), POLLIN, 0});
+          peer_of.push_back(want->from);
+        }
+      }
+      fds.push_back({wake_[0], POLLIN, 0});
+      peer_of.push_back(-1);
+      for (int r = 0; r < world_; ++r)
+        if (r != rank_ && control_open_[r]) {
+          fds.push_back({peers_.control[r].fd(), POLLIN, 0});
+          peer_of.push_back(-2 - r);
+        }
+      const double left = deadline - monotonic_seconds();
+      if (left <= 0) {
+        abort_with(fmt::format("rank {}: {} on devices {} timed out after {:g} s (TESSERA_TCP_TIMEOUT_S)", rank_, name,
+                               group, timeout_s_));
+        throw_aborted(name, group);
+      }
+      const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::min(std::ceil(left * 1000), 1000.0)));
+      if (ready < 0 && errno != EINTR) fail<IOError>("{}: poll failed: {}", name, std::strerror(errno));
+      if (ready <= 0) continue;
+      for (size_t k = 0; k < fds.size(); ++k) {
+        if (fds[k].revents == 0) continue;
+        if (peer_of[k] == -1) {
+          char drain[64];
+          while (::read(wake_[0], drain, sizeof drain) > 0) {
+          }
+        } else if (peer_of[k] <= -2) {
+          read_control_note(-2 - peer_of[k]);
+        }
+      }
+    }
+  }
+
+  // Reads what has arrived from want.from: headers (checked: a point-to-point message,
+  // the next in sequence), then payloads into the recv's buffer or the stash.
+  void pull_wanted(Wanted& w, const char* name, const std::vector<int>& group) {
+    const int fd = peers_.data[w.from].fd();
+    while (!w.done) {
+      char* to = w.in_payload ? w.target + w.got : reinterpret_cast<char*>(w.header) + w.got;
+      const size_t left = w.in_payload ? w.target_bytes - w.got : kHeaderBytes - w.got;
+      if (left > 0) {
+        const ssize_t n = ::recv(fd, to, left, 0);
+        if (n <= 0) {
+          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+          peer_lost(w.from, kPointToPoint, name, group, n < 0 ? std::strerror(errno) : "closed");
+        }
+        w.got += static_cast<size_t>(n);
+        if (w.got < (w.in_payload ? w.target_bytes : kHeaderBytes)) continue;
+      }
+      if (!w.in_payload) {
+        const uint32_t magic = get_u32(w.header), op = get_u32(w.header + 4);
+        const uint64_t seq = get_u64(w.header + 8), bytes = get_u64(w.header + 16);
+        if (magic != kFrameMagic || !is_point_to_point(op) || seq != recv_seq_[w.from]) {
+          abort_with(fmt::format(
+              "rank {}: recv from rank {} (tag {}): rank {} sent {} (message {}) where this rank expected a "
+              "point-to-point message (message {}): the ranks are not running the same program",
+              rank_, w.from, w.tag, w.from, magic == kFrameMagic ? op_name(op) : "bytes that are not a tessera message",
+              seq, recv_seq_[w.from]));
+          throw_aborted(name, group);
+        }
+        ++recv_seq_[w.from];
+        const int tag = static_cast<int>(op >> 8);
+        if (tag == w.tag) {
+          if (bytes != w.bytes) {
+            abort_with(fmt::format("rank {}: recv from rank {} (tag {}): {} bytes arrived where {} were expected",
+                                   rank_, w.from, w.tag, bytes, w.bytes));
+            throw_aborted(name, group);
+          }
+          w.target = w.data;
+          w.mine = true;
+        } else {
+          w.other.assign(static_cast<size_t>(bytes), 0);
+          w.target = w.other.data();
+        }
+        w.target_bytes = static_cast<size_t>(bytes);
+        w.in_payload = true;
+        w.got = 0;
+        continue;
+      }
+      // A payload is complete.
+      if (w.mine) {
+        w.done = true;
+      } else {
+        stash_[{w.from, static_cast<int>(get_u32(w.header + 4) >> 8)}].push_back(std::move(w.other));
+        w.other.clear();
+        w.in_payload = false;
+        w.got = 0;
+      }
     }
   }
 
@@ -517,8 +745,10 @@ class TcpCommunicator final : public Communicator {
   const double timeout_s_;
   const std::string coordinator_;
   tcp::PeerSockets peers_;
-  std::vector<uint64_t> send_seq_, recv_seq_;  // per peer, on its data connection
-  std::vector<bool> control_open_;             // the collective thread's view
+  std::vector<uint64_t> send_seq_, recv_seq_;                           // per peer, on its data connection
+  std::deque<Outgoing> pending_;                                        // queued point-to-point sends, in order
+  std::map<std::pair<int, int>, std::deque<std::vector<char>>> stash_;  // (peer, tag): arrived, not yet received
+  std::vector<bool> control_open_;                                      // the collective thread's view
   int wake_[2] = {-1, -1};
   mutable std::mutex mutex_;  // stats_, reason_
   std::atomic<bool> aborted_{false};

@@ -11,10 +11,10 @@
 // count, plus at most 256 bytes of scalar reductions; what the rank measured sending
 // to its peers equals the program's count). Rank 0 prints one line per layout with an
 // FNV-1a hash of the gathered parameters (to compare runs by eye).
-// Under MPI it also trains pipeline layouts (train/pipeline_step.h: a stage per process,
+// It also trains pipeline layouts (train/pipeline_step.h: a stage per process,
 // activations and gradients as point-to-point messages) of a 4-layer GPT against one
 // device: pipeline=2 (1F1B and GPipe) on 2 ranks, pipeline=2,data=2 and pipeline=4 on 4,
-// the same bars. (A TCP job's communicator has no point-to-point messages yet: skipped.)
+// the same bars.
 // Exits nonzero on any mismatch, on every rank.
 #include <fmt/format.h>
 
@@ -234,16 +234,13 @@ int main() {
                   want.losses[2], static_cast<unsigned long long>(fnv1a(want.params)));
     for (const std::string& l : layouts) check_layout(l, want);
     size_t checked = layouts.size();
-    if (spmd::communicator().kind() == "mpi") {
+    {
       const TrainRun want_4_layers = run_pipeline("", PipelineKind::kOneFOneB);
       std::vector<std::pair<std::string, PipelineKind>> pipelines;
       if (n == 2) pipelines = {{"pipeline=2", PipelineKind::kOneFOneB}, {"pipeline=2", PipelineKind::kGPipe}};
       if (n == 4) pipelines = {{"pipeline=2,data=2", PipelineKind::kOneFOneB}, {"pipeline=4", PipelineKind::kOneFOneB}};
       for (const auto& [mesh_text, kind] : pipelines) check_pipeline(mesh_text, kind, want_4_layers);
       checked += pipelines.size();
-    } else if (g_rank == 0) {
-      std::printf("pipeline layouts: skipped (the %s communicator has no point-to-point messages yet)\n",
-                  spmd::communicator().kind().c_str());
     }
     // Every rank learns the total, so they all exit with the same status.
     int64_t failures = g_failures;

@@ -254,8 +254,9 @@ void TrainLoop::open_data() {
 void TrainLoop::build_layout() {
   pipeline_plan_ = pipeline_plan(cfg_);
   if (pipeline_plan_) {
-    // Every pipeline device (a thread here, or a process under mpirun) reads its stages'
-    // slices of the whole parameters (train/pipeline_step.h): the layout is the 1-device one.
+    // Every pipeline device (a thread here, or a process under mpirun or in a TCP job)
+    // reads its stages' slices of the whole parameters (train/pipeline_step.h): the
+    // layout is the 1-device one.
     const spmd::Mesh mesh = spmd::Mesh::parse(cfg_.parallel.mesh);
     if (spmd::is_multi_process() && mesh.size() != spmd::device_count())
       fail<ConfigError>("parallel: mesh {} has {} devices, but the job has {} processes ({}); start one per device",

@@ -66,9 +66,9 @@ class Communicator {
   // returns without waiting for the receiver: the buffer must stay unchanged until
   // wait_sends(). recv() waits for device `from`'s message with `tag` (its size must be
   // `bytes`). Messages of one pair and tag arrive in the order they were sent. Tags are
-  // 0 .. kMaxTag. Both are abort-aware like the collectives. The default (in-process:
-  // pipeline stages there hand over their arrays directly) is a ValueError naming the
-  // communicator.
+  // 0 .. kMaxTag. Both are abort-aware like the collectives. MPI and TCP implement them;
+  // the default (in-process: pipeline stages there hand over their arrays directly) is a
+  // ValueError naming the communicator.
   static constexpr int kMaxTag = 32767;
   virtual void send(int device, int to, int tag, const void* data, size_t bytes);
   virtual void recv(int device, int from, int tag, void* data, size_t bytes);

@@ -15,16 +15,17 @@
 // Parameters and optimizer state stay whole (every stage reads its slice of them), so
 // checkpoints are the one-device ones and restore onto any pipeline size.
 //
-// Under mpirun (one process per mesh device, `mpirun -n P*R tessera train --mesh
-// pipeline=P,data=R`) each process runs its device's stages of its replica's pipeline;
-// activations and gradients cross processes as point-to-point messages. Every process
-// then holds gradients for its own stages (zeros elsewhere); one all-reduce over the
-// world (in rank order) sums them and the replicas', and every process applies the same
-// update to its whole copy of the parameters.
+// Under mpirun or in a TCP job (one process per mesh device: `mpirun -n P*R tessera
+// train --mesh pipeline=P,data=R`, or `tessera launch --nproc P*R --coordinator ...`)
+// each process runs its device's stages of its replica's pipeline; activations and
+// gradients cross processes as point-to-point messages. Every process then holds
+// gradients for its own stages (zeros elsewhere); one all-reduce over the world (in rank
+// order) sums them and the replicas', and every process applies the same update to its
+// whole copy of the parameters.
 //
 // Not supported yet, each a ValueError naming it: dropout, int8 backward GEMMs (both
 // need a step key), packed documents, loss scaling (float16), FSDP or tensor axes on
-// the same mesh, TCP jobs (their communicator has no point-to-point messages yet).
+// the same mesh.
 #pragma once
 
 #include <cstdint>

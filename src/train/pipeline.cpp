@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <ctime>
 #include <exception>
 #include <map>
 #include <memory>
@@ -105,6 +106,13 @@ Tree stage_params(const Tree& params, const std::pair<int, int>& range, bool fir
 std::mutex& compile_mutex() {
   static std::mutex mutex;
   return mutex;
+}
+
+// This thread's CPU time (seconds).
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 }  // namespace
@@ -286,6 +294,7 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
   std::vector<Array> loss_parts(static_cast<size_t>(m));
   result.measured.devices.resize(static_cast<size_t>(p));
   std::vector<double> sent(static_cast<size_t>(p), 0.0);  // per device thread
+  std::vector<double> cpu(static_cast<size_t>(p), 0.0);   // CPU seconds in ops, per device thread
   std::mutex error_mutex;
   std::exception_ptr error;
   const auto start = std::chrono::steady_clock::now();
@@ -302,12 +311,13 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
         args["p"] = parts[static_cast<size_t>(s)];
         if (last) args["t"] = Tree(targets_mb[static_cast<size_t>(mb)]);
         // A slot starts when its inputs are here: waiting for them is idle time (the bubble).
-        double began = 0;
+        double began = 0, cpu_began = 0;
         if (op.forward) {
           const Array x = s == 0   ? tokens_mb[static_cast<size_t>(mb)]
                           : remote ? receive(s - 1, mb, s, true)
                                    : activations.take({mb, s});
           began = seconds();
+          cpu_began = thread_cpu_seconds();
           saved[{mb, s}] = x;
           args["x"] = Tree(x);
           const Array y = call(forward_, static_cast<size_t>(s), 0, args).leaf();
@@ -324,6 +334,7 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
           args["x"] = Tree(saved.at({mb, s}));
           args["dy"] = Tree(last ? seed : remote ? receive(s + 1, mb, s, false) : gradients.take({mb, s}));
           began = seconds();
+          cpu_began = thread_cpu_seconds();
           const Tree out = call(backward_, static_cast<size_t>(s), 1, args);
           saved.erase({mb, s});
           std::optional<Tree>& acc = accumulated[static_cast<size_t>(s)];
@@ -337,6 +348,7 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
           }
         }
         result.measured.devices[static_cast<size_t>(d)].push_back({op, began, seconds()});
+        cpu[static_cast<size_t>(d)] += thread_cpu_seconds() - cpu_began;
       }
     } catch (...) {
       {
@@ -374,6 +386,7 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
   }
   t.bubble_fraction = t.makespan > 0 ? 1 - t.busy / (ran * t.makespan) : 0;
   for (double bytes : sent) result.sent_bytes += bytes;
+  for (double seconds : cpu) t.cpu_busy += seconds;
 
   double total = 0;
   for (const Array& part : loss_parts)  // micro-batch order; only the last stage's device has them

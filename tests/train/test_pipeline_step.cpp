@@ -4,7 +4,6 @@
 // parameters to 1e-5; bitwise repeats; the measured bubble against the analytic one;
 // [parallel]'s pipeline keys resolved and their errors (train/pipeline_config.h).
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 
 #include <cmath>
 #include <cstdio>
@@ -107,15 +106,11 @@ TEST(PipelineTrainStep, EveryLayoutTrainsAsOneDevice) {
 // Equal stages (a forward and a backward cost the same on every stage): the measured
 // idle share is the schedule's (p-1)/(m+p-1) within 5 points. The device threads run on
 // the machine's cores, which other processes may be using (ctest -j): a step counts only
-// when the process got CPU time for at least 80% of the time its device threads were
-// busy (else a thread was waiting for a core, not for the schedule); the best of up to 10
-// such steps is checked, and with none the test skips saying so.
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
+// when the device threads got CPU time for at least 90% of their ops' wall time
+// (PipelineTimeline::cpu_busy; else a thread was waiting for a core, not for the
+// schedule), and a thread descheduled between its ops can still delay the other, so the
+// best of the counted steps is checked when there are at least 3 of 10; with fewer the
+// test skips saying the machine was contended.
 
 TEST(PipelineTrainStep, MeasuredBubbleIsTheAnalyticOne) {
   // Wide enough that the stages' kernels, not the threads' hand-overs, take the time.
@@ -140,16 +135,15 @@ TEST(PipelineTrainStep, MeasuredBubbleIsTheAnalyticOne) {
     const double analytic = analytic_bubble_fraction(pipe.schedule());
     pipe.run(params, state, micro, 1e-3);  // compiles
     for (int s = 0; s < 10; ++s) {
-      const double cpu_before = cpu_seconds();
       pipe.run(params, state, micro, 1e-3);
-      const double cpu = cpu_seconds() - cpu_before, busy = pipe.last_timelines().front().busy;
-      if (cpu < 0.8 * busy) continue;  // a device thread waited for a core
+      const PipelineTimeline& t = pipe.last_timelines().front();
+      if (t.cpu_busy < 0.9 * t.busy) continue;  // a device thread waited for a core
       ++timed;
       closest = std::min(closest, std::abs(pipe.last_bubble_fraction() - analytic));
     }
     std::printf("%s: analytic bubble %.3f, closest measured within %.3f over %d uncontended steps\n%s",
                 to_string(kind).c_str(), analytic, closest, timed, pipe.describe().c_str());
-    if (timed > 0)
+    if (timed >= 3)
       EXPECT_LT(closest, 0.05) << to_string(kind);
     else
       contended.push_back(to_string(kind));

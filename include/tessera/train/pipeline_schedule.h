@@ -66,7 +66,10 @@ struct PipelineTimeline {
   };
   std::vector<std::vector<Slot>> devices;  // per device, in run order
   double makespan = 0;
-  double busy = 0;                  // sum of op durations over devices
+  double busy = 0;  // sum of op durations over devices
+  // Measured timelines: the CPU time the device threads got during their ops (equal to
+  // busy when every thread had a core to itself; less when they waited for one).
+  double cpu_busy = 0;
   double bubble_fraction = 0;       // 1 - busy / (devices * makespan)
   std::vector<int> peak_in_flight;  // per device: most micro-batch stages whose forward ran and backward did not
 };

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -386,37 +387,13 @@ class TcpCommunicator final : public Communicator {
       for (const Incoming& i : ins)
         if (!i.done()) slot(i.peer).events |= POLLIN;
       if (fds.empty()) return;
-      fds.push_back({wake_[0], POLLIN, 0});
-      peer_of.push_back(-1);
-      for (int r = 0; r < world_; ++r)
-        if (r != rank_ && control_open_[r]) {
-          fds.push_back({peers_.control[r].fd(), POLLIN, 0});
-          peer_of.push_back(-2 - r);
-        }
-      const double left = deadline - monotonic_seconds();
-      if (left <= 0) {
-        std::vector<int> waiting;
+      const auto waiting = [&] {
+        std::vector<int> peers;
         for (const Incoming& i : ins)
-          if (!i.done()) waiting.push_back(i.peer);
-        abort_with(
-            fmt::format("rank {}: {} on devices {} timed out after {:g} s waiting for rank(s) {} "
-                        "(TESSERA_TCP_TIMEOUT_S)",
-                        rank_, name, group, timeout_s_, fmt::join(waiting, ", ")));
-        throw_aborted(name, group);
-      }
-      const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::min(std::ceil(left * 1000), 1000.0)));
-      if (ready < 0 && errno != EINTR) fail<IOError>("{}: poll failed: {}", name, std::strerror(errno));
-      if (ready <= 0) continue;
-      for (size_t k = 0; k < fds.size(); ++k) {
-        if (fds[k].revents == 0) continue;
-        if (peer_of[k] == -1) {
-          char drain[64];
-          while (::read(wake_[0], drain, sizeof drain) > 0) {
-          }
-        } else if (peer_of[k] <= -2) {
-          read_control_note(-2 - peer_of[k]);
-        }
-      }
+          if (!i.done()) peers.push_back(i.peer);
+        return fmt::format(" waiting for rank(s) {}", fmt::join(peers, ", "));
+      };
+      if (!poll_round(fds, peer_of, deadline, name, group, waiting)) continue;
       if (aborted_) throw_aborted(name, group);
       for (Outgoing& o : outs)
         if (!o.done()) push(o, op, name, group);
@@ -550,33 +527,43 @@ class TcpCommunicator final : public Communicator {
           peer_of.push_back(want->from);
         }
       }
-      fds.push_back({wake_[0], POLLIN, 0});
-      peer_of.push_back(-1);
-      for (int r = 0; r < world_; ++r)
-        if (r != rank_ && control_open_[r]) {
-          fds.push_back({peers_.control[r].fd(), POLLIN, 0});
-          peer_of.push_back(-2 - r);
-        }
-      const double left = deadline - monotonic_seconds();
-      if (left <= 0) {
-        abort_with(fmt::format("rank {}: {} on devices {} timed out after {:g} s (TESSERA_TCP_TIMEOUT_S)", rank_, name,
-                               group, timeout_s_));
-        throw_aborted(name, group);
+      poll_round(fds, peer_of, deadline, name, group, [] { return std::string(); });
+    }
+  }
+
+  // One wait of a collective or point-to-point loop: `fds` (sockets, their peers in
+  // `peer_of`) plus the wake pipe and the open control connections, up to a second or
+  // the deadline (past it the job aborts, naming `waiting()`). Reads abort notes and drains
+  // the wake pipe. Returns whether any of `fds` is ready.
+  bool poll_round(std::vector<pollfd>& fds, std::vector<int>& peer_of, double deadline, const char* name,
+                  const std::vector<int>& group, const std::function<std::string()>& waiting) {
+    fds.push_back({wake_[0], POLLIN, 0});
+    peer_of.push_back(-1);
+    for (int r = 0; r < world_; ++r)
+      if (r != rank_ && control_open_[r]) {
+        fds.push_back({peers_.control[r].fd(), POLLIN, 0});
+        peer_of.push_back(-2 - r);
       }
-      const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::min(std::ceil(left * 1000), 1000.0)));
-      if (ready < 0 && errno != EINTR) fail<IOError>("{}: poll failed: {}", name, std::strerror(errno));
-      if (ready <= 0) continue;
-      for (size_t k = 0; k < fds.size(); ++k) {
-        if (fds[k].revents == 0) continue;
-        if (peer_of[k] == -1) {
-          char drain[64];
-          while (::read(wake_[0], drain, sizeof drain) > 0) {
-          }
-        } else if (peer_of[k] <= -2) {
-          read_control_note(-2 - peer_of[k]);
+    const double left = deadline - monotonic_seconds();
+    if (left <= 0) {
+      abort_with(fmt::format("rank {}: {} on devices {} timed out after {:g} s{} (TESSERA_TCP_TIMEOUT_S)", rank_, name,
+                             group, timeout_s_, waiting()));
+      throw_aborted(name, group);
+    }
+    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::min(std::ceil(left * 1000), 1000.0)));
+    if (ready < 0 && errno != EINTR) fail<IOError>("{}: poll failed: {}", name, std::strerror(errno));
+    if (ready <= 0) return false;
+    for (size_t k = 0; k < fds.size(); ++k) {
+      if (fds[k].revents == 0) continue;
+      if (peer_of[k] == -1) {
+        char drain[64];
+        while (::read(wake_[0], drain, sizeof drain) > 0) {
         }
+      } else if (peer_of[k] <= -2) {
+        read_control_note(-2 - peer_of[k]);
       }
     }
+    return true;
   }
 
   // Reads what has arrived from want.from: headers (checked: a point-to-point message,

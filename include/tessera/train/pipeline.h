@@ -1,5 +1,6 @@
 // Pipeline-parallel gradients: a model's loss and parameter gradients computed by p
-// pipeline devices (threads of this process, virtual devices) that run contiguous
+// pipeline devices (threads of this process, or one per process with
+// PipelineOptions::ranks: mpirun or a TCP job) that run contiguous
 // stages of its layers on micro-batches, in the order of a schedule
 // (train/pipeline_schedule.h: GPipe, 1F1B, interleaved 1F1B).
 //
@@ -19,8 +20,7 @@
 // step); pipeline_value_and_grad is its one-off form. `tessera train --mesh
 // pipeline=P[,data=R]` runs it through PipelineTrainStep (train/pipeline_step.h).
 //
-// Not yet: FSDP/TP on the same mesh, processes instead of threads, mixture of experts
-// (issue 26).
+// Not yet: FSDP/TP on the same mesh, mixture-of-experts stages (issue 26).
 #pragma once
 
 #include <atomic>

@@ -117,6 +117,10 @@ double thread_cpu_seconds() {
 
 }  // namespace
 
+double counted_targets(const Array& targets) {
+  return sum(astype(not_equal(targets, scalar_like(-100, targets)), DType::Float64)).item<double>();
+}
+
 Tree add_trees(const Tree& a, const Tree& b) {
   Tree sum = tree_map([](const Array& x, const Array& y) { return add(x, y); }, a, b);
   for (const Array& leaf : sum.leaves()) leaf.eval();
@@ -428,7 +432,7 @@ PipelineResult pipeline_value_and_grad(const models::Model& model, const Tree& p
     fail<ValueError>("pipeline: the batch of {} rows does not split into {} equal micro-batches", tokens.shape(0),
                      o.micro_batches);
   // The loss is a mean over the targets that count.
-  const double counted = sum(astype(not_equal(targets, scalar_like(-100, targets)), DType::Float64)).item<double>();
+  const double counted = counted_targets(targets);
   if (!(counted > 0)) fail<ValueError>("pipeline: every target is -100 (ignored): the loss has no terms");
   PipelineExecutor executor(model, o, tokens.shape(1));
   return executor.run(params, tokens, targets, 1.0 / counted);

@@ -54,6 +54,7 @@ std::optional<PipelinePlan> pipeline_plan(const TrainConfig& c) {
   const spmd::Mesh mesh = spmd::Mesh::parse(c.parallel.mesh);
   if (!mesh.has_axis("pipeline")) return std::nullopt;
   PipelinePlan plan;
+  plan.mesh = mesh;
   for (int a = 0; a < mesh.ndim(); ++a) {
     const std::string& name = mesh.axis_name(a);
     if (name == "pipeline" || mesh.axis_size(a) == 1) continue;

@@ -4,12 +4,14 @@
 
 #include <optional>
 
+#include "tessera/spmd/mesh.h"
 #include "tessera/train/config.h"
 #include "tessera/train/pipeline.h"
 
 namespace tessera::train {
 
 struct PipelinePlan {
+  spmd::Mesh mesh;          // parallel.mesh
   PipelineOptions options;  // devices = the pipeline axis; micro-batches and virtual stages resolved
   int replicas = 1;         // the data axis
 };

@@ -6,7 +6,6 @@
 
 #include <array>
 #include <exception>
-#include <mutex>
 #include <thread>
 
 #include "tessera/base/error.h"
@@ -14,25 +13,6 @@
 #include "tessera/spmd/runtime.h"
 
 namespace tessera::train {
-
-namespace {
-
-// The counted targets of a batch (those not -100).
-double counted_targets(const Array& targets) {
-  return sum(astype(not_equal(targets, scalar_like(-100, targets)), DType::Float64)).item<double>();
-}
-
-// Leaf indices of the subtrees "params", "opt" and "grads": what the update overwrites.
-std::vector<int> donated_leaves(const Tree& args) {
-  std::vector<int> indices;
-  const std::vector<std::string> paths = args.paths();
-  for (size_t i = 0; i < paths.size(); ++i)
-    if (paths[i].starts_with("params.") || paths[i].starts_with("opt.") || paths[i].starts_with("grads."))
-      indices.push_back(static_cast<int>(i));
-  return indices;
-}
-
-}  // namespace
 
 PipelineTrainStep::PipelineTrainStep(const models::Model& model, const optim::Optimizer& optimizer,
                                      int64_t accumulation, const PipelineOptions& pipeline, int replicas, int64_t seq,
@@ -95,7 +75,7 @@ Jitted& PipelineTrainStep::update_program(const Tree& args) {
     };
     JitOptions options;
     options.name = "pipeline_update";
-    options.donate_leaves = donated_leaves(args);
+    options.donate_leaves = leaves_under(args, {"params", "opt", "grads"});
     update_.emplace(jit(update, options));
   }
   return *update_;

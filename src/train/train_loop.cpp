@@ -257,7 +257,7 @@ void TrainLoop::build_layout() {
     // Every pipeline device (a thread here, or a process under mpirun or in a TCP job)
     // reads its stages' slices of the whole parameters (train/pipeline_step.h): the
     // layout is the 1-device one.
-    const spmd::Mesh mesh = spmd::Mesh::parse(cfg_.parallel.mesh);
+    const spmd::Mesh& mesh = pipeline_plan_->mesh;
     if (spmd::is_multi_process() && mesh.size() != spmd::device_count())
       fail<ConfigError>("parallel: mesh {} has {} devices, but the job has {} processes ({}); start one per device",
                         mesh.to_string(), mesh.size(), spmd::device_count(), spmd::runtime_description());
@@ -393,9 +393,8 @@ void TrainLoop::mix_int8_peak(const std::map<std::string, double>& flops) {
 void TrainLoop::compile() {
   evaluator_.emplace(*model_, &*layout_, cfg_.run.device);
   if (pipeline_plan_) {
-    const spmd::Mesh mesh = spmd::Mesh::parse(cfg_.parallel.mesh);
     pipeline_step_.emplace(*model_, *optimizer_, cfg_.micro_batches(), pipeline_plan_->options,
-                           pipeline_plan_->replicas, cfg_.loop.seq, &mesh);
+                           pipeline_plan_->replicas, cfg_.loop.seq, &pipeline_plan_->mesh);
   } else {
     train_step_.emplace(*model_, *optimizer_, cfg_.micro_batches(), &*layout_, cfg_.run.device);
   }

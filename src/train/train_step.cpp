@@ -15,17 +15,6 @@ namespace tessera::train {
 
 namespace {
 
-// Leaf indices (Tree::leaves() order) of the subtrees named in `prefixes`: the
-// arguments a program may overwrite with its outputs.
-std::vector<int> leaves_under(const Tree& args, const std::vector<std::string>& prefixes) {
-  std::vector<int> indices;
-  const std::vector<std::string> paths = args.paths();
-  for (size_t i = 0; i < paths.size(); ++i)
-    for (const std::string& prefix : prefixes)
-      if (paths[i].starts_with(prefix + ".") || paths[i] == prefix) indices.push_back(static_cast<int>(i));
-  return indices;
-}
-
 std::optional<Array> key_of(const Tree& args) {
   if (args.items().contains("key")) return args.at("key").leaf();
   return std::nullopt;
@@ -187,6 +176,15 @@ struct StepArgs {
 };
 
 }  // namespace
+
+std::vector<int> leaves_under(const Tree& args, const std::vector<std::string>& prefixes) {
+  std::vector<int> indices;
+  const std::vector<std::string> paths = args.paths();
+  for (size_t i = 0; i < paths.size(); ++i)
+    for (const std::string& prefix : prefixes)
+      if (paths[i].starts_with(prefix + ".") || paths[i] == prefix) indices.push_back(static_cast<int>(i));
+  return indices;
+}
 
 TrainStep::TrainStep(const models::Model& model, const optim::Optimizer& optimizer, int64_t micro_batches,
                      const Layout* layout, std::string device)

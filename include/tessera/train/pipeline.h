@@ -63,6 +63,9 @@ struct PipelineResult {
   double sent_bytes = 0;
 };
 
+// The targets of a batch that count in the loss (those not -100).
+double counted_targets(const Array& targets);
+
 // a + b leaf by leaf (same structure), evaluated: how gradients add up over micro-batches.
 Tree add_trees(const Tree& a, const Tree& b);
 

@@ -51,6 +51,10 @@ struct TracedProgram {
   double runs_per_step = 1;  // grad_accumulate runs micro_batches - 1 times
 };
 
+// Leaf indices (Tree::leaves() order) of the subtrees named in `prefixes`: the arguments
+// a step program may overwrite with its outputs (JitOptions::donate_leaves).
+std::vector<int> leaves_under(const Tree& args, const std::vector<std::string>& prefixes);
+
 class TrainStep {
  public:
   // The programs run over the layout's mesh (train/parallel.h; nullptr: one device,

@@ -32,8 +32,8 @@ spmd::PartitionSpec logical_spec(const spmd::Mesh& mesh, const LogicalRules& rul
   return spec;
 }
 
-LogicalShardingScope::LogicalShardingScope(spmd::Mesh mesh, LogicalRules rules)
-    : previous_(t_active), mesh_(std::move(mesh)), rules_(std::move(rules)) {
+LogicalShardingScope::LogicalShardingScope(const spmd::Mesh& mesh, const LogicalRules& rules)
+    : previous_(t_active), mesh_(mesh), rules_(rules) {
   t_active = this;
 }
 

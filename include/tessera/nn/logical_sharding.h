@@ -28,15 +28,17 @@ spmd::PartitionSpec logical_spec(const spmd::Mesh& mesh, const LogicalRules& rul
 
 class LogicalShardingScope {
  public:
-  LogicalShardingScope(spmd::Mesh mesh, LogicalRules rules);
+  // Holds references: `mesh` and `rules` must outlive the scope (a TrainStep's layout
+  // does; the scope is made per step, so it copies nothing).
+  LogicalShardingScope(const spmd::Mesh& mesh, const LogicalRules& rules);
   ~LogicalShardingScope();
   LogicalShardingScope(const LogicalShardingScope&) = delete;
   LogicalShardingScope& operator=(const LogicalShardingScope&) = delete;
 
  private:
   const void* previous_;
-  spmd::Mesh mesh_;
-  LogicalRules rules_;
+  const spmd::Mesh& mesh_;
+  const LogicalRules& rules_;
   friend Array with_logical_constraint(const Array& x, const AxisNames& axes);
   friend int64_t logical_axis_size(const std::string& name);
 };

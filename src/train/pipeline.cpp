@@ -17,14 +17,18 @@
 #include "tessera/api/jit.h"
 #include "tessera/base/error.h"
 #include "tessera/base/thread_pool.h"
+#include "tessera/compiler/compile.h"
 #include "tessera/core/ops.h"
 #include "tessera/core/transforms.h"
+#include "tessera/nn/logical_sharding.h"
+#include "tessera/spmd/api.h"
+#include "tessera/spmd/partitioner.h"
 #include "tessera/spmd/runtime.h"
 
 namespace tessera::train {
 namespace {
 
-using Key = std::pair<int, int>;  // (micro-batch, stage)
+using Key = std::pair<int, int>;  // (micro-batch, stage [x devices per stage + index among them])
 
 // Arrays handed from one stage's device to the next: a forward's output to the next
 // stage, a backward's input gradient to the previous one. take() waits; a failing
@@ -149,6 +153,17 @@ PipelineExecutor::PipelineExecutor(const models::Model& model, const PipelineOpt
                                                : stage_ranges(options, stages, static_cast<int>(model.config().layers));
   compiled_.reset(new std::atomic<bool>[2 * static_cast<size_t>(stages)]);
   for (int i = 0; i < 2 * stages; ++i) compiled_[static_cast<size_t>(i)] = false;
+  const spmd::Mesh& mesh = options.mesh;
+  if (mesh.ndim() > 0) {
+    if (!mesh.has_axis("pipeline") || mesh.axis_size("pipeline") != options.devices)
+      fail<ValueError>("pipeline: the mesh {} needs a pipeline axis of the {} pipeline devices", mesh.to_string(),
+                       options.devices);
+    pipeline_axis_ = mesh.axis_index("pipeline");
+    for (int a = 0; a < mesh.ndim(); ++a)
+      if (a != pipeline_axis_) inner_axes_.push_back(a);
+    inner_size_ = mesh.group_size(inner_axes_);
+    if (inner_size_ > 1) layout_.emplace(mesh, options.rules, model.specs());
+  }
   const models::Model* m = &model_;
   for (int s = 0; s < stages; ++s) {
     const int64_t first = stage_layers_[static_cast<size_t>(s)].first;
@@ -156,9 +171,9 @@ PipelineExecutor::PipelineExecutor(const models::Model& model, const PipelineOpt
     auto run_stage = [m, first, embed, loss](const Tree& p_tree, const Array& x, const Tree& args) {
       return m->stage_forward(p_tree, x, first, embed, loss ? std::optional<Array>(args.at("t").leaf()) : std::nullopt);
     };
-    forward_.push_back(jit(
+    forward_fn_.push_back(detail::to_jit_fn(
         [run_stage](const Tree& args) -> Tree { return Tree(run_stage(args.at("p"), args.at("x").leaf(), args)); }));
-    backward_.push_back(jit([run_stage, embed](const Tree& args) -> Tree {
+    backward_fn_.push_back(detail::to_jit_fn([run_stage, embed](const Tree& args) -> Tree {
       const Tree& p_tree = args.at("p");
       const Array x = args.at("x").leaf();
       const std::vector<Array> p_leaves = p_tree.leaves();
@@ -174,6 +189,8 @@ PipelineExecutor::PipelineExecutor(const models::Model& model, const PipelineOpt
       if (!embed) out["dx"] = Tree(cotangents.back());
       return out;
     }));
+    forward_.push_back(Jitted(forward_fn_.back(), {}));
+    backward_.push_back(Jitted(backward_fn_.back(), {}));
   }
 }
 
@@ -191,38 +208,131 @@ Tree PipelineExecutor::stage_args(const Tree& params, int s) const {
   return args;
 }
 
+std::pair<int, int> PipelineExecutor::coordinates(int device) const {
+  const std::vector<int> c = options_.mesh.coords(device);
+  return {c[static_cast<size_t>(pipeline_axis_)], options_.mesh.index_in_group(device, inner_axes_)};
+}
+
+spmd::Sharding PipelineExecutor::leaf_sharding(int stage, const std::string& path, const Array& leaf) const {
+  const size_t dot = path.find('.');
+  const std::string head = path.substr(0, dot);
+  if (head == "p" || head == "dp") {
+    // "layers.<i>.<rest>" of stage s is the model's layer first(s) + i.
+    std::string rest = path.substr(dot + 1);
+    if (rest.starts_with("layers.")) {
+      const size_t end = rest.find('.', 7);
+      const int i = std::stoi(rest.substr(7, end - 7));
+      rest = fmt::format("layers.{}{}", stage_layers_[static_cast<size_t>(stage)].first + i,
+                         end == std::string::npos ? "" : rest.substr(end));
+    }
+    return layout_->param(rest);
+  }
+  if (leaf.ndim() == 0) return spmd::Sharding::replicated(options_.mesh, 0);
+  return layout_->batch(leaf.ndim());
+}
+
+PipelineExecutor::ShardedProgram PipelineExecutor::partition_program(int stage, const JitFn& fn, const Tree& args,
+                                                                     const std::vector<int>& inner) const {
+  ShardedProgram program;
+  compiler::Graph graph = trace(fn, args, {}, &program.out_structure);
+  graph.name = fmt::format("stage{}_{}", stage, args.items().count("dy") ? "backward" : "forward");
+  spmd::PartitionOptions names;
+  names.parameter_names = args.paths();
+  names.output_names = program.out_structure.paths();
+  std::vector<std::optional<spmd::Sharding>> in, out;
+  const std::vector<Array> arg_leaves = args.leaves(), out_leaves = program.out_structure.leaves();
+  for (size_t i = 0; i < arg_leaves.size(); ++i) {
+    in.push_back(leaf_sharding(stage, names.parameter_names[i], arg_leaves[i]));
+    program.in.emplace(names.parameter_names[i], *in.back());
+  }
+  for (size_t i = 0; i < out_leaves.size(); ++i) {
+    // A loss (a scalar) is left to propagation: its partial sums are all-reduced.
+    if (out_leaves[i].ndim() == 0) {
+      out.emplace_back();
+      continue;
+    }
+    out.push_back(leaf_sharding(stage, names.output_names[i], out_leaves[i]));
+    program.out.emplace(names.output_names[i], *out.back());
+  }
+  spmd::PartitionedProgram partitioned = spmd::partition(graph, options_.mesh, in, out, names);
+  program.text = partitioned.text();
+  program.collective_bytes = partitioned.summary.per_device.total_bytes();
+  program.per_device.resize(static_cast<size_t>(inner_size_));
+  for (int j : inner)
+    program.per_device[static_cast<size_t>(j)] =
+        compiler::compile(partitioned.local, {}, std::vector<bool>(arg_leaves.size(), false));
+  return program;
+}
+
 void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape) {
   if (tokens_shape.size() != 2 || tokens_shape[0] % schedule_.micro_batches != 0)
     fail<ShapeError>("pipeline: batches {} must be [batch, seq] with a batch that splits into {} micro-batches",
                      tessera::to_string(tokens_shape), schedule_.micro_batches);
   const int stages = schedule_.stages();
   const Shape micro{tokens_shape[0] / schedule_.micro_batches, tokens_shape[1]};
+  if (sharded() && micro[0] % layout_->data_parallel_size() != 0)
+    fail<ValueError>(
+        "pipeline: a pipeline micro-batch of {} rows does not split over the {} devices of the batch axes (mesh {}); "
+        "use fewer pipeline micro-batches or a larger batch",
+        micro[0], layout_->data_parallel_size(), options_.mesh.to_string());
   const Array targets = Array::placeholder(micro, DType::Int32);
   Array x = Array::placeholder(micro, DType::Int32);
   std::lock_guard<std::mutex> lock(compile_mutex());
+  // Stages partitioned over the mesh: the model's activation constraints follow its rules.
+  std::optional<nn::LogicalShardingScope> scope;
+  if (sharded()) scope.emplace(layout_->mesh(), layout_->rules());
+  // The devices whose programs this process compiles, by inner index: every one
+  // in-process; with ranks only this process's device, for its own stages.
+  const bool remote = !options_.ranks.empty();
+  const int here = remote ? local_index() : -1;
+  std::vector<int> all(static_cast<size_t>(inner_size_));
+  for (int j = 0; j < inner_size_; ++j) all[static_cast<size_t>(j)] = j;
+  const std::vector<int> mine =
+      remote && sharded() ? std::vector<int>{coordinates(spmd::local_devices().front()).second} : all;
+  stage_outputs_.clear();
+  sharded_forward_.clear();
+  sharded_backward_.clear();
+  traced_text_.assign(2 * static_cast<size_t>(stages), "");
   for (int s = 0; s < stages; ++s) {
+    const std::vector<int> inner = !remote || s % schedule_.devices == here ? mine : std::vector<int>{};
     Tree args = stage_args(params, s);
     args["x"] = Tree(x);
     if (s == stages - 1) args["t"] = Tree(targets);
-    (void)forward_[static_cast<size_t>(s)].lowered(args);
+    if (sharded()) {
+      sharded_forward_.push_back(partition_program(s, forward_fn_[static_cast<size_t>(s)], args, inner));
+    } else {
+      traced_text_[2 * static_cast<size_t>(s)] = forward_[static_cast<size_t>(s)].lowered(args).text();
+    }
     compiled_[2 * static_cast<size_t>(s)] = true;
     // The stage's output type: what the next stage receives and this backward is seeded with.
     Tree out;
-    (void)trace(
-        [&](const Tree& a, const StaticArgs&) -> Tree {
-          return Tree(model_.stage_forward(a.at("p"), a.at("x").leaf(), stage_layers_[static_cast<size_t>(s)].first,
-                                           s == 0,
-                                           s == stages - 1 ? std::optional<Array>(a.at("t").leaf()) : std::nullopt));
-        },
-        args, {}, &out);
+    (void)trace(forward_fn_[static_cast<size_t>(s)], args, {}, &out);
     const Array y = out.leaf();
-    if (stage_outputs_.size() < static_cast<size_t>(stages))
-      stage_outputs_.push_back(Array::placeholder(y.shape(), y.dtype()));
+    stage_outputs_.push_back(Array::placeholder(y.shape(), y.dtype()));
     args["dy"] = Tree(Array::placeholder(y.shape(), y.dtype()));
-    (void)backward_[static_cast<size_t>(s)].lowered(args);
+    if (sharded())
+      sharded_backward_.push_back(partition_program(s, backward_fn_[static_cast<size_t>(s)], args, inner));
+    else
+      traced_text_[2 * static_cast<size_t>(s) + 1] = backward_[static_cast<size_t>(s)].lowered(args).text();
     compiled_[2 * static_cast<size_t>(s) + 1] = true;
     x = Array::placeholder(y.shape(), y.dtype());
   }
+  compiled_tokens_ = tokens_shape;
+}
+
+std::string PipelineExecutor::text() const {
+  std::string text = fmt::format(
+      "pipeline: {} schedule, {} devices x {} virtual stages, {} micro-batches{}\n", to_string(schedule_.kind),
+      schedule_.devices, schedule_.virtual_stages, schedule_.micro_batches,
+      sharded() ? fmt::format(", each stage on {} devices of mesh {}", inner_size_, options_.mesh.to_string()) : "");
+  if (compiled_tokens_.empty()) return text + "(not compiled yet: call compile() or run())\n";
+  for (size_t s = 0; s < stage_layers_.size(); ++s) {
+    text += fmt::format("\n== stage {} (pipeline device {}): layers {}-{} ==\n", s,
+                        static_cast<int>(s) % schedule_.devices, stage_layers_[s].first, stage_layers_[s].second - 1);
+    text += "-- forward --\n" + (sharded() ? sharded_forward_[s].text : traced_text_[2 * s]);
+    text += "-- backward --\n" + (sharded() ? sharded_backward_[s].text : traced_text_[2 * s + 1]);
+  }
+  return text;
 }
 
 int PipelineExecutor::local_index() const {
@@ -240,13 +350,20 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
     fail<ShapeError>("pipeline: tokens {} and targets {} must both be [batch, seq]", tessera::to_string(tokens.shape()),
                      tessera::to_string(targets.shape()));
   const int64_t batch = tokens.shape(0);
-  const int stages = schedule_.stages(), p = schedule_.devices, m = schedule_.micro_batches;
+  const int stages = schedule_.stages(), p = schedule_.devices, m = schedule_.micro_batches, inner = inner_size_;
   if (batch % m != 0)
     fail<ValueError>("pipeline: the batch of {} rows does not split into {} equal micro-batches", batch, m);
   PipelineResult result;
   result.schedule = schedule_;
   result.stage_layers = stage_layers_;
   const bool tied = model_.config().resolved_tied();
+
+  // Processes: this one runs its own pipeline device; hand-overs to and from the others
+  // are point-to-point messages, tagged by micro-batch, receiving stage and direction.
+  const bool remote = !options_.ranks.empty();
+  const int here = remote ? local_index() : -1;
+  // Partitioned stages (and the processes' receive buffers) need the programs compiled first.
+  if ((remote || sharded()) && compiled_tokens_ != tokens.shape()) compile(params, tokens.shape());
 
   std::vector<Tree> parts;
   for (int s = 0; s < stages; ++s) parts.push_back(stage_args(params, s).at("p"));
@@ -260,28 +377,25 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
   // starts from `seed` (1 / the counted targets for a mean).
   const Array seed = full(Shape{}, seed_value, DType::Float32).eval();
 
-  // Processes: this one runs its own pipeline device; hand-overs to and from the others
-  // are point-to-point messages, tagged by micro-batch, receiving stage and direction.
-  const bool remote = !options_.ranks.empty();
-  const int here = remote ? local_index() : -1;
-  if (remote && stage_outputs_.size() < static_cast<size_t>(stages)) compile(params, tokens.shape());
   if (remote && int64_t{m} * stages * 2 > spmd::Communicator::kMaxTag)
     fail<ValueError>("pipeline: {} micro-batches x {} stages need more message tags than the {} there are", m, stages,
                      spmd::Communicator::kMaxTag + 1);
   auto tag = [stages](int mb, int s, bool forward) { return (mb * stages + s) * 2 + (forward ? 0 : 1); };
+  const int me = remote ? options_.ranks[static_cast<size_t>(here)] : -1;
   std::vector<Array> posted;  // arrays of sends in flight: kept until wait_sends
   auto device_of = [&](int s) { return options_.ranks[static_cast<size_t>(s % p)]; };
   auto receive = [&](int from_stage, int mb, int s, bool forward) {
     const Array& type = stage_outputs_[static_cast<size_t>(forward ? from_stage : s)];
-    Array x = Array::empty(type.shape(), type.dtype());
-    spmd::communicator().recv(options_.ranks[static_cast<size_t>(here)], device_of(from_stage), tag(mb, s, forward),
-                              x.mutable_raw_data(), x.nbytes());
+    // A partitioned stage's device receives its shard of the activation (or its gradient).
+    const Shape shape =
+        sharded() && type.ndim() > 0 ? layout_->batch(type.ndim()).local_shape(type.shape()) : type.shape();
+    Array x = Array::empty(shape, type.dtype());
+    spmd::communicator().recv(me, device_of(from_stage), tag(mb, s, forward), x.mutable_raw_data(), x.nbytes());
     return x;
   };
   auto post = [&](int to_stage, int mb, bool forward, const Array& x) {
     posted.push_back(x);
-    spmd::communicator().send(options_.ranks[static_cast<size_t>(here)], device_of(to_stage),
-                              tag(mb, to_stage, forward), x.raw_data(), x.nbytes());
+    spmd::communicator().send(me, device_of(to_stage), tag(mb, to_stage, forward), x.raw_data(), x.nbytes());
   };
 
   auto call = [&](std::vector<Jitted>& programs, size_t index, size_t which, const Tree& args) {
@@ -293,67 +407,101 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
     return out;
   };
 
+  // Hand-overs in-process, keyed by (micro-batch, receiving stage x devices per stage +
+  // the device's index among them).
   Mailbox activations, gradients;
-  std::vector<std::optional<Tree>> accumulated(static_cast<size_t>(stages));
+  std::vector<std::optional<Tree>> accumulated(static_cast<size_t>(stages * inner));
   std::vector<Array> loss_parts(static_cast<size_t>(m));
   result.measured.devices.resize(static_cast<size_t>(p));
-  std::vector<double> sent(static_cast<size_t>(p), 0.0);  // per device thread
-  std::vector<double> cpu(static_cast<size_t>(p), 0.0);   // CPU seconds in ops, per device thread
+  std::vector<double> sent(static_cast<size_t>(p * inner), 0.0);  // per device thread
+  std::vector<double> collective(static_cast<size_t>(p * inner), 0.0);
+  std::vector<double> cpu(static_cast<size_t>(p), 0.0);  // CPU seconds in ops, per pipeline device
   std::mutex error_mutex;
   std::exception_ptr error;
   const auto start = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  auto device = [&](int d) {
+  // Pipeline device d; with partitioned stages the one at index j among the stage's
+  // devices, mesh device `dev`. The timeline shows index 0 of each pipeline device.
+  auto device = [&](int d, int j, int dev) {
     std::optional<SerialKernelsScope> serial;  // the device threads already share the cores
-    if (p > 1) serial.emplace();
+    if (p > 1 && !sharded()) serial.emplace();
+    const size_t slot = static_cast<size_t>(d * inner + j);
+    const bool shown = j == 0 || remote;
     std::map<Key, Array> saved;  // each in-flight micro-batch's stage input
+    std::vector<std::optional<Tree>> local_params(static_cast<size_t>(stages));
+    // This device's part of a stage's parameters (its shards when partitioned).
+    auto params_for = [&](int s) -> const Tree& {
+      const Tree& whole = parts[static_cast<size_t>(s)];
+      if (!sharded()) return whole;
+      std::optional<Tree>& local = local_params[static_cast<size_t>(s)];
+      if (!local) {
+        const ShardedProgram& program = sharded_forward_[static_cast<size_t>(s)];
+        const std::vector<std::string> paths = whole.paths();
+        std::vector<Array> leaves = whole.leaves();
+        for (size_t i = 0; i < leaves.size(); ++i)
+          leaves[i] = spmd::shard_for_device(leaves[i], program.in.at("p." + paths[i]), dev);
+        local = whole.with_leaves(leaves);
+      }
+      return *local;
+    };
+    auto rows_of = [&](const Array& x) { return sharded() ? spmd::shard_for_device(x, layout_->batch(2), dev) : x; };
+    auto run_program = [&](bool forward, int s, const Tree& args) -> Tree {
+      if (!sharded()) return call(forward ? forward_ : backward_, static_cast<size_t>(s), forward ? 0 : 1, args);
+      const ShardedProgram& program = (forward ? sharded_forward_ : sharded_backward_)[static_cast<size_t>(s)];
+      return program.out_structure.with_leaves(program.per_device[static_cast<size_t>(j)]->run(args.leaves()));
+    };
+    const spmd::CommStats before = sharded() ? spmd::communicator().stats(dev) : spmd::CommStats{};
     try {
       for (const PipelineOp& op : schedule_.ops[static_cast<size_t>(d)]) {
         const int s = op.stage, mb = op.micro_batch;
         const bool last = s == stages - 1;
+        const int here_key = s * inner + j, next_key = (s + 1) * inner + j, previous_key = (s - 1) * inner + j;
         Tree args = Tree::dict();
-        args["p"] = parts[static_cast<size_t>(s)];
-        if (last) args["t"] = Tree(targets_mb[static_cast<size_t>(mb)]);
+        args["p"] = params_for(s);
+        if (last) args["t"] = Tree(rows_of(targets_mb[static_cast<size_t>(mb)]));
         // A slot starts when its inputs are here: waiting for them is idle time (the bubble).
         double began = 0, cpu_began = 0;
         if (op.forward) {
-          const Array x = s == 0   ? tokens_mb[static_cast<size_t>(mb)]
+          const Array x = s == 0   ? rows_of(tokens_mb[static_cast<size_t>(mb)])
                           : remote ? receive(s - 1, mb, s, true)
-                                   : activations.take({mb, s});
+                                   : activations.take({mb, here_key});
           began = seconds();
           cpu_began = thread_cpu_seconds();
           saved[{mb, s}] = x;
           args["x"] = Tree(x);
-          const Array y = call(forward_, static_cast<size_t>(s), 0, args).leaf();
-          if (last)
-            loss_parts[static_cast<size_t>(mb)] = y;
-          else {
-            sent[static_cast<size_t>(d)] += static_cast<double>(y.nbytes());
+          const Array y = run_program(true, s, args).leaf();
+          if (last) {
+            if (j == 0) loss_parts[static_cast<size_t>(mb)] = y;  // replicated over the stage's devices
+          } else {
+            sent[slot] += static_cast<double>(y.nbytes());
             if (remote)
               post(s + 1, mb, true, y);
             else
-              activations.put({mb, s + 1}, y);
+              activations.put({mb, next_key}, y);
           }
         } else {
           args["x"] = Tree(saved.at({mb, s}));
-          args["dy"] = Tree(last ? seed : remote ? receive(s + 1, mb, s, false) : gradients.take({mb, s}));
+          args["dy"] = Tree(last ? seed : remote ? receive(s + 1, mb, s, false) : gradients.take({mb, here_key}));
           began = seconds();
           cpu_began = thread_cpu_seconds();
-          const Tree out = call(backward_, static_cast<size_t>(s), 1, args);
+          const Tree out = run_program(false, s, args);
           saved.erase({mb, s});
-          std::optional<Tree>& acc = accumulated[static_cast<size_t>(s)];
+          std::optional<Tree>& acc = accumulated[static_cast<size_t>(here_key)];
           acc = acc ? add_trees(*acc, out.at("dp")) : out.at("dp");
           if (s > 0) {
-            sent[static_cast<size_t>(d)] += static_cast<double>(out.at("dx").leaf().nbytes());
+            sent[slot] += static_cast<double>(out.at("dx").leaf().nbytes());
             if (remote)
               post(s - 1, mb, false, out.at("dx").leaf());
             else
-              gradients.put({mb, s - 1}, out.at("dx").leaf());
+              gradients.put({mb, previous_key}, out.at("dx").leaf());
           }
         }
-        result.measured.devices[static_cast<size_t>(d)].push_back({op, began, seconds()});
-        cpu[static_cast<size_t>(d)] += thread_cpu_seconds() - cpu_began;
+        if (shown) {
+          result.measured.devices[static_cast<size_t>(d)].push_back({op, began, seconds()});
+          cpu[static_cast<size_t>(d)] += thread_cpu_seconds() - cpu_began;
+        }
       }
+      if (sharded()) collective[slot] = (spmd::communicator().stats(dev) - before).total_bytes();
     } catch (...) {
       {
         std::lock_guard<std::mutex> lock(error_mutex);
@@ -361,16 +509,37 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
       }
       activations.abort();
       gradients.abort();
+      // Partitioned stages run under spmd::run_on_devices, which wakes the devices
+      // waiting in the stages' collectives.
+      if (sharded()) throw;
     }
   };
-  if (remote) {
-    device(here);
-    if (!error) spmd::communicator().wait_sends(options_.ranks[static_cast<size_t>(here)]);
-  } else {
-    std::vector<std::thread> threads;
-    for (int d = 1; d < p; ++d) threads.emplace_back(device, d);
-    device(0);
-    for (std::thread& t : threads) t.join();
+  const int j_here = remote && sharded() ? coordinates(me).second : 0;
+  try {
+    if (remote) {
+      auto body = [&](int) {
+        device(here, j_here, me);
+        if (!error) spmd::communicator().wait_sends(me);
+      };
+      if (sharded())
+        spmd::run_on_devices({me}, body);  // the stage programs' collectives need the device context
+      else
+        body(me);
+    } else if (sharded()) {
+      std::vector<int> devices(static_cast<size_t>(options_.mesh.size()));
+      for (int dev = 0; dev < options_.mesh.size(); ++dev) devices[static_cast<size_t>(dev)] = dev;
+      spmd::run_on_devices(devices, [&](int dev) {
+        const auto [c, j] = coordinates(dev);
+        device(c, j, dev);
+      });
+    } else {
+      std::vector<std::thread> threads;
+      for (int d = 1; d < p; ++d) threads.emplace_back(device, d, 0, d);
+      device(0, 0, 0);
+      for (std::thread& t : threads) t.join();
+    }
+  } catch (...) {
+    if (!error) throw;
   }
   if (error) std::rethrow_exception(error);
 
@@ -390,6 +559,7 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
   }
   t.bubble_fraction = t.makespan > 0 ? 1 - t.busy / (ran * t.makespan) : 0;
   for (double bytes : sent) result.sent_bytes += bytes;
+  for (double bytes : collective) result.stage_collective_bytes += bytes;
   for (double seconds : cpu) t.cpu_busy += seconds;
 
   double total = 0;
@@ -397,19 +567,29 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
     if (part.valid()) total += part.item<double>();
   result.loss = total * seed_value;
 
-  // The gradients in the parameters' structure; a tied embedding adds both stages'.
-  // Stages of other processes contribute zeros here.
+  // Each stage's gradients, whole. Stages of other processes contribute zeros here; so
+  // do partitioned stages on this process's device unless it is the stage's first.
+  std::vector<std::optional<Tree>> stage_grads(static_cast<size_t>(stages));
+  for (int s = 0; s < stages; ++s) {
+    if (!sharded()) {
+      stage_grads[static_cast<size_t>(s)] = accumulated[static_cast<size_t>(s)];
+      continue;
+    }
+    if (remote && s % p != here) continue;
+    stage_grads[static_cast<size_t>(s)] =
+        assemble_stage_grads(s, parts[static_cast<size_t>(s)], accumulated, remote ? j_here : -1);
+  }
   for (int s = 0; s < stages; ++s)
-    if (!accumulated[static_cast<size_t>(s)])
-      accumulated[static_cast<size_t>(s)] =
+    if (!stage_grads[static_cast<size_t>(s)])
+      stage_grads[static_cast<size_t>(s)] =
           parts[static_cast<size_t>(s)].map([](const Array& a) { return zeros(a.shape(), a.dtype()).eval(); });
   Tree grads = Tree::dict();
   std::vector<Tree> layer_grads;
   for (int s = 0; s < stages; ++s)
-    for (const Tree& layer : accumulated[static_cast<size_t>(s)]->at("layers").elements()) layer_grads.push_back(layer);
+    for (const Tree& layer : stage_grads[static_cast<size_t>(s)]->at("layers").elements()) layer_grads.push_back(layer);
   grads["layers"] = Tree::list(std::move(layer_grads));
-  const Tree& first = *accumulated.front();
-  const Tree& last = *accumulated.back();
+  const Tree& first = *stage_grads.front();
+  const Tree& last = *stage_grads.back();
   grads["wte"] = first.at("wte");
   if (has_key(first, "wpe")) grads["wpe"] = first.at("wpe");
   grads["lnf"] = last.at("lnf");
@@ -421,6 +601,44 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
     fail<Error>("pipeline: the stages' gradients do not cover the parameters (an unexpected parameter name?)");
   result.grads = grads;
   return result;
+}
+
+Tree PipelineExecutor::assemble_stage_grads(int s, const Tree& whole,
+                                            const std::vector<std::optional<Tree>>& accumulated, int j_here) const {
+  const int inner = inner_size_;
+  const spmd::Mesh& mesh = options_.mesh;
+  const std::vector<std::string> paths = whole.paths();
+  std::vector<Array> leaves = whole.leaves();
+  std::vector<std::vector<Array>> local(static_cast<size_t>(inner));
+  for (int j = 0; j < inner; ++j) {
+    const std::optional<Tree>& acc = accumulated[static_cast<size_t>(s * inner + j)];
+    if (acc) local[static_cast<size_t>(j)] = acc->leaves();
+  }
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const spmd::Sharding& sharding = sharded_backward_[static_cast<size_t>(s)].out.at("dp." + paths[i]);
+    std::vector<Array> by_inner(static_cast<size_t>(inner));
+    if (j_here < 0) {
+      for (int j = 0; j < inner; ++j) by_inner[static_cast<size_t>(j)] = local[static_cast<size_t>(j)].at(i);
+    } else {
+      // One process per device: the stage's devices swap their shards (equal sizes).
+      const Array& mine = local[static_cast<size_t>(j_here)].at(i);
+      const int me = options_.ranks[static_cast<size_t>(s % schedule_.devices)];
+      std::vector<char> all(mine.nbytes() * static_cast<size_t>(inner));
+      spmd::communicator().all_gather(me, mesh.group(me, inner_axes_), mine.raw_data(), all.data(), mine.nbytes());
+      for (int j = 0; j < inner; ++j)
+        by_inner[static_cast<size_t>(j)] =
+            Array::from_data(all.data() + mine.nbytes() * static_cast<size_t>(j), mine.shape(), mine.dtype());
+    }
+    // Every pipeline coordinate gets the stage's shards: the gradient is replicated there.
+    std::vector<Array> shards(static_cast<size_t>(mesh.size()));
+    for (int dev = 0; dev < mesh.size(); ++dev)
+      shards[static_cast<size_t>(dev)] = by_inner[static_cast<size_t>(coordinates(dev).second)];
+    const Array sharded_grad = spmd::make_sharded(leaves[i].shape(), leaves[i].dtype(), sharding, std::move(shards));
+    (void)spmd::gather(sharded_grad);
+    leaves[i] = j_here > 0 ? zeros(leaves[i].shape(), leaves[i].dtype()).eval()
+                           : Array::from_data(sharded_grad.raw_data(), leaves[i].shape(), leaves[i].dtype());
+  }
+  return whole.with_leaves(leaves);
 }
 
 PipelineResult pipeline_value_and_grad(const models::Model& model, const Tree& params, const Array& tokens,

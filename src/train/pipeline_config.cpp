@@ -9,6 +9,7 @@
 
 #include "tessera/base/error.h"
 #include "tessera/spmd/mesh.h"
+#include "tessera/train/parallel.h"
 
 namespace tessera::train {
 
@@ -55,14 +56,12 @@ std::optional<PipelinePlan> pipeline_plan(const TrainConfig& c) {
   if (!mesh.has_axis("pipeline")) return std::nullopt;
   PipelinePlan plan;
   plan.mesh = mesh;
+  // An axis besides pipeline and data with more than one device partitions the stages
+  // over the mesh (PipelineOptions::mesh); data alone gives replicas of the pipeline.
+  bool inside = false;
   for (int a = 0; a < mesh.ndim(); ++a) {
     const std::string& name = mesh.axis_name(a);
-    if (name == "pipeline" || mesh.axis_size(a) == 1) continue;
-    if (name != "data")
-      fail<ConfigError>(
-          "config: 'parallel.mesh' = \"{}\": a pipeline axis combines only with a data axis so far ({}={} would "
-          "split the stages' parameters; FSDP and tensor parallelism inside pipeline stages are not built yet)",
-          c.parallel.mesh, name, mesh.axis_size(a));
+    if (name != "pipeline" && name != "data" && mesh.axis_size(a) > 1) inside = true;
   }
   if (c.model.moe())
     fail<ConfigError>(
@@ -75,8 +74,18 @@ std::optional<PipelinePlan> pipeline_plan(const TrainConfig& c) {
   const int p = mesh.axis_size("pipeline");
   if (p < 2)
     fail<ConfigError>("config: 'parallel.mesh' = \"{}\": the pipeline axis needs at least 2 devices", c.parallel.mesh);
-  plan.replicas = mesh.has_axis("data") ? mesh.axis_size("data") : 1;
   PipelineOptions& o = plan.options;
+  // Rows each pipeline micro-batch must split into: over the batch axes when the stages
+  // are partitioned, else one per replica.
+  int64_t split = 1;
+  if (inside) {
+    o.mesh = mesh;
+    o.rules = parse_axis_rules(c.parallel.rules);
+    for (const std::string& axis : o.rules.count("batch") ? o.rules.at("batch") : std::vector<std::string>{})
+      if (mesh.has_axis(axis)) split *= mesh.axis_size(axis);
+  } else {
+    plan.replicas = mesh.has_axis("data") ? mesh.axis_size("data") : 1;
+  }
   o.devices = p;
   try {
     o.kind = parse_pipeline_kind(c.parallel.pipeline_schedule);
@@ -94,15 +103,21 @@ std::optional<PipelinePlan> pipeline_plan(const TrainConfig& c) {
   if (rows % plan.replicas != 0)
     fail<ConfigError>("config: the micro-batch of {} sequences does not split over data={} pipeline replicas", rows,
                       plan.replicas);
+  if (rows % (plan.replicas * split) != 0)
+    fail<ConfigError>(
+        "config: the micro-batch of {} sequences does not split over the {} devices of the batch axes "
+        "(parallel.mesh = \"{}\")",
+        rows, split, c.parallel.mesh);
   const int64_t per_replica = rows / plan.replicas;
   const int64_t step = interleaved ? p : 1;
   if (c.parallel.pipeline_micro_batches == 0) {
-    o.micro_batches = static_cast<int>(auto_micro_batches(per_replica, 2 * int64_t{p} * o.virtual_stages, step));
+    o.micro_batches =
+        static_cast<int>(auto_micro_batches(per_replica / split, 2 * int64_t{p} * o.virtual_stages, step));
     if (o.micro_batches == 0)
       fail<ConfigError>(
           "config: a replica's {} sequences per micro-batch do not split into a multiple of {} pipeline micro-batches "
-          "(interleaved needs one); raise train.micro_batch or train.batch",
-          per_replica, p);
+          "(interleaved needs one){}; raise train.micro_batch or train.batch",
+          per_replica, p, split > 1 ? fmt::format(" of a multiple of {} rows (the batch axes)", split) : "");
   } else {
     const int64_t m = c.parallel.pipeline_micro_batches;
     if (m < 1 || per_replica % m != 0)
@@ -110,6 +125,11 @@ std::optional<PipelinePlan> pipeline_plan(const TrainConfig& c) {
           "config: 'parallel.pipeline_micro_batches' = {} must divide the {} sequences each pipeline replica gets per "
           "micro-batch (train.micro_batch or train.batch / data)",
           m, per_replica);
+    if ((per_replica / m) % split != 0)
+      fail<ConfigError>(
+          "config: 'parallel.pipeline_micro_batches' = {} gives pipeline micro-batches of {} sequences, which do not "
+          "split over the {} devices of the batch axes (parallel.mesh = \"{}\")",
+          m, per_replica / m, split, c.parallel.mesh);
     o.micro_batches = static_cast<int>(m);
   }
   if (!c.parallel.pipeline_stages.empty()) o.stage_layers = parse_stage_layers(c.parallel.pipeline_stages);

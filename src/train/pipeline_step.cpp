@@ -17,7 +17,7 @@ namespace tessera::train {
 PipelineTrainStep::PipelineTrainStep(const models::Model& model, const optim::Optimizer& optimizer,
                                      int64_t accumulation, const PipelineOptions& pipeline, int replicas, int64_t seq,
                                      const spmd::Mesh* mesh)
-    : model_(model), optimizer_(optimizer), accumulation_(accumulation), replicas_(replicas) {
+    : model_(model), optimizer_(optimizer), accumulation_(accumulation), replicas_(replicas), mesh_(pipeline.mesh) {
   if (accumulation < 1) fail<ValueError>("pipeline step: {} accumulation micro-batches; expected >= 1", accumulation);
   if (replicas < 1) fail<ValueError>("pipeline step: {} data-parallel replicas; expected >= 1", replicas);
   if (model.config().needs_step_key())
@@ -37,7 +37,8 @@ PipelineTrainStep::PipelineTrainStep(const models::Model& model, const optim::Op
     PipelineOptions o = pipeline;
     o.ranks = mesh->group(me, {mesh->axis_index("pipeline")});
     multi_process_ = true;
-    replica_here_ = mesh->has_axis("data") ? mesh->coords(me)[static_cast<size_t>(mesh->axis_index("data"))] : 0;
+    // With the stages partitioned over the mesh the data axis is inside them (one replica).
+    replica_here_ = replicas > 1 ? mesh->coords(me)[static_cast<size_t>(mesh->axis_index("data"))] : 0;
     executors_.emplace_back(model, o, seq);
     return;
   }
@@ -100,6 +101,7 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
   std::vector<Tree> parts;
   double loss = 0, busy = 0, capacity = 0;
   last_sent_bytes_ = 0;
+  last_collective_bytes_ = 0;
   last_timelines_.assign(static_cast<size_t>(r_count), PipelineTimeline{});
   for (const data::Batch& batch : micro) {
     const double counted = counted_targets(batch.targets);
@@ -127,6 +129,7 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
       parts.push_back(std::move(result.grads));
       busy += result.measured.busy;
       last_sent_bytes_ += result.sent_bytes;
+      last_collective_bytes_ += result.stage_collective_bytes;
       capacity += result.measured.makespan * result.schedule.devices;
       last_timelines_[static_cast<size_t>(r)] = std::move(result.measured);
     }
@@ -148,8 +151,9 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
   PipelineExecutor& executor = executors_.front();
   const int me = spmd::local_devices().front();
   std::optional<Tree> local;  // this process's gradients, summed over accumulation steps in order
-  // loss, busy seconds, device seconds, handed-over bytes: summed over the processes.
-  std::array<double, 4> figures{};
+  // loss, busy seconds, device seconds, handed-over bytes, the stages' collective bytes:
+  // summed over the processes.
+  std::array<double, 5> figures{};
   last_timelines_.assign(1, PipelineTimeline{});
   for (const data::Batch& batch : micro) {
     const double counted = counted_targets(batch.targets);  // every process reads the whole micro-batch
@@ -161,6 +165,7 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
     figures[1] += result.measured.busy;
     figures[2] += result.measured.makespan;  // one device ran here
     figures[3] += result.sent_bytes;
+    figures[4] += result.stage_collective_bytes;
     last_timelines_.front() = std::move(result.measured);
   }
   spmd::Communicator& comm = spmd::communicator();
@@ -174,6 +179,7 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
   }
   last_bubble_ = figures[2] > 0 ? 1 - figures[1] / figures[2] : 0;
   last_sent_bytes_ = figures[3];
+  last_collective_bytes_ = figures[4];
   Tree args{{"params", params},
             {"opt", opt_state},
             {"grads", Tree::list({local->with_leaves(summed)})},
@@ -193,11 +199,22 @@ std::string PipelineTrainStep::describe() const {
     stages.push_back(
         fmt::format("stage {} (device {}): layers {}-{}", i, static_cast<int>(i) % s.devices, first, last - 1));
   }
-  std::string text = multi_process_
-                         ? fmt::format("pipeline {} x data {} ({} processes, one device each: {})\n", s.devices,
-                                       replicas_, s.devices * replicas_, spmd::runtime_description())
-                         : fmt::format("pipeline {} x data {} ({} device threads in this process)\n", s.devices,
-                                       replicas_, s.devices * replicas_);
+  const PipelineExecutor& executor = executors_.front();
+  const int per_stage = executor.devices_per_stage();
+  // "pipeline 2 x data 2" (replicas of the pipeline) or "pipeline 2 x (fsdp=2, tensor=2)"
+  // (each stage partitioned over the mesh's other axes).
+  std::string layout = fmt::format("pipeline {} x data {}", s.devices, replicas_);
+  if (per_stage > 1) {
+    std::vector<std::string> axes;
+    for (int a = 0; a < mesh_.ndim(); ++a)
+      if (mesh_.axis_name(a) != "pipeline")
+        axes.push_back(fmt::format("{}={}", mesh_.axis_name(a), mesh_.axis_size(a)));
+    layout = fmt::format("pipeline {} x ({}) inside each stage", s.devices, fmt::join(axes, ", "));
+  }
+  const int devices = s.devices * replicas_ * per_stage;
+  std::string text = multi_process_ ? fmt::format("{} ({} processes, one device each: {})\n", layout, devices,
+                                                  spmd::runtime_description())
+                                    : fmt::format("{} ({} device threads in this process)\n", layout, devices);
   text += fmt::format("  {}\n", fmt::join(stages, "; "));
   text += fmt::format(
       "  schedule {}, {} micro-batches per replica and step{}, analytic bubble {:.1f}%, measured {}\n",
@@ -205,10 +222,16 @@ std::string PipelineTrainStep::describe() const {
       s.kind == PipelineKind::kInterleaved ? fmt::format(", {} virtual stages", s.virtual_stages) : "",
       100 * analytic_bubble_fraction(s),
       last_timelines_.empty() ? std::string("(no step ran)") : fmt::format("{:.1f}% (last step)", 100 * last_bubble_));
+  if (per_stage > 1 && !last_timelines_.empty())
+    text += fmt::format(
+        "  collectives inside the stages: {:.3f} MB sent by the devices in the last step; hand-overs "
+        "between stages {:.3f} MB\n",
+        last_collective_bytes_ / 1e6, last_sent_bytes_ / 1e6);
   if (!last_timelines_.empty() && last_timelines_.front().makespan > 0) {
     const PipelineTimeline& t = last_timelines_.front();
-    text += multi_process_ ? "  the last step of this process's device, measured (one column = 1/60 of it):\n"
-                           : "  the last step of replica 0, measured (one column = 1/60 of it):\n";
+    text += multi_process_  ? "  the last step of this process's device, measured (one column = 1/60 of it):\n"
+            : per_stage > 1 ? "  the last step, measured on each stage's first device (one column = 1/60 of it):\n"
+                            : "  the last step of replica 0, measured (one column = 1/60 of it):\n";
     const std::string timeline = render_timeline(t, s, t.makespan / 60);
     size_t begin = 0;
     for (size_t line = 0; begin < timeline.size(); ++line) {

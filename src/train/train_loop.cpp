@@ -261,11 +261,20 @@ void TrainLoop::build_layout() {
     if (spmd::is_multi_process() && mesh.size() != spmd::device_count())
       fail<ConfigError>("parallel: mesh {} has {} devices, but the job has {} processes ({}); start one per device",
                         mesh.to_string(), mesh.size(), spmd::device_count(), spmd::runtime_description());
+    // Stages partitioned over the mesh run a thread per mesh device under the SPMD
+    // runtime: in-process the mesh gets its virtual devices unless the user chose a count.
+    if (pipeline_plan_->options.mesh.ndim() > 0) {
+      if (!spmd::is_multi_process() && spmd::device_count() < mesh.size() &&
+          flags::env("TESSERA_CPU_DEVICES") == nullptr)
+        spmd::set_cpu_devices(mesh.size());
+      spmd::check_mesh(mesh);
+    }
     layout_.emplace(Layout::one_device(model_->specs()));
     const PipelineOptions& o = pipeline_plan_->options;
-    note(fmt::format("parallel: mesh {} as {} pipeline replica(s) of {} stages on {} {}; schedule {}, {} micro-batches",
-                     cfg_.parallel.mesh, pipeline_plan_->replicas, o.devices * o.virtual_stages,
-                     o.devices * pipeline_plan_->replicas,
+    note(fmt::format("parallel: mesh {} as {} of {} stages on {} {}; schedule {}, {} micro-batches", cfg_.parallel.mesh,
+                     o.mesh.ndim() > 0 ? std::string("one pipeline, each stage partitioned over the other axes,")
+                                       : fmt::format("{} pipeline replica(s)", pipeline_plan_->replicas),
+                     o.devices * o.virtual_stages, mesh.size(),
                      spmd::is_multi_process() ? "processes (" + spmd::runtime_description() + ")" : "device threads",
                      to_string(o.kind), o.micro_batches));
     return;

@@ -128,6 +128,26 @@ TEST_F(ParallelTrainer, PipelineRunMatchesOneDevice) {
   EXPECT_NEAR(*s.val_loss, *o.val_loss, 1e-5 * *o.val_loss);
 }
 
+TEST_F(ParallelTrainer, PartitionedPipelineRunMatchesOneDeviceAndResumes) {
+  VirtualDevices devices(4);
+  Trainer one(config("one", "", 6), quiet());
+  const TrainSummary o = one.run();
+  // Tensor parallelism inside each of the 2 stages (4 devices), stopped after 3 steps and
+  // resumed: the same parameters as one device.
+  Trainer first(config("piped", "pipeline=2,tensor=2", 6), quiet(/*stop_at=*/3));
+  EXPECT_EQ(first.run().end_step, 3);
+  Trainer second(config("piped", "pipeline=2,tensor=2", 6), quiet());
+  const TrainSummary s = second.run();
+  EXPECT_EQ(s.start_step, 3);
+  EXPECT_EQ(s.end_step, 6);
+  EXPECT_NE(s.parallel_summary.find("pipeline 2 x (tensor=2) inside each stage (4 device threads"), std::string::npos)
+      << s.parallel_summary;
+  EXPECT_NE(s.parallel_summary.find("collectives inside the stages:"), std::string::npos) << s.parallel_summary;
+  expect_trees_close(second.params(), one.params(), 1e-5);
+  ASSERT_TRUE(s.val_loss.has_value() && o.val_loss.has_value());
+  EXPECT_NEAR(*s.val_loss, *o.val_loss, 1e-5 * *o.val_loss);
+}
+
 TEST_F(ParallelTrainer, PipelineResumesBitwiseAndMovesToOtherMeshes) {
   VirtualDevices devices(2);
   Trainer straight(config("straight", "pipeline=2", 6), quiet());

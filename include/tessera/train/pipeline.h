@@ -20,18 +20,29 @@
 // step); pipeline_value_and_grad is its one-off form. `tessera train --mesh
 // pipeline=P[,data=R]` runs it through PipelineTrainStep (train/pipeline_step.h).
 //
-// Not yet: FSDP/TP on the same mesh, mixture-of-experts stages (issue 26).
+// FSDP, tensor and data parallelism inside the stages (PipelineOptions::mesh): each
+// stage's programs are partitioned over the mesh's other axes and run on the devices
+// at its pipeline coordinate; activations go shard by shard to the device with the
+// same coordinates at the next stage.
+//
+// Not yet: mixture-of-experts stages (issue 26).
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "tessera/api/jit.h"
+#include "tessera/compiler/executable.h"
 #include "tessera/core/array.h"
 #include "tessera/core/tree.h"
 #include "tessera/models/model.h"
+#include "tessera/spmd/mesh.h"
+#include "tessera/train/parallel.h"
 #include "tessera/train/pipeline_schedule.h"
 
 namespace tessera::train {
@@ -48,6 +59,17 @@ struct PipelineOptions {
   // (0 .. p-1). This process runs the one that is its own device; the others' hand-overs
   // are point-to-point messages (Communicator::send / recv). Empty: p threads here.
   std::vector<int> ranks;
+  // FSDP / tensor / data parallelism inside the stages: the whole mesh (a `pipeline`
+  // axis of `devices`, plus the layout's axes, train/parallel.h) and its axis rules.
+  // When an axis besides `pipeline` has more than one device, each stage's two programs
+  // are partitioned over those axes (parameters split by the rules, pipeline
+  // micro-batch rows over the batch axes, the collectives inside the stage) and run on
+  // the devices at the stage's pipeline coordinate: a thread per mesh device
+  // (spmd::run_on_devices: the runtime needs mesh.size() devices), or with `ranks`
+  // (then the devices of this process's pipeline group) this process's device. No axes:
+  // one device per pipeline device.
+  spmd::Mesh mesh;
+  AxisRules rules = default_axis_rules();
 };
 
 struct PipelineResult {
@@ -61,6 +83,9 @@ struct PipelineResult {
   // Bytes handed from one stage's device to another (activations forward, their
   // gradients backward), summed over the devices: what point-to-point sends would move.
   double sent_bytes = 0;
+  // Stages partitioned over the mesh (PipelineOptions::mesh): bytes the collectives
+  // inside the stages sent, summed over the devices (ring counts, spmd::CommStats).
+  double stage_collective_bytes = 0;
 };
 
 // The targets of a batch that count in the loss (those not -100).
@@ -98,18 +123,59 @@ class PipelineExecutor {
   const std::vector<std::pair<int, int>>& stage_layers() const { return stage_layers_; }
   // How many stage programs have compiled (2 per stage once warm).
   int compiled_programs() const;
+  // Devices each stage runs on: the product of the mesh's axes besides pipeline (1
+  // without PipelineOptions::mesh).
+  int devices_per_stage() const { return inner_size_; }
+
+  // The stages' programs after compile(): per stage its layers, then the forward's and
+  // the backward's traced program, or for stages partitioned over the mesh the
+  // per-device programs with their collectives and bytes (Lowered::text's form).
+  std::string text() const;
 
  private:
+  // A stage program partitioned over the mesh's axes besides pipeline, compiled for the
+  // devices of this process at the stage's coordinate (by inner index).
+  struct ShardedProgram {
+    std::map<std::string, spmd::Sharding> in, out;  // by argument / output leaf path
+    Tree out_structure;
+    std::vector<std::unique_ptr<compiler::Executable>> per_device;
+    std::string text;
+    double collective_bytes = 0;  // one run, one device (ring counts)
+  };
+
   Tree stage_args(const Tree& params, int stage) const;
   // The world device of pipeline device d (options.ranks), and this process's index.
   int local_index() const;
+  bool sharded() const { return inner_size_ > 1; }
+  // The layout of a stage program's argument or output leaf: p.* / dp.* parameters
+  // (stage s's layers renumbered to the model's), x / dx / t activations and targets
+  // over the batch axes, a scalar replicated.
+  spmd::Sharding leaf_sharding(int stage, const std::string& path, const Array& leaf) const;
+  ShardedProgram partition_program(int stage, const JitFn& fn, const Tree& args, const std::vector<int>& inner) const;
+  // Stage s's whole gradients (`whole`: its parameters, for the shapes) from its devices'
+  // shards (accumulated, by stage x devices per stage + index). j_here < 0: every device
+  // is in this process; else this process's device index, whose shards are swapped with
+  // the stage's other devices, and only index 0 returns them (the others zeros, so a
+  // sum over processes counts them once).
+  Tree assemble_stage_grads(int s, const Tree& whole, const std::vector<std::optional<Tree>>& accumulated,
+                            int j_here) const;
+  // Mesh device -> (pipeline coordinate, index among the stage's devices).
+  std::pair<int, int> coordinates(int device) const;
   const models::Model& model_;
   PipelineOptions options_;
   PipelineSchedule schedule_;
   std::vector<std::pair<int, int>> stage_layers_;
+  std::vector<JitFn> forward_fn_, backward_fn_;
   std::vector<Jitted> forward_, backward_;
   std::vector<Array> stage_outputs_;               // placeholders of each stage's output type (compile())
   std::unique_ptr<std::atomic<bool>[]> compiled_;  // per program: its first call (the compile) is done
+  // Stages partitioned over the mesh (options.mesh has axes besides pipeline).
+  std::optional<Layout> layout_;
+  int inner_size_ = 1, pipeline_axis_ = -1;
+  std::vector<int> inner_axes_;
+  std::vector<ShardedProgram> sharded_forward_, sharded_backward_;  // per stage (compile())
+  Shape compiled_tokens_;                                           // the batch shape they were compiled for
+  std::vector<std::string> traced_text_;                            // per program: text() without a mesh
 };
 
 // Loss and gradients of model.loss(params, tokens, targets) (no dropout, no packing)

@@ -1,6 +1,8 @@
 // The training step on a mesh with a `pipeline` axis (`--mesh pipeline=P[,data=R]`):
 // R data-parallel replicas of a P-device pipeline (train/pipeline.h), all threads of
-// this process, then one optimizer update.
+// this process, then one optimizer update. With FSDP or tensor axes on the mesh
+// (`--mesh pipeline=2,fsdp=2,tensor=2`) there is one pipeline whose stages are
+// partitioned over the mesh's other axes, data included (PipelineOptions::mesh).
 //
 // Each of the step's k accumulation micro-batches (train.micro_batch) splits into R
 // equal row blocks; replica r runs its block through its pipeline (which splits it
@@ -24,8 +26,10 @@
 // whole copy of the parameters.
 //
 // Not supported yet, each a ValueError naming it: dropout, int8 backward GEMMs (both
-// need a step key), packed documents, loss scaling (float16), FSDP or tensor axes on
-// the same mesh.
+// need a step key), packed documents, loss scaling (float16).
+//
+// With partitioned stages, the parameters and optimizer state still stay whole between
+// steps and the update runs unpartitioned: every stage device reads its shards of them.
 #pragma once
 
 #include <cstdint>
@@ -71,6 +75,9 @@ class PipelineTrainStep {
   // Bytes the last step handed between stage devices (PipelineResult::sent_bytes), all
   // replicas and accumulation steps.
   double last_sent_bytes() const { return last_sent_bytes_; }
+  // Bytes the collectives inside partitioned stages sent in the last step (ring counts,
+  // summed over the devices; 0 without PipelineOptions::mesh).
+  double last_collective_bytes() const { return last_collective_bytes_; }
 
   // The summary's parallel block: the mesh's use, the stages and their layers, the
   // schedule with its analytic and last measured bubble, the last step's timeline.
@@ -81,12 +88,13 @@ class PipelineTrainStep {
   const optim::Optimizer& optimizer_;
   int64_t accumulation_;
   int replicas_ = 1;
+  spmd::Mesh mesh_;  // PipelineOptions::mesh: the stages' partitioning (no axes: none)
   bool multi_process_ = false;
   int replica_here_ = 0;                     // several processes: this process's data coordinate
   std::vector<PipelineExecutor> executors_;  // one per replica: its own programs (no two threads share one)
   std::optional<Jitted> update_;
   std::vector<PipelineTimeline> last_timelines_;
-  double last_bubble_ = 0, last_sent_bytes_ = 0;
+  double last_bubble_ = 0, last_sent_bytes_ = 0, last_collective_bytes_ = 0;
 
   // Created for the first call's argument structure (its donated leaves).
   Jitted& update_program(const Tree& args);

@@ -13,8 +13,8 @@
 // FNV-1a hash of the gathered parameters (to compare runs by eye).
 // It also trains pipeline layouts (train/pipeline_step.h: a stage per process,
 // activations and gradients as point-to-point messages) of a 4-layer GPT against one
-// device: pipeline=2 (1F1B and GPipe) on 2 ranks, pipeline=2,data=2 and pipeline=4 on 4,
-// the same bars.
+// device: pipeline=2 (1F1B and GPipe) on 2 ranks; pipeline=2,data=2, pipeline=4 and
+// stages partitioned over tensor=2 or fsdp=2 on 4; the same bars.
 // Exits nonzero on any mismatch, on every rank.
 #include <fmt/format.h>
 
@@ -166,7 +166,11 @@ TrainRun run_pipeline(const std::string& mesh_text, PipelineKind kind) {
     o.kind = kind;
     o.devices = mesh.axis_size("pipeline");
     o.micro_batches = 4;
-    piped.emplace(model, optimizer, 1, o, mesh.has_axis("data") ? mesh.axis_size("data") : 1, kSeq, &mesh);
+    // FSDP or tensor axes: one pipeline whose stages are partitioned over them.
+    const bool partitioned = mesh.has_axis("fsdp") || mesh.has_axis("tensor");
+    if (partitioned) o.mesh = mesh;
+    piped.emplace(model, optimizer, 1, o, mesh.has_axis("data") && !partitioned ? mesh.axis_size("data") : 1, kSeq,
+                  &mesh);
   }
   TrainRun run;
   for (int64_t s = 0; s < kSteps; ++s) {
@@ -196,9 +200,11 @@ void check_pipeline(const std::string& mesh_text, PipelineKind kind, const Train
     expect(e <= 1e-5, fmt::format("{}: {} relative error {:.3g} (expected <= 1e-5)", what, want.paths[i], e));
   }
   // Each micro-batch crosses each of the p - 1 boundaries twice, [rows, seq, dim] float32
-  // each way, in every replica: 2 (p - 1) batch seq dim 4 bytes over the job.
+  // each way, in every replica: 2 (p - 1) batch seq dim 4 bytes over the job. A stage
+  // partitioned over tensor devices has the activation whole on each, and each sends it.
   const spmd::Mesh mesh = spmd::Mesh::parse(mesh_text);
-  const double analytic = 2.0 * (mesh.axis_size("pipeline") - 1) * kBatch * kSeq * testing::tiny_gpt().dim * 4;
+  const double copies = mesh.has_axis("tensor") ? mesh.axis_size("tensor") : 1;
+  const double analytic = 2.0 * (mesh.axis_size("pipeline") - 1) * kBatch * kSeq * testing::tiny_gpt().dim * 4 * copies;
   expect(got.measured_bytes == analytic,
          fmt::format("{}: {} bytes handed between stages, analytic {}", what, got.measured_bytes, analytic));
   if (g_rank == 0)
@@ -238,7 +244,11 @@ int main() {
       const TrainRun want_4_layers = run_pipeline("", PipelineKind::kOneFOneB);
       std::vector<std::pair<std::string, PipelineKind>> pipelines;
       if (n == 2) pipelines = {{"pipeline=2", PipelineKind::kOneFOneB}, {"pipeline=2", PipelineKind::kGPipe}};
-      if (n == 4) pipelines = {{"pipeline=2,data=2", PipelineKind::kOneFOneB}, {"pipeline=4", PipelineKind::kOneFOneB}};
+      if (n == 4)
+        pipelines = {{"pipeline=2,data=2", PipelineKind::kOneFOneB},
+                     {"pipeline=4", PipelineKind::kOneFOneB},
+                     {"pipeline=2,tensor=2", PipelineKind::kOneFOneB},
+                     {"pipeline=2,fsdp=2", PipelineKind::kGPipe}};
       for (const auto& [mesh_text, kind] : pipelines) check_pipeline(mesh_text, kind, want_4_layers);
       checked += pipelines.size();
     }

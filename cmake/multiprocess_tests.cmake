@@ -79,6 +79,17 @@ if(TESSERA_HAS_MPI)
     set_tests_properties(spmd.mpi_cli_pipeline_np2 PROPERTIES LABELS spmd TIMEOUT 300 ENVIRONMENT "${mpi_test_env}"
                          DEPENDS spmd.mpi_cli_train_np2
                          PASS_REGULAR_EXPRESSION "pipeline 2 x data 1 \\(2 processes, one device each: mpi \\(rank 0 of 2\\)\\)")
+    # ... and with tensor parallelism inside each stage: 2 stages x 2 tensor devices.
+    add_test(NAME spmd.mpi_cli_pipeline_tensor_np4
+             COMMAND ${TESSERA_MPIEXEC} -n 4 --oversubscribe $<TARGET_FILE:tessera_cli> train --config
+                     ${CMAKE_SOURCE_DIR}/configs/tiny.toml --mesh pipeline=2,tensor=2 -q --set model.dim=64
+                     --set model.layers=2 --set train.seq=32 --set train.steps=4 --set train.eval_batches=1
+                     --set run.dir=\"${CMAKE_BINARY_DIR}/mpi_cli_pipeline_tensor_run\"
+                     --set data.train=\"${CMAKE_BINARY_DIR}/mpi_cli_data/train.bin\"
+                     --set data.val=\"${CMAKE_BINARY_DIR}/mpi_cli_data/val.bin\")
+    set_tests_properties(spmd.mpi_cli_pipeline_tensor_np4 PROPERTIES LABELS spmd TIMEOUT 300 ENVIRONMENT "${mpi_test_env}"
+                         DEPENDS spmd.mpi_cli_train_np2
+                         PASS_REGULAR_EXPRESSION "pipeline 2 x \\(tensor=2\\) inside each stage \\(4 processes, one device each: mpi \\(rank 0 of 4\\)\\)")
   else()
     message(STATUS "tessera: mpirun not found; the MPI tests (spmd.mpi_*) are not registered")
   endif()

@@ -256,11 +256,19 @@ PipelineExecutor::ShardedProgram PipelineExecutor::partition_program(int stage, 
   }
   spmd::PartitionedProgram partitioned = spmd::partition(graph, options_.mesh, in, out, names);
   program.text = partitioned.text();
+  const std::string summary = partitioned.summary.text();
+  // The summary counts one run of the program: here one micro-batch's pass.
+  program.collectives = summary.substr(0, summary.find('\n'));
+  const std::string per_step = "collectives per step and device: ";
+  if (program.collectives.starts_with(per_step))
+    program.collectives = "collectives per run and device: " + program.collectives.substr(per_step.size());
   program.collective_bytes = partitioned.summary.per_device.total_bytes();
   program.per_device.resize(static_cast<size_t>(inner_size_));
-  for (int j : inner)
+  for (int j : inner) {
     program.per_device[static_cast<size_t>(j)] =
         compiler::compile(partitioned.local, {}, std::vector<bool>(arg_leaves.size(), false));
+    program.peak_bytes = std::max(program.peak_bytes, program.per_device[static_cast<size_t>(j)]->stats().peak_bytes);
+  }
   return program;
 }
 
@@ -318,6 +326,21 @@ void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape) {
     x = Array::placeholder(y.shape(), y.dtype());
   }
   compiled_tokens_ = tokens_shape;
+}
+
+std::string PipelineExecutor::stage_summary() const {
+  std::string text;
+  for (size_t s = 0; s < sharded_forward_.size(); ++s)
+    for (const ShardedProgram* program : {&sharded_forward_[s], &sharded_backward_[s]}) {
+      // With processes: only the stages this process runs.
+      if (std::none_of(program->per_device.begin(), program->per_device.end(),
+                       [](const auto& executable) { return executable != nullptr; }))
+        continue;
+      text += fmt::format("stage {} {}: {}; peak memory per device {:.1f} MiB\n", s,
+                          program == &sharded_forward_[s] ? "forward" : "backward", program->collectives,
+                          static_cast<double>(program->peak_bytes) / (1024.0 * 1024.0));
+    }
+  return text;
 }
 
 std::string PipelineExecutor::text() const {

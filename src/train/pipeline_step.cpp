@@ -227,6 +227,13 @@ std::string PipelineTrainStep::describe() const {
         "  collectives inside the stages: {:.3f} MB sent by the devices in the last step; hand-overs "
         "between stages {:.3f} MB\n",
         last_collective_bytes_ / 1e6, last_sent_bytes_ / 1e6);
+  // Each stage program's collectives per run (they run once per micro-batch).
+  const std::string stages_text = executor.stage_summary();
+  for (size_t begin = 0; begin < stages_text.size();) {
+    const size_t end = stages_text.find('\n', begin);
+    text += "  " + stages_text.substr(begin, end - begin + 1);
+    begin = end + 1;
+  }
   if (!last_timelines_.empty() && last_timelines_.front().makespan > 0) {
     const PipelineTimeline& t = last_timelines_.front();
     text += multi_process_  ? "  the last step of this process's device, measured (one column = 1/60 of it):\n"

@@ -122,6 +122,56 @@ TEST(Pipeline, ThreeAdamWStepsEndAtTheOneDeviceParametersAndRepeatBitwise) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].to_vector<float>(), b[i].to_vector<float>()) << "leaf " << i;
 }
 
+// Stages partitioned over the mesh's other axes (PipelineOptions::mesh): the same loss
+// and gradients; their programs show the collectives the partitioner put in them.
+TEST(Pipeline, PartitionedStagesGiveTheOneDeviceGradientsAndShowTheirPrograms) {
+  testing::VirtualDevices devices(4);
+  const models::Model model(config("llama"));
+  const Tree params = model.init(5);
+  const Array tokens = random_ids(1), targets = random_ids(2);
+  const auto [want_loss, want_grads] =
+      value_and_grad([&](const Tree& p) { return model.loss(p, tokens, targets); })(params);
+  const double counted = static_cast<double>(kBatch * kSeq);
+  for (const std::string mesh : {"pipeline=2,tensor=2", "fsdp=2,pipeline=2"}) {
+    PipelineOptions o;
+    o.kind = PipelineKind::kOneFOneB;
+    o.micro_batches = 2;
+    o.mesh = spmd::Mesh::parse(mesh);
+    PipelineExecutor executor(model, o, kSeq);
+    EXPECT_EQ(executor.devices_per_stage(), 2);
+    EXPECT_NE(executor.text().find("not compiled yet"), std::string::npos);
+    const PipelineResult got = executor.run(params, tokens, targets, 1.0 / counted);
+    EXPECT_LT(std::abs(got.loss - want_loss.item<double>()) / want_loss.item<double>(), 1e-5) << mesh;
+    expect_trees_close(got.grads, want_grads, 1e-5, mesh);
+    EXPECT_GT(got.stage_collective_bytes, 0) << mesh;
+    const std::string text = executor.text();
+    for (const std::string& part :
+         {std::string("each stage on 2 devices of mesh"), std::string("== stage 1 (pipeline device 1): layers 2-3 =="),
+          std::string("-- backward --"),
+          mesh.starts_with("fsdp") ? std::string("reduce_scatter") : std::string("all_reduce")})
+      EXPECT_NE(text.find(part), std::string::npos) << mesh << ": no '" << part << "' in\n" << text;
+    EXPECT_NE(executor.stage_summary().find("stage 1 backward: "), std::string::npos) << executor.stage_summary();
+  }
+  // Unpartitioned stages show their traced programs.
+  PipelineExecutor plain(model, PipelineOptions{}, kSeq);
+  plain.compile(params, tokens.shape());
+  EXPECT_NE(plain.text().find("== stage 0 (pipeline device 0): layers 0-1 =="), std::string::npos) << plain.text();
+  EXPECT_EQ(plain.stage_summary(), "");
+  // Bad meshes.
+  PipelineOptions o;
+  o.mesh = spmd::Mesh::parse("tensor=2");
+  EXPECT_NE(testing::error_of<ValueError>([&] {
+              PipelineExecutor(model, o, kSeq);
+            }).find("the mesh (tensor=2) needs a pipeline axis of the 2 pipeline devices"),
+            std::string::npos);
+  o.mesh = spmd::Mesh::parse("pipeline=2,fsdp=2");
+  o.micro_batches = 8;  // 1 row per pipeline micro-batch: it cannot split over fsdp=2
+  EXPECT_NE(testing::error_of<ValueError>([&] {
+              PipelineExecutor(model, o, kSeq).compile(params, tokens.shape());
+            }).find("a pipeline micro-batch of 1 rows does not split over the 2 devices of the batch axes"),
+            std::string::npos);
+}
+
 TEST(Pipeline, BadShapesAreClearErrors) {
   const models::Model model(config("gpt2"));
   const Tree params = model.init(1);

@@ -131,6 +131,9 @@ class PipelineExecutor {
   // the backward's traced program, or for stages partitioned over the mesh the
   // per-device programs with their collectives and bytes (Lowered::text's form).
   std::string text() const;
+  // Stages partitioned over the mesh: per stage and program, the collectives one run of
+  // it makes on a device and the device's peak memory (one line each). Empty otherwise.
+  std::string stage_summary() const;
 
  private:
   // A stage program partitioned over the mesh's axes besides pipeline, compiled for the
@@ -140,7 +143,9 @@ class PipelineExecutor {
     Tree out_structure;
     std::vector<std::unique_ptr<compiler::Executable>> per_device;
     std::string text;
+    std::string collectives;      // the collective summary's first line: calls and bytes per kind
     double collective_bytes = 0;  // one run, one device (ring counts)
+    size_t peak_bytes = 0;        // the most one of its devices holds while running it
   };
 
   Tree stage_args(const Tree& params, int stage) const;

@@ -54,6 +54,27 @@ Array reshard_local(const Array& local, const Shape& global, const Sharding& fro
     cur = cur.with_partial(partial);
   }
 
+  // 0b. Splits the target adds on axes that hold neither a split nor a partial sum here:
+  //     take the local slice first, so the reductions below move only this device's part
+  //     (slicing commutes with the sum). Each dim takes its next wanted axes in order.
+  if (cur.is_partial()) {
+    std::vector<int> used = cur.partial_axes();
+    for (int d = 0; d < cur.rank(); ++d) used.insert(used.end(), cur.dim_axes(d).begin(), cur.dim_axes(d).end());
+    for (int d = 0; d < cur.rank(); ++d) {
+      while (is_prefix(cur.dim_axes(d), to.dim_axes(d)) && cur.dim_axes(d).size() < to.dim_axes(d).size()) {
+        const int a = to.dim_axes(d)[cur.dim_axes(d).size()];
+        if (std::find(used.begin(), used.end(), a) != used.end() || x.shape(d) % mesh.axis_size(a) != 0) break;
+        Array y = shard_slice(x, mesh, {a}, d);
+        record(steps, "shard_slice", x, y, mesh, {a}, fmt::format(", dim={}", d));
+        x = y;
+        std::vector<int> next = cur.dim_axes(d);
+        next.push_back(a);
+        cur = cur.with_dim_axes(d, next);
+        used.push_back(a);
+      }
+    }
+  }
+
   // 1. Partial axes the target does not keep: reduce-scatter onto the dim the target
   //    splits next on that axis, else all-reduce (all such axes in one call).
   std::vector<int> all_reduce_axes;

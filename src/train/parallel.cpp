@@ -181,11 +181,23 @@ std::string Layout::describe() const {
 }
 
 double Layout::analytic_step_bytes(int64_t layers, int64_t dim, int64_t batch, int64_t seq) const {
+  return analytic_bytes(PartBytes{nullptr, layers, true, true, ""}, dim, batch, seq, false);
+}
+
+double Layout::analytic_recomputed_part_bytes(const PartBytes& part, int64_t dim, int64_t batch, int64_t seq) const {
+  return analytic_bytes(part, dim, batch, seq, true);
+}
+
+double Layout::analytic_bytes(const PartBytes& part, int64_t dim, int64_t batch, int64_t seq, bool recompute) const {
   std::vector<int> batch_axes = this->batch(1).dim_axes(0);
   auto is_batch_axis = [&](int a) { return std::find(batch_axes.begin(), batch_axes.end(), a) != batch_axes.end(); };
   auto ring = [](double n) { return (n - 1) / n; };
+  // A recomputed forward all-gathers the parameters and all-reduces the activations again:
+  // the forward's collectives count once per forward run, the backward's once.
+  const double forward_runs = recompute ? 2 : 1;
   double bytes = 0;
   for (const auto& [path, s] : params_) {
+    if (part.includes && !part.includes(path)) continue;
     const nn::ParamInfo& info = specs_.at(path);
     double local = static_cast<double>(numel(info.shape)) * static_cast<double>(itemsize(info.dtype));
     double fsdp = 1, other = 1;
@@ -197,8 +209,9 @@ double Layout::analytic_step_bytes(int64_t layers, int64_t dim, int64_t batch, i
       bool sharded = std::find(split.begin(), split.end(), a) != split.end();
       (sharded ? fsdp : other) *= mesh_.axis_size(a);
     }
-    if (fsdp > 1) bytes += 2 * ring(fsdp) * local;           // all-gather + reduce-scatter
-    if (other > 1) bytes += 2 * ring(other) * local / fsdp;  // all-reduce of the (scattered) gradient
+    const double gathers = recompute && path == part.output_bias ? 1 : forward_runs;
+    if (fsdp > 1) bytes += (gathers + 1) * ring(fsdp) * local;  // all-gather(s) + reduce-scatter
+    if (other > 1) bytes += 2 * ring(other) * local / fsdp;     // all-reduce of the (scattered) gradient
   }
   double tensor = 1;
   auto it = rules_.find("heads");
@@ -207,7 +220,10 @@ double Layout::analytic_step_bytes(int64_t layers, int64_t dim, int64_t batch, i
       if (mesh_.has_axis(a)) tensor *= mesh_.axis_size(a);
   const double rows = static_cast<double>(batch / data_parallel_size() * seq);
   const double activation = rows * static_cast<double>(dim) * 4.0;
-  if (tensor > 1) bytes += 4.0 * static_cast<double>(layers) * 2 * ring(tensor) * activation;
+  if (tensor > 1) {
+    bytes += (2 * forward_runs + 2) * static_cast<double>(part.layers) * 2 * ring(tensor) * activation;
+    if (recompute && !part.head && part.layers > 0) bytes -= 2 * ring(tensor) * activation;  // the output's
+  }
   double vocab = 1;
   if (auto v = rules_.find("vocab"); v != rules_.end())
     for (const std::string& a : v->second)
@@ -216,8 +232,11 @@ double Layout::analytic_step_bytes(int64_t layers, int64_t dim, int64_t batch, i
     // The lookup's partial sum and the head's input gradient ([rows, dim] all-reduces),
     // and the vocabulary-parallel loss: an all-gather of the row maxima and all-reduces
     // of the sums of exponentials and of the target logits ([rows] floats each).
-    bytes += 2 * 2 * ring(vocab) * activation;
-    bytes += (vocab - 1) * rows * 4.0 + 2 * 2 * ring(vocab) * rows * 4.0;
+    if (part.embedding) bytes += forward_runs * 2 * ring(vocab) * activation;
+    if (part.head) {
+      bytes += 2 * ring(vocab) * activation;
+      bytes += forward_runs * ((vocab - 1) * rows * 4.0 + 2 * ring(vocab) * rows * 4.0) + 2 * ring(vocab) * rows * 4.0;
+    }
   }
   return bytes;
 }

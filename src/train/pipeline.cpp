@@ -343,6 +343,36 @@ std::string PipelineExecutor::stage_summary() const {
   return text;
 }
 
+double PipelineExecutor::analytic_collective_bytes(int64_t batch, int64_t seq) const {
+  if (!sharded()) return 0;
+  const int stages = schedule_.stages();
+  const bool tied = model_.config().resolved_tied();
+  double bytes = 0;
+  for (int s = 0; s < stages; ++s) {
+    const auto [first, last] = stage_layers_[static_cast<size_t>(s)];
+    const bool embedding = s == 0, head = s == stages - 1;
+    Layout::PartBytes part;
+    part.layers = last - first;
+    part.embedding = embedding;
+    part.head = head;
+    // The parameters stage_params hands the stage.
+    part.includes = [&](const std::string& path) {
+      const std::string top = path.substr(0, path.find('.'));
+      if (top == "layers") {
+        const int layer = std::stoi(path.substr(7, path.find('.', 7) - 7));
+        return layer >= first && layer < last;
+      }
+      if (top == "wte") return embedding || (head && tied);
+      if (top == "wpe") return embedding;
+      return head;  // lnf, head
+    };
+    if (!head) part.output_bias = fmt::format("layers.{}.mlp.proj.b", last - 1);  // GPT's blocks end with it
+    bytes += schedule_.micro_batches * inner_size_ *
+             layout_->analytic_recomputed_part_bytes(part, model_.config().dim, batch / schedule_.micro_batches, seq);
+  }
+  return bytes;
+}
+
 std::string PipelineExecutor::text() const {
   std::string text = fmt::format(
       "pipeline: {} schedule, {} devices x {} virtual stages, {} micro-batches{}\n", to_string(schedule_.kind),

@@ -146,8 +146,17 @@ TEST(PipelineTrainStep, PartitionedStagesTrainAsOneDevice) {
       const std::vector<Array> x = got.params.leaves(), y = want.params.leaves();
       ASSERT_EQ(x.size(), y.size()) << what;
       for (size_t i = 0; i < x.size(); ++i) testing::expect_close(x[i], y[i], 1e-5, what + " " + paths[i]);
-      // The stages really are partitioned: their collectives sent bytes, and the summary says so.
+      // The stages really are partitioned: their collectives sent bytes, for GPT-2 the analytic
+      // count (Layout::analytic_recomputed_part_bytes, a GPT's; plus the loss's scalar
+      // reductions), and the summary says so.
+      const double analytic = pipe.analytic_collective_bytes(kBatch / c.accumulation, kSeq);
+      std::printf("%-56s collectives %.0f bytes, analytic %.0f\n", what.c_str(), pipe.last_collective_bytes(),
+                  analytic);
       EXPECT_GT(pipe.last_collective_bytes(), 0) << what;
+      if (family == "gpt2") {
+        EXPECT_GE(pipe.last_collective_bytes(), analytic) << what;
+        EXPECT_LE(pipe.last_collective_bytes(), analytic + 64) << what << "\n" << pipe.describe();
+      }
       EXPECT_NE(pipe.describe().find("inside each stage"), std::string::npos) << pipe.describe();
       const TrainedRun again = train(model, optimizer, c.accumulation, pipelined);
       EXPECT_EQ(again.losses, got.losses) << what;

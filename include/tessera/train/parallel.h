@@ -16,6 +16,7 @@
 //   and any product of them, e.g. data=2,fsdp=2,tensor=2.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -97,8 +98,34 @@ class Layout {
   // Scalar reductions (the loss and its token count) are not counted.
   double analytic_step_bytes(int64_t layers, int64_t dim, int64_t batch, int64_t seq) const;
 
+  // The same count for part of the model run as its own programs: a pipeline stage
+  // (train/pipeline.h) runs a forward and a backward program per micro-batch, and the
+  // backward recomputes the forward. Per device and micro-batch of `batch` rows:
+  //   parameters whose path `includes` accepts: FSDP all-gathers in the forward and again
+  //     in the recomputed forward, the reduce-scatter of the gradient, and the all-reduce
+  //     over the other batch axes, each micro-batch;
+  //   `layers` blocks under tensor parallelism: 6 activation all-reduces (2 forward, 2
+  //     recomputed, 2 input gradients);
+  //   vocabulary split: with the embedding, its lookup's all-reduce twice (forward and
+  //     recomputed); with the head, its input gradient's all-reduce, the loss's all-gather
+  //     of row maxima and all-reduce of sums twice, its all-reduce of target logits once
+  //     (the gradient does not need the loss's value).
+  // Without the head, the part's output is an activation whose value the backward does
+  // not need: the recompute leaves out its last all-reduce under tensor parallelism and
+  // the all-gather of `output_bias`, the bias added last (if the model has it).
+  struct PartBytes {
+    std::function<bool(const std::string& path)> includes;
+    int64_t layers = 0;
+    bool embedding = false, head = false;
+    std::string output_bias;
+  };
+  double analytic_recomputed_part_bytes(const PartBytes& part, int64_t dim, int64_t batch, int64_t seq) const;
+
  private:
   std::optional<spmd::Sharding> leaf_sharding(const std::string& path, const Array& leaf) const;
+  // analytic_step_bytes and analytic_recomputed_part_bytes: `recompute` counts what a
+  // recomputed forward repeats.
+  double analytic_bytes(const PartBytes& part, int64_t dim, int64_t batch, int64_t seq, bool recompute) const;
   spmd::Mesh mesh_;
   AxisRules rules_;
   nn::ParamSpecs specs_;

@@ -134,6 +134,10 @@ class PipelineExecutor {
   // Stages partitioned over the mesh: per stage and program, the collectives one run of
   // it makes on a device and the device's peak memory (one line each). Empty otherwise.
   std::string stage_summary() const;
+  // Partitioned stages: the bytes their collectives should send in one run over a batch
+  // of `batch` rows, summed over the devices (Layout::analytic_recomputed_part_bytes per
+  // stage, micro-batch and device; scalar reductions not counted). 0 otherwise.
+  double analytic_collective_bytes(int64_t batch, int64_t seq) const;
 
  private:
   // A stage program partitioned over the mesh's axes besides pipeline, compiled for the

@@ -78,6 +78,11 @@ class PipelineTrainStep {
   // Bytes the collectives inside partitioned stages sent in the last step (ring counts,
   // summed over the devices; 0 without PipelineOptions::mesh).
   double last_collective_bytes() const { return last_collective_bytes_; }
+  // What last_collective_bytes should be for a step over micro-batches of `rows`
+  // sequences (PipelineExecutor::analytic_collective_bytes, every accumulation step).
+  double analytic_collective_bytes(int64_t rows, int64_t seq) const {
+    return static_cast<double>(accumulation_) * executors_.front().analytic_collective_bytes(rows, seq);
+  }
 
   // The summary's parallel block: the mesh's use, the stages and their layers, the
   // schedule with its analytic and last measured bubble, the last step's timeline.

@@ -210,8 +210,12 @@ double Layout::analytic_bytes(const PartBytes& part, int64_t dim, int64_t batch,
       (sharded ? fsdp : other) *= mesh_.axis_size(a);
     }
     const double gathers = recompute && path == part.output_bias ? 1 : forward_runs;
-    if (fsdp > 1) bytes += (gathers + 1) * ring(fsdp) * local;  // all-gather(s) + reduce-scatter
-    if (other > 1) bytes += 2 * ring(other) * local / fsdp;     // all-reduce of the (scattered) gradient
+    // The position table is read in its first `seq` rows only, which is what its
+    // all-gathers move; its gradient covers every row.
+    const double read =
+        path == "wpe" ? std::min(1.0, static_cast<double>(seq) / static_cast<double>(info.shape.at(0))) : 1.0;
+    if (fsdp > 1) bytes += (gathers * read + 1) * ring(fsdp) * local;  // all-gather(s) + reduce-scatter
+    if (other > 1) bytes += 2 * ring(other) * local / fsdp;            // all-reduce of the (scattered) gradient
   }
   double tensor = 1;
   auto it = rules_.find("heads");

@@ -86,7 +86,8 @@ class Layout {
   // `layers` blocks and width `dim` on batches [batch, seq] (ring counts, see
   // spmd::CommStats), from the layouts alone:
   //   parameter p of b bytes, split over tensor axes into b_t per device:
-  //     split over batch axes F (FSDP): all-gather F + reduce-scatter F of b_t, then
+  //     split over batch axes F (FSDP): all-gather F (of the position table "wpe" only
+  //       the first `seq` rows, which a step reads) + reduce-scatter F of b_t, then
   //       all-reduce over the other batch axes of b_t / |F|;
   //     else: all-reduce of the gradient over the batch axes;
   //   tensor parallel (t devices): 4 all-reduces per block of the [batch / dp, seq,

@@ -363,4 +363,55 @@ void store_from_double(DType dtype, void* data, int64_t i, double value) {
   kStorers[idx(dtype)](data, i, value);
 }
 
+// ---- add_into ----
+
+namespace {
+
+template <typename T>
+void add_native(void* dst, const void* src, size_t count) {
+  T* d = static_cast<T*>(dst);
+  const T* s = static_cast<const T*>(src);
+  for (size_t i = 0; i < count; ++i) d[i] = static_cast<T>(d[i] + s[i]);
+}
+
+// 16-bit floats add in float32 and the sum is rounded back to 16 bits after every
+// addition: the sum "in the element's own dtype", which every backend reproduces.
+template <typename H, float (*ToFloat)(H), H (*FromFloat)(float)>
+void add_half(void* dst, const void* src, size_t count) {
+  H* d = static_cast<H*>(dst);
+  const H* s = static_cast<const H*>(src);
+  for (size_t i = 0; i < count; ++i) d[i] = FromFloat(ToFloat(d[i]) + ToFloat(s[i]));
+}
+
+// Integer sums wrap modulo 2^bits (two's complement), like numpy; computed unsigned
+// so overflow is defined.
+template <typename T, typename U>
+void add_wrapping(void* dst, const void* src, size_t count) {
+  T* d = static_cast<T*>(dst);
+  const T* s = static_cast<const T*>(src);
+  for (size_t i = 0; i < count; ++i) d[i] = static_cast<T>(static_cast<U>(d[i]) + static_cast<U>(s[i]));
+}
+
+}  // namespace
+
+void add_into(void* dst, const void* src, size_t count, DType dtype) {
+  switch (dtype) {
+    case DType::Float32:
+      return add_native<float>(dst, src, count);
+    case DType::Float64:
+      return add_native<double>(dst, src, count);
+    case DType::BFloat16:
+      return add_half<bfloat16, bf16_to_float, float_to_bf16>(dst, src, count);
+    case DType::Float16:
+      return add_half<float16, f16_to_float, float_to_f16>(dst, src, count);
+    case DType::Int32:
+      return add_wrapping<int32_t, uint32_t>(dst, src, count);
+    case DType::Int64:
+      return add_wrapping<int64_t, uint64_t>(dst, src, count);
+    default:
+      fail<DTypeError>("add_into: cannot sum {} values (expected float32, float64, bfloat16, float16, int32 or int64)",
+                       name(dtype));
+  }
+}
+
 }  // namespace tessera

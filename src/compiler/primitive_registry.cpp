@@ -13,6 +13,7 @@
 #include "tessera/ir/primitive_table.h"
 #include "tessera/ir/primitives/elementwise.h"
 #include "tessera/ir/primitives/fusion.h"
+#include "tessera/ir/primitives/grouped_matmul.h"
 #include "tessera/ir/primitives/indexing.h"
 #include "tessera/ir/primitives/layout.h"
 #include "tessera/ir/primitives/linalg.h"
@@ -116,6 +117,14 @@ void register_linalg(std::map<std::string, PrimitiveFactory>& f) {
     return std::make_shared<Matmul>(trans_a, trans_b);
   };
   f["matmul_epilogue"] = [](const AttributeMap& a) { return parse_matmul_epilogue(a); };
+  f["grouped_matmul"] = [](const AttributeMap& a) -> PrimitivePtr {
+    return std::make_shared<GroupedMatmul>(a.has("trans_w") && a.get_bool("trans_w"));
+  };
+  f["grouped_matmul_weight_grad"] = [](const AttributeMap& a) -> PrimitivePtr {
+    const int64_t groups = a.get_int("groups");
+    if (groups < 1) fail<ValueError>("grouped_matmul_weight_grad: groups={} (expected >= 1)", groups);
+    return std::make_shared<GroupedMatmulWeightGrad>(groups, a.has("trans_out") && a.get_bool("trans_out"));
+  };
   f["quantized_matmul"] = [](const AttributeMap& a) -> PrimitivePtr {
     QuantizedMatmulConfig c;
     c.trans_a = a.get_bool("trans_a");

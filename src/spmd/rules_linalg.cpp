@@ -8,6 +8,7 @@
 //     partial, unless the axes already split an output dim (then K is gathered).
 // A partial operand times a replicated one stays partial (the product is linear).
 #include "spmd/rules.h"
+#include "tessera/ir/primitives/grouped_matmul.h"
 #include "tessera/ir/primitives/linalg.h"
 #include "tessera/ir/primitives/quantized.h"
 
@@ -119,11 +120,66 @@ Decision quantized_matmul_rule(const Context& c) {
   return dec;
 }
 
+// grouped_matmul (a [G, N, K], w [E, K, M] or transposed, sizes [G, E]): the batch dim
+// G keeps a's split (sizes follow it); a batch's rows N and w's matrices E are never
+// split (the groups' rows lie anywhere in N); M follows w; K split alike on both (or on
+// a only, w's K then sliced locally) gives a partial sum, else K is gathered.
+Decision grouped_matmul_rule(const Context& c) {
+  const auto& p = static_cast<const GroupedMatmul&>(c.primitive);
+  const int k_w = p.trans_w() ? 2 : 1, m_w = p.trans_w() ? 1 : 2;
+  Sharding a = c.in[0].without_partial().with_dim_axes(1, {});
+  Sharding w = c.in[1].without_partial().with_dim_axes(0, {});
+  std::vector<bool> used(static_cast<size_t>(c.mesh.ndim()), false);
+  Sharding out = Sharding::replicated(c.mesh, 3).with_dim_axes(0, a.dim_axes(0));
+  mark(a.dim_axes(0), used);
+  if (any_used(w.dim_axes(m_w), used)) w = w.with_dim_axes(m_w, {});
+  out = out.with_dim_axes(2, w.dim_axes(m_w));
+  mark(w.dim_axes(m_w), used);
+  std::vector<int> ka = a.dim_axes(2), kw = w.dim_axes(k_w), partial;
+  if (!ka.empty() && !any_used(ka, used) && (kw.empty() || kw == ka)) {
+    w = w.with_dim_axes(k_w, ka);
+    partial = ka;
+  } else {
+    a = a.with_dim_axes(2, {});
+    w = w.with_dim_axes(k_w, {});
+  }
+  Decision dec;
+  dec.inputs = {a, w, Sharding::replicated(c.mesh, 2).with_dim_axes(0, a.dim_axes(0))};
+  dec.outputs = {out.with_partial(partial)};
+  return dec;
+}
+
+// grouped_matmul_weight_grad (x [G, N, K], y [G, N, M], sizes [G, E] -> [E, K, M] or
+// [E, M, K]): the batches are summed, so a G split alike on x and y gives a partial sum
+// over those axes; K follows x and M follows y where those axes are free; N and E are
+// never split.
+Decision grouped_matmul_weight_grad_rule(const Context& c) {
+  const auto& p = static_cast<const GroupedMatmulWeightGrad&>(c.primitive);
+  Sharding x = c.in[0].without_partial().with_dim_axes(1, {});
+  Sharding y = c.in[1].without_partial().with_dim_axes(1, {});
+  std::vector<bool> used(static_cast<size_t>(c.mesh.ndim()), false);
+  const std::vector<int> batch = x.dim_axes(0);
+  y = y.with_dim_axes(0, batch);
+  mark(batch, used);
+  if (any_used(x.dim_axes(2), used)) x = x.with_dim_axes(2, {});
+  mark(x.dim_axes(2), used);
+  if (any_used(y.dim_axes(2), used)) y = y.with_dim_axes(2, {});
+  Sharding out = Sharding::replicated(c.mesh, 3)
+                     .with_dim_axes(p.trans_out() ? 2 : 1, x.dim_axes(2))
+                     .with_dim_axes(p.trans_out() ? 1 : 2, y.dim_axes(2));
+  Decision dec;
+  dec.inputs = {x, y, Sharding::replicated(c.mesh, 2).with_dim_axes(0, batch)};
+  dec.outputs = {out.with_partial(batch)};
+  return dec;
+}
+
 }  // namespace
 
 void register_linalg() {
   add("matmul", matmul_rule);
   add("quantized_matmul", quantized_matmul_rule);
+  add("grouped_matmul", grouped_matmul_rule);
+  add("grouped_matmul_weight_grad", grouped_matmul_weight_grad_rule);
 }
 
 }  // namespace tessera::spmd::rules

@@ -291,6 +291,25 @@ std::vector<Case> indexing_cases() {
   v.push_back(make("quantized_matmul_k", "x=4", {{{16, 8}, P(None, "x")}, {{8, 12}, P("x")}}, int8, true));
   v.push_back(make("quantized_matmul_2d", "a=2,b=2", {{{16, 8}, P("a", "b")}, {{8, 12}, P("b", "a")}}, int8, true));
   v.push_back(make("quantized_matmul_3d", "x=2", {{{2, 8, 8}, P("x")}, {{8, 12}, P(None, "x")}}, int8, true));
+  // grouped_matmul (a [G, N, K], w [E, K, M], fixed group sizes): G and M splits are
+  // kept, a K split alike on both gives a partial sum, split experts or rows are gathered.
+  // The grad comparison runs grouped_matmul_weight_grad (a batch split: a partial sum).
+  auto grouped = [](bool trans) -> Fn {
+    return [trans](const std::vector<Array>& a) {
+      const Array sizes = Array::from_vector(std::vector<int64_t>{3, 0, 2, 3, 2, 2, 1, 1}, {2, 4});
+      return std::vector<Array>{grouped_matmul(a[0], a[1], sizes, trans)};
+    };
+  };
+  v.push_back(
+      make("grouped_matmul_batch", "x=2", {{{2, 8, 6}, P("x")}, {{4, 6, 4}, P()}}, grouped(false), true, "P('x')"));
+  v.push_back(make("grouped_matmul_m", "x=2", {{{2, 8, 6}, P()}, {{4, 6, 4}, P(None, None, "x")}}, grouped(false), true,
+                   "P(None, None, 'x')"));
+  v.push_back(make("grouped_matmul_k", "x=2", {{{2, 8, 6}, P(None, None, "x")}, {{4, 6, 4}, P(None, "x")}},
+                   grouped(false), true));
+  v.push_back(make("grouped_matmul_experts_rows", "a=2,b=2", {{{2, 8, 6}, P("a", "b")}, {{4, 6, 4}, P("b")}},
+                   grouped(false), true, "P('a')"));
+  v.push_back(make("grouped_matmul_trans", "a=2,b=2", {{{2, 8, 6}, P("a")}, {{4, 4, 6}, P(None, "b")}}, grouped(true),
+                   true, "P('a', None, 'b')"));
   return v;
 }
 

@@ -142,4 +142,9 @@ void convert(DType from, const void* src, DType to, void* dst, int64_t n);
 double load_as_double(DType dtype, const void* data, int64_t i);
 void store_from_double(DType dtype, void* data, int64_t i, double value);
 
+// dst[i] = dst[i] + src[i] for `count` elements of `dtype`: floats in their own precision
+// (bfloat16/float16 through float32, rounded back after each addition), integers
+// wrapping; the same on every backend, so reductions built on it are reproducible.
+void add_into(void* dst, const void* src, size_t count, DType dtype);
+
 }  // namespace tessera

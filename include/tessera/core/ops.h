@@ -96,6 +96,10 @@ Array var(const Array& a, const std::vector<int>& axes = {}, bool keepdims = fal
 // numpy matmul: [..., M, K] @ [..., K, N] with broadcast batch dims; 1-D operands
 // are promoted to matrices and the added dim removed.
 Array matmul(const Array& a, const Array& b);
+// Grouped GEMM (ir/primitives/grouped_matmul.h): a [G, N, K] whose rows come sorted by
+// group, w [E, K, M] (or [E, M, K] with trans_w), sizes [G, E] integer rows per group:
+// each group's rows times its own matrix, [G, N, M]; rows past the groups are zeros.
+Array grouped_matmul(const Array& a, const Array& w, const Array& sizes, bool trans_w = false);
 // x [..., K] @ w [K, N] as an int8 GEMM, AQT-style (ir/primitives/quantized.h): x's
 // rows (per token) and w's columns (per output channel) get dynamic symmetric int8
 // scales; x's leading dims fold into the GEMM's rows. Operands are promoted to one

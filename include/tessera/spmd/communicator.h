@@ -85,8 +85,7 @@ class Communicator {
   virtual void reset_stats() = 0;
 };
 
-// Sum of `count` elements of `dtype`: dst[i] = dst[i] + src[i] (floats accumulate in
-// their own precision, the same on every backend).
-void add_into(void* dst, const void* src, size_t count, DType dtype);
+// The sum reductions use (base/dtype.h).
+using tessera::add_into;
 
 }  // namespace tessera::spmd

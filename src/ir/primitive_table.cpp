@@ -48,10 +48,7 @@ std::vector<PrimitiveEntry> make_table() {
 
   // linalg
   row("matmul", F::Linalg);
-  for (const char* name : {"grouped_matmul", "grouped_matmul_weight_grad"})
-    row(name, F::Linalg,
-        "the grouped GEMM runs on the CPU only: on GPUs a mixture of experts uses its capacity path "
-        "(model.moe_capacity_factor > 0)");
+  for (const char* name : {"grouped_matmul", "grouped_matmul_weight_grad"}) row(name, F::Linalg);
   row("matmul_epilogue", F::Linalg, {}, "made by the GEMM-epilogue pass, which runs after partitioning");
   row("quantized_matmul", F::Linalg,
       "int8 (AQT) training runs on the CPU only: the GPU variant (cuBLASLt int8 / Hopper fp8) is not written");

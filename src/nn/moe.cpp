@@ -109,24 +109,53 @@ MoE::Output MoE::operator()(const Tree& p, const Array& x) const {
   const Array picked = take_along_axis(probs, chosen, 1);
   const Array gates = picked / sum(picked, {1}, true);  // Mixtral renormalizes the top k
 
-  // Slots, per group of tg consecutive tokens: assignment i = the group's token i / k's
-  // (i % k)-th choice; its rank among its expert's assignments in that order; past the
-  // capacity it goes to the spare slot e * c.
+  // Per group of tg consecutive tokens: assignment i = the group's token i / k's
+  // (i % k)-th choice; its rank among its expert's assignments in that order.
   const Array expert = reshape(chosen, {g, ng});
   const Array choice_one_hot = stop_gradient(one_hot(expert, e));  // [g, ng, e]
   const Array rank = reshape(take_along_axis(exclusive_prefix(choice_one_hot), expand_dims(expert, 2), 2), {g, ng});
+  const Array token = broadcast_to(reshape(broadcast_to(expand_dims(arange(tg), 1), {tg, k}), {1, ng}), {g, ng});
+  const Array groups_x = reshape(flat, {g, tg, dim});
+  const DType dtype = flat.dtype();
+  auto w = [&](const char* name) { return astype(p.at(name).at("w").leaf(), dtype); };
+  Output o;
+  o.choice_share = mean(reshape(choice_one_hot, {t, k, e}), {0});
+  o.router_prob = mean(probs, {0});
+  o.tokens_per_expert = sum(reshape(choice_one_hot, {g * ng, e}), {0});
+
+  if (capacity_factor <= 0 && grouped_gemm && logical_axis_size("experts") == 1) {
+    // Dropless on grouped GEMMs: assignment i goes to row start[expert_i] + rank_i of the
+    // group's rows sorted by expert (start: exclusive prefix sums of the experts' counts,
+    // a matmul by the strictly upper triangle on exact small integers).
+    const Array counts = sum(choice_one_hot, {1});  // [g, e]
+    const Array start = matmul(counts, transpose(strictly_lower(e), {1, 0}));
+    const Array position = astype(reshape(take_along_axis(start, expert, 1), {g, ng}) + rank, DType::Int64);
+    // Which token fills each sorted row: every row gets exactly one.
+    const Array source =
+        astype(scatter_add_rows(ng, position, astype(token, DType::Float32) + 1.0) - 1.0, DType::Int64);
+    const Array sizes = astype(counts, DType::Int64);
+    const Array sorted = with_logical_constraint(gather_rows(groups_x, source), {"moe_groups", "", ""});
+    const Array h = silu(grouped_matmul(sorted, w("gate"), sizes)) * grouped_matmul(sorted, w("up"), sizes);
+    const Array out = grouped_matmul(h, w("down"), sizes);  // [g, ng, dim], sorted by expert
+    const Array per_assignment = gather_rows(out, position);
+    const Array weighted = per_assignment * astype(reshape(gates, {g, ng, 1}), dtype);
+    o.y = reshape(sum(reshape(weighted, {t, k, dim}), {1}), shape);
+    o.dropped = zeros({}, DType::Float32);
+    return o;
+  }
+
+  // Capacity buffers: an assignment's slot is its expert's row `rank`; past the capacity
+  // it goes to the spare slot e * c.
   const Array kept = less(rank, full({}, static_cast<double>(c)));
   const Array slot = astype(
       where(kept, astype(expert, DType::Float32) * static_cast<double>(c) + rank, full({}, static_cast<double>(e * c))),
       DType::Int64);
   // Which of the group's tokens fills each slot (+1; 0 for an empty slot), then a gather
   // with the empty slots reading an appended zero row.
-  const Array token = broadcast_to(reshape(broadcast_to(expand_dims(arange(tg), 1), {tg, k}), {1, ng}), {g, ng});
   const Array filled = slice_axis(scatter_add_rows(e * c + 1, slot, astype(token, DType::Float32) + 1.0), 1, 0, e * c);
   const Array source = astype(filled - 1.0, DType::Int64);
   const Array source_or_zero_row =
       where(less(source, zeros({}, DType::Int64)), full({}, static_cast<double>(tg), DType::Int64), source);
-  const Array groups_x = reshape(flat, {g, tg, dim});
   const Array padded_x = concatenate({groups_x, zeros({g, 1, dim}, flat.dtype())}, 1);
   // [g, e, c, dim], then (on a mesh with an expert axis) split over the experts instead
   // of the groups: the partitioner's all-to-all is expert parallelism's dispatch.
@@ -136,8 +165,6 @@ MoE::Output MoE::operator()(const Tree& p, const Array& x) const {
 
   // The experts: batched SwiGLU GEMMs [g, e, c, dim] x [e, dim, hidden], every product
   // pinned to the experts' devices.
-  const DType dtype = flat.dtype();
-  auto w = [&](const char* name) { return astype(p.at(name).at("w").leaf(), dtype); };
   auto expert_matmul = [&](const Array& a, const char* name) {
     return with_logical_constraint(matmul(a, w(name)), at_experts);
   };
@@ -150,11 +177,7 @@ MoE::Output MoE::operator()(const Tree& p, const Array& x) const {
   const Array padded_out = concatenate({reshape(out, {g, e * c, dim}), zeros({g, 1, dim}, dtype)}, 1);
   const Array per_assignment = gather_rows(padded_out, slot);  // [g, ng, dim]
   const Array weighted = per_assignment * astype(reshape(gates, {g, ng, 1}), dtype);
-  Output o;
   o.y = reshape(sum(reshape(weighted, {t, k, dim}), {1}), shape);
-  o.choice_share = mean(reshape(choice_one_hot, {t, k, e}), {0});
-  o.router_prob = mean(probs, {0});
-  o.tokens_per_expert = sum(reshape(choice_one_hot, {g * ng, e}), {0});
   o.dropped = sum(astype(logical_not(kept), DType::Float32));
   return o;
 }

@@ -1,7 +1,8 @@
 // A mixture-of-experts model (nn/moe.h: router softmax and top-k, the prefix-count
-// matmuls, scatter-add and gathers of the dispatch, batched expert GEMMs) on the GPU:
-// its loss and gradients match the CPU's, dropless and with a capacity, in float32 and
-// bfloat16 compute. Skips without a device.
+// matmuls, scatter-add and gathers of the dispatch, the experts' grouped GEMMs when
+// dropless and batched GEMMs with a capacity) on the GPU: its loss and gradients match
+// the CPU's, dropless and with a capacity, in float32 and bfloat16 compute. Skips
+// without a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -170,6 +170,37 @@ TEST(MoE, GradientsMatchFiniteDifferences) {
   }
 }
 
+// Dropless routing on grouped GEMMs (the default with the experts on every device) gives
+// the capacity buffers' outputs and gradients, at top_k / experts of their expert FLOPs.
+TEST(MoE, DroplessGroupedGemmsEqualTheCapacityBuffersAtTheActiveFlops) {
+  for (int64_t k : {1, 2}) {
+    const Fixture f = make(k, 0);
+    MoE buffers = f.moe;
+    buffers.grouped_gemm = false;
+    auto loss = [&](const MoE& moe) {
+      return [&moe](const Tree& a) { return sum(square(moe(a.at("p"), a.at("x").leaf()).y)); };
+    };
+    const Tree args{{"p", f.params}, {"x", Tree(f.x)}};
+    const auto [got_loss, got_grads] = value_and_grad(loss(f.moe))(args);
+    const auto [want_loss, want_grads] = value_and_grad(loss(buffers))(args);
+    EXPECT_NEAR(got_loss.item<double>(), want_loss.item<double>(), 1e-6 * want_loss.item<double>()) << "k " << k;
+    const std::vector<Array> g = got_grads.leaves(), w = want_grads.leaves();
+    for (size_t i = 0; i < g.size(); ++i)
+      EXPECT_TRUE(test::all_close(g[i], w[i], 1e-5, 1e-6)) << "k " << k << " leaf " << i;
+    // The expert GEMMs' FLOPs in the compiled forward: 3 x 2 x assignments x dim x hidden
+    // against 3 x 2 x experts x tokens x dim x hidden for dropless buffers.
+    auto expert_flops = [&](const MoE& moe, const char* op) {
+      Jitted forward = jit([&moe](const Tree& a) -> Tree { return Tree(moe(a.at("p"), a.at("x").leaf()).y); });
+      const auto& by_op = forward.lowered(args).executable().stats().flops_by_op;
+      const auto it = by_op.find(op);
+      return it == by_op.end() ? 0.0 : it->second;
+    };
+    const double active = 3.0 * 2 * static_cast<double>(kTokens * k * kDim * kHidden);
+    EXPECT_DOUBLE_EQ(expert_flops(f.moe, "grouped_matmul"), active) << "k " << k;
+    EXPECT_EQ(expert_flops(buffers, "grouped_matmul"), 0.0) << "k " << k;
+  }
+}
+
 TEST(MoE, JitEqualsEager) {
   const Fixture f = make(2, 1.0);
   const Array eager = f.moe(f.params, f.x).y;

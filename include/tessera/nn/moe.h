@@ -14,10 +14,13 @@
 // GEMMs, and the outputs are gathered back by slot. Gradients flow through the gathers (scatter-adds), the GEMMs
 // and the gates; the routing itself (which expert, which slot) carries none.
 //
-// capacity_factor 0: dropless (capacity = T: every assignment gets a slot; the expert
-// GEMMs then cost experts / top_k times the active FLOPs). > 0: capacity =
-// ceil(factor * T * k / E) (GShard / Switch); assignments past it are dropped (their
-// gate's share is lost, as in those models) and counted.
+// capacity_factor 0: dropless. With the experts on every device the group's
+// assignments are sorted by expert (position = the expert's offset, a prefix sum of the
+// counts, + the assignment's rank) and run as grouped GEMMs over the sorted rows: the
+// active FLOPs. With expert parallelism the buffers above get capacity = T (every
+// assignment gets a slot; the expert GEMMs then cost experts / top_k times the active
+// FLOPs). > 0: capacity = ceil(factor * T * k / E) (GShard / Switch); assignments past
+// it are dropped (their gate's share is lost, as in those models) and counted.
 //
 // Load balancing (Switch Transformer, as transformers' Mixtral computes it): with
 // f[j, e] the share of tokens whose j-th choice is e and P[e] the mean router
@@ -42,6 +45,11 @@ struct MoE {
   // they do not divide the tokens). Dropless routing gives the same result for any
   // number of groups; with a capacity each group has its own.
   double init_std = 0.02, out_std = 0.02;
+  // Dropless routing (capacity_factor 0) with the experts on every device: the group's
+  // assignments sorted by expert run as grouped GEMMs (core/ops.h grouped_matmul), which
+  // cost the active FLOPs. false, or an `experts` axis splitting them over devices: the
+  // capacity buffers below (experts / top_k times the active FLOPs when dropless).
+  bool grouped_gemm = true;
 
   struct Output {
     Array y;                  // x's shape

@@ -1,14 +1,16 @@
 // CUDA kernels of the linear-algebra primitives: matmul and matmul_epilogue (and its
 // activation_grad form: cuBLASLt's DGELU), both
 // through gemm() (backend/cuda/kernels/gemm.h: cuBLASLt with a fused bias / activation
-// epilogue). Shapes and attributes are read exactly as the CPU evals read them
-// (backend/cpu/eval_linalg.cpp, eval_linalg_epilogue.cpp).
+// epilogue), and the grouped matmuls (backend/cuda/kernels/grouped_gemm.h). Shapes and attributes are read exactly as
+// the CPU evals read them (backend/cpu/eval_linalg.cpp, eval_linalg_epilogue.cpp).
 #include <string>
 
 #include "backend/cuda/kernel_registry.h"
 #include "backend/cuda/kernels/gemm.h"
+#include "backend/cuda/kernels/grouped_gemm.h"
 #include "tessera/base/error.h"
 #include "tessera/ir/primitives/elementwise.h"
+#include "tessera/ir/primitives/grouped_matmul.h"
 #include "tessera/ir/primitives/linalg.h"
 #include "tessera/ir/primitives/matmul_epilogue.h"
 
@@ -161,11 +163,49 @@ void matmul_epilogue_kernel(const Primitive& primitive, const std::vector<Device
   gemm(out.dtype, s, a.data, b.data, out.data, e, gemm_context(ctx, out.dtype, s));
 }
 
+// a [G, N, K], w [E, K, M] (or [E, M, K]), sizes [G, E] -> [G, N, M].
+void grouped_matmul_kernel(const Primitive& primitive, const std::vector<DeviceTensor>& inputs,
+                           const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
+  const auto& p = dynamic_cast<const GroupedMatmul&>(primitive);
+  if (inputs.size() != 3 || outputs.size() != 1)
+    fail<ValueError>("grouped_matmul: called with {} inputs and {} outputs (expected 3 and 1)", inputs.size(),
+                     outputs.size());
+  const DeviceTensor& a = inputs[0];
+  const DeviceTensor& w = inputs[1];
+  const DeviceTensor& sizes = inputs[2];
+  const DeviceTensor& out = outputs[0];
+  if (a.shape.size() != 3 || w.shape.size() != 3 || out.shape.size() != 3 || sizes.shape.size() != 2)
+    fail<ShapeError>("grouped_matmul: operands {}, {}, {} -> {} (expected ranks 3, 3, 2 -> 3)", to_string(a.shape),
+                     to_string(w.shape), to_string(sizes.shape), to_string(out.shape));
+  grouped_gemm(out.dtype, a.data, w.data, sizes.data, sizes.dtype, a.shape[0], a.shape[1], a.shape[2], out.shape[2],
+               w.shape[0], p.trans_w(), out.data, ctx.stream);
+}
+
+// x [G, N, K], y [G, N, M], sizes [G, E] -> [E, K, M] (or [E, M, K]).
+void grouped_matmul_weight_grad_kernel(const Primitive& primitive, const std::vector<DeviceTensor>& inputs,
+                                       const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
+  const auto& p = dynamic_cast<const GroupedMatmulWeightGrad&>(primitive);
+  if (inputs.size() != 3 || outputs.size() != 1)
+    fail<ValueError>("grouped_matmul_weight_grad: called with {} inputs and {} outputs (expected 3 and 1)",
+                     inputs.size(), outputs.size());
+  const DeviceTensor& x = inputs[0];
+  const DeviceTensor& y = inputs[1];
+  const DeviceTensor& sizes = inputs[2];
+  const DeviceTensor& out = outputs[0];
+  if (x.shape.size() != 3 || y.shape.size() != 3 || sizes.shape.size() != 2)
+    fail<ShapeError>("grouped_matmul_weight_grad: operands {}, {}, {} (expected ranks 3, 3, 2)", to_string(x.shape),
+                     to_string(y.shape), to_string(sizes.shape));
+  grouped_gemm_weight_grad(out.dtype, x.data, y.data, sizes.data, sizes.dtype, x.shape[0], x.shape[1], x.shape[2],
+                           y.shape[2], p.groups(), p.trans_out(), out.data, ctx.stream);
+}
+
 }  // namespace
 
 void register_linalg_kernels() {
   register_kernel("matmul", matmul_kernel);
   register_kernel("matmul_epilogue", matmul_epilogue_kernel);
+  register_kernel("grouped_matmul", grouped_matmul_kernel);
+  register_kernel("grouped_matmul_weight_grad", grouped_matmul_weight_grad_kernel);
 }
 
 }  // namespace tessera::cuda

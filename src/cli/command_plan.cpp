@@ -114,6 +114,7 @@ nlohmann::json row_json(const plan::PlanRow& r) {
   j["exposed_collective_seconds"] = s.exposed_collective_seconds;
   j["mfu"] = s.mfu;
   j["tokens_per_second"] = s.tokens_per_second;
+  if (s.pipeline_bubble >= 0) j["pipeline_bubble"] = s.pipeline_bubble;
   j["memory"] = {
       {"peak", s.memory.peak},           {"parameters", s.memory.parameters},   {"optimizer", s.memory.optimizer},
       {"gradients", s.memory.gradients}, {"activations", s.memory.activations}, {"eval", s.memory.eval},
@@ -152,9 +153,15 @@ void print_header() {
 
 void print_explain(const plan::PlanRow& r) {
   const plan::StepEstimate& s = r.step;
-  fmt::print("\n{} x{} {}: step {} = compute {} + exposed collectives {} (of {}); programs: ", r.accelerator, r.chips,
+  fmt::print("\n{} x{} {}: step {} = compute {} + exposed collectives {} (of {}){}; programs: ", r.accelerator, r.chips,
              s.layout.mesh(), plan::format_duration(s.step_seconds), plan::format_duration(s.compute_seconds),
-             plan::format_duration(s.exposed_collective_seconds), plan::format_duration(s.collective_seconds));
+             plan::format_duration(s.exposed_collective_seconds), plan::format_duration(s.collective_seconds),
+             s.pipeline_bubble >= 0
+                 ? fmt::format(" + pipeline idle {} (bubble {:.1f}% of the devices' schedule time; per device: the "
+                               "ops table shows pipeline device 0's stages)",
+                               plan::format_duration(s.step_seconds - s.compute_seconds - s.exposed_collective_seconds),
+                               100 * s.pipeline_bubble)
+                 : "");
   for (size_t i = 0; i < s.programs.size(); ++i) fmt::print("{}{}", i ? ", " : "", s.programs[i]);
   fmt::print("\n{:<28} {:<10} {:>8} {:>11} {:>11} {:>10} {:>6} {:>6}\n", "op", "kind", "kernels", "GFLOP", "MB", "ms",
              "util", "share");

@@ -218,13 +218,24 @@ double host_kernel_seconds(const compiler::Graph& graph, const compiler::Node& n
   std::vector<compiler::TensorType> types;
   for (compiler::ValueId v : node.outputs) types.push_back(graph.values[static_cast<size_t>(v)].type);
   one.outputs = one.add_node(node.primitive, inputs, types);
+  // A grouped GEMM's group sizes (its last input, [batches, groups]) split the rows evenly,
+  // as a balanced router would: zeros would time an empty product.
+  if (node.primitive->name().starts_with("grouped_matmul") && !p.args.empty() && p.args.back().ndim() == 2 &&
+      !is_floating(p.args.back().dtype())) {
+    const Shape& sizes = p.args.back().shape();
+    const int64_t rows = graph.values[static_cast<size_t>(node.inputs[0])].type.shape.at(1);
+    const int64_t per = rows / std::max<int64_t>(1, sizes[1]);
+    p.args.back() = astype(full(sizes, static_cast<double>(per)), p.args.back().dtype()).eval();
+  }
   double input_bytes = 0;
   for (const Array& a : p.args) input_bytes += static_cast<double>(a.nbytes());
   const int copies =
       input_bytes > 0 ? std::min<int>(kMaxInputCopies, static_cast<int>(kColdInputBytes / input_bytes)) : 0;
   for (int c = 0; c < copies; ++c) {
     std::vector<Array> copy;
-    for (const Array& a : p.args) copy.push_back(filled(compiler::TensorType{a.shape(), a.dtype()}));
+    // Integer inputs (indices, group sizes) are read, not streamed: the copies share them.
+    for (const Array& a : p.args)
+      copy.push_back(is_floating(a.dtype()) ? filled(compiler::TensorType{a.shape(), a.dtype()}) : a);
     p.more_args.push_back(std::move(copy));
   }
   compiler::CompileOptions options;

@@ -24,14 +24,20 @@ std::vector<PlanLayout> Planner::candidate_layouts(int64_t chips, int64_t max_te
   const int64_t vocab = m.padded_vocab();
   const int64_t micro = config_.micro_batch_size();
   std::vector<PlanLayout> out;
+  // A mixture of experts also splits its experts over an `expert` axis (a batch axis too:
+  // the tokens are routed in groups per batch device, nn/moe.h).
+  const int64_t experts = m.moe() ? m.moe_experts : 1;
   for (int64_t t = 1; t <= chips && t <= std::max<int64_t>(1, max_tensor); ++t) {
     if (chips % t != 0 || m.heads % t != 0 || kv % t != 0 || mlp % t != 0 || vocab % t != 0) continue;
-    const int64_t rest = chips / t;
-    for (int64_t f = 1; f <= rest; ++f) {
-      if (rest % f != 0) continue;
-      const int64_t d = rest / f;
-      if (micro % (d * f) != 0) continue;
-      out.push_back({d, f, t});
+    for (int64_t e = 1; e <= experts && e <= chips / t; ++e) {
+      if (experts % e != 0 || (chips / t) % e != 0) continue;
+      const int64_t rest = chips / t / e;
+      for (int64_t f = 1; f <= rest; ++f) {
+        if (rest % f != 0) continue;
+        const int64_t d = rest / f;
+        if (micro % (d * f * e) != 0) continue;
+        out.push_back({.data = d, .fsdp = f, .tensor = t, .expert = e});
+      }
     }
   }
   return out;

@@ -19,12 +19,15 @@
 #include "tessera/spmd/collectives.h"
 #include "tessera/spmd/partitioner.h"
 #include "tessera/train/parallel.h"
+#include "tessera/train/pipeline.h"
 #include "tessera/train/train_step.h"
+#include "train/pipeline_config.h"
 
 namespace tessera::plan {
 
 std::string PlanLayout::mesh() const {
   std::vector<std::string> parts;
+  if (pipeline > 1) parts.push_back(fmt::format("pipeline={}", pipeline));
   if (data > 1) parts.push_back(fmt::format("data={}", data));
   if (fsdp > 1) parts.push_back(fmt::format("fsdp={}", fsdp));
   if (expert > 1) parts.push_back(fmt::format("expert={}", expert));
@@ -55,9 +58,11 @@ PlanLayout PlanLayout::parse(const std::string& text) {
       layout.tensor = size;
     } else if (name == "expert") {
       layout.expert = size;
+    } else if (name == "pipeline") {
+      layout.pipeline = size;
     } else {
-      fail<ConfigError>("mesh '{}': the planner lays out the axes data, fsdp, expert and tensor (got '{}')", text,
-                        name);
+      fail<ConfigError>("mesh '{}': the planner lays out the axes pipeline, data, fsdp, expert and tensor (got '{}')",
+                        text, name);
     }
   }
   return layout;
@@ -158,7 +163,7 @@ DeviceRates rates_for(const goodput::AcceleratorSpec& acc, const HostRates* host
 
 bool is_gemm(const std::string& name) {
   return name == "matmul" || name == "matmul_epilogue" || name == "quantized_matmul" || name == "batched_matmul" ||
-         name == "linear" || name == "dot_general";
+         name == "linear" || name == "dot_general" || name == "grouped_matmul" || name == "grouped_matmul_weight_grad";
 }
 
 bool is_attention(const std::string& name) { return name.find("attention") != std::string::npos; }
@@ -302,9 +307,232 @@ Tree abstract_opt_state(const optim::Optimizer& optimizer, const Tree& params) {
 // an empty arena).
 double host_block_bytes(size_t bytes) { return static_cast<double>(bytes > 0 ? buffer_capacity(bytes) : 0); }
 
+// The validation program's arena (train::Evaluator: the loss on a micro-batch) under `tl`.
+size_t eval_arena_bytes(const models::Model& model, const train::Layout& tl, const spmd::Mesh& mesh,
+                        const data::Batch& batch) {
+  const Tree args{{"params", model.placeholders()}, {"targets", batch.targets}, {"tokens", batch.tokens}};
+  const JitFn loss = [&model](const Tree& a, const StaticArgs&) {
+    return Tree(model.loss(a.at("params"), a.at("tokens").leaf(), a.at("targets").leaf()));
+  };
+  compiler::Graph eval = trace(loss, args);
+  if (!tl.splits_nothing()) {
+    spmd::PartitionOptions popts;
+    popts.parameter_names = args.paths();
+    eval = spmd::partition(eval, mesh, tl.shardings_for(args), {}, popts).local;
+  }
+  return compiler::optimize(std::move(eval)).plan.arena_bytes;
+}
+
+double tree_bytes(const Tree& tree) {
+  double bytes = 0;
+  for (const Array& leaf : tree.leaves()) bytes += static_cast<double>(leaf.nbytes());
+  return bytes;
+}
+
+// A pipeline layout (train/pipeline_step.h): each stage's forward and backward program
+// (partitioned over the other axes when those split), the optimizer update, and the
+// memory a device holds: the whole model's parameters, optimizer state and gradients
+// (tessera's pipeline keeps them whole on every device; the gradients twice: a process's
+// own and their all-reduced sum), its stages' program arenas, the
+// stage inputs of the micro-batches it holds at once (the schedule's peak), and the
+// validation program's arena (run unpartitioned).
+PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanLayout& layout) {
+  train::TrainConfig c = config;
+  c.parallel.mesh = layout.mesh();
+  const std::optional<train::PipelinePlan> plan = train::pipeline_plan(c);
+  if (!plan) fail<ConfigError>("plan: mesh {} has no pipeline axis", layout.mesh());
+  const models::Model model(config.model);
+  const optim::Optimizer optimizer(config.optimizer_config(), model.specs());
+  const train::PipelineExecutor executor(model, plan->options, config.loop.seq);
+  const Tree params = model.placeholders();
+  const int64_t rows = config.micro_batch_size() / plan->replicas;
+  const int64_t k = config.micro_batches();
+
+  PreparedStep prepared;
+  prepared.layout = layout;
+  prepared.global_batch = config.loop.batch;
+  prepared.seq = config.loop.seq;
+  prepared.micro_batches = k;
+  prepared.remat = config.model.remat;
+  prepared.model_flops = model.flops_per_token(config.loop.seq) * static_cast<double>(config.loop.batch) *
+                         static_cast<double>(config.loop.seq);
+  PreparedPipeline pipe;
+  pipe.kind = executor.schedule().kind;
+  pipe.devices = executor.schedule().devices;
+  pipe.micro_batches = executor.schedule().micro_batches;
+  pipe.virtual_stages = executor.schedule().virtual_stages;
+  pipe.accumulation = k;
+  pipe.stage_layers = executor.stage_layers();
+  pipe.devices_per_stage = executor.devices_per_stage();
+  pipe.gradient_bytes = tree_bytes(params);
+
+  const int stages = executor.schedule().stages(), p = pipe.devices, m = pipe.micro_batches;
+  const train::PipelineTimeline replay = train::simulate(executor.schedule());  // the peak in flight per device
+  std::vector<double> arenas(static_cast<size_t>(p), 0), host_arenas(static_cast<size_t>(p), 0);
+  std::vector<train::PipelineExecutor::StageGraphs> graphs =
+      executor.trace_stages(params, Shape{rows, config.loop.seq});
+  for (int s = 0; s < stages; ++s) {
+    train::PipelineExecutor::StageGraphs& g = graphs[static_cast<size_t>(s)];
+    const auto d = static_cast<size_t>(s % p);
+    pipe.input_bytes.push_back(g.input_bytes);
+    for (const bool forward : {true, false}) {
+      compiler::OptimizedProgram optimized =
+          compiler::optimize(std::move(forward ? g.forward : g.backward), {},
+                             std::vector<bool>((forward ? g.forward_names : g.backward_names).size(), false));
+      arenas[d] += static_cast<double>(optimized.plan.arena_bytes);
+      host_arenas[d] += host_block_bytes(optimized.plan.arena_bytes);
+      PreparedProgram program;
+      program.name = fmt::format("stage{}_{}", s, forward ? "forward" : "backward");
+      program.runs_per_step = static_cast<double>(m * k);
+      program.graph = std::move(optimized.graph);
+      (forward ? pipe.forward : pipe.backward).push_back(prepared.programs.size());
+      prepared.programs.push_back(std::move(program));
+    }
+    // The stage inputs a device keeps: its peak of micro-batches in flight.
+    arenas[d] += g.input_bytes * replay.peak_in_flight[d];
+    host_arenas[d] += host_block_bytes(static_cast<size_t>(g.input_bytes)) * replay.peak_in_flight[d];
+  }
+  // The update: the optimizer applied to the whole model (its arena beside the stages').
+  {
+    const Tree opt_state = abstract_opt_state(optimizer, params);
+    const Tree args{
+        {"grads", params}, {"lr", Array::placeholder({}, DType::Float32)}, {"opt", opt_state}, {"params", params}};
+    const JitFn update = [&optimizer](const Tree& a, const StaticArgs&) {
+      const optim::Optimizer::Update u = optimizer.apply(a.at("params"), a.at("grads"), a.at("opt"), a.at("lr").leaf());
+      return Tree{{"opt", u.state}, {"params", u.params}};
+    };
+    compiler::OptimizedProgram optimized = compiler::optimize(trace(update, args), {}, {});
+    for (double& a : arenas) a += static_cast<double>(optimized.plan.arena_bytes);
+    for (double& a : host_arenas) a += host_block_bytes(optimized.plan.arena_bytes);
+    PreparedProgram program;
+    program.name = "pipeline_update";
+    program.runs_per_step = 1;
+    program.graph = std::move(optimized.graph);
+    pipe.update = prepared.programs.size();
+    prepared.programs.push_back(std::move(program));
+    for (const bool host : {false, true}) {
+      MemoryBreakdown& mem = host ? prepared.host_memory : prepared.memory;
+      const auto block = [host](double bytes) { return host ? host_block_bytes(static_cast<size_t>(bytes)) : bytes; };
+      double parameters = 0, optimizer_state = 0;
+      for (const Array& leaf : params.leaves()) parameters += block(static_cast<double>(leaf.nbytes()));
+      for (const Array& leaf : opt_state.leaves()) optimizer_state += block(static_cast<double>(leaf.nbytes()));
+      mem.parameters = parameters;
+      mem.optimizer = optimizer_state;
+      // A process's gradients, whole (zeros for other stages' parameters), and their sum
+      // over the processes beside them until the update.
+      mem.gradients = 2 * parameters;
+      mem.activations = *std::max_element((host ? host_arenas : arenas).begin(), (host ? host_arenas : arenas).end());
+    }
+  }
+  data::Batch batch;
+  batch.tokens = Array::placeholder({config.micro_batch_size(), config.loop.seq}, DType::Int32);
+  batch.targets = Array::placeholder({config.micro_batch_size(), config.loop.seq}, DType::Int32);
+  const size_t eval = eval_arena_bytes(model, train::Layout::one_device(model.specs()), spmd::Mesh(), batch);
+  prepared.memory.eval = static_cast<double>(eval);
+  prepared.host_memory.eval = host_block_bytes(eval);
+  for (MemoryBreakdown* mem : {&prepared.memory, &prepared.host_memory})
+    mem->peak = mem->parameters + mem->optimizer + mem->gradients + mem->activations + mem->eval;
+  prepared.pipeline = std::move(pipe);
+  return prepared;
+}
+
+// A pipeline layout's step: each stage program costed as a program, the schedule
+// replayed with those costs (a hop between stage devices: the stage input over the
+// innermost link), times the accumulation steps; then the update and, with a process
+// per chip (not on a CPU host, which runs the pipeline as threads of one process), the
+// world all-reduce of the whole model's gradients.
+StepEstimate cost_pipeline_step(const PreparedStep& prepared, const goodput::AcceleratorSpec& accelerator,
+                                const DeviceRates& rates) {
+  const PreparedPipeline& pipe = *prepared.pipeline;
+  const int64_t chips = prepared.layout.chips();
+  StepEstimate est;
+  est.accelerator = accelerator.key;
+  est.layout = prepared.layout;
+  est.global_batch = prepared.global_batch;
+  est.seq = prepared.seq;
+  est.micro_batches = prepared.micro_batches;
+  est.remat = prepared.remat;
+  est.memory = accelerator.kind == "cpu" ? prepared.host_memory : prepared.memory;
+  est.memory_capacity = rates.capacity;
+  std::map<std::pair<std::string, std::string>, OpClassCost> ops;
+  auto program_seconds = [&](size_t index, double runs, bool counted, double* collectives) {
+    const PreparedProgram& program = prepared.programs[index];
+    const ProgramCost cost = cost_program(program.graph, rates, accelerator);
+    double exposed = cost.tensor_collectives + cost.batch_collectives;
+    if (!rates.synchronous_collectives)
+      exposed -= std::min(accelerator.collective_overlap * cost.batch_collectives, cost.compute);
+    if (counted) {
+      *collectives += runs * (cost.batch_collectives + cost.tensor_collectives);
+      for (const auto& [key, v] : cost.ops) {
+        OpClassCost& agg = ops[key];
+        agg.op = v.op;
+        agg.kind = v.kind;
+        agg.kernels += static_cast<int64_t>(std::llround(runs * static_cast<double>(v.kernels)));
+        agg.flops += runs * v.flops;
+        agg.bytes += runs * v.bytes;
+        agg.seconds += runs * v.seconds;
+        agg.utilization += runs * v.utilization;
+      }
+      est.programs.push_back(fmt::format("{} x{}", program.name, runs));
+    }
+    return cost.compute + rates.step_overhead + exposed;
+  };
+  const train::PipelineSchedule schedule =
+      train::make_pipeline_schedule(pipe.kind, pipe.devices, pipe.micro_batches, pipe.virtual_stages);
+  const int stages = schedule.stages();
+  const double runs = static_cast<double>(pipe.micro_batches * pipe.accumulation);
+  std::vector<double> forward(static_cast<size_t>(stages)), backward(static_cast<size_t>(stages));
+  double collectives = 0;
+  for (int s = 0; s < stages; ++s) {
+    const bool device_0 = s % pipe.devices == 0;  // the ops table shows pipeline device 0's programs
+    forward[static_cast<size_t>(s)] =
+        program_seconds(pipe.forward[static_cast<size_t>(s)], runs, device_0, &collectives);
+    backward[static_cast<size_t>(s)] =
+        program_seconds(pipe.backward[static_cast<size_t>(s)], runs, device_0, &collectives);
+  }
+  // A hop moves a stage input from one pipeline coordinate to the next: a point-to-point
+  // send of its bytes, costed as a 2-member all-gather (one block each way).
+  double input = 0;
+  for (double b : pipe.input_bytes) input = std::max(input, b);
+  const double hop =
+      chips > 1 ? collective_seconds("all_gather", 2 * input, 2, pipe.devices_per_stage, accelerator) : 0;
+  const train::PipelineTimeline timeline = train::simulate(schedule, forward, backward, hop);
+  double update_collectives = 0;
+  const double update = program_seconds(pipe.update, 1, true, &update_collectives);
+  const double all_reduce =
+      accelerator.kind == "cpu" ? 0 : collective_seconds("all_reduce", pipe.gradient_bytes, chips, 1, accelerator);
+  est.pipeline_bubble = timeline.bubble_fraction;
+  est.compute_seconds = static_cast<double>(pipe.accumulation) * timeline.busy / pipe.devices + update;
+  est.collective_seconds = collectives + all_reduce;
+  est.exposed_collective_seconds = all_reduce;
+  est.step_seconds = static_cast<double>(pipe.accumulation) * timeline.makespan + update + all_reduce;
+  if (all_reduce > 0) {
+    OpClassCost& agg = ops[{"all_reduce (gradients, world)", "collective"}];
+    agg.op = "all_reduce (gradients, world)";
+    agg.kind = "collective";
+    agg.kernels += static_cast<int64_t>(prepared.programs.size());
+    agg.bytes += 2 * pipe.gradient_bytes * static_cast<double>(chips - 1) / static_cast<double>(chips);
+    agg.seconds += all_reduce;
+  }
+  for (auto& [key, v] : ops) {
+    if (v.flops > 0) v.utilization /= v.flops;
+    est.ops.push_back(v);
+  }
+  std::sort(est.ops.begin(), est.ops.end(), [](const OpClassCost& a, const OpClassCost& b) {
+    return a.seconds != b.seconds ? a.seconds > b.seconds : a.op < b.op;
+  });
+  est.model_flops = prepared.model_flops;
+  est.tokens_per_second =
+      static_cast<double>(prepared.global_batch) * static_cast<double>(prepared.seq) / est.step_seconds;
+  est.mfu = est.model_flops / (est.step_seconds * static_cast<double>(chips) * rates.peak_for_mfu);
+  est.fits = est.memory.peak <= est.memory_capacity;
+  return est;
+}
+
 }  // namespace
 
 PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& layout) {
+  if (layout.pipeline > 1) return prepare_pipeline_step(config, layout);
   const int64_t chips = layout.chips();
   if (chips < 1) fail<ConfigError>("plan: a layout needs at least one chip (mesh {})", layout.mesh());
   const models::Model model(config.model);
@@ -372,21 +600,9 @@ PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& la
     prepared.programs.push_back(std::move(p));
   }
   // The validation program (train::Evaluator: the loss on a micro-batch, the same layout).
-  {
-    const Tree args{{"params", params}, {"targets", batch.targets}, {"tokens", batch.tokens}};
-    const JitFn loss = [&model](const Tree& a, const StaticArgs&) {
-      return Tree(model.loss(a.at("params"), a.at("tokens").leaf(), a.at("targets").leaf()));
-    };
-    compiler::Graph eval = trace(loss, args);
-    if (!tl.splits_nothing()) {
-      spmd::PartitionOptions popts;
-      popts.parameter_names = args.paths();
-      eval = spmd::partition(eval, mesh, tl.shardings_for(args), {}, popts).local;
-    }
-    const size_t arena = compiler::optimize(std::move(eval)).plan.arena_bytes;
-    prepared.memory.eval = static_cast<double>(arena);
-    prepared.host_memory.eval = host_block_bytes(arena);
-  }
+  const size_t eval = eval_arena_bytes(model, tl, mesh, batch);
+  prepared.memory.eval = static_cast<double>(eval);
+  prepared.host_memory.eval = host_block_bytes(eval);
   for (MemoryBreakdown* m : {&prepared.memory, &prepared.host_memory})
     m->peak = m->parameters + m->optimizer + m->gradients + m->activations + m->eval;
   return prepared;
@@ -396,6 +612,7 @@ StepEstimate cost_step(const PreparedStep& prepared, const goodput::AcceleratorS
                        const StepModelOptions& options) {
   const int64_t chips = prepared.layout.chips();
   const DeviceRates rates = rates_for(accelerator, options.host, chips);
+  if (prepared.pipeline) return cost_pipeline_step(prepared, accelerator, rates);
   StepEstimate est;
   est.accelerator = accelerator.key;
   est.layout = prepared.layout;

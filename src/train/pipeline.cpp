@@ -208,70 +208,6 @@ Tree PipelineExecutor::stage_args(const Tree& params, int s) const {
   return args;
 }
 
-std::pair<int, int> PipelineExecutor::coordinates(int device) const {
-  const std::vector<int> c = options_.mesh.coords(device);
-  return {c[static_cast<size_t>(pipeline_axis_)], options_.mesh.index_in_group(device, inner_axes_)};
-}
-
-spmd::Sharding PipelineExecutor::leaf_sharding(int stage, const std::string& path, const Array& leaf) const {
-  const size_t dot = path.find('.');
-  const std::string head = path.substr(0, dot);
-  if (head == "p" || head == "dp") {
-    // "layers.<i>.<rest>" of stage s is the model's layer first(s) + i.
-    std::string rest = path.substr(dot + 1);
-    if (rest.starts_with("layers.")) {
-      const size_t end = rest.find('.', 7);
-      const int i = std::stoi(rest.substr(7, end - 7));
-      rest = fmt::format("layers.{}{}", stage_layers_[static_cast<size_t>(stage)].first + i,
-                         end == std::string::npos ? "" : rest.substr(end));
-    }
-    return layout_->param(rest);
-  }
-  if (leaf.ndim() == 0) return spmd::Sharding::replicated(options_.mesh, 0);
-  return layout_->batch(leaf.ndim());
-}
-
-PipelineExecutor::ShardedProgram PipelineExecutor::partition_program(int stage, const JitFn& fn, const Tree& args,
-                                                                     const std::vector<int>& inner) const {
-  ShardedProgram program;
-  compiler::Graph graph = trace(fn, args, {}, &program.out_structure);
-  graph.name = fmt::format("stage{}_{}", stage, args.items().count("dy") ? "backward" : "forward");
-  spmd::PartitionOptions names;
-  names.parameter_names = args.paths();
-  names.output_names = program.out_structure.paths();
-  std::vector<std::optional<spmd::Sharding>> in, out;
-  const std::vector<Array> arg_leaves = args.leaves(), out_leaves = program.out_structure.leaves();
-  for (size_t i = 0; i < arg_leaves.size(); ++i) {
-    in.push_back(leaf_sharding(stage, names.parameter_names[i], arg_leaves[i]));
-    program.in.emplace(names.parameter_names[i], *in.back());
-  }
-  for (size_t i = 0; i < out_leaves.size(); ++i) {
-    // A loss (a scalar) is left to propagation: its partial sums are all-reduced.
-    if (out_leaves[i].ndim() == 0) {
-      out.emplace_back();
-      continue;
-    }
-    out.push_back(leaf_sharding(stage, names.output_names[i], out_leaves[i]));
-    program.out.emplace(names.output_names[i], *out.back());
-  }
-  spmd::PartitionedProgram partitioned = spmd::partition(graph, options_.mesh, in, out, names);
-  program.text = partitioned.text();
-  const std::string summary = partitioned.summary.text();
-  // The summary counts one run of the program: here one micro-batch's pass.
-  program.collectives = summary.substr(0, summary.find('\n'));
-  const std::string per_step = "collectives per step and device: ";
-  if (program.collectives.starts_with(per_step))
-    program.collectives = "collectives per run and device: " + program.collectives.substr(per_step.size());
-  program.collective_bytes = partitioned.summary.per_device.total_bytes();
-  program.per_device.resize(static_cast<size_t>(inner_size_));
-  for (int j : inner) {
-    program.per_device[static_cast<size_t>(j)] =
-        compiler::compile(partitioned.local, {}, std::vector<bool>(arg_leaves.size(), false));
-    program.peak_bytes = std::max(program.peak_bytes, program.per_device[static_cast<size_t>(j)]->stats().peak_bytes);
-  }
-  return program;
-}
-
 void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape) {
   if (tokens_shape.size() != 2 || tokens_shape[0] % schedule_.micro_batches != 0)
     fail<ShapeError>("pipeline: batches {} must be [batch, seq] with a batch that splits into {} micro-batches",
@@ -302,16 +238,18 @@ void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape) {
   sharded_backward_.clear();
   traced_text_.assign(2 * static_cast<size_t>(stages), "");
   for (int s = 0; s < stages; ++s) {
-    const std::vector<int> inner = !remote || s % schedule_.devices == here ? mine : std::vector<int>{};
+    // With processes, another process's stage is only traced (for its output type).
+    const bool here_runs = !remote || s % schedule_.devices == here;
+    const std::vector<int> inner = here_runs ? mine : std::vector<int>{};
     Tree args = stage_args(params, s);
     args["x"] = Tree(x);
     if (s == stages - 1) args["t"] = Tree(targets);
     if (sharded()) {
       sharded_forward_.push_back(partition_program(s, forward_fn_[static_cast<size_t>(s)], args, inner));
-    } else {
+    } else if (here_runs) {
       traced_text_[2 * static_cast<size_t>(s)] = forward_[static_cast<size_t>(s)].lowered(args).text();
     }
-    compiled_[2 * static_cast<size_t>(s)] = true;
+    compiled_[2 * static_cast<size_t>(s)] = here_runs;
     // The stage's output type: what the next stage receives and this backward is seeded with.
     Tree out;
     (void)trace(forward_fn_[static_cast<size_t>(s)], args, {}, &out);
@@ -320,72 +258,12 @@ void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape) {
     args["dy"] = Tree(Array::placeholder(y.shape(), y.dtype()));
     if (sharded())
       sharded_backward_.push_back(partition_program(s, backward_fn_[static_cast<size_t>(s)], args, inner));
-    else
+    else if (here_runs)
       traced_text_[2 * static_cast<size_t>(s) + 1] = backward_[static_cast<size_t>(s)].lowered(args).text();
-    compiled_[2 * static_cast<size_t>(s) + 1] = true;
+    compiled_[2 * static_cast<size_t>(s) + 1] = here_runs;
     x = Array::placeholder(y.shape(), y.dtype());
   }
   compiled_tokens_ = tokens_shape;
-}
-
-std::string PipelineExecutor::stage_summary() const {
-  std::string text;
-  for (size_t s = 0; s < sharded_forward_.size(); ++s)
-    for (const ShardedProgram* program : {&sharded_forward_[s], &sharded_backward_[s]}) {
-      // With processes: only the stages this process runs.
-      if (std::none_of(program->per_device.begin(), program->per_device.end(),
-                       [](const auto& executable) { return executable != nullptr; }))
-        continue;
-      text += fmt::format("stage {} {}: {}; peak memory per device {:.1f} MiB\n", s,
-                          program == &sharded_forward_[s] ? "forward" : "backward", program->collectives,
-                          static_cast<double>(program->peak_bytes) / (1024.0 * 1024.0));
-    }
-  return text;
-}
-
-double PipelineExecutor::analytic_collective_bytes(int64_t batch, int64_t seq) const {
-  if (!sharded()) return 0;
-  const int stages = schedule_.stages();
-  const bool tied = model_.config().resolved_tied();
-  double bytes = 0;
-  for (int s = 0; s < stages; ++s) {
-    const auto [first, last] = stage_layers_[static_cast<size_t>(s)];
-    const bool embedding = s == 0, head = s == stages - 1;
-    Layout::PartBytes part;
-    part.layers = last - first;
-    part.embedding = embedding;
-    part.head = head;
-    // The parameters stage_params hands the stage.
-    part.includes = [&](const std::string& path) {
-      const std::string top = path.substr(0, path.find('.'));
-      if (top == "layers") {
-        const int layer = std::stoi(path.substr(7, path.find('.', 7) - 7));
-        return layer >= first && layer < last;
-      }
-      if (top == "wte") return embedding || (head && tied);
-      if (top == "wpe") return embedding;
-      return head;  // lnf, head
-    };
-    if (!head) part.output_bias = fmt::format("layers.{}.mlp.proj.b", last - 1);  // GPT's blocks end with it
-    bytes += schedule_.micro_batches * inner_size_ *
-             layout_->analytic_recomputed_part_bytes(part, model_.config().dim, batch / schedule_.micro_batches, seq);
-  }
-  return bytes;
-}
-
-std::string PipelineExecutor::text() const {
-  std::string text = fmt::format(
-      "pipeline: {} schedule, {} devices x {} virtual stages, {} micro-batches{}\n", to_string(schedule_.kind),
-      schedule_.devices, schedule_.virtual_stages, schedule_.micro_batches,
-      sharded() ? fmt::format(", each stage on {} devices of mesh {}", inner_size_, options_.mesh.to_string()) : "");
-  if (compiled_tokens_.empty()) return text + "(not compiled yet: call compile() or run())\n";
-  for (size_t s = 0; s < stage_layers_.size(); ++s) {
-    text += fmt::format("\n== stage {} (pipeline device {}): layers {}-{} ==\n", s,
-                        static_cast<int>(s) % schedule_.devices, stage_layers_[s].first, stage_layers_[s].second - 1);
-    text += "-- forward --\n" + (sharded() ? sharded_forward_[s].text : traced_text_[2 * s]);
-    text += "-- backward --\n" + (sharded() ? sharded_backward_[s].text : traced_text_[2 * s + 1]);
-  }
-  return text;
 }
 
 int PipelineExecutor::local_index() const {
@@ -654,44 +532,6 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
     fail<Error>("pipeline: the stages' gradients do not cover the parameters (an unexpected parameter name?)");
   result.grads = grads;
   return result;
-}
-
-Tree PipelineExecutor::assemble_stage_grads(int s, const Tree& whole,
-                                            const std::vector<std::optional<Tree>>& accumulated, int j_here) const {
-  const int inner = inner_size_;
-  const spmd::Mesh& mesh = options_.mesh;
-  const std::vector<std::string> paths = whole.paths();
-  std::vector<Array> leaves = whole.leaves();
-  std::vector<std::vector<Array>> local(static_cast<size_t>(inner));
-  for (int j = 0; j < inner; ++j) {
-    const std::optional<Tree>& acc = accumulated[static_cast<size_t>(s * inner + j)];
-    if (acc) local[static_cast<size_t>(j)] = acc->leaves();
-  }
-  for (size_t i = 0; i < leaves.size(); ++i) {
-    const spmd::Sharding& sharding = sharded_backward_[static_cast<size_t>(s)].out.at("dp." + paths[i]);
-    std::vector<Array> by_inner(static_cast<size_t>(inner));
-    if (j_here < 0) {
-      for (int j = 0; j < inner; ++j) by_inner[static_cast<size_t>(j)] = local[static_cast<size_t>(j)].at(i);
-    } else {
-      // One process per device: the stage's devices swap their shards (equal sizes).
-      const Array& mine = local[static_cast<size_t>(j_here)].at(i);
-      const int me = options_.ranks[static_cast<size_t>(s % schedule_.devices)];
-      std::vector<char> all(mine.nbytes() * static_cast<size_t>(inner));
-      spmd::communicator().all_gather(me, mesh.group(me, inner_axes_), mine.raw_data(), all.data(), mine.nbytes());
-      for (int j = 0; j < inner; ++j)
-        by_inner[static_cast<size_t>(j)] =
-            Array::from_data(all.data() + mine.nbytes() * static_cast<size_t>(j), mine.shape(), mine.dtype());
-    }
-    // Every pipeline coordinate gets the stage's shards: the gradient is replicated there.
-    std::vector<Array> shards(static_cast<size_t>(mesh.size()));
-    for (int dev = 0; dev < mesh.size(); ++dev)
-      shards[static_cast<size_t>(dev)] = by_inner[static_cast<size_t>(coordinates(dev).second)];
-    const Array sharded_grad = spmd::make_sharded(leaves[i].shape(), leaves[i].dtype(), sharding, std::move(shards));
-    (void)spmd::gather(sharded_grad);
-    leaves[i] = j_here > 0 ? zeros(leaves[i].shape(), leaves[i].dtype()).eval()
-                           : Array::from_data(sharded_grad.raw_data(), leaves[i].shape(), leaves[i].dtype());
-  }
-  return whole.with_leaves(leaves);
 }
 
 PipelineResult pipeline_value_and_grad(const models::Model& model, const Tree& params, const Array& tokens,

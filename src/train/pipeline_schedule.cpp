@@ -124,7 +124,16 @@ double analytic_bubble_fraction(const PipelineSchedule& s) {
 }
 
 PipelineTimeline simulate(const PipelineSchedule& s, double forward_cost, double backward_cost, double transfer) {
+  const auto stages = static_cast<size_t>(s.stages());
+  return simulate(s, std::vector<double>(stages, forward_cost), std::vector<double>(stages, backward_cost), transfer);
+}
+
+PipelineTimeline simulate(const PipelineSchedule& s, const std::vector<double>& forward_costs,
+                          const std::vector<double>& backward_costs, double transfer) {
   const int p = s.devices, stages = s.stages();
+  if (forward_costs.size() != static_cast<size_t>(stages) || backward_costs.size() != static_cast<size_t>(stages))
+    fail<ValueError>("simulate: {} forward and {} backward costs for {} stages", forward_costs.size(),
+                     backward_costs.size(), stages);
   // When each op ended, once it is placed: (forward?, micro-batch, stage) -> end.
   std::map<std::tuple<bool, int, int>, double> ended;
   auto ready_at = [&](const PipelineOp& op, double* at) {
@@ -159,7 +168,7 @@ PipelineTimeline simulate(const PipelineSchedule& s, double forward_cost, double
       while (i < ops.size() && ready_at(ops[i], &inputs)) {
         const PipelineOp& op = ops[i];
         const double start = std::max(free_at[static_cast<size_t>(d)], inputs);
-        const double end = start + (op.forward ? forward_cost : backward_cost);
+        const double end = start + (op.forward ? forward_costs : backward_costs)[static_cast<size_t>(op.stage)];
         ended[{op.forward, op.micro_batch, op.stage}] = end;
         timeline.devices[static_cast<size_t>(d)].push_back({op, start, end});
         free_at[static_cast<size_t>(d)] = end;

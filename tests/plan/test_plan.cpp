@@ -3,6 +3,7 @@
 // the real traced programs (memory by sharding, FLOPs, monotone scaling).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "tessera/base/allocator.h"
@@ -153,6 +154,10 @@ TEST(PlanLayoutTest, ParsesTheThreeAxesAndRefusesOthers) {
   EXPECT_EQ(l.chips(), 64);
   EXPECT_EQ(l.mesh(), "data=2,fsdp=4,tensor=8");
   EXPECT_EQ(PlanLayout{}.mesh(), "data=1");
+  const PlanLayout piped = PlanLayout::parse("data=2,pipeline=4");
+  EXPECT_EQ(piped.pipeline, 4);
+  EXPECT_EQ(piped.chips(), 8);
+  EXPECT_EQ(piped.mesh(), "pipeline=4,data=2");
   EXPECT_THROW(PlanLayout::parse("model=2"), ConfigError);
   EXPECT_THROW(PlanLayout::parse("data=two"), ConfigError);
 }
@@ -176,6 +181,42 @@ TEST(StepModel, OneChipCountsTheModelsFlopsAndHoldsEveryParameter) {
   double flops = 0;
   for (const OpClassCost& op : est.ops) flops += op.flops;
   EXPECT_GE(flops, est.model_flops * 0.95);
+}
+
+// A pipeline layout: its stage programs costed and the schedule replayed with them.
+// The tiny model's 4 layers balance into 2 equal stages (the head's cost goes to the last
+// layer, so not exactly); the idle share is near 1F1B's (p-1)/(m+p-1) and GPipe's is
+// the same; more micro-batches idle less. Every device holds the whole model's state
+// (tessera's pipeline today) plus its stages' arenas and the inputs it keeps in flight.
+TEST(StepModel, APipelineReplaysItsScheduleWithTheCostedStages) {
+  const goodput::AcceleratorSpec gpu = test_gpu();
+  const StepEstimate one = estimate_step(tiny_config(), PlanLayout{}, gpu);
+  auto piped = [&](const std::string& extra) {
+    return estimate_step(tiny_config("[parallel]\n" + extra), PlanLayout{.pipeline = 2}, gpu);
+  };
+  const StepEstimate m4 = piped("pipeline_micro_batches = 4\n");
+  const StepEstimate m8 = piped("pipeline_micro_batches = 8\n");
+  const StepEstimate gpipe = piped("pipeline_micro_batches = 4\npipeline_schedule = \"gpipe\"\n");
+  EXPECT_NEAR(m4.pipeline_bubble, 1.0 / 5.0, 0.08);
+  EXPECT_NEAR(m8.pipeline_bubble, 1.0 / 9.0, 0.06);
+  EXPECT_LT(m8.pipeline_bubble, m4.pipeline_bubble);
+  EXPECT_NEAR(gpipe.pipeline_bubble, m4.pipeline_bubble, 1e-9);
+  EXPECT_EQ(one.pipeline_bubble, -1);
+  // Idle time is in the step: it exceeds the average device's busy time.
+  EXPECT_GT(m4.step_seconds, m4.compute_seconds);
+  EXPECT_DOUBLE_EQ(m4.memory.parameters, one.memory.parameters);
+  EXPECT_DOUBLE_EQ(m4.memory.optimizer, one.memory.optimizer);
+  // GPipe keeps all 4 micro-batches' stage inputs where 1F1B keeps at most 2.
+  EXPECT_GT(gpipe.memory.activations, m4.memory.activations);
+  EXPECT_NE(std::find(m4.programs.begin(), m4.programs.end(), "stage0_backward x4"), m4.programs.end());
+  // Stages partitioned over a tensor axis: 4 chips, collectives inside the stages.
+  const StepEstimate tp = estimate_step(tiny_config("[parallel]\npipeline_micro_batches = 4\n"),
+                                        PlanLayout{.tensor = 2, .pipeline = 2}, gpu);
+  EXPECT_GT(tp.collective_seconds, 0);
+  EXPECT_EQ(tp.layout.chips(), 4);
+  // A layout the pipeline cannot take is a ConfigError naming it.
+  EXPECT_THROW(estimate_step(tiny_config("[parallel]\npipeline_micro_batches = 3\n"), PlanLayout{.pipeline = 2}, gpu),
+               ConfigError);
 }
 
 TEST(StepModel, FsdpSplitsParametersAndOptimizerStateDataParallelDoesNot) {

@@ -1,12 +1,18 @@
 // tessera plan's search: for each accelerator and chip count, the layout (data x fsdp x
 // tensor) that trains fastest among those that fit in memory, with what the run costs.
 //
-// Candidates: every factorization chips = data * fsdp * tensor where tensor divides the
-// attention heads (and the KV heads, the MLP width and the padded vocabulary: Megatron
-// splits all four) and stays within the innermost interconnect domain (NVLink, one
-// host), and data * fsdp divides the micro-batch. Each layout's per-device programs are
-// traced, partitioned and optimized once (prepare_step) and costed on every
+// Candidates: every factorization chips = data * fsdp * expert * tensor where tensor
+// divides the attention heads (and the KV heads, the MLP width and the padded
+// vocabulary: Megatron splits all four) and stays within the innermost interconnect
+// domain (NVLink, one host), expert divides a mixture of experts' experts (1 for a dense
+// model), and data * fsdp * expert divides the micro-batch. Each layout's per-device
+// programs are traced, partitioned and optimized once (prepare_step) and costed on every
 // accelerator (cost_step).
+//
+// Pipeline layouts (`--mesh pipeline=P,...`) are costed when asked for and not searched:
+// tessera's pipeline keeps the whole model's parameters and optimizer state on every
+// device, so a pipeline never fits where the searched layouts do not, and its bubble makes
+// it slower than them (plan/step_model.h, prepare_pipeline_step).
 #pragma once
 
 #include <map>

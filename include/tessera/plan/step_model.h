@@ -32,12 +32,15 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/compiler/graph.h"
 #include "tessera/goodput/accelerators.h"
 #include "tessera/train/config.h"
+#include "tessera/train/pipeline_schedule.h"
 
 namespace tessera::plan {
 
@@ -45,7 +48,9 @@ namespace tessera::plan {
 // mixture of experts' weights and dispatch, nn/moe.h) and the micro-batching.
 struct PlanLayout {
   int64_t data = 1, fsdp = 1, tensor = 1, expert = 1;
-  int64_t chips() const { return data * fsdp * expert * tensor; }
+  // Pipeline stages (train/pipeline.h, the outermost axis): costed by pipeline_model.h.
+  int64_t pipeline = 1;
+  int64_t chips() const { return pipeline * data * fsdp * expert * tensor; }
   // "data=2,fsdp=4" (axes of size 1 left out; "data=1" for one chip).
   std::string mesh() const;
   // Parses a mesh string of data / fsdp / expert / tensor axes (ConfigError otherwise).
@@ -97,6 +102,9 @@ struct StepEstimate {
   bool fits = true;
   std::vector<OpClassCost> ops;       // by op, largest time first
   std::vector<std::string> programs;  // "train_step x1", ...
+  // Pipeline layouts: the devices' idle share in the schedule replayed with the costed
+  // stage programs (-1 without a pipeline axis).
+  double pipeline_bubble = -1;
 };
 
 struct StepModelOptions {
@@ -112,8 +120,24 @@ struct PreparedProgram {
   double runs_per_step = 1;
   compiler::Graph graph;  // the optimized per-device program
 };
+// A pipeline layout's schedule and stage programs (pipeline_model.h).
+struct PreparedPipeline {
+  train::PipelineKind kind = train::PipelineKind::kOneFOneB;
+  int devices = 1, micro_batches = 1, virtual_stages = 1;
+  int64_t accumulation = 1;  // the step's accumulation micro-batches
+  std::vector<std::pair<int, int>> stage_layers;
+  std::vector<size_t> forward, backward;  // per stage: its programs in PreparedStep::programs
+  std::vector<double> input_bytes;        // per stage: a device's part of its input
+  size_t update = 0;                      // the optimizer update program
+  int64_t devices_per_stage = 1;          // the mesh's other axes
+  // Bytes of the whole model's gradients: a process's part in the world all-reduce that
+  // sums the stages' gradients (train/pipeline_step.h).
+  double gradient_bytes = 0;
+};
+
 struct PreparedStep {
   PlanLayout layout;
+  std::optional<PreparedPipeline> pipeline;
   int64_t global_batch = 0, seq = 0, micro_batches = 1;
   std::string remat = "none";  // the model's checkpoint policy (model.remat)
   double model_flops = 0;

@@ -38,10 +38,12 @@
 
 #include "tessera/api/jit.h"
 #include "tessera/compiler/executable.h"
+#include "tessera/compiler/graph.h"
 #include "tessera/core/array.h"
 #include "tessera/core/tree.h"
 #include "tessera/models/model.h"
 #include "tessera/spmd/mesh.h"
+#include "tessera/spmd/partitioner.h"
 #include "tessera/train/parallel.h"
 #include "tessera/train/pipeline_schedule.h"
 
@@ -121,7 +123,7 @@ class PipelineExecutor {
 
   const PipelineSchedule& schedule() const { return schedule_; }
   const std::vector<std::pair<int, int>>& stage_layers() const { return stage_layers_; }
-  // How many stage programs have compiled (2 per stage once warm).
+  // How many stage programs have compiled (2 per stage this process runs, once warm).
   int compiled_programs() const;
   // Devices each stage runs on: the product of the mesh's axes besides pipeline (1
   // without PipelineOptions::mesh).
@@ -134,6 +136,15 @@ class PipelineExecutor {
   // Stages partitioned over the mesh: per stage and program, the collectives one run of
   // it makes on a device and the device's peak memory (one line each). Empty otherwise.
   std::string stage_summary() const;
+  // Each stage's two programs traced for `tokens_shape` batches (partitioned over the
+  // mesh's other axes when the stages are: then a device's program) without compiling
+  // them: what the planner costs (plan/step_model.h).
+  struct StageGraphs {
+    compiler::Graph forward, backward;
+    std::vector<std::string> forward_names, backward_names;  // their arguments' paths
+    double input_bytes = 0;  // a device's part of the stage input (token ids or activations)
+  };
+  std::vector<StageGraphs> trace_stages(const Tree& params, const Shape& tokens_shape) const;
   // Partitioned stages: the bytes their collectives should send in one run over a batch
   // of `batch` rows, summed over the devices (Layout::analytic_recomputed_part_bytes per
   // stage, micro-batch and device; scalar reductions not counted). 0 otherwise.
@@ -161,6 +172,10 @@ class PipelineExecutor {
   // over the batch axes, a scalar replicated.
   spmd::Sharding leaf_sharding(int stage, const std::string& path, const Array& leaf) const;
   ShardedProgram partition_program(int stage, const JitFn& fn, const Tree& args, const std::vector<int>& inner) const;
+  // The traced program of fn partitioned over the mesh (argument and output layouts into
+  // `layouts` when given).
+  spmd::PartitionedProgram partition_stage(int stage, const JitFn& fn, const Tree& args, Tree* out_structure,
+                                           ShardedProgram* layouts) const;
   // Stage s's whole gradients (`whole`: its parameters, for the shapes) from its devices'
   // shards (accumulated, by stage x devices per stage + index). j_here < 0: every device
   // is in this process; else this process's device index, whose shards are swapped with

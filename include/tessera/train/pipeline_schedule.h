@@ -79,6 +79,9 @@ struct PipelineTimeline {
 // that waits on one ordered after it) is a ValueError naming each stuck device's op.
 PipelineTimeline simulate(const PipelineSchedule& schedule, double forward_cost = 1, double backward_cost = 2,
                           double transfer = 0);
+// The same with each stage's own forward and backward cost (schedule.stages() of each).
+PipelineTimeline simulate(const PipelineSchedule& schedule, const std::vector<double>& forward_costs,
+                          const std::vector<double>& backward_costs, double transfer = 0);
 
 // One line per device: the timeline in units of `unit` time ("F3" forward of
 // micro-batch 3, "B3" its backward, "." idle; interleaved ops carry the virtual stage,

@@ -1,0 +1,230 @@
+// PipelineExecutor's stages partitioned over the mesh's other axes (pipeline.h): their
+// layouts, partitioned programs, gradient assembly and what they send; and the stages'
+// programs as text or as graphs for the planner.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+
+#include "tessera/compiler/compile.h"
+#include "tessera/core/ops.h"
+#include "tessera/nn/logical_sharding.h"
+#include "tessera/spmd/api.h"
+#include "tessera/spmd/partitioner.h"
+#include "tessera/spmd/runtime.h"
+#include "tessera/train/pipeline.h"
+
+namespace tessera::train {
+
+std::pair<int, int> PipelineExecutor::coordinates(int device) const {
+  const std::vector<int> c = options_.mesh.coords(device);
+  return {c[static_cast<size_t>(pipeline_axis_)], options_.mesh.index_in_group(device, inner_axes_)};
+}
+
+spmd::Sharding PipelineExecutor::leaf_sharding(int stage, const std::string& path, const Array& leaf) const {
+  const size_t dot = path.find('.');
+  const std::string head = path.substr(0, dot);
+  if (head == "p" || head == "dp") {
+    // "layers.<i>.<rest>" of stage s is the model's layer first(s) + i.
+    std::string rest = path.substr(dot + 1);
+    if (rest.starts_with("layers.")) {
+      const size_t end = rest.find('.', 7);
+      const int i = std::stoi(rest.substr(7, end - 7));
+      rest = fmt::format("layers.{}{}", stage_layers_[static_cast<size_t>(stage)].first + i,
+                         end == std::string::npos ? "" : rest.substr(end));
+    }
+    return layout_->param(rest);
+  }
+  if (leaf.ndim() == 0) return spmd::Sharding::replicated(options_.mesh, 0);
+  return layout_->batch(leaf.ndim());
+}
+
+spmd::PartitionedProgram PipelineExecutor::partition_stage(int stage, const JitFn& fn, const Tree& args,
+                                                           Tree* out_structure, ShardedProgram* layouts) const {
+  compiler::Graph graph = trace(fn, args, {}, out_structure);
+  graph.name = fmt::format("stage{}_{}", stage, args.items().count("dy") ? "backward" : "forward");
+  spmd::PartitionOptions names;
+  names.parameter_names = args.paths();
+  names.output_names = out_structure->paths();
+  std::vector<std::optional<spmd::Sharding>> in, out;
+  const std::vector<Array> arg_leaves = args.leaves(), out_leaves = out_structure->leaves();
+  for (size_t i = 0; i < arg_leaves.size(); ++i) {
+    in.push_back(leaf_sharding(stage, names.parameter_names[i], arg_leaves[i]));
+    if (layouts) layouts->in.emplace(names.parameter_names[i], *in.back());
+  }
+  for (size_t i = 0; i < out_leaves.size(); ++i) {
+    // A loss (a scalar) is left to propagation: its partial sums are all-reduced.
+    if (out_leaves[i].ndim() == 0) {
+      out.emplace_back();
+      continue;
+    }
+    out.push_back(leaf_sharding(stage, names.output_names[i], out_leaves[i]));
+    if (layouts) layouts->out.emplace(names.output_names[i], *out.back());
+  }
+  return spmd::partition(graph, options_.mesh, in, out, names);
+}
+
+PipelineExecutor::ShardedProgram PipelineExecutor::partition_program(int stage, const JitFn& fn, const Tree& args,
+                                                                     const std::vector<int>& inner) const {
+  ShardedProgram program;
+  const spmd::PartitionedProgram partitioned = partition_stage(stage, fn, args, &program.out_structure, &program);
+  program.text = partitioned.text();
+  const std::string summary = partitioned.summary.text();
+  // The summary counts one run of the program: here one micro-batch's pass.
+  program.collectives = summary.substr(0, summary.find('\n'));
+  const std::string per_step = "collectives per step and device: ";
+  if (program.collectives.starts_with(per_step))
+    program.collectives = "collectives per run and device: " + program.collectives.substr(per_step.size());
+  program.collective_bytes = partitioned.summary.per_device.total_bytes();
+  program.per_device.resize(static_cast<size_t>(inner_size_));
+  for (int j : inner) {
+    program.per_device[static_cast<size_t>(j)] =
+        compiler::compile(partitioned.local, {}, std::vector<bool>(args.leaves().size(), false));
+    program.peak_bytes = std::max(program.peak_bytes, program.per_device[static_cast<size_t>(j)]->stats().peak_bytes);
+  }
+  return program;
+}
+
+std::vector<PipelineExecutor::StageGraphs> PipelineExecutor::trace_stages(const Tree& params,
+                                                                          const Shape& tokens_shape) const {
+  if (tokens_shape.size() != 2 || tokens_shape[0] % schedule_.micro_batches != 0)
+    fail<ShapeError>("pipeline: batches {} must be [batch, seq] with a batch that splits into {} micro-batches",
+                     tessera::to_string(tokens_shape), schedule_.micro_batches);
+  const int stages = schedule_.stages();
+  const Shape micro{tokens_shape[0] / schedule_.micro_batches, tokens_shape[1]};
+  if (sharded() && micro[0] % layout_->data_parallel_size() != 0)
+    fail<ValueError>(
+        "pipeline: a pipeline micro-batch of {} rows does not split over the {} devices of the batch axes (mesh {})",
+        micro[0], layout_->data_parallel_size(), options_.mesh.to_string());
+  std::optional<nn::LogicalShardingScope> scope;
+  if (sharded()) scope.emplace(layout_->mesh(), layout_->rules());
+  const Array targets = Array::placeholder(micro, DType::Int32);
+  Array x = Array::placeholder(micro, DType::Int32);
+  std::vector<StageGraphs> out;
+  for (int s = 0; s < stages; ++s) {
+    StageGraphs g;
+    Tree args = stage_args(params, s);
+    args["x"] = Tree(x);
+    if (s == stages - 1) args["t"] = Tree(targets);
+    // A device's part of the stage input (its rows over the batch axes when partitioned).
+    const Shape local = sharded() ? leaf_sharding(s, "x", x).local_shape(x.shape()) : x.shape();
+    g.input_bytes = static_cast<double>(numel(local) * static_cast<int64_t>(itemsize(x.dtype())));
+    Tree y_structure, grads_structure;
+    g.forward = sharded() ? partition_stage(s, forward_fn_[static_cast<size_t>(s)], args, &y_structure, nullptr).local
+                          : trace(forward_fn_[static_cast<size_t>(s)], args, {}, &y_structure);
+    g.forward_names = args.paths();
+    const Array y = y_structure.leaf();
+    args["dy"] = Tree(Array::placeholder(y.shape(), y.dtype()));
+    g.backward = sharded()
+                     ? partition_stage(s, backward_fn_[static_cast<size_t>(s)], args, &grads_structure, nullptr).local
+                     : trace(backward_fn_[static_cast<size_t>(s)], args, {}, &grads_structure);
+    g.backward_names = args.paths();
+    out.push_back(std::move(g));
+    x = Array::placeholder(y.shape(), y.dtype());
+  }
+  return out;
+}
+
+std::string PipelineExecutor::stage_summary() const {
+  std::string text;
+  for (size_t s = 0; s < sharded_forward_.size(); ++s)
+    for (const ShardedProgram* program : {&sharded_forward_[s], &sharded_backward_[s]}) {
+      // With processes: only the stages this process runs.
+      if (std::none_of(program->per_device.begin(), program->per_device.end(),
+                       [](const auto& executable) { return executable != nullptr; }))
+        continue;
+      text += fmt::format("stage {} {}: {}; peak memory per device {:.1f} MiB\n", s,
+                          program == &sharded_forward_[s] ? "forward" : "backward", program->collectives,
+                          static_cast<double>(program->peak_bytes) / (1024.0 * 1024.0));
+    }
+  return text;
+}
+
+double PipelineExecutor::analytic_collective_bytes(int64_t batch, int64_t seq) const {
+  if (!sharded()) return 0;
+  const int stages = schedule_.stages();
+  const bool tied = model_.config().resolved_tied();
+  double bytes = 0;
+  for (int s = 0; s < stages; ++s) {
+    const auto [first, last] = stage_layers_[static_cast<size_t>(s)];
+    const bool embedding = s == 0, head = s == stages - 1;
+    Layout::PartBytes part;
+    part.layers = last - first;
+    part.embedding = embedding;
+    part.head = head;
+    // The parameters stage_params hands the stage.
+    part.includes = [&](const std::string& path) {
+      const std::string top = path.substr(0, path.find('.'));
+      if (top == "layers") {
+        const int layer = std::stoi(path.substr(7, path.find('.', 7) - 7));
+        return layer >= first && layer < last;
+      }
+      if (top == "wte") return embedding || (head && tied);
+      if (top == "wpe") return embedding;
+      return head;  // lnf, head
+    };
+    if (!head) part.output_bias = fmt::format("layers.{}.mlp.proj.b", last - 1);  // GPT's blocks end with it
+    bytes += schedule_.micro_batches * inner_size_ *
+             layout_->analytic_recomputed_part_bytes(part, model_.config().dim, batch / schedule_.micro_batches, seq);
+  }
+  return bytes;
+}
+
+std::string PipelineExecutor::text() const {
+  std::string text = fmt::format(
+      "pipeline: {} schedule, {} devices x {} virtual stages, {} micro-batches{}\n", to_string(schedule_.kind),
+      schedule_.devices, schedule_.virtual_stages, schedule_.micro_batches,
+      sharded() ? fmt::format(", each stage on {} devices of mesh {}", inner_size_, options_.mesh.to_string()) : "");
+  if (compiled_tokens_.empty()) return text + "(not compiled yet: call compile() or run())\n";
+  for (size_t s = 0; s < stage_layers_.size(); ++s) {
+    text += fmt::format("\n== stage {} (pipeline device {}): layers {}-{} ==\n", s,
+                        static_cast<int>(s) % schedule_.devices, stage_layers_[s].first, stage_layers_[s].second - 1);
+    // With processes, another process's stages were not compiled here.
+    const std::string elsewhere = "(runs in another process)\n";
+    const std::string& forward = sharded() ? sharded_forward_[s].text : traced_text_[2 * s];
+    const std::string& backward = sharded() ? sharded_backward_[s].text : traced_text_[2 * s + 1];
+    text += "-- forward --\n" + (forward.empty() ? elsewhere : forward);
+    text += "-- backward --\n" + (backward.empty() ? elsewhere : backward);
+  }
+  return text;
+}
+
+Tree PipelineExecutor::assemble_stage_grads(int s, const Tree& whole,
+                                            const std::vector<std::optional<Tree>>& accumulated, int j_here) const {
+  const int inner = inner_size_;
+  const spmd::Mesh& mesh = options_.mesh;
+  const std::vector<std::string> paths = whole.paths();
+  std::vector<Array> leaves = whole.leaves();
+  std::vector<std::vector<Array>> local(static_cast<size_t>(inner));
+  for (int j = 0; j < inner; ++j) {
+    const std::optional<Tree>& acc = accumulated[static_cast<size_t>(s * inner + j)];
+    if (acc) local[static_cast<size_t>(j)] = acc->leaves();
+  }
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const spmd::Sharding& sharding = sharded_backward_[static_cast<size_t>(s)].out.at("dp." + paths[i]);
+    std::vector<Array> by_inner(static_cast<size_t>(inner));
+    if (j_here < 0) {
+      for (int j = 0; j < inner; ++j) by_inner[static_cast<size_t>(j)] = local[static_cast<size_t>(j)].at(i);
+    } else {
+      // One process per device: the stage's devices swap their shards (equal sizes).
+      const Array& mine = local[static_cast<size_t>(j_here)].at(i);
+      const int me = options_.ranks[static_cast<size_t>(s % schedule_.devices)];
+      std::vector<char> all(mine.nbytes() * static_cast<size_t>(inner));
+      spmd::communicator().all_gather(me, mesh.group(me, inner_axes_), mine.raw_data(), all.data(), mine.nbytes());
+      for (int j = 0; j < inner; ++j)
+        by_inner[static_cast<size_t>(j)] =
+            Array::from_data(all.data() + mine.nbytes() * static_cast<size_t>(j), mine.shape(), mine.dtype());
+    }
+    // Every pipeline coordinate gets the stage's shards: the gradient is replicated there.
+    std::vector<Array> shards(static_cast<size_t>(mesh.size()));
+    for (int dev = 0; dev < mesh.size(); ++dev)
+      shards[static_cast<size_t>(dev)] = by_inner[static_cast<size_t>(coordinates(dev).second)];
+    const Array sharded_grad = spmd::make_sharded(leaves[i].shape(), leaves[i].dtype(), sharding, std::move(shards));
+    (void)spmd::gather(sharded_grad);
+    leaves[i] = j_here > 0 ? zeros(leaves[i].shape(), leaves[i].dtype()).eval()
+                           : Array::from_data(sharded_grad.raw_data(), leaves[i].shape(), leaves[i].dtype());
+  }
+  return whole.with_leaves(leaves);
+}
+
+}  // namespace tessera::train

@@ -341,6 +341,24 @@ TEST(Planner, MoreChipsNeverGrowTheSmallestFootprintAndEveryCountHasALayout) {
   }
 }
 
+// A mixture of experts' layouts include expert axes that divide its experts (a batch
+// axis too, so data x fsdp x expert divides the micro-batch); a dense model's none.
+TEST(Planner, TheSearchTriesExpertAxesForAMixtureOfExperts) {
+  train::TrainConfig moe = train::parse_config(
+      "[model]\npreset = \"mixtral-tiny\"\ncontext = 64\n[train]\nbatch = 8\nseq = 64\n", "test");
+  const std::vector<PlanLayout> layouts = Planner(moe).candidate_layouts(8, 8);
+  bool expert_2 = false, expert_4 = false;
+  for (const PlanLayout& l : layouts) {
+    EXPECT_EQ(l.chips(), 8) << l.mesh();
+    EXPECT_EQ(moe.model.moe_experts % l.expert, 0) << l.mesh();
+    EXPECT_EQ(8 % (l.data * l.fsdp * l.expert), 0) << l.mesh();
+    expert_2 = expert_2 || l.expert == 2;
+    expert_4 = expert_4 || l.expert == 4;
+  }
+  EXPECT_TRUE(expert_2 && expert_4);
+  for (const PlanLayout& l : Planner(tiny_config()).candidate_layouts(8, 8)) EXPECT_EQ(l.expert, 1) << l.mesh();
+}
+
 TEST(Planner, MemoryAdviceNamesTheOverflowingClass) {
   StepEstimate step;
   step.memory = {.parameters = 10e9, .optimizer = 60e9, .gradients = 10e9, .activations = 20e9, .peak = 100e9};

@@ -87,9 +87,7 @@ int main(int argc, char** argv) {
     for (Form& f : forms) {
       const ts::nn::MoE* moe = &f.moe;
       steps.push_back(ts::jit([moe](const ts::Tree& a) -> ts::Tree {
-        auto loss = [moe](const ts::Tree& in) {
-          return ts::sum(ts::square((*moe)(in.at("p"), in.at("x").leaf()).y));
-        };
+        auto loss = [moe](const ts::Tree& in) { return ts::sum(ts::square((*moe)(in.at("p"), in.at("x").leaf()).y)); };
         auto [value, grads] = ts::value_and_grad(loss)(a);
         return ts::Tree{{"grads", grads}, {"loss", value}};
       }));

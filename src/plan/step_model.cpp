@@ -307,6 +307,64 @@ Tree abstract_opt_state(const optim::Optimizer& optimizer, const Tree& params) {
 // an empty arena).
 double host_block_bytes(size_t bytes) { return static_cast<double>(bytes > 0 ? buffer_capacity(bytes) : 0); }
 
+using OpTable = std::map<std::pair<std::string, std::string>, OpClassCost>;
+
+// Adds `runs` runs of a program's per-op costs to a step's table.
+void add_ops(OpTable& table, const ProgramCost& cost, double runs) {
+  for (const auto& [key, v] : cost.ops) {
+    OpClassCost& agg = table[key];
+    agg.op = v.op;
+    agg.kind = v.kind;
+    agg.kernels += static_cast<int64_t>(std::llround(runs * static_cast<double>(v.kernels)));
+    agg.flops += runs * v.flops;
+    agg.bytes += runs * v.bytes;
+    agg.seconds += runs * v.seconds;
+    agg.utilization += runs * v.utilization;
+  }
+}
+
+// A program's collective seconds on the critical path, per run. Tensor-axis collectives
+// sit between the kernels that need them: exposed. The runtime hides up to
+// collective_overlap of the batch-axis ones under compute.
+double exposed_seconds(const ProgramCost& cost, const DeviceRates& rates, const goodput::AcceleratorSpec& acc) {
+  double exposed = cost.tensor_collectives + cost.batch_collectives;
+  if (!rates.synchronous_collectives)
+    exposed -= std::min(acc.collective_overlap * cost.batch_collectives, cost.compute);
+  return exposed;
+}
+
+// What every estimate takes from the prepared step and the device.
+StepEstimate start_estimate(const PreparedStep& prepared, const goodput::AcceleratorSpec& accelerator,
+                            const DeviceRates& rates) {
+  StepEstimate est;
+  est.accelerator = accelerator.key;
+  est.layout = prepared.layout;
+  est.global_batch = prepared.global_batch;
+  est.seq = prepared.seq;
+  est.micro_batches = prepared.micro_batches;
+  est.remat = prepared.remat;
+  // A CPU device's tensors and arenas are blocks of tessera's host allocator.
+  est.memory = accelerator.kind == "cpu" ? prepared.host_memory : prepared.memory;
+  est.memory_capacity = rates.capacity;
+  return est;
+}
+
+// The op table by time, throughput, MFU and fit, once step_seconds is known.
+void finish_estimate(StepEstimate& est, OpTable& ops, const PreparedStep& prepared, const DeviceRates& rates) {
+  for (auto& [key, v] : ops) {
+    if (v.flops > 0) v.utilization /= v.flops;
+    est.ops.push_back(v);
+  }
+  std::sort(est.ops.begin(), est.ops.end(), [](const OpClassCost& a, const OpClassCost& b) {
+    return a.seconds != b.seconds ? a.seconds > b.seconds : a.op < b.op;
+  });
+  est.model_flops = prepared.model_flops;
+  est.tokens_per_second =
+      static_cast<double>(prepared.global_batch) * static_cast<double>(prepared.seq) / est.step_seconds;
+  est.mfu = est.model_flops / (est.step_seconds * static_cast<double>(prepared.layout.chips()) * rates.peak_for_mfu);
+  est.fits = est.memory.peak <= est.memory_capacity;
+}
+
 // The validation program's arena (train::Evaluator: the loss on a micro-batch) under `tl`.
 size_t eval_arena_bytes(const models::Model& model, const train::Layout& tl, const spmd::Mesh& mesh,
                         const data::Batch& batch) {
@@ -365,6 +423,7 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
   pipe.stage_layers = executor.stage_layers();
   pipe.devices_per_stage = executor.devices_per_stage();
   pipe.gradient_bytes = tree_bytes(params);
+  pipe.gradient_leaves = static_cast<int64_t>(params.leaves().size());
 
   const int stages = executor.schedule().stages(), p = pipe.devices, m = pipe.micro_batches;
   const train::PipelineTimeline replay = train::simulate(executor.schedule());  // the peak in flight per device
@@ -445,37 +504,17 @@ StepEstimate cost_pipeline_step(const PreparedStep& prepared, const goodput::Acc
                                 const DeviceRates& rates) {
   const PreparedPipeline& pipe = *prepared.pipeline;
   const int64_t chips = prepared.layout.chips();
-  StepEstimate est;
-  est.accelerator = accelerator.key;
-  est.layout = prepared.layout;
-  est.global_batch = prepared.global_batch;
-  est.seq = prepared.seq;
-  est.micro_batches = prepared.micro_batches;
-  est.remat = prepared.remat;
-  est.memory = accelerator.kind == "cpu" ? prepared.host_memory : prepared.memory;
-  est.memory_capacity = rates.capacity;
-  std::map<std::pair<std::string, std::string>, OpClassCost> ops;
+  StepEstimate est = start_estimate(prepared, accelerator, rates);
+  OpTable ops;
   auto program_seconds = [&](size_t index, double runs, bool counted, double* collectives) {
     const PreparedProgram& program = prepared.programs[index];
     const ProgramCost cost = cost_program(program.graph, rates, accelerator);
-    double exposed = cost.tensor_collectives + cost.batch_collectives;
-    if (!rates.synchronous_collectives)
-      exposed -= std::min(accelerator.collective_overlap * cost.batch_collectives, cost.compute);
     if (counted) {
       *collectives += runs * (cost.batch_collectives + cost.tensor_collectives);
-      for (const auto& [key, v] : cost.ops) {
-        OpClassCost& agg = ops[key];
-        agg.op = v.op;
-        agg.kind = v.kind;
-        agg.kernels += static_cast<int64_t>(std::llround(runs * static_cast<double>(v.kernels)));
-        agg.flops += runs * v.flops;
-        agg.bytes += runs * v.bytes;
-        agg.seconds += runs * v.seconds;
-        agg.utilization += runs * v.utilization;
-      }
+      add_ops(ops, cost, runs);
       est.programs.push_back(fmt::format("{} x{}", program.name, runs));
     }
-    return cost.compute + rates.step_overhead + exposed;
+    return cost.compute + rates.step_overhead + exposed_seconds(cost, rates, accelerator);
   };
   const train::PipelineSchedule schedule =
       train::make_pipeline_schedule(pipe.kind, pipe.devices, pipe.micro_batches, pipe.virtual_stages);
@@ -499,8 +538,12 @@ StepEstimate cost_pipeline_step(const PreparedStep& prepared, const goodput::Acc
   const train::PipelineTimeline timeline = train::simulate(schedule, forward, backward, hop);
   double update_collectives = 0;
   const double update = program_seconds(pipe.update, 1, true, &update_collectives);
+  // One all-reduce per parameter leaf (train/pipeline_step.h), costed at the mean leaf.
+  const auto leaves = static_cast<double>(std::max<int64_t>(1, pipe.gradient_leaves));
   const double all_reduce =
-      accelerator.kind == "cpu" ? 0 : collective_seconds("all_reduce", pipe.gradient_bytes, chips, 1, accelerator);
+      accelerator.kind == "cpu"
+          ? 0
+          : leaves * collective_seconds("all_reduce", pipe.gradient_bytes / leaves, chips, 1, accelerator);
   est.pipeline_bubble = timeline.bubble_fraction;
   est.compute_seconds = static_cast<double>(pipe.accumulation) * timeline.busy / pipe.devices + update;
   est.collective_seconds = collectives + all_reduce;
@@ -510,22 +553,11 @@ StepEstimate cost_pipeline_step(const PreparedStep& prepared, const goodput::Acc
     OpClassCost& agg = ops[{"all_reduce (gradients, world)", "collective"}];
     agg.op = "all_reduce (gradients, world)";
     agg.kind = "collective";
-    agg.kernels += static_cast<int64_t>(prepared.programs.size());
+    agg.kernels += pipe.gradient_leaves;
     agg.bytes += 2 * pipe.gradient_bytes * static_cast<double>(chips - 1) / static_cast<double>(chips);
     agg.seconds += all_reduce;
   }
-  for (auto& [key, v] : ops) {
-    if (v.flops > 0) v.utilization /= v.flops;
-    est.ops.push_back(v);
-  }
-  std::sort(est.ops.begin(), est.ops.end(), [](const OpClassCost& a, const OpClassCost& b) {
-    return a.seconds != b.seconds ? a.seconds > b.seconds : a.op < b.op;
-  });
-  est.model_flops = prepared.model_flops;
-  est.tokens_per_second =
-      static_cast<double>(prepared.global_batch) * static_cast<double>(prepared.seq) / est.step_seconds;
-  est.mfu = est.model_flops / (est.step_seconds * static_cast<double>(chips) * rates.peak_for_mfu);
-  est.fits = est.memory.peak <= est.memory_capacity;
+  finish_estimate(est, ops, prepared, rates);
   return est;
 }
 
@@ -610,56 +642,21 @@ PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& la
 
 StepEstimate cost_step(const PreparedStep& prepared, const goodput::AcceleratorSpec& accelerator,
                        const StepModelOptions& options) {
-  const int64_t chips = prepared.layout.chips();
-  const DeviceRates rates = rates_for(accelerator, options.host, chips);
+  const DeviceRates rates = rates_for(accelerator, options.host, prepared.layout.chips());
   if (prepared.pipeline) return cost_pipeline_step(prepared, accelerator, rates);
-  StepEstimate est;
-  est.accelerator = accelerator.key;
-  est.layout = prepared.layout;
-  est.global_batch = prepared.global_batch;
-  est.seq = prepared.seq;
-  est.micro_batches = prepared.micro_batches;
-  est.remat = prepared.remat;
-  // A CPU device's tensors and arenas are blocks of tessera's host allocator.
-  est.memory = accelerator.kind == "cpu" ? prepared.host_memory : prepared.memory;
-  est.memory_capacity = rates.capacity;
-  std::map<std::pair<std::string, std::string>, OpClassCost> ops;
+  StepEstimate est = start_estimate(prepared, accelerator, rates);
+  OpTable ops;
   for (const PreparedProgram& program : prepared.programs) {
     const ProgramCost cost = cost_program(program.graph, rates, accelerator);
     const double runs = program.runs_per_step;
-    // Tensor-axis collectives sit between the kernels that need them: exposed. The
-    // runtime hides up to collective_overlap of the batch-axis ones under compute.
-    double exposed = cost.tensor_collectives + cost.batch_collectives;
-    if (!rates.synchronous_collectives)
-      exposed -= std::min(accelerator.collective_overlap * cost.batch_collectives, cost.compute);
     est.compute_seconds += runs * (cost.compute + rates.step_overhead);
     est.collective_seconds += runs * (cost.batch_collectives + cost.tensor_collectives);
-    est.exposed_collective_seconds += runs * exposed;
-    for (const auto& [k, v] : cost.ops) {
-      OpClassCost& agg = ops[k];
-      agg.op = v.op;
-      agg.kind = v.kind;
-      agg.kernels += static_cast<int64_t>(std::llround(runs * static_cast<double>(v.kernels)));
-      agg.flops += runs * v.flops;
-      agg.bytes += runs * v.bytes;
-      agg.seconds += runs * v.seconds;
-      agg.utilization += runs * v.utilization;
-    }
+    est.exposed_collective_seconds += runs * exposed_seconds(cost, rates, accelerator);
+    add_ops(ops, cost, runs);
     est.programs.push_back(fmt::format("{} x{}", program.name, runs));
   }
-  for (auto& [k, v] : ops) {
-    if (v.flops > 0) v.utilization /= v.flops;
-    est.ops.push_back(v);
-  }
-  std::sort(est.ops.begin(), est.ops.end(), [](const OpClassCost& a, const OpClassCost& b) {
-    return a.seconds != b.seconds ? a.seconds > b.seconds : a.op < b.op;
-  });
   est.step_seconds = est.compute_seconds + est.exposed_collective_seconds;
-  est.model_flops = prepared.model_flops;
-  est.tokens_per_second =
-      static_cast<double>(prepared.global_batch) * static_cast<double>(prepared.seq) / est.step_seconds;
-  est.mfu = est.model_flops / (est.step_seconds * static_cast<double>(chips) * rates.peak_for_mfu);
-  est.fits = est.memory.peak <= est.memory_capacity;
+  finish_estimate(est, ops, prepared, rates);
   return est;
 }
 

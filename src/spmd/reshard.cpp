@@ -54,6 +54,16 @@ Array reshard_local(const Array& local, const Shape& global, const Sharding& fro
     cur = cur.with_partial(partial);
   }
 
+  // This device's block of dim d along axis a, the dim's next split (a local slice).
+  auto slice_next = [&](int d, int a) {
+    Array y = shard_slice(x, mesh, {a}, d);
+    record(steps, "shard_slice", x, y, mesh, {a}, fmt::format(", dim={}", d));
+    x = y;
+    std::vector<int> next = cur.dim_axes(d);
+    next.push_back(a);
+    cur = cur.with_dim_axes(d, next);
+  };
+
   // 0b. Splits the target adds on axes that hold neither a split nor a partial sum here:
   //     take the local slice first, so the reductions below move only this device's part
   //     (slicing commutes with the sum). Each dim takes its next wanted axes in order.
@@ -64,12 +74,7 @@ Array reshard_local(const Array& local, const Shape& global, const Sharding& fro
       while (is_prefix(cur.dim_axes(d), to.dim_axes(d)) && cur.dim_axes(d).size() < to.dim_axes(d).size()) {
         const int a = to.dim_axes(d)[cur.dim_axes(d).size()];
         if (std::find(used.begin(), used.end(), a) != used.end() || x.shape(d) % mesh.axis_size(a) != 0) break;
-        Array y = shard_slice(x, mesh, {a}, d);
-        record(steps, "shard_slice", x, y, mesh, {a}, fmt::format(", dim={}", d));
-        x = y;
-        std::vector<int> next = cur.dim_axes(d);
-        next.push_back(a);
-        cur = cur.with_dim_axes(d, next);
+        slice_next(d, a);
         used.push_back(a);
       }
     }
@@ -145,13 +150,7 @@ Array reshard_local(const Array& local, const Shape& global, const Sharding& fro
     for (int d = 0; d < cur.rank() && !changed; ++d) {
       const std::vector<int>& want = to.dim_axes(d);
       if (cur.dim_axes(d).size() == want.size()) continue;
-      int a = want[cur.dim_axes(d).size()];
-      Array y = shard_slice(x, mesh, {a}, d);
-      record(steps, "shard_slice", x, y, mesh, {a}, fmt::format(", dim={}", d));
-      x = y;
-      std::vector<int> next = cur.dim_axes(d);
-      next.push_back(a);
-      cur = cur.with_dim_axes(d, next);
+      slice_next(d, want[cur.dim_axes(d).size()]);
       changed = true;
     }
     if (!changed) break;

@@ -209,16 +209,8 @@ Tree PipelineExecutor::stage_args(const Tree& params, int s) const {
 }
 
 void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape) {
-  if (tokens_shape.size() != 2 || tokens_shape[0] % schedule_.micro_batches != 0)
-    fail<ShapeError>("pipeline: batches {} must be [batch, seq] with a batch that splits into {} micro-batches",
-                     tessera::to_string(tokens_shape), schedule_.micro_batches);
   const int stages = schedule_.stages();
-  const Shape micro{tokens_shape[0] / schedule_.micro_batches, tokens_shape[1]};
-  if (sharded() && micro[0] % layout_->data_parallel_size() != 0)
-    fail<ValueError>(
-        "pipeline: a pipeline micro-batch of {} rows does not split over the {} devices of the batch axes (mesh {}); "
-        "use fewer pipeline micro-batches or a larger batch",
-        micro[0], layout_->data_parallel_size(), options_.mesh.to_string());
+  const Shape micro = micro_shape(tokens_shape);
   const Array targets = Array::placeholder(micro, DType::Int32);
   Array x = Array::placeholder(micro, DType::Int32);
   std::lock_guard<std::mutex> lock(compile_mutex());

@@ -16,6 +16,19 @@
 
 namespace tessera::train {
 
+Shape PipelineExecutor::micro_shape(const Shape& tokens_shape) const {
+  if (tokens_shape.size() != 2 || tokens_shape[0] % schedule_.micro_batches != 0)
+    fail<ShapeError>("pipeline: batches {} must be [batch, seq] with a batch that splits into {} micro-batches",
+                     tessera::to_string(tokens_shape), schedule_.micro_batches);
+  const Shape micro{tokens_shape[0] / schedule_.micro_batches, tokens_shape[1]};
+  if (sharded() && micro[0] % layout_->data_parallel_size() != 0)
+    fail<ValueError>(
+        "pipeline: a pipeline micro-batch of {} rows does not split over the {} devices of the batch axes (mesh {}); "
+        "use fewer pipeline micro-batches or a larger batch",
+        micro[0], layout_->data_parallel_size(), options_.mesh.to_string());
+  return micro;
+}
+
 std::pair<int, int> PipelineExecutor::coordinates(int device) const {
   const std::vector<int> c = options_.mesh.coords(device);
   return {c[static_cast<size_t>(pipeline_axis_)], options_.mesh.index_in_group(device, inner_axes_)};
@@ -87,15 +100,8 @@ PipelineExecutor::ShardedProgram PipelineExecutor::partition_program(int stage, 
 
 std::vector<PipelineExecutor::StageGraphs> PipelineExecutor::trace_stages(const Tree& params,
                                                                           const Shape& tokens_shape) const {
-  if (tokens_shape.size() != 2 || tokens_shape[0] % schedule_.micro_batches != 0)
-    fail<ShapeError>("pipeline: batches {} must be [batch, seq] with a batch that splits into {} micro-batches",
-                     tessera::to_string(tokens_shape), schedule_.micro_batches);
   const int stages = schedule_.stages();
-  const Shape micro{tokens_shape[0] / schedule_.micro_batches, tokens_shape[1]};
-  if (sharded() && micro[0] % layout_->data_parallel_size() != 0)
-    fail<ValueError>(
-        "pipeline: a pipeline micro-batch of {} rows does not split over the {} devices of the batch axes (mesh {})",
-        micro[0], layout_->data_parallel_size(), options_.mesh.to_string());
+  const Shape micro = micro_shape(tokens_shape);
   std::optional<nn::LogicalShardingScope> scope;
   if (sharded()) scope.emplace(layout_->mesh(), layout_->rules());
   const Array targets = Array::placeholder(micro, DType::Int32);

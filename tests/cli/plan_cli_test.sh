@@ -61,10 +61,12 @@ errors)
   }
   expect_error "unknown accelerator 'h900'" --model tiny --accelerators h900
   expect_error "unknown model 'gpt5'" --model gpt5
-  expect_error "the planner lays out the axes data, fsdp, expert and tensor (got 'model')" --model tiny --accelerators h100 \
+  expect_error "the planner lays out the axes pipeline, data, fsdp, expert and tensor (got 'model')" --model tiny --accelerators h100 \
     --mesh model=2
   expect_error "does not split over 3 data-parallel devices" --model tiny --set train.batch=8 --accelerators h100 \
     --mesh data=3
+  expect_error "'parallel.pipeline_micro_batches' = 3 must divide the 8 sequences" --model tiny --set train.batch=8 \
+    --set parallel.pipeline_micro_batches=3 --accelerators h100 --mesh pipeline=2
   expect_error "--chips 8..x" --model tiny --chips 8..x
   expect_error "exactly one of --model" --accelerators h100
   expect_error "cannot read the accelerator catalog $tmp/none.toml" --model tiny --catalog "$tmp/none.toml"

@@ -344,8 +344,8 @@ TEST(Planner, MoreChipsNeverGrowTheSmallestFootprintAndEveryCountHasALayout) {
 // A mixture of experts' layouts include expert axes that divide its experts (a batch
 // axis too, so data x fsdp x expert divides the micro-batch); a dense model's none.
 TEST(Planner, TheSearchTriesExpertAxesForAMixtureOfExperts) {
-  train::TrainConfig moe = train::parse_config(
-      "[model]\npreset = \"mixtral-tiny\"\ncontext = 64\n[train]\nbatch = 8\nseq = 64\n", "test");
+  train::TrainConfig moe =
+      train::parse_config("[model]\npreset = \"mixtral-tiny\"\ncontext = 64\n[train]\nbatch = 8\nseq = 64\n", "test");
   const std::vector<PlanLayout> layouts = Planner(moe).candidate_layouts(8, 8);
   bool expert_2 = false, expert_4 = false;
   for (const PlanLayout& l : layouts) {

@@ -56,6 +56,27 @@ TrainedRun train(const models::Model& model, const optim::Optimizer& optimizer, 
   return run;
 }
 
+// got's losses, gradient norms and parameters within 1e-5 of want's (printed per step).
+void expect_trains_alike(const TrainedRun& got, const TrainedRun& want, const std::string& what) {
+  for (int64_t s = 0; s < kSteps; ++s) {
+    std::printf("%-56s step %lld loss %.7f (one device %.7f) norm %.6f (%.6f)\n", what.c_str(),
+                static_cast<long long>(s), got.losses[s], want.losses[s], got.norms[s], want.norms[s]);
+    EXPECT_LT(std::abs(got.losses[s] - want.losses[s]) / want.losses[s], 1e-5) << what << " step " << s;
+    EXPECT_LT(std::abs(got.norms[s] - want.norms[s]) / want.norms[s], 1e-5) << what << " step " << s;
+  }
+  const std::vector<std::string> paths = want.params.paths();
+  const std::vector<Array> x = got.params.leaves(), y = want.params.leaves();
+  ASSERT_EQ(x.size(), y.size()) << what;
+  for (size_t i = 0; i < x.size(); ++i) testing::expect_close(x[i], y[i], 1e-5, what + " " + paths[i]);
+}
+
+// The same steps again give the same bits, whatever the threads' timing.
+void expect_bitwise_repeat(const TrainedRun& again, const TrainedRun& got, const std::string& what) {
+  EXPECT_EQ(again.losses, got.losses) << what;
+  const std::vector<Array> x = got.params.leaves(), z = again.params.leaves();
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(z[i].to_vector<float>(), x[i].to_vector<float>()) << what;
+}
+
 struct Case {
   PipelineKind kind;
   int devices, micro_batches, virtual_stages, replicas;
@@ -83,21 +104,8 @@ TEST(PipelineTrainStep, EveryLayoutTrainsAsOneDevice) {
       PipelineTrainStep pipe(model, optimizer, c.accumulation, o, c.replicas, kSeq);
       auto pipelined = [&](Tree& p, Tree& s, const auto& micro) { return pipe.run(p, s, micro, 1e-2); };
       const TrainedRun got = train(model, optimizer, c.accumulation, pipelined);
-      for (int64_t s = 0; s < kSteps; ++s) {
-        std::printf("%-48s step %lld loss %.7f (one device %.7f) norm %.6f (%.6f)\n", what.c_str(),
-                    static_cast<long long>(s), got.losses[s], want.losses[s], got.norms[s], want.norms[s]);
-        EXPECT_LT(std::abs(got.losses[s] - want.losses[s]) / want.losses[s], 1e-5) << what << " step " << s;
-        EXPECT_LT(std::abs(got.norms[s] - want.norms[s]) / want.norms[s], 1e-5) << what << " step " << s;
-      }
-      const std::vector<std::string> paths = want.params.paths();
-      const std::vector<Array> x = got.params.leaves(), y = want.params.leaves();
-      ASSERT_EQ(x.size(), y.size()) << what;
-      for (size_t i = 0; i < x.size(); ++i) testing::expect_close(x[i], y[i], 1e-5, what + " " + paths[i]);
-      // The same step again gives the same bits, whatever the threads' timing.
-      const TrainedRun again = train(model, optimizer, c.accumulation, pipelined);
-      EXPECT_EQ(again.losses, got.losses) << what;
-      const std::vector<Array> z = again.params.leaves();
-      for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(z[i].to_vector<float>(), x[i].to_vector<float>()) << what;
+      expect_trains_alike(got, want, what);
+      expect_bitwise_repeat(train(model, optimizer, c.accumulation, pipelined), got, what);
       EXPECT_EQ(pipe.last_timelines().size(), static_cast<size_t>(c.replicas));
     }
   }
@@ -136,16 +144,7 @@ TEST(PipelineTrainStep, PartitionedStagesTrainAsOneDevice) {
       PipelineTrainStep pipe(model, optimizer, c.accumulation, o, 1, kSeq);
       auto pipelined = [&](Tree& p, Tree& s, const auto& micro) { return pipe.run(p, s, micro, 1e-2); };
       const TrainedRun got = train(model, optimizer, c.accumulation, pipelined);
-      for (int64_t s = 0; s < kSteps; ++s) {
-        std::printf("%-56s step %lld loss %.7f (one device %.7f) norm %.6f (%.6f)\n", what.c_str(),
-                    static_cast<long long>(s), got.losses[s], want.losses[s], got.norms[s], want.norms[s]);
-        EXPECT_LT(std::abs(got.losses[s] - want.losses[s]) / want.losses[s], 1e-5) << what << " step " << s;
-        EXPECT_LT(std::abs(got.norms[s] - want.norms[s]) / want.norms[s], 1e-5) << what << " step " << s;
-      }
-      const std::vector<std::string> paths = want.params.paths();
-      const std::vector<Array> x = got.params.leaves(), y = want.params.leaves();
-      ASSERT_EQ(x.size(), y.size()) << what;
-      for (size_t i = 0; i < x.size(); ++i) testing::expect_close(x[i], y[i], 1e-5, what + " " + paths[i]);
+      expect_trains_alike(got, want, what);
       // The stages really are partitioned: their collectives sent bytes, for GPT-2 the analytic
       // count (Layout::analytic_recomputed_part_bytes, a GPT's; plus the loss's scalar
       // reductions), and the summary says so.
@@ -158,10 +157,7 @@ TEST(PipelineTrainStep, PartitionedStagesTrainAsOneDevice) {
         EXPECT_LE(pipe.last_collective_bytes(), analytic + 64) << what << "\n" << pipe.describe();
       }
       EXPECT_NE(pipe.describe().find("inside each stage"), std::string::npos) << pipe.describe();
-      const TrainedRun again = train(model, optimizer, c.accumulation, pipelined);
-      EXPECT_EQ(again.losses, got.losses) << what;
-      const std::vector<Array> z = again.params.leaves();
-      for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(z[i].to_vector<float>(), x[i].to_vector<float>()) << what;
+      expect_bitwise_repeat(train(model, optimizer, c.accumulation, pipelined), got, what);
     }
   }
 }

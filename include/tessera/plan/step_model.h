@@ -133,6 +133,7 @@ struct PreparedPipeline {
   // Bytes of the whole model's gradients: a process's part in the world all-reduce that
   // sums the stages' gradients (train/pipeline_step.h).
   double gradient_bytes = 0;
+  int64_t gradient_leaves = 0;  // one all-reduce each
 };
 
 struct PreparedStep {

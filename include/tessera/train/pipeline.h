@@ -183,6 +183,9 @@ class PipelineExecutor {
   // sum over processes counts them once).
   Tree assemble_stage_grads(int s, const Tree& whole, const std::vector<std::optional<Tree>>& accumulated,
                             int j_here) const;
+  // A pipeline micro-batch's [rows, seq] for batches of tokens_shape (ShapeError unless it
+  // splits into the micro-batches; ValueError unless partitioned stages split its rows).
+  Shape micro_shape(const Shape& tokens_shape) const;
   // Mesh device -> (pipeline coordinate, index among the stage's devices).
   std::pair<int, int> coordinates(int device) const;
   const models::Model& model_;

@@ -2,6 +2,7 @@
 // restart measures nothing, quiet trials preferred, contended results labelled and
 // never cached, a damaged cache measured over, and the load measurement sees another
 // process's work.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -116,8 +117,14 @@ TEST_F(PeakCalibrationTest, EachGemmHasItsOwnEntry) {
   EXPECT_DOUBLE_EQ(machine_peak_flops(path_, trials({1e9}, {false}), bf16).peak_flops, 700e9);
 }
 
-// The real calibration GEMMs run and say which GEMM they timed.
+// The real calibration GEMMs run and say which GEMM they timed: the faster of two sizes
+// (a power-of-two leading dimension can halve a BLAS's rate).
 TEST(CalibrationGemm, EveryGemmRunsAndSaysWhich) {
+  const goodput::Calibration f32 = calibrate_peak_flops(0.02);
+  EXPECT_GT(f32.peak_flops, 0);
+  EXPECT_NE(f32.method.find("tessera matmul f32, the faster of 1024^3 and 1536^3"), std::string::npos) << f32.method;
+  EXPECT_TRUE(f32.n == 1024 || f32.n == 1536) << f32.n;
+  EXPECT_NE(f32.method.find(fmt::format("({}^3)", f32.n)), std::string::npos) << f32.method;
   const goodput::Calibration bf16 = calibrate_peak_flops(0.02, {.dtype = DType::BFloat16});
   EXPECT_GT(bf16.peak_flops, 0);
   EXPECT_NE(bf16.method.find("bf16"), std::string::npos) << bf16.method;

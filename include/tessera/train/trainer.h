@@ -98,7 +98,7 @@ struct CalibrationGemm {
   std::string name() const;  // "float32", "bfloat16", "int8 (AQT, bfloat16 operands)"
 };
 
-// FLOP/s of that GEMM (1024^3) on this machine with the current thread count, timed for
+// FLOP/s of that GEMM (the faster of 1024^3 and 1536^3) on this machine with the current thread count, timed for
 // about `seconds`: the CPU's practical peak, which MFU is measured against (stated as
 // such in every report).
 goodput::Calibration calibrate_peak_flops(double seconds = 0.4, const CalibrationGemm& gemm = {});

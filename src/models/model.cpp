@@ -582,14 +582,20 @@ Array Model::loss(const Tree& params, const Array& tokens, const Array& targets,
 }
 
 Array Model::stage_forward(const Tree& params, const Array& input, int64_t first_layer, bool embed,
-                           const std::optional<Array>& targets) const {
+                           const std::optional<Array>& targets, const std::optional<Packing>& packing) const {
   if (embed) check_tokens(config_, input, 0, "stage_forward");
+  if (packing && input.ndim() >= 2)
+    for (const Array* a : {&packing->segments, &packing->positions})
+      if (a->shape() != Shape{input.shape(0), input.shape(1)})
+        fail<ShapeError>("Model::stage_forward: packing {} are {} (expected the batch [{}, {}])",
+                         a == &packing->segments ? "segments" : "positions", to_string(a->shape()), input.shape(0),
+                         input.shape(1));
   if (config_.moe())
     fail<ValueError>(
         "Model::stage_forward: pipeline stages of a mixture-of-experts model are not supported yet (the load-balancing "
         "loss spans every layer)");
   const Segment segment{first_layer, embed, targets.has_value()};
-  const Array out = forward(config_, params, input, std::nullopt, nullptr, std::nullopt, segment);
+  const Array out = forward(config_, params, input, std::nullopt, nullptr, packing, segment);
   if (!targets) return out;
   if (targets->shape() != Shape{input.shape(0), input.shape(1)})
     fail<ShapeError>("Model::stage_forward: targets {} do not match the batch [{}, {}]", to_string(targets->shape()),

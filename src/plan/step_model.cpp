@@ -428,8 +428,9 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
   const int stages = executor.schedule().stages(), p = pipe.devices, m = pipe.micro_batches;
   const train::PipelineTimeline replay = train::simulate(executor.schedule());  // the peak in flight per device
   std::vector<double> arenas(static_cast<size_t>(p), 0), host_arenas(static_cast<size_t>(p), 0);
+  const bool packed = config.data.uses_pipeline() && config.data.pipeline.packing == "documents";
   std::vector<train::PipelineExecutor::StageGraphs> graphs =
-      executor.trace_stages(params, Shape{rows, config.loop.seq});
+      executor.trace_stages(params, Shape{rows, config.loop.seq}, packed);
   for (int s = 0; s < stages; ++s) {
     train::PipelineExecutor::StageGraphs& g = graphs[static_cast<size_t>(s)];
     const auto d = static_cast<size_t>(s % p);

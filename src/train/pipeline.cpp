@@ -169,7 +169,10 @@ PipelineExecutor::PipelineExecutor(const models::Model& model, const PipelineOpt
     const int64_t first = stage_layers_[static_cast<size_t>(s)].first;
     const bool embed = s == 0, loss = s == stages - 1;
     auto run_stage = [m, first, embed, loss](const Tree& p_tree, const Array& x, const Tree& args) {
-      return m->stage_forward(p_tree, x, first, embed, loss ? std::optional<Array>(args.at("t").leaf()) : std::nullopt);
+      std::optional<models::Packing> packing;
+      if (args.items().count("seg")) packing = models::Packing{args.at("seg").leaf(), args.at("pos").leaf()};
+      return m->stage_forward(p_tree, x, first, embed, loss ? std::optional<Array>(args.at("t").leaf()) : std::nullopt,
+                              packing);
     };
     forward_fn_.push_back(detail::to_jit_fn(
         [run_stage](const Tree& args) -> Tree { return Tree(run_stage(args.at("p"), args.at("x").leaf(), args)); }));
@@ -208,10 +211,20 @@ Tree PipelineExecutor::stage_args(const Tree& params, int s) const {
   return args;
 }
 
-void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape) {
+Tree PipelineExecutor::trace_args(const Tree& params, int s, const Array& x, const Shape& micro, bool packed) const {
+  Tree args = stage_args(params, s);
+  args["x"] = Tree(x);
+  if (s == schedule_.stages() - 1) args["t"] = Tree(Array::placeholder(micro, DType::Int32));
+  if (packed) {
+    args["seg"] = Tree(Array::placeholder(micro, DType::Int32));
+    args["pos"] = Tree(Array::placeholder(micro, DType::Int32));
+  }
+  return args;
+}
+
+void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape, bool packed) {
   const int stages = schedule_.stages();
   const Shape micro = micro_shape(tokens_shape);
-  const Array targets = Array::placeholder(micro, DType::Int32);
   Array x = Array::placeholder(micro, DType::Int32);
   std::lock_guard<std::mutex> lock(compile_mutex());
   // Stages partitioned over the mesh: the model's activation constraints follow its rules.
@@ -233,9 +246,7 @@ void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape) {
     // With processes, another process's stage is only traced (for its output type).
     const bool here_runs = !remote || s % schedule_.devices == here;
     const std::vector<int> inner = here_runs ? mine : std::vector<int>{};
-    Tree args = stage_args(params, s);
-    args["x"] = Tree(x);
-    if (s == stages - 1) args["t"] = Tree(targets);
+    Tree args = trace_args(params, s, x, micro, packed);
     if (sharded()) {
       sharded_forward_.push_back(partition_program(s, forward_fn_[static_cast<size_t>(s)], args, inner));
     } else if (here_runs) {
@@ -256,6 +267,7 @@ void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape) {
     x = Array::placeholder(y.shape(), y.dtype());
   }
   compiled_tokens_ = tokens_shape;
+  compiled_packed_ = packed;
 }
 
 int PipelineExecutor::local_index() const {
@@ -268,7 +280,8 @@ int PipelineExecutor::local_index() const {
   return static_cast<int>(it - ranks.begin());
 }
 
-PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, const Array& targets, double seed_value) {
+PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, const Array& targets, double seed_value,
+                                     const std::optional<models::Packing>& packing) {
   if (tokens.ndim() != 2 || targets.shape() != tokens.shape())
     fail<ShapeError>("pipeline: tokens {} and targets {} must both be [batch, seq]", tessera::to_string(tokens.shape()),
                      tessera::to_string(targets.shape()));
@@ -286,15 +299,26 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
   const bool remote = !options_.ranks.empty();
   const int here = remote ? local_index() : -1;
   // Partitioned stages (and the processes' receive buffers) need the programs compiled first.
-  if ((remote || sharded()) && compiled_tokens_ != tokens.shape()) compile(params, tokens.shape());
+  const bool packed = packing.has_value();
+  if (packing && (packing->segments.shape() != tokens.shape() || packing->positions.shape() != tokens.shape()))
+    fail<ShapeError>("pipeline: packing segments {} and positions {} must have the tokens' shape {}",
+                     tessera::to_string(packing->segments.shape()), tessera::to_string(packing->positions.shape()),
+                     tessera::to_string(tokens.shape()));
+  if ((remote || sharded()) && (compiled_tokens_ != tokens.shape() || compiled_packed_ != packed))
+    compile(params, tokens.shape(), packed);
 
   std::vector<Tree> parts;
   for (int s = 0; s < stages; ++s) parts.push_back(stage_args(params, s).at("p"));
   const int64_t rows = batch / m;
-  std::vector<Array> tokens_mb, targets_mb;
+  std::vector<Array> tokens_mb, targets_mb, segments_mb, positions_mb;
   for (int mb = 0; mb < m; ++mb) {
     tokens_mb.push_back(slice_axis(tokens, 0, mb * rows, (mb + 1) * rows).eval());
     targets_mb.push_back(slice_axis(targets, 0, mb * rows, (mb + 1) * rows).eval());
+    if (packing) {
+      segments_mb.push_back(astype(slice_axis(packing->segments, 0, mb * rows, (mb + 1) * rows), DType::Int32).eval());
+      positions_mb.push_back(
+          astype(slice_axis(packing->positions, 0, mb * rows, (mb + 1) * rows), DType::Int32).eval());
+    }
   }
   // Each micro-batch's loss is a sum over its counted targets; the backward pass
   // starts from `seed` (1 / the counted targets for a mean).
@@ -382,6 +406,10 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
         Tree args = Tree::dict();
         args["p"] = params_for(s);
         if (last) args["t"] = Tree(rows_of(targets_mb[static_cast<size_t>(mb)]));
+        if (packed) {
+          args["seg"] = Tree(rows_of(segments_mb[static_cast<size_t>(mb)]));
+          args["pos"] = Tree(rows_of(positions_mb[static_cast<size_t>(mb)]));
+        }
         // A slot starts when its inputs are here: waiting for them is idle time (the bubble).
         double began = 0, cpu_began = 0;
         if (op.forward) {

@@ -98,20 +98,17 @@ PipelineExecutor::ShardedProgram PipelineExecutor::partition_program(int stage, 
   return program;
 }
 
-std::vector<PipelineExecutor::StageGraphs> PipelineExecutor::trace_stages(const Tree& params,
-                                                                          const Shape& tokens_shape) const {
+std::vector<PipelineExecutor::StageGraphs> PipelineExecutor::trace_stages(const Tree& params, const Shape& tokens_shape,
+                                                                          bool packed) const {
   const int stages = schedule_.stages();
   const Shape micro = micro_shape(tokens_shape);
   std::optional<nn::LogicalShardingScope> scope;
   if (sharded()) scope.emplace(layout_->mesh(), layout_->rules());
-  const Array targets = Array::placeholder(micro, DType::Int32);
   Array x = Array::placeholder(micro, DType::Int32);
   std::vector<StageGraphs> out;
   for (int s = 0; s < stages; ++s) {
     StageGraphs g;
-    Tree args = stage_args(params, s);
-    args["x"] = Tree(x);
-    if (s == stages - 1) args["t"] = Tree(targets);
+    Tree args = trace_args(params, s, x, micro, packed);
     // A device's part of the stage input (its rows over the batch axes when partitioned).
     const Shape local = sharded() ? leaf_sharding(s, "x", x).local_shape(x.shape()) : x.shape();
     g.input_bytes = static_cast<double>(numel(local) * static_cast<int64_t>(itemsize(x.dtype())));

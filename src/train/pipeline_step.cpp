@@ -45,16 +45,27 @@ PipelineTrainStep::PipelineTrainStep(const models::Model& model, const optim::Op
   for (int r = 0; r < replicas; ++r) executors_.emplace_back(model, pipeline, seq);
 }
 
-std::pair<Array, Array> PipelineTrainStep::rows_of(const data::Batch& batch, int replica) const {
-  if (batch.segments || batch.positions)
-    fail<ValueError>("pipeline parallelism does not support packed documents yet (data.pipeline.packing)");
+data::Batch PipelineTrainStep::rows_of(const data::Batch& batch, int replica) const {
+  if (batch.segments.has_value() != batch.positions.has_value())
+    fail<ValueError>("pipeline step: a batch has {} but no {} (packed documents need both)",
+                     batch.segments ? "segments" : "positions", batch.segments ? "positions" : "segments");
   const int64_t rows = batch.tokens.shape(0), r = replicas_;
   if (rows % r != 0)
     fail<ValueError>("pipeline step: a micro-batch of {} sequences does not split over {} data-parallel replicas", rows,
                      r);
   const int64_t n = rows / r;
-  return {slice_axis(batch.tokens, 0, replica * n, (replica + 1) * n).eval(),
-          slice_axis(batch.targets, 0, replica * n, (replica + 1) * n).eval()};
+  auto mine = [&](const Array& a) { return slice_axis(a, 0, replica * n, (replica + 1) * n).eval(); };
+  data::Batch out{mine(batch.tokens), mine(batch.targets)};
+  if (batch.segments) {
+    out.segments = mine(*batch.segments);
+    out.positions = mine(*batch.positions);
+  }
+  return out;
+}
+
+std::optional<models::Packing> PipelineTrainStep::packing_of(const data::Batch& rows) {
+  if (!rows.segments) return std::nullopt;
+  return models::Packing{*rows.segments, *rows.positions};
 }
 
 Jitted& PipelineTrainStep::update_program(const Tree& args) {
@@ -83,8 +94,9 @@ Jitted& PipelineTrainStep::update_program(const Tree& args) {
 }
 
 void PipelineTrainStep::compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch) {
-  const auto [tokens, targets] = rows_of(micro_batch, 0);
-  for (PipelineExecutor& executor : executors_) executor.compile(params, tokens.shape());
+  const data::Batch rows = rows_of(micro_batch, 0);
+  for (PipelineExecutor& executor : executors_)
+    executor.compile(params, rows.tokens.shape(), rows.segments.has_value());
   // The update sums R x k gradient trees in-process; one (already summed) over processes.
   const size_t count = multi_process_ ? 1 : static_cast<size_t>(replicas_ * accumulation_);
   std::vector<Tree> parts(count, params);
@@ -110,9 +122,9 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
     std::vector<std::exception_ptr> errors(static_cast<size_t>(r_count));
     auto replica = [&](int r) {
       try {
-        const auto [tokens, targets] = rows_of(batch, r);
+        const data::Batch rows = rows_of(batch, r);
         results[static_cast<size_t>(r)] =
-            executors_[static_cast<size_t>(r)].run(params, tokens, targets, 1.0 / counted);
+            executors_[static_cast<size_t>(r)].run(params, rows.tokens, rows.targets, 1.0 / counted, packing_of(rows));
       } catch (...) {
         errors[static_cast<size_t>(r)] = std::current_exception();
       }
@@ -158,8 +170,8 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
   for (const data::Batch& batch : micro) {
     const double counted = counted_targets(batch.targets);  // every process reads the whole micro-batch
     if (!(counted > 0)) fail<ValueError>("pipeline step: every target of a micro-batch is -100 (ignored)");
-    const auto [tokens, targets] = rows_of(batch, replica_here_);
-    PipelineResult result = executor.run(params, tokens, targets, 1.0 / counted);
+    const data::Batch rows = rows_of(batch, replica_here_);
+    PipelineResult result = executor.run(params, rows.tokens, rows.targets, 1.0 / counted, packing_of(rows));
     local = local ? add_trees(*local, result.grads) : result.grads;
     figures[0] += result.loss;
     figures[1] += result.measured.busy;

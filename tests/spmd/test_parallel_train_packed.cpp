@@ -19,6 +19,7 @@ namespace tessera::train {
 namespace {
 
 using testing::expect_close;
+using testing::packed_batch;
 using testing::VirtualDevices;
 
 constexpr int64_t kBatch = testing::kTrainBatch, kSeq = testing::kTrainSeq, kSteps = 3;
@@ -31,38 +32,6 @@ models::ModelConfig tiny(const std::string& family) {
     c.mlp_dim = 48;
   }
   return c;
-}
-
-// Random tokens cut into documents of random lengths (1 to 8 tokens) as the pipeline
-// packs them: segment ids count the documents of a row, positions restart at 0, the
-// last token of each document has no target (-100).
-data::Batch packed_batch(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1)), length(1, 8);
-  std::vector<int32_t> tokens(static_cast<size_t>(b * t)), targets(tokens.size()), segments(tokens.size()),
-      positions(tokens.size());
-  for (int64_t r = 0; r < b; ++r) {
-    int32_t doc = 0, pos = 0, left = length(rng);
-    for (int64_t i = 0; i < t; ++i) {
-      const auto at = static_cast<size_t>(r * t + i);
-      tokens[at] = token(rng);
-      segments[at] = doc;
-      positions[at] = pos++;
-      if (--left == 0 || i + 1 == t) {
-        targets[at] = -100;
-        ++doc, pos = 0, left = length(rng);
-      }
-    }
-    for (int64_t i = 0; i + 1 < t; ++i) {
-      const auto at = static_cast<size_t>(r * t + i);
-      if (targets[at] != -100) targets[at] = tokens[at + 1];
-    }
-  }
-  const Shape shape{b, t};
-  data::Batch batch{Array::from_vector(tokens, shape), Array::from_vector(targets, shape)};
-  batch.segments = Array::from_vector(segments, shape);
-  batch.positions = Array::from_vector(positions, shape);
-  return batch;
 }
 
 struct PackedRun {

@@ -327,13 +327,46 @@ TEST(PipelineTrainStep, UnsupportedModelsAreClearErrors) {
   const models::Model plain(config("gpt2"));
   PipelineTrainStep pipe(plain, optimizer, 1, {}, 1, kSeq);
   Tree params = plain.init(1), state = optimizer.init(params);
-  data::Batch packed = testing::random_batch(kBatch, kSeq, 64, 1);
-  packed.segments = zeros(packed.tokens.shape(), DType::Int32);
-  packed.positions = zeros(packed.tokens.shape(), DType::Int32);
+  data::Batch half = testing::random_batch(kBatch, kSeq, 64, 1);
+  half.segments = zeros(half.tokens.shape(), DType::Int32);
   EXPECT_NE(testing::error_of<ValueError>([&] {
-              pipe.run(params, state, {packed}, 1e-3);
-            }).find("does not support packed documents"),
+              pipe.run(params, state, {half}, 1e-3);
+            }).find("a batch has segments but no positions"),
             std::string::npos);
+}
+
+// Packed documents (segment ids, positions restarting per document) through the
+// pipeline: every stage reads its micro-batch's packing; alone and with tensor-split
+// stages, the one-device losses and parameters.
+TEST(PipelineTrainStep, PackedDocumentsTrainAsOneDevice) {
+  testing::VirtualDevices devices(4);
+  for (const std::string family : {"gpt2", "llama"}) {
+    const models::Model model(config(family));
+    const optim::Optimizer optimizer(adamw(), model.specs());
+    auto train_packed = [&](const std::function<StepStats(Tree&, Tree&, const std::vector<data::Batch>&)>& step) {
+      TrainedRun run;
+      Tree params = model.init(3), state = optimizer.init(params);
+      for (int64_t s = 0; s < kSteps; ++s) {
+        const StepStats stats = step(params, state, {testing::packed_batch(kBatch, kSeq, 64, 40 + s)});
+        run.losses.push_back(stats.loss);
+        run.norms.push_back(stats.grad_norm);
+      }
+      run.params = params;
+      return run;
+    };
+    TrainStep one(model, optimizer, 1);
+    const TrainedRun want =
+        train_packed([&](Tree& p, Tree& s, const auto& micro) { return one.run(p, s, micro, 1e-2, std::nullopt); });
+    for (const std::string mesh : {"", "pipeline=2,tensor=2"}) {
+      PipelineOptions o;
+      o.micro_batches = 2;
+      if (!mesh.empty()) o.mesh = spmd::Mesh::parse(mesh);
+      PipelineTrainStep pipe(model, optimizer, 1, o, 1, kSeq);
+      const TrainedRun got =
+          train_packed([&](Tree& p, Tree& s, const auto& micro) { return pipe.run(p, s, micro, 1e-2); });
+      expect_trains_alike(got, want, family + " packed " + (mesh.empty() ? "pipeline=2" : mesh));
+    }
+  }
 }
 
 }  // namespace

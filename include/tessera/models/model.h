@@ -177,9 +177,10 @@ class Model {
   // [B, T, dim] the previous part returned. With targets, the part ends with the loss
   // as a float32 *sum* over the targets that count (micro-batches add up to the batch's
   // sum); without, it returns the residual stream. The parts compose to loss() times
-  // the number of counted targets.
+  // the number of counted targets. With packed documents every part takes the batch's
+  // segment ids and positions (attention and RoPE need them in every layer).
   Array stage_forward(const Tree& params, const Array& input, int64_t first_layer, bool embed,
-                      const std::optional<Array>& targets) const;
+                      const std::optional<Array>& targets, const std::optional<Packing>& packing = std::nullopt) const;
 
   // An empty cache for `batch` sequences (float32 keys and values, or the compute
   // dtype when it is bfloat16/float16).

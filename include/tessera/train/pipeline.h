@@ -111,7 +111,7 @@ class PipelineExecutor {
 
   // Traces and compiles every stage's two programs for `tokens_shape` batches without
   // running them.
-  void compile(const Tree& params, const Shape& tokens_shape);
+  void compile(const Tree& params, const Shape& tokens_shape, bool packed = false);
 
   // One pass over the batch: result.loss = seed x the sum of the losses of its counted
   // targets, result.grads = the gradients of that (a caller splitting a batch passes
@@ -119,7 +119,10 @@ class PipelineExecutor {
   // options.ranks, only this process's stages contribute: the loss is 0 unless it runs
   // the last stage, the other stages' gradients are zeros, and the measured timeline
   // has this device's ops only; the caller adds them up over the processes.
-  PipelineResult run(const Tree& params, const Array& tokens, const Array& targets, double seed);
+  // With packed documents (`packing`: segment ids and positions of the tokens' shape)
+  // every stage reads its micro-batch's rows of them.
+  PipelineResult run(const Tree& params, const Array& tokens, const Array& targets, double seed,
+                     const std::optional<models::Packing>& packing = std::nullopt);
 
   const PipelineSchedule& schedule() const { return schedule_; }
   const std::vector<std::pair<int, int>>& stage_layers() const { return stage_layers_; }
@@ -144,7 +147,7 @@ class PipelineExecutor {
     std::vector<std::string> forward_names, backward_names;  // their arguments' paths
     double input_bytes = 0;  // a device's part of the stage input (token ids or activations)
   };
-  std::vector<StageGraphs> trace_stages(const Tree& params, const Shape& tokens_shape) const;
+  std::vector<StageGraphs> trace_stages(const Tree& params, const Shape& tokens_shape, bool packed = false) const;
   // Partitioned stages: the bytes their collectives should send in one run over a batch
   // of `batch` rows, summed over the devices (Layout::analytic_recomputed_part_bytes per
   // stage, micro-batch and device; scalar reductions not counted). 0 otherwise.
@@ -164,6 +167,9 @@ class PipelineExecutor {
   };
 
   Tree stage_args(const Tree& params, int stage) const;
+  // A stage program's arguments for tracing: its parameters, input x, the targets on the
+  // last stage, and the packing ("seg", "pos") of micro-batches of `micro` when packed.
+  Tree trace_args(const Tree& params, int stage, const Array& x, const Shape& micro, bool packed) const;
   // The world device of pipeline device d (options.ranks), and this process's index.
   int local_index() const;
   bool sharded() const { return inner_size_ > 1; }
@@ -202,6 +208,7 @@ class PipelineExecutor {
   std::vector<int> inner_axes_;
   std::vector<ShardedProgram> sharded_forward_, sharded_backward_;  // per stage (compile())
   Shape compiled_tokens_;                                           // the batch shape they were compiled for
+  bool compiled_packed_ = false;                                    // ... and with packed documents
   std::vector<std::string> traced_text_;                            // per program: text() without a mesh
 };
 

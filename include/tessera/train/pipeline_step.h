@@ -25,8 +25,11 @@
 // order) sums them and the replicas', and every process applies the same update to its
 // whole copy of the parameters.
 //
+// Packed documents (data.pipeline.packing = "documents"): every stage reads its
+// micro-batch's segment ids and positions.
+//
 // Not supported yet, each a ValueError naming it: dropout, int8 backward GEMMs (both
-// need a step key), packed documents, loss scaling (float16).
+// need a step key), loss scaling (float16).
 //
 // With partitioned stages, the parameters and optimizer state still stay whole between
 // steps and the update runs unpartitioned: every stage device reads its shards of them.
@@ -104,7 +107,8 @@ class PipelineTrainStep {
   // Created for the first call's argument structure (its donated leaves).
   Jitted& update_program(const Tree& args);
   // Replica r's rows of a micro-batch.
-  std::pair<Array, Array> rows_of(const data::Batch& batch, int replica) const;
+  data::Batch rows_of(const data::Batch& batch, int replica) const;
+  static std::optional<models::Packing> packing_of(const data::Batch& rows);
   // Several processes: this process's part of the step, summed over the world.
   StepStats run_multi_process(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr);
 };

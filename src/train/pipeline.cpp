@@ -298,6 +298,9 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
   // are point-to-point messages, tagged by micro-batch, receiving stage and direction.
   const bool remote = !options_.ranks.empty();
   const int here = remote ? local_index() : -1;
+  // Partitioned stages run a thread per mesh device: the runtime must have them (a
+  // ValueError naming TESSERA_CPU_DEVICES otherwise).
+  if (sharded() && !remote) spmd::check_mesh(options_.mesh);
   // Partitioned stages (and the processes' receive buffers) need the programs compiled first.
   const bool packed = packing.has_value();
   if (packing && (packing->segments.shape() != tokens.shape() || packing->positions.shape() != tokens.shape()))

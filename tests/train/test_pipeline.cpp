@@ -164,6 +164,13 @@ TEST(Pipeline, PartitionedStagesGiveTheOneDeviceGradientsAndShowTheirPrograms) {
               PipelineExecutor(model, o, kSeq);
             }).find("the mesh (tensor=2) needs a pipeline axis of the 2 pipeline devices"),
             std::string::npos);
+  o.mesh = spmd::Mesh::parse("pipeline=4,fsdp=2");  // 8 devices, 4 present
+  o.devices = 4;
+  EXPECT_NE(testing::error_of<ValueError>([&] {
+              PipelineExecutor(model, o, kSeq).run(params, tokens, targets, 1.0);
+            }).find("needs 8 devices but 4 are present"),
+            std::string::npos);
+  o.devices = 2;
   o.mesh = spmd::Mesh::parse("pipeline=2,fsdp=2");
   o.micro_batches = 8;  // 1 row per pipeline micro-batch: it cannot split over fsdp=2
   EXPECT_NE(testing::error_of<ValueError>([&] {

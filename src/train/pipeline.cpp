@@ -253,9 +253,13 @@ void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape, bo
       traced_text_[2 * static_cast<size_t>(s)] = forward_[static_cast<size_t>(s)].lowered(args).text();
     }
     compiled_[2 * static_cast<size_t>(s)] = here_runs;
-    // The stage's output type: what the next stage receives and this backward is seeded with.
+    // The stage's output type: what the next stage receives and this backward is seeded with
+    // (a partitioned program has it from its trace; otherwise the forward is traced for it).
     Tree out;
-    (void)trace(forward_fn_[static_cast<size_t>(s)], args, {}, &out);
+    if (sharded())
+      out = sharded_forward_.back().out_structure;
+    else
+      (void)trace(forward_fn_[static_cast<size_t>(s)], args, {}, &out);
     const Array y = out.leaf();
     stage_outputs_.push_back(Array::placeholder(y.shape(), y.dtype()));
     args["dy"] = Tree(Array::placeholder(y.shape(), y.dtype()));

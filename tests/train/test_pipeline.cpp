@@ -198,6 +198,17 @@ TEST(Pipeline, BadShapesAreClearErrors) {
             std::string::npos);
   o.stage_layers = {{0, 1}, {1, 3}};
   EXPECT_NE(message(o).find("the stages end at layer 3; the model has 4 layers"), std::string::npos);
+  // Packing whose shape is not the tokens'.
+  o = {};
+  const models::Packing short_packing{zeros({kBatch, kSeq - 1}, DType::Int32), zeros({kBatch, kSeq}, DType::Int32)};
+  EXPECT_NE(testing::error_of<ShapeError>([&] {
+              PipelineExecutor(model, o, kSeq).run(params, tokens, targets, 1.0, short_packing);
+            }).find("packing segments [8, 15] and positions [8, 16] must have the tokens' shape [8, 16]"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of<ShapeError>([&] {
+              model.stage_forward(params, tokens, 0, true, std::nullopt, short_packing);
+            }).find("Model::stage_forward: packing segments are [8, 15] (expected the batch [8, 16])"),
+            std::string::npos);
   o = {};
   o.kind = PipelineKind::kInterleaved;
   o.virtual_stages = 2;

@@ -149,7 +149,9 @@ double PipelineExecutor::analytic_collective_bytes(int64_t batch, int64_t seq) c
   const bool tied = model_.config().resolved_tied();
   double bytes = 0;
   for (int s = 0; s < stages; ++s) {
-    const auto [first, last] = stage_layers_[static_cast<size_t>(s)];
+    // Plain copies, not structured bindings: clang 14 cannot capture those in a lambda.
+    const int first = stage_layers_[static_cast<size_t>(s)].first;
+    const int last = stage_layers_[static_cast<size_t>(s)].second;
     const bool embedding = s == 0, head = s == stages - 1;
     Layout::PartBytes part;
     part.layers = last - first;

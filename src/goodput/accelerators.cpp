@@ -187,6 +187,12 @@ const EntryKey kEntryKeys[] = {
      [](AcceleratorSpec& s, const Value& v, const std::string& at) { s.matrix_units = integer(v, 1, at); }},
     {"gemm_efficiency",
      [](AcceleratorSpec& s, const Value& v, const std::string& at) { s.gemm_efficiency = fraction(v, at); }},
+    {"attention_efficiency",
+     [](AcceleratorSpec& s, const Value& v, const std::string& at) {
+       if (v.type != Value::Type::kList || v.items.size() != 2)
+         fail<ConfigError>("{}: expected 2 fractions in (0, 1], [forward, backward] (got {})", at, v.raw);
+       for (size_t i = 0; i < 2; ++i) s.attention_efficiency[i] = fraction(v.items[i], at);
+     }},
     {"memory_efficiency",
      [](AcceleratorSpec& s, const Value& v, const std::string& at) { s.memory_efficiency = fraction(v, at); }},
     {"kernel_overhead",

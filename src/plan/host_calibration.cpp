@@ -170,6 +170,7 @@ goodput::AcceleratorSpec HostRates::accelerator() const {
   a.matrix_tile = {1, 1, 1};
   a.matrix_units = cores;
   a.gemm_efficiency = 1;
+  a.attention_efficiency = {1, 1};  // unused: every kernel of a host plan is timed
   a.memory_efficiency = 1;
   a.kernel_overhead = parallel.kernel_overhead;
   a.links.push_back({"shared memory", 0, collective_bandwidth, collective_latency, "switch"});

@@ -43,10 +43,11 @@ std::vector<PlanLayout> Planner::candidate_layouts(int64_t chips, int64_t max_te
   return out;
 }
 
-const PreparedStep& Planner::prepared(const PlanLayout& layout) {
-  const std::string key = layout.mesh();
+const PreparedStep& Planner::prepared(const PlanLayout& layout, const goodput::AcceleratorSpec& accelerator) {
+  const compiler::CompileOptions compile = compile_options_for(accelerator);
+  const std::string key = layout.mesh() + (compile.packed_attention ? " packed attention" : "");
   if (auto it = prepared_.find(key); it != prepared_.end()) return it->second;
-  return prepared_.emplace(key, prepare_step(config_, layout)).first->second;
+  return prepared_.emplace(key, prepare_step(config_, layout, compile)).first->second;
 }
 
 PlanRow Planner::best(const goodput::AcceleratorSpec& accelerator, int64_t chips, double tokens, const RunCosts& costs,
@@ -80,7 +81,7 @@ PlanRow Planner::best(const goodput::AcceleratorSpec& accelerator, int64_t chips
     }
     const PreparedStep* prep = nullptr;
     try {
-      prep = &prepared(layout);
+      prep = &prepared(layout, accelerator);
     } catch (const ConfigError& e) {
       if (mesh) throw;  // the layout asked for: its error is the answer
       invalid_[key] = e.what();

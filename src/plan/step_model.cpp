@@ -104,10 +104,10 @@ namespace {
 
 // What one device can do, from the catalog or a calibrated host.
 struct DeviceRates {
-  double gemm_f32 = 0, gemm_16 = 0, gemm_int8 = 0;  // achievable FLOP/s of a large aligned GEMM
-  double attention_16 = 0, attention_f32 = 0;
-  double bandwidth = 0;      // achievable bytes/s
-  double overhead = 0;       // seconds per kernel
+  double gemm_f32 = 0, gemm_16 = 0, gemm_int8 = 0;       // achievable FLOP/s of a large aligned GEMM
+  double attention_forward = 0, attention_backward = 0;  // bf16 / fp16; float32 at half
+  double bandwidth = 0;                                  // achievable bytes/s
+  double overhead = 0;                                   // seconds per kernel
   bool measured = false;     // a calibrated host: each kernel is timed (host_kernel_seconds)
   bool serial = false;       // ... on one thread (virtual devices)
   double slowdown = 1;       // ... and shares the cores with this many times as many devices
@@ -117,12 +117,6 @@ struct DeviceRates {
   double peak_for_mfu = 0;
   double capacity = 0;
 };
-
-// Attention kernels (flash attention: two GEMMs per tile with a softmax between them)
-// reach a lower share of the matrix units' peak than a plain GEMM: FlashAttention-2
-// reports 50-73% of A100 peak forward and less backward, FlashAttention-3 about 75% on
-// H100 forward. The catalog has one GEMM efficiency; attention gets this share of it.
-constexpr double kAttentionShareOfGemm = 0.7;
 
 DeviceRates rates_for(const goodput::AcceleratorSpec& acc, const HostRates* host, int64_t chips) {
   DeviceRates r;
@@ -152,8 +146,8 @@ DeviceRates rates_for(const goodput::AcceleratorSpec& acc, const HostRates* host
   r.gemm_16 = acc.peak_flops * acc.gemm_efficiency;
   r.gemm_int8 = acc.peak_int8 * acc.gemm_efficiency;
   r.gemm_f32 = r.gemm_16 / 2;
-  r.attention_16 = r.gemm_16 * kAttentionShareOfGemm;
-  r.attention_f32 = r.gemm_f32 * kAttentionShareOfGemm;
+  r.attention_forward = acc.peak_flops * acc.attention_efficiency[0];
+  r.attention_backward = acc.peak_flops * acc.attention_efficiency[1];
   r.bandwidth = acc.memory_bandwidth * acc.memory_efficiency;
   r.overhead = acc.kernel_overhead;
   r.synchronous_collectives = acc.kind == "cpu";
@@ -182,6 +176,13 @@ NodeCost gemm_cost(const compiler::Graph& g, const compiler::Node& node, const C
   int64_t batch = 1, m = 1, n = s.empty() ? 1 : s.back();
   for (size_t i = 0; i + 2 < s.size(); ++i) batch *= s[i];
   if (s.size() >= 2) m = s[s.size() - 2];
+  const Shape& qkv = g.values[static_cast<size_t>(node.inputs[0])].type.shape;
+  if (attention && node.primitive->name().starts_with("attention_packed") && qkv.size() == 5) {
+    // qkv [B, T, Hkv, G + 2, D]: B x Hkv x G heads of [T x T] scores over D.
+    batch = qkv[0] * qkv[2] * (qkv[3] - 2);
+    m = qkv[1];
+    n = qkv[4];
+  }
   if (!attention && node.inputs.size() >= 2 && g.values[static_cast<size_t>(node.inputs[1])].type.shape.size() == 2) {
     m *= batch;
     batch = 1;
@@ -192,7 +193,8 @@ NodeCost gemm_cost(const compiler::Graph& g, const compiler::Node& node, const C
   const bool int8 = node.primitive->name() == "quantized_matmul" ||
                     node.primitive->attributes().find("int8=true") != std::string::npos;
   const bool f32 = in == DType::Float32 && !int8;
-  double rate = attention ? (f32 ? r.attention_f32 : r.attention_16)
+  const bool backward = node.primitive->name().ends_with("_grad");
+  double rate = attention ? (backward ? r.attention_backward : r.attention_forward) / (f32 ? 2 : 1)
                 : int8    ? r.gemm_int8
                 : f32     ? r.gemm_f32
                           : r.gemm_16;
@@ -367,7 +369,7 @@ void finish_estimate(StepEstimate& est, OpTable& ops, const PreparedStep& prepar
 
 // The validation program's arena (train::Evaluator: the loss on a micro-batch) under `tl`.
 size_t eval_arena_bytes(const models::Model& model, const train::Layout& tl, const spmd::Mesh& mesh,
-                        const data::Batch& batch) {
+                        const data::Batch& batch, const compiler::CompileOptions& compile) {
   const Tree args{{"params", model.placeholders()}, {"targets", batch.targets}, {"tokens", batch.tokens}};
   const JitFn loss = [&model](const Tree& a, const StaticArgs&) {
     return Tree(model.loss(a.at("params"), a.at("tokens").leaf(), a.at("targets").leaf()));
@@ -378,7 +380,7 @@ size_t eval_arena_bytes(const models::Model& model, const train::Layout& tl, con
     popts.parameter_names = args.paths();
     eval = spmd::partition(eval, mesh, tl.shardings_for(args), {}, popts).local;
   }
-  return compiler::optimize(std::move(eval)).plan.arena_bytes;
+  return compiler::optimize(std::move(eval), compile).plan.arena_bytes;
 }
 
 double tree_bytes(const Tree& tree) {
@@ -394,7 +396,8 @@ double tree_bytes(const Tree& tree) {
 // own and their all-reduced sum), its stages' program arenas, the
 // stage inputs of the micro-batches it holds at once (the schedule's peak), and the
 // validation program's arena (run unpartitioned).
-PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanLayout& layout) {
+PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanLayout& layout,
+                                   const compiler::CompileOptions& compile) {
   train::TrainConfig c = config;
   c.parallel.mesh = layout.mesh();
   const std::optional<train::PipelinePlan> plan = train::pipeline_plan(c);
@@ -437,7 +440,7 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
     pipe.input_bytes.push_back(g.input_bytes);
     for (const bool forward : {true, false}) {
       compiler::OptimizedProgram optimized =
-          compiler::optimize(std::move(forward ? g.forward : g.backward), {},
+          compiler::optimize(std::move(forward ? g.forward : g.backward), compile,
                              std::vector<bool>((forward ? g.forward_names : g.backward_names).size(), false));
       arenas[d] += static_cast<double>(optimized.plan.arena_bytes);
       host_arenas[d] += host_block_bytes(optimized.plan.arena_bytes);
@@ -461,7 +464,7 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
       const optim::Optimizer::Update u = optimizer.apply(a.at("params"), a.at("grads"), a.at("opt"), a.at("lr").leaf());
       return Tree{{"opt", u.state}, {"params", u.params}};
     };
-    compiler::OptimizedProgram optimized = compiler::optimize(trace(update, args), {}, {});
+    compiler::OptimizedProgram optimized = compiler::optimize(trace(update, args), compile, {});
     for (double& a : arenas) a += static_cast<double>(optimized.plan.arena_bytes);
     for (double& a : host_arenas) a += host_block_bytes(optimized.plan.arena_bytes);
     PreparedProgram program;
@@ -487,7 +490,7 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
   data::Batch batch;
   batch.tokens = Array::placeholder({config.micro_batch_size(), config.loop.seq}, DType::Int32);
   batch.targets = Array::placeholder({config.micro_batch_size(), config.loop.seq}, DType::Int32);
-  const size_t eval = eval_arena_bytes(model, train::Layout::one_device(model.specs()), spmd::Mesh(), batch);
+  const size_t eval = eval_arena_bytes(model, train::Layout::one_device(model.specs()), spmd::Mesh(), batch, compile);
   prepared.memory.eval = static_cast<double>(eval);
   prepared.host_memory.eval = host_block_bytes(eval);
   for (MemoryBreakdown* mem : {&prepared.memory, &prepared.host_memory})
@@ -564,8 +567,15 @@ StepEstimate cost_pipeline_step(const PreparedStep& prepared, const goodput::Acc
 
 }  // namespace
 
-PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& layout) {
-  if (layout.pipeline > 1) return prepare_pipeline_step(config, layout);
+compiler::CompileOptions compile_options_for(const goodput::AcceleratorSpec& accelerator) {
+  compiler::CompileOptions options;
+  options.packed_attention = accelerator.kind == "gpu";  // as jit compiles for a CUDA device
+  return options;
+}
+
+PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& layout,
+                          const compiler::CompileOptions& compile) {
+  if (layout.pipeline > 1) return prepare_pipeline_step(config, layout, compile);
   const int64_t chips = layout.chips();
   if (chips < 1) fail<ConfigError>("plan: a layout needs at least one chip (mesh {})", layout.mesh());
   const models::Model model(config.model);
@@ -603,7 +613,7 @@ PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& la
       popts.parameter_names = program.parameter_names;
       local = spmd::partition(local, mesh, program.parameter_shardings, program.output_shardings, popts).local;
     }
-    compiler::OptimizedProgram optimized = compiler::optimize(std::move(local), {}, program.donated);
+    compiler::OptimizedProgram optimized = compiler::optimize(std::move(local), compile, program.donated);
     PreparedProgram p;
     p.name = program.name;
     p.runs_per_step = program.runs_per_step;
@@ -633,7 +643,7 @@ PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& la
     prepared.programs.push_back(std::move(p));
   }
   // The validation program (train::Evaluator: the loss on a micro-batch, the same layout).
-  const size_t eval = eval_arena_bytes(model, tl, mesh, batch);
+  const size_t eval = eval_arena_bytes(model, tl, mesh, batch, compile);
   prepared.memory.eval = static_cast<double>(eval);
   prepared.host_memory.eval = host_block_bytes(eval);
   for (MemoryBreakdown* m : {&prepared.memory, &prepared.host_memory})
@@ -663,7 +673,7 @@ StepEstimate cost_step(const PreparedStep& prepared, const goodput::AcceleratorS
 
 StepEstimate estimate_step(const train::TrainConfig& config, const PlanLayout& layout,
                            const goodput::AcceleratorSpec& accelerator, const StepModelOptions& options) {
-  return cost_step(prepare_step(config, layout), accelerator, options);
+  return cost_step(prepare_step(config, layout, compile_options_for(accelerator)), accelerator, options);
 }
 
 }  // namespace tessera::plan

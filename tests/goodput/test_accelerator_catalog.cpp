@@ -29,29 +29,30 @@ std::string error_of(const std::string& text) {
 
 // A complete entry [x] with one level, to break one line of in each error test.
 const std::string kEntry =
-    "[x]\n"                           // 1
-    "name = \"X\"\n"                  // 2
-    "match = [\"X1\", \"X one\"]\n"   // 3
-    "kind = \"gpu\"\n"                // 4
-    "peak_flops = 1.0e15\n"           // 5
-    "dtype = \"bf16 dense\"\n"        // 6
-    "peak_int8 = 2.0e15\n"            // 7
-    "memory = 80.0e9\n"               // 8
-    "memory_bandwidth = 3.0e12\n"     // 9
-    "matrix_tile = [128, 128, 64]\n"  // 10
-    "matrix_units = 100\n"            // 11
-    "gemm_efficiency = 0.8\n"         // 12
-    "memory_efficiency = 0.9\n"       // 13
-    "kernel_overhead = 4e-6\n"        // 14
-    "failure_rate = 2e-5\n"           // 15
-    "price = 3.5   # USD\n"           // 16
-    "price_date = \"2026-11\"\n"      // 17
-    "collective_overlap = 0.9\n"      // 18
-    "[x.link.nvlink]\n"               // 19
-    "devices = 8\n"                   // 20
-    "bandwidth = 450e9\n"             // 21
-    "latency = 3e-6\n"                // 22
-    "topology = \"switch\"\n";        // 23
+    "[x]\n"                                // 1
+    "name = \"X\"\n"                       // 2
+    "match = [\"X1\", \"X one\"]\n"        // 3
+    "kind = \"gpu\"\n"                     // 4
+    "peak_flops = 1.0e15\n"                // 5
+    "dtype = \"bf16 dense\"\n"             // 6
+    "peak_int8 = 2.0e15\n"                 // 7
+    "memory = 80.0e9\n"                    // 8
+    "memory_bandwidth = 3.0e12\n"          // 9
+    "matrix_tile = [128, 128, 64]\n"       // 10
+    "matrix_units = 100\n"                 // 11
+    "gemm_efficiency = 0.8\n"              // 12
+    "memory_efficiency = 0.9\n"            // 13
+    "kernel_overhead = 4e-6\n"             // 14
+    "failure_rate = 2e-5\n"                // 15
+    "price = 3.5   # USD\n"                // 16
+    "price_date = \"2026-11\"\n"           // 17
+    "collective_overlap = 0.9\n"           // 18
+    "attention_efficiency = [0.3, 0.2]\n"  // 19
+    "[x.link.nvlink]\n"                    // 20
+    "devices = 8\n"                        // 21
+    "bandwidth = 450e9\n"                  // 22
+    "latency = 3e-6\n"                     // 23
+    "topology = \"switch\"\n";             // 24
 
 // kEntry with the first line that starts with `prefix` replaced by `line` ("" drops it).
 std::string with_line(const std::string& prefix, const std::string& line) {
@@ -174,6 +175,8 @@ TEST(AcceleratorCatalog, ParsesAMinimalEntry) {
   EXPECT_EQ(x.match, (std::vector<std::string>{"X1", "X one"}));
   EXPECT_EQ(x.price, 3.5);
   EXPECT_EQ(x.matrix_units, 100);
+  EXPECT_EQ(x.attention_efficiency[0], 0.3);
+  EXPECT_EQ(x.attention_efficiency[1], 0.2);
   ASSERT_EQ(x.links.size(), 1u);
   EXPECT_EQ(x.links[0].name, "nvlink");
   EXPECT_EQ(x.links[0].devices, 8);  // a bounded outermost level is allowed
@@ -187,14 +190,18 @@ TEST(AcceleratorCatalog, BadNumberNamesFileLineAndKey) {
   }
   EXPECT_TRUE(contains(error_of(with_line("peak_flops", "peak_flops = -1")), "must be > 0"));
   EXPECT_TRUE(contains(error_of(with_line("gemm_efficiency", "gemm_efficiency = 1.2")), "(0, 1]"));
+  EXPECT_TRUE(contains(error_of(with_line("attention_efficiency", "attention_efficiency = [0.3, 1.5]")),
+                       "cat.toml:19: [x] attention_efficiency: must be a fraction in (0, 1] (got 1.5)"));
+  EXPECT_TRUE(contains(error_of(with_line("attention_efficiency", "attention_efficiency = 0.3")),
+                       "cat.toml:19: [x] attention_efficiency: expected 2 fractions in (0, 1], [forward, backward]"));
   // An overlap share may be 0 (nothing hidden) but not above 1.
   EXPECT_EQ(error_of(with_line("collective_overlap", "collective_overlap = 0")), "");
   EXPECT_TRUE(contains(error_of(with_line("collective_overlap", "collective_overlap = 1.5")),
                        "cat.toml:18: [x] collective_overlap: must be in [0, 1] (got 1.5)"));
   EXPECT_TRUE(contains(error_of(with_line("failure_rate", "failure_rate = -1e-5")), "[x] failure_rate: must be >= 0"));
   EXPECT_TRUE(contains(error_of(with_line("matrix_units", "matrix_units = 1.5")), "[x] matrix_units: must be a whole"));
-  EXPECT_TRUE(contains(error_of(with_line("devices", "devices = -8")), "cat.toml:20: [x.link.nvlink] devices"));
-  EXPECT_TRUE(contains(error_of(with_line("bandwidth", "bandwidth = 0")), "cat.toml:21: [x.link.nvlink] bandwidth"));
+  EXPECT_TRUE(contains(error_of(with_line("devices", "devices = -8")), "cat.toml:21: [x.link.nvlink] devices"));
+  EXPECT_TRUE(contains(error_of(with_line("bandwidth", "bandwidth = 0")), "cat.toml:22: [x.link.nvlink] bandwidth"));
   EXPECT_TRUE(contains(error_of(with_line("name", "name = X")), "cat.toml:2: [x] name"));
 }
 
@@ -205,7 +212,7 @@ TEST(AcceleratorCatalog, UnknownKeyListsTheExpectedOnes) {
   EXPECT_TRUE(contains(e, "price, price_date)")) << e;
   const std::string link = error_of(kEntry + "speed = 1\n");
   EXPECT_TRUE(contains(link,
-                       "cat.toml:24: unknown key 'speed' in [x.link.nvlink] (expected devices, bandwidth, "
+                       "cat.toml:25: unknown key 'speed' in [x.link.nvlink] (expected devices, bandwidth, "
                        "latency, topology)"))
       << link;
   EXPECT_TRUE(contains(error_of(with_line("price =", "price = 1\nprice = 2")), "cat.toml:17: [x] price: set twice"));
@@ -216,18 +223,18 @@ TEST(AcceleratorCatalog, LinkHeaderNeedsItsTableJustBefore) {
   EXPECT_TRUE(contains(orphan, "cat.toml:1: [h100.link.nvlink]")) << orphan;
   // [x] is complete, then a level names another entry.
   const std::string other = error_of(kEntry + "[y.link.ib]\n");
-  EXPECT_TRUE(contains(other, "cat.toml:24: [y.link.ib] must follow its table [y], but the latest table is [x]"))
+  EXPECT_TRUE(contains(other, "cat.toml:25: [y.link.ib] must follow its table [y], but the latest table is [x]"))
       << other;
-  EXPECT_TRUE(contains(error_of(kEntry + "[x.links.ib]\n"), "cat.toml:24: bad table header [x.links.ib]"));
-  EXPECT_TRUE(contains(error_of(kEntry + "[[x]]\n"), "cat.toml:24: bad table header"));
-  EXPECT_TRUE(contains(error_of(kEntry + kEntry), "cat.toml:24: [x] is defined twice (first at cat.toml:1)"));
+  EXPECT_TRUE(contains(error_of(kEntry + "[x.links.ib]\n"), "cat.toml:25: bad table header [x.links.ib]"));
+  EXPECT_TRUE(contains(error_of(kEntry + "[[x]]\n"), "cat.toml:25: bad table header"));
+  EXPECT_TRUE(contains(error_of(kEntry + kEntry), "cat.toml:25: [x] is defined twice (first at cat.toml:1)"));
 }
 
 TEST(AcceleratorCatalog, MissingKeyNamesTheHeaderLine) {
   EXPECT_EQ(error_of(with_line("memory_bandwidth", "")), "cat.toml:1: [x] needs memory_bandwidth");
-  EXPECT_EQ(error_of(with_line("topology", "")), "cat.toml:19: [x.link.nvlink] needs topology");
+  EXPECT_EQ(error_of(with_line("topology", "")), "cat.toml:20: [x.link.nvlink] needs topology");
   // A table is checked when the next one starts.
-  EXPECT_EQ(error_of(with_line("topology", "") + "[y]\n"), "cat.toml:19: [x.link.nvlink] needs topology");
+  EXPECT_EQ(error_of(with_line("topology", "") + "[y]\n"), "cat.toml:20: [x.link.nvlink] needs topology");
   const std::string no_links = error_of(kEntry.substr(0, kEntry.find("[x.link")));
   EXPECT_TRUE(contains(no_links, "cat.toml:1: [x] needs at least one interconnect level")) << no_links;
   EXPECT_TRUE(contains(error_of("name = \"X\"\n"), "cat.toml:1: key 'name' before any [table]"));
@@ -236,7 +243,7 @@ TEST(AcceleratorCatalog, MissingKeyNamesTheHeaderLine) {
 TEST(AcceleratorCatalog, BadTopologyAndKind) {
   const std::string topology = error_of(with_line("topology", "topology = \"mesh\""));
   EXPECT_TRUE(contains(topology,
-                       "cat.toml:23: [x.link.nvlink] topology: \"mesh\" is not one of switch, ring, "
+                       "cat.toml:24: [x.link.nvlink] topology: \"mesh\" is not one of switch, ring, "
                        "torus-2d, torus-3d, network"))
       << topology;
   EXPECT_TRUE(contains(error_of(with_line("kind", "kind = \"npu\"")), "cat.toml:4: [x] kind: \"npu\" is not one of"));
@@ -256,14 +263,14 @@ TEST(AcceleratorCatalog, LevelsGrowOutward) {
   EXPECT_EQ(parse_accelerator_catalog(kEntry + ib, "cat.toml")[0].links.size(), 2u);
   // devices = 0 (unbounded) only on the outermost level.
   const std::string e = error_of(with_line("devices", "devices = 0") + ib);
-  EXPECT_TRUE(contains(e, "cat.toml:19: [x.link.nvlink] devices = 0 (unbounded) is only allowed on the outermost"))
+  EXPECT_TRUE(contains(e, "cat.toml:20: [x.link.nvlink] devices = 0 (unbounded) is only allowed on the outermost"))
       << e;
   // An outer level must join more chips than the one inside it.
   const std::string pod = "[x.link.pod]\ndevices = 8\nbandwidth = 50e9\nlatency = 5e-6\ntopology = \"switch\"\n";
   const std::string shrink = error_of(kEntry + pod);
-  EXPECT_TRUE(contains(shrink, "cat.toml:24: [x.link.pod] devices = 8 must exceed the 8 of the level inside it"))
+  EXPECT_TRUE(contains(shrink, "cat.toml:25: [x.link.pod] devices = 8 must exceed the 8 of the level inside it"))
       << shrink;
-  EXPECT_TRUE(contains(error_of(kEntry + "[x.link.nvlink]\n"), "cat.toml:24: [x.link.nvlink] is defined twice"));
+  EXPECT_TRUE(contains(error_of(kEntry + "[x.link.nvlink]\n"), "cat.toml:25: [x.link.nvlink] is defined twice"));
 }
 
 TEST(AcceleratorCatalog, MissingFileIsAnIOError) {

@@ -32,6 +32,7 @@ goodput::AcceleratorSpec test_gpu() {
   a.matrix_tile = {128, 128, 64};
   a.matrix_units = 132;
   a.gemm_efficiency = 0.8;
+  a.attention_efficiency = {0.56, 0.56};  // 0.7 of the GEMM's, forward and backward
   a.memory_efficiency = 0.9;
   a.kernel_overhead = 4e-6;
   a.collective_overlap = 1;
@@ -160,6 +161,40 @@ TEST(PlanLayoutTest, ParsesTheThreeAxesAndRefusesOthers) {
   EXPECT_EQ(piped.mesh(), "pipeline=4,data=2");
   EXPECT_THROW(PlanLayout::parse("model=2"), ConfigError);
   EXPECT_THROW(PlanLayout::parse("data=two"), ConfigError);
+}
+
+// A GPU's programs are compiled as jit compiles them for a CUDA device: attention reads
+// q, k, v in place from the fused projection (no slices, transposes or concatenation
+// around it); a TPU's keep the plain attention. Forward and backward attention take
+// the catalog's two efficiencies.
+TEST(StepModel, GpuProgramsUsePackedAttentionAndEachDirectionItsEfficiency) {
+  const auto op = [](const StepEstimate& est, const std::string& name) -> const OpClassCost* {
+    for (const OpClassCost& o : est.ops)
+      if (o.op == name) return &o;
+    return nullptr;
+  };
+  goodput::AcceleratorSpec gpu = test_gpu();
+  goodput::AcceleratorSpec tpu = test_gpu();
+  tpu.kind = "tpu";
+  train::TrainConfig config = tiny_config();
+  config.model.compute_dtype = "bfloat16";
+  const StepEstimate on_gpu = estimate_step(config, PlanLayout{}, gpu);
+  const StepEstimate on_tpu = estimate_step(config, PlanLayout{}, tpu);
+  ASSERT_NE(op(on_gpu, "attention_packed"), nullptr);
+  ASSERT_NE(op(on_gpu, "attention_packed_grad"), nullptr);
+  EXPECT_EQ(op(on_gpu, "attention"), nullptr);
+  EXPECT_EQ(op(on_gpu, "concatenate"), nullptr);
+  ASSERT_NE(op(on_tpu, "attention"), nullptr);
+  ASSERT_NE(op(on_tpu, "attention_grad"), nullptr);
+  EXPECT_EQ(op(on_tpu, "attention_packed"), nullptr);
+  EXPECT_LT(on_gpu.step_seconds, on_tpu.step_seconds);  // the layout copies are gone
+
+  // Halving the backward efficiency slows only the backward kernels' compute time.
+  goodput::AcceleratorSpec slow_backward = gpu;
+  slow_backward.attention_efficiency[1] /= 2;
+  const StepEstimate slower = estimate_step(config, PlanLayout{}, slow_backward);
+  EXPECT_DOUBLE_EQ(op(slower, "attention_packed")->seconds, op(on_gpu, "attention_packed")->seconds);
+  EXPECT_GT(op(slower, "attention_packed_grad")->seconds, op(on_gpu, "attention_packed_grad")->seconds);
 }
 
 TEST(StepModel, OneChipCountsTheModelsFlopsAndHoldsEveryParameter) {
@@ -335,7 +370,7 @@ TEST(Planner, MoreChipsNeverGrowTheSmallestFootprintAndEveryCountHasALayout) {
     // FSDP over all the chips is always a candidate, so the smallest footprint shrinks.
     double smallest = 1e30;
     for (const PlanLayout& l : planner.candidate_layouts(chips, 8))
-      smallest = std::min(smallest, planner.prepared(l).memory.peak);
+      smallest = std::min(smallest, planner.prepared(l, gpu).memory.peak);
     EXPECT_LE(smallest, previous_memory * 1.0001);
     previous_memory = smallest;
   }

@@ -15,6 +15,7 @@
 //   matrix_tile = [128, 128, 64]   # M, N, K granularity at which GEMMs fill the matrix units
 //   matrix_units = 132             # units a GEMM's output tiles spread over (SMs, MXUs)
 //   gemm_efficiency = 0.75         # best fraction of peak a large aligned GEMM reaches
+//   attention_efficiency = [0.27, 0.2]  # fraction of peak fused attention reaches: forward, backward
 //   memory_efficiency = 0.85       # fraction of memory_bandwidth a streaming kernel reaches
 //   kernel_overhead = 4.0e-6       # seconds per kernel (launch and tail)
 //   failure_rate = 2.0e-5          # job-interrupting failures per chip-hour
@@ -63,6 +64,9 @@ struct AcceleratorSpec {
   std::array<int64_t, 3> matrix_tile = {1, 1, 1};  // M, N, K
   int64_t matrix_units = 1;
   double gemm_efficiency = 0;
+  // Fused (flash) attention's share of peak_flops, forward and backward: a softmax between
+  // two GEMMs per tile keeps it well under a plain GEMM's, and its backward lower still.
+  std::array<double, 2> attention_efficiency = {0, 0};
   double memory_efficiency = 0;
   double kernel_overhead = 0;
   // The share of the batch-axis collectives' time (FSDP gathers and scatters, gradient

@@ -51,8 +51,8 @@ class Planner {
   PlanRow best(const goodput::AcceleratorSpec& accelerator, int64_t chips, double tokens, const RunCosts& costs,
                const HostRates* host = nullptr, const std::optional<PlanLayout>& mesh = std::nullopt);
 
-  // The step of one layout, cached (prepare_step).
-  const PreparedStep& prepared(const PlanLayout& layout);
+  // The step of one layout as `accelerator` compiles it, cached (prepare_step).
+  const PreparedStep& prepared(const PlanLayout& layout, const goodput::AcceleratorSpec& accelerator);
 
  private:
   train::TrainConfig config_;

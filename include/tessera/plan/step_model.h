@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "tessera/compiler/graph.h"
+#include "tessera/compiler/pass.h"
 #include "tessera/goodput/accelerators.h"
 #include "tessera/train/config.h"
 #include "tessera/train/pipeline_schedule.h"
@@ -148,7 +149,11 @@ struct PreparedStep {
   MemoryBreakdown host_memory;
   std::vector<PreparedProgram> programs;
 };
-PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& layout);
+// The options jit compiles with for `accelerator`'s kind: a GPU's programs read attention's
+// q, k, v in place from the fused projection (CompileOptions::packed_attention).
+compiler::CompileOptions compile_options_for(const goodput::AcceleratorSpec& accelerator);
+PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& layout,
+                          const compiler::CompileOptions& compile = {});
 StepEstimate cost_step(const PreparedStep& prepared, const goodput::AcceleratorSpec& accelerator,
                        const StepModelOptions& options = {});
 

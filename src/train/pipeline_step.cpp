@@ -25,10 +25,6 @@ PipelineTrainStep::PipelineTrainStep(const models::Model& model, const optim::Op
         "pipeline parallelism does not support model.dropout > 0 or int8 backward GEMMs yet (each needs a per-step "
         "random key in the stage programs); set model.dropout = 0 and quant.backward = \"float\", or drop the "
         "pipeline axis");
-  if (optimizer.scales_loss())
-    fail<ValueError>(
-        "pipeline parallelism does not support loss scaling yet (model.compute_dtype = \"float16\"); use bfloat16 or "
-        "float32");
   if (spmd::is_multi_process()) {
     if (mesh == nullptr || mesh->size() != spmd::device_count() || !mesh->has_axis("pipeline"))
       fail<ValueError>("pipeline step: {} processes need a mesh of {} devices with a pipeline axis (got {})",
@@ -82,8 +78,12 @@ Jitted& PipelineTrainStep::update_program(const Tree& args) {
       }
       for (Array& g : total) g = g * scale;
       const Tree mean = a.at("params").with_leaves(total);
+      // With loss scaling the gradients are the scaled loss's: apply() unscales them and
+      // skips the update when one is not finite.
       optim::Optimizer::Update u = optimizer->apply(a.at("params"), mean, a.at("opt"), a.at("lr").leaf());
-      return Tree{{"params", u.params}, {"opt", u.state}, {"grad_norm", u.grad_norm}};
+      Tree out{{"params", u.params}, {"opt", u.state}, {"grad_norm", u.grad_norm}};
+      if (u.skipped.valid()) out["skipped"] = u.skipped;
+      return out;
     };
     JitOptions options;
     options.name = "pipeline_update";
@@ -91,6 +91,28 @@ Jitted& PipelineTrainStep::update_program(const Tree& args) {
     update_.emplace(jit(update, options));
   }
   return *update_;
+}
+
+double PipelineTrainStep::loss_scale_of(const Tree& opt_state) const {
+  return optimizer_.scales_loss() ? optimizer_.loss_scale(opt_state).item<double>() : 1.0;
+}
+
+StepStats PipelineTrainStep::apply_update(Tree& params, Tree& opt_state, std::vector<Tree> parts, double lr,
+                                          double loss_sum) {
+  Tree args{{"params", params},
+            {"opt", opt_state},
+            {"grads", Tree::list(std::move(parts))},
+            {"lr", Array::scalar(lr, DType::Float32)}};
+  Tree out = update_program(args)(args);
+  params = out.at("params");
+  opt_state = out.at("opt");
+  StepStats stats{.loss = loss_sum / static_cast<double>(accumulation_),
+                  .grad_norm = out.at("grad_norm").leaf().item<double>()};
+  if (optimizer_.scales_loss()) {
+    stats.skipped = out.at("skipped").leaf().item<double>() != 0;
+    stats.loss_scale = optimizer_.loss_scale(opt_state).item<double>();
+  }
+  return stats;
 }
 
 void PipelineTrainStep::compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch) {
@@ -115,6 +137,9 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
   last_sent_bytes_ = 0;
   last_collective_bytes_ = 0;
   last_timelines_.assign(static_cast<size_t>(r_count), PipelineTimeline{});
+  // Loss scaling: the backward passes start from scale / counted (the scaled mean loss's
+  // gradient); the scale is a power of two, so dividing the loss by it is exact.
+  const double scale = loss_scale_of(opt_state);
   for (const data::Batch& batch : micro) {
     const double counted = counted_targets(batch.targets);
     if (!(counted > 0)) fail<ValueError>("pipeline step: every target of a micro-batch is -100 (ignored)");
@@ -123,8 +148,8 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
     auto replica = [&](int r) {
       try {
         const data::Batch rows = rows_of(batch, r);
-        results[static_cast<size_t>(r)] =
-            executors_[static_cast<size_t>(r)].run(params, rows.tokens, rows.targets, 1.0 / counted, packing_of(rows));
+        results[static_cast<size_t>(r)] = executors_[static_cast<size_t>(r)].run(params, rows.tokens, rows.targets,
+                                                                                 scale / counted, packing_of(rows));
       } catch (...) {
         errors[static_cast<size_t>(r)] = std::current_exception();
       }
@@ -137,7 +162,7 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
       if (e) std::rethrow_exception(e);
     for (int r = 0; r < r_count; ++r) {
       PipelineResult& result = results[static_cast<size_t>(r)];
-      loss += result.loss;  // replica order: a fixed sum
+      loss += result.loss / scale;  // replica order: a fixed sum
       parts.push_back(std::move(result.grads));
       busy += result.measured.busy;
       last_sent_bytes_ += result.sent_bytes;
@@ -147,15 +172,7 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
     }
   }
   last_bubble_ = capacity > 0 ? 1 - busy / capacity : 0;
-  Tree args{{"params", params},
-            {"opt", opt_state},
-            {"grads", Tree::list(std::move(parts))},
-            {"lr", Array::scalar(lr, DType::Float32)}};
-  Tree out = update_program(args)(args);
-  params = out.at("params");
-  opt_state = out.at("opt");
-  return StepStats{.loss = loss / static_cast<double>(accumulation_),
-                   .grad_norm = out.at("grad_norm").leaf().item<double>()};
+  return apply_update(params, opt_state, std::move(parts), lr, loss);
 }
 
 StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro,
@@ -167,13 +184,14 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
   // summed over the processes.
   std::array<double, 5> figures{};
   last_timelines_.assign(1, PipelineTimeline{});
+  const double scale = loss_scale_of(opt_state);  // every process holds the same optimizer state
   for (const data::Batch& batch : micro) {
     const double counted = counted_targets(batch.targets);  // every process reads the whole micro-batch
     if (!(counted > 0)) fail<ValueError>("pipeline step: every target of a micro-batch is -100 (ignored)");
     const data::Batch rows = rows_of(batch, replica_here_);
-    PipelineResult result = executor.run(params, rows.tokens, rows.targets, 1.0 / counted, packing_of(rows));
+    PipelineResult result = executor.run(params, rows.tokens, rows.targets, scale / counted, packing_of(rows));
     local = local ? add_trees(*local, result.grads) : result.grads;
-    figures[0] += result.loss;
+    figures[0] += result.loss / scale;
     figures[1] += result.measured.busy;
     figures[2] += result.measured.makespan;  // one device ran here
     figures[3] += result.sent_bytes;
@@ -192,15 +210,7 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
   last_bubble_ = figures[2] > 0 ? 1 - figures[1] / figures[2] : 0;
   last_sent_bytes_ = figures[3];
   last_collective_bytes_ = figures[4];
-  Tree args{{"params", params},
-            {"opt", opt_state},
-            {"grads", Tree::list({local->with_leaves(summed)})},
-            {"lr", Array::scalar(lr, DType::Float32)}};
-  Tree out = update_program(args)(args);
-  params = out.at("params");
-  opt_state = out.at("opt");
-  return StepStats{.loss = figures[0] / static_cast<double>(accumulation_),
-                   .grad_norm = out.at("grad_norm").leaf().item<double>()};
+  return apply_update(params, opt_state, {local->with_leaves(summed)}, lr, figures[0]);
 }
 
 std::string PipelineTrainStep::describe() const {

@@ -317,6 +317,66 @@ TEST(PipelineConfig, BadKeysAreClearErrors) {
   EXPECT_NE(message(c).find("int8 training inside pipeline stages is not built yet"), std::string::npos);
 }
 
+// float16 compute with dynamic loss scaling: the backward passes start from the scaled
+// loss, so a scale too large overflows the gradients in every stage's float16 and the
+// update skips the step (parameters unchanged) and backs the scale off, as one device
+// does; then the scaled steps train as one device's: losses within 1e-4, parameters
+// within 2e-3 (float16 rounding: the pipeline's micro-batches round their sums in another
+// order, and AdamW's normalized steps carry that into the parameters; up to 7e-4 here).
+TEST(PipelineTrainStep, Float16LossScalingSkipsAndBacksOffAsOneDevice) {
+  models::ModelConfig c = config("gpt2");
+  c.compute_dtype = "float16";
+  const models::Model model(c);
+  optim::OptimizerConfig oc = adamw();
+  oc.loss_scale.mode = optim::LossScaling::Dynamic;
+  oc.loss_scale.init_scale = 16777216.0;  // 2^24: x (p - y) / 128 targets overflows float16 (65504)
+  oc.loss_scale.backoff_factor = 1.0 / 256;
+  const optim::Optimizer optimizer(oc, model.specs());
+  struct Steps {
+    std::vector<bool> skipped;
+    std::vector<double> scales, losses;
+    Tree after_first, params;
+  };
+  auto run = [&](const std::function<StepStats(Tree&, Tree&, const std::vector<data::Batch>&)>& step) {
+    Steps out;
+    Tree params = model.init(3), state = optimizer.init(params);
+    for (int64_t s = 0; s < kSteps; ++s) {
+      const StepStats stats =
+          step(params, state, {testing::random_batch(kBatch, kSeq, 64, static_cast<uint64_t>(100 * s))});
+      out.skipped.push_back(stats.skipped);
+      out.scales.push_back(stats.loss_scale);
+      out.losses.push_back(stats.loss);
+      if (s == 0) out.after_first = params;
+    }
+    out.params = params;
+    return out;
+  };
+  TrainStep one(model, optimizer, 1);
+  const Steps want =
+      run([&](Tree& p, Tree& st, const auto& micro) { return one.run(p, st, micro, 1e-2, std::nullopt); });
+  ASSERT_EQ(want.skipped, (std::vector<bool>{true, false, false}));  // the case this test is about
+  ASSERT_EQ(want.scales, (std::vector<double>{65536, 65536, 65536}));
+  PipelineOptions o;
+  o.devices = 2;
+  o.micro_batches = 2;
+  PipelineTrainStep pipe(model, optimizer, 1, o, 1, kSeq);
+  const Steps got = run([&](Tree& p, Tree& st, const auto& micro) { return pipe.run(p, st, micro, 1e-2); });
+  EXPECT_EQ(got.skipped, want.skipped);
+  EXPECT_EQ(got.scales, want.scales);
+  const Tree init = model.init(3);
+  const std::vector<Array> first = got.after_first.leaves(), start = init.leaves();
+  for (size_t i = 0; i < first.size(); ++i)
+    EXPECT_EQ(first[i].to_vector<float>(), start[i].to_vector<float>()) << "a skipped step changed a parameter";
+  for (int64_t s = 0; s < kSteps; ++s) {
+    std::printf("float16 step %lld loss %.6f (one device %.6f)\n", static_cast<long long>(s), got.losses[s],
+                want.losses[s]);
+    EXPECT_LT(std::abs(got.losses[s] - want.losses[s]) / want.losses[s], 1e-4) << "step " << s;
+  }
+  const std::vector<std::string> paths = want.params.paths();
+  const std::vector<Array> x = got.params.leaves(), y = want.params.leaves();
+  for (size_t i = 0; i < x.size(); ++i) testing::expect_close(x[i], y[i], 2e-3, "float16 " + paths[i]);
+}
+
 TEST(PipelineTrainStep, UnsupportedModelsAreClearErrors) {
   models::ModelConfig c = config("gpt2");
   c.dropout = 0.1;

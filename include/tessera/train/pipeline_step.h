@@ -28,8 +28,12 @@
 // Packed documents (data.pipeline.packing = "documents"): every stage reads its
 // micro-batch's segment ids and positions.
 //
-// Not supported yet, each a ValueError naming it: dropout, int8 backward GEMMs (both
-// need a step key), loss scaling (float16).
+// Loss scaling (float16 compute, optimizer.loss_scale): the backward passes are seeded
+// with the optimizer state's scale / the counted targets, and the update unscales the
+// summed gradients and skips the step when one is not finite, as the one-device step.
+//
+// Not supported yet, each a ValueError naming it: dropout and int8 backward GEMMs (both
+// need a step key).
 //
 // With partitioned stages, the parameters and optimizer state still stay whole between
 // steps and the update runs unpartitioned: every stage device reads its shards of them.
@@ -109,6 +113,11 @@ class PipelineTrainStep {
   // Replica r's rows of a micro-batch.
   data::Batch rows_of(const data::Batch& batch, int replica) const;
   static std::optional<models::Packing> packing_of(const data::Batch& rows);
+  // 1, or with loss scaling the optimizer state's scale (the backward passes' seeds carry it).
+  double loss_scale_of(const Tree& opt_state) const;
+  // The update program on the gradient parts; the step's stats (loss_sum: the unscaled
+  // losses of the accumulation steps, summed).
+  StepStats apply_update(Tree& params, Tree& opt_state, std::vector<Tree> parts, double lr, double loss_sum);
   // Several processes: this process's part of the step, summed over the world.
   StepStats run_multi_process(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr);
 };

@@ -14,7 +14,8 @@
 // It also trains pipeline layouts (train/pipeline_step.h: a stage per process,
 // activations and gradients as point-to-point messages) of a 4-layer GPT against one
 // device: pipeline=2 (1F1B and GPipe) on 2 ranks; pipeline=2,data=2, pipeline=4 and
-// stages partitioned over tensor=2 or fsdp=2 on 4; the same bars.
+// stages partitioned over tensor=2 or fsdp=2 on 4; the same bars. And float16 with loss
+// scaling through pipeline=2 on 2 ranks (check_pipeline_float16).
 // Exits nonzero on any mismatch, on every rank.
 #include <fmt/format.h>
 
@@ -58,6 +59,8 @@ struct TrainRun {
   std::vector<Array> params;  // host arrays (gathered), in Tree::leaves() order
   std::vector<std::string> paths;
   double summary_bytes = 0, measured_bytes = 0;
+  std::vector<bool> skipped;   // loss scaling: each step's
+  std::vector<double> scales;  // ... and its scale after the step
 };
 
 // 3 AdamW steps, on one device (empty mesh_text) or SPMD under the mesh's layout.
@@ -149,12 +152,21 @@ void check_layout(const std::string& mesh_text, const TrainRun& want) {
   std::fflush(stdout);
 }
 
-// 3 AdamW steps of a 4-layer GPT: on one device (empty mesh) or a pipeline layout.
-TrainRun run_pipeline(const std::string& mesh_text, PipelineKind kind) {
+// 3 AdamW steps of a 4-layer GPT: on one device (empty mesh) or a pipeline layout. With
+// float16: float16 compute and dynamic loss scaling from 2^24 (the first step overflows
+// and is skipped; the scale backs off to 2^16).
+TrainRun run_pipeline(const std::string& mesh_text, PipelineKind kind, bool float16 = false) {
   models::ModelConfig c = testing::tiny_gpt();
   c.layers = 4;
+  optim::OptimizerConfig oc = testing::test_adamw();
+  if (float16) {
+    c.compute_dtype = "float16";
+    oc.loss_scale.mode = optim::LossScaling::Dynamic;
+    oc.loss_scale.init_scale = 16777216.0;
+    oc.loss_scale.backoff_factor = 1.0 / 256;
+  }
   models::Model model(c);
-  optim::Optimizer optimizer(testing::test_adamw(), model.specs());
+  optim::Optimizer optimizer(oc, model.specs());
   Tree params = model.init(7), opt = optimizer.init(params);
   std::optional<TrainStep> one;
   std::optional<PipelineTrainStep> piped;
@@ -175,8 +187,10 @@ TrainRun run_pipeline(const std::string& mesh_text, PipelineKind kind) {
   TrainRun run;
   for (int64_t s = 0; s < kSteps; ++s) {
     const std::vector<data::Batch> b{testing::random_batch(kBatch, kSeq, 64, static_cast<uint64_t>(100 * s))};
-    run.losses.push_back(one ? one->run(params, opt, b, 1e-2, std::nullopt).loss
-                             : piped->run(params, opt, b, 1e-2).loss);
+    const StepStats stats = one ? one->run(params, opt, b, 1e-2, std::nullopt) : piped->run(params, opt, b, 1e-2);
+    run.losses.push_back(stats.loss);
+    run.skipped.push_back(stats.skipped);
+    run.scales.push_back(stats.loss_scale);
   }
   run.paths = params.paths();
   run.params = params.leaves();
@@ -211,6 +225,30 @@ void check_pipeline(const std::string& mesh_text, PipelineKind kind, const Train
     std::printf("%-24s losses %.7f %.7f %.7f  max rel err: loss %.2e params %.2e  sent %.0f (analytic %.0f)\n",
                 what.c_str(), got.losses[0], got.losses[1], got.losses[2], loss_err, param_err, got.measured_bytes,
                 analytic);
+  std::fflush(stdout);
+}
+
+// float16 with loss scaling across processes: the same skipped steps and scales as one
+// device, then its losses within 1e-4 and parameters within 2e-3 (float16 rounding in
+// another summation order; tests/train/test_pipeline_step.cpp has the in-process case).
+void check_pipeline_float16(const std::string& mesh_text, const TrainRun& want) {
+  const std::string what = mesh_text + " float16";
+  const TrainRun got = run_pipeline(mesh_text, PipelineKind::kOneFOneB, /*float16=*/true);
+  expect(want.skipped == std::vector<bool>{true, false, false},
+         "float16 one device: the first step should overflow at scale 2^24 and be skipped");
+  expect(got.skipped == want.skipped, what + ": skipped steps differ from one device's");
+  expect(got.scales == want.scales, what + ": loss scales differ from one device's");
+  double loss_err = 0, param_err = 0;
+  for (size_t i = 0; i < want.losses.size(); ++i)
+    loss_err = std::max(loss_err, std::abs(got.losses[i] - want.losses[i]) / std::abs(want.losses[i]));
+  for (size_t i = 0; i < want.params.size(); ++i)
+    param_err = std::max(param_err, relative_error(got.params[i], want.params[i]));
+  expect(loss_err <= 1e-4, fmt::format("{}: loss relative error {:.3g} (expected <= 1e-4)", what, loss_err));
+  expect(param_err <= 2e-3, fmt::format("{}: parameter relative error {:.3g} (expected <= 2e-3)", what, param_err));
+  if (g_rank == 0)
+    std::printf("%-24s losses %.7f %.7f %.7f  scales %g %g %g  max rel err: loss %.2e params %.2e\n", what.c_str(),
+                got.losses[0], got.losses[1], got.losses[2], got.scales[0], got.scales[1], got.scales[2], loss_err,
+                param_err);
   std::fflush(stdout);
 }
 
@@ -251,6 +289,10 @@ int main() {
                      {"pipeline=2,fsdp=2", PipelineKind::kGPipe}};
       for (const auto& [mesh_text, kind] : pipelines) check_pipeline(mesh_text, kind, want_4_layers);
       checked += pipelines.size();
+      if (n == 2) {
+        check_pipeline_float16("pipeline=2", run_pipeline("", PipelineKind::kOneFOneB, /*float16=*/true));
+        ++checked;
+      }
     }
     // Every rank learns the total, so they all exit with the same status.
     int64_t failures = g_failures;

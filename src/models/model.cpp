@@ -582,7 +582,8 @@ Array Model::loss(const Tree& params, const Array& tokens, const Array& targets,
 }
 
 Array Model::stage_forward(const Tree& params, const Array& input, int64_t first_layer, bool embed,
-                           const std::optional<Array>& targets, const std::optional<Packing>& packing) const {
+                           const std::optional<Array>& targets, const std::optional<Packing>& packing,
+                           const std::optional<Array>& dropout_key) const {
   if (embed) check_tokens(config_, input, 0, "stage_forward");
   if (packing && input.ndim() >= 2)
     for (const Array* a : {&packing->segments, &packing->positions})
@@ -595,7 +596,7 @@ Array Model::stage_forward(const Tree& params, const Array& input, int64_t first
         "Model::stage_forward: pipeline stages of a mixture-of-experts model are not supported yet (the load-balancing "
         "loss spans every layer)");
   const Segment segment{first_layer, embed, targets.has_value()};
-  const Array out = forward(config_, params, input, std::nullopt, nullptr, packing, segment);
+  const Array out = forward(config_, params, input, dropout_key, nullptr, packing, segment);
   if (!targets) return out;
   if (targets->shape() != Shape{input.shape(0), input.shape(1)})
     fail<ShapeError>("Model::stage_forward: targets {} do not match the batch [{}, {}]", to_string(targets->shape()),

@@ -19,6 +19,7 @@
 #include "tessera/base/thread_pool.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/core/ops.h"
+#include "tessera/core/random.h"
 #include "tessera/core/transforms.h"
 #include "tessera/nn/logical_sharding.h"
 #include "tessera/spmd/api.h"
@@ -171,8 +172,10 @@ PipelineExecutor::PipelineExecutor(const models::Model& model, const PipelineOpt
     auto run_stage = [m, first, embed, loss](const Tree& p_tree, const Array& x, const Tree& args) {
       std::optional<models::Packing> packing;
       if (args.items().count("seg")) packing = models::Packing{args.at("seg").leaf(), args.at("pos").leaf()};
+      std::optional<Array> key;
+      if (args.items().count("key")) key = args.at("key").leaf();
       return m->stage_forward(p_tree, x, first, embed, loss ? std::optional<Array>(args.at("t").leaf()) : std::nullopt,
-                              packing);
+                              packing, key);
     };
     forward_fn_.push_back(detail::to_jit_fn(
         [run_stage](const Tree& args) -> Tree { return Tree(run_stage(args.at("p"), args.at("x").leaf(), args)); }));
@@ -218,6 +221,10 @@ Tree PipelineExecutor::trace_args(const Tree& params, int s, const Array& x, con
   if (packed) {
     args["seg"] = Tree(Array::placeholder(micro, DType::Int32));
     args["pos"] = Tree(Array::placeholder(micro, DType::Int32));
+  }
+  if (model_.config().needs_step_key()) {
+    const Array key = nn::param_key(0, "dropout/0");  // a key's shape and dtype
+    args["key"] = Tree(Array::placeholder(key.shape(), key.dtype()));
   }
   return args;
 }
@@ -285,7 +292,7 @@ int PipelineExecutor::local_index() const {
 }
 
 PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, const Array& targets, double seed_value,
-                                     const std::optional<models::Packing>& packing) {
+                                     const std::optional<models::Packing>& packing, const std::optional<Array>& key) {
   if (tokens.ndim() != 2 || targets.shape() != tokens.shape())
     fail<ShapeError>("pipeline: tokens {} and targets {} must both be [batch, seq]", tessera::to_string(tokens.shape()),
                      tessera::to_string(targets.shape()));
@@ -327,6 +334,12 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
           astype(slice_axis(packing->positions, 0, mb * rows, (mb + 1) * rows), DType::Int32).eval());
     }
   }
+  const bool keyed = model_.config().needs_step_key();
+  if (keyed != key.has_value())
+    fail<ValueError>("pipeline: the model {} dropout or int8 backward GEMMs, so a step key must be {}",
+                     keyed ? "has" : "has no", keyed ? "given" : "omitted");
+  std::vector<Array> keys_mb;
+  if (key) keys_mb = m == 1 ? std::vector<Array>{*key} : random::split_keys(*key, m);
   // Each micro-batch's loss is a sum over its counted targets; the backward pass
   // starts from `seed` (1 / the counted targets for a mean).
   const Array seed = full(Shape{}, seed_value, DType::Float32).eval();
@@ -417,6 +430,7 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
           args["seg"] = Tree(rows_of(segments_mb[static_cast<size_t>(mb)]));
           args["pos"] = Tree(rows_of(positions_mb[static_cast<size_t>(mb)]));
         }
+        if (key) args["key"] = Tree(keys_mb[static_cast<size_t>(mb)]);  // whole on every device of the stage
         // A slot starts when its inputs are here: waiting for them is idle time (the bubble).
         double began = 0, cpu_began = 0;
         if (op.forward) {

@@ -67,10 +67,6 @@ std::optional<PipelinePlan> pipeline_plan(const TrainConfig& c) {
     fail<ConfigError>(
         "config: model.moe_experts = {} with a pipeline axis: mixture-of-experts pipeline stages are not built yet",
         c.model.moe_experts);
-  if (!c.model.quant_targets.empty())
-    fail<ConfigError>(
-        "config: [quant] targets ({}) with a pipeline axis: int8 training inside pipeline stages is not built yet",
-        fmt::join(c.model.quant_targets, ", "));
   const int p = mesh.axis_size("pipeline");
   if (p < 2)
     fail<ConfigError>("config: 'parallel.mesh' = \"{}\": the pipeline axis needs at least 2 devices", c.parallel.mesh);

@@ -48,7 +48,8 @@ spmd::Sharding PipelineExecutor::leaf_sharding(int stage, const std::string& pat
     }
     return layout_->param(rest);
   }
-  if (leaf.ndim() == 0) return spmd::Sharding::replicated(options_.mesh, 0);
+  if (leaf.ndim() == 0 || head == "key")
+    return spmd::Sharding::replicated(options_.mesh, static_cast<int>(leaf.ndim()));
   return layout_->batch(leaf.ndim());
 }
 

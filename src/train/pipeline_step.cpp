@@ -10,6 +10,7 @@
 
 #include "tessera/base/error.h"
 #include "tessera/core/ops.h"
+#include "tessera/core/random.h"
 #include "tessera/spmd/runtime.h"
 
 namespace tessera::train {
@@ -20,11 +21,6 @@ PipelineTrainStep::PipelineTrainStep(const models::Model& model, const optim::Op
     : model_(model), optimizer_(optimizer), accumulation_(accumulation), replicas_(replicas), mesh_(pipeline.mesh) {
   if (accumulation < 1) fail<ValueError>("pipeline step: {} accumulation micro-batches; expected >= 1", accumulation);
   if (replicas < 1) fail<ValueError>("pipeline step: {} data-parallel replicas; expected >= 1", replicas);
-  if (model.config().needs_step_key())
-    fail<ValueError>(
-        "pipeline parallelism does not support model.dropout > 0 or int8 backward GEMMs yet (each needs a per-step "
-        "random key in the stage programs); set model.dropout = 0 and quant.backward = \"float\", or drop the "
-        "pipeline axis");
   if (spmd::is_multi_process()) {
     if (mesh == nullptr || mesh->size() != spmd::device_count() || !mesh->has_axis("pipeline"))
       fail<ValueError>("pipeline step: {} processes need a mesh of {} devices with a pipeline axis (got {})",
@@ -127,10 +123,21 @@ void PipelineTrainStep::compile(const Tree& params, const Tree& opt_state, const
   (void)update_program(args).lowered(args);
 }
 
-StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr) {
+std::optional<Array> PipelineTrainStep::key_of(const std::optional<Array>& key, int64_t i, int replica) const {
+  if (!key) return std::nullopt;
+  const Array step = accumulation_ == 1 ? *key : random::split_keys(*key, accumulation_)[static_cast<size_t>(i)];
+  return replicas_ == 1 ? step : random::split_keys(step, replicas_)[static_cast<size_t>(replica)];
+}
+
+StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr,
+                                 const std::optional<Array>& key) {
   if (static_cast<int64_t>(micro.size()) != accumulation_)
     fail<ValueError>("pipeline step: {} micro-batches given, {} expected", micro.size(), accumulation_);
-  if (multi_process_) return run_multi_process(params, opt_state, micro, lr);
+  if (model_.config().needs_step_key() != key.has_value())
+    fail<ValueError>("pipeline step: the model {} dropout or int8 backward GEMMs, so a step key must be {}",
+                     model_.config().needs_step_key() ? "has" : "has no",
+                     model_.config().needs_step_key() ? "given" : "omitted");
+  if (multi_process_) return run_multi_process(params, opt_state, micro, lr, key);
   const int r_count = replicas_;
   std::vector<Tree> parts;
   double loss = 0, busy = 0, capacity = 0;
@@ -140,7 +147,8 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
   // Loss scaling: the backward passes start from scale / counted (the scaled mean loss's
   // gradient); the scale is a power of two, so dividing the loss by it is exact.
   const double scale = loss_scale_of(opt_state);
-  for (const data::Batch& batch : micro) {
+  for (size_t i = 0; i < micro.size(); ++i) {
+    const data::Batch& batch = micro[i];
     const double counted = counted_targets(batch.targets);
     if (!(counted > 0)) fail<ValueError>("pipeline step: every target of a micro-batch is -100 (ignored)");
     std::vector<PipelineResult> results(static_cast<size_t>(r_count));
@@ -148,8 +156,9 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
     auto replica = [&](int r) {
       try {
         const data::Batch rows = rows_of(batch, r);
-        results[static_cast<size_t>(r)] = executors_[static_cast<size_t>(r)].run(params, rows.tokens, rows.targets,
-                                                                                 scale / counted, packing_of(rows));
+        results[static_cast<size_t>(r)] =
+            executors_[static_cast<size_t>(r)].run(params, rows.tokens, rows.targets, scale / counted, packing_of(rows),
+                                                   key_of(key, static_cast<int64_t>(i), r));
       } catch (...) {
         errors[static_cast<size_t>(r)] = std::current_exception();
       }
@@ -176,7 +185,7 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
 }
 
 StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro,
-                                               double lr) {
+                                               double lr, const std::optional<Array>& key) {
   PipelineExecutor& executor = executors_.front();
   const int me = spmd::local_devices().front();
   std::optional<Tree> local;  // this process's gradients, summed over accumulation steps in order
@@ -185,11 +194,13 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
   std::array<double, 5> figures{};
   last_timelines_.assign(1, PipelineTimeline{});
   const double scale = loss_scale_of(opt_state);  // every process holds the same optimizer state
-  for (const data::Batch& batch : micro) {
+  for (size_t i = 0; i < micro.size(); ++i) {
+    const data::Batch& batch = micro[i];
     const double counted = counted_targets(batch.targets);  // every process reads the whole micro-batch
     if (!(counted > 0)) fail<ValueError>("pipeline step: every target of a micro-batch is -100 (ignored)");
     const data::Batch rows = rows_of(batch, replica_here_);
-    PipelineResult result = executor.run(params, rows.tokens, rows.targets, scale / counted, packing_of(rows));
+    PipelineResult result = executor.run(params, rows.tokens, rows.targets, scale / counted, packing_of(rows),
+                                         key_of(key, static_cast<int64_t>(i), replica_here_));
     local = local ? add_trees(*local, result.grads) : result.grads;
     figures[0] += result.loss / scale;
     figures[1] += result.measured.busy;

@@ -512,7 +512,7 @@ void TrainLoop::step_once() {
   const double lr = optim::learning_rate(cfg_.schedule, step_);
   if (recorder_) recorder_->step_start(step_ + 1);
   reset_peak_bytes_in_use();
-  const StepStats stats = pipeline_step_ ? pipeline_step_->run(params_, opt_state_, micro, lr)
+  const StepStats stats = pipeline_step_ ? pipeline_step_->run(params_, opt_state_, micro, lr, dropout_key_for(step_))
                                          : train_step_->run(params_, opt_state_, micro, lr, dropout_key_for(step_));
   const int64_t step_peak_bytes = allocator_stats().peak_bytes_in_use;
   ++step_;

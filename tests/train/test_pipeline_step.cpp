@@ -312,9 +312,6 @@ TEST(PipelineConfig, BadKeysAreClearErrors) {
   c.loop.batch = 2;
   c.parallel.pipeline_schedule = "interleaved";
   EXPECT_NE(message(c).find("do not split into a multiple of 4 pipeline micro-batches"), std::string::npos);
-  c = pipeline_config("pipeline=2");
-  c.model.quant_targets = {"mlp"};
-  EXPECT_NE(message(c).find("int8 training inside pipeline stages is not built yet"), std::string::npos);
 }
 
 // float16 compute with dynamic loss scaling: the backward passes start from the scaled
@@ -377,14 +374,72 @@ TEST(PipelineTrainStep, Float16LossScalingSkipsAndBacksOffAsOneDevice) {
   for (size_t i = 0; i < x.size(); ++i) testing::expect_close(x[i], y[i], 2e-3, "float16 " + paths[i]);
 }
 
+// Dropout and int8 training (AQT: int8 backward GEMMs round stochastically) in the
+// stages: each stage program reads the step's key, and each layer draws from its own
+// key, as in the whole model. With one pipeline micro-batch and one replica the draws
+// are one device's, so the run equals TrainStep's with the same step keys (alone and
+// with accumulation); with more micro-batches each draws its own: the run repeats
+// bitwise and differs from the run without dropout or int8.
+TEST(PipelineTrainStep, DropoutAndInt8InStagesTrainAsOneDeviceWithTheSameKeys) {
+  for (const std::string variant : {"gpt2 dropout", "llama dropout", "gpt2 int8"}) {
+    const std::string family = variant.substr(0, variant.find(' '));
+    models::ModelConfig c = config(family);
+    if (variant.ends_with("dropout")) {
+      c.dropout = 0.1;
+    } else {
+      c.quant_targets = {"attention", "mlp", "head"};
+      c.quant_backward = "int8";
+    }
+    const models::Model model(c);
+    const optim::Optimizer optimizer(adamw(), model.specs());
+    auto key = [](int64_t step) { return nn::param_key(5, fmt::format("dropout/{}", step)); };
+    for (const int64_t k : {int64_t{1}, int64_t{2}}) {
+      const std::string what = fmt::format("{} accumulation={}", variant, k);
+      TrainStep one(model, optimizer, k);
+      int64_t step = 0;
+      const TrainedRun want = train(model, optimizer, k, [&](Tree& p, Tree& s, const auto& micro) {
+        return one.run(p, s, micro, 1e-2, key(step++));
+      });
+      PipelineOptions o;
+      o.devices = 2;
+      o.micro_batches = 1;
+      PipelineTrainStep pipe(model, optimizer, k, o, 1, kSeq);
+      step = 0;
+      const TrainedRun got = train(model, optimizer, k, [&](Tree& p, Tree& s, const auto& micro) {
+        return pipe.run(p, s, micro, 1e-2, key(step++));
+      });
+      expect_trains_alike(got, want, what);
+    }
+    // Four pipeline micro-batches: their own masks, deterministic.
+    PipelineOptions o;
+    o.devices = 2;
+    o.micro_batches = 4;
+    PipelineTrainStep pipe(model, optimizer, 1, o, 1, kSeq);
+    int64_t step = 0;
+    auto pipelined = [&](Tree& p, Tree& s, const auto& micro) { return pipe.run(p, s, micro, 1e-2, key(step++)); };
+    const TrainedRun got = train(model, optimizer, 1, pipelined);
+    step = 0;
+    expect_bitwise_repeat(train(model, optimizer, 1, pipelined), got, variant + " m=4");
+    models::ModelConfig plain_config = config(family);
+    const models::Model plain(plain_config);
+    PipelineTrainStep plain_pipe(plain, optimizer, 1, o, 1, kSeq);
+    const TrainedRun without = train(
+        plain, optimizer, 1, [&](Tree& p, Tree& s, const auto& micro) { return plain_pipe.run(p, s, micro, 1e-2); });
+    EXPECT_NE(got.losses[0], without.losses[0]) << variant << " changed nothing";
+  }
+}
+
 TEST(PipelineTrainStep, UnsupportedModelsAreClearErrors) {
   models::ModelConfig c = config("gpt2");
   c.dropout = 0.1;
   const models::Model model(c);
   const optim::Optimizer optimizer(adamw(), model.specs());
+  // Dropout needs the step's key, and a model without it takes none.
+  PipelineTrainStep dropping(model, optimizer, 1, {}, 1, kSeq);
+  Tree p0 = model.init(1), s0 = optimizer.init(p0);
   EXPECT_NE(testing::error_of<ValueError>([&] {
-              PipelineTrainStep(model, optimizer, 1, {}, 1, kSeq);
-            }).find("does not support model.dropout > 0"),
+              dropping.run(p0, s0, {testing::random_batch(kBatch, kSeq, 64, 1)}, 1e-3);
+            }).find("so a step key must be given"),
             std::string::npos);
   const models::Model plain(config("gpt2"));
   PipelineTrainStep pipe(plain, optimizer, 1, {}, 1, kSeq);

@@ -121,8 +121,13 @@ class PipelineExecutor {
   // has this device's ops only; the caller adds them up over the processes.
   // With packed documents (`packing`: segment ids and positions of the tokens' shape)
   // every stage reads its micro-batch's rows of them.
+  // A model with dropout or int8 backward GEMMs (ModelConfig::needs_step_key) takes a
+  // random `key` (ValueError without one, or with one it does not need): with one
+  // micro-batch the stages use it as the whole model's step would; with m, micro-batch i
+  // uses split_keys(key, m)[i] (its forward and the backward's recomputation alike).
   PipelineResult run(const Tree& params, const Array& tokens, const Array& targets, double seed,
-                     const std::optional<models::Packing>& packing = std::nullopt);
+                     const std::optional<models::Packing>& packing = std::nullopt,
+                     const std::optional<Array>& key = std::nullopt);
 
   const PipelineSchedule& schedule() const { return schedule_; }
   const std::vector<std::pair<int, int>>& stage_layers() const { return stage_layers_; }

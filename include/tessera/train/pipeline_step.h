@@ -32,8 +32,11 @@
 // with the optimizer state's scale / the counted targets, and the update unscales the
 // summed gradients and skips the step when one is not finite, as the one-device step.
 //
-// Not supported yet, each a ValueError naming it: dropout and int8 backward GEMMs (both
-// need a step key).
+// Dropout and int8 backward GEMMs (stochastic rounding) take the step's random key: each
+// stage program reads its micro-batch's key (key_of, then PipelineExecutor::run's split
+// over pipeline micro-batches), so with one pipeline micro-batch and one replica the
+// masks are one device's; with more, each part draws its own (the run is deterministic,
+// not the one-device masks).
 //
 // With partitioned stages, the parameters and optimizer state still stay whole between
 // steps and the update runs unpartitioned: every stage device reads its shards of them.
@@ -67,8 +70,12 @@ class PipelineTrainStep {
   // Compiles every replica's stage programs and the update program without running them.
   void compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch);
 
-  // Updates params and opt_state in place from `micro` (k batches).
-  StepStats run(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr);
+  // Updates params and opt_state in place from `micro` (k batches). A model with dropout
+  // or int8 backward GEMMs takes the step's random key (as TrainStep::run): accumulation
+  // step i uses split_keys(key, k)[i] as one device does (the key itself when k = 1), and
+  // replica r of R its split_keys(that, R)[r].
+  StepStats run(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr,
+                const std::optional<Array>& key = std::nullopt);
 
   const PipelineSchedule& schedule() const { return executors_.front().schedule(); }
   const std::vector<std::pair<int, int>>& stage_layers() const { return executors_.front().stage_layers(); }
@@ -119,7 +126,10 @@ class PipelineTrainStep {
   // losses of the accumulation steps, summed).
   StepStats apply_update(Tree& params, Tree& opt_state, std::vector<Tree> parts, double lr, double loss_sum);
   // Several processes: this process's part of the step, summed over the world.
-  StepStats run_multi_process(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr);
+  StepStats run_multi_process(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr,
+                              const std::optional<Array>& key);
+  // The key of accumulation step i's rows of replica r (nullopt without a step key).
+  std::optional<Array> key_of(const std::optional<Array>& key, int64_t i, int replica) const;
 };
 
 }  // namespace tessera::train

@@ -15,7 +15,7 @@
 // activations and gradients as point-to-point messages) of a 4-layer GPT against one
 // device: pipeline=2 (1F1B and GPipe) on 2 ranks; pipeline=2,data=2, pipeline=4 and
 // stages partitioned over tensor=2 or fsdp=2 on 4; the same bars. And float16 with loss
-// scaling through pipeline=2 on 2 ranks (check_pipeline_float16).
+// scaling and dropout through pipeline=2 on 2 ranks (check_pipeline_float16, _dropout).
 // Exits nonzero on any mismatch, on every rank.
 #include <fmt/format.h>
 
@@ -155,9 +155,12 @@ void check_layout(const std::string& mesh_text, const TrainRun& want) {
 // 3 AdamW steps of a 4-layer GPT: on one device (empty mesh) or a pipeline layout. With
 // float16: float16 compute and dynamic loss scaling from 2^24 (the first step overflows
 // and is skipped; the scale backs off to 2^16).
-TrainRun run_pipeline(const std::string& mesh_text, PipelineKind kind, bool float16 = false) {
+// With dropout: model.dropout 0.1, the step keys param_key(5, "dropout/<step>"), one
+// pipeline micro-batch (so the masks are one device's).
+TrainRun run_pipeline(const std::string& mesh_text, PipelineKind kind, bool float16 = false, bool dropout = false) {
   models::ModelConfig c = testing::tiny_gpt();
   c.layers = 4;
+  if (dropout) c.dropout = 0.1;
   optim::OptimizerConfig oc = testing::test_adamw();
   if (float16) {
     c.compute_dtype = "float16";
@@ -177,7 +180,7 @@ TrainRun run_pipeline(const std::string& mesh_text, PipelineKind kind, bool floa
     PipelineOptions o;
     o.kind = kind;
     o.devices = mesh.axis_size("pipeline");
-    o.micro_batches = 4;
+    o.micro_batches = dropout ? 1 : 4;
     // FSDP or tensor axes: one pipeline whose stages are partitioned over them.
     const bool partitioned = mesh.has_axis("fsdp") || mesh.has_axis("tensor");
     if (partitioned) o.mesh = mesh;
@@ -187,7 +190,9 @@ TrainRun run_pipeline(const std::string& mesh_text, PipelineKind kind, bool floa
   TrainRun run;
   for (int64_t s = 0; s < kSteps; ++s) {
     const std::vector<data::Batch> b{testing::random_batch(kBatch, kSeq, 64, static_cast<uint64_t>(100 * s))};
-    const StepStats stats = one ? one->run(params, opt, b, 1e-2, std::nullopt) : piped->run(params, opt, b, 1e-2);
+    std::optional<Array> key;
+    if (dropout) key = nn::param_key(5, fmt::format("dropout/{}", s));
+    const StepStats stats = one ? one->run(params, opt, b, 1e-2, key) : piped->run(params, opt, b, 1e-2, key);
     run.losses.push_back(stats.loss);
     run.skipped.push_back(stats.skipped);
     run.scales.push_back(stats.loss_scale);
@@ -252,6 +257,24 @@ void check_pipeline_float16(const std::string& mesh_text, const TrainRun& want) 
   std::fflush(stdout);
 }
 
+// Dropout across processes: each stage reads the step's key; with one pipeline
+// micro-batch the masks are one device's, so the losses and parameters are too (1e-5).
+void check_pipeline_dropout(const std::string& mesh_text, const TrainRun& want) {
+  const std::string what = mesh_text + " dropout";
+  const TrainRun got = run_pipeline(mesh_text, PipelineKind::kOneFOneB, /*float16=*/false, /*dropout=*/true);
+  double loss_err = 0, param_err = 0;
+  for (size_t i = 0; i < want.losses.size(); ++i)
+    loss_err = std::max(loss_err, std::abs(got.losses[i] - want.losses[i]) / std::abs(want.losses[i]));
+  for (size_t i = 0; i < want.params.size(); ++i)
+    param_err = std::max(param_err, relative_error(got.params[i], want.params[i]));
+  expect(loss_err <= 1e-5, fmt::format("{}: loss relative error {:.3g} (expected <= 1e-5)", what, loss_err));
+  expect(param_err <= 1e-5, fmt::format("{}: parameter relative error {:.3g} (expected <= 1e-5)", what, param_err));
+  if (g_rank == 0)
+    std::printf("%-24s losses %.7f %.7f %.7f  max rel err: loss %.2e params %.2e\n", what.c_str(), got.losses[0],
+                got.losses[1], got.losses[2], loss_err, param_err);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main() {
@@ -291,7 +314,8 @@ int main() {
       checked += pipelines.size();
       if (n == 2) {
         check_pipeline_float16("pipeline=2", run_pipeline("", PipelineKind::kOneFOneB, /*float16=*/true));
-        ++checked;
+        check_pipeline_dropout("pipeline=2", run_pipeline("", PipelineKind::kOneFOneB, false, /*dropout=*/true));
+        checked += 2;
       }
     }
     // Every rank learns the total, so they all exit with the same status.

@@ -233,6 +233,16 @@ void check_pipeline(const std::string& mesh_text, PipelineKind kind, const Train
   std::fflush(stdout);
 }
 
+// The largest relative error of got's losses and of its parameters against want's.
+std::pair<double, double> largest_errors(const TrainRun& got, const TrainRun& want) {
+  double loss_err = 0, param_err = 0;
+  for (size_t i = 0; i < want.losses.size(); ++i)
+    loss_err = std::max(loss_err, std::abs(got.losses[i] - want.losses[i]) / std::abs(want.losses[i]));
+  for (size_t i = 0; i < want.params.size(); ++i)
+    param_err = std::max(param_err, relative_error(got.params[i], want.params[i]));
+  return {loss_err, param_err};
+}
+
 // float16 with loss scaling across processes: the same skipped steps and scales as one
 // device, then its losses within 1e-4 and parameters within 2e-3 (float16 rounding in
 // another summation order; tests/train/test_pipeline_step.cpp has the in-process case).
@@ -243,11 +253,7 @@ void check_pipeline_float16(const std::string& mesh_text, const TrainRun& want) 
          "float16 one device: the first step should overflow at scale 2^24 and be skipped");
   expect(got.skipped == want.skipped, what + ": skipped steps differ from one device's");
   expect(got.scales == want.scales, what + ": loss scales differ from one device's");
-  double loss_err = 0, param_err = 0;
-  for (size_t i = 0; i < want.losses.size(); ++i)
-    loss_err = std::max(loss_err, std::abs(got.losses[i] - want.losses[i]) / std::abs(want.losses[i]));
-  for (size_t i = 0; i < want.params.size(); ++i)
-    param_err = std::max(param_err, relative_error(got.params[i], want.params[i]));
+  const auto [loss_err, param_err] = largest_errors(got, want);
   expect(loss_err <= 1e-4, fmt::format("{}: loss relative error {:.3g} (expected <= 1e-4)", what, loss_err));
   expect(param_err <= 2e-3, fmt::format("{}: parameter relative error {:.3g} (expected <= 2e-3)", what, param_err));
   if (g_rank == 0)
@@ -262,11 +268,7 @@ void check_pipeline_float16(const std::string& mesh_text, const TrainRun& want) 
 void check_pipeline_dropout(const std::string& mesh_text, const TrainRun& want) {
   const std::string what = mesh_text + " dropout";
   const TrainRun got = run_pipeline(mesh_text, PipelineKind::kOneFOneB, /*float16=*/false, /*dropout=*/true);
-  double loss_err = 0, param_err = 0;
-  for (size_t i = 0; i < want.losses.size(); ++i)
-    loss_err = std::max(loss_err, std::abs(got.losses[i] - want.losses[i]) / std::abs(want.losses[i]));
-  for (size_t i = 0; i < want.params.size(); ++i)
-    param_err = std::max(param_err, relative_error(got.params[i], want.params[i]));
+  const auto [loss_err, param_err] = largest_errors(got, want);
   expect(loss_err <= 1e-5, fmt::format("{}: loss relative error {:.3g} (expected <= 1e-5)", what, loss_err));
   expect(param_err <= 1e-5, fmt::format("{}: parameter relative error {:.3g} (expected <= 1e-5)", what, param_err));
   if (g_rank == 0)

@@ -90,9 +90,7 @@ std::shared_ptr<compiler::CompilationCache> cache_for(const JitOptions& options)
 // The compile options of a call: GPU programs read attention's operands in place
 // (CompileOptions::packed_attention).
 compiler::CompileOptions compile_options_for(const JitOptions& options) {
-  compiler::CompileOptions compile = options.compile;
-  if (compiler::DeviceSpec::parse(options.device).cuda) compile.packed_attention = true;
-  return compile;
+  return compiler::for_device(compiler::DeviceSpec::parse(options.device).cuda, options.compile);
 }
 
 // Compiles `traced`, or loads the executable the persistent compilation cache holds

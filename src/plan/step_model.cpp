@@ -568,9 +568,7 @@ StepEstimate cost_pipeline_step(const PreparedStep& prepared, const goodput::Acc
 }  // namespace
 
 compiler::CompileOptions compile_options_for(const goodput::AcceleratorSpec& accelerator) {
-  compiler::CompileOptions options;
-  options.packed_attention = accelerator.kind == "gpu";  // as jit compiles for a CUDA device
-  return options;
+  return compiler::for_device(accelerator.kind == "gpu");
 }
 
 PreparedStep prepare_step(const train::TrainConfig& config, const PlanLayout& layout,

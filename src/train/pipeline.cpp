@@ -122,6 +122,10 @@ double thread_cpu_seconds() {
 
 }  // namespace
 
+std::vector<Array> part_keys(const Array& key, int64_t n) {
+  return n == 1 ? std::vector<Array>{key} : random::split_keys(key, n);
+}
+
 double counted_targets(const Array& targets) {
   return sum(astype(not_equal(targets, scalar_like(-100, targets)), DType::Float64)).item<double>();
 }
@@ -339,7 +343,7 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
     fail<ValueError>("pipeline: the model {} dropout or int8 backward GEMMs, so a step key must be {}",
                      keyed ? "has" : "has no", keyed ? "given" : "omitted");
   std::vector<Array> keys_mb;
-  if (key) keys_mb = m == 1 ? std::vector<Array>{*key} : random::split_keys(*key, m);
+  if (key) keys_mb = part_keys(*key, m);
   // Each micro-batch's loss is a sum over its counted targets; the backward pass
   // starts from `seed` (1 / the counted targets for a mean).
   const Array seed = full(Shape{}, seed_value, DType::Float32).eval();

@@ -10,7 +10,6 @@
 
 #include "tessera/base/error.h"
 #include "tessera/core/ops.h"
-#include "tessera/core/random.h"
 #include "tessera/spmd/runtime.h"
 
 namespace tessera::train {
@@ -123,21 +122,19 @@ void PipelineTrainStep::compile(const Tree& params, const Tree& opt_state, const
   (void)update_program(args).lowered(args);
 }
 
-std::optional<Array> PipelineTrainStep::key_of(const std::optional<Array>& key, int64_t i, int replica) const {
-  if (!key) return std::nullopt;
-  const Array step = accumulation_ == 1 ? *key : random::split_keys(*key, accumulation_)[static_cast<size_t>(i)];
-  return replicas_ == 1 ? step : random::split_keys(step, replicas_)[static_cast<size_t>(replica)];
+std::vector<std::vector<Array>> PipelineTrainStep::keys_of(const std::optional<Array>& key) const {
+  std::vector<std::vector<Array>> keys;
+  if (key)
+    for (const Array& step : part_keys(*key, accumulation_)) keys.push_back(part_keys(step, replicas_));
+  return keys;
 }
 
 StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr,
                                  const std::optional<Array>& key) {
   if (static_cast<int64_t>(micro.size()) != accumulation_)
     fail<ValueError>("pipeline step: {} micro-batches given, {} expected", micro.size(), accumulation_);
-  if (model_.config().needs_step_key() != key.has_value())
-    fail<ValueError>("pipeline step: the model {} dropout or int8 backward GEMMs, so a step key must be {}",
-                     model_.config().needs_step_key() ? "has" : "has no",
-                     model_.config().needs_step_key() ? "given" : "omitted");
   if (multi_process_) return run_multi_process(params, opt_state, micro, lr, key);
+  const std::vector<std::vector<Array>> keys = keys_of(key);  // PipelineExecutor::run checks it is needed
   const int r_count = replicas_;
   std::vector<Tree> parts;
   double loss = 0, busy = 0, capacity = 0;
@@ -156,9 +153,9 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
     auto replica = [&](int r) {
       try {
         const data::Batch rows = rows_of(batch, r);
-        results[static_cast<size_t>(r)] =
-            executors_[static_cast<size_t>(r)].run(params, rows.tokens, rows.targets, scale / counted, packing_of(rows),
-                                                   key_of(key, static_cast<int64_t>(i), r));
+        results[static_cast<size_t>(r)] = executors_[static_cast<size_t>(r)].run(
+            params, rows.tokens, rows.targets, scale / counted, packing_of(rows),
+            keys.empty() ? std::nullopt : std::optional(keys[i][static_cast<size_t>(r)]));
       } catch (...) {
         errors[static_cast<size_t>(r)] = std::current_exception();
       }
@@ -194,13 +191,15 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
   std::array<double, 5> figures{};
   last_timelines_.assign(1, PipelineTimeline{});
   const double scale = loss_scale_of(opt_state);  // every process holds the same optimizer state
+  const std::vector<std::vector<Array>> keys = keys_of(key);
   for (size_t i = 0; i < micro.size(); ++i) {
     const data::Batch& batch = micro[i];
     const double counted = counted_targets(batch.targets);  // every process reads the whole micro-batch
     if (!(counted > 0)) fail<ValueError>("pipeline step: every target of a micro-batch is -100 (ignored)");
     const data::Batch rows = rows_of(batch, replica_here_);
-    PipelineResult result = executor.run(params, rows.tokens, rows.targets, scale / counted, packing_of(rows),
-                                         key_of(key, static_cast<int64_t>(i), replica_here_));
+    PipelineResult result =
+        executor.run(params, rows.tokens, rows.targets, scale / counted, packing_of(rows),
+                     keys.empty() ? std::nullopt : std::optional(keys[i][static_cast<size_t>(replica_here_)]));
     local = local ? add_trees(*local, result.grads) : result.grads;
     figures[0] += result.loss / scale;
     figures[1] += result.measured.busy;

@@ -52,6 +52,13 @@ struct CompileOptions {
   bool packed_attention = false;
 };
 
+// `base` as compiled for a GPU (gpu) or a CPU: what jit uses for a device, and the
+// planner for an accelerator of that kind.
+inline CompileOptions for_device(bool gpu, CompileOptions base = {}) {
+  if (gpu) base.packed_attention = true;
+  return base;
+}
+
 // The default pipeline jit and eval use.
 Pipeline default_pipeline(const CompileOptions& options = {});
 

@@ -169,16 +169,19 @@ class Model {
              const std::optional<Array>& dropout_key = std::nullopt,
              const std::optional<Packing>& packing = std::nullopt) const;
 
-  // One pipeline stage's part of the training forward pass (train/pipeline.h). `params` holds what the part reads:
-  // "layers", the list of its layers (model layers first_layer, first_layer + 1, ...), plus "wte" (and GPT-2's "wpe")
-  // when it embeds, plus "lnf" and "head" (or "wte" when tied) when it ends with the loss. With `embed`, `input` is
-  // int32 tokens [B, T]; else the residual stream [B, T, dim] the previous part returned. With targets, the part ends
-  // with the loss as a float32 *sum* over the targets that count (micro-batches add up to the batch's sum); without, it
-  // returns the residual stream. The parts compose to loss() times the number of counted targets. With packed documents
-  // every part takes the batch's segment ids and positions (attention and RoPE need them in every layer). With the
-  // step's dropout key (model.dropout > 0, or int8 backward GEMMs) the part applies its layers' dropout and stochastic
-  // rounding as the whole model does with that key: each layer draws from its own key (the model's layer index), so the
-  // parts compose to logits().
+  // One pipeline stage's part of the training forward pass (train/pipeline.h). `params`
+  // holds what the part reads: "layers", the list of its layers (model layers
+  // first_layer, first_layer + 1, ...), plus "wte" (and GPT-2's "wpe") when it embeds,
+  // plus "lnf" and "head" (or "wte" when tied) when it ends with the loss. With `embed`,
+  // `input` is int32 tokens [B, T]; else the residual stream [B, T, dim] the previous
+  // part returned. With targets, the part ends with the loss as a float32 *sum* over the
+  // targets that count (micro-batches add up to the batch's sum); without, it returns
+  // the residual stream. The parts compose to loss() times the number of counted
+  // targets. With packed documents every part takes the batch's segment ids and
+  // positions (attention and RoPE need them in every layer). With the step's dropout key
+  // (model.dropout > 0, or int8 backward GEMMs) the part applies its layers' dropout and
+  // stochastic rounding as the whole model does with that key: each layer draws from its
+  // own key (by the model's layer index), so the parts compose to loss() with that key.
   Array stage_forward(const Tree& params, const Array& input, int64_t first_layer, bool embed,
                       const std::optional<Array>& targets, const std::optional<Packing>& packing = std::nullopt,
                       const std::optional<Array>& dropout_key = std::nullopt) const;

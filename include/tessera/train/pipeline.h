@@ -90,6 +90,11 @@ struct PipelineResult {
   double stage_collective_bytes = 0;
 };
 
+// The keys of a step's n parts (accumulation steps, replicas, pipeline micro-batches),
+// as TrainStep gives its micro-batches theirs: the key itself for one part, else
+// split_keys(key, n).
+std::vector<Array> part_keys(const Array& key, int64_t n);
+
 // The targets of a batch that count in the loss (those not -100).
 double counted_targets(const Array& targets);
 
@@ -122,9 +127,9 @@ class PipelineExecutor {
   // With packed documents (`packing`: segment ids and positions of the tokens' shape)
   // every stage reads its micro-batch's rows of them.
   // A model with dropout or int8 backward GEMMs (ModelConfig::needs_step_key) takes a
-  // random `key` (ValueError without one, or with one it does not need): with one
-  // micro-batch the stages use it as the whole model's step would; with m, micro-batch i
-  // uses split_keys(key, m)[i] (its forward and the backward's recomputation alike).
+  // random `key` (ValueError without one, or with one it does not need): micro-batch i
+  // uses part_keys(key, m)[i] (the key itself when m = 1, as the whole model's step
+  // would), in its forward and the backward's recomputation alike.
   PipelineResult run(const Tree& params, const Array& tokens, const Array& targets, double seed,
                      const std::optional<models::Packing>& packing = std::nullopt,
                      const std::optional<Array>& key = std::nullopt);

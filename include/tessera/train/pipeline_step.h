@@ -33,7 +33,7 @@
 // summed gradients and skips the step when one is not finite, as the one-device step.
 //
 // Dropout and int8 backward GEMMs (stochastic rounding) take the step's random key: each
-// stage program reads its micro-batch's key (key_of, then PipelineExecutor::run's split
+// stage program reads its micro-batch's key (keys_of, then PipelineExecutor::run's split
 // over pipeline micro-batches), so with one pipeline micro-batch and one replica the
 // masks are one device's; with more, each part draws its own (the run is deterministic,
 // not the one-device masks).
@@ -128,8 +128,9 @@ class PipelineTrainStep {
   // Several processes: this process's part of the step, summed over the world.
   StepStats run_multi_process(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr,
                               const std::optional<Array>& key);
-  // The key of accumulation step i's rows of replica r (nullopt without a step key).
-  std::optional<Array> key_of(const std::optional<Array>& key, int64_t i, int replica) const;
+  // keys_of(key)[i][r]: the key of accumulation step i's rows of replica r (part_keys
+  // twice; empty without a step key).
+  std::vector<std::vector<Array>> keys_of(const std::optional<Array>& key) const;
 };
 
 }  // namespace tessera::train

@@ -164,7 +164,15 @@ Array Optimizer::loss_scale(const Tree& state) const {
   return state.at("loss_scale").at("scale").leaf();
 }
 
-Optimizer::Update Optimizer::apply(const Tree& params, const Tree& grads, const Tree& state, const Array& lr) const {
+Array Optimizer::squared_norm(const Tree& grads, const Tree& state) const {
+  if (!scales_loss()) return global_squared_norm(grads);
+  // As apply() unscales: multiplied by 1 / scale in each gradient's dtype.
+  const Array inverse = divide(scalar_like(1, loss_scale(state)), loss_scale(state));
+  return global_squared_norm(grads.map([&](const Array& g) { return multiply(g, astype(inverse, g.dtype())); }));
+}
+
+Optimizer::Update Optimizer::apply(const Tree& params, const Tree& grads, const Tree& state, const Array& lr,
+                                   const Array& squared_norm) const {
   const bool adamw = config_.name == "adamw";
   const bool scaling = scales_loss();
   check_like_params("grads", params, grads, false);
@@ -202,11 +210,11 @@ Optimizer::Update Optimizer::apply(const Tree& params, const Tree& grads, const 
   // the other rules get clipped gradients.
   std::optional<Array> clip_scale;
   if (config_.clip_norm > 0 && adamw) {
-    std::tie(clip_scale, out.grad_norm) = clip_factor(unscaled, config_.clip_norm);
+    std::tie(clip_scale, out.grad_norm) = clip_factor(unscaled, config_.clip_norm, squared_norm);
   } else if (config_.clip_norm > 0) {
-    std::tie(g_tree, out.grad_norm) = clip_by_global_norm(unscaled, config_.clip_norm);
+    std::tie(g_tree, out.grad_norm) = clip_by_global_norm(unscaled, config_.clip_norm, squared_norm);
   } else {
-    out.grad_norm = global_norm(unscaled);
+    out.grad_norm = squared_norm.valid() ? astype(sqrt(squared_norm), DType::Float32) : global_norm(unscaled);
   }
   // The step count is 1-based in the update (bias correction): the state holds how
   // many updates were applied before this one.

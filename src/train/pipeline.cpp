@@ -136,6 +136,18 @@ Tree add_trees(const Tree& a, const Tree& b) {
   return sum;
 }
 
+bool stage_reads(const std::string& path, const std::pair<int, int>& layers, bool first, bool last, bool tied) {
+  const std::string top = path.substr(0, path.find('.'));
+  if (top == "layers") {
+    const size_t end = path.find('.', 7);
+    const int layer = std::stoi(path.substr(7, end == std::string::npos ? std::string::npos : end - 7));
+    return layer >= layers.first && layer < layers.second;
+  }
+  if (top == "wte") return first || (last && tied);
+  if (top == "wpe") return first;
+  return last;  // lnf, head
+}
+
 std::vector<double> pipeline_layer_costs(const models::Model& model, int64_t seq) {
   const models::ModelConfig& c = model.config();
   const Tree shapes = model.placeholders();
@@ -158,6 +170,8 @@ PipelineExecutor::PipelineExecutor(const models::Model& model, const PipelineOpt
                                                : stage_ranges(options, stages, static_cast<int>(model.config().layers));
   compiled_.reset(new std::atomic<bool>[2 * static_cast<size_t>(stages)]);
   for (int i = 0; i < 2 * stages; ++i) compiled_[static_cast<size_t>(i)] = false;
+  eval_compiled_.reset(new std::atomic<bool>[static_cast<size_t>(stages)]);
+  for (int i = 0; i < stages; ++i) eval_compiled_[static_cast<size_t>(i)] = false;
   const spmd::Mesh& mesh = options.mesh;
   if (mesh.ndim() > 0) {
     if (!mesh.has_axis("pipeline") || mesh.axis_size("pipeline") != options.devices)
@@ -201,6 +215,7 @@ PipelineExecutor::PipelineExecutor(const models::Model& model, const PipelineOpt
     }));
     forward_.push_back(Jitted(forward_fn_.back(), {}));
     backward_.push_back(Jitted(backward_fn_.back(), {}));
+    eval_forward_.push_back(Jitted(forward_fn_.back(), {}));
   }
 }
 
@@ -252,6 +267,7 @@ void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape, bo
   stage_outputs_.clear();
   sharded_forward_.clear();
   sharded_backward_.clear();
+  sharded_eval_.clear();
   traced_text_.assign(2 * static_cast<size_t>(stages), "");
   for (int s = 0; s < stages; ++s) {
     // With processes, another process's stage is only traced (for its output type).
@@ -260,6 +276,11 @@ void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape, bo
     Tree args = trace_args(params, s, x, micro, packed);
     if (sharded()) {
       sharded_forward_.push_back(partition_program(s, forward_fn_[static_cast<size_t>(s)], args, inner));
+      if (model_.config().needs_step_key()) {  // evaluation's forward: no key, no dropout
+        Tree::Dict items = args.items();
+        items.erase("key");
+        sharded_eval_.push_back(partition_program(s, forward_fn_[static_cast<size_t>(s)], Tree::dict(items), inner));
+      }
     } else if (here_runs) {
       traced_text_[2 * static_cast<size_t>(s)] = forward_[static_cast<size_t>(s)].lowered(args).text();
     }
@@ -297,6 +318,17 @@ int PipelineExecutor::local_index() const {
 
 PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, const Array& targets, double seed_value,
                                      const std::optional<models::Packing>& packing, const std::optional<Array>& key) {
+  return execute(params, tokens, targets, seed_value, packing, key, false);
+}
+
+PipelineResult PipelineExecutor::forward_loss(const Tree& params, const Array& tokens, const Array& targets,
+                                              const std::optional<models::Packing>& packing) {
+  return execute(params, tokens, targets, 1.0, packing, std::nullopt, true);
+}
+
+PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens, const Array& targets,
+                                         double seed_value, const std::optional<models::Packing>& packing,
+                                         const std::optional<Array>& key, bool forward_only) {
   if (tokens.ndim() != 2 || targets.shape() != tokens.shape())
     fail<ShapeError>("pipeline: tokens {} and targets {} must both be [batch, seq]", tessera::to_string(tokens.shape()),
                      tessera::to_string(targets.shape()));
@@ -307,7 +339,6 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
   PipelineResult result;
   result.schedule = schedule_;
   result.stage_layers = stage_layers_;
-  const bool tied = model_.config().resolved_tied();
 
   // Processes: this one runs its own pipeline device; hand-overs to and from the others
   // are point-to-point messages, tagged by micro-batch, receiving stage and direction.
@@ -339,7 +370,7 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
     }
   }
   const bool keyed = model_.config().needs_step_key();
-  if (keyed != key.has_value())
+  if (!forward_only && keyed != key.has_value())
     fail<ValueError>("pipeline: the model {} dropout or int8 backward GEMMs, so a step key must be {}",
                      keyed ? "has" : "has no", keyed ? "given" : "omitted");
   std::vector<Array> keys_mb;
@@ -369,8 +400,10 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
     spmd::communicator().send(me, device_of(to_stage), tag(mb, to_stage, forward), x.raw_data(), x.nbytes());
   };
 
+  // Evaluation of a model with a step key runs its keyless forwards (eval_forward_).
+  const bool keyless = forward_only && keyed;
   auto call = [&](std::vector<Jitted>& programs, size_t index, size_t which, const Tree& args) {
-    std::atomic<bool>& done = compiled_[2 * index + which];
+    std::atomic<bool>& done = keyless ? eval_compiled_[index] : compiled_[2 * index + which];
     if (done.load()) return programs[index](args);
     std::lock_guard<std::mutex> lock(compile_mutex());
     Tree out = programs[index](args);
@@ -417,13 +450,17 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
     };
     auto rows_of = [&](const Array& x) { return sharded() ? spmd::shard_for_device(x, layout_->batch(2), dev) : x; };
     auto run_program = [&](bool forward, int s, const Tree& args) -> Tree {
-      if (!sharded()) return call(forward ? forward_ : backward_, static_cast<size_t>(s), forward ? 0 : 1, args);
-      const ShardedProgram& program = (forward ? sharded_forward_ : sharded_backward_)[static_cast<size_t>(s)];
+      if (!sharded())
+        return call(forward ? (keyless ? eval_forward_ : forward_) : backward_, static_cast<size_t>(s), forward ? 0 : 1,
+                    args);
+      const ShardedProgram& program =
+          (forward ? (keyless ? sharded_eval_ : sharded_forward_) : sharded_backward_)[static_cast<size_t>(s)];
       return program.out_structure.with_leaves(program.per_device[static_cast<size_t>(j)]->run(args.leaves()));
     };
     const spmd::CommStats before = sharded() ? spmd::communicator().stats(dev) : spmd::CommStats{};
     try {
       for (const PipelineOp& op : schedule_.ops[static_cast<size_t>(d)]) {
+        if (forward_only && !op.forward) continue;  // a schedule's forwards alone keep its order
         const int s = op.stage, mb = op.micro_batch;
         const bool last = s == stages - 1;
         const int here_key = s * inner + j, next_key = (s + 1) * inner + j, previous_key = (s - 1) * inner + j;
@@ -443,7 +480,7 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
                                    : activations.take({mb, here_key});
           began = seconds();
           cpu_began = thread_cpu_seconds();
-          saved[{mb, s}] = x;
+          if (!forward_only) saved[{mb, s}] = x;
           args["x"] = Tree(x);
           const Array y = run_program(true, s, args).leaf();
           if (last) {
@@ -543,8 +580,10 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
     if (part.valid()) total += part.item<double>();
   result.loss = total * seed_value;
 
-  // Each stage's gradients, whole. Stages of other processes contribute zeros here; so
-  // do partitioned stages on this process's device unless it is the stage's first.
+  if (forward_only) return result;
+
+  // Each stage's gradients, whole. Partitioned stages on this process's device contribute
+  // zeros unless it is the stage's first device; other processes' stages are missing.
   std::vector<std::optional<Tree>> stage_grads(static_cast<size_t>(stages));
   for (int s = 0; s < stages; ++s) {
     if (!sharded()) {
@@ -555,10 +594,18 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
     stage_grads[static_cast<size_t>(s)] =
         assemble_stage_grads(s, parts[static_cast<size_t>(s)], accumulated, remote ? j_here : -1);
   }
+  result.grads = assemble_grads(params, std::move(stage_grads));
+  return result;
+}
+
+Tree PipelineExecutor::assemble_grads(const Tree& params, std::vector<std::optional<Tree>> stage_grads) const {
+  const int stages = schedule_.stages();
+  const bool tied = model_.config().resolved_tied();
+  // A stage that ran elsewhere: placeholders (no data) of its parameters' types.
   for (int s = 0; s < stages; ++s)
     if (!stage_grads[static_cast<size_t>(s)])
       stage_grads[static_cast<size_t>(s)] =
-          parts[static_cast<size_t>(s)].map([](const Array& a) { return zeros(a.shape(), a.dtype()).eval(); });
+          stage_args(params, s).at("p").map([](const Array& a) { return Array::placeholder(a.shape(), a.dtype()); });
   Tree grads = Tree::dict();
   std::vector<Tree> layer_grads;
   for (int s = 0; s < stages; ++s)
@@ -569,14 +616,18 @@ PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, co
   grads["wte"] = first.at("wte");
   if (has_key(first, "wpe")) grads["wpe"] = first.at("wpe");
   grads["lnf"] = last.at("lnf");
-  if (tied && stages > 1)
-    grads["wte"] = Tree(add(first.at("wte").leaf(), last.at("wte").leaf()).eval());
-  else if (!tied)
+  if (tied && stages > 1) {
+    // The tied embedding's two parts; with processes, the one of a stage that ran here.
+    const Array& a = first.at("wte").leaf();
+    const Array& b = last.at("wte").leaf();
+    const bool a_here = a.is_evaluated(), b_here = b.is_evaluated();
+    grads["wte"] = Tree(a_here && b_here ? add(a, b).eval() : a_here ? a : b);
+  } else if (!tied) {
     grads["head"] = last.at("head");
+  }
   if (!grads.same_structure(params))
     fail<Error>("pipeline: the stages' gradients do not cover the parameters (an unexpected parameter name?)");
-  result.grads = grads;
-  return result;
+  return grads;
 }
 
 PipelineResult pipeline_value_and_grad(const models::Model& model, const Tree& params, const Array& tokens,

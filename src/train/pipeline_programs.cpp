@@ -158,16 +158,9 @@ double PipelineExecutor::analytic_collective_bytes(int64_t batch, int64_t seq) c
     part.layers = last - first;
     part.embedding = embedding;
     part.head = head;
-    // The parameters stage_params hands the stage.
-    part.includes = [&](const std::string& path) {
-      const std::string top = path.substr(0, path.find('.'));
-      if (top == "layers") {
-        const int layer = std::stoi(path.substr(7, path.find('.', 7) - 7));
-        return layer >= first && layer < last;
-      }
-      if (top == "wte") return embedding || (head && tied);
-      if (top == "wpe") return embedding;
-      return head;  // lnf, head
+    // The parameters the stage reads.
+    part.includes = [first, last, embedding, head, tied](const std::string& path) {
+      return stage_reads(path, {first, last}, embedding, head, tied);
     };
     if (!head) part.output_bias = fmt::format("layers.{}.mlp.proj.b", last - 1);  // GPT's blocks end with it
     bytes += schedule_.micro_batches * inner_size_ *

@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <array>
 #include <exception>
+#include <map>
 #include <thread>
 
 #include "tessera/base/error.h"
@@ -25,6 +27,7 @@ PipelineTrainStep::PipelineTrainStep(const models::Model& model, const optim::Op
       fail<ValueError>("pipeline step: {} processes need a mesh of {} devices with a pipeline axis (got {})",
                        spmd::device_count(), spmd::device_count(), mesh ? mesh->to_string() : "none");
     const int me = spmd::local_devices().front();
+    world_mesh_ = *mesh;
     PipelineOptions o = pipeline;
     o.ranks = mesh->group(me, {mesh->axis_index("pipeline")});
     multi_process_ = true;
@@ -61,7 +64,9 @@ std::optional<models::Packing> PipelineTrainStep::packing_of(const data::Batch& 
 
 Jitted& PipelineTrainStep::update_program(const Tree& args) {
   if (!update_) {
-    const double scale = 1.0 / static_cast<double>(accumulation_);
+    // Several processes divide the summed gradients before taking their norm: the update
+    // gets the mean.
+    const double scale = multi_process_ ? 1.0 : 1.0 / static_cast<double>(accumulation_);
     const optim::Optimizer* optimizer = &optimizer_;
     auto update = [optimizer, scale](const Tree& a) -> Tree {
       // The parts in their fixed order: replicas within accumulation steps.
@@ -71,11 +76,14 @@ Jitted& PipelineTrainStep::update_program(const Tree& args) {
         const std::vector<Array> g = parts[i].leaves();
         for (size_t j = 0; j < total.size(); ++j) total[j] = total[j] + g[j];
       }
-      for (Array& g : total) g = g * scale;
+      if (scale != 1.0)
+        for (Array& g : total) g = g * scale;
       const Tree mean = a.at("params").with_leaves(total);
       // With loss scaling the gradients are the scaled loss's: apply() unscales them and
-      // skips the update when one is not finite.
-      optim::Optimizer::Update u = optimizer->apply(a.at("params"), mean, a.at("opt"), a.at("lr").leaf());
+      // skips the update when one is not finite. Stage-local parts take the whole model's
+      // squared gradient norm.
+      const Array squared = a.items().count("squared_norm") ? a.at("squared_norm").leaf() : Array();
+      optim::Optimizer::Update u = optimizer->apply(a.at("params"), mean, a.at("opt"), a.at("lr").leaf(), squared);
       Tree out{{"params", u.params}, {"opt", u.state}, {"grad_norm", u.grad_norm}};
       if (u.skipped.valid()) out["skipped"] = u.skipped;
       return out;
@@ -93,11 +101,12 @@ double PipelineTrainStep::loss_scale_of(const Tree& opt_state) const {
 }
 
 StepStats PipelineTrainStep::apply_update(Tree& params, Tree& opt_state, std::vector<Tree> parts, double lr,
-                                          double loss_sum) {
+                                          double loss_sum, const Array& squared_norm) {
   Tree args{{"params", params},
             {"opt", opt_state},
             {"grads", Tree::list(std::move(parts))},
             {"lr", Array::scalar(lr, DType::Float32)}};
+  if (squared_norm.valid()) args["squared_norm"] = squared_norm;
   Tree out = update_program(args)(args);
   params = out.at("params");
   opt_state = out.at("opt");
@@ -114,9 +123,20 @@ void PipelineTrainStep::compile(const Tree& params, const Tree& opt_state, const
   const data::Batch rows = rows_of(micro_batch, 0);
   for (PipelineExecutor& executor : executors_)
     executor.compile(params, rows.tokens.shape(), rows.segments.has_value());
-  // The update sums R x k gradient trees in-process; one (already summed) over processes.
-  const size_t count = multi_process_ ? 1 : static_cast<size_t>(replicas_ * accumulation_);
-  std::vector<Tree> parts(count, params);
+  // The update sums R x k gradient trees in-process; over processes it takes this
+  // process's leaves, their mean gradient (summed already) and the squared norm.
+  if (multi_process_) {
+    const Placement& p = placement_for(params);
+    const Tree mine = select(params, p.held);
+    const Tree args{{"params", mine},
+                    {"opt", select_state(opt_state, p.held)},
+                    {"grads", Tree::list({mine})},
+                    {"lr", Array::scalar(0.0, DType::Float32)},
+                    {"squared_norm", Array::scalar(0.0, DType::Float64)}};
+    (void)update_program(args).lowered(args);
+    return;
+  }
+  std::vector<Tree> parts(static_cast<size_t>(replicas_ * accumulation_), params);
   const Tree args{
       {"params", params}, {"opt", opt_state}, {"grads", Tree::list(parts)}, {"lr", Array::scalar(0.0, DType::Float32)}};
   (void)update_program(args).lowered(args);
@@ -149,23 +169,12 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
     const double counted = counted_targets(batch.targets);
     if (!(counted > 0)) fail<ValueError>("pipeline step: every target of a micro-batch is -100 (ignored)");
     std::vector<PipelineResult> results(static_cast<size_t>(r_count));
-    std::vector<std::exception_ptr> errors(static_cast<size_t>(r_count));
-    auto replica = [&](int r) {
-      try {
-        const data::Batch rows = rows_of(batch, r);
-        results[static_cast<size_t>(r)] = executors_[static_cast<size_t>(r)].run(
-            params, rows.tokens, rows.targets, scale / counted, packing_of(rows),
-            keys.empty() ? std::nullopt : std::optional(keys[i][static_cast<size_t>(r)]));
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    };
-    std::vector<std::thread> threads;
-    for (int r = 1; r < r_count; ++r) threads.emplace_back(replica, r);
-    replica(0);
-    for (std::thread& t : threads) t.join();
-    for (const std::exception_ptr& e : errors)
-      if (e) std::rethrow_exception(e);
+    for_each_replica([&](int r) {
+      const data::Batch rows = rows_of(batch, r);
+      results[static_cast<size_t>(r)] = executors_[static_cast<size_t>(r)].run(
+          params, rows.tokens, rows.targets, scale / counted, packing_of(rows),
+          keys.empty() ? std::nullopt : std::optional(keys[i][static_cast<size_t>(r)]));
+    });
     for (int r = 0; r < r_count; ++r) {
       PipelineResult& result = results[static_cast<size_t>(r)];
       loss += result.loss / scale;  // replica order: a fixed sum
@@ -181,16 +190,69 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
   return apply_update(params, opt_state, std::move(parts), lr, loss);
 }
 
+void PipelineTrainStep::for_each_replica(const std::function<void(int)>& fn) const {
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(replicas_));
+  auto replica = [&](int r) {
+    try {
+      fn(r);
+    } catch (...) {
+      errors[static_cast<size_t>(r)] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int r = 1; r < replicas_; ++r) threads.emplace_back(replica, r);
+  replica(0);
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+double PipelineTrainStep::evaluate(const Tree& params, data::DataLoader& loader, int64_t batches) {
+  if (batches < 1) fail<ValueError>("evaluate: batches must be >= 1 (got {})", batches);
+  loader.set_position({});
+  const int64_t n = std::min<int64_t>(batches, static_cast<int64_t>(loader.batches_per_epoch()));
+  // Per batch: its loss summed over the replicas' rows (several processes: this process's
+  // part, 0 unless it runs a last stage), and its counted targets.
+  std::vector<double> sums(static_cast<size_t>(n), 0.0), counted(static_cast<size_t>(n), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    const data::Batch batch = loader.next_batch();
+    counted[static_cast<size_t>(i)] = counted_targets(batch.targets);
+    if (!(counted[static_cast<size_t>(i)] > 0))
+      fail<ValueError>("evaluate: every target of validation batch {} is -100 (ignored)", i);
+    if (multi_process_) {
+      const data::Batch rows = rows_of(batch, replica_here_);
+      sums[static_cast<size_t>(i)] =
+          executors_.front().forward_loss(params, rows.tokens, rows.targets, packing_of(rows)).loss;
+      continue;
+    }
+    std::vector<double> parts(static_cast<size_t>(replicas_), 0.0);
+    for_each_replica([&](int r) {
+      const data::Batch rows = rows_of(batch, r);
+      parts[static_cast<size_t>(r)] =
+          executors_[static_cast<size_t>(r)].forward_loss(params, rows.tokens, rows.targets, packing_of(rows)).loss;
+    });
+    for (double part : parts) sums[static_cast<size_t>(i)] += part;  // replica order
+  }
+  if (multi_process_)
+    spmd::communicator().all_reduce(spmd::local_devices().front(), spmd::world_group(), sums.data(), sums.data(),
+                                    sums.size(), DType::Float64);
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += sums[static_cast<size_t>(i)] / counted[static_cast<size_t>(i)];
+  return total / static_cast<double>(n);
+}
+
 StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro,
                                                double lr, const std::optional<Array>& key) {
+  place(params, opt_state);  // the first step frees what other processes' stages hold
+  const Placement& p = *placement_;
   PipelineExecutor& executor = executors_.front();
   const int me = spmd::local_devices().front();
-  std::optional<Tree> local;  // this process's gradients, summed over accumulation steps in order
+  std::optional<Tree> local;  // gradients of this process's parameters, summed over accumulation steps in order
   // loss, busy seconds, device seconds, handed-over bytes, the stages' collective bytes:
   // summed over the processes.
   std::array<double, 5> figures{};
   last_timelines_.assign(1, PipelineTimeline{});
-  const double scale = loss_scale_of(opt_state);  // every process holds the same optimizer state
+  const double scale = loss_scale_of(opt_state);  // every process holds the same loss scale
   const std::vector<std::vector<Array>> keys = keys_of(key);
   for (size_t i = 0; i < micro.size(); ++i) {
     const data::Batch& batch = micro[i];
@@ -200,7 +262,8 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
     PipelineResult result =
         executor.run(params, rows.tokens, rows.targets, scale / counted, packing_of(rows),
                      keys.empty() ? std::nullopt : std::optional(keys[i][static_cast<size_t>(replica_here_)]));
-    local = local ? add_trees(*local, result.grads) : result.grads;
+    const Tree mine = select(result.grads, p.held);
+    local = local ? add_trees(*local, mine) : mine;
     figures[0] += result.loss / scale;
     figures[1] += result.measured.busy;
     figures[2] += result.measured.makespan;  // one device ran here
@@ -211,16 +274,50 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
   spmd::Communicator& comm = spmd::communicator();
   const std::vector<int> world = spmd::world_group();
   comm.all_reduce(me, world, figures.data(), figures.data(), figures.size(), DType::Float64);
-  std::vector<Array> summed;
-  for (const Array& g : local->leaves()) {
-    Array out = Array::empty(g.shape(), g.dtype());
-    comm.all_reduce(me, world, g.raw_data(), out.mutable_raw_data(), static_cast<size_t>(g.size()), g.dtype());
-    summed.push_back(out);
-  }
+
+  // Each gradient summed over the processes that hold its parameter. Those of this
+  // process's pipeline coordinate alone first; then the ones shared with other
+  // coordinates (a tied embedding), in the parameters' order on every process, so no two
+  // processes wait on each other's groups in opposite orders.
+  const int pipeline_axis = world_mesh_.axis_index("pipeline");
+  auto coordinate = [&](int device) { return world_mesh_.coords(device)[static_cast<size_t>(pipeline_axis)]; };
+  std::vector<int> here;  // the processes at this process's pipeline coordinate, in rank order
+  for (int device = 0; device < world_mesh_.size(); ++device)
+    if (coordinate(device) == coordinate(me)) here.push_back(device);
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < p.paths.size(); ++i) index.emplace(p.paths[i], i);
+  const std::vector<std::string> local_paths = local->paths();
+  std::vector<Array> leaves = local->leaves();
+  const double inverse_k = 1.0 / static_cast<double>(accumulation_);
+  std::vector<bool> counted(leaves.size(), false);
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t j = 0; j < leaves.size(); ++j) {
+      const size_t i = index.at(local_paths[j]);
+      const std::vector<int>& owners = p.owners[i];
+      if ((owners == here) != (pass == 0)) continue;
+      Array& g = leaves[j];
+      if (owners.size() > 1) {
+        Array out = Array::empty(g.shape(), g.dtype());
+        comm.all_reduce(me, owners, g.raw_data(), out.mutable_raw_data(), static_cast<size_t>(g.size()), g.dtype());
+        g = out;
+      }
+      if (accumulation_ > 1) g = (g * inverse_k).eval();  // the mean over the accumulation steps
+      counted[j] = p.counted[i];
+    }
+  const Tree mean = local->with_leaves(leaves);
+  // The whole model's squared gradient norm: each process's parameters that it is the
+  // lowest holder of, summed over the world in rank order.
+  double squared = optimizer_.squared_norm(select(mean, counted), opt_state).item<double>();
+  comm.all_reduce(me, world, &squared, &squared, 1, DType::Float64);
   last_bubble_ = figures[2] > 0 ? 1 - figures[1] / figures[2] : 0;
   last_sent_bytes_ = figures[3];
   last_collective_bytes_ = figures[4];
-  return apply_update(params, opt_state, {local->with_leaves(summed)}, lr, figures[0]);
+  Tree mine = select(params, p.held), mine_state = select_state(opt_state, p.held);
+  const StepStats stats =
+      apply_update(mine, mine_state, {mean}, lr, figures[0], Array::scalar(squared, DType::Float64));
+  params = merge(params, mine);
+  opt_state = merge_state(opt_state, mine_state);
+  return stats;
 }
 
 std::string PipelineTrainStep::describe() const {
@@ -248,6 +345,11 @@ std::string PipelineTrainStep::describe() const {
                                                   spmd::runtime_description())
                                     : fmt::format("{} ({} device threads in this process)\n", layout, devices);
   text += fmt::format("  {}\n", fmt::join(stages, "; "));
+  if (multi_process_ && placement_)
+    text += fmt::format(
+        "  stage-local state: this process holds {:.2f} of the model's {:.2f} MB of parameters, and their gradients "
+        "and optimizer moments\n",
+        placement_->held_bytes / 1e6, placement_->whole_bytes / 1e6);
   text += fmt::format(
       "  schedule {}, {} micro-batches per replica and step{}, analytic bubble {:.1f}%, measured {}\n",
       to_string(s.kind), s.micro_batches,

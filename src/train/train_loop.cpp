@@ -254,9 +254,10 @@ void TrainLoop::open_data() {
 void TrainLoop::build_layout() {
   pipeline_plan_ = pipeline_plan(cfg_);
   if (pipeline_plan_) {
-    // Every pipeline device (a thread here, or a process under mpirun or in a TCP job)
-    // reads its stages' slices of the whole parameters (train/pipeline_step.h): the
-    // layout is the 1-device one.
+    // Every pipeline device thread reads its stages' slices of the whole parameters; a
+    // process under mpirun or in a TCP job holds only its stages' parameters and optimizer
+    // state (train/pipeline_step.h). Checkpoints hold the whole trees: the layout is the
+    // 1-device one.
     const spmd::Mesh& mesh = pipeline_plan_->mesh;
     if (spmd::is_multi_process() && mesh.size() != spmd::device_count())
       fail<ConfigError>("parallel: mesh {} has {} devices, but the job has {} processes ({}); start one per device",
@@ -270,6 +271,8 @@ void TrainLoop::build_layout() {
       spmd::check_mesh(mesh);
     }
     layout_.emplace(Layout::one_device(model_->specs()));
+    pipeline_step_.emplace(*model_, *optimizer_, cfg_.micro_batches(), pipeline_plan_->options,
+                           pipeline_plan_->replicas, cfg_.loop.seq, &pipeline_plan_->mesh);
     const PipelineOptions& o = pipeline_plan_->options;
     note(fmt::format("parallel: mesh {} as {} of {} stages on {} {}; schedule {}, {} micro-batches", cfg_.parallel.mesh,
                      o.mesh.ndim() > 0 ? std::string("one pipeline, each stage partitioned over the other axes,")
@@ -334,6 +337,8 @@ void TrainLoop::restore() {
   // Checkpoints hold whole arrays, so any mesh restores any checkpoint.
   params_ = layout_->shard_params(params_);
   opt_state_ = layout_->shard_opt_state(opt_state_);
+  // Several pipeline processes: each keeps what its stages read.
+  if (pipeline_step_) pipeline_step_->place(params_, opt_state_);
   flops_per_token_ = model_->flops_per_token(cfg_.loop.seq);
   tokens_per_step_ = static_cast<double>(cfg_.loop.batch * cfg_.loop.seq);
   note(fmt::format("model {} {:.2f}M parameters | steps {} -> {} x {} tokens | peak {:.1f} GFLOP/s ({})",
@@ -400,11 +405,9 @@ void TrainLoop::mix_int8_peak(const std::map<std::string, double>& flops) {
 }
 
 void TrainLoop::compile() {
-  evaluator_.emplace(*model_, &*layout_, cfg_.run.device);
-  if (pipeline_plan_) {
-    pipeline_step_.emplace(*model_, *optimizer_, cfg_.micro_batches(), pipeline_plan_->options,
-                           pipeline_plan_->replicas, cfg_.loop.seq, &pipeline_plan_->mesh);
-  } else {
+  // A pipeline evaluates through its stages' forwards (PipelineTrainStep::evaluate).
+  if (!pipeline_step_) {
+    evaluator_.emplace(*model_, &*layout_, cfg_.run.device);
     train_step_.emplace(*model_, *optimizer_, cfg_.micro_batches(), &*layout_, cfg_.run.device);
   }
   // Compile time is its own phase. A batch of the right shape is all it needs (not the next one).
@@ -496,7 +499,8 @@ double TrainLoop::validate() {
   double loss = 0;
   {
     auto eval_span = span(goodput::Phase::kEval);
-    loss = (*evaluator_)(params_, *val_loader_, cfg_.loop.eval_batches);
+    loss = pipeline_step_ ? pipeline_step_->evaluate(params_, *val_loader_, cfg_.loop.eval_batches)
+                          : (*evaluator_)(params_, *val_loader_, cfg_.loop.eval_batches);
   }
   heartbeat_->beat(step_);  // back to stepping: the next step runs under the step limit
   return loss;
@@ -586,8 +590,9 @@ void TrainLoop::save(int64_t at_step, bool final) {
       [&] {
         ckpt::CheckpointState state;
         state.step = at_step;
-        state.params = Layout::gather(params_);
-        state.opt_state = Layout::gather(opt_state_);
+        // Whole arrays (a collective): any mesh or pipeline size restores them.
+        state.params = pipeline_step_ ? pipeline_step_->gathered(params_) : Layout::gather(params_);
+        state.opt_state = pipeline_step_ ? pipeline_step_->gathered(opt_state_) : Layout::gather(opt_state_);
         state.extra = {{"config", cfg_.to_json()},
                        {"data", loader_->position_json()},
                        {"rng", {{"seed", cfg_.run.seed}, {"dropout_key", "param_key(seed, \"dropout/<step>\")"}}},
@@ -619,6 +624,17 @@ std::string TrainLoop::parallel_summary() const {
 }
 
 TrainSummary TrainLoop::finish() {
+  const TrainSummary summary = finish_run();
+  // The trainer's parameters and optimizer state are whole after a run (stage-local
+  // pipeline processes gather them: a collective).
+  if (pipeline_step_) {
+    params_ = pipeline_step_->gathered(params_);
+    opt_state_ = pipeline_step_->gathered(opt_state_);
+  }
+  return summary;
+}
+
+TrainSummary TrainLoop::finish_run() {
   progress_->finish();
   summary_.end_step = step_;
   summary_.train_seconds = seconds_since(loop_start_);

@@ -71,7 +71,10 @@ class TrainLoop {
   // The reason to stop before the next step ("" to go on).
   std::string stop_reason();
   void step_once();
+  // The end of a run: finish_run(), then the whole parameters and optimizer state.
   TrainSummary finish();
+  // The summary, the final evaluation and save (or the save alone after a signal).
+  TrainSummary finish_run();
   std::string parallel_summary() const;
 
   void note(const std::string& text) const;

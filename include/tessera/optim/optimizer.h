@@ -77,15 +77,21 @@ struct OptimizerConfig {
 
 // sqrt(sum of squares of every leaf), float32 scalar (traceable).
 Array global_norm(const Tree& grads);
+// The sum of squares of every leaf, in the norm's accumulation dtype (float64 when a
+// leaf is, else float32): what a tree split over devices (pipeline stages) adds up
+// across them before taking the root.
+Array global_squared_norm(const Tree& grads);
 
-// grads * min(1, max_norm / (norm + 1e-6)) (traceable); returns {clipped, norm}.
-std::pair<Tree, Array> clip_by_global_norm(const Tree& grads, double max_norm);
+// grads * min(1, max_norm / (norm + 1e-6)) (traceable); returns {clipped, norm}. When
+// `squared_norm` is given, grads are part of a larger tree and norm = sqrt(squared_norm)
+// (the whole tree's global_squared_norm) instead of their own.
+std::pair<Tree, Array> clip_by_global_norm(const Tree& grads, double max_norm, const Array& squared_norm = Array());
 
 // The clip factor alone: {min(1, max_norm / (norm + 1e-6)) in the norm's accumulation
 // dtype, norm as float32}. clip_by_global_norm multiplies each leaf by it cast to the
 // leaf's dtype; AdamW takes that cast factor as its grad_scale instead (the same bits,
 // without writing the clipped gradients).
-std::pair<Array, Array> clip_factor(const Tree& grads, double max_norm);
+std::pair<Array, Array> clip_factor(const Tree& grads, double max_norm, const Array& squared_norm = Array());
 
 class Optimizer {
  public:
@@ -112,7 +118,16 @@ class Optimizer {
   // Clips (if configured), then applies one step with learning rate `lr` (0-d float).
   // With loss scaling, `grads` are those of the scaled loss: they are divided by the
   // state's scale first, and a non-finite one skips the step (see the header comment).
-  Update apply(const Tree& params, const Tree& grads, const Tree& state, const Array& lr) const;
+  // `squared_norm`: params are part of a larger model whose other parameters are updated
+  // elsewhere (pipeline stages on other processes); it is the whole model's unscaled
+  // squared gradient norm (the sum over the parts of squared_norm() below), and clipping,
+  // the reported norm and the loss scaler's finite check use its root, so every part
+  // makes the decision the whole model's update would.
+  Update apply(const Tree& params, const Tree& grads, const Tree& state, const Array& lr,
+               const Array& squared_norm = Array()) const;
+  // The sum of squares of the unscaled gradients (divided by the state's loss scale when
+  // scaling), in the norm's accumulation dtype: one part's term of apply's squared_norm.
+  Array squared_norm(const Tree& grads, const Tree& state) const;
 
   // Whether the loss is scaled (config.loss_scale Static or Dynamic).
   bool scales_loss() const { return config_.loss_scale.enabled(); }

@@ -25,6 +25,8 @@
 // at its pipeline coordinate; activations go shard by shard to the device with the
 // same coordinates at the next stage.
 //
+// Evaluation (forward_loss) runs the schedule's forwards alone.
+//
 // Not yet: mixture-of-experts stages (issue 26).
 #pragma once
 
@@ -101,6 +103,13 @@ double counted_targets(const Array& targets);
 // a + b leaf by leaf (same structure), evaluated: how gradients add up over micro-batches.
 Tree add_trees(const Tree& a, const Tree& b);
 
+// Whether a stage of `layers` [first, last) reads the model parameter at `path`
+// ("layers.<i>...", "wte", "wpe", "lnf", "head"): its layers; the embedding ("wte", and
+// GPT-2's "wpe") when it is the first stage; the final norm and the head (or "wte" when
+// tied) when it is the last. The one rule for what a stage holds (stage parameters,
+// stage-local optimizer state, the collectives of partitioned stages).
+bool stage_reads(const std::string& path, const std::pair<int, int>& layers, bool first, bool last, bool tied);
+
 // Layer costs for balance_stages: each block's training FLOPs per token (6 x its
 // parameters + 12 x seq x dim for attention), with the output head's (6 x dim x
 // padded vocabulary) added to the last layer, since the last stage computes it.
@@ -130,9 +139,18 @@ class PipelineExecutor {
   // random `key` (ValueError without one, or with one it does not need): micro-batch i
   // uses part_keys(key, m)[i] (the key itself when m = 1, as the whole model's step
   // would), in its forward and the backward's recomputation alike.
+  // With options.ranks the parameters other processes' stages read may be placeholders
+  // (no data: PipelineTrainStep keeps only its own stages' parameters), and so are
+  // their gradients in the result.
   PipelineResult run(const Tree& params, const Array& tokens, const Array& targets, double seed,
                      const std::optional<models::Packing>& packing = std::nullopt,
                      const std::optional<Array>& key = std::nullopt);
+
+  // Evaluation: the forward passes alone, in the schedule's order, with no dropout. The
+  // loss of the batch's counted targets, summed (result.loss; with options.ranks 0 unless
+  // this process runs the last stage), and the measured timeline; no gradients.
+  PipelineResult forward_loss(const Tree& params, const Array& tokens, const Array& targets,
+                              const std::optional<models::Packing>& packing = std::nullopt);
 
   const PipelineSchedule& schedule() const { return schedule_; }
   const std::vector<std::pair<int, int>>& stage_layers() const { return stage_layers_; }
@@ -176,6 +194,13 @@ class PipelineExecutor {
     size_t peak_bytes = 0;        // the most one of its devices holds while running it
   };
 
+  // run() and forward_loss(): with forward_only the backward ops are skipped and the
+  // forwards run without the step key (evaluation).
+  PipelineResult execute(const Tree& params, const Array& tokens, const Array& targets, double seed,
+                         const std::optional<models::Packing>& packing, const std::optional<Array>& key,
+                         bool forward_only);
+  // The whole model's gradients from each stage's (run(); missing stages: placeholders).
+  Tree assemble_grads(const Tree& params, std::vector<std::optional<Tree>> stage_grads) const;
   Tree stage_args(const Tree& params, int stage) const;
   // A stage program's arguments for tracing: its parameters, input x, the targets on the
   // last stage, and the packing ("seg", "pos") of micro-batches of `micro` when packed.
@@ -210,6 +235,12 @@ class PipelineExecutor {
   std::vector<std::pair<int, int>> stage_layers_;
   std::vector<JitFn> forward_fn_, backward_fn_;
   std::vector<Jitted> forward_, backward_;
+  // Evaluation's forwards of a model that takes a step key: the same functions traced
+  // without it (no dropout), compiled on first use (`eval_compiled_`), or with partitioned
+  // stages by compile() (`sharded_eval_`). A model without a key evaluates with forward_.
+  std::vector<Jitted> eval_forward_;
+  std::unique_ptr<std::atomic<bool>[]> eval_compiled_;
+  std::vector<ShardedProgram> sharded_eval_;
   std::vector<Array> stage_outputs_;               // placeholders of each stage's output type (compile())
   std::unique_ptr<std::atomic<bool>[]> compiled_;  // per program: its first call (the compile) is done
   // Stages partitioned over the mesh (options.mesh has axes besides pipeline).

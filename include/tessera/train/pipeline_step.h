@@ -14,16 +14,26 @@
 // result does not depend on thread timing, and equals the one-device step to float
 // rounding (tests/train/test_pipeline_step.cpp).
 //
-// Parameters and optimizer state stay whole (every stage reads its slice of them), so
-// checkpoints are the one-device ones and restore onto any pipeline size.
+// In-process (device threads sharing one memory) the parameters and optimizer state stay
+// whole: every stage reads its slice of them.
 //
 // Under mpirun or in a TCP job (one process per mesh device: `mpirun -n P*R tessera
 // train --mesh pipeline=P,data=R`, or `tessera launch --nproc P*R --coordinator ...`)
 // each process runs its device's stages of its replica's pipeline; activations and
-// gradients cross processes as point-to-point messages. Every process then holds
-// gradients for its own stages (zeros elsewhere); one all-reduce over the world (in rank
-// order) sums them and the replicas', and every process applies the same update to its
-// whole copy of the parameters.
+// gradients cross processes as point-to-point messages. The parameters and optimizer
+// state are stage-local: a process holds only what its stages read (stage_reads; a tied
+// embedding on the first and the last stage's processes), the rest of its trees are
+// placeholders with no data (place()), so a process holds about 1/P of the model's
+// parameters, gradients and optimizer moments. After the stages ran:
+//   - each gradient is summed over the processes that hold its parameter (the replicas
+//     at its pipeline coordinate, and for a tied embedding the first and last stage's),
+//     in rank order;
+//   - the global gradient norm (clipping, loss scaling's finite check) is the root of
+//     the sum over the processes of their squared norms, each parameter counted by the
+//     lowest rank that holds it (Optimizer::apply's squared_norm);
+//   - every process updates its own parameters and moments.
+// Checkpoints stay whole (gathered(): a collective), so they restore onto any pipeline
+// size; evaluation runs the stages' forwards (evaluate()).
 //
 // Packed documents (data.pipeline.packing = "documents"): every stage reads its
 // micro-batch's segment ids and positions.
@@ -43,6 +53,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -69,6 +80,22 @@ class PipelineTrainStep {
 
   // Compiles every replica's stage programs and the update program without running them.
   void compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch);
+
+  // Several processes: replaces the leaves of params (and of the optimizer state's
+  // parameter-shaped slots) that this process's stages do not read with placeholders,
+  // freeing them. run() does it too; in-process it changes nothing.
+  void place(Tree& params, Tree& opt_state);
+  // `tree` (the parameters or the optimizer state, placed or whole) with every leaf's
+  // data on every process: each leaf another process holds is broadcast from the lowest
+  // rank that holds it. A collective (every process calls it); the identity in-process.
+  Tree gathered(const Tree& tree);
+  // The bytes of data this process holds in the trees (placeholders hold none).
+  static double held_bytes(const Tree& tree);
+
+  // The mean of the batches' mean validation losses over the first `batches` batches of
+  // `loader` (as Evaluator does on one device), through the stages' forward passes: each
+  // replica its rows, no dropout. Several processes: a collective.
+  double evaluate(const Tree& params, data::DataLoader& loader, int64_t batches);
 
   // Updates params and opt_state in place from `micro` (k batches). A model with dropout
   // or int8 backward GEMMs takes the step's random key (as TrainStep::run): accumulation
@@ -109,11 +136,32 @@ class PipelineTrainStep {
   int replicas_ = 1;
   spmd::Mesh mesh_;  // PipelineOptions::mesh: the stages' partitioning (no axes: none)
   bool multi_process_ = false;
+  spmd::Mesh world_mesh_;                    // several processes: the job's mesh (with the pipeline axis)
   int replica_here_ = 0;                     // several processes: this process's data coordinate
   std::vector<PipelineExecutor> executors_;  // one per replica: its own programs (no two threads share one)
   std::optional<Jitted> update_;
   std::vector<PipelineTimeline> last_timelines_;
   double last_bubble_ = 0, last_sent_bytes_ = 0, last_collective_bytes_ = 0;
+
+  // Stage-local state (several processes), by leaf of the parameters (their order):
+  struct Placement {
+    std::vector<std::string> paths;
+    std::vector<bool> held;                  // this process's stages read it
+    std::vector<bool> counted;               // this process is the lowest rank holding it (the norm's term)
+    std::vector<std::vector<int>> owners;    // the world devices that hold it, in rank order
+    double held_bytes = 0, whole_bytes = 0;  // the parameters' (describe())
+  };
+  std::optional<Placement> placement_;
+  const Placement& placement_for(const Tree& params);
+  // The leaves of a tree shaped like the parameters that `keep` selects, at their own
+  // paths (lists become dicts keyed by index, so the paths and the optimizer's per-path
+  // rules stay the same); and back into `whole`.
+  static Tree select(const Tree& whole, const std::vector<bool>& keep);
+  static Tree merge(const Tree& whole, const Tree& selected);
+  // The optimizer state's parameter-shaped slots selected the same way (other leaves as
+  // they are), and back.
+  Tree select_state(const Tree& state, const std::vector<bool>& keep) const;
+  Tree merge_state(const Tree& state, const Tree& selected) const;
 
   // Created for the first call's argument structure (its donated leaves).
   Jitted& update_program(const Tree& args);
@@ -123,8 +171,14 @@ class PipelineTrainStep {
   // 1, or with loss scaling the optimizer state's scale (the backward passes' seeds carry it).
   double loss_scale_of(const Tree& opt_state) const;
   // The update program on the gradient parts; the step's stats (loss_sum: the unscaled
-  // losses of the accumulation steps, summed).
-  StepStats apply_update(Tree& params, Tree& opt_state, std::vector<Tree> parts, double lr, double loss_sum);
+  // losses of the accumulation steps, summed). Several processes: params and opt_state
+  // are this process's selected leaves, `parts` their mean gradient, and squared_norm the
+  // whole model's (Optimizer::apply).
+  StepStats apply_update(Tree& params, Tree& opt_state, std::vector<Tree> parts, double lr, double loss_sum,
+                         const Array& squared_norm = Array());
+  // Runs fn(r) for every replica r: replica 0 on this thread, the others on their own
+  // (device threads); rethrows the first failure.
+  void for_each_replica(const std::function<void(int)>& fn) const;
   // Several processes: this process's part of the step, summed over the world.
   StepStats run_multi_process(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr,
                               const std::optional<Array>& key);

@@ -18,18 +18,23 @@
 // scaling and dropout through pipeline=2 on 2 ranks (check_pipeline_float16, _dropout).
 // Exits nonzero on any mismatch, on every rank.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "spmd/parallel_train_util.h"
+#include "tessera/data/loader.h"
+#include "tessera/data/token_file.h"
 #include "tessera/models/model.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/spmd/api.h"
@@ -61,6 +66,12 @@ struct TrainRun {
   double summary_bytes = 0, measured_bytes = 0;
   std::vector<bool> skipped;   // loss scaling: each step's
   std::vector<double> scales;  // ... and its scale after the step
+  // Pipelines: the bytes of parameters and optimizer state this process held after the
+  // steps (stage-local), the whole trees', and the validation loss through the stages'
+  // forwards against one device's Evaluator on the same (gathered) parameters.
+  double held_param_bytes = 0, held_state_bytes = 0, whole_param_bytes = 0, whole_state_bytes = 0;
+  double wte_bytes = 0;
+  double eval_loss = 0, eval_want = 0;
 };
 
 // 3 AdamW steps, on one device (empty mesh_text) or SPMD under the mesh's layout.
@@ -197,10 +208,56 @@ TrainRun run_pipeline(const std::string& mesh_text, PipelineKind kind, bool floa
     run.skipped.push_back(stats.skipped);
     run.scales.push_back(stats.loss_scale);
   }
+  if (piped) {
+    run.measured_bytes = piped->last_sent_bytes();
+    run.held_param_bytes = PipelineTrainStep::held_bytes(params);
+    run.held_state_bytes = PipelineTrainStep::held_bytes(opt);
+    // Validation batches from a token file (every rank writes and reads its own copy).
+    const std::filesystem::path file =
+        std::filesystem::temp_directory_path() / fmt::format("tessera_mp_val_{}_{}.bin", getpid(), g_rank);
+    std::vector<int32_t> tokens(static_cast<size_t>(3 * kBatch * (kSeq + 1)));
+    std::mt19937 rng(11);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 64);
+    data::write_token_file(file, tokens, "byte", 256);
+    data::DataLoader val(std::make_shared<const data::TokenFile>(file), kBatch, kSeq, 1, 0, 1, /*shuffle=*/false);
+    run.eval_loss = piped->evaluate(params, val, 2);
+    params = piped->gathered(params);  // collectives: every rank
+    opt = piped->gathered(opt);
+    run.eval_want = Evaluator(model)(params, val, 2);
+    std::filesystem::remove(file);
+  }
+  run.whole_param_bytes = PipelineTrainStep::held_bytes(params);
+  run.whole_state_bytes = PipelineTrainStep::held_bytes(opt);
+  run.wte_bytes = static_cast<double>(params.at("wte").leaf().nbytes());
   run.paths = params.paths();
   run.params = params.leaves();
-  if (piped) run.measured_bytes = piped->last_sent_bytes();
   return run;
+}
+
+// Stage-local state: this process held less than the whole parameters and optimizer
+// state, and over the world the processes held each parameter once per pipeline (the
+// world / P processes at a coordinate each hold their stages'), the tied embedding twice
+// (the first and the last stage's processes). And evaluation through the stages' forwards
+// equals one device's on the same parameters.
+void check_stage_local(const std::string& what, const spmd::Mesh& mesh, const TrainRun& got) {
+  expect(got.held_param_bytes < got.whole_param_bytes,
+         fmt::format("{}: this process held {} of {} parameter bytes (stage-local: less)", what, got.held_param_bytes,
+                     got.whole_param_bytes));
+  expect(got.held_state_bytes < got.whole_state_bytes,
+         fmt::format("{}: this process held {} of {} optimizer state bytes (stage-local: less)", what,
+                     got.held_state_bytes, got.whole_state_bytes));
+  double held = got.held_param_bytes;
+  spmd::run_on_devices({g_rank}, [&](int d) {
+    spmd::communicator().all_reduce(d, spmd::world_group(), &held, &held, 1, DType::Float64);
+  });
+  const double pipelines = static_cast<double>(mesh.size() / mesh.axis_size("pipeline"));
+  const double want = pipelines * (got.whole_param_bytes + got.wte_bytes);
+  expect(held == want, fmt::format("{}: the processes held {} parameter bytes; expected {} ({} x (whole {} + the tied "
+                                   "embedding {}))",
+                                   what, held, want, pipelines, got.whole_param_bytes, got.wte_bytes));
+  const double e = std::abs(got.eval_loss - got.eval_want) / got.eval_want;
+  expect(e <= 1e-6, fmt::format("{}: validation loss {} through the stages, {} on one device (relative {:.3g})", what,
+                                got.eval_loss, got.eval_want, e));
 }
 
 void check_pipeline(const std::string& mesh_text, PipelineKind kind, const TrainRun& want) {
@@ -226,10 +283,13 @@ void check_pipeline(const std::string& mesh_text, PipelineKind kind, const Train
   const double analytic = 2.0 * (mesh.axis_size("pipeline") - 1) * kBatch * kSeq * testing::tiny_gpt().dim * 4 * copies;
   expect(got.measured_bytes == analytic,
          fmt::format("{}: {} bytes handed between stages, analytic {}", what, got.measured_bytes, analytic));
+  check_stage_local(what, mesh, got);
   if (g_rank == 0)
-    std::printf("%-24s losses %.7f %.7f %.7f  max rel err: loss %.2e params %.2e  sent %.0f (analytic %.0f)\n",
-                what.c_str(), got.losses[0], got.losses[1], got.losses[2], loss_err, param_err, got.measured_bytes,
-                analytic);
+    std::printf(
+        "%-24s losses %.7f %.7f %.7f  max rel err: loss %.2e params %.2e  sent %.0f (analytic %.0f)  held %.0f%% of "
+        "the parameters\n",
+        what.c_str(), got.losses[0], got.losses[1], got.losses[2], loss_err, param_err, got.measured_bytes, analytic,
+        100 * got.held_param_bytes / got.whole_param_bytes);
   std::fflush(stdout);
 }
 

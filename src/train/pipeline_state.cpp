@@ -1,0 +1,169 @@
+// Stage-local parameters and optimizer state of a pipeline over processes (see
+// pipeline_step.h): which process holds which parameter, the placeholders of the others,
+// and gathering the whole trees back (checkpoints, the end of a run).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "tessera/base/error.h"
+#include "tessera/spmd/runtime.h"
+#include "tessera/train/pipeline_step.h"
+
+namespace tessera::train {
+namespace {
+
+// A tree of dicts holding `leaves` at their dotted paths.
+Tree tree_at_paths(const std::vector<std::pair<std::string, Array>>& leaves) {
+  Tree out = Tree::dict();
+  for (const auto& [path, leaf] : leaves) {
+    Tree* node = &out;
+    std::string rest = path;
+    for (size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1))
+      node = &(*node)[rest.substr(0, dot)];
+    (*node)[rest] = leaf;
+  }
+  return out;
+}
+
+}  // namespace
+
+Tree PipelineTrainStep::select(const Tree& whole, const std::vector<bool>& keep) {
+  const std::vector<std::string> paths = whole.paths();
+  const std::vector<Array> leaves = whole.leaves();
+  if (keep.size() != leaves.size())
+    fail<Error>("pipeline step: a tree of {} leaves where the parameters have {}", leaves.size(), keep.size());
+  std::vector<std::pair<std::string, Array>> kept;
+  for (size_t i = 0; i < leaves.size(); ++i)
+    if (keep[i]) kept.emplace_back(paths[i], leaves[i]);
+  return tree_at_paths(kept);
+}
+
+Tree PipelineTrainStep::merge(const Tree& whole, const Tree& selected) {
+  std::map<std::string, Array> by_path;
+  const std::vector<std::string> selected_paths = selected.paths();
+  const std::vector<Array> selected_leaves = selected.leaves();
+  for (size_t i = 0; i < selected_leaves.size(); ++i) by_path.emplace(selected_paths[i], selected_leaves[i]);
+  const std::vector<std::string> paths = whole.paths();
+  std::vector<Array> leaves = whole.leaves();
+  size_t used = 0;
+  for (size_t i = 0; i < leaves.size(); ++i)
+    if (auto it = by_path.find(paths[i]); it != by_path.end()) {
+      leaves[i] = it->second;
+      ++used;
+    }
+  if (used != by_path.size()) fail<Error>("pipeline step: selected leaves that the whole tree does not have");
+  return whole.with_leaves(leaves);
+}
+
+Tree PipelineTrainStep::select_state(const Tree& state, const std::vector<bool>& keep) const {
+  Tree out = Tree::dict();
+  for (const auto& [slot, subtree] : state.items())
+    out[slot] = !subtree.is_leaf() && subtree.paths() == placement_->paths ? select(subtree, keep) : subtree;
+  return out;
+}
+
+Tree PipelineTrainStep::merge_state(const Tree& state, const Tree& selected) const {
+  Tree out = Tree::dict();
+  for (const auto& [slot, subtree] : state.items())
+    out[slot] = !subtree.is_leaf() && subtree.paths() == placement_->paths ? merge(subtree, selected.at(slot))
+                                                                           : selected.at(slot);
+  return out;
+}
+
+const PipelineTrainStep::Placement& PipelineTrainStep::placement_for(const Tree& params) {
+  if (placement_) {
+    if (params.paths() != placement_->paths)
+      fail<ValueError>("pipeline step: the parameters' structure changed since the first step");
+    return *placement_;
+  }
+  Placement p;
+  p.paths = params.paths();
+  const std::vector<Array> leaves = params.leaves();
+  const PipelineSchedule& s = schedule();
+  const int stages = s.stages(), pipeline_axis = world_mesh_.axis_index("pipeline");
+  const bool tied = model_.config().resolved_tied();
+  const int me = spmd::local_devices().front();
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    // The pipeline coordinates whose stages read the leaf, then the world devices at them.
+    std::vector<bool> coordinate_reads(static_cast<size_t>(s.devices), false);
+    for (int stage = 0; stage < stages; ++stage)
+      if (stage_reads(p.paths[i], stage_layers()[static_cast<size_t>(stage)], stage == 0, stage == stages - 1, tied))
+        coordinate_reads[static_cast<size_t>(stage % s.devices)] = true;
+    std::vector<int> owners;
+    for (int device = 0; device < world_mesh_.size(); ++device)
+      if (coordinate_reads[static_cast<size_t>(world_mesh_.coords(device)[static_cast<size_t>(pipeline_axis)])])
+        owners.push_back(device);
+    if (owners.empty()) fail<Error>("pipeline step: no stage reads the parameter '{}'", p.paths[i]);
+    const bool held = std::find(owners.begin(), owners.end(), me) != owners.end();
+    const double bytes =
+        static_cast<double>(numel(leaves[i].shape()) * static_cast<int64_t>(itemsize(leaves[i].dtype())));
+    p.whole_bytes += bytes;
+    p.held_bytes += held ? bytes : 0;
+    p.held.push_back(held);
+    p.counted.push_back(owners.front() == me);
+    p.owners.push_back(std::move(owners));
+  }
+  placement_ = std::move(p);
+  return *placement_;
+}
+
+void PipelineTrainStep::place(Tree& params, Tree& opt_state) {
+  if (!multi_process_) return;
+  const Placement& p = placement_for(params);
+  auto drop = [&](const Tree& tree) {
+    std::vector<Array> leaves = tree.leaves();
+    for (size_t i = 0; i < leaves.size(); ++i)
+      if (!p.held[i]) leaves[i] = Array::placeholder(leaves[i].shape(), leaves[i].dtype());
+    return tree.with_leaves(leaves);
+  };
+  params = drop(params);
+  Tree state = Tree::dict();
+  for (const auto& [slot, subtree] : opt_state.items())
+    state[slot] = !subtree.is_leaf() && subtree.paths() == p.paths ? drop(subtree) : subtree;
+  opt_state = state;
+}
+
+Tree PipelineTrainStep::gathered(const Tree& tree) {
+  if (!multi_process_) return tree;
+  if (!placement_) return tree;  // nothing was placed yet: every process holds the whole tree
+  const Placement& p = *placement_;
+  const int me = spmd::local_devices().front();
+  const std::vector<int> world = spmd::world_group();
+  auto gather = [&](const Tree& like_params) {
+    std::vector<Array> leaves = like_params.leaves();
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (p.owners[i].size() == world.size()) continue;  // every process holds it
+      const int root = p.owners[i].front();
+      std::vector<int> group{root};  // a broadcast goes from the group's first member
+      for (int device : world)
+        if (device != root) group.push_back(device);
+      const Array& leaf = leaves[i];
+      if (me == root) {
+        if (!leaf.is_evaluated()) fail<Error>("pipeline step: '{}' has no data on its holder", p.paths[i]);
+        // The root only reads its buffer.
+        spmd::communicator().broadcast(me, group, const_cast<void*>(leaf.raw_data()), leaf.nbytes());
+      } else {
+        Array received = Array::empty(leaf.shape(), leaf.dtype());
+        spmd::communicator().broadcast(me, group, received.mutable_raw_data(), received.nbytes());
+        leaves[i] = received;
+      }
+    }
+    return like_params.with_leaves(leaves);
+  };
+  if (!tree.is_leaf() && tree.paths() == p.paths) return gather(tree);
+  Tree out = Tree::dict();  // the optimizer state: its parameter-shaped slots
+  for (const auto& [slot, subtree] : tree.items())
+    out[slot] = !subtree.is_leaf() && subtree.paths() == p.paths ? gather(subtree) : subtree;
+  return out;
+}
+
+double PipelineTrainStep::held_bytes(const Tree& tree) {
+  double bytes = 0;
+  for (const Array& leaf : tree.leaves())
+    if (leaf.is_evaluated()) bytes += static_cast<double>(leaf.nbytes());
+  return bytes;
+}
+
+}  // namespace tessera::train

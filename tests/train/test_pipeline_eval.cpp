@@ -1,0 +1,105 @@
+// Evaluation through a pipeline's stages (PipelineTrainStep::evaluate: the schedule's
+// forwards alone) against one device's Evaluator on the same parameters: GPT-2 and Llama,
+// replicas, interleaved stages, stages partitioned over tensor and FSDP axes, and models
+// with dropout (whose evaluation forwards run without the step key, so without dropout).
+// The multi-process case (stage-local parameters) is in tests/spmd/multiprocess/train_main.cpp.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "spmd/parallel_train_util.h"
+#include "spmd/spmd_test_util.h"
+#include "tessera/data/loader.h"
+#include "tessera/data/token_file.h"
+#include "tessera/models/model.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/train/pipeline_step.h"
+#include "tessera/train/train_step.h"
+#include "train/pipeline_test_util.h"
+
+namespace tessera::train {
+namespace {
+
+constexpr int64_t kBatch = testing::kPipelineBatch, kSeq = testing::kPipelineSeq;
+
+// A validation file of random tokens (3 batches), removed with the object.
+struct ValidationFile {
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("tessera_pipeline_eval_" + std::to_string(getpid()) + ".bin");
+  ValidationFile() {
+    std::vector<int32_t> tokens(static_cast<size_t>(3 * kBatch * (kSeq + 1)));
+    std::mt19937 rng(5);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 64);
+    data::write_token_file(path, tokens, "byte", 256);
+  }
+  ~ValidationFile() { std::filesystem::remove(path); }
+  data::DataLoader loader() const {
+    return data::DataLoader(std::make_shared<const data::TokenFile>(path), kBatch, kSeq, 1, 0, 1, /*shuffle=*/false);
+  }
+};
+
+struct EvalCase {
+  std::string mesh;  // "" : threads without partitioned stages
+  PipelineKind kind;
+  int micro_batches, virtual_stages, replicas;
+};
+
+TEST(PipelineEvaluate, EqualsOneDeviceForEveryLayoutWithAndWithoutDropout) {
+  testing::VirtualDevices devices(8);
+  const ValidationFile file;
+  for (const std::string family : {"gpt2", "llama"})
+    for (const double dropout : {0.0, 0.1}) {
+      models::ModelConfig c = testing::pipeline_test_model(family);
+      c.dropout = dropout;
+      const models::Model model(c);
+      const optim::Optimizer optimizer(testing::test_adamw(), model.specs());
+      const Tree params = model.init(3);
+      data::DataLoader one_loader = file.loader();
+      const double want = Evaluator(model)(params, one_loader, 2);
+      for (const EvalCase& e :
+           {EvalCase{"", PipelineKind::kOneFOneB, 4, 1, 1}, EvalCase{"", PipelineKind::kGPipe, 2, 1, 2},
+            EvalCase{"", PipelineKind::kInterleaved, 4, 2, 1},
+            EvalCase{"pipeline=2,tensor=2", PipelineKind::kOneFOneB, 2, 1, 1},
+            EvalCase{"pipeline=2,fsdp=2", PipelineKind::kGPipe, 2, 1, 1}}) {
+        const std::string what = fmt::format("{} dropout {} {} {} m={} v={} replicas={}", family, dropout, e.mesh,
+                                             to_string(e.kind), e.micro_batches, e.virtual_stages, e.replicas);
+        PipelineOptions o;
+        o.kind = e.kind;
+        o.devices = 2;
+        o.micro_batches = e.micro_batches;
+        o.virtual_stages = e.virtual_stages;
+        if (!e.mesh.empty()) o.mesh = spmd::Mesh::parse(e.mesh);
+        PipelineTrainStep pipe(model, optimizer, 1, o, e.replicas, kSeq);
+        data::DataLoader loader = file.loader();
+        const double got = pipe.evaluate(params, loader, 2);
+        std::printf("%-64s validation loss %.7f (one device %.7f)\n", what.c_str(), got, want);
+        EXPECT_LT(std::abs(got - want) / want, 1e-6) << what;
+        // Twice the same value: the loader restarts, the forwards draw nothing at random.
+        EXPECT_EQ(pipe.evaluate(params, loader, 2), got) << what;
+      }
+    }
+}
+
+TEST(PipelineEvaluate, BadBatchCountsAreClearErrors) {
+  const ValidationFile file;
+  const models::Model model(testing::pipeline_test_model("gpt2"));
+  const optim::Optimizer optimizer(testing::test_adamw(), model.specs());
+  PipelineTrainStep pipe(model, optimizer, 1, PipelineOptions{}, 1, kSeq);
+  data::DataLoader loader = file.loader();
+  try {
+    pipe.evaluate(model.init(3), loader, 0);
+    ADD_FAILURE() << "0 batches should be an error";
+  } catch (const ValueError& error) {
+    EXPECT_NE(std::string(error.what()).find("batches must be >= 1"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace tessera::train

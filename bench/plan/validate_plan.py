@@ -52,8 +52,8 @@ CONFIGS = [
     ("gpt2-124m 1", "configs/tiny.toml", "data=1", ["model.preset=gpt2-124m", "train.batch=4"], 1),
     ("tiny dp2 mpi", "configs/tiny.toml", "data=2", [], 2),
     ("small fsdp2 mpi", "configs/small.toml", "fsdp=2", [], 2),
-    # Pipelines under mpirun: each process holds the whole model's state (train/pipeline_step.h),
-    # as the planner counts it per chip.
+    # Pipelines under mpirun: each process holds its stages' parameters and optimizer state
+    # (stage-local, train/pipeline_step.h), as the planner counts it per chip.
     ("tiny pp2 mpi", "configs/tiny.toml", "pipeline=2", [], 2),
     ("tiny pp2 gpipe mpi", "configs/tiny.toml", "pipeline=2", ["parallel.pipeline_schedule=gpipe"], 2),
 ]

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 
@@ -20,6 +21,7 @@
 #include "tessera/spmd/partitioner.h"
 #include "tessera/train/parallel.h"
 #include "tessera/train/pipeline.h"
+#include "tessera/train/pipeline_step.h"
 #include "tessera/train/train_step.h"
 #include "train/pipeline_config.h"
 
@@ -383,19 +385,15 @@ size_t eval_arena_bytes(const models::Model& model, const train::Layout& tl, con
   return compiler::optimize(std::move(eval), compile).plan.arena_bytes;
 }
 
-double tree_bytes(const Tree& tree) {
-  double bytes = 0;
-  for (const Array& leaf : tree.leaves()) bytes += static_cast<double>(leaf.nbytes());
-  return bytes;
-}
-
 // A pipeline layout (train/pipeline_step.h): each stage's forward and backward program
 // (partitioned over the other axes when those split), the optimizer update, and the
-// memory a device holds: the whole model's parameters, optimizer state and gradients
-// (tessera's pipeline keeps them whole on every device; the gradients twice: a process's
-// own and their all-reduced sum), its stages' program arenas, the
-// stage inputs of the micro-batches it holds at once (the schedule's peak), and the
-// validation program's arena (run unpartitioned).
+// memory a chip holds, a process per chip: the parameters its stages read and their
+// optimizer state (stage-local), their gradients twice (a stage's sum over micro-batches
+// and the next backward's), its stages' program arenas, the stage inputs of the
+// micro-batches it holds at once (the schedule's peak), the buffers of its sends (until
+// the pass ends), its update's arena, and for a model
+// with a step key the evaluation forwards' arenas (evaluation runs the stages' forwards,
+// without the key). The chip of the pipeline coordinate that holds the most is reported.
 PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanLayout& layout,
                                    const compiler::CompileOptions& compile) {
   train::TrainConfig c = config;
@@ -425,12 +423,13 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
   pipe.accumulation = k;
   pipe.stage_layers = executor.stage_layers();
   pipe.devices_per_stage = executor.devices_per_stage();
-  pipe.gradient_bytes = tree_bytes(params);
-  pipe.gradient_leaves = static_cast<int64_t>(params.leaves().size());
 
   const int stages = executor.schedule().stages(), p = pipe.devices, m = pipe.micro_batches;
   const train::PipelineTimeline replay = train::simulate(executor.schedule());  // the peak in flight per device
   std::vector<double> arenas(static_cast<size_t>(p), 0), host_arenas(static_cast<size_t>(p), 0);
+  // A model with a step key evaluates with its own keyless forwards (their arenas too).
+  const bool keyless_eval = config.model.needs_step_key();
+  std::vector<double> eval_arenas(static_cast<size_t>(p), 0), host_eval_arenas(static_cast<size_t>(p), 0);
   const bool packed = config.data.uses_pipeline() && config.data.pipeline.packing == "documents";
   std::vector<train::PipelineExecutor::StageGraphs> graphs =
       executor.trace_stages(params, Shape{rows, config.loop.seq}, packed);
@@ -444,6 +443,10 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
                              std::vector<bool>((forward ? g.forward_names : g.backward_names).size(), false));
       arenas[d] += static_cast<double>(optimized.plan.arena_bytes);
       host_arenas[d] += host_block_bytes(optimized.plan.arena_bytes);
+      if (forward && keyless_eval) {
+        eval_arenas[d] += static_cast<double>(optimized.plan.arena_bytes);
+        host_eval_arenas[d] += host_block_bytes(optimized.plan.arena_bytes);
+      }
       PreparedProgram program;
       program.name = fmt::format("stage{}_{}", s, forward ? "forward" : "backward");
       program.runs_per_step = static_cast<double>(m * k);
@@ -455,46 +458,79 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
     arenas[d] += g.input_bytes * replay.peak_in_flight[d];
     host_arenas[d] += host_block_bytes(static_cast<size_t>(g.input_bytes)) * replay.peak_in_flight[d];
   }
-  // The update: the optimizer applied to the whole model (its arena beside the stages').
-  {
-    const Tree opt_state = abstract_opt_state(optimizer, params);
-    const Tree args{
-        {"grads", params}, {"lr", Array::placeholder({}, DType::Float32)}, {"opt", opt_state}, {"params", params}};
+  // A process's point-to-point sends keep their buffers until the step's pass ends
+  // (Communicator::wait_sends): every micro-batch's output of a stage with a next one and
+  // input gradient of a stage with a previous one.
+  for (int s = 0; s < stages; ++s) {
+    const auto d = static_cast<size_t>(s % p);
+    std::vector<double> sent;
+    if (s + 1 < stages) sent.push_back(pipe.input_bytes[static_cast<size_t>(s + 1)]);
+    if (s > 0) sent.push_back(pipe.input_bytes[static_cast<size_t>(s)]);
+    for (const double bytes : sent) {
+      arenas[d] += m * bytes;
+      host_arenas[d] += m * host_block_bytes(static_cast<size_t>(bytes));
+    }
+  }
+  // Per pipeline coordinate: what its chips hold, and its update (the optimizer on those
+  // parameters, given the whole model's squared gradient norm).
+  const bool tied = model.config().resolved_tied();
+  const std::vector<Array> leaves = params.leaves();
+  std::vector<std::vector<bool>> reads;
+  for (int d = 0; d < p; ++d) reads.push_back(train::device_reads(params, pipe.stage_layers, p, d, tied));
+  const int64_t chips_per_coordinate = layout.chips() / p;
+  double best_peak = -1;
+  bool have_update = false;
+  for (int d = 0; d < p; ++d) {
+    const std::vector<bool>& held = reads[static_cast<size_t>(d)];
+    const Tree mine = train::PipelineTrainStep::select(params, held);
+    const Tree opt_state = abstract_opt_state(optimizer, mine);
+    const Tree args{{"grads", mine},
+                    {"lr", Array::placeholder({}, DType::Float32)},
+                    {"opt", opt_state},
+                    {"params", mine},
+                    {"squared_norm", Array::placeholder({}, DType::Float64)}};
     const JitFn update = [&optimizer](const Tree& a, const StaticArgs&) {
-      const optim::Optimizer::Update u = optimizer.apply(a.at("params"), a.at("grads"), a.at("opt"), a.at("lr").leaf());
+      const optim::Optimizer::Update u = optimizer.apply(a.at("params"), a.at("grads"), a.at("opt"), a.at("lr").leaf(),
+                                                         a.at("squared_norm").leaf());
       return Tree{{"opt", u.state}, {"params", u.params}};
     };
     compiler::OptimizedProgram optimized = compiler::optimize(trace(update, args), compile, {});
-    for (double& a : arenas) a += static_cast<double>(optimized.plan.arena_bytes);
-    for (double& a : host_arenas) a += host_block_bytes(optimized.plan.arena_bytes);
+    std::array<MemoryBreakdown, 2> mem;  // device, host
+    for (const bool host : {false, true}) {
+      MemoryBreakdown& m_ = mem[host ? 1 : 0];
+      const auto block = [host](double bytes) { return host ? host_block_bytes(static_cast<size_t>(bytes)) : bytes; };
+      for (const Array& leaf : mine.leaves()) m_.parameters += block(static_cast<double>(leaf.nbytes()));
+      for (const Array& leaf : opt_state.leaves()) m_.optimizer += block(static_cast<double>(leaf.nbytes()));
+      m_.gradients = 2 * m_.parameters;
+      m_.activations = (host ? host_arenas : arenas)[static_cast<size_t>(d)] +
+                       block(static_cast<double>(optimized.plan.arena_bytes));
+      m_.eval = (host ? host_eval_arenas : eval_arenas)[static_cast<size_t>(d)];
+      m_.peak = m_.parameters + m_.optimizer + m_.gradients + m_.activations + m_.eval;
+    }
+    if (!(mem[0].peak > best_peak)) continue;
+    best_peak = mem[0].peak;
+    prepared.memory = mem[0];
+    prepared.host_memory = mem[1];
+    pipe.gradient_reductions.clear();
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (!held[i]) continue;
+      int64_t coordinates = 0;
+      for (const std::vector<bool>& r : reads) coordinates += r[i] ? 1 : 0;
+      pipe.gradient_reductions.emplace_back(static_cast<double>(leaves[i].nbytes()),
+                                            coordinates * chips_per_coordinate);
+    }
     PreparedProgram program;
     program.name = "pipeline_update";
     program.runs_per_step = 1;
     program.graph = std::move(optimized.graph);
-    pipe.update = prepared.programs.size();
-    prepared.programs.push_back(std::move(program));
-    for (const bool host : {false, true}) {
-      MemoryBreakdown& mem = host ? prepared.host_memory : prepared.memory;
-      const auto block = [host](double bytes) { return host ? host_block_bytes(static_cast<size_t>(bytes)) : bytes; };
-      double parameters = 0, optimizer_state = 0;
-      for (const Array& leaf : params.leaves()) parameters += block(static_cast<double>(leaf.nbytes()));
-      for (const Array& leaf : opt_state.leaves()) optimizer_state += block(static_cast<double>(leaf.nbytes()));
-      mem.parameters = parameters;
-      mem.optimizer = optimizer_state;
-      // A process's gradients, whole (zeros for other stages' parameters), and their sum
-      // over the processes beside them until the update.
-      mem.gradients = 2 * parameters;
-      mem.activations = *std::max_element((host ? host_arenas : arenas).begin(), (host ? host_arenas : arenas).end());
+    if (!have_update) {
+      pipe.update = prepared.programs.size();
+      prepared.programs.push_back(std::move(program));
+      have_update = true;
+    } else {
+      prepared.programs[pipe.update] = std::move(program);
     }
   }
-  data::Batch batch;
-  batch.tokens = Array::placeholder({config.micro_batch_size(), config.loop.seq}, DType::Int32);
-  batch.targets = Array::placeholder({config.micro_batch_size(), config.loop.seq}, DType::Int32);
-  const size_t eval = eval_arena_bytes(model, train::Layout::one_device(model.specs()), spmd::Mesh(), batch, compile);
-  prepared.memory.eval = static_cast<double>(eval);
-  prepared.host_memory.eval = host_block_bytes(eval);
-  for (MemoryBreakdown* mem : {&prepared.memory, &prepared.host_memory})
-    mem->peak = mem->parameters + mem->optimizer + mem->gradients + mem->activations + mem->eval;
   prepared.pipeline = std::move(pipe);
   return prepared;
 }
@@ -503,7 +539,7 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
 // replayed with those costs (a hop between stage devices: the stage input over the
 // innermost link), times the accumulation steps; then the update and, with a process
 // per chip (not on a CPU host, which runs the pipeline as threads of one process), the
-// world all-reduce of the whole model's gradients.
+// all-reduces of each held parameter's gradient over the chips that hold it.
 StepEstimate cost_pipeline_step(const PreparedStep& prepared, const goodput::AcceleratorSpec& accelerator,
                                 const DeviceRates& rates) {
   const PreparedPipeline& pipe = *prepared.pipeline;
@@ -542,23 +578,28 @@ StepEstimate cost_pipeline_step(const PreparedStep& prepared, const goodput::Acc
   const train::PipelineTimeline timeline = train::simulate(schedule, forward, backward, hop);
   double update_collectives = 0;
   const double update = program_seconds(pipe.update, 1, true, &update_collectives);
-  // One all-reduce per parameter leaf (train/pipeline_step.h), costed at the mean leaf.
-  const auto leaves = static_cast<double>(std::max<int64_t>(1, pipe.gradient_leaves));
-  const double all_reduce =
-      accelerator.kind == "cpu"
-          ? 0
-          : leaves * collective_seconds("all_reduce", pipe.gradient_bytes / leaves, chips, 1, accelerator);
+  // One all-reduce per parameter the chip holds, over the chips that hold it
+  // (train/pipeline_step.h); none has a peer without data replicas, but for a tied embedding.
+  double all_reduce = 0, reduced_bytes = 0;
+  int64_t reductions = 0;
+  if (accelerator.kind != "cpu")
+    for (const auto& [bytes, members] : pipe.gradient_reductions) {
+      if (members < 2) continue;
+      all_reduce += collective_seconds("all_reduce", bytes, members, 1, accelerator);
+      reduced_bytes += 2 * bytes * static_cast<double>(members - 1) / static_cast<double>(members);
+      ++reductions;
+    }
   est.pipeline_bubble = timeline.bubble_fraction;
   est.compute_seconds = static_cast<double>(pipe.accumulation) * timeline.busy / pipe.devices + update;
   est.collective_seconds = collectives + all_reduce;
   est.exposed_collective_seconds = all_reduce;
   est.step_seconds = static_cast<double>(pipe.accumulation) * timeline.makespan + update + all_reduce;
   if (all_reduce > 0) {
-    OpClassCost& agg = ops[{"all_reduce (gradients, world)", "collective"}];
-    agg.op = "all_reduce (gradients, world)";
+    OpClassCost& agg = ops[{"all_reduce (gradients, holders)", "collective"}];
+    agg.op = "all_reduce (gradients, holders)";
     agg.kind = "collective";
-    agg.kernels += pipe.gradient_leaves;
-    agg.bytes += 2 * pipe.gradient_bytes * static_cast<double>(chips - 1) / static_cast<double>(chips);
+    agg.kernels += reductions;
+    agg.bytes += reduced_bytes;
     agg.seconds += all_reduce;
   }
   finish_estimate(est, ops, prepared, rates);

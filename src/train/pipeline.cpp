@@ -130,6 +130,16 @@ double counted_targets(const Array& targets) {
   return sum(astype(not_equal(targets, scalar_like(-100, targets)), DType::Float64)).item<double>();
 }
 
+void add_into_tree(Tree& into, const Tree& add) {
+  const std::vector<Array> a = into.leaves(), b = add.leaves();
+  if (a.size() != b.size()) fail<Error>("add_into_tree: {} leaves and {}", a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].shape() != b[i].shape() || a[i].dtype() != b[i].dtype())
+      fail<Error>("add_into_tree: leaf {} is {} and {}", i, type_string(a[i]), type_string(b[i]));
+    add_into(a[i].mutable_raw_data(), b[i].raw_data(), static_cast<size_t>(a[i].size()), a[i].dtype());
+  }
+}
+
 Tree add_trees(const Tree& a, const Tree& b) {
   Tree sum = tree_map([](const Array& x, const Array& y) { return add(x, y); }, a, b);
   for (const Array& leaf : sum.leaves()) leaf.eval();
@@ -146,6 +156,17 @@ bool stage_reads(const std::string& path, const std::pair<int, int>& layers, boo
   if (top == "wte") return first || (last && tied);
   if (top == "wpe") return first;
   return last;  // lnf, head
+}
+
+std::vector<bool> device_reads(const Tree& params, const std::vector<std::pair<int, int>>& stage_layers, int devices,
+                               int d, bool tied) {
+  const std::vector<std::string> paths = params.paths();
+  const int stages = static_cast<int>(stage_layers.size());
+  std::vector<bool> reads(paths.size(), false);
+  for (size_t i = 0; i < paths.size(); ++i)
+    for (int s = d; s < stages && !reads[i]; s += devices)
+      reads[i] = stage_reads(paths[i], stage_layers[static_cast<size_t>(s)], s == 0, s == stages - 1, tied);
+  return reads;
 }
 
 std::vector<double> pipeline_layer_costs(const models::Model& model, int64_t seq) {
@@ -499,8 +520,13 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
           cpu_began = thread_cpu_seconds();
           const Tree out = run_program(false, s, args);
           saved.erase({mb, s});
+          // The stage's gradients summed over micro-batches in place: a private copy of the
+          // first, the later ones added into it (the stage holds two gradient trees at most).
           std::optional<Tree>& acc = accumulated[static_cast<size_t>(here_key)];
-          acc = acc ? add_trees(*acc, out.at("dp")) : out.at("dp");
+          if (!acc)
+            acc = m > 1 ? out.at("dp").map([](const Array& g) { return Array::from_data(g.raw_data(), g.shape(), g.dtype()); }) : out.at("dp");
+          else
+            add_into_tree(*acc, out.at("dp"));
           if (s > 0) {
             sent[slot] += static_cast<double>(out.at("dx").leaf().nbytes());
             if (remote)

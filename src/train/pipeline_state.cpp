@@ -82,23 +82,20 @@ const PipelineTrainStep::Placement& PipelineTrainStep::placement_for(const Tree&
   p.paths = params.paths();
   const std::vector<Array> leaves = params.leaves();
   const PipelineSchedule& s = schedule();
-  const int stages = s.stages(), pipeline_axis = world_mesh_.axis_index("pipeline");
+  const int pipeline_axis = world_mesh_.axis_index("pipeline");
   const bool tied = model_.config().resolved_tied();
   const int me = spmd::local_devices().front();
+  std::vector<std::vector<bool>> reads;  // per pipeline coordinate, per leaf
+  for (int d = 0; d < s.devices; ++d) reads.push_back(device_reads(params, stage_layers(), s.devices, d, tied));
   for (size_t i = 0; i < leaves.size(); ++i) {
-    // The pipeline coordinates whose stages read the leaf, then the world devices at them.
-    std::vector<bool> coordinate_reads(static_cast<size_t>(s.devices), false);
-    for (int stage = 0; stage < stages; ++stage)
-      if (stage_reads(p.paths[i], stage_layers()[static_cast<size_t>(stage)], stage == 0, stage == stages - 1, tied))
-        coordinate_reads[static_cast<size_t>(stage % s.devices)] = true;
+    // The world devices at the pipeline coordinates whose stages read the leaf.
     std::vector<int> owners;
     for (int device = 0; device < world_mesh_.size(); ++device)
-      if (coordinate_reads[static_cast<size_t>(world_mesh_.coords(device)[static_cast<size_t>(pipeline_axis)])])
+      if (reads[static_cast<size_t>(world_mesh_.coords(device)[static_cast<size_t>(pipeline_axis)])][i])
         owners.push_back(device);
     if (owners.empty()) fail<Error>("pipeline step: no stage reads the parameter '{}'", p.paths[i]);
     const bool held = std::find(owners.begin(), owners.end(), me) != owners.end();
-    const double bytes =
-        static_cast<double>(numel(leaves[i].shape()) * static_cast<int64_t>(itemsize(leaves[i].dtype())));
+    const double bytes = static_cast<double>(numel(leaves[i].shape()) * static_cast<int64_t>(itemsize(leaves[i].dtype())));
     p.whole_bytes += bytes;
     p.held_bytes += held ? bytes : 0;
     p.held.push_back(held);

@@ -288,6 +288,8 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
   for (size_t i = 0; i < p.paths.size(); ++i) index.emplace(p.paths[i], i);
   const std::vector<std::string> local_paths = local->paths();
   std::vector<Array> leaves = local->leaves();
+  const Tree structure = local->map([](const Array& g) { return Array::placeholder(g.shape(), g.dtype()); });
+  local.reset();  // `leaves` holds the gradients alone: each is freed when its sum replaces it
   const double inverse_k = 1.0 / static_cast<double>(accumulation_);
   std::vector<bool> counted(leaves.size(), false);
   for (int pass = 0; pass < 2; ++pass)
@@ -304,7 +306,7 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
       if (accumulation_ > 1) g = (g * inverse_k).eval();  // the mean over the accumulation steps
       counted[j] = p.counted[i];
     }
-  const Tree mean = local->with_leaves(leaves);
+  const Tree mean = structure.with_leaves(leaves);
   // The whole model's squared gradient norm: each process's parameters that it is the
   // lowest holder of, summed over the world in rank order.
   double squared = optimizer_.squared_norm(select(mean, counted), opt_state).item<double>();

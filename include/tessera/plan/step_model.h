@@ -131,10 +131,10 @@ struct PreparedPipeline {
   std::vector<double> input_bytes;        // per stage: a device's part of its input
   size_t update = 0;                      // the optimizer update program
   int64_t devices_per_stage = 1;          // the mesh's other axes
-  // Bytes of the whole model's gradients: a process's part in the world all-reduce that
-  // sums the stages' gradients (train/pipeline_step.h).
-  double gradient_bytes = 0;
-  int64_t gradient_leaves = 0;  // one all-reduce each
+  // The gradient sums of the pipeline device that holds the most (train/pipeline_step.h:
+  // stage-local state): per parameter it holds, its bytes and the processes that hold it
+  // (the chips at the pipeline coordinates whose stages read it), one all-reduce each.
+  std::vector<std::pair<double, int64_t>> gradient_reductions;
 };
 
 struct PreparedStep {

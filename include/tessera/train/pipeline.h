@@ -102,6 +102,9 @@ double counted_targets(const Array& targets);
 
 // a + b leaf by leaf (same structure), evaluated: how gradients add up over micro-batches.
 Tree add_trees(const Tree& a, const Tree& b);
+// into += add leaf by leaf, in place (the same bits as add_trees): `into` must own its
+// buffers (nothing else may read them).
+void add_into_tree(Tree& into, const Tree& add);
 
 // Whether a stage of `layers` [first, last) reads the model parameter at `path`
 // ("layers.<i>...", "wte", "wpe", "lnf", "head"): its layers; the embedding ("wte", and
@@ -109,6 +112,10 @@ Tree add_trees(const Tree& a, const Tree& b);
 // tied) when it is the last. The one rule for what a stage holds (stage parameters,
 // stage-local optimizer state, the collectives of partitioned stages).
 bool stage_reads(const std::string& path, const std::pair<int, int>& layers, bool first, bool last, bool tied);
+// Per leaf of `params` (in order): whether a stage of pipeline device d reads it (stage s
+// runs on device s % devices).
+std::vector<bool> device_reads(const Tree& params, const std::vector<std::pair<int, int>>& stage_layers, int devices,
+                               int d, bool tied);
 
 // Layer costs for balance_stages: each block's training FLOPs per token (6 x its
 // parameters + 12 x seq x dim for attention), with the output head's (6 x dim x
@@ -131,8 +138,9 @@ class PipelineExecutor {
   // targets, result.grads = the gradients of that (a caller splitting a batch passes
   // seed = 1 / the whole batch's counted targets and adds the parts up). With
   // options.ranks, only this process's stages contribute: the loss is 0 unless it runs
-  // the last stage, the other stages' gradients are zeros, and the measured timeline
-  // has this device's ops only; the caller adds them up over the processes.
+  // the last stage, the other stages' gradients are placeholders (no data), and the
+  // measured timeline has this device's ops only; the caller adds them up over the
+  // processes.
   // With packed documents (`packing`: segment ids and positions of the tokens' shape)
   // every stage reads its micro-batch's rows of them.
   // A model with dropout or int8 backward GEMMs (ModelConfig::needs_step_key) takes a
@@ -140,8 +148,7 @@ class PipelineExecutor {
   // uses part_keys(key, m)[i] (the key itself when m = 1, as the whole model's step
   // would), in its forward and the backward's recomputation alike.
   // With options.ranks the parameters other processes' stages read may be placeholders
-  // (no data: PipelineTrainStep keeps only its own stages' parameters), and so are
-  // their gradients in the result.
+  // (PipelineTrainStep keeps only its own stages' parameters).
   PipelineResult run(const Tree& params, const Array& tokens, const Array& targets, double seed,
                      const std::optional<models::Packing>& packing = std::nullopt,
                      const std::optional<Array>& key = std::nullopt);

@@ -91,6 +91,11 @@ class PipelineTrainStep {
   Tree gathered(const Tree& tree);
   // The bytes of data this process holds in the trees (placeholders hold none).
   static double held_bytes(const Tree& tree);
+  // The leaves of a tree shaped like the parameters that `keep` selects, at their own
+  // paths (lists become dicts keyed by index, so the paths and the optimizer's per-path
+  // rules stay the same); and back into `whole`.
+  static Tree select(const Tree& whole, const std::vector<bool>& keep);
+  static Tree merge(const Tree& whole, const Tree& selected);
 
   // The mean of the batches' mean validation losses over the first `batches` batches of
   // `loader` (as Evaluator does on one device), through the stages' forward passes: each
@@ -153,11 +158,6 @@ class PipelineTrainStep {
   };
   std::optional<Placement> placement_;
   const Placement& placement_for(const Tree& params);
-  // The leaves of a tree shaped like the parameters that `keep` selects, at their own
-  // paths (lists become dicts keyed by index, so the paths and the optimizer's per-path
-  // rules stay the same); and back into `whole`.
-  static Tree select(const Tree& whole, const std::vector<bool>& keep);
-  static Tree merge(const Tree& whole, const Tree& selected);
   // The optimizer state's parameter-shaped slots selected the same way (other leaves as
   // they are), and back.
   Tree select_state(const Tree& state, const std::vector<bool>& keep) const;

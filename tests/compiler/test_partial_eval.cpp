@@ -1,0 +1,82 @@
+// Partial evaluation (compiler/partial_eval.h): a traced forward-and-backward split at its
+// output gradient runs as two programs whose composition gives the whole graph's bits,
+// with every node in exactly one part (the backward part recomputes nothing), and the
+// split's errors.
+#include <gtest/gtest.h>
+
+#include "compiler/graph_test_util.h"
+#include "tessera/api/jit.h"
+#include "tessera/compiler/compile.h"
+#include "tessera/compiler/partial_eval.h"
+#include "tessera/core/ops.h"
+#include "tessera/core/transforms.h"
+
+namespace tessera::compiler {
+namespace {
+
+// y = tanh(x w) * x + b, and the vjp of (w, x, b) at dy: outputs dp.b, dp.w, dx, y
+// (the tree's path order). Parameters: b, dy, w, x.
+Graph forward_and_backward(Tree* out_structure) {
+  const Tree args{{"b", Array::placeholder({8}, DType::Float32)},
+                  {"dy", Array::placeholder({4, 8}, DType::Float32)},
+                  {"w", Array::placeholder({8, 8}, DType::Float32)},
+                  {"x", Array::placeholder({4, 8}, DType::Float32)}};
+  const JitFn fn = [](const Tree& a, const StaticArgs&) {
+    const ArrayFn f = [](const std::vector<Array>& in) -> std::vector<Array> {
+      return {add(multiply(tanh(matmul(in[1], in[0])), in[1]), in[2])};
+    };
+    const auto [y, grads] =
+        vjp(f, {a.at("w").leaf(), a.at("x").leaf(), a.at("b").leaf()}, {a.at("dy").leaf()});
+    return Tree{{"dp", Tree{{"b", grads[2]}, {"w", grads[0]}}}, {"dx", grads[1]}, {"y", y[0]}};
+  };
+  return trace(fn, args, {}, out_structure);
+}
+
+TEST(PartialEval, TheTwoPartsComposeToTheWholeGraphBitwiseAndShareNoNode) {
+  Tree structure;
+  const Graph g = forward_and_backward(&structure);
+  ASSERT_EQ(structure.paths(), (std::vector<std::string>{"dp.b", "dp.w", "dx", "y"}));
+  const SplitGraph split = partial_eval(g, {false, true, false, false}, {3}, {0, 1, 2});
+  // Every node is in one part: the backward starts from the residuals.
+  EXPECT_EQ(split.known.num_nodes() + split.unknown.num_nodes(), g.num_nodes());
+  EXPECT_EQ(test_util::count_nodes(split.unknown, "tanh"), 0u) << split.unknown.text();
+  EXPECT_EQ(test_util::count_nodes(split.known, "tanh"), test_util::count_nodes(g, "tanh"));
+  EXPECT_EQ(split.residuals, 1u) << "only tanh(x w) is kept: " << split.known.text();
+  // The backward reads dy, and w and x again (dx = ... w^T, dw = x^T ...) as parameters,
+  // not as residual copies of them.
+  EXPECT_EQ(split.unknown_parameters, (std::vector<size_t>{1, 2, 3})) << split.unknown.text();
+
+  const std::vector<Array> params = test_util::random_params(g, 7);
+  const std::vector<Array> whole = test_util::interpret(g, params);
+  const std::vector<Array> known = test_util::interpret(split.known, {params[0], params[2], params[3]});
+  ASSERT_EQ(known.size(), 1 + split.residuals);
+  std::vector<Array> unknown_args(known.begin() + 1, known.end());
+  for (size_t p : split.unknown_parameters) unknown_args.push_back(params[p]);
+  std::vector<Array> got = test_util::interpret(split.unknown, unknown_args);
+  got.push_back(known[0]);
+  test_util::expect_bitwise(got, whole);
+
+  // Compiled (the pass pipeline on each part) they give the same values.
+  const std::vector<Array> compiled_known = compile(split.known)->run({params[0], params[2], params[3]});
+  std::vector<Array> compiled_args(compiled_known.begin() + 1, compiled_known.end());
+  for (size_t p : split.unknown_parameters) compiled_args.push_back(params[p]);
+  const std::vector<Array> compiled = compile(split.unknown)->run(compiled_args);
+  for (size_t i = 0; i < compiled.size(); ++i)
+    tessera::test::expect_close(compiled[i], whole[i].to_vector<double>(), 1e-6, 1e-6, "compiled output " + std::to_string(i));
+}
+
+TEST(PartialEval, AKnownOutputThatNeedsAnUnknownParameterIsAnError) {
+  const Graph g = forward_and_backward(nullptr);
+  try {
+    (void)partial_eval(g, {false, true, false, false}, {2}, {0});
+    ADD_FAILURE() << "dx depends on dy";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("output 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unknown parameter"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)partial_eval(g, {true}, {}, {0}), ValueError) << "one flag per parameter";
+  EXPECT_THROW((void)partial_eval(g, {false, true, false, false}, {9}, {}), ValueError) << "no output 9";
+}
+
+}  // namespace
+}  // namespace tessera::compiler

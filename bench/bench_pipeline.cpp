@@ -5,11 +5,13 @@
 // each device holds at once (1F1B bounds them by the depth, GPipe by m).
 //
 //   build/bin/bench_pipeline [--preset tiny] [--layers 8] [--batch 16] [--seq 128] [--rounds 5]
-//                            [--layouts 1f1b:2:4;gpipe:2:4;interleaved:2:4:2;1f1b:4:8;1f1b:2:4@tensor=2]
+//                            [--layouts 1f1b:2:4;1f1b:2:4+keep;gpipe:2:4;interleaved:2:4:2;1f1b:2:4@tensor=2]
 //
-// A layout is schedule:p:m[:v][@axes] (p pipeline devices, m micro-batches, v virtual
-// stages; @tensor=2 or @fsdp=2,tensor=2: each stage partitioned over those mesh axes,
-// PipelineOptions::mesh, on virtual devices of the SPMD runtime).
+// A layout is schedule:p:m[:v][+keep][@axes] (p pipeline devices, m micro-batches, v
+// virtual stages; +keep: the stages keep their forwards' activations instead of
+// recomputing them, PipelineOptions::recompute = false; @tensor=2 or @fsdp=2,tensor=2:
+// each stage partitioned over those mesh axes, PipelineOptions::mesh, on virtual devices
+// of the SPMD runtime).
 // Rounds are interleaved: each round runs one step of every layout (and of one device)
 // in turn, and the figures are medians over rounds, so a machine that slows down slows
 // every layout alike. A layout with more device threads than this machine's cores is
@@ -53,10 +55,11 @@ using Clock = std::chrono::steady_clock;
 struct Layout {
   ts::train::PipelineKind kind = ts::train::PipelineKind::kOneFOneB;
   int devices = 2, micro_batches = 4, virtual_stages = 1;
+  bool keep = false;   // activations kept for the backward (no recompute)
   std::string inside;  // "tensor=2": the axes each stage is partitioned over ("": none)
   std::string name() const {
-    return fmt::format("{} p={} m={}{}{}", ts::train::to_string(kind), devices, micro_batches,
-                       virtual_stages > 1 ? fmt::format(" v={}", virtual_stages) : "",
+    return fmt::format("{} p={} m={}{}{}{}", ts::train::to_string(kind), devices, micro_batches,
+                       virtual_stages > 1 ? fmt::format(" v={}", virtual_stages) : "", keep ? " keep" : "",
                        inside.empty() ? "" : " @" + inside);
   }
   ts::spmd::Mesh mesh() const {
@@ -72,7 +75,9 @@ struct Flags {
 
 Layout parse_layout(const std::string& layout_text) {
   const size_t at = layout_text.find('@');
-  const std::string text = layout_text.substr(0, at);
+  std::string text = layout_text.substr(0, at);
+  const bool keep = text.ends_with("+keep");
+  if (keep) text = text.substr(0, text.size() - 5);
   std::vector<std::string> parts;
   size_t start = 0;
   while (start <= text.size()) {
@@ -87,6 +92,7 @@ Layout parse_layout(const std::string& layout_text) {
   l.devices = std::stoi(parts[1]);
   l.micro_batches = std::stoi(parts[2]);
   l.virtual_stages = parts.size() == 4 ? std::stoi(parts[3]) : 1;
+  l.keep = keep;
   if (at != std::string::npos) l.inside = layout_text.substr(at + 1);
   return l;
 }
@@ -94,8 +100,8 @@ Layout parse_layout(const std::string& layout_text) {
 Flags parse_flags(int argc, char** argv) {
   Flags f;
   std::string layouts =
-      "gpipe:2:4;1f1b:2:4;1f1b:2:8;interleaved:2:4:2;1f1b:4:8;interleaved:4:8:2;1f1b:2:4@tensor=2;1f1b:2:4@fsdp=2;"
-      "1f1b:2:4@fsdp=2,tensor=2";
+      "gpipe:2:4;1f1b:2:4;1f1b:2:4+keep;1f1b:2:8;1f1b:2:8+keep;interleaved:2:4:2;interleaved:2:4:2+keep;1f1b:4:8;"
+      "interleaved:4:8:2;1f1b:2:4@tensor=2;1f1b:2:4@fsdp=2;1f1b:2:4@fsdp=2,tensor=2";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string arg = argv[i], value = argv[i + 1];
     if (arg == "--preset")
@@ -166,6 +172,7 @@ int main(int argc, char** argv) {
       o.micro_batches = l.micro_batches;
       o.virtual_stages = l.virtual_stages;
       o.mesh = l.mesh();
+      o.recompute = !l.keep;
       steps.emplace_back(model, optimizer, 1, o, 1, f.seq);
       params.push_back(model.init(1));
       opts.push_back(optimizer.init(params.back()));

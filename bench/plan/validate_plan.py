@@ -56,6 +56,7 @@ CONFIGS = [
     # (stage-local, train/pipeline_step.h), as the planner counts it per chip.
     ("tiny pp2 mpi", "configs/tiny.toml", "pipeline=2", [], 2),
     ("tiny pp2 gpipe mpi", "configs/tiny.toml", "pipeline=2", ["parallel.pipeline_schedule=gpipe"], 2),
+    ("tiny pp2 keep mpi", "configs/tiny.toml", "pipeline=2", ["parallel.pipeline_recompute=false"], 2),
 ]
 
 # The newest committed GPU run: GPT-2 124M, batch 16 x 1024, bf16, cuDNN attention (phase

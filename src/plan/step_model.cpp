@@ -436,6 +436,9 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
   for (int s = 0; s < stages; ++s) {
     train::PipelineExecutor::StageGraphs& g = graphs[static_cast<size_t>(s)];
     const auto d = static_cast<size_t>(s % p);
+    double residual_host_bytes = 0;  // the backward's first parameters are the residuals
+    for (size_t i = 0; i < g.backward_names.size() && g.backward_names[i].starts_with("residual."); ++i)
+      residual_host_bytes += host_block_bytes(g.backward.type(g.backward.parameters[i]).nbytes());
     pipe.input_bytes.push_back(g.input_bytes);
     for (const bool forward : {true, false}) {
       compiler::OptimizedProgram optimized =
@@ -454,9 +457,11 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
       (forward ? pipe.forward : pipe.backward).push_back(prepared.programs.size());
       prepared.programs.push_back(std::move(program));
     }
-    // The stage inputs a device keeps: its peak of micro-batches in flight.
-    arenas[d] += g.input_bytes * replay.peak_in_flight[d];
-    host_arenas[d] += host_block_bytes(static_cast<size_t>(g.input_bytes)) * replay.peak_in_flight[d];
+    // The stage inputs a device keeps (and without recompute the activations its forward
+    // kept for the backward, each its own block): its peak of micro-batches in flight.
+    arenas[d] += (g.input_bytes + g.residual_bytes) * replay.peak_in_flight[d];
+    host_arenas[d] +=
+        (host_block_bytes(static_cast<size_t>(g.input_bytes)) + residual_host_bytes) * replay.peak_in_flight[d];
   }
   // A process's point-to-point sends keep their buffers until the step's pass ends
   // (Communicator::wait_sends): every micro-batch's output of a stage with a next one and
@@ -490,8 +495,8 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
                     {"params", mine},
                     {"squared_norm", Array::placeholder({}, DType::Float64)}};
     const JitFn update = [&optimizer](const Tree& a, const StaticArgs&) {
-      const optim::Optimizer::Update u = optimizer.apply(a.at("params"), a.at("grads"), a.at("opt"), a.at("lr").leaf(),
-                                                         a.at("squared_norm").leaf());
+      const optim::Optimizer::Update u =
+          optimizer.apply(a.at("params"), a.at("grads"), a.at("opt"), a.at("lr").leaf(), a.at("squared_norm").leaf());
       return Tree{{"opt", u.state}, {"params", u.params}};
     };
     compiler::OptimizedProgram optimized = compiler::optimize(trace(update, args), compile, {});

@@ -480,6 +480,10 @@ void add_parallel_fields(std::vector<Field>& f) {
   f.push_back(field<std::string>("parallel.pipeline_stages",
                                  "layers of each pipeline stage, e.g. 0-2,3-5 (\"\": balanced by FLOPs)",
                                  [](C& c) -> std::string& { return c.parallel.pipeline_stages; }));
+  f.push_back(field<bool>("parallel.pipeline_recompute",
+                          "a pipeline stage's backward recomputes its forward (true) or reads the activations its "
+                          "forward kept (false: no second forward, more memory per micro-batch in flight)",
+                          [](C& c) -> bool& { return c.parallel.pipeline_recompute; }));
 }
 
 const std::vector<Field>& schema() {

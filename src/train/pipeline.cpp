@@ -218,7 +218,9 @@ PipelineExecutor::PipelineExecutor(const models::Model& model, const PipelineOpt
     };
     forward_fn_.push_back(detail::to_jit_fn(
         [run_stage](const Tree& args) -> Tree { return Tree(run_stage(args.at("p"), args.at("x").leaf(), args)); }));
-    backward_fn_.push_back(detail::to_jit_fn([run_stage, embed](const Tree& args) -> Tree {
+    // The stage's vjp at the output gradient "dy": dp (and dx past the first stage); with
+    // the output, also "y" (what partial evaluation splits when activations are kept).
+    auto stage_vjp = [run_stage, embed](const Tree& args, bool with_output) -> Tree {
       const Tree& p_tree = args.at("p");
       const Array x = args.at("x").leaf();
       const std::vector<Array> p_leaves = p_tree.leaves();
@@ -228,16 +230,55 @@ PipelineExecutor::PipelineExecutor(const models::Model& model, const PipelineOpt
         const Tree p_in = p_tree.with_leaves(std::vector<Array>(in.begin(), in.begin() + p_leaves.size()));
         return {run_stage(p_in, embed ? x : in.back(), args)};
       };
-      const std::vector<Array> cotangents = vjp(stage_fn, primals, {args.at("dy").leaf()}).second;
+      const std::pair<std::vector<Array>, std::vector<Array>> result = vjp(stage_fn, primals, {args.at("dy").leaf()});
+      const std::vector<Array>& cotangents = result.second;
       Tree out = Tree::dict();
       out["dp"] = p_tree.with_leaves(std::vector<Array>(cotangents.begin(), cotangents.begin() + p_leaves.size()));
       if (!embed) out["dx"] = Tree(cotangents.back());
+      if (with_output) out["y"] = Tree(result.first.front());
       return out;
-    }));
+    };
+    backward_fn_.push_back(detail::to_jit_fn([stage_vjp](const Tree& args) { return stage_vjp(args, false); }));
+    keep_fn_.push_back(detail::to_jit_fn([stage_vjp](const Tree& args) { return stage_vjp(args, true); }));
     forward_.push_back(Jitted(forward_fn_.back(), {}));
     backward_.push_back(Jitted(backward_fn_.back(), {}));
     eval_forward_.push_back(Jitted(forward_fn_.back(), {}));
   }
+  kept_.resize(static_cast<size_t>(stages));
+  kept_compiled_.reset(new std::atomic<bool>[static_cast<size_t>(stages)]);
+  for (int i = 0; i < stages; ++i) kept_compiled_[static_cast<size_t>(i)] = false;
+  if (!options.recompute && sharded())
+    fail<ValueError>(
+        "pipeline: keeping the stages' activations (recompute = false) is not built for stages partitioned over the "
+        "mesh {}; they recompute their forward (parallel.pipeline_recompute = true)",
+        mesh.to_string());
+}
+
+PipelineExecutor::KeptProgram PipelineExecutor::kept_program(int stage, const Tree& args, bool only_trace) const {
+  KeptProgram k;
+  Tree out_structure;
+  compiler::Graph g = trace(keep_fn_[static_cast<size_t>(stage)], args, {}, &out_structure);
+  g.name = fmt::format("stage{}", stage);
+  const std::vector<std::string> parameters = args.paths(), outputs = out_structure.paths();
+  std::vector<bool> unknown;
+  for (const std::string& path : parameters) unknown.push_back(path == "dy");
+  std::vector<size_t> known_outputs, unknown_outputs;
+  for (size_t i = 0; i < outputs.size(); ++i) (outputs[i] == "y" ? known_outputs : unknown_outputs).push_back(i);
+  k.split = compiler::partial_eval(g, unknown, known_outputs, unknown_outputs);
+  k.split.known.name = fmt::format("stage{}_forward", stage);
+  k.split.unknown.name = fmt::format("stage{}_backward", stage);
+  k.backward_parameters = k.split.unknown_parameters;
+  Tree::Dict grads = out_structure.items();
+  grads.erase("y");
+  k.grads_structure = Tree::dict(grads);
+  if (!only_trace) {
+    k.forward = compiler::compile(k.split.known);
+    // The residuals are read once, by this backward: their buffers may hold its outputs.
+    std::vector<bool> donated(k.split.unknown.parameters.size(), false);
+    for (size_t i = 0; i < k.split.residuals; ++i) donated[i] = true;
+    k.backward = compiler::compile(k.split.unknown, {}, donated);
+  }
+  return k;
 }
 
 int PipelineExecutor::compiled_programs() const {
@@ -302,7 +343,7 @@ void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape, bo
         items.erase("key");
         sharded_eval_.push_back(partition_program(s, forward_fn_[static_cast<size_t>(s)], Tree::dict(items), inner));
       }
-    } else if (here_runs) {
+    } else if (here_runs && !keeps()) {
       traced_text_[2 * static_cast<size_t>(s)] = forward_[static_cast<size_t>(s)].lowered(args).text();
     }
     compiled_[2 * static_cast<size_t>(s)] = here_runs;
@@ -316,10 +357,17 @@ void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape, bo
     const Array y = out.leaf();
     stage_outputs_.push_back(Array::placeholder(y.shape(), y.dtype()));
     args["dy"] = Tree(Array::placeholder(y.shape(), y.dtype()));
-    if (sharded())
+    if (sharded()) {
       sharded_backward_.push_back(partition_program(s, backward_fn_[static_cast<size_t>(s)], args, inner));
-    else if (here_runs)
+    } else if (here_runs && keeps()) {
+      KeptProgram& k = kept_[static_cast<size_t>(s)];
+      k = kept_program(s, args, false);
+      kept_compiled_[static_cast<size_t>(s)] = true;
+      traced_text_[2 * static_cast<size_t>(s)] = k.split.known.text();
+      traced_text_[2 * static_cast<size_t>(s) + 1] = k.split.unknown.text();
+    } else if (here_runs) {
       traced_text_[2 * static_cast<size_t>(s) + 1] = backward_[static_cast<size_t>(s)].lowered(args).text();
+    }
     compiled_[2 * static_cast<size_t>(s) + 1] = here_runs;
     x = Array::placeholder(y.shape(), y.dtype());
   }
@@ -452,7 +500,26 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
     if (p > 1 && !sharded()) serial.emplace();
     const size_t slot = static_cast<size_t>(d * inner + j);
     const bool shown = j == 0 || remote;
-    std::map<Key, Array> saved;  // each in-flight micro-batch's stage input
+    std::map<Key, Array> saved;                   // each in-flight micro-batch's stage input
+    std::map<Key, std::vector<Array>> residuals;  // ... and without recompute, its kept activations
+    // Without recompute: stage s's split programs, traced and compiled on first use.
+    auto kept_for = [&](int s, const Tree& forward_args) -> KeptProgram& {
+      std::atomic<bool>& done = kept_compiled_[static_cast<size_t>(s)];
+      if (!done.load()) {
+        std::lock_guard<std::mutex> lock(compile_mutex());
+        if (!done.load()) {
+          Tree out;
+          (void)trace(forward_fn_[static_cast<size_t>(s)], forward_args, {}, &out);
+          Tree with_dy = forward_args;
+          with_dy["dy"] = Tree(Array::placeholder(out.leaf().shape(), out.leaf().dtype()));
+          kept_[static_cast<size_t>(s)] = kept_program(s, with_dy, false);
+          compiled_[2 * static_cast<size_t>(s)] = true;
+          compiled_[2 * static_cast<size_t>(s) + 1] = true;
+          done = true;
+        }
+      }
+      return kept_[static_cast<size_t>(s)];
+    };
     std::vector<std::optional<Tree>> local_params(static_cast<size_t>(stages));
     // This device's part of a stage's parameters (its shards when partitioned).
     auto params_for = [&](int s) -> const Tree& {
@@ -503,7 +570,15 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
           cpu_began = thread_cpu_seconds();
           if (!forward_only) saved[{mb, s}] = x;
           args["x"] = Tree(x);
-          const Array y = run_program(true, s, args).leaf();
+          Array y;
+          if (keeps() && !forward_only) {
+            // The forward returns its output, then the activations its backward reads.
+            std::vector<Array> outputs = kept_for(s, args).forward->run(args.leaves());
+            y = outputs.front();
+            residuals[{mb, s}] = std::vector<Array>(outputs.begin() + 1, outputs.end());
+          } else {
+            y = run_program(true, s, args).leaf();
+          }
           if (last) {
             if (j == 0) loss_parts[static_cast<size_t>(mb)] = y;  // replicated over the stage's devices
           } else {
@@ -518,13 +593,25 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
           args["dy"] = Tree(last ? seed : remote ? receive(s + 1, mb, s, false) : gradients.take({mb, here_key}));
           began = seconds();
           cpu_began = thread_cpu_seconds();
-          const Tree out = run_program(false, s, args);
+          Tree out;
+          if (keeps()) {
+            KeptProgram& k = kept_[static_cast<size_t>(s)];
+            std::vector<Array> inputs = std::move(residuals.at({mb, s}));
+            residuals.erase({mb, s});
+            const std::vector<Array> leaves = args.leaves();
+            for (size_t i : k.backward_parameters) inputs.push_back(leaves[i]);
+            out = k.grads_structure.with_leaves(k.backward->run(inputs));
+          } else {
+            out = run_program(false, s, args);
+          }
           saved.erase({mb, s});
           // The stage's gradients summed over micro-batches in place: a private copy of the
           // first, the later ones added into it (the stage holds two gradient trees at most).
           std::optional<Tree>& acc = accumulated[static_cast<size_t>(here_key)];
           if (!acc)
-            acc = m > 1 ? out.at("dp").map([](const Array& g) { return Array::from_data(g.raw_data(), g.shape(), g.dtype()); }) : out.at("dp");
+            acc = m > 1 ? out.at("dp").map(
+                              [](const Array& g) { return Array::from_data(g.raw_data(), g.shape(), g.dtype()); })
+                        : out.at("dp");
           else
             add_into_tree(*acc, out.at("dp"));
           if (s > 0) {

@@ -119,6 +119,22 @@ std::vector<PipelineExecutor::StageGraphs> PipelineExecutor::trace_stages(const 
     g.forward_names = args.paths();
     const Array y = y_structure.leaf();
     args["dy"] = Tree(Array::placeholder(y.shape(), y.dtype()));
+    if (keeps()) {
+      // The forward keeps the activations its backward reads; the backward starts from them.
+      KeptProgram k = kept_program(s, args, /*only_trace=*/true);
+      const std::vector<std::string> names = args.paths();
+      g.backward_names.clear();
+      for (size_t i = 0; i < k.split.residuals; ++i) {
+        g.backward_names.push_back(fmt::format("residual.{}", i));
+        g.residual_bytes += static_cast<double>(k.split.unknown.type(k.split.unknown.parameters[i]).nbytes());
+      }
+      for (size_t i : k.backward_parameters) g.backward_names.push_back(names[i]);
+      g.forward = std::move(k.split.known);
+      g.backward = std::move(k.split.unknown);
+      out.push_back(std::move(g));
+      x = Array::placeholder(y.shape(), y.dtype());
+      continue;
+    }
     g.backward = sharded()
                      ? partition_stage(s, backward_fn_[static_cast<size_t>(s)], args, &grads_structure, nullptr).local
                      : trace(backward_fn_[static_cast<size_t>(s)], args, {}, &grads_structure);

@@ -95,7 +95,8 @@ const PipelineTrainStep::Placement& PipelineTrainStep::placement_for(const Tree&
         owners.push_back(device);
     if (owners.empty()) fail<Error>("pipeline step: no stage reads the parameter '{}'", p.paths[i]);
     const bool held = std::find(owners.begin(), owners.end(), me) != owners.end();
-    const double bytes = static_cast<double>(numel(leaves[i].shape()) * static_cast<int64_t>(itemsize(leaves[i].dtype())));
+    const double bytes =
+        static_cast<double>(numel(leaves[i].shape()) * static_cast<int64_t>(itemsize(leaves[i].dtype())));
     p.whole_bytes += bytes;
     p.held_bytes += held ? bytes : 0;
     p.held.push_back(held);

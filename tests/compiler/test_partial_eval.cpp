@@ -25,8 +25,7 @@ Graph forward_and_backward(Tree* out_structure) {
     const ArrayFn f = [](const std::vector<Array>& in) -> std::vector<Array> {
       return {add(multiply(tanh(matmul(in[1], in[0])), in[1]), in[2])};
     };
-    const auto [y, grads] =
-        vjp(f, {a.at("w").leaf(), a.at("x").leaf(), a.at("b").leaf()}, {a.at("dy").leaf()});
+    const auto [y, grads] = vjp(f, {a.at("w").leaf(), a.at("x").leaf(), a.at("b").leaf()}, {a.at("dy").leaf()});
     return Tree{{"dp", Tree{{"b", grads[2]}, {"w", grads[0]}}}, {"dx", grads[1]}, {"y", y[0]}};
   };
   return trace(fn, args, {}, out_structure);
@@ -62,7 +61,8 @@ TEST(PartialEval, TheTwoPartsComposeToTheWholeGraphBitwiseAndShareNoNode) {
   for (size_t p : split.unknown_parameters) compiled_args.push_back(params[p]);
   const std::vector<Array> compiled = compile(split.unknown)->run(compiled_args);
   for (size_t i = 0; i < compiled.size(); ++i)
-    tessera::test::expect_close(compiled[i], whole[i].to_vector<double>(), 1e-6, 1e-6, "compiled output " + std::to_string(i));
+    tessera::test::expect_close(compiled[i], whole[i].to_vector<double>(), 1e-6, 1e-6,
+                                "compiled output " + std::to_string(i));
 }
 
 TEST(PartialEval, AKnownOutputThatNeedsAnUnknownParameterIsAnError) {

@@ -312,6 +312,90 @@ TEST(PipelineConfig, BadKeysAreClearErrors) {
   c.loop.batch = 2;
   c.parallel.pipeline_schedule = "interleaved";
   EXPECT_NE(message(c).find("do not split into a multiple of 4 pipeline micro-batches"), std::string::npos);
+  c = pipeline_config("pipeline=2,tensor=2");
+  c.parallel.pipeline_recompute = false;
+  EXPECT_NE(message(c).find("'parallel.pipeline_recompute' = false with stages partitioned over the mesh"),
+            std::string::npos);
+}
+
+// Kept activations (PipelineOptions::recompute = false): each stage's forward returns the
+// activations its backward reads (compiler::partial_eval) and the backward starts from
+// them. Every schedule, with replicas and accumulation, dropout (the masks of one
+// pipeline micro-batch are one device's): the one-device losses, norms and parameters
+// within 1e-5, bitwise repeats; and the backward programs hold no second forward: the
+// traced backward's matrix products are the recomputing backward's less the forward's
+// (which leaves out the product of the stage's output before the last stage).
+TEST(PipelineTrainStep, KeptActivationsTrainAsOneDeviceWithoutASecondForward) {
+  for (const std::string variant : {"gpt2", "llama", "gpt2 dropout"}) {
+    models::ModelConfig mc = config(variant.substr(0, variant.find(' ')));
+    if (variant.ends_with("dropout")) mc.dropout = 0.1;
+    const models::Model model(mc);
+    const optim::Optimizer optimizer(adamw(), model.specs());
+    auto key = [&](int64_t step) {
+      return mc.dropout > 0 ? std::optional(nn::param_key(5, fmt::format("dropout/{}", step))) : std::nullopt;
+    };
+    const std::vector<Case> cases = mc.dropout > 0 ? std::vector<Case>{Case{PipelineKind::kOneFOneB, 2, 1, 1, 1, 2}}
+                                                   : std::vector<Case>{Case{PipelineKind::kOneFOneB, 2, 4, 1, 2, 1},
+                                                                       Case{PipelineKind::kInterleaved, 2, 2, 2, 1, 2},
+                                                                       Case{PipelineKind::kGPipe, 4, 4, 1, 1, 1}};
+    for (const Case& c : cases) {
+      const std::string what =
+          fmt::format("{} kept {} p={} m={} v={} data={} accumulation={}", variant, to_string(c.kind), c.devices,
+                      c.micro_batches, c.virtual_stages, c.replicas, c.accumulation);
+      TrainStep one(model, optimizer, c.accumulation);
+      int64_t step = 0;
+      const TrainedRun want = train(model, optimizer, c.accumulation, [&](Tree& p, Tree& s, const auto& micro) {
+        return one.run(p, s, micro, 1e-2, key(step++));
+      });
+      PipelineOptions o;
+      o.kind = c.kind;
+      o.devices = c.devices;
+      o.micro_batches = c.micro_batches;
+      o.virtual_stages = c.virtual_stages;
+      o.recompute = false;
+      PipelineTrainStep pipe(model, optimizer, c.accumulation, o, c.replicas, kSeq);
+      auto pipelined = [&](Tree& p, Tree& s, const auto& micro) { return pipe.run(p, s, micro, 1e-2, key(step++)); };
+      step = 0;
+      const TrainedRun got = train(model, optimizer, c.accumulation, pipelined);
+      expect_trains_alike(got, want, what);
+      step = 0;
+      expect_bitwise_repeat(train(model, optimizer, c.accumulation, pipelined), got, what);
+    }
+    // The traced programs of both forms, stage by stage.
+    PipelineOptions o;
+    o.devices = 2;
+    o.micro_batches = 2;
+    const PipelineExecutor recomputing(model, o, kSeq);
+    o.recompute = false;
+    const PipelineExecutor keeping(model, o, kSeq);
+    const Tree shapes = model.placeholders();
+    const auto r = recomputing.trace_stages(shapes, Shape{kBatch, kSeq});
+    const auto k = keeping.trace_stages(shapes, Shape{kBatch, kSeq});
+    auto matmuls = [](const compiler::Graph& g) {
+      size_t n = 0;
+      for (const compiler::Node& node : g.nodes) n += !node.dead && node.primitive->name() == "matmul" ? 1 : 0;
+      return n;
+    };
+    for (size_t s = 0; s < r.size(); ++s) {
+      EXPECT_EQ(matmuls(k[s].forward), matmuls(r[s].forward)) << variant << " stage " << s;
+      // The recomputing backward repeats the forward's products, but for the output's
+      // last one where the backward does not read the output (a stage before the last).
+      const size_t dropped = s + 1 < r.size() ? 1 : 0;
+      EXPECT_EQ(matmuls(k[s].backward), matmuls(r[s].backward) - matmuls(r[s].forward) + dropped)
+          << variant << " stage " << s;
+      EXPECT_GT(k[s].residual_bytes, 0) << variant << " stage " << s;
+      EXPECT_EQ(r[s].residual_bytes, 0) << variant << " stage " << s;
+    }
+  }
+  // Partitioned stages recompute (a clear error otherwise).
+  PipelineOptions o;
+  o.mesh = spmd::Mesh::parse("pipeline=2,tensor=2");
+  o.recompute = false;
+  const models::Model model(config("gpt2"));
+  EXPECT_NE(testing::error_of<ValueError>([&] {
+              PipelineExecutor(model, o, kSeq);
+            }).find("keeping the stages' activations (recompute = false) is not built for stages partitioned"),
+            std::string::npos);
 }
 
 // float16 compute with dynamic loss scaling: the backward passes start from the scaled

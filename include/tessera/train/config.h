@@ -115,6 +115,9 @@ struct ParallelConfig {
   int64_t pipeline_micro_batches = 0;      // per replica and accumulation step; 0: auto
   int64_t virtual_stages = 0;              // stages per device (interleaved); 0: 2 interleaved, else 1
   std::string pipeline_stages;             // layer ranges per stage, "0-3,4-7"; "": balanced by cost
+  // A stage's backward recomputes its forward (true) or starts from the activations its
+  // forward kept (false: faster, more memory; PipelineOptions::recompute).
+  bool pipeline_recompute = true;
 };
 
 struct TrainConfig {

@@ -41,6 +41,7 @@
 #include "tessera/api/jit.h"
 #include "tessera/compiler/executable.h"
 #include "tessera/compiler/graph.h"
+#include "tessera/compiler/partial_eval.h"
 #include "tessera/core/array.h"
 #include "tessera/core/tree.h"
 #include "tessera/models/model.h"
@@ -74,6 +75,12 @@ struct PipelineOptions {
   // one device per pipeline device.
   spmd::Mesh mesh;
   AxisRules rules = default_axis_rules();
+  // true: a stage's backward recomputes its forward from the stage input (only the input
+  // is kept per micro-batch in flight). false: the forward also returns the activations
+  // its backward reads (compiler::partial_eval of the traced forward-and-backward at the
+  // output gradient) and the backward starts from them: no second forward, more memory
+  // per micro-batch in flight. Stages partitioned over the mesh always recompute.
+  bool recompute = true;
 };
 
 struct PipelineResult {
@@ -181,6 +188,9 @@ class PipelineExecutor {
     compiler::Graph forward, backward;
     std::vector<std::string> forward_names, backward_names;  // their arguments' paths
     double input_bytes = 0;  // a device's part of the stage input (token ids or activations)
+    // Without recompute: the activations the forward keeps for the backward, per
+    // micro-batch in flight (beside the input).
+    double residual_bytes = 0;
   };
   std::vector<StageGraphs> trace_stages(const Tree& params, const Shape& tokens_shape, bool packed = false) const;
   // Partitioned stages: the bytes their collectives should send in one run over a batch
@@ -246,6 +256,21 @@ class PipelineExecutor {
   // without it (no dropout), compiled on first use (`eval_compiled_`), or with partitioned
   // stages by compile() (`sharded_eval_`). A model without a key evaluates with forward_.
   std::vector<Jitted> eval_forward_;
+  // Without recompute (PipelineOptions::recompute = false): per stage, its traced
+  // forward-and-backward split at the output gradient and compiled (kept_program()).
+  struct KeptProgram {
+    std::unique_ptr<compiler::Executable> forward, backward;
+    std::vector<size_t> backward_parameters;  // the arguments (by leaf) the backward takes after the residuals
+    Tree grads_structure;                     // the backward's outputs: dp, and dx past the first stage
+    compiler::SplitGraph split;               // the two graphs (text(), the planner)
+  };
+  std::vector<KeptProgram> kept_;
+  std::unique_ptr<std::atomic<bool>[]> kept_compiled_;
+  std::vector<JitFn> keep_fn_;  // the stage's vjp that also returns its output ("y")
+  bool keeps() const { return !options_.recompute && !sharded(); }
+  // Traces and splits stage s's forward-and-backward for `args` (the backward's: with
+  // "dy"); compiles the two parts unless only_trace.
+  KeptProgram kept_program(int stage, const Tree& args, bool only_trace) const;
   std::unique_ptr<std::atomic<bool>[]> eval_compiled_;
   std::vector<ShardedProgram> sharded_eval_;
   std::vector<Array> stage_outputs_;               // placeholders of each stage's output type (compile())

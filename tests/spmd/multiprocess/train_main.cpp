@@ -13,9 +13,14 @@
 // FNV-1a hash of the gathered parameters (to compare runs by eye).
 // It also trains pipeline layouts (train/pipeline_step.h: a stage per process,
 // activations and gradients as point-to-point messages) of a 4-layer GPT against one
-// device: pipeline=2 (1F1B and GPipe) on 2 ranks; pipeline=2,data=2, pipeline=4 and
-// stages partitioned over tensor=2 or fsdp=2 on 4; the same bars. And float16 with loss
-// scaling and dropout through pipeline=2 on 2 ranks (check_pipeline_float16, _dropout).
+// device: pipeline=2 (1F1B, GPipe, and 1F1B keeping the activations instead of
+// recomputing them) on 2 ranks; pipeline=2,data=2 (recomputing and keeping), pipeline=4
+// and stages partitioned over tensor=2 or fsdp=2 on 4; the same bars. Each of these checks
+// the stage-local state (a process holds less than the whole parameters and optimizer
+// state; over the world each parameter once per pipeline, the tied embedding twice) and
+// the validation loss through the stages' forwards against one device's. And float16
+// with loss scaling and dropout through pipeline=2 on 2 ranks (check_pipeline_float16,
+// _dropout).
 // Exits nonzero on any mismatch, on every rank.
 #include <fmt/format.h>
 #include <unistd.h>
@@ -168,7 +173,10 @@ void check_layout(const std::string& mesh_text, const TrainRun& want) {
 // and is skipped; the scale backs off to 2^16).
 // With dropout: model.dropout 0.1, the step keys param_key(5, "dropout/<step>"), one
 // pipeline micro-batch (so the masks are one device's).
-TrainRun run_pipeline(const std::string& mesh_text, PipelineKind kind, bool float16 = false, bool dropout = false) {
+TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool float16 = false, bool dropout = false) {
+  // "pipeline=2 keep": the stages keep their activations (PipelineOptions::recompute = false).
+  const bool keep = layout_text.ends_with(" keep");
+  const std::string mesh_text = layout_text.substr(0, layout_text.find(' '));
   models::ModelConfig c = testing::tiny_gpt();
   c.layers = 4;
   if (dropout) c.dropout = 0.1;
@@ -192,6 +200,7 @@ TrainRun run_pipeline(const std::string& mesh_text, PipelineKind kind, bool floa
     o.kind = kind;
     o.devices = mesh.axis_size("pipeline");
     o.micro_batches = dropout ? 1 : 4;
+    o.recompute = !keep;
     // FSDP or tensor axes: one pipeline whose stages are partitioned over them.
     const bool partitioned = mesh.has_axis("fsdp") || mesh.has_axis("tensor");
     if (partitioned) o.mesh = mesh;
@@ -278,7 +287,7 @@ void check_pipeline(const std::string& mesh_text, PipelineKind kind, const Train
   // Each micro-batch crosses each of the p - 1 boundaries twice, [rows, seq, dim] float32
   // each way, in every replica: 2 (p - 1) batch seq dim 4 bytes over the job. A stage
   // partitioned over tensor devices has the activation whole on each, and each sends it.
-  const spmd::Mesh mesh = spmd::Mesh::parse(mesh_text);
+  const spmd::Mesh mesh = spmd::Mesh::parse(mesh_text.substr(0, mesh_text.find(' ')));
   const double copies = mesh.has_axis("tensor") ? mesh.axis_size("tensor") : 1;
   const double analytic = 2.0 * (mesh.axis_size("pipeline") - 1) * kBatch * kSeq * testing::tiny_gpt().dim * 4 * copies;
   expect(got.measured_bytes == analytic,
@@ -366,9 +375,13 @@ int main() {
     {
       const TrainRun want_4_layers = run_pipeline("", PipelineKind::kOneFOneB);
       std::vector<std::pair<std::string, PipelineKind>> pipelines;
-      if (n == 2) pipelines = {{"pipeline=2", PipelineKind::kOneFOneB}, {"pipeline=2", PipelineKind::kGPipe}};
+      if (n == 2)
+        pipelines = {{"pipeline=2", PipelineKind::kOneFOneB},
+                     {"pipeline=2", PipelineKind::kGPipe},
+                     {"pipeline=2 keep", PipelineKind::kOneFOneB}};
       if (n == 4)
         pipelines = {{"pipeline=2,data=2", PipelineKind::kOneFOneB},
+                     {"pipeline=2,data=2 keep", PipelineKind::kOneFOneB},
                      {"pipeline=4", PipelineKind::kOneFOneB},
                      {"pipeline=2,tensor=2", PipelineKind::kOneFOneB},
                      {"pipeline=2,fsdp=2", PipelineKind::kGPipe}};

@@ -362,6 +362,12 @@ Tree Model::init(uint64_t seed) const {
   return pad_vocabulary(config_, build_params(unpadded, nn::ParamScope(seed)));
 }
 
+Tree Model::init(uint64_t seed, const std::function<bool(const std::string& path)>& materialize) const {
+  ModelConfig unpadded = config_;
+  unpadded.vocab_pad_to = 1;
+  return pad_vocabulary(config_, build_params(unpadded, nn::ParamScope(seed).only(materialize)));
+}
+
 Tree Model::placeholders() const {
   nn::ParamScope scope = nn::ParamScope::specs_only();
   return build_params(config_, scope);
@@ -382,6 +388,11 @@ Array resize_vocab_axis(const Array& table, int axis, int64_t from, int64_t to, 
   if (n != from)
     fail<ShapeError>("Model: parameter '{}' has {} entries along the vocabulary (expected {} or {})", name, n, from,
                      to);
+  if (table.is_leaf() && !table.is_evaluated()) {  // a placeholder (Model::init's materialize): the new shape
+    Shape shape = table.shape();
+    shape[static_cast<size_t>(axis)] = to;
+    return Array::placeholder(shape, table.dtype());
+  }
   if (to < from) return slice_axis(table, axis, 0, to).eval();
   Shape pad = table.shape();
   pad[static_cast<size_t>(axis)] = to - from;

@@ -89,7 +89,12 @@ ParamScope ParamScope::specs_only(DType dtype) {
 ParamScope ParamScope::child(const std::string& name) const {
   if (name.empty() || name.find('.') != std::string::npos)
     fail<ValueError>("ParamScope::child: name '{}' must be non-empty and contain no '.' (under '{}')", name, path_);
-  return ParamScope(seed_, dtype_, path_.empty() ? name : path_ + "." + name, specs_, specs_only_);
+  return ParamScope(seed_, dtype_, path_.empty() ? name : path_ + "." + name, specs_, specs_only_, materialize_);
+}
+
+ParamScope ParamScope::only(std::function<bool(const std::string& path)> materialize) const {
+  return ParamScope(seed_, dtype_, path_, specs_, specs_only_,
+                    std::make_shared<const std::function<bool(const std::string&)>>(std::move(materialize)));
 }
 
 Array ParamScope::param(const std::string& name, ParamInfo info) const {
@@ -101,7 +106,8 @@ Array ParamScope::param(const std::string& name, ParamInfo info) const {
                      full, tessera::to_string(info.shape), info.axes.size());
   if (specs_->contains(full)) fail<ValueError>("ParamScope::param: parameter '{}' declared twice", full);
   info.dtype = dtype_;
-  Array value = specs_only_ ? Array::placeholder(info.shape, dtype_)
+  const bool placeholder = specs_only_ || (materialize_ && !(*materialize_)(full));
+  Array value = placeholder ? Array::placeholder(info.shape, dtype_)
                             : info.init(param_key(seed_, full), info.shape, dtype_).eval();
   specs_->emplace(full, std::move(info));
   return value;

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "tessera/base/error.h"
+#include "tessera/core/abstract_creation.h"
 #include "tessera/spmd/runtime.h"
 #include "tessera/train/pipeline_step.h"
 
@@ -80,6 +81,7 @@ const PipelineTrainStep::Placement& PipelineTrainStep::placement_for(const Tree&
   }
   Placement p;
   p.paths = params.paths();
+  for (size_t i = 0; i < p.paths.size(); ++i) p.index.emplace(p.paths[i], i);
   const std::vector<Array> leaves = params.leaves();
   const PipelineSchedule& s = schedule();
   const int pipeline_axis = world_mesh_.axis_index("pipeline");
@@ -105,6 +107,25 @@ const PipelineTrainStep::Placement& PipelineTrainStep::placement_for(const Tree&
   }
   placement_ = std::move(p);
   return *placement_;
+}
+
+bool PipelineTrainStep::holds(const std::string& path) {
+  if (!multi_process_) return true;
+  if (!placement_) (void)placement_for(model_.placeholders());
+  const auto it = placement_->index.find(path);
+  if (it == placement_->index.end()) fail<ValueError>("pipeline step: the model has no parameter '{}'", path);
+  return placement_->held[it->second];
+}
+
+Tree PipelineTrainStep::init_state(const Tree& params) {
+  if (!multi_process_) return optimizer_.init(params);
+  const Placement& p = placement_for(params);
+  Tree whole;
+  {
+    AbstractCreationScope abstract;  // the whole structure, no data
+    whole = optimizer_.init(params);
+  }
+  return merge_state(whole, optimizer_.init(select(params, p.held)));
 }
 
 void PipelineTrainStep::place(Tree& params, Tree& opt_state) {

@@ -174,9 +174,15 @@ void TrainLoop::setup() {
   open_data();
   model_.emplace(cfg_.model);
   optimizer_.emplace(cfg_.optimizer_config(), model_->specs());
-  params_ = model_->init(cfg_.run.seed);
-  opt_state_ = optimizer_->init(params_);
   build_layout();
+  if (pipeline_step_ && spmd::is_multi_process()) {
+    // A pipeline process builds only the parameters its stages read, and their moments.
+    params_ = model_->init(cfg_.run.seed, [this](const std::string& path) { return pipeline_step_->holds(path); });
+    opt_state_ = pipeline_step_->init_state(params_);
+  } else {
+    params_ = model_->init(cfg_.run.seed);
+    opt_state_ = optimizer_->init(params_);
+  }
   if (cfg_.data.uses_pipeline()) {
     auto pipeline =
         std::make_unique<data::Pipeline>(cfg_.data.resolved_pipeline(), *tokenizer_, cfg_.micro_batch_size(),

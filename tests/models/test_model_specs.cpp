@@ -233,5 +233,42 @@ TEST(ModelConfig, RopeScalingIsCheckedAndReachesTheAttention) {
   EXPECT_NE(a, b);
 }
 
+// Model::init with a materialize predicate (a pipeline process builds its stages' part):
+// the accepted parameters have the whole init's bits, the others are placeholders of the
+// same (vocabulary-padded) types with no data.
+TEST(ModelSpecs, InitMaterializesOnlyTheAcceptedParameters) {
+  for (const std::string family : {"gpt2", "llama"}) {
+    ModelConfig c;
+    c.family = family;
+    c.vocab = 50;
+    c.vocab_pad_to = 64;
+    c.dim = 32;
+    c.layers = 3;
+    c.heads = 2;
+    c.context = 16;
+    const Model model(c);
+    const Tree whole = model.init(11);
+    auto accept = [](const std::string& path) { return path.starts_with("layers.1.") || path == "wte"; };
+    const Tree part = model.init(11, accept);
+    const std::vector<std::string> paths = whole.paths();
+    ASSERT_EQ(part.paths(), paths) << family;
+    const std::vector<Array> w = whole.leaves(), p = part.leaves();
+    size_t built = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+      EXPECT_EQ(p[i].shape(), w[i].shape()) << family << " " << paths[i];
+      EXPECT_EQ(p[i].dtype(), w[i].dtype()) << family << " " << paths[i];
+      if (accept(paths[i])) {
+        ++built;
+        ASSERT_TRUE(p[i].is_evaluated()) << family << " " << paths[i];
+        EXPECT_EQ(std::memcmp(p[i].raw_data(), w[i].raw_data(), w[i].nbytes()), 0) << family << " " << paths[i];
+      } else {
+        EXPECT_FALSE(p[i].is_evaluated()) << family << " " << paths[i] << " should hold no data";
+      }
+    }
+    EXPECT_GT(built, 1u) << family;
+    EXPECT_EQ(part.at("wte").leaf().shape(0), 64) << family << ": the padded vocabulary";
+  }
+}
+
 }  // namespace
 }  // namespace tessera::models

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -143,6 +144,10 @@ class Model {
   // Parameters, deterministic in `seed` (GPT-2 / Llama initializers: normal(init_std),
   // residual output projections scaled by 1/sqrt(2*layers), zero biases, unit norms).
   Tree init(uint64_t seed) const;
+  // The same values for the parameters `materialize` accepts (by path, "layers.3.attn.wq");
+  // the others are placeholders with no data and no random draws (a pipeline process
+  // builds only the parameters its stages read).
+  Tree init(uint64_t seed, const std::function<bool(const std::string& path)>& materialize) const;
   // Shapes, logical axes, initializers and kinds of every parameter (no values); the
   // vocabulary dimensions are padded_vocab().
   const nn::ParamSpecs& specs() const { return specs_; }

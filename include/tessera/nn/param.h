@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -71,6 +72,10 @@ class ParamScope {
   // A scope that records specs only: param() returns placeholders (no memory, no
   // random draws), so the specs of a billion-parameter model cost nothing.
   static ParamScope specs_only(DType dtype = DType::Float32);
+  // A scope whose param() initializes only the parameters `materialize` accepts (by
+  // path); the others are placeholders, drawn nothing for (a pipeline process builds only
+  // its stages' parameters).
+  ParamScope only(std::function<bool(const std::string& path)> materialize) const;
 
   ParamScope child(const std::string& name) const;
   ParamScope child(size_t index) const { return child(std::to_string(index)); }
@@ -86,13 +91,20 @@ class ParamScope {
   bool is_specs_only() const { return specs_only_; }
 
  private:
-  ParamScope(uint64_t seed, DType dtype, std::string path, std::shared_ptr<ParamSpecs> specs, bool specs_only)
-      : seed_(seed), dtype_(dtype), path_(std::move(path)), specs_(std::move(specs)), specs_only_(specs_only) {}
+  ParamScope(uint64_t seed, DType dtype, std::string path, std::shared_ptr<ParamSpecs> specs, bool specs_only,
+             std::shared_ptr<const std::function<bool(const std::string&)>> materialize)
+      : seed_(seed),
+        dtype_(dtype),
+        path_(std::move(path)),
+        specs_(std::move(specs)),
+        specs_only_(specs_only),
+        materialize_(std::move(materialize)) {}
   uint64_t seed_;
   DType dtype_;
   std::string path_;
   std::shared_ptr<ParamSpecs> specs_;
   bool specs_only_ = false;
+  std::shared_ptr<const std::function<bool(const std::string&)>> materialize_;  // null: every parameter
 };
 
 // The key of the parameter at `path` for `seed` (a stable hash of both).

@@ -81,6 +81,14 @@ class PipelineTrainStep {
   // Compiles every replica's stage programs and the update program without running them.
   void compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch);
 
+  // Several processes: whether this process's stages read the parameter at `path`, what
+  // it builds (Model::init's materialize) and keeps; in-process every path.
+  bool holds(const std::string& path);
+  // The optimizer state of parameters built that way (or placed): the held parameters'
+  // moments, placeholders for the others, so a process never allocates the whole
+  // model's state; in-process optimizer.init(params).
+  Tree init_state(const Tree& params);
+
   // Several processes: replaces the leaves of params (and of the optimizer state's
   // parameter-shaped slots) that this process's stages do not read with placeholders,
   // freeing them. run() does it too; in-process it changes nothing.
@@ -155,6 +163,7 @@ class PipelineTrainStep {
     std::vector<bool> counted;               // this process is the lowest rank holding it (the norm's term)
     std::vector<std::vector<int>> owners;    // the world devices that hold it, in rank order
     double held_bytes = 0, whole_bytes = 0;  // the parameters' (describe())
+    std::map<std::string, size_t> index;     // leaf index by path
   };
   std::optional<Placement> placement_;
   const Placement& placement_for(const Tree& params);

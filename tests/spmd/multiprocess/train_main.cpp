@@ -76,6 +76,7 @@ struct TrainRun {
   // forwards against one device's Evaluator on the same (gathered) parameters.
   double held_param_bytes = 0, held_state_bytes = 0, whole_param_bytes = 0, whole_state_bytes = 0;
   double wte_bytes = 0;
+  double built_param_bytes = 0, built_state_bytes = 0;  // right after the stage-local init
   double eval_loss = 0, eval_want = 0;
 };
 
@@ -189,7 +190,7 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
   }
   models::Model model(c);
   optim::Optimizer optimizer(oc, model.specs());
-  Tree params = model.init(7), opt = optimizer.init(params);
+  Tree params, opt;
   std::optional<TrainStep> one;
   std::optional<PipelineTrainStep> piped;
   if (mesh_text.empty()) {
@@ -208,6 +209,17 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
                   &mesh);
   }
   TrainRun run;
+  if (piped) {
+    // Built stage-local from the start: the held parameters (the same values as a whole
+    // init's) and their moments only.
+    params = model.init(7, [&](const std::string& path) { return piped->holds(path); });
+    opt = piped->init_state(params);
+    run.built_param_bytes = PipelineTrainStep::held_bytes(params);
+    run.built_state_bytes = PipelineTrainStep::held_bytes(opt);
+  } else {
+    params = model.init(7);
+    opt = optimizer.init(params);
+  }
   for (int64_t s = 0; s < kSteps; ++s) {
     const std::vector<data::Batch> b{testing::random_batch(kBatch, kSeq, 64, static_cast<uint64_t>(100 * s))};
     std::optional<Array> key;
@@ -255,6 +267,9 @@ void check_stage_local(const std::string& what, const spmd::Mesh& mesh, const Tr
   expect(got.held_state_bytes < got.whole_state_bytes,
          fmt::format("{}: this process held {} of {} optimizer state bytes (stage-local: less)", what,
                      got.held_state_bytes, got.whole_state_bytes));
+  expect(got.built_param_bytes == got.held_param_bytes && got.built_state_bytes == got.held_state_bytes,
+         fmt::format("{}: the stage-local init built {} parameter and {} state bytes; the steps held {} and {}", what,
+                     got.built_param_bytes, got.built_state_bytes, got.held_param_bytes, got.held_state_bytes));
   double held = got.held_param_bytes;
   spmd::run_on_devices({g_rank}, [&](int d) {
     spmd::communicator().all_reduce(d, spmd::world_group(), &held, &held, 1, DType::Float64);

@@ -48,8 +48,9 @@
 // masks are one device's; with more, each part draws its own (the run is deterministic,
 // not the one-device masks).
 //
-// With partitioned stages, the parameters and optimizer state still stay whole between
-// steps and the update runs unpartitioned: every stage device reads its shards of them.
+// With partitioned stages, a stage's parameters and optimizer state stay whole between
+// steps (in-process: the whole model's; across processes: the stage's on each of its
+// devices) and the update runs unpartitioned: every stage device reads its shards of them.
 #pragma once
 
 #include <cstdint>

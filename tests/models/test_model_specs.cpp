@@ -8,6 +8,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tessera/models/model.h"
@@ -238,14 +239,9 @@ TEST(ModelConfig, RopeScalingIsCheckedAndReachesTheAttention) {
 // same (vocabulary-padded) types with no data.
 TEST(ModelSpecs, InitMaterializesOnlyTheAcceptedParameters) {
   for (const std::string family : {"gpt2", "llama"}) {
-    ModelConfig c;
+    ModelConfig c = preset("tiny");  // a padded vocabulary of 50 entries, 3 layers
     c.family = family;
-    c.vocab = 50;
-    c.vocab_pad_to = 64;
-    c.dim = 32;
-    c.layers = 3;
-    c.heads = 2;
-    c.context = 16;
+    std::tie(c.vocab, c.vocab_pad_to, c.layers) = std::make_tuple(50, 64, 3);
     const Model model(c);
     const Tree whole = model.init(11);
     auto accept = [](const std::string& path) { return path.starts_with("layers.1.") || path == "wte"; };

@@ -140,10 +140,8 @@ void add_into_tree(Tree& into, const Tree& add) {
   }
 }
 
-Tree add_trees(const Tree& a, const Tree& b) {
-  Tree sum = tree_map([](const Array& x, const Array& y) { return add(x, y); }, a, b);
-  for (const Array& leaf : sum.leaves()) leaf.eval();
-  return sum;
+Tree copy_tree(const Tree& tree) {
+  return tree.map([](const Array& g) { return Array::from_data(g.raw_data(), g.shape(), g.dtype()); });
 }
 
 bool stage_reads(const std::string& path, const std::pair<int, int>& layers, bool first, bool last, bool tied) {
@@ -609,9 +607,7 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
           // first, the later ones added into it (the stage holds two gradient trees at most).
           std::optional<Tree>& acc = accumulated[static_cast<size_t>(here_key)];
           if (!acc)
-            acc = m > 1 ? out.at("dp").map(
-                              [](const Array& g) { return Array::from_data(g.raw_data(), g.shape(), g.dtype()); })
-                        : out.at("dp");
+            acc = m > 1 ? copy_tree(out.at("dp")) : out.at("dp");
           else
             add_into_tree(*acc, out.at("dp"));
           if (s > 0) {

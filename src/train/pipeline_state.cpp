@@ -87,14 +87,16 @@ const PipelineTrainStep::Placement& PipelineTrainStep::placement_for(const Tree&
   const int pipeline_axis = world_mesh_.axis_index("pipeline");
   const bool tied = model_.config().resolved_tied();
   const int me = spmd::local_devices().front();
+  auto coordinate = [&](int device) { return world_mesh_.coords(device)[static_cast<size_t>(pipeline_axis)]; };
+  for (int device = 0; device < world_mesh_.size(); ++device)
+    if (coordinate(device) == coordinate(me)) p.coordinate_group.push_back(device);
   std::vector<std::vector<bool>> reads;  // per pipeline coordinate, per leaf
   for (int d = 0; d < s.devices; ++d) reads.push_back(device_reads(params, stage_layers(), s.devices, d, tied));
   for (size_t i = 0; i < leaves.size(); ++i) {
     // The world devices at the pipeline coordinates whose stages read the leaf.
     std::vector<int> owners;
     for (int device = 0; device < world_mesh_.size(); ++device)
-      if (reads[static_cast<size_t>(world_mesh_.coords(device)[static_cast<size_t>(pipeline_axis)])][i])
-        owners.push_back(device);
+      if (reads[static_cast<size_t>(coordinate(device))][i]) owners.push_back(device);
     if (owners.empty()) fail<Error>("pipeline step: no stage reads the parameter '{}'", p.paths[i]);
     const bool held = std::find(owners.begin(), owners.end(), me) != owners.end();
     const double bytes =
@@ -144,7 +146,7 @@ void PipelineTrainStep::place(Tree& params, Tree& opt_state) {
   opt_state = state;
 }
 
-Tree PipelineTrainStep::gathered(const Tree& tree) {
+Tree PipelineTrainStep::gathered(const Tree& tree, int to) {
   if (!multi_process_) return tree;
   if (!placement_) return tree;  // nothing was placed yet: every process holds the whole tree
   const Placement& p = *placement_;
@@ -153,11 +155,19 @@ Tree PipelineTrainStep::gathered(const Tree& tree) {
   auto gather = [&](const Tree& like_params) {
     std::vector<Array> leaves = like_params.leaves();
     for (size_t i = 0; i < leaves.size(); ++i) {
-      if (p.owners[i].size() == world.size()) continue;  // every process holds it
-      const int root = p.owners[i].front();
-      std::vector<int> group{root};  // a broadcast goes from the group's first member
-      for (int device : world)
-        if (device != root) group.push_back(device);
+      const std::vector<int>& owners = p.owners[i];
+      const int root = owners.front();
+      const bool held_by_to = std::find(owners.begin(), owners.end(), to) != owners.end();
+      // A broadcast goes from the group's first member: the root, then the receivers (every
+      // other process unless all hold the leaf; or `to` unless it holds it).
+      std::vector<int> group{root};
+      if (to < 0 && owners.size() < world.size()) {
+        for (int device : world)
+          if (device != root) group.push_back(device);
+      } else if (to >= 0 && !held_by_to) {
+        group.push_back(to);
+      }
+      if (group.size() == 1 || std::find(group.begin(), group.end(), me) == group.end()) continue;
       const Array& leaf = leaves[i];
       if (me == root) {
         if (!leaf.is_evaluated()) fail<Error>("pipeline step: '{}' has no data on its holder", p.paths[i]);

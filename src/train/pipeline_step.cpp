@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <array>
 #include <exception>
-#include <map>
 #include <thread>
 
 #include "tessera/base/error.h"
@@ -262,8 +261,12 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
     PipelineResult result =
         executor.run(params, rows.tokens, rows.targets, scale / counted, packing_of(rows),
                      keys.empty() ? std::nullopt : std::optional(keys[i][static_cast<size_t>(replica_here_)]));
+    // Summed in place over the accumulation steps, into a copy of the first.
     const Tree mine = select(result.grads, p.held);
-    local = local ? add_trees(*local, mine) : mine;
+    if (local)
+      add_into_tree(*local, mine);
+    else
+      local = accumulation_ > 1 ? copy_tree(mine) : mine;
     figures[0] += result.loss / scale;
     figures[1] += result.measured.busy;
     figures[2] += result.measured.makespan;  // one device ran here
@@ -279,13 +282,6 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
   // process's pipeline coordinate alone first; then the ones shared with other
   // coordinates (a tied embedding), in the parameters' order on every process, so no two
   // processes wait on each other's groups in opposite orders.
-  const int pipeline_axis = world_mesh_.axis_index("pipeline");
-  auto coordinate = [&](int device) { return world_mesh_.coords(device)[static_cast<size_t>(pipeline_axis)]; };
-  std::vector<int> here;  // the processes at this process's pipeline coordinate, in rank order
-  for (int device = 0; device < world_mesh_.size(); ++device)
-    if (coordinate(device) == coordinate(me)) here.push_back(device);
-  std::map<std::string, size_t> index;
-  for (size_t i = 0; i < p.paths.size(); ++i) index.emplace(p.paths[i], i);
   const std::vector<std::string> local_paths = local->paths();
   std::vector<Array> leaves = local->leaves();
   const Tree structure = local->map([](const Array& g) { return Array::placeholder(g.shape(), g.dtype()); });
@@ -294,9 +290,9 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
   std::vector<bool> counted(leaves.size(), false);
   for (int pass = 0; pass < 2; ++pass)
     for (size_t j = 0; j < leaves.size(); ++j) {
-      const size_t i = index.at(local_paths[j]);
+      const size_t i = p.index.at(local_paths[j]);
       const std::vector<int>& owners = p.owners[i];
-      if ((owners == here) != (pass == 0)) continue;
+      if ((owners == p.coordinate_group) != (pass == 0)) continue;
       Array& g = leaves[j];
       if (owners.size() > 1) {
         Array out = Array::empty(g.shape(), g.dtype());

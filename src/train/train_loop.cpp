@@ -596,9 +596,10 @@ void TrainLoop::save(int64_t at_step, bool final) {
       [&] {
         ckpt::CheckpointState state;
         state.step = at_step;
-        // Whole arrays (a collective): any mesh or pipeline size restores them.
-        state.params = pipeline_step_ ? pipeline_step_->gathered(params_) : Layout::gather(params_);
-        state.opt_state = pipeline_step_ ? pipeline_step_->gathered(opt_state_) : Layout::gather(opt_state_);
+        // Whole arrays (a collective): any mesh or pipeline size restores them. A pipeline's
+        // processes send the leaves the writer (rank 0) lacks to it alone.
+        state.params = pipeline_step_ ? pipeline_step_->gathered(params_, 0) : Layout::gather(params_);
+        state.opt_state = pipeline_step_ ? pipeline_step_->gathered(opt_state_, 0) : Layout::gather(opt_state_);
         state.extra = {{"config", cfg_.to_json()},
                        {"data", loader_->position_json()},
                        {"rng", {{"seed", cfg_.run.seed}, {"dropout_key", "param_key(seed, \"dropout/<step>\")"}}},

@@ -107,11 +107,12 @@ std::vector<Array> part_keys(const Array& key, int64_t n);
 // The targets of a batch that count in the loss (those not -100).
 double counted_targets(const Array& targets);
 
-// a + b leaf by leaf (same structure), evaluated: how gradients add up over micro-batches.
-Tree add_trees(const Tree& a, const Tree& b);
-// into += add leaf by leaf, in place (the same bits as add_trees): `into` must own its
-// buffers (nothing else may read them).
+// into += add leaf by leaf, in place (how gradients add up over micro-batches and
+// accumulation steps): `into` must own its buffers (nothing else may read them: a
+// copy_tree of the first term).
 void add_into_tree(Tree& into, const Tree& add);
+// The tree's leaves copied into buffers of their own.
+Tree copy_tree(const Tree& tree);
 
 // Whether a stage of `layers` [first, last) reads the model parameter at `path`
 // ("layers.<i>...", "wte", "wpe", "lnf", "head"): its layers; the embedding ("wte", and

@@ -95,9 +95,11 @@ class PipelineTrainStep {
   // freeing them. run() does it too; in-process it changes nothing.
   void place(Tree& params, Tree& opt_state);
   // `tree` (the parameters or the optimizer state, placed or whole) with every leaf's
-  // data on every process: each leaf another process holds is broadcast from the lowest
-  // rank that holds it. A collective (every process calls it); the identity in-process.
-  Tree gathered(const Tree& tree);
+  // data on every process, or with `to` >= 0 on world device `to` alone (a checkpoint's
+  // writer; the others get their own tree back): each leaf a receiver lacks is broadcast
+  // from the lowest rank that holds it. A collective (every process calls it); the
+  // identity in-process.
+  Tree gathered(const Tree& tree, int to = -1);
   // The bytes of data this process holds in the trees (placeholders hold none).
   static double held_bytes(const Tree& tree);
   // The leaves of a tree shaped like the parameters that `keep` selects, at their own
@@ -165,6 +167,7 @@ class PipelineTrainStep {
     std::vector<std::vector<int>> owners;    // the world devices that hold it, in rank order
     double held_bytes = 0, whole_bytes = 0;  // the parameters' (describe())
     std::map<std::string, size_t> index;     // leaf index by path
+    std::vector<int> coordinate_group;       // the world devices at this process's pipeline coordinate
   };
   std::optional<Placement> placement_;
   const Placement& placement_for(const Tree& params);

@@ -437,7 +437,7 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
     train::PipelineExecutor::StageGraphs& g = graphs[static_cast<size_t>(s)];
     const auto d = static_cast<size_t>(s % p);
     double residual_host_bytes = 0;  // the backward's first parameters are the residuals
-    for (size_t i = 0; i < g.backward_names.size() && g.backward_names[i].starts_with("residual."); ++i)
+    for (size_t i = 0; i < g.residuals; ++i)
       residual_host_bytes += host_block_bytes(g.backward.type(g.backward.parameters[i]).nbytes());
     pipe.input_bytes.push_back(g.input_bytes);
     for (const bool forward : {true, false}) {
@@ -502,15 +502,16 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
     compiler::OptimizedProgram optimized = compiler::optimize(trace(update, args), compile, {});
     std::array<MemoryBreakdown, 2> mem;  // device, host
     for (const bool host : {false, true}) {
-      MemoryBreakdown& m_ = mem[host ? 1 : 0];
+      MemoryBreakdown& breakdown = mem[host ? 1 : 0];
       const auto block = [host](double bytes) { return host ? host_block_bytes(static_cast<size_t>(bytes)) : bytes; };
-      for (const Array& leaf : mine.leaves()) m_.parameters += block(static_cast<double>(leaf.nbytes()));
-      for (const Array& leaf : opt_state.leaves()) m_.optimizer += block(static_cast<double>(leaf.nbytes()));
-      m_.gradients = 2 * m_.parameters;
-      m_.activations = (host ? host_arenas : arenas)[static_cast<size_t>(d)] +
-                       block(static_cast<double>(optimized.plan.arena_bytes));
-      m_.eval = (host ? host_eval_arenas : eval_arenas)[static_cast<size_t>(d)];
-      m_.peak = m_.parameters + m_.optimizer + m_.gradients + m_.activations + m_.eval;
+      for (const Array& leaf : mine.leaves()) breakdown.parameters += block(static_cast<double>(leaf.nbytes()));
+      for (const Array& leaf : opt_state.leaves()) breakdown.optimizer += block(static_cast<double>(leaf.nbytes()));
+      breakdown.gradients = 2 * breakdown.parameters;
+      breakdown.activations = (host ? host_arenas : arenas)[static_cast<size_t>(d)] +
+                              block(static_cast<double>(optimized.plan.arena_bytes));
+      breakdown.eval = (host ? host_eval_arenas : eval_arenas)[static_cast<size_t>(d)];
+      breakdown.peak =
+          breakdown.parameters + breakdown.optimizer + breakdown.gradients + breakdown.activations + breakdown.eval;
     }
     if (!(mem[0].peak > best_peak)) continue;
     best_peak = mem[0].peak;

@@ -124,6 +124,7 @@ std::vector<PipelineExecutor::StageGraphs> PipelineExecutor::trace_stages(const 
       KeptProgram k = kept_program(s, args, /*only_trace=*/true);
       const std::vector<std::string> names = args.paths();
       g.backward_names.clear();
+      g.residuals = k.split.residuals;
       for (size_t i = 0; i < k.split.residuals; ++i) {
         g.backward_names.push_back(fmt::format("residual.{}", i));
         g.residual_bytes += static_cast<double>(k.split.unknown.type(k.split.unknown.parameters[i]).nbytes());

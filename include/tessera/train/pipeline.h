@@ -190,7 +190,9 @@ class PipelineExecutor {
     std::vector<std::string> forward_names, backward_names;  // their arguments' paths
     double input_bytes = 0;  // a device's part of the stage input (token ids or activations)
     // Without recompute: the activations the forward keeps for the backward, per
-    // micro-batch in flight (beside the input).
+    // micro-batch in flight (beside the input): the backward's first `residuals`
+    // parameters, their bytes.
+    size_t residuals = 0;
     double residual_bytes = 0;
   };
   std::vector<StageGraphs> trace_stages(const Tree& params, const Shape& tokens_shape, bool packed = false) const;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -244,6 +245,35 @@ std::string Executable::profile_text() const {
     s += fmt::format("{:<20} {:>8} {:>12.3f} {:>6.1f}%\n", name, v.second, 1e3 * v.first / runs,
                      total > 0 ? 100 * v.first / total : 0.0);
   return s;
+}
+
+std::vector<bool> Executable::owned_outputs() const {
+  using Kind = BufferAssignment::Kind;
+  // The value whose buffer v's array holds after run(): a view reads its source's; an
+  // output that views an input outside the arena keeps that input's (execute()).
+  std::function<ValueId(ValueId)> buffer_of = [&](ValueId v) {
+    const BufferAssignment& b = plan_.values[static_cast<size_t>(v)];
+    if (b.kind == Kind::View) return buffer_of(b.source);
+    const Value& value = graph_.value(v);
+    if (b.kind == Kind::Output && value.kind == ValueKind::NodeOutput) {
+      const Node& node = graph_.nodes[static_cast<size_t>(value.node)];
+      const int input = node.primitive->aliases_input(value.output_index);
+      if (input >= 0) {
+        const ValueId source = buffer_of(node.inputs[static_cast<size_t>(input)]);
+        if (plan_.values[static_cast<size_t>(source)].kind != Kind::Arena) return source;
+      }
+    }
+    return v;
+  };
+  std::map<ValueId, int> readers;
+  for (ValueId v : graph_.outputs) ++readers[buffer_of(v)];
+  std::vector<bool> owned;
+  for (size_t o = 0; o < graph_.outputs.size(); ++o) {
+    const ValueId v = graph_.outputs[o];
+    const BufferAssignment& b = plan_.values[static_cast<size_t>(v)];
+    owned.push_back(buffer_of(v) == v && b.kind == Kind::Output && b.index == static_cast<int>(o) && readers[v] == 1);
+  }
+  return owned;
 }
 
 void Executable::unbind() {

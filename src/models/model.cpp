@@ -592,9 +592,10 @@ Array Model::loss(const Tree& params, const Array& tokens, const Array& targets,
   return ce + nn::load_balancing_loss(routing, config_.moe_experts) * config_.moe_aux_loss_coef;
 }
 
-Array Model::stage_forward(const Tree& params, const Array& input, int64_t first_layer, bool embed,
-                           const std::optional<Array>& targets, const std::optional<Packing>& packing,
-                           const std::optional<Array>& dropout_key) const {
+Model::StageOutput Model::stage_forward(const Tree& params, const Array& input, int64_t first_layer, bool embed,
+                                        const std::optional<Array>& targets, const std::optional<Packing>& packing,
+                                        const std::optional<Array>& dropout_key,
+                                        const std::optional<Array>& routing) const {
   if (embed) check_tokens(config_, input, 0, "stage_forward");
   if (packing && input.ndim() >= 2)
     for (const Array* a : {&packing->segments, &packing->positions})
@@ -602,17 +603,66 @@ Array Model::stage_forward(const Tree& params, const Array& input, int64_t first
         fail<ShapeError>("Model::stage_forward: packing {} are {} (expected the batch [{}, {}])",
                          a == &packing->segments ? "segments" : "positions", to_string(a->shape()), input.shape(0),
                          input.shape(1));
-  if (config_.moe())
+  const bool balances = config_.balances_load();
+  const Shape routing_shape{config_.moe_top_k + 1, config_.moe_experts};
+  if (routing && !balances)
+    fail<ValueError>("Model::stage_forward: routing figures {} for a model without a load-balancing loss",
+                     type_string(*routing));
+  if (routing && embed)
+    fail<ValueError>("Model::stage_forward: routing figures {} into the first part (it takes none)",
+                     type_string(*routing));
+  if (routing && (routing->shape() != routing_shape || routing->dtype() != DType::Float32))
+    fail<ValueError>("Model::stage_forward: routing figures {} (expected f32{}: top_k + 1 rows over the {} experts)",
+                     type_string(*routing), to_string(routing_shape), config_.moe_experts);
+  if (balances && !embed && !routing)
     fail<ValueError>(
-        "Model::stage_forward: pipeline stages of a mixture-of-experts model are not supported yet (the load-balancing "
-        "loss spans every layer)");
+        "Model::stage_forward: a part after the first of a mixture-of-experts model needs the routing "
+        "figures of the layers before it");
   const Segment segment{first_layer, embed, targets.has_value()};
-  const Array out = forward(config_, params, input, dropout_key, nullptr, packing, segment);
-  if (!targets) return out;
+  std::vector<nn::MoE::Output> stats;
+  StageOutput result;
+  result.out = forward(config_, params, input, dropout_key, nullptr, packing, segment, balances ? &stats : nullptr);
+  if (balances) {
+    // Summed in layer order from the previous parts' sum, as loss() sums every layer's.
+    std::optional<Array> sum = routing;
+    for (const nn::MoE::Output& layer : stats) {
+      const Array figures = concatenate({layer.choice_share, expand_dims(layer.router_prob, 0)}, 0);
+      sum = sum ? *sum + figures : figures;
+    }
+    if (!sum) fail<ValueError>("Model::stage_forward: a part of a mixture-of-experts model needs at least one layer");
+    result.routing = *sum;
+  }
+  if (!targets) return result;
   if (targets->shape() != Shape{input.shape(0), input.shape(1)})
     fail<ShapeError>("Model::stage_forward: targets {} do not match the batch [{}, {}]", to_string(targets->shape()),
                      input.shape(0), input.shape(1));
-  return cross_entropy(out, *targets, -100, Reduction::Sum, config_.vocab);
+  result.cross_entropy = cross_entropy(result.out, *targets, -100, Reduction::Sum, config_.vocab);
+  result.out = result.cross_entropy;
+  if (balances) {
+    // loss() adds coef x aux to a mean; to a sum over the counted targets, that many times.
+    const int64_t k = config_.moe_top_k;
+    const double inv = 1.0 / static_cast<double>(config_.layers);
+    const Array f = slice_axis(result.routing, 0, 0, k), prob = slice_axis(result.routing, 0, k, k + 1);
+    const Array aux = sum(f * inv * (prob * inv)) * static_cast<double>(config_.moe_experts);
+    const Array counted = sum(astype(not_equal(*targets, scalar_like(-100, *targets)), DType::Float32));
+    result.out = result.cross_entropy + aux * config_.moe_aux_loss_coef * counted;
+  }
+  return result;
+}
+
+double Model::load_balancing_term(const std::vector<double>& routing_sum, int64_t parts) const {
+  if (!config_.balances_load()) return 0;
+  const int64_t k = config_.moe_top_k, e = config_.moe_experts;
+  if (static_cast<int64_t>(routing_sum.size()) != (k + 1) * e || parts < 1)
+    fail<ValueError>("Model::load_balancing_term: {} routing figures over {} parts (expected {} over at least 1)",
+                     routing_sum.size(), parts, (k + 1) * e);
+  // Means over the parts and over the layers.
+  const double inv = 1.0 / (static_cast<double>(parts) * static_cast<double>(config_.layers));
+  double aux = 0;
+  for (int64_t j = 0; j < k; ++j)
+    for (int64_t x = 0; x < e; ++x)
+      aux += routing_sum[static_cast<size_t>(j * e + x)] * inv * routing_sum[static_cast<size_t>(k * e + x)] * inv;
+  return aux * static_cast<double>(e) * config_.moe_aux_loss_coef;
 }
 
 KVCache Model::empty_cache(int64_t batch) const {

@@ -30,25 +30,28 @@ namespace tessera::train {
 namespace {
 
 using Key = std::pair<int, int>;  // (micro-batch, stage [x devices per stage + index among them])
+// What one stage hands the next: the residual stream (or its gradient), and for a
+// mixture of experts the routing figures summed over the layers so far (or theirs).
+using Handover = std::vector<Array>;
 
-// Arrays handed from one stage's device to the next: a forward's output to the next
-// stage, a backward's input gradient to the previous one. take() waits; a failing
+// Hand-overs from one stage's device to the next: a forward's outputs to the next
+// stage, a backward's input gradients to the previous one. take() waits; a failing
 // device wakes every waiter, which then throws.
 class Mailbox {
  public:
-  void put(const Key& key, const Array& value) {
+  void put(const Key& key, const Handover& value) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       items_[key] = value;
     }
     cv_.notify_all();
   }
-  Array take(const Key& key) {
+  Handover take(const Key& key) {
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [&] { return failed_ || items_.count(key) > 0; });
     if (failed_)
       fail<Error>("pipeline: another device failed (micro-batch {}, stage {} was waiting)", key.first, key.second);
-    Array value = items_.at(key);
+    Handover value = items_.at(key);
     items_.erase(key);
     return value;
   }
@@ -63,7 +66,7 @@ class Mailbox {
  private:
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::map<Key, Array> items_;
+  std::map<Key, Handover> items_;
   bool failed_ = false;
 };
 
@@ -171,9 +174,16 @@ std::vector<double> pipeline_layer_costs(const models::Model& model, int64_t seq
   const models::ModelConfig& c = model.config();
   const Tree shapes = model.placeholders();
   std::vector<double> costs;
+  // A token runs through top_k of a layer's experts: their active share of the weights.
+  const double active = c.moe() ? static_cast<double>(c.moe_top_k) / static_cast<double>(c.moe_experts) : 1.0;
   for (const Tree& layer : shapes.at("layers").elements()) {
     double n = 0;
-    for (const Array& leaf : layer.leaves()) n += static_cast<double>(leaf.size());
+    const std::vector<std::string> paths = layer.paths();
+    const std::vector<Array> leaves = layer.leaves();
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      const bool expert = paths[i].starts_with("moe.") && !paths[i].starts_with("moe.router");
+      n += static_cast<double>(leaves[i].size()) * (expert ? active : 1.0);
+    }
     costs.push_back(6 * n + 12.0 * static_cast<double>(seq) * static_cast<double>(c.dim));
   }
   if (!costs.empty()) costs.back() += 6.0 * static_cast<double>(c.dim) * static_cast<double>(c.padded_vocab());
@@ -203,37 +213,68 @@ PipelineExecutor::PipelineExecutor(const models::Model& model, const PipelineOpt
     if (inner_size_ > 1) layout_.emplace(mesh, options.rules, model.specs());
   }
   const models::Model* m = &model_;
+  const bool routed = routed_ = model.config().balances_load();
   for (int s = 0; s < stages; ++s) {
     const int64_t first = stage_layers_[static_cast<size_t>(s)].first;
     const bool embed = s == 0, loss = s == stages - 1;
-    auto run_stage = [m, first, embed, loss](const Tree& p_tree, const Array& x, const Tree& args) {
+    // Stage s from its arguments: "x" (and "r", the routing figures of the stages before),
+    // "t" on the last stage, "seg"/"pos" when packed, "key" with dropout.
+    auto run_stage = [m, first, embed, loss](const Tree& p_tree, const Array& x, const std::optional<Array>& r,
+                                             const Tree& args) {
       std::optional<models::Packing> packing;
       if (args.items().count("seg")) packing = models::Packing{args.at("seg").leaf(), args.at("pos").leaf()};
       std::optional<Array> key;
       if (args.items().count("key")) key = args.at("key").leaf();
       return m->stage_forward(p_tree, x, first, embed, loss ? std::optional<Array>(args.at("t").leaf()) : std::nullopt,
-                              packing, key);
+                              packing, key, r);
     };
-    forward_fn_.push_back(detail::to_jit_fn(
-        [run_stage](const Tree& args) -> Tree { return Tree(run_stage(args.at("p"), args.at("x").leaf(), args)); }));
-    // The stage's vjp at the output gradient "dy": dp (and dx past the first stage); with
-    // the output, also "y" (what partial evaluation splits when activations are kept).
-    auto stage_vjp = [run_stage, embed](const Tree& args, bool with_output) -> Tree {
+    auto routing_in = [routed, embed](const Tree& args) -> std::optional<Array> {
+      if (!routed || embed) return std::nullopt;
+      return args.at("r").leaf();
+    };
+    // The forward's outputs: "y" (and "r") handed to the next stage, or on the last stage
+    // the "loss" (and, with a load-balancing term, "ce" without it and the figures "r").
+    forward_fn_.push_back(detail::to_jit_fn([run_stage, routing_in, routed, loss](const Tree& args) -> Tree {
+      const models::Model::StageOutput o = run_stage(args.at("p"), args.at("x").leaf(), routing_in(args), args);
+      Tree out = Tree::dict();
+      out[loss ? "loss" : "y"] = Tree(o.out);
+      if (routed) out["r"] = Tree(o.routing);
+      if (routed && loss) out["ce"] = Tree(o.cross_entropy);
+      return out;
+    }));
+    // The stage's vjp at the gradients of its outputs, "dy" (and "dr" before the last
+    // stage): "dp", and past the first stage "dx" (and "dr"); with the output, also "out"
+    // (its hand-over or loss: what partial evaluation splits when activations are kept).
+    auto stage_vjp = [run_stage, routing_in, routed, embed, loss](const Tree& args, bool with_output) -> Tree {
       const Tree& p_tree = args.at("p");
       const Array x = args.at("x").leaf();
       const std::vector<Array> p_leaves = p_tree.leaves();
       std::vector<Array> primals = p_leaves;
+      const bool routing_primal = routed && !embed;
       if (!embed) primals.push_back(x);  // token ids carry no gradient
+      if (routing_primal) primals.push_back(args.at("r").leaf());
+      const size_t np = p_leaves.size();
       const ArrayFn stage_fn = [&](const std::vector<Array>& in) -> std::vector<Array> {
-        const Tree p_in = p_tree.with_leaves(std::vector<Array>(in.begin(), in.begin() + p_leaves.size()));
-        return {run_stage(p_in, embed ? x : in.back(), args)};
+        const Tree p_in = p_tree.with_leaves(std::vector<Array>(in.begin(), in.begin() + static_cast<int64_t>(np)));
+        const models::Model::StageOutput o =
+            run_stage(p_in, embed ? x : in[np], routing_primal ? std::optional<Array>(in[np + 1]) : std::nullopt, args);
+        if (loss || !routed) return {o.out};
+        return {o.out, o.routing};
       };
-      const std::pair<std::vector<Array>, std::vector<Array>> result = vjp(stage_fn, primals, {args.at("dy").leaf()});
-      const std::vector<Array>& cotangents = result.second;
+      std::vector<Array> cotangents{args.at("dy").leaf()};
+      if (routed && !loss) cotangents.push_back(args.at("dr").leaf());
+      const std::pair<std::vector<Array>, std::vector<Array>> result = vjp(stage_fn, primals, cotangents);
+      const std::vector<Array>& grads = result.second;
       Tree out = Tree::dict();
-      out["dp"] = p_tree.with_leaves(std::vector<Array>(cotangents.begin(), cotangents.begin() + p_leaves.size()));
-      if (!embed) out["dx"] = Tree(cotangents.back());
-      if (with_output) out["y"] = Tree(result.first.front());
+      out["dp"] = p_tree.with_leaves(std::vector<Array>(grads.begin(), grads.begin() + static_cast<int64_t>(np)));
+      if (!embed) out["dx"] = Tree(grads[np]);
+      if (routing_primal) out["dr"] = Tree(grads[np + 1]);
+      if (with_output) {
+        Tree handed = Tree::dict();
+        handed[loss ? "loss" : "y"] = Tree(result.first[0]);
+        if (routed && !loss) handed["r"] = Tree(result.first[1]);
+        out["out"] = handed;
+      }
       return out;
     };
     backward_fn_.push_back(detail::to_jit_fn([stage_vjp](const Tree& args) { return stage_vjp(args, false); }));
@@ -259,21 +300,27 @@ PipelineExecutor::KeptProgram PipelineExecutor::kept_program(int stage, const Tr
   g.name = fmt::format("stage{}", stage);
   const std::vector<std::string> parameters = args.paths(), outputs = out_structure.paths();
   std::vector<bool> unknown;
-  for (const std::string& path : parameters) unknown.push_back(path == "dy");
+  for (const std::string& path : parameters) unknown.push_back(path == "dy" || path == "dr");
   std::vector<size_t> known_outputs, unknown_outputs;
-  for (size_t i = 0; i < outputs.size(); ++i) (outputs[i] == "y" ? known_outputs : unknown_outputs).push_back(i);
+  for (size_t i = 0; i < outputs.size(); ++i)
+    (outputs[i].starts_with("out.") ? known_outputs : unknown_outputs).push_back(i);
   k.split = compiler::partial_eval(g, unknown, known_outputs, unknown_outputs);
   k.split.known.name = fmt::format("stage{}_forward", stage);
   k.split.unknown.name = fmt::format("stage{}_backward", stage);
   k.backward_parameters = k.split.unknown_parameters;
   Tree::Dict grads = out_structure.items();
-  grads.erase("y");
+  k.out_structure = grads.at("out");
+  grads.erase("out");
   k.grads_structure = Tree::dict(grads);
   if (!only_trace) {
     k.forward = compiler::compile(k.split.known);
-    // The residuals are read once, by this backward: their buffers may hold its outputs.
+    // The residuals are read once, by this backward: their buffers may hold its outputs,
+    // unless the forward returns one by reference (a folded constant, an argument such as
+    // a parameter, or a view sharing another value's buffer).
+    const std::vector<bool> own = k.forward->owned_outputs();
+    const size_t first = k.split.known.outputs.size() - k.split.residuals;
     std::vector<bool> donated(k.split.unknown.parameters.size(), false);
-    for (size_t i = 0; i < k.split.residuals; ++i) donated[i] = true;
+    for (size_t i = 0; i < k.split.residuals; ++i) donated[i] = own[first + i];
     k.backward = compiler::compile(k.split.unknown, {}, donated);
   }
   return k;
@@ -293,9 +340,27 @@ Tree PipelineExecutor::stage_args(const Tree& params, int s) const {
   return args;
 }
 
-Tree PipelineExecutor::trace_args(const Tree& params, int s, const Array& x, const Shape& micro, bool packed) const {
+std::vector<Array> PipelineExecutor::handed(const Tree& forward_out, bool last) {
+  std::vector<Array> arrays{forward_out.at(last ? "loss" : "y").leaf()};
+  if (!last && has_key(forward_out, "r")) arrays.push_back(forward_out.at("r").leaf());
+  return arrays;
+}
+
+void PipelineExecutor::set_handed(Tree& args, const std::vector<Array>& arrays, bool gradient) {
+  args[gradient ? "dy" : "x"] = Tree(arrays.at(0));
+  if (arrays.size() > 1) args[gradient ? "dr" : "r"] = Tree(arrays[1]);
+}
+
+std::vector<Array> PipelineExecutor::types_of(const std::vector<Array>& arrays) {
+  std::vector<Array> types;
+  for (const Array& a : arrays) types.push_back(Array::placeholder(a.shape(), a.dtype()));
+  return types;
+}
+
+Tree PipelineExecutor::trace_args(const Tree& params, int s, const std::vector<Array>& input, const Shape& micro,
+                                  bool packed) const {
   Tree args = stage_args(params, s);
-  args["x"] = Tree(x);
+  set_handed(args, input, false);
   if (s == schedule_.stages() - 1) args["t"] = Tree(Array::placeholder(micro, DType::Int32));
   if (packed) {
     args["seg"] = Tree(Array::placeholder(micro, DType::Int32));
@@ -311,7 +376,7 @@ Tree PipelineExecutor::trace_args(const Tree& params, int s, const Array& x, con
 void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape, bool packed) {
   const int stages = schedule_.stages();
   const Shape micro = micro_shape(tokens_shape);
-  Array x = Array::placeholder(micro, DType::Int32);
+  std::vector<Array> input{Array::placeholder(micro, DType::Int32)};  // the stage's: tokens, then the hand-overs
   std::lock_guard<std::mutex> lock(compile_mutex());
   // Stages partitioned over the mesh: the model's activation constraints follow its rules.
   std::optional<nn::LogicalShardingScope> scope;
@@ -333,7 +398,7 @@ void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape, bo
     // With processes, another process's stage is only traced (for its output type).
     const bool here_runs = !remote || s % schedule_.devices == here;
     const std::vector<int> inner = here_runs ? mine : std::vector<int>{};
-    Tree args = trace_args(params, s, x, micro, packed);
+    Tree args = trace_args(params, s, input, micro, packed);
     if (sharded()) {
       sharded_forward_.push_back(partition_program(s, forward_fn_[static_cast<size_t>(s)], args, inner));
       if (model_.config().needs_step_key()) {  // evaluation's forward: no key, no dropout
@@ -352,9 +417,9 @@ void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape, bo
       out = sharded_forward_.back().out_structure;
     else
       (void)trace(forward_fn_[static_cast<size_t>(s)], args, {}, &out);
-    const Array y = out.leaf();
-    stage_outputs_.push_back(Array::placeholder(y.shape(), y.dtype()));
-    args["dy"] = Tree(Array::placeholder(y.shape(), y.dtype()));
+    const std::vector<Array> output = types_of(handed(out, s == stages - 1));
+    stage_outputs_.push_back(output);
+    set_handed(args, output, true);
     if (sharded()) {
       sharded_backward_.push_back(partition_program(s, backward_fn_[static_cast<size_t>(s)], args, inner));
     } else if (here_runs && keeps()) {
@@ -367,7 +432,7 @@ void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape, bo
       traced_text_[2 * static_cast<size_t>(s) + 1] = backward_[static_cast<size_t>(s)].lowered(args).text();
     }
     compiled_[2 * static_cast<size_t>(s) + 1] = here_runs;
-    x = Array::placeholder(y.shape(), y.dtype());
+    input = output;
   }
   compiled_tokens_ = tokens_shape;
   compiled_packed_ = packed;
@@ -446,25 +511,41 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
   // starts from `seed` (1 / the counted targets for a mean).
   const Array seed = full(Shape{}, seed_value, DType::Float32).eval();
 
-  if (remote && int64_t{m} * stages * 2 > spmd::Communicator::kMaxTag)
+  // A hand-over's arrays go as separate messages (the routing figures after the stream).
+  const int arrays = routed_ ? 2 : 1;
+  if (remote && int64_t{m} * stages * 2 * arrays > spmd::Communicator::kMaxTag)
     fail<ValueError>("pipeline: {} micro-batches x {} stages need more message tags than the {} there are", m, stages,
                      spmd::Communicator::kMaxTag + 1);
-  auto tag = [stages](int mb, int s, bool forward) { return (mb * stages + s) * 2 + (forward ? 0 : 1); };
+  auto tag = [stages, arrays](int mb, int s, bool forward, int part) {
+    return ((mb * stages + s) * 2 + (forward ? 0 : 1)) * arrays + part;
+  };
   const int me = remote ? options_.ranks[static_cast<size_t>(here)] : -1;
   std::vector<Array> posted;  // arrays of sends in flight: kept until wait_sends
   auto device_of = [&](int s) { return options_.ranks[static_cast<size_t>(s % p)]; };
   auto receive = [&](int from_stage, int mb, int s, bool forward) {
-    const Array& type = stage_outputs_[static_cast<size_t>(forward ? from_stage : s)];
-    // A partitioned stage's device receives its shard of the activation (or its gradient).
-    const Shape shape =
-        sharded() && type.ndim() > 0 ? layout_->batch(type.ndim()).local_shape(type.shape()) : type.shape();
-    Array x = Array::empty(shape, type.dtype());
-    spmd::communicator().recv(me, device_of(from_stage), tag(mb, s, forward), x.mutable_raw_data(), x.nbytes());
-    return x;
+    Handover received;
+    const std::vector<Array>& types = stage_outputs_[static_cast<size_t>(forward ? from_stage : s)];
+    for (size_t part = 0; part < types.size(); ++part) {
+      const Array& type = types[part];
+      // A partitioned stage's device receives its shard of the stream (or its gradient);
+      // the routing figures are whole on each of them.
+      const Shape shape = sharded() && part == 0 && type.ndim() > 0
+                              ? layout_->batch(type.ndim()).local_shape(type.shape())
+                              : type.shape();
+      Array x = Array::empty(shape, type.dtype());
+      spmd::communicator().recv(me, device_of(from_stage), tag(mb, s, forward, static_cast<int>(part)),
+                                x.mutable_raw_data(), x.nbytes());
+      received.push_back(x);
+    }
+    return received;
   };
-  auto post = [&](int to_stage, int mb, bool forward, const Array& x) {
-    posted.push_back(x);
-    spmd::communicator().send(me, device_of(to_stage), tag(mb, to_stage, forward), x.raw_data(), x.nbytes());
+  auto post = [&](int to_stage, int mb, bool forward, const Handover& handover) {
+    for (size_t part = 0; part < handover.size(); ++part) {
+      const Array& x = handover[part];
+      posted.push_back(x);
+      spmd::communicator().send(me, device_of(to_stage), tag(mb, to_stage, forward, static_cast<int>(part)),
+                                x.raw_data(), x.nbytes());
+    }
   };
 
   // Evaluation of a model with a step key runs its keyless forwards (eval_forward_).
@@ -482,7 +563,10 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
   // the device's index among them).
   Mailbox activations, gradients;
   std::vector<std::optional<Tree>> accumulated(static_cast<size_t>(stages * inner));
-  std::vector<Array> loss_parts(static_cast<size_t>(m));
+  // Per micro-batch, the last stage's loss; in evaluation with a load-balancing loss its
+  // cross-entropy alone and its routing figures (the caller takes the batch's term).
+  std::vector<Array> loss_parts(static_cast<size_t>(m)), routing_parts(static_cast<size_t>(m));
+  const bool batch_routing = forward_only && routed_;
   result.measured.devices.resize(static_cast<size_t>(p));
   std::vector<double> sent(static_cast<size_t>(p * inner), 0.0);  // per device thread
   std::vector<double> collective(static_cast<size_t>(p * inner), 0.0);
@@ -498,7 +582,7 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
     if (p > 1 && !sharded()) serial.emplace();
     const size_t slot = static_cast<size_t>(d * inner + j);
     const bool shown = j == 0 || remote;
-    std::map<Key, Array> saved;                   // each in-flight micro-batch's stage input
+    std::map<Key, Handover> saved;                // each in-flight micro-batch's stage input
     std::map<Key, std::vector<Array>> residuals;  // ... and without recompute, its kept activations
     // Without recompute: stage s's split programs, traced and compiled on first use.
     auto kept_for = [&](int s, const Tree& forward_args) -> KeptProgram& {
@@ -509,7 +593,7 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
           Tree out;
           (void)trace(forward_fn_[static_cast<size_t>(s)], forward_args, {}, &out);
           Tree with_dy = forward_args;
-          with_dy["dy"] = Tree(Array::placeholder(out.leaf().shape(), out.leaf().dtype()));
+          set_handed(with_dy, types_of(handed(out, s == stages - 1)), true);
           kept_[static_cast<size_t>(s)] = kept_program(s, with_dy, false);
           compiled_[2 * static_cast<size_t>(s)] = true;
           compiled_[2 * static_cast<size_t>(s) + 1] = true;
@@ -561,34 +645,46 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
         // A slot starts when its inputs are here: waiting for them is idle time (the bubble).
         double began = 0, cpu_began = 0;
         if (op.forward) {
-          const Array x = s == 0   ? rows_of(tokens_mb[static_cast<size_t>(mb)])
-                          : remote ? receive(s - 1, mb, s, true)
-                                   : activations.take({mb, here_key});
+          const Handover input = s == 0   ? Handover{rows_of(tokens_mb[static_cast<size_t>(mb)])}
+                                 : remote ? receive(s - 1, mb, s, true)
+                                          : activations.take({mb, here_key});
           began = seconds();
           cpu_began = thread_cpu_seconds();
-          if (!forward_only) saved[{mb, s}] = x;
-          args["x"] = Tree(x);
-          Array y;
+          if (!forward_only) saved[{mb, s}] = input;
+          set_handed(args, input, false);
+          Handover output;
           if (keeps() && !forward_only) {
-            // The forward returns its output, then the activations its backward reads.
-            std::vector<Array> outputs = kept_for(s, args).forward->run(args.leaves());
-            y = outputs.front();
-            residuals[{mb, s}] = std::vector<Array>(outputs.begin() + 1, outputs.end());
+            // The forward returns its hand-over (or loss), then the activations its backward reads.
+            KeptProgram& k = kept_for(s, args);
+            std::vector<Array> outputs = k.forward->run(args.leaves());
+            const size_t n = k.out_structure.leaves().size();
+            output =
+                handed(k.out_structure.with_leaves(std::vector<Array>(outputs.begin(), outputs.begin() + n)), last);
+            residuals[{mb, s}] = std::vector<Array>(outputs.begin() + n, outputs.end());
           } else {
-            y = run_program(true, s, args).leaf();
+            const Tree out = run_program(true, s, args);
+            output = handed(out, last);
+            if (last && batch_routing && j == 0) {
+              output = {out.at("ce").leaf()};
+              routing_parts[static_cast<size_t>(mb)] = out.at("r").leaf();
+            }
           }
           if (last) {
-            if (j == 0) loss_parts[static_cast<size_t>(mb)] = y;  // replicated over the stage's devices
+            if (j == 0) loss_parts[static_cast<size_t>(mb)] = output.front();  // replicated over the stage's devices
           } else {
-            sent[slot] += static_cast<double>(y.nbytes());
+            for (const Array& a : output) sent[slot] += static_cast<double>(a.nbytes());
             if (remote)
-              post(s + 1, mb, true, y);
+              post(s + 1, mb, true, output);
             else
-              activations.put({mb, next_key}, y);
+              activations.put({mb, next_key}, output);
           }
         } else {
-          args["x"] = Tree(saved.at({mb, s}));
-          args["dy"] = Tree(last ? seed : remote ? receive(s + 1, mb, s, false) : gradients.take({mb, here_key}));
+          set_handed(args, saved.at({mb, s}), false);
+          set_handed(args,
+                     last     ? Handover{seed}
+                     : remote ? receive(s + 1, mb, s, false)
+                              : gradients.take({mb, here_key}),
+                     true);
           began = seconds();
           cpu_began = thread_cpu_seconds();
           Tree out;
@@ -611,11 +707,13 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
           else
             add_into_tree(*acc, out.at("dp"));
           if (s > 0) {
-            sent[slot] += static_cast<double>(out.at("dx").leaf().nbytes());
+            Handover back{out.at("dx").leaf()};
+            if (has_key(out, "dr")) back.push_back(out.at("dr").leaf());
+            for (const Array& a : back) sent[slot] += static_cast<double>(a.nbytes());
             if (remote)
-              post(s - 1, mb, false, out.at("dx").leaf());
+              post(s - 1, mb, false, back);
             else
-              gradients.put({mb, previous_key}, out.at("dx").leaf());
+              gradients.put({mb, previous_key}, back);
           }
         }
         if (shown) {
@@ -688,6 +786,12 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
   for (const Array& part : loss_parts)  // micro-batch order; only the last stage's device has them
     if (part.valid()) total += part.item<double>();
   result.loss = total * seed_value;
+  for (const Array& part : routing_parts) {
+    if (!part.valid()) continue;
+    const std::vector<float> figures = part.to_vector<float>();
+    result.routing.resize(figures.size(), 0.0);
+    for (size_t i = 0; i < figures.size(); ++i) result.routing[i] += figures[i];
+  }
 
   if (forward_only) return result;
 

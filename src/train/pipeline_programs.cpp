@@ -48,7 +48,8 @@ spmd::Sharding PipelineExecutor::leaf_sharding(int stage, const std::string& pat
     }
     return layout_->param(rest);
   }
-  if (leaf.ndim() == 0 || head == "key")
+  // Scalars, the step key and the routing figures (r, dr) are whole on every device.
+  if (leaf.ndim() == 0 || head == "key" || head == "r" || head == "dr")
     return spmd::Sharding::replicated(options_.mesh, static_cast<int>(leaf.ndim()));
   return layout_->batch(leaf.ndim());
 }
@@ -105,20 +106,24 @@ std::vector<PipelineExecutor::StageGraphs> PipelineExecutor::trace_stages(const 
   const Shape micro = micro_shape(tokens_shape);
   std::optional<nn::LogicalShardingScope> scope;
   if (sharded()) scope.emplace(layout_->mesh(), layout_->rules());
-  Array x = Array::placeholder(micro, DType::Int32);
+  std::vector<Array> input{Array::placeholder(micro, DType::Int32)};
   std::vector<StageGraphs> out;
   for (int s = 0; s < stages; ++s) {
     StageGraphs g;
-    Tree args = trace_args(params, s, x, micro, packed);
-    // A device's part of the stage input (its rows over the batch axes when partitioned).
-    const Shape local = sharded() ? leaf_sharding(s, "x", x).local_shape(x.shape()) : x.shape();
-    g.input_bytes = static_cast<double>(numel(local) * static_cast<int64_t>(itemsize(x.dtype())));
+    Tree args = trace_args(params, s, input, micro, packed);
+    // A device's part of the stage input (its rows over the batch axes when partitioned;
+    // routing figures whole).
+    for (size_t i = 0; i < input.size(); ++i) {
+      const Array& a = input[i];
+      const Shape local = sharded() ? leaf_sharding(s, i == 0 ? "x" : "r", a).local_shape(a.shape()) : a.shape();
+      g.input_bytes += static_cast<double>(numel(local) * static_cast<int64_t>(itemsize(a.dtype())));
+    }
     Tree y_structure, grads_structure;
     g.forward = sharded() ? partition_stage(s, forward_fn_[static_cast<size_t>(s)], args, &y_structure, nullptr).local
                           : trace(forward_fn_[static_cast<size_t>(s)], args, {}, &y_structure);
     g.forward_names = args.paths();
-    const Array y = y_structure.leaf();
-    args["dy"] = Tree(Array::placeholder(y.shape(), y.dtype()));
+    const std::vector<Array> output = types_of(handed(y_structure, s == stages - 1));
+    set_handed(args, output, true);
     if (keeps()) {
       // The forward keeps the activations its backward reads; the backward starts from them.
       KeptProgram k = kept_program(s, args, /*only_trace=*/true);
@@ -133,7 +138,7 @@ std::vector<PipelineExecutor::StageGraphs> PipelineExecutor::trace_stages(const 
       g.forward = std::move(k.split.known);
       g.backward = std::move(k.split.unknown);
       out.push_back(std::move(g));
-      x = Array::placeholder(y.shape(), y.dtype());
+      input = output;
       continue;
     }
     g.backward = sharded()
@@ -141,7 +146,7 @@ std::vector<PipelineExecutor::StageGraphs> PipelineExecutor::trace_stages(const 
                      : trace(backward_fn_[static_cast<size_t>(s)], args, {}, &grads_structure);
     g.backward_names = args.paths();
     out.push_back(std::move(g));
-    x = Array::placeholder(y.shape(), y.dtype());
+    input = output;
   }
   return out;
 }

@@ -211,8 +211,17 @@ double PipelineTrainStep::evaluate(const Tree& params, data::DataLoader& loader,
   loader.set_position({});
   const int64_t n = std::min<int64_t>(batches, static_cast<int64_t>(loader.batches_per_epoch()));
   // Per batch: its loss summed over the replicas' rows (several processes: this process's
-  // part, 0 unless it runs a last stage), and its counted targets.
-  std::vector<double> sums(static_cast<size_t>(n), 0.0), counted(static_cast<size_t>(n), 0.0);
+  // part, 0 unless it runs a last stage), then with a load-balancing loss the routing
+  // figures summed over the replicas' micro-batches; and its counted targets.
+  const models::ModelConfig& c = model_.config();
+  const size_t figures = c.balances_load() ? static_cast<size_t>((c.moe_top_k + 1) * c.moe_experts) : 0;
+  const size_t width = 1 + figures;
+  std::vector<double> sums(static_cast<size_t>(n) * width, 0.0), counted(static_cast<size_t>(n), 0.0);
+  auto add = [&](int64_t i, const PipelineResult& result) {
+    double* row = &sums[static_cast<size_t>(i) * width];
+    row[0] += result.loss;
+    for (size_t f = 0; f < result.routing.size() && f < figures; ++f) row[1 + f] += result.routing[f];
+  };
   for (int64_t i = 0; i < n; ++i) {
     const data::Batch batch = loader.next_batch();
     counted[static_cast<size_t>(i)] = counted_targets(batch.targets);
@@ -220,23 +229,29 @@ double PipelineTrainStep::evaluate(const Tree& params, data::DataLoader& loader,
       fail<ValueError>("evaluate: every target of validation batch {} is -100 (ignored)", i);
     if (multi_process_) {
       const data::Batch rows = rows_of(batch, replica_here_);
-      sums[static_cast<size_t>(i)] =
-          executors_.front().forward_loss(params, rows.tokens, rows.targets, packing_of(rows)).loss;
+      add(i, executors_.front().forward_loss(params, rows.tokens, rows.targets, packing_of(rows)));
       continue;
     }
-    std::vector<double> parts(static_cast<size_t>(replicas_), 0.0);
+    std::vector<PipelineResult> parts(static_cast<size_t>(replicas_));
     for_each_replica([&](int r) {
       const data::Batch rows = rows_of(batch, r);
       parts[static_cast<size_t>(r)] =
-          executors_[static_cast<size_t>(r)].forward_loss(params, rows.tokens, rows.targets, packing_of(rows)).loss;
+          executors_[static_cast<size_t>(r)].forward_loss(params, rows.tokens, rows.targets, packing_of(rows));
     });
-    for (double part : parts) sums[static_cast<size_t>(i)] += part;  // replica order
+    for (const PipelineResult& part : parts) add(i, part);  // replica order
   }
   if (multi_process_)
     spmd::communicator().all_reduce(spmd::local_devices().front(), spmd::world_group(), sums.data(), sums.data(),
                                     sums.size(), DType::Float64);
+  // The whole batch's load-balancing term from the figures of its equal parts, as one
+  // device's Evaluator computes it over the batch.
+  const int64_t parts = int64_t{replicas_} * executors_.front().schedule().micro_batches;
   double total = 0;
-  for (int64_t i = 0; i < n; ++i) total += sums[static_cast<size_t>(i)] / counted[static_cast<size_t>(i)];
+  for (int64_t i = 0; i < n; ++i) {
+    const double* row = &sums[static_cast<size_t>(i) * width];
+    total += row[0] / counted[static_cast<size_t>(i)] +
+             model_.load_balancing_term(std::vector<double>(row + 1, row + width), parts);
+  }
   return total / static_cast<double>(n);
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/compiler/executable.h"
 #include "tessera/compiler/graph.h"
 #include "tessera/compiler/memory_plan.h"
 #include "tessera/compiler/passes/schedule.h"
@@ -191,6 +192,40 @@ TEST(MemoryPlan, OutputsNeverInTheArena) {
   EXPECT_EQ(plan.values[a].index, 4);
   EXPECT_EQ(plan.arena_bytes, 0u);
   EXPECT_EQ(plan.in_place_reuses, 0);  // b may not overwrite the output a
+}
+
+// Which outputs run() hands back in buffers of their own (Executable::owned_outputs: what
+// a later program may take as donated): not a parameter or constant returned as is, nor
+// an output and a view of it (they share at run time), but a fresh value and a view of
+// an arena value (copied out). The flags match the buffers run() returns.
+TEST(MemoryPlan, OwnedOutputsShareNoBuffer) {
+  Graph g;
+  ValueId p = g.add_parameter(f32({4, 4}));
+  ValueId k = g.add_constant(Array::from_vector<float>({1, 2}));
+  ValueId a = g.add_node1(exp_op(), {p}, f32({4, 4}));
+  ValueId r = g.add_node1(reshape_op({16}), {a}, f32({16}));  // a view of the output a
+  ValueId b = g.add_node1(neg_op(), {p}, f32({4, 4}));
+  ValueId e = g.add_node1(exp_op(), {b}, f32({4, 4}));         // in the arena
+  ValueId r2 = g.add_node1(reshape_op({16}), {e}, f32({16}));  // copied out of it
+  ValueId c = g.add_node1(add_op(), {b, b}, f32({4, 4}));
+  g.outputs = {p, k, a, r, c, r2};
+  Executable exe(g, plan_memory(g));
+  EXPECT_EQ(exe.owned_outputs(), (std::vector<bool>{false, false, false, false, true, true})) << exe.text();
+  const Array x = Array::from_vector<float>(std::vector<float>(16, 0.5f), {4, 4});
+  const std::vector<Array> out = exe.run({x});
+  // The owned ones hold storage no other output (or the argument) holds; a and r share.
+  const std::vector<bool> owned = exe.owned_outputs();
+  for (size_t i = 0; i < out.size(); ++i)
+    for (size_t j = 0; j < out.size(); ++j)
+      if (i != j && owned[i]) {
+        EXPECT_NE(out[i].storage(), out[j].storage()) << i << " and " << j;
+      }
+  EXPECT_EQ(out[2].storage(), out[3].storage());
+  EXPECT_TRUE(out[0].is_same(x) || out[0].storage() == x.storage());
+  for (size_t i = 0; i < out.size(); ++i)
+    if (owned[i]) {
+      EXPECT_NE(out[i].storage(), x.storage()) << i;
+    }
 }
 
 TEST(MemoryPlan, Donation) {

@@ -87,6 +87,49 @@ TEST(PipelineEvaluate, EqualsOneDeviceForEveryLayoutWithAndWithoutDropout) {
     }
 }
 
+// A mixture of experts: each micro-batch's stages hand on their routing figures, and
+// evaluation takes the load-balancing term of the whole batch's figures (over the
+// replicas' micro-batches too), as one device's Evaluator does over the batch.
+TEST(PipelineEvaluate, MixtureOfExpertsTakesTheWholeBatchsLoadBalancingTerm) {
+  testing::VirtualDevices devices(8);
+  const ValidationFile file;
+  models::ModelConfig c = testing::pipeline_test_model("llama");
+  c.moe_experts = 4;
+  c.moe_top_k = 2;
+  c.moe_aux_loss_coef = 0.5;  // a term that shows
+  const models::Model model(c);
+  const optim::Optimizer optimizer(testing::test_adamw(), model.specs());
+  const Tree params = model.init(3);
+  data::DataLoader one_loader = file.loader();
+  const double want = Evaluator(model)(params, one_loader, 2);
+  // Each micro-batch's own term instead gives another figure (the mean of products is not
+  // the product of means; 2e-5 to 5e-5 relative here), which the 1e-6 bar tells apart.
+  models::ModelConfig plain = c;
+  plain.moe_aux_loss_coef = 0;
+  data::DataLoader plain_loader = file.loader();
+  const double cross_entropy = Evaluator(models::Model(plain))(params, plain_loader, 2);
+  ASSERT_GT(want - cross_entropy, 0.1);
+  for (const EvalCase& e : {EvalCase{"", PipelineKind::kOneFOneB, 4, 1, 1}, EvalCase{"", PipelineKind::kGPipe, 2, 1, 2},
+                            EvalCase{"", PipelineKind::kInterleaved, 2, 2, 1},
+                            EvalCase{"pipeline=2,expert=2", PipelineKind::kOneFOneB, 2, 1, 1},
+                            EvalCase{"pipeline=2,tensor=2", PipelineKind::kGPipe, 2, 1, 1}}) {
+    const std::string what = fmt::format("moe {} {} m={} v={} replicas={}", e.mesh, to_string(e.kind), e.micro_batches,
+                                         e.virtual_stages, e.replicas);
+    PipelineOptions o;
+    o.kind = e.kind;
+    o.devices = 2;
+    o.micro_batches = e.micro_batches;
+    o.virtual_stages = e.virtual_stages;
+    if (!e.mesh.empty()) o.mesh = spmd::Mesh::parse(e.mesh);
+    PipelineTrainStep pipe(model, optimizer, 1, o, e.replicas, kSeq);
+    data::DataLoader loader = file.loader();
+    const double got = pipe.evaluate(params, loader, 2);
+    std::printf("%-64s validation loss %.7f (one device %.7f; cross-entropy alone %.7f)\n", what.c_str(), got, want,
+                cross_entropy);
+    EXPECT_LT(std::abs(got - want) / want, 1e-6) << what;
+  }
+}
+
 TEST(PipelineEvaluate, BadBatchCountsAreClearErrors) {
   const ValidationFile file;
   const models::Model model(testing::pipeline_test_model("gpt2"));

@@ -56,6 +56,11 @@ class Executable {
   const ExecutableStats& stats() const { return stats_; }
   ExecutableStats& mutable_stats() { return stats_; }
   const std::vector<bool>& donated() const { return donated_; }
+  // Per output: whether run() returns it in a buffer of its own, one no other output,
+  // argument or constant shares (so a later program may take it as a donated argument).
+  // Not so: a parameter or constant returned as is, a planned view, and an output that
+  // views an input outside the arena (Primitive::aliases_input: it keeps sharing).
+  std::vector<bool> owned_outputs() const;
   // The program as text: the graph plus the buffer of every value.
   std::string text() const;
 

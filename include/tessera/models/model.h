@@ -110,6 +110,8 @@ struct ModelConfig {
   // GEMMs (stochastic rounding).
   bool needs_step_key() const;
   bool moe() const { return moe_experts > 0; }
+  // Whether the loss has a load-balancing term (experts, and a coefficient above 0).
+  bool balances_load() const { return moe() && moe_aux_loss_coef > 0; }
 };
 
 // Named shapes: "tiny" (gpt2 V256 L4 H4 d256 T256), "small" (gpt2 V4096 L6 H6 d384
@@ -187,9 +189,27 @@ class Model {
   // (model.dropout > 0, or int8 backward GEMMs) the part applies its layers' dropout and
   // stochastic rounding as the whole model does with that key: each layer draws from its
   // own key (by the model's layer index), so the parts compose to loss() with that key.
-  Array stage_forward(const Tree& params, const Array& input, int64_t first_layer, bool embed,
-                      const std::optional<Array>& targets, const std::optional<Packing>& packing = std::nullopt,
-                      const std::optional<Array>& dropout_key = std::nullopt) const;
+  //
+  // Mixture of experts: the load-balancing loss averages every layer's routing figures
+  // (nn/moe.h), so the parts hand them on. `routing` (none into the first part) and
+  // StageOutput::routing are [top_k + 1, experts] float32: rows 0 .. top_k-1 the choice
+  // shares f, row top_k the router probabilities P, each summed over the layers so far
+  // (in layer order, as loss() sums them). The last part adds moe_aux_loss_coef x the
+  // load-balancing loss of the summed figures x its counted targets to its loss sum, so
+  // the parts still compose to loss() times the counted targets.
+  struct StageOutput {
+    Array out;            // the residual stream, or with targets the loss sum
+    Array routing;        // with experts: the summed routing figures (invalid without)
+    Array cross_entropy;  // with targets: the loss sum without the load-balancing term
+  };
+  StageOutput stage_forward(const Tree& params, const Array& input, int64_t first_layer, bool embed,
+                            const std::optional<Array>& targets, const std::optional<Packing>& packing = std::nullopt,
+                            const std::optional<Array>& dropout_key = std::nullopt,
+                            const std::optional<Array>& routing = std::nullopt) const;
+  // The load-balancing term loss() adds, from routing figures summed over `parts` equal
+  // parts of a batch (each summed over the layers): moe_aux_loss_coef x experts x
+  // sum over (choice, expert) of the mean f times the mean P. 0 without experts.
+  double load_balancing_term(const std::vector<double>& routing_sum, int64_t parts) const;
 
   // An empty cache for `batch` sequences (float32 keys and values, or the compute
   // dtype when it is bfloat16/float16).

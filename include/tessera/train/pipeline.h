@@ -27,7 +27,14 @@
 //
 // Evaluation (forward_loss) runs the schedule's forwards alone.
 //
-// Not yet: mixture-of-experts stages (issue 26).
+// Mixture of experts: the load-balancing loss averages the routing figures of every
+// layer, so each stage hands on, beside the stream, those figures summed over the layers
+// so far (Model::stage_forward), and the backward hands back their gradient. The term is
+// each micro-batch's own, as gradient accumulation computes it (one device with as many
+// accumulation steps gives the same step), weighted by the micro-batch's counted
+// targets; evaluation computes the whole batch's (forward_loss, PipelineResult::routing),
+// as one device's Evaluator does. Experts may be split over an `expert` axis inside the
+// stages (PipelineOptions::mesh).
 #pragma once
 
 #include <atomic>
@@ -97,6 +104,10 @@ struct PipelineResult {
   // Stages partitioned over the mesh (PipelineOptions::mesh): bytes the collectives
   // inside the stages sent, summed over the devices (ring counts, spmd::CommStats).
   double stage_collective_bytes = 0;
+  // forward_loss() of a model with a load-balancing loss: the last stage's routing
+  // figures (Model::StageOutput::routing) summed over the micro-batches; empty otherwise
+  // (and with processes, unless this process runs the last stage).
+  std::vector<double> routing;
 };
 
 // The keys of a step's n parts (accumulation steps, replicas, pipeline micro-batches),
@@ -126,8 +137,9 @@ std::vector<bool> device_reads(const Tree& params, const std::vector<std::pair<i
                                int d, bool tied);
 
 // Layer costs for balance_stages: each block's training FLOPs per token (6 x its
-// parameters + 12 x seq x dim for attention), with the output head's (6 x dim x
-// padded vocabulary) added to the last layer, since the last stage computes it.
+// parameters + 12 x seq x dim for attention; of a mixture of experts' expert weights the
+// top_k / experts a token runs through), with the output head's (6 x dim x padded
+// vocabulary) added to the last layer, since the last stage computes it.
 std::vector<double> pipeline_layer_costs(const models::Model& model, int64_t seq);
 
 // A pipeline over `model` whose stage programs are compiled once (on the first run or
@@ -143,7 +155,8 @@ class PipelineExecutor {
   void compile(const Tree& params, const Shape& tokens_shape, bool packed = false);
 
   // One pass over the batch: result.loss = seed x the sum of the losses of its counted
-  // targets, result.grads = the gradients of that (a caller splitting a batch passes
+  // targets (with a load-balancing loss, each micro-batch adds its term x its counted
+  // targets), result.grads = the gradients of that (a caller splitting a batch passes
   // seed = 1 / the whole batch's counted targets and adds the parts up). With
   // options.ranks, only this process's stages contribute: the loss is 0 unless it runs
   // the last stage, the other stages' gradients are placeholders (no data), and the
@@ -163,7 +176,10 @@ class PipelineExecutor {
 
   // Evaluation: the forward passes alone, in the schedule's order, with no dropout. The
   // loss of the batch's counted targets, summed (result.loss; with options.ranks 0 unless
-  // this process runs the last stage), and the measured timeline; no gradients.
+  // this process runs the last stage), and the measured timeline; no gradients. With a
+  // load-balancing loss, result.loss is the cross-entropy alone and result.routing the
+  // micro-batches' routing figures: the caller adds Model::load_balancing_term of the
+  // whole batch's (over every part it split the batch into) x its counted targets.
   PipelineResult forward_loss(const Tree& params, const Array& tokens, const Array& targets,
                               const std::optional<models::Packing>& packing = std::nullopt);
 
@@ -222,9 +238,19 @@ class PipelineExecutor {
   // The whole model's gradients from each stage's (run(); missing stages: placeholders).
   Tree assemble_grads(const Tree& params, std::vector<std::optional<Tree>> stage_grads) const;
   Tree stage_args(const Tree& params, int stage) const;
-  // A stage program's arguments for tracing: its parameters, input x, the targets on the
-  // last stage, and the packing ("seg", "pos") of micro-batches of `micro` when packed.
-  Tree trace_args(const Tree& params, int stage, const Array& x, const Shape& micro, bool packed) const;
+  // A stage program's arguments for tracing: its parameters, its input (`input`: x, and
+  // for a mixture of experts past the first stage r), the targets on the last stage, and
+  // the packing ("seg", "pos") of micro-batches of `micro` when packed.
+  Tree trace_args(const Tree& params, int stage, const std::vector<Array>& input, const Shape& micro,
+                  bool packed) const;
+  // What a stage hands on (the next stage's input, or the last stage's loss), from its
+  // forward's outputs: "y" (and with a load-balancing loss "r"), or "loss".
+  static std::vector<Array> handed(const Tree& forward_out, bool last);
+  // A hand-over's arrays as a program's arguments: the input "x" (and "r"), or with
+  // `gradient` the gradients of a stage's outputs "dy" (and "dr").
+  static void set_handed(Tree& args, const std::vector<Array>& arrays, bool gradient);
+  // Placeholders of the arrays' types.
+  static std::vector<Array> types_of(const std::vector<Array>& arrays);
   // The world device of pipeline device d (options.ranks), and this process's index.
   int local_index() const;
   bool sharded() const { return inner_size_ > 1; }
@@ -264,8 +290,9 @@ class PipelineExecutor {
   struct KeptProgram {
     std::unique_ptr<compiler::Executable> forward, backward;
     std::vector<size_t> backward_parameters;  // the arguments (by leaf) the backward takes after the residuals
-    Tree grads_structure;                     // the backward's outputs: dp, and dx past the first stage
-    compiler::SplitGraph split;               // the two graphs (text(), the planner)
+    Tree out_structure;          // the forward's first outputs (the rest are the residuals): "y" (and "r"), or "loss"
+    Tree grads_structure;        // the backward's outputs: dp, and past the first stage dx (and dr)
+    compiler::SplitGraph split;  // the two graphs (text(), the planner)
   };
   std::vector<KeptProgram> kept_;
   std::unique_ptr<std::atomic<bool>[]> kept_compiled_;
@@ -276,7 +303,9 @@ class PipelineExecutor {
   KeptProgram kept_program(int stage, const Tree& args, bool only_trace) const;
   std::unique_ptr<std::atomic<bool>[]> eval_compiled_;
   std::vector<ShardedProgram> sharded_eval_;
-  std::vector<Array> stage_outputs_;               // placeholders of each stage's output type (compile())
+  bool routed_ = false;  // the stages hand on routing figures (ModelConfig::balances_load)
+  // Placeholders of each stage's hand-over types (compile()): y (and r), or its loss.
+  std::vector<std::vector<Array>> stage_outputs_;
   std::unique_ptr<std::atomic<bool>[]> compiled_;  // per program: its first call (the compile) is done
   // Stages partitioned over the mesh (options.mesh has axes besides pipeline).
   std::optional<Layout> layout_;

@@ -20,7 +20,9 @@
 // state; over the world each parameter once per pipeline, the tied embedding twice) and
 // the validation loss through the stages' forwards against one device's. And float16
 // with loss scaling and dropout through pipeline=2 on 2 ranks (check_pipeline_float16,
-// _dropout).
+// _dropout). And a mixture of experts through pipeline=2 on 2 ranks, pipeline=2,data=2 and
+// stages partitioned over expert=2 on 4 (check_pipeline_moe: the stages hand on routing
+// figures; one device accumulating over the same micro-batches is the reference).
 // Exits nonzero on any mismatch, on every rank.
 #include <fmt/format.h>
 #include <unistd.h>
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "spmd/parallel_train_util.h"
+#include "tessera/core/ops.h"
 #include "tessera/data/loader.h"
 #include "tessera/data/token_file.h"
 #include "tessera/models/model.h"
@@ -174,13 +177,23 @@ void check_layout(const std::string& mesh_text, const TrainRun& want) {
 // and is skipped; the scale backs off to 2^16).
 // With dropout: model.dropout 0.1, the step keys param_key(5, "dropout/<step>"), one
 // pipeline micro-batch (so the masks are one device's).
-TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool float16 = false, bool dropout = false) {
+// With moe_split > 0: the Llama form of the model with 4 experts per layer (top 2) and 2
+// pipeline micro-batches per replica; one device accumulates over moe_split row-parts of
+// each batch (the pipeline's micro-batches: the load-balancing term is each one's own).
+TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool float16 = false, bool dropout = false,
+                      int moe_split = 0) {
   // "pipeline=2 keep": the stages keep their activations (PipelineOptions::recompute = false).
   const bool keep = layout_text.ends_with(" keep");
   const std::string mesh_text = layout_text.substr(0, layout_text.find(' '));
   models::ModelConfig c = testing::tiny_gpt();
   c.layers = 4;
   if (dropout) c.dropout = 0.1;
+  if (moe_split > 0) {
+    c.family = "llama";
+    c.moe_experts = 4;
+    c.moe_top_k = 2;
+    c.moe_aux_loss_coef = 0.05;
+  }
   optim::OptimizerConfig oc = testing::test_adamw();
   if (float16) {
     c.compute_dtype = "float16";
@@ -194,16 +207,16 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
   std::optional<TrainStep> one;
   std::optional<PipelineTrainStep> piped;
   if (mesh_text.empty()) {
-    one.emplace(model, optimizer, 1);
+    one.emplace(model, optimizer, std::max(moe_split, 1));
   } else {
     const spmd::Mesh mesh = spmd::Mesh::parse(mesh_text);
     PipelineOptions o;
     o.kind = kind;
     o.devices = mesh.axis_size("pipeline");
-    o.micro_batches = dropout ? 1 : 4;
+    o.micro_batches = moe_split > 0 ? 2 : dropout ? 1 : 4;
     o.recompute = !keep;
-    // FSDP or tensor axes: one pipeline whose stages are partitioned over them.
-    const bool partitioned = mesh.has_axis("fsdp") || mesh.has_axis("tensor");
+    // FSDP, tensor or expert axes: one pipeline whose stages are partitioned over them.
+    const bool partitioned = mesh.has_axis("fsdp") || mesh.has_axis("tensor") || mesh.has_axis("expert");
     if (partitioned) o.mesh = mesh;
     piped.emplace(model, optimizer, 1, o, mesh.has_axis("data") && !partitioned ? mesh.axis_size("data") : 1, kSeq,
                   &mesh);
@@ -221,7 +234,18 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
     opt = optimizer.init(params);
   }
   for (int64_t s = 0; s < kSteps; ++s) {
-    const std::vector<data::Batch> b{testing::random_batch(kBatch, kSeq, 64, static_cast<uint64_t>(100 * s))};
+    std::vector<data::Batch> b{testing::random_batch(kBatch, kSeq, 64, static_cast<uint64_t>(100 * s))};
+    if (one && moe_split > 1) {  // one device: the pipeline's micro-batches as accumulation steps
+      const data::Batch whole = b.front();
+      const int64_t rows = kBatch / moe_split;
+      b.clear();
+      for (int64_t i = 0; i < moe_split; ++i) {
+        data::Batch part;
+        part.tokens = slice_axis(whole.tokens, 0, i * rows, (i + 1) * rows).eval();
+        part.targets = slice_axis(whole.targets, 0, i * rows, (i + 1) * rows).eval();
+        b.push_back(part);
+      }
+    }
     std::optional<Array> key;
     if (dropout) key = nn::param_key(5, fmt::format("dropout/{}", s));
     const StepStats stats = one ? one->run(params, opt, b, 1e-2, key) : piped->run(params, opt, b, 1e-2, key);
@@ -249,7 +273,8 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
   }
   run.whole_param_bytes = PipelineTrainStep::held_bytes(params);
   run.whole_state_bytes = PipelineTrainStep::held_bytes(opt);
-  run.wte_bytes = static_cast<double>(params.at("wte").leaf().nbytes());
+  // The embedding two stages hold when it is tied.
+  run.wte_bytes = c.resolved_tied() ? static_cast<double>(params.at("wte").leaf().nbytes()) : 0;
   run.paths = params.paths();
   run.params = params.leaves();
   return run;
@@ -361,6 +386,34 @@ void check_pipeline_dropout(const std::string& mesh_text, const TrainRun& want) 
   std::fflush(stdout);
 }
 
+// A mixture of experts across processes: the losses and parameters of one device that
+// accumulates over the same micro-batches (1e-5), the stage-local state, evaluation's
+// whole-batch load-balancing term, and the hand-overs: the stream as check_pipeline's,
+// plus the routing figures [top_k + 1, experts] float32 both ways per micro-batch and
+// boundary, whole on each device of a partitioned stage.
+void check_pipeline_moe(const std::string& mesh_text) {
+  const std::string what = mesh_text + " moe";
+  const spmd::Mesh mesh = spmd::Mesh::parse(mesh_text);
+  const int replicas = mesh.has_axis("data") ? mesh.axis_size("data") : 1;
+  const int micro = 2 * replicas;
+  const TrainRun want = run_pipeline("", PipelineKind::kOneFOneB, false, false, micro);
+  const TrainRun got = run_pipeline(mesh_text, PipelineKind::kOneFOneB, false, false, micro);
+  const auto [loss_err, param_err] = largest_errors(got, want);
+  expect(loss_err <= 1e-5, fmt::format("{}: loss relative error {:.3g} (expected <= 1e-5)", what, loss_err));
+  expect(param_err <= 1e-5, fmt::format("{}: parameter relative error {:.3g} (expected <= 1e-5)", what, param_err));
+  check_stage_local(what, mesh, got);
+  const double boundaries = mesh.axis_size("pipeline") - 1;
+  const double inner = mesh.size() / mesh.axis_size("pipeline") / replicas;
+  const double analytic = 2.0 * boundaries * (kBatch * kSeq * testing::tiny_gpt().dim + micro * 3 * 4 * inner) * 4;
+  expect(got.measured_bytes == analytic,
+         fmt::format("{}: {} bytes handed between stages, analytic {}", what, got.measured_bytes, analytic));
+  if (g_rank == 0)
+    std::printf("%-24s losses %.7f %.7f %.7f  max rel err: loss %.2e params %.2e  sent %.0f (analytic %.0f)\n",
+                what.c_str(), got.losses[0], got.losses[1], got.losses[2], loss_err, param_err, got.measured_bytes,
+                analytic);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main() {
@@ -405,6 +458,12 @@ int main() {
       if (n == 2) {
         check_pipeline_float16("pipeline=2", run_pipeline("", PipelineKind::kOneFOneB, /*float16=*/true));
         check_pipeline_dropout("pipeline=2", run_pipeline("", PipelineKind::kOneFOneB, false, /*dropout=*/true));
+        check_pipeline_moe("pipeline=2");
+        checked += 3;
+      }
+      if (n == 4) {
+        check_pipeline_moe("pipeline=2,data=2");
+        check_pipeline_moe("pipeline=2,expert=2");
         checked += 2;
       }
     }

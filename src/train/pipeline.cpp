@@ -450,17 +450,26 @@ int PipelineExecutor::local_index() const {
 
 PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, const Array& targets, double seed_value,
                                      const std::optional<models::Packing>& packing, const std::optional<Array>& key) {
-  return execute(params, tokens, targets, seed_value, packing, key, false);
+  return execute(params, tokens, targets, seed_value, packing,
+                 key ? part_keys(*key, schedule_.micro_batches) : std::vector<Array>{}, false);
+}
+
+PipelineResult PipelineExecutor::run_with_keys(const Tree& params, const Array& tokens, const Array& targets,
+                                               double seed_value, const std::optional<models::Packing>& packing,
+                                               const std::vector<Array>& keys) {
+  if (!keys.empty() && static_cast<int>(keys.size()) != schedule_.micro_batches)
+    fail<ValueError>("pipeline: {} keys for {} micro-batches", keys.size(), schedule_.micro_batches);
+  return execute(params, tokens, targets, seed_value, packing, keys, false);
 }
 
 PipelineResult PipelineExecutor::forward_loss(const Tree& params, const Array& tokens, const Array& targets,
                                               const std::optional<models::Packing>& packing) {
-  return execute(params, tokens, targets, 1.0, packing, std::nullopt, true);
+  return execute(params, tokens, targets, 1.0, packing, {}, true);
 }
 
 PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens, const Array& targets,
                                          double seed_value, const std::optional<models::Packing>& packing,
-                                         const std::optional<Array>& key, bool forward_only) {
+                                         const std::vector<Array>& keys_mb, bool forward_only) {
   if (tokens.ndim() != 2 || targets.shape() != tokens.shape())
     fail<ShapeError>("pipeline: tokens {} and targets {} must both be [batch, seq]", tessera::to_string(tokens.shape()),
                      tessera::to_string(targets.shape()));
@@ -502,11 +511,9 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
     }
   }
   const bool keyed = model_.config().needs_step_key();
-  if (!forward_only && keyed != key.has_value())
+  if (!forward_only && keyed != !keys_mb.empty())
     fail<ValueError>("pipeline: the model {} dropout or int8 backward GEMMs, so a step key must be {}",
                      keyed ? "has" : "has no", keyed ? "given" : "omitted");
-  std::vector<Array> keys_mb;
-  if (key) keys_mb = part_keys(*key, m);
   // Each micro-batch's loss is a sum over its counted targets; the backward pass
   // starts from `seed` (1 / the counted targets for a mean).
   const Array seed = full(Shape{}, seed_value, DType::Float32).eval();
@@ -641,7 +648,8 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
           args["seg"] = Tree(rows_of(segments_mb[static_cast<size_t>(mb)]));
           args["pos"] = Tree(rows_of(positions_mb[static_cast<size_t>(mb)]));
         }
-        if (key) args["key"] = Tree(keys_mb[static_cast<size_t>(mb)]);  // whole on every device of the stage
+        if (!keys_mb.empty())
+          args["key"] = Tree(keys_mb[static_cast<size_t>(mb)]);  // whole on every device of the stage
         // A slot starts when its inputs are here: waiting for them is idle time (the bubble).
         double began = 0, cpu_began = 0;
         if (op.forward) {

@@ -141,10 +141,19 @@ void PipelineTrainStep::compile(const Tree& params, const Tree& opt_state, const
   (void)update_program(args).lowered(args);
 }
 
-std::vector<std::vector<Array>> PipelineTrainStep::keys_of(const std::optional<Array>& key) const {
-  std::vector<std::vector<Array>> keys;
-  if (key)
-    for (const Array& step : part_keys(*key, accumulation_)) keys.push_back(part_keys(step, replicas_));
+std::vector<std::vector<std::vector<Array>>> PipelineTrainStep::keys_of(const std::optional<Array>& key) const {
+  std::vector<std::vector<std::vector<Array>>> keys;
+  if (!key) return keys;
+  const int64_t m = executors_.front().schedule().micro_batches;
+  const std::vector<Array> all = part_keys(*key, accumulation_ * replicas_ * m);
+  auto next = all.begin();
+  for (int64_t i = 0; i < accumulation_; ++i) {
+    keys.emplace_back();
+    for (int r = 0; r < replicas_; ++r) {
+      keys.back().emplace_back(next, next + m);
+      next += m;
+    }
+  }
   return keys;
 }
 
@@ -153,7 +162,7 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
   if (static_cast<int64_t>(micro.size()) != accumulation_)
     fail<ValueError>("pipeline step: {} micro-batches given, {} expected", micro.size(), accumulation_);
   if (multi_process_) return run_multi_process(params, opt_state, micro, lr, key);
-  const std::vector<std::vector<Array>> keys = keys_of(key);  // PipelineExecutor::run checks it is needed
+  const auto keys = keys_of(key);  // PipelineExecutor::run_with_keys checks they are needed
   const int r_count = replicas_;
   std::vector<Tree> parts;
   double loss = 0, busy = 0, capacity = 0;
@@ -170,9 +179,9 @@ StepStats PipelineTrainStep::run(Tree& params, Tree& opt_state, const std::vecto
     std::vector<PipelineResult> results(static_cast<size_t>(r_count));
     for_each_replica([&](int r) {
       const data::Batch rows = rows_of(batch, r);
-      results[static_cast<size_t>(r)] = executors_[static_cast<size_t>(r)].run(
+      results[static_cast<size_t>(r)] = executors_[static_cast<size_t>(r)].run_with_keys(
           params, rows.tokens, rows.targets, scale / counted, packing_of(rows),
-          keys.empty() ? std::nullopt : std::optional(keys[i][static_cast<size_t>(r)]));
+          keys.empty() ? std::vector<Array>{} : keys[i][static_cast<size_t>(r)]);
     });
     for (int r = 0; r < r_count; ++r) {
       PipelineResult& result = results[static_cast<size_t>(r)];
@@ -267,15 +276,15 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
   std::array<double, 5> figures{};
   last_timelines_.assign(1, PipelineTimeline{});
   const double scale = loss_scale_of(opt_state);  // every process holds the same loss scale
-  const std::vector<std::vector<Array>> keys = keys_of(key);
+  const auto keys = keys_of(key);
   for (size_t i = 0; i < micro.size(); ++i) {
     const data::Batch& batch = micro[i];
     const double counted = counted_targets(batch.targets);  // every process reads the whole micro-batch
     if (!(counted > 0)) fail<ValueError>("pipeline step: every target of a micro-batch is -100 (ignored)");
     const data::Batch rows = rows_of(batch, replica_here_);
     PipelineResult result =
-        executor.run(params, rows.tokens, rows.targets, scale / counted, packing_of(rows),
-                     keys.empty() ? std::nullopt : std::optional(keys[i][static_cast<size_t>(replica_here_)]));
+        executor.run_with_keys(params, rows.tokens, rows.targets, scale / counted, packing_of(rows),
+                               keys.empty() ? std::vector<Array>{} : keys[i][static_cast<size_t>(replica_here_)]);
     // Summed in place over the accumulation steps, into a copy of the first.
     const Tree mine = select(result.grads, p.held);
     if (local)

@@ -41,14 +41,29 @@ struct TrainedRun {
 };
 
 // kSteps steps on fixed batches: k accumulation micro-batches of kBatch / k rows each.
+// With split > 1 each of them is given as `split` parts of consecutive rows (one device
+// accumulating over a pipeline's micro-batches).
 TrainedRun train(const models::Model& model, const optim::Optimizer& optimizer, int64_t k,
-                 const std::function<StepStats(Tree&, Tree&, const std::vector<data::Batch>&)>& step) {
+                 const std::function<StepStats(Tree&, Tree&, const std::vector<data::Batch>&)>& step,
+                 int64_t split = 1) {
   TrainedRun run;
   Tree params = model.init(3), state = optimizer.init(params);
   for (int64_t s = 0; s < kSteps; ++s) {
     std::vector<data::Batch> micro;
-    for (int64_t i = 0; i < k; ++i)
-      micro.push_back(testing::random_batch(kBatch / k, kSeq, 64, static_cast<uint64_t>(100 * s + i)));
+    for (int64_t i = 0; i < k; ++i) {
+      const data::Batch b = testing::random_batch(kBatch / k, kSeq, 64, static_cast<uint64_t>(100 * s + i));
+      if (split == 1) {
+        micro.push_back(b);
+        continue;
+      }
+      const int64_t rows = kBatch / k / split;
+      for (int64_t j = 0; j < split; ++j) {
+        data::Batch part;
+        part.tokens = slice_axis(b.tokens, 0, j * rows, (j + 1) * rows).eval();
+        part.targets = slice_axis(b.targets, 0, j * rows, (j + 1) * rows).eval();
+        micro.push_back(part);
+      }
+    }
     const StepStats stats = step(params, state, micro);
     run.losses.push_back(stats.loss);
     run.norms.push_back(stats.grad_norm);
@@ -458,13 +473,22 @@ TEST(PipelineTrainStep, Float16LossScalingSkipsAndBacksOffAsOneDevice) {
   for (size_t i = 0; i < x.size(); ++i) testing::expect_close(x[i], y[i], 2e-3, "float16 " + paths[i]);
 }
 
-// Dropout and int8 training (AQT: int8 backward GEMMs round stochastically) in the
-// stages: each stage program reads the step's key, and each layer draws from its own
-// key, as in the whole model. With one pipeline micro-batch and one replica the draws
-// are one device's, so the run equals TrainStep's with the same step keys (alone and
-// with accumulation); with more micro-batches each draws its own: the run repeats
-// bitwise and differs from the run without dropout or int8.
+// Dropout and int8 training (stochastic rounding in the backward GEMMs) through the
+// stages: each stage program reads its micro-batch's key, the one one device draws for
+// that micro-batch when it accumulates over every pipeline micro-batch of the step, and
+// each layer draws from its own key, as in the whole model. So a pipeline step with m
+// micro-batches per replica, R replicas and k accumulation steps draws the masks of one
+// device's with k R m accumulation steps over the same rows and step keys, and equals it
+// with dropout; with m = R = k = 1 it is the plain one-device step. int8's stochastic
+// rounding dithers by the value's bits (cpu/kernels/matmul_int8.h), and a pipeline seeds
+// its backward passes with 1 / the step's counted targets where one device accumulating
+// seeds each part with 1 / its own: with m R > 1 the gradients' bits differ by a power
+// of two, so int8 is checked against one device where those seeds are the same.
 TEST(PipelineTrainStep, DropoutAndInt8InStagesTrainAsOneDeviceWithTheSameKeys) {
+  struct KeyedCase {
+    int64_t accumulation;
+    int micro_batches, replicas;
+  };
   for (const std::string variant : {"gpt2 dropout", "llama dropout", "gpt2 int8"}) {
     const std::string family = variant.substr(0, variant.find(' '));
     models::ModelConfig c = config(family);
@@ -477,35 +501,39 @@ TEST(PipelineTrainStep, DropoutAndInt8InStagesTrainAsOneDeviceWithTheSameKeys) {
     const models::Model model(c);
     const optim::Optimizer optimizer(adamw(), model.specs());
     auto key = [](int64_t step) { return nn::param_key(5, fmt::format("dropout/{}", step)); };
-    for (const int64_t k : {int64_t{1}, int64_t{2}}) {
-      const std::string what = fmt::format("{} accumulation={}", variant, k);
-      TrainStep one(model, optimizer, k);
+    for (const KeyedCase& k : {KeyedCase{1, 1, 1}, KeyedCase{2, 1, 1}, KeyedCase{1, 4, 1}, KeyedCase{2, 2, 2}}) {
+      if (variant.ends_with("int8") && k.micro_batches * k.replicas > 1) continue;
+      const std::string what =
+          fmt::format("{} accumulation={} m={} data={}", variant, k.accumulation, k.micro_batches, k.replicas);
+      const int64_t split = int64_t{k.micro_batches} * k.replicas;
+      TrainStep one(model, optimizer, k.accumulation * split);
       int64_t step = 0;
-      const TrainedRun want = train(model, optimizer, k, [&](Tree& p, Tree& s, const auto& micro) {
-        return one.run(p, s, micro, 1e-2, key(step++));
-      });
+      const TrainedRun want = train(
+          model, optimizer, k.accumulation,
+          [&](Tree& p, Tree& s, const auto& micro) { return one.run(p, s, micro, 1e-2, key(step++)); }, split);
       PipelineOptions o;
       o.devices = 2;
-      o.micro_batches = 1;
-      PipelineTrainStep pipe(model, optimizer, k, o, 1, kSeq);
+      o.micro_batches = k.micro_batches;
+      PipelineTrainStep pipe(model, optimizer, k.accumulation, o, k.replicas, kSeq);
       step = 0;
-      const TrainedRun got = train(model, optimizer, k, [&](Tree& p, Tree& s, const auto& micro) {
-        return pipe.run(p, s, micro, 1e-2, key(step++));
-      });
+      auto pipelined = [&](Tree& p, Tree& s, const auto& micro) { return pipe.run(p, s, micro, 1e-2, key(step++)); };
+      const TrainedRun got = train(model, optimizer, k.accumulation, pipelined);
       expect_trains_alike(got, want, what);
+      step = 0;
+      expect_bitwise_repeat(train(model, optimizer, k.accumulation, pipelined), got, what);
     }
-    // Four pipeline micro-batches: their own masks, deterministic.
+    // Four micro-batches repeat bitwise (int8 too), and the key changes the run: without
+    // dropout or int8 the losses differ.
     PipelineOptions o;
     o.devices = 2;
     o.micro_batches = 4;
     PipelineTrainStep pipe(model, optimizer, 1, o, 1, kSeq);
     int64_t step = 0;
-    auto pipelined = [&](Tree& p, Tree& s, const auto& micro) { return pipe.run(p, s, micro, 1e-2, key(step++)); };
-    const TrainedRun got = train(model, optimizer, 1, pipelined);
+    auto four = [&](Tree& p, Tree& s, const auto& micro) { return pipe.run(p, s, micro, 1e-2, key(step++)); };
+    const TrainedRun got = train(model, optimizer, 1, four);
     step = 0;
-    expect_bitwise_repeat(train(model, optimizer, 1, pipelined), got, variant + " m=4");
-    models::ModelConfig plain_config = config(family);
-    const models::Model plain(plain_config);
+    expect_bitwise_repeat(train(model, optimizer, 1, four), got, variant + " m=4");
+    const models::Model plain(config(family));
     PipelineTrainStep plain_pipe(plain, optimizer, 1, o, 1, kSeq);
     const TrainedRun without = train(
         plain, optimizer, 1, [&](Tree& p, Tree& s, const auto& micro) { return plain_pipe.run(p, s, micro, 1e-2); });

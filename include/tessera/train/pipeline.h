@@ -173,6 +173,11 @@ class PipelineExecutor {
   PipelineResult run(const Tree& params, const Array& tokens, const Array& targets, double seed,
                      const std::optional<models::Packing>& packing = std::nullopt,
                      const std::optional<Array>& key = std::nullopt);
+  // The same with the micro-batches' keys given, one per micro-batch (ValueError for
+  // another count): PipelineTrainStep passes those one device would draw accumulating
+  // over every micro-batch of the step.
+  PipelineResult run_with_keys(const Tree& params, const Array& tokens, const Array& targets, double seed,
+                               const std::optional<models::Packing>& packing, const std::vector<Array>& keys);
 
   // Evaluation: the forward passes alone, in the schedule's order, with no dropout. The
   // loss of the batch's counted targets, summed (result.loss; with options.ranks 0 unless
@@ -233,7 +238,7 @@ class PipelineExecutor {
   // run() and forward_loss(): with forward_only the backward ops are skipped and the
   // forwards run without the step key (evaluation).
   PipelineResult execute(const Tree& params, const Array& tokens, const Array& targets, double seed,
-                         const std::optional<models::Packing>& packing, const std::optional<Array>& key,
+                         const std::optional<models::Packing>& packing, const std::vector<Array>& keys,
                          bool forward_only);
   // The whole model's gradients from each stage's (run(); missing stages: placeholders).
   Tree assemble_grads(const Tree& params, std::vector<std::optional<Tree>> stage_grads) const;

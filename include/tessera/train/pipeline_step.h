@@ -43,10 +43,12 @@
 // summed gradients and skips the step when one is not finite, as the one-device step.
 //
 // Dropout and int8 backward GEMMs (stochastic rounding) take the step's random key: each
-// stage program reads its micro-batch's key (keys_of, then PipelineExecutor::run's split
-// over pipeline micro-batches), so with one pipeline micro-batch and one replica the
-// masks are one device's; with more, each part draws its own (the run is deterministic,
-// not the one-device masks).
+// stage program reads its micro-batch's key, the one one device draws for that
+// micro-batch when it accumulates over every pipeline micro-batch of the step
+// (keys_of). So a step with m micro-batches per replica equals one device's with
+// accumulation x R x m accumulation steps over the same rows and key, as with a mixture
+// of experts' load-balancing term; with one micro-batch, one replica and no accumulation
+// it is one device's plain step.
 //
 // With partitioned stages, a stage's parameters and optimizer state stay whole between
 // steps (in-process: the whole model's; across processes: the stage's on each of its
@@ -195,9 +197,10 @@ class PipelineTrainStep {
   // Several processes: this process's part of the step, summed over the world.
   StepStats run_multi_process(Tree& params, Tree& opt_state, const std::vector<data::Batch>& micro, double lr,
                               const std::optional<Array>& key);
-  // keys_of(key)[i][r]: the key of accumulation step i's rows of replica r (part_keys
-  // twice; empty without a step key).
-  std::vector<std::vector<Array>> keys_of(const std::optional<Array>& key) const;
+  // keys_of(key)[i][r]: the keys of the pipeline micro-batches of accumulation step i's
+  // rows of replica r: part_keys(key, accumulation x R x m) in that order (one device's
+  // accumulation keys); empty without a step key.
+  std::vector<std::vector<std::vector<Array>>> keys_of(const std::optional<Array>& key) const;
 };
 
 }  // namespace tessera::train

@@ -43,6 +43,23 @@ std::vector<PlanLayout> Planner::candidate_layouts(int64_t chips, int64_t max_te
   return out;
 }
 
+std::vector<PlanLayout> Planner::pipeline_layouts(int64_t chips, int64_t max_tensor) const {
+  std::vector<PlanLayout> out;
+  for (int64_t p = 2; p <= 8 && p <= chips && p <= config_.model.layers; p *= 2) {
+    if (chips % p != 0) continue;
+    // Each stage's chips: the widest tensor axis, then FSDP alone or data replicas alone.
+    const std::vector<PlanLayout> inside = candidate_layouts(chips / p, max_tensor);
+    int64_t widest = 1;
+    for (const PlanLayout& l : inside) widest = std::max(widest, l.tensor);
+    for (PlanLayout l : inside) {
+      if (l.tensor != widest || (l.data > 1 && l.fsdp > 1)) continue;
+      l.pipeline = p;
+      out.push_back(l);
+    }
+  }
+  return out;
+}
+
 const PreparedStep& Planner::prepared(const PlanLayout& layout, const goodput::AcceleratorSpec& accelerator) {
   const compiler::CompileOptions compile = compile_options_for(accelerator);
   const std::string key = layout.mesh() + (compile.packed_attention ? " packed attention" : "");
@@ -64,6 +81,7 @@ PlanRow Planner::best(const goodput::AcceleratorSpec& accelerator, int64_t chips
     layouts.push_back(*mesh);
   } else {
     layouts = candidate_layouts(chips, domain);
+    for (const PlanLayout& l : pipeline_layouts(chips, domain)) layouts.push_back(l);
   }
   if (layouts.empty()) {
     row.reason = fmt::format("no layout of {} chips splits the micro-batch of {} and the model's heads", chips,
@@ -87,6 +105,10 @@ PlanRow Planner::best(const goodput::AcceleratorSpec& accelerator, int64_t chips
       invalid_[key] = e.what();
       continue;
     } catch (const ShapeError& e) {
+      if (mesh) throw;
+      invalid_[key] = e.what();
+      continue;
+    } catch (const ValueError& e) {  // a pipeline whose micro-batches do not split, ...
       if (mesh) throw;
       invalid_[key] = e.what();
       continue;

@@ -576,11 +576,16 @@ StepEstimate cost_pipeline_step(const PreparedStep& prepared, const goodput::Acc
         program_seconds(pipe.backward[static_cast<size_t>(s)], runs, device_0, &collectives);
   }
   // A hop moves a stage input from one pipeline coordinate to the next: a point-to-point
-  // send of its bytes, costed as a 2-member all-gather (one block each way).
+  // send of its bytes, costed as a 2-member all-gather (one block each way). The replay
+  // takes one hop time for every boundary: the slowest, which crosses from one
+  // interconnect domain to the next when the pipeline spans several (the members then a
+  // domain apart).
   double input = 0;
   for (double b : pipe.input_bytes) input = std::max(input, b);
-  const double hop =
-      chips > 1 ? collective_seconds("all_gather", 2 * input, 2, pipe.devices_per_stage, accelerator) : 0;
+  const int64_t domain =
+      accelerator.links.empty() || accelerator.links[0].devices == 0 ? chips : accelerator.links[0].devices;
+  const int64_t apart = chips > domain ? std::max(pipe.devices_per_stage, domain) : pipe.devices_per_stage;
+  const double hop = chips > 1 ? collective_seconds("all_gather", 2 * input, 2, apart, accelerator) : 0;
   const train::PipelineTimeline timeline = train::simulate(schedule, forward, backward, hop);
   double update_collectives = 0;
   const double update = program_seconds(pipe.update, 1, true, &update_collectives);

@@ -414,6 +414,44 @@ TEST(Planner, TheSearchTriesExpertAxesForAMixtureOfExperts) {
   for (const PlanLayout& l : Planner(tiny_config()).candidate_layouts(8, 8)) EXPECT_EQ(l.expert, 1) << l.mesh();
 }
 
+// The search tries pipeline layouts: pipeline=P outermost, each stage with the widest
+// tensor axis and FSDP or replicas. Over a slow link between NVLink domains the layouts
+// without a pipeline all-reduce or all-gather across it every step, and a pipeline whose
+// stages each fill a domain hands only its stage inputs over it: the search picks it.
+// Over a fast link the bubble costs more than the link saves.
+TEST(Planner, TheSearchTriesPipelinesAndPicksOneOverASlowLink) {
+  const train::TrainConfig config = tiny_config();
+  Planner planner(config);
+  const std::vector<PlanLayout> pipelines = planner.pipeline_layouts(16, 8);
+  ASSERT_FALSE(pipelines.empty());
+  for (const PlanLayout& l : pipelines) {
+    EXPECT_EQ(l.chips(), 16) << l.mesh();
+    EXPECT_TRUE(l.pipeline == 2 || l.pipeline == 4) << l.mesh();  // tiny has 4 layers
+    EXPECT_FALSE(l.data > 1 && l.fsdp > 1) << l.mesh();
+  }
+  // tiny's 4 heads allow tensor=4: each stage's other 2 chips are FSDP or replicas.
+  std::string meshes;
+  for (const PlanLayout& l : pipelines) meshes += l.mesh() + " ";
+  EXPECT_NE(meshes.find("pipeline=2,fsdp=2,tensor=4"), std::string::npos) << meshes;
+  EXPECT_NE(meshes.find("pipeline=2,data=2,tensor=4"), std::string::npos) << meshes;
+  goodput::AcceleratorSpec slow = test_gpu();
+  slow.links[1].bandwidth = 0.05e9;  // 50 MB/s between domains
+  const PlanRow row = planner.best(slow, 16, 1e9, {});
+  ASSERT_TRUE(row.found) << row.reason;
+  std::string ranked;
+  for (const auto& [mesh, seconds] : row.ranked) ranked += fmt::format("{} {:.2f} ms; ", mesh, seconds * 1e3);
+  std::printf("50 MB/s between domains: %s\n", ranked.c_str());
+  EXPECT_EQ(row.step.layout.pipeline > 1 ? "pipeline" : row.step.layout.mesh(), "pipeline") << ranked;
+  EXPECT_GT(row.step.pipeline_bubble, 0) << ranked;
+  Planner fast_planner(config);
+  const PlanRow fast = fast_planner.best(test_gpu(), 16, 1e9, {});
+  ASSERT_TRUE(fast.found) << fast.reason;
+  std::string fast_ranked;
+  for (const auto& [mesh, seconds] : fast.ranked) fast_ranked += fmt::format("{} {:.2f} ms; ", mesh, seconds * 1e3);
+  std::printf("50 GB/s between domains: %s\n", fast_ranked.c_str());
+  EXPECT_EQ(fast.step.layout.pipeline, 1) << fast_ranked;
+}
+
 TEST(Planner, MemoryAdviceNamesTheOverflowingClass) {
   StepEstimate step;
   step.memory = {.parameters = 10e9, .optimizer = 60e9, .gradients = 10e9, .activations = 20e9, .peak = 100e9};

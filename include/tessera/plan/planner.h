@@ -9,10 +9,16 @@
 // programs are traced, partitioned and optimized once (prepare_step) and costed on every
 // accelerator (cost_step).
 //
-// Pipeline layouts (`--mesh pipeline=P,...`) are costed when asked for and not searched:
-// tessera's pipeline keeps the whole model's parameters and optimizer state on every
-// device, so a pipeline never fits where the searched layouts do not, and its bubble makes
-// it slower than them (plan/step_model.h, prepare_pipeline_step).
+// Pipeline layouts (pipeline_layouts): pipeline=P outermost for P = 2, 4, 8 (dividing the
+// chips, at most the model's layers), each stage on chips / P chips laid out with the
+// widest tensor axis they allow and the rest as FSDP or as data replicas (expert axes as
+// above). The stages, micro-batch count and schedule are the ones `tessera train --mesh
+// <that layout>` forms from the config (train/pipeline_config.h: stages balanced by
+// FLOPs, the most micro-batches up to 2 x the stages); plan/step_model.h costs them
+// (prepare_pipeline_step). They come after the others in the search's order, so a tie
+// goes to a layout without a bubble. A pipeline wins where the others' collectives cross
+// a slow link (FSDP's all-gathers and data parallelism's all-reduces over DCN) and it
+// hands only stage inputs over it.
 #pragma once
 
 #include <map>
@@ -45,6 +51,8 @@ class Planner {
 
   // Layouts of `chips` chips the model and batch allow (see the header comment).
   std::vector<PlanLayout> candidate_layouts(int64_t chips, int64_t max_tensor) const;
+  // The pipeline layouts of `chips` chips the search tries (see the header comment).
+  std::vector<PlanLayout> pipeline_layouts(int64_t chips, int64_t max_tensor) const;
 
   // The best layout for `chips` of `accelerator` (or exactly `mesh`). `host` is the
   // calibration when `accelerator` is this machine.

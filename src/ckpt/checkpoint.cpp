@@ -71,29 +71,38 @@ std::map<std::string, Array> tree_tensors(const Tree& tree, std::string_view wha
 constexpr const char* kAnotherModel =
     " (the config describes another model than the one saved: use its model settings or a new run directory)";
 
-Tree match_tree(const fs::path& dir, const char* file_name, const Tree& like) {
+Tree match_tree(const fs::path& dir, const char* file_name, const Tree& like, Placeholders placeholders) {
   const fs::path file = dir / file_name;
-  SafetensorsFile contents = read_safetensors(file);
   const std::vector<std::string> paths = like.paths();
   const std::vector<Array> leaves = like.leaves();
+  // The structure is checked against the header; the data of a leaf the caller does not
+  // hold is not read.
+  std::set<std::string> held;
+  for (size_t i = 0; i < paths.size(); ++i)
+    if (placeholders == Placeholders::kStructure || !leaves[i].is_placeholder()) held.insert(paths[i]);
+  std::map<std::string, const SafetensorsEntry*> entries;
+  const SafetensorsHeader header = read_safetensors_header(file);
+  for (const SafetensorsEntry& entry : header.tensors) entries.emplace(entry.name, &entry);
+  SafetensorsFile contents = read_safetensors(file, [&](const std::string& name) { return held.contains(name); });
   std::vector<Array> loaded;
   std::set<std::string> used;
   for (size_t i = 0; i < paths.size(); ++i) {
-    const auto it = contents.tensors.find(paths[i]);
-    if (it == contents.tensors.end())
+    const auto it = entries.find(paths[i]);
+    if (it == entries.end())
       fail<ConfigError>("checkpoint {}: {} has no tensor '{}' (expected {}){}", dir.string(), file_name, paths[i],
                         type_string(leaves[i]), kAnotherModel);
-    const Array& array = it->second;
-    if (array.dtype() != leaves[i].dtype() || array.shape() != leaves[i].shape())
-      fail<ConfigError>("checkpoint {}: {}: '{}' is {} in the checkpoint but {} is expected{}", dir.string(), file_name,
-                        paths[i], type_string(array), type_string(leaves[i]), kAnotherModel);
-    loaded.push_back(array);
+    const SafetensorsEntry& entry = *it->second;
+    if (entry.dtype != leaves[i].dtype() || entry.shape != leaves[i].shape())
+      fail<ConfigError>("checkpoint {}: {}: '{}' is {}{} in the checkpoint but {} is expected{}", dir.string(),
+                        file_name, paths[i], short_name(entry.dtype), to_string(entry.shape), type_string(leaves[i]),
+                        kAnotherModel);
+    loaded.push_back(held.contains(paths[i]) ? contents.tensors.at(paths[i]) : leaves[i]);
     used.insert(paths[i]);
   }
-  for (const auto& [name, array] : contents.tensors)
-    if (!used.contains(name))
-      fail<ConfigError>("checkpoint {}: {}: tensor '{}' ({}) is not in the expected structure{}", dir.string(),
-                        file_name, name, type_string(array), kAnotherModel);
+  for (const SafetensorsEntry& entry : header.tensors)
+    if (!used.contains(entry.name))
+      fail<ConfigError>("checkpoint {}: {}: tensor '{}' ({}{}) is not in the expected structure{}", dir.string(),
+                        file_name, entry.name, short_name(entry.dtype), to_string(entry.shape), kAnotherModel);
   return like.with_leaves(loaded);
 }
 
@@ -290,7 +299,8 @@ VerifyResult CheckpointManager::verify(const fs::path& checkpoint_dir) {
   return VerifyResult{true, ""};
 }
 
-CheckpointState CheckpointManager::load(const fs::path& checkpoint_dir, const Tree& params_like, const Tree& opt_like) {
+CheckpointState CheckpointManager::load(const fs::path& checkpoint_dir, const Tree& params_like, const Tree& opt_like,
+                                        Placeholders placeholders) {
   if (const VerifyResult check = verify(checkpoint_dir); !check.ok)
     fail<IOError>("checkpoint {}: {}", checkpoint_dir.string(), check.problem);
   const nlohmann::json manifest = read_manifest(checkpoint_dir);
@@ -298,8 +308,8 @@ CheckpointState CheckpointManager::load(const fs::path& checkpoint_dir, const Tr
   state.step = manifest["step"].get<int64_t>();
   state.extra = json_field_or<nlohmann::json>(manifest, "extra", nlohmann::json::object());
   if (!state.extra.is_object()) state.extra = nlohmann::json::object();
-  state.params = match_tree(checkpoint_dir, kParamsFile, params_like);
-  state.opt_state = match_tree(checkpoint_dir, kOptFile, opt_like);
+  state.params = match_tree(checkpoint_dir, kParamsFile, params_like, placeholders);
+  state.opt_state = match_tree(checkpoint_dir, kOptFile, opt_like, placeholders);
   return state;
 }
 

@@ -212,12 +212,14 @@ SafetensorsHeader read_safetensors_header(const std::filesystem::path& path) {
   return result;
 }
 
-SafetensorsFile read_safetensors(const std::filesystem::path& path) {
+SafetensorsFile read_safetensors(const std::filesystem::path& path,
+                                 const std::function<bool(const std::string& name)>& wanted) {
   const SafetensorsHeader header = read_safetensors_header(path);
   fileio::File file(path, O_RDONLY);
   SafetensorsFile result;
   result.metadata = header.metadata;
   for (const SafetensorsEntry& entry : header.tensors) {
+    if (wanted && !wanted(entry.name)) continue;
     Array array = Array::empty(entry.shape, entry.dtype);
     const uint64_t bytes = entry.end - entry.begin;
     if (bytes > 0) {

@@ -11,7 +11,8 @@ namespace tessera::ckpt {
 std::optional<RestoredCheckpoint> restore_newest(const std::vector<fs::path>& checkpoints_dirs, const Tree& params_like,
                                                  const Tree& opt_like,
                                                  const std::function<void(const std::string&)>& warn,
-                                                 const std::function<void(const fs::path&)>& verified) {
+                                                 const std::function<void(const fs::path&)>& verified,
+                                                 Placeholders placeholders) {
   if (warn)
     for (const fs::path& dir : checkpoints_dirs)
       for (const fs::path& partial : list_partial_saves(dir))
@@ -40,7 +41,7 @@ std::optional<RestoredCheckpoint> restore_newest(const std::vector<fs::path>& ch
     }
     if (verified) verified(path);
     try {
-      return RestoredCheckpoint{CheckpointManager::load(path, params_like, opt_like), path};
+      return RestoredCheckpoint{CheckpointManager::load(path, params_like, opt_like, placeholders), path};
     } catch (const IOError& e) {
       if (warn) warn(fmt::format("checkpoint {} cannot be loaded: {}{}", path.string(), e.what(), fallback));
     }

@@ -141,7 +141,8 @@ CheckpointSaver::CheckpointSaver(const TrainConfig& config, goodput::Recorder* r
 CheckpointSaver::~CheckpointSaver() = default;
 
 std::optional<ckpt::RestoredCheckpoint> CheckpointSaver::restore(const Tree& params_like, const Tree& opt_like,
-                                                                 const std::function<void(const std::string&)>& warn) {
+                                                                 const std::function<void(const std::string&)>& warn,
+                                                                 ckpt::Placeholders placeholders) {
   std::vector<fs::path> tiers = {persistent_.directory()};
   if (local_) tiers.push_back(local_->directory());
   // Start "past every step": only the startup faults (corrupt_newest, kill@restore) are armed.
@@ -150,7 +151,7 @@ std::optional<ckpt::RestoredCheckpoint> CheckpointSaver::restore(const Tree& par
     const fs::path corrupted = startup.corrupt_newest(tiers);
     if (!corrupted.empty() && note_) note_(fmt::format("fault injection: corrupted {}", corrupted.string()));
   }
-  auto restored = ckpt::restore_newest(tiers, params_like, opt_like, warn, startup.restore_hook());
+  auto restored = ckpt::restore_newest(tiers, params_like, opt_like, warn, startup.restore_hook(), placeholders);
   resumed_from_persistent_ = restored && restored->path.parent_path() == persistent_.directory();
   return restored;
 }

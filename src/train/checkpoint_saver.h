@@ -45,8 +45,11 @@ class CheckpointSaver {
 
   // corrupt_newest (if injected), then the newest checkpoint that verifies in either
   // tier (kill@restore, if injected, fires once it verified, before it is loaded).
+  // `placeholders`: as ckpt::CheckpointManager::load's (kNotHeld: a pipeline process
+  // reads only the leaves it holds).
   std::optional<ckpt::RestoredCheckpoint> restore(const Tree& params_like, const Tree& opt_like,
-                                                  const std::function<void(const std::string&)>& warn);
+                                                  const std::function<void(const std::string&)>& warn,
+                                                  ckpt::Placeholders placeholders = ckpt::Placeholders::kStructure);
   // Arms the step and save faults against the step the attempt starts from.
   void start_at(int64_t step);
 

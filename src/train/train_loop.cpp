@@ -312,7 +312,11 @@ void TrainLoop::restore() {
   {
     auto restore_span = span(goodput::Phase::kCheckpointRestore);
     auto warn = [this](const std::string& w) { note("warning: " + w); };
-    auto restored = checkpoints_->restore(params_, opt_state_, warn);
+    // A pipeline process built only the leaves it holds (placeholders for the rest): it
+    // reads only those.
+    const bool stage_local = pipeline_step_ && spmd::is_multi_process();
+    auto restored = checkpoints_->restore(params_, opt_state_, warn,
+                                          stage_local ? ckpt::Placeholders::kNotHeld : ckpt::Placeholders::kStructure);
     if (restored) {
       const nlohmann::json& extra = restored->state.extra;
       if (extra.contains("config")) {

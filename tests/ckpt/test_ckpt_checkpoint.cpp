@@ -118,6 +118,62 @@ TEST(Checkpoint, RoundTripIsBitwise) {
   EXPECT_EQ(std::distance(fs::directory_iterator(run / "checkpoints"), {}), 1);
 }
 
+// A caller that holds only some leaves (a pipeline process: another stage's are
+// placeholders) loads with Placeholders::kNotHeld: its leaves come back bitwise, the
+// others stay placeholders (never read), and a placeholder's type is still checked.
+TEST(Checkpoint, LoadsOnlyTheHeldLeavesWhenPlaceholdersAreNotHeld) {
+  TempDir run;
+  CheckpointManager manager(run.path());
+  const CheckpointState state = make_state(7);
+  const fs::path path = manager.save(state);
+  // Hold layer 0 and the embedding, not layer 1; of the optimizer state, the step only.
+  auto holds = [](const std::string& p) { return !p.starts_with("layers.1") && !p.starts_with("mu."); };
+  auto template_of = [&](const Tree& tree, const std::string& prefix) {
+    const std::vector<std::string> paths = tree.paths();
+    std::vector<Array> leaves = tree.leaves();
+    for (size_t i = 0; i < leaves.size(); ++i)
+      leaves[i] = holds(prefix + paths[i]) ? zeros(leaves[i].shape(), leaves[i].dtype()).eval()
+                                           : Array::placeholder(leaves[i].shape(), leaves[i].dtype());
+    return tree.with_leaves(leaves);
+  };
+  const Tree params_like = template_of(state.params, ""), opt_like = template_of(state.opt_state, "");
+  const CheckpointState back = CheckpointManager::load(path, params_like, opt_like, Placeholders::kNotHeld);
+  EXPECT_EQ(back.step, 7);
+  for (const auto& [got, want] :
+       {std::pair{&back.params, &state.params}, std::pair{&back.opt_state, &state.opt_state}}) {
+    const std::vector<std::string> paths = want->paths();
+    const std::vector<Array> g = got->leaves(), w = want->leaves();
+    ASSERT_EQ(g.size(), w.size());
+    for (size_t i = 0; i < g.size(); ++i) {
+      SCOPED_TRACE(paths[i]);
+      if (!holds(paths[i])) {
+        EXPECT_TRUE(g[i].is_placeholder());
+        continue;
+      }
+      ASSERT_TRUE(g[i].is_evaluated());
+      EXPECT_EQ(type_string(g[i]), type_string(w[i]));
+      EXPECT_EQ(std::memcmp(g[i].raw_data(), w[i].raw_data(), w[i].nbytes()), 0);
+    }
+  }
+  // The same templates as structure (the default) read every leaf.
+  const CheckpointState whole = CheckpointManager::load(path, params_like, opt_like);
+  expect_same_tree(whole.params, state.params);
+  expect_same_tree(whole.opt_state, state.opt_state);
+  // A placeholder of another type is still an error naming the tensor.
+  Tree wrong = params_like;
+  wrong["layers"] =
+      Tree::list({params_like.at("layers").elements()[0], Tree{{"w", Array::placeholder({4, 5}, DType::BFloat16)},
+                                                               {"b", Array::placeholder({4}, DType::Float16)}}});
+  try {
+    CheckpointManager::load(path, wrong, opt_like, Placeholders::kNotHeld);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'layers.1.w' is bf16[4, 4] in the checkpoint but bf16[4, 5] is expected"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Checkpoint, SavingAStepAgainReplacesItAndStaleTmpDirsAreRemoved) {
   TempDir run;
   CheckpointManager manager(run.path());

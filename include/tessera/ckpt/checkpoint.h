@@ -39,6 +39,12 @@ struct RetentionPolicy {
   int keep_every = 0;  // also keep steps that are multiples of K (0: none)
 };
 
+// What a placeholder leaf of a load's templates stands for.
+enum class Placeholders {
+  kStructure,  // the leaf's type only: it is read like every other
+  kNotHeld,    // a leaf the caller does not hold: its type is checked, its data not read
+};
+
 struct CheckpointState {
   int64_t step = 0;
   Tree params;
@@ -75,9 +81,12 @@ class CheckpointManager {
   static VerifyResult verify(const std::filesystem::path& checkpoint_dir);
 
   // Loads a checkpoint into the structure of `params_like` / `opt_like` (same paths,
-  // shapes, dtypes, else IOError naming the path and both types).
+  // shapes, dtypes, else IOError naming the path and both types). With
+  // Placeholders::kNotHeld, a placeholder leaf of them (Array::is_placeholder) is one the
+  // caller does not hold, such as another pipeline stage's parameter: it is checked
+  // against the file's header and stays a placeholder, its data not read.
   static CheckpointState load(const std::filesystem::path& checkpoint_dir, const Tree& params_like,
-                              const Tree& opt_like);
+                              const Tree& opt_like, Placeholders placeholders = Placeholders::kStructure);
 
   // The newest checkpoint that verifies and loads; every one skipped on the way is
   // reported through `warn` with its problem. nullopt when there is none.

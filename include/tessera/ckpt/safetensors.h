@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -27,8 +28,10 @@ void write_safetensors(const std::filesystem::path& path, const std::map<std::st
 
 // Reads and validates (header length within the file, JSON well-formed, known dtypes,
 // offsets in bounds, contiguous and non-overlapping, shape * itemsize == bytes).
-// Problems are IOErrors naming the file and the tensor.
-SafetensorsFile read_safetensors(const std::filesystem::path& path);
+// Problems are IOErrors naming the file and the tensor. With `wanted`, only the tensors
+// it accepts are read (the header is still read and checked whole).
+SafetensorsFile read_safetensors(const std::filesystem::path& path,
+                                 const std::function<bool(const std::string& name)>& wanted = {});
 
 // Dtype names: BOOL U8 I8 U32 I32 I64 F16 BF16 F32 F64 (every tessera DType). Files with
 // another safetensors dtype (I16, U16, U64, F8_*) are IOErrors naming the tensor.

@@ -23,10 +23,12 @@ struct RestoredCheckpoint {
 // of preference when two tiers hold the same step. A missing directory holds none.
 // Partial saves (a crash before the commit) are reported through `warn` and skipped.
 // verified (fault injection, tests): called with each checkpoint that verified (every
-// file read and its checksum checked), before its tensors are loaded.
+// file read and its checksum checked), before its tensors are loaded. `placeholders`:
+// as CheckpointManager::load's.
 std::optional<RestoredCheckpoint> restore_newest(
     const std::vector<std::filesystem::path>& checkpoints_dirs, const Tree& params_like, const Tree& opt_like,
     const std::function<void(const std::string&)>& warn,
-    const std::function<void(const std::filesystem::path& checkpoint)>& verified = {});
+    const std::function<void(const std::filesystem::path& checkpoint)>& verified = {},
+    Placeholders placeholders = Placeholders::kStructure);
 
 }  // namespace tessera::ckpt

@@ -117,6 +117,11 @@ class Array {
   // Graph structure.
   bool is_leaf() const { return impl()->op == nullptr; }
   bool is_evaluated() const { return impl()->storage != nullptr; }
+  // A leaf with no data and nothing to compute it from (Array::placeholder): shards or a
+  // device copy count as data.
+  bool is_placeholder() const {
+    return is_leaf() && !is_evaluated() && impl()->shards == nullptr && impl()->device_data == nullptr;
+  }
   const PrimitivePtr& primitive() const;
   const std::vector<Array>& inputs() const;
   int output_index() const { return impl()->output_index; }

@@ -450,8 +450,10 @@ int PipelineExecutor::local_index() const {
 
 PipelineResult PipelineExecutor::run(const Tree& params, const Array& tokens, const Array& targets, double seed_value,
                                      const std::optional<models::Packing>& packing, const std::optional<Array>& key) {
-  return execute(params, tokens, targets, seed_value, packing,
-                 key ? part_keys(*key, schedule_.micro_batches) : std::vector<Array>{}, false);
+  std::vector<Array> keys;
+  if (key) keys = part_keys(*key, schedule_.micro_batches);
+  eval(keys);  // the device threads read them at once
+  return execute(params, tokens, targets, seed_value, packing, keys, false);
 }
 
 PipelineResult PipelineExecutor::run_with_keys(const Tree& params, const Array& tokens, const Array& targets,
@@ -459,6 +461,8 @@ PipelineResult PipelineExecutor::run_with_keys(const Tree& params, const Array& 
                                                const std::vector<Array>& keys) {
   if (!keys.empty() && static_cast<int>(keys.size()) != schedule_.micro_batches)
     fail<ValueError>("pipeline: {} keys for {} micro-batches", keys.size(), schedule_.micro_batches);
+  for (const Array& k : keys)
+    if (!k.is_evaluated()) fail<ValueError>("pipeline: the micro-batches' keys must be evaluated (eval them first)");
   return execute(params, tokens, targets, seed_value, packing, keys, false);
 }
 

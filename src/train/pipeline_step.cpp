@@ -145,7 +145,9 @@ std::vector<std::vector<std::vector<Array>>> PipelineTrainStep::keys_of(const st
   std::vector<std::vector<std::vector<Array>>> keys;
   if (!key) return keys;
   const int64_t m = executors_.front().schedule().micro_batches;
-  const std::vector<Array> all = part_keys(*key, accumulation_ * replicas_ * m);
+  // Evaluated here: the replicas' threads read them at once.
+  std::vector<Array> all = part_keys(*key, accumulation_ * replicas_ * m);
+  eval(all);
   auto next = all.begin();
   for (int64_t i = 0; i < accumulation_; ++i) {
     keys.emplace_back();

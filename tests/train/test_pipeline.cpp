@@ -26,18 +26,8 @@ constexpr int64_t kBatch = testing::kPipelineBatch, kSeq = testing::kPipelineSeq
 
 models::ModelConfig config(const std::string& family) { return testing::pipeline_test_model(family); }
 
-Array random_ids(uint32_t seed) {
-  std::vector<int64_t> v = test::random_ints(kBatch * kSeq, seed, 0, 63);
-  return Array::from_vector(std::vector<int32_t>(v.begin(), v.end()), {kBatch, kSeq});
-}
-
-// Every leaf within `rtol` (relative 2-norm, spmd_test_util.h), named by its path.
-void expect_trees_close(const Tree& got, const Tree& want, double rtol, const std::string& what) {
-  const std::vector<std::string> paths = want.paths();
-  const std::vector<Array> x = got.leaves(), y = want.leaves();
-  ASSERT_EQ(x.size(), y.size()) << what;
-  for (size_t i = 0; i < x.size(); ++i) testing::expect_close(x[i], y[i], rtol, what + " " + paths[i]);
-}
+using testing::expect_trees_close;
+Array random_ids(uint32_t seed) { return testing::random_pipeline_ids(seed); }
 
 struct Case {
   PipelineKind kind;

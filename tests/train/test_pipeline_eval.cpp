@@ -70,13 +70,9 @@ TEST(PipelineEvaluate, EqualsOneDeviceForEveryLayoutWithAndWithoutDropout) {
             EvalCase{"pipeline=2,fsdp=2", PipelineKind::kGPipe, 2, 1, 1}}) {
         const std::string what = fmt::format("{} dropout {} {} {} m={} v={} replicas={}", family, dropout, e.mesh,
                                              to_string(e.kind), e.micro_batches, e.virtual_stages, e.replicas);
-        PipelineOptions o;
-        o.kind = e.kind;
-        o.devices = 2;
-        o.micro_batches = e.micro_batches;
-        o.virtual_stages = e.virtual_stages;
-        if (!e.mesh.empty()) o.mesh = spmd::Mesh::parse(e.mesh);
-        PipelineTrainStep pipe(model, optimizer, 1, o, e.replicas, kSeq);
+        PipelineTrainStep pipe(model, optimizer, 1,
+                               testing::pipeline_options(e.kind, 2, e.micro_batches, e.virtual_stages, e.mesh),
+                               e.replicas, kSeq);
         data::DataLoader loader = file.loader();
         const double got = pipe.evaluate(params, loader, 2);
         std::printf("%-64s validation loss %.7f (one device %.7f)\n", what.c_str(), got, want);
@@ -115,13 +111,9 @@ TEST(PipelineEvaluate, MixtureOfExpertsTakesTheWholeBatchsLoadBalancingTerm) {
                             EvalCase{"pipeline=2,tensor=2", PipelineKind::kGPipe, 2, 1, 1}}) {
     const std::string what = fmt::format("moe {} {} m={} v={} replicas={}", e.mesh, to_string(e.kind), e.micro_batches,
                                          e.virtual_stages, e.replicas);
-    PipelineOptions o;
-    o.kind = e.kind;
-    o.devices = 2;
-    o.micro_batches = e.micro_batches;
-    o.virtual_stages = e.virtual_stages;
-    if (!e.mesh.empty()) o.mesh = spmd::Mesh::parse(e.mesh);
-    PipelineTrainStep pipe(model, optimizer, 1, o, e.replicas, kSeq);
+    PipelineTrainStep pipe(model, optimizer, 1,
+                           testing::pipeline_options(e.kind, 2, e.micro_batches, e.virtual_stages, e.mesh), e.replicas,
+                           kSeq);
     data::DataLoader loader = file.loader();
     const double got = pipe.evaluate(params, loader, 2);
     std::printf("%-64s validation loss %.7f (one device %.7f; cross-entropy alone %.7f)\n", what.c_str(), got, want,

@@ -41,17 +41,8 @@ models::ModelConfig moe_config(double capacity_factor = 0) {
   return c;
 }
 
-Array random_ids(uint32_t seed) {
-  std::vector<int64_t> v = test::random_ints(kBatch * kSeq, seed, 0, 63);
-  return Array::from_vector(std::vector<int32_t>(v.begin(), v.end()), {kBatch, kSeq});
-}
-
-void expect_trees_close(const Tree& got, const Tree& want, double rtol, const std::string& what) {
-  const std::vector<std::string> paths = want.paths();
-  const std::vector<Array> x = got.leaves(), y = want.leaves();
-  ASSERT_EQ(x.size(), y.size()) << what;
-  for (size_t i = 0; i < x.size(); ++i) testing::expect_close(x[i], y[i], rtol, what + " " + paths[i]);
-}
+using testing::expect_trees_close;
+Array random_ids(uint32_t seed) { return testing::random_pipeline_ids(seed); }
 
 // One device's loss and gradients with the batch in `parts` accumulation steps of
 // consecutive rows: the mean of each part's Model::loss and gradients.
@@ -92,11 +83,7 @@ TEST(PipelineMoE, StagesGiveOneDevicesGradientsWithAsManyAccumulationSteps) {
           Case{PipelineKind::kGPipe, 2, 4, 1}, Case{PipelineKind::kOneFOneB, 2, 4, 1},
           Case{PipelineKind::kOneFOneB, 4, 2, 1}, Case{PipelineKind::kInterleaved, 2, 2, 2},
           Case{PipelineKind::kOneFOneB, 2, 1, 1, false}, Case{PipelineKind::kOneFOneB, 2, 4, 1, false}}) {
-      PipelineOptions o;
-      o.kind = c.kind;
-      o.devices = c.devices;
-      o.micro_batches = c.micro_batches;
-      o.virtual_stages = c.virtual_stages;
+      PipelineOptions o = testing::pipeline_options(c.kind, c.devices, c.micro_batches, c.virtual_stages);
       o.recompute = c.recompute;
       const std::string what = fmt::format("capacity {} {} p={} m={} v={}{}", factor, to_string(c.kind), c.devices,
                                            c.micro_batches, c.virtual_stages, c.recompute ? "" : " kept");
@@ -192,13 +179,8 @@ TEST(PipelineMoE, EveryLayoutTrainsAsOneDeviceWithAsManyAccumulationSteps) {
     const TrainedRun want = train(model, optimizer, c.accumulation, split, [&](Tree& p, Tree& s, const auto& micro) {
       return one.run(p, s, micro, 1e-2, std::nullopt);
     });
-    PipelineOptions o;
-    o.kind = c.kind;
-    o.devices = 2;
-    o.micro_batches = c.micro_batches;
-    o.virtual_stages = c.virtual_stages;
+    PipelineOptions o = testing::pipeline_options(c.kind, 2, c.micro_batches, c.virtual_stages, c.mesh);
     o.recompute = c.recompute;
-    if (!c.mesh.empty()) o.mesh = spmd::Mesh::parse(c.mesh);
     PipelineTrainStep pipe(model, optimizer, c.accumulation, o, c.replicas, kSeq);
     auto pipelined = [&](Tree& p, Tree& s, const auto& micro) { return pipe.run(p, s, micro, 1e-2); };
     const TrainedRun got = train(model, optimizer, c.accumulation, 1, pipelined);

@@ -151,12 +151,7 @@ TEST(PipelineTrainStep, PartitionedStagesTrainAsOneDevice) {
       const TrainedRun want = train(model, optimizer, c.accumulation, [&](Tree& p, Tree& s, const auto& micro) {
         return one.run(p, s, micro, 1e-2, std::nullopt);
       });
-      PipelineOptions o;
-      o.kind = c.kind;
-      o.devices = 2;
-      o.micro_batches = c.micro_batches;
-      o.virtual_stages = c.virtual_stages;
-      o.mesh = spmd::Mesh::parse(c.mesh);
+      const PipelineOptions o = testing::pipeline_options(c.kind, 2, c.micro_batches, c.virtual_stages, c.mesh);
       PipelineTrainStep pipe(model, optimizer, c.accumulation, o, 1, kSeq);
       auto pipelined = [&](Tree& p, Tree& s, const auto& micro) { return pipe.run(p, s, micro, 1e-2); };
       const TrainedRun got = train(model, optimizer, c.accumulation, pipelined);

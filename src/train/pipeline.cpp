@@ -245,7 +245,7 @@ PipelineExecutor::PipelineExecutor(const models::Model& model, const PipelineOpt
     // The stage's vjp at the gradients of its outputs, "dy" (and "dr" before the last
     // stage): "dp", and past the first stage "dx" (and "dr"); with the output, also "out"
     // (its hand-over or loss: what partial evaluation splits when activations are kept).
-    auto stage_vjp = [run_stage, routing_in, routed, embed, loss](const Tree& args, bool with_output) -> Tree {
+    auto stage_vjp = [run_stage, routed, embed, loss](const Tree& args, bool with_output) -> Tree {
       const Tree& p_tree = args.at("p");
       const Array x = args.at("x").leaf();
       const std::vector<Array> p_leaves = p_tree.leaves();

@@ -19,11 +19,11 @@
 // the stage-local state (a process holds less than the whole parameters and optimizer
 // state; over the world each parameter once per pipeline, the tied embedding twice) and
 // the validation loss through the stages' forwards against one device's. And float16
-// with loss scaling and dropout through pipeline=2 on 2 ranks (check_pipeline_float16,
-// _dropout). And a mixture of experts through pipeline=2 on 2 ranks, pipeline=2,data=2 and
-// stages partitioned over expert=2 on 4 (check_pipeline_moe: the stages hand on routing
-// figures; one device accumulating over the same micro-batches is the reference).
-// Exits nonzero on any mismatch, on every rank.
+// with loss scaling through pipeline=2 on 2 ranks (check_pipeline_float16), and dropout
+// through pipeline=2 with 1 and 2 micro-batches on 2 ranks and pipeline=2,data=2 on 4
+// (check_pipeline_dropout: one device's accumulation keys). And a mixture of experts through pipeline=2 on 2 ranks,
+// pipeline=2,data=2 and stages partitioned over expert=2 on 4 (check_pipeline_moe: the stages hand on routing figures;
+// one device accumulating over the same micro-batches is the reference). Exits nonzero on any mismatch, on every rank.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -175,20 +175,21 @@ void check_layout(const std::string& mesh_text, const TrainRun& want) {
 // 3 AdamW steps of a 4-layer GPT: on one device (empty mesh) or a pipeline layout. With
 // float16: float16 compute and dynamic loss scaling from 2^24 (the first step overflows
 // and is skipped; the scale backs off to 2^16).
-// With dropout: model.dropout 0.1, the step keys param_key(5, "dropout/<step>"), one
-// pipeline micro-batch (so the masks are one device's).
-// With moe_split > 0: the Llama form of the model with 4 experts per layer (top 2) and 2
-// pipeline micro-batches per replica; one device accumulates over moe_split row-parts of
-// each batch (the pipeline's micro-batches: the load-balancing term is each one's own).
+// With dropout: model.dropout 0.1, the step keys param_key(5, "dropout/<step>").
+// With moe: the Llama form of the model with 4 experts per layer (top 2).
+// With split > 0 (dropout or moe): split / replicas pipeline micro-batches per replica, and
+// one device accumulates over `split` row-parts of each batch: the pipeline's
+// micro-batches, which draw one device's accumulation keys and have their own
+// load-balancing terms. Without: 4 micro-batches, 1 with dropout.
 TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool float16 = false, bool dropout = false,
-                      int moe_split = 0) {
+                      bool moe = false, int split = 0) {
   // "pipeline=2 keep": the stages keep their activations (PipelineOptions::recompute = false).
   const bool keep = layout_text.ends_with(" keep");
   const std::string mesh_text = layout_text.substr(0, layout_text.find(' '));
   models::ModelConfig c = testing::tiny_gpt();
   c.layers = 4;
   if (dropout) c.dropout = 0.1;
-  if (moe_split > 0) {
+  if (moe) {
     c.family = "llama";
     c.moe_experts = 4;
     c.moe_top_k = 2;
@@ -207,13 +208,14 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
   std::optional<TrainStep> one;
   std::optional<PipelineTrainStep> piped;
   if (mesh_text.empty()) {
-    one.emplace(model, optimizer, std::max(moe_split, 1));
+    one.emplace(model, optimizer, std::max(split, 1));
   } else {
     const spmd::Mesh mesh = spmd::Mesh::parse(mesh_text);
     PipelineOptions o;
     o.kind = kind;
     o.devices = mesh.axis_size("pipeline");
-    o.micro_batches = moe_split > 0 ? 2 : dropout ? 1 : 4;
+    const int replicas = mesh.has_axis("data") ? mesh.axis_size("data") : 1;
+    o.micro_batches = split > 0 ? split / replicas : dropout ? 1 : 4;
     o.recompute = !keep;
     // FSDP, tensor or expert axes: one pipeline whose stages are partitioned over them.
     const bool partitioned = mesh.has_axis("fsdp") || mesh.has_axis("tensor") || mesh.has_axis("expert");
@@ -235,11 +237,11 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
   }
   for (int64_t s = 0; s < kSteps; ++s) {
     std::vector<data::Batch> b{testing::random_batch(kBatch, kSeq, 64, static_cast<uint64_t>(100 * s))};
-    if (one && moe_split > 1) {  // one device: the pipeline's micro-batches as accumulation steps
+    if (one && split > 1) {  // one device: the pipeline's micro-batches as accumulation steps
       const data::Batch whole = b.front();
-      const int64_t rows = kBatch / moe_split;
+      const int64_t rows = kBatch / split;
       b.clear();
-      for (int64_t i = 0; i < moe_split; ++i) {
+      for (int64_t i = 0; i < split; ++i) {
         data::Batch part;
         part.tokens = slice_axis(whole.tokens, 0, i * rows, (i + 1) * rows).eval();
         part.targets = slice_axis(whole.targets, 0, i * rows, (i + 1) * rows).eval();
@@ -372,11 +374,14 @@ void check_pipeline_float16(const std::string& mesh_text, const TrainRun& want) 
   std::fflush(stdout);
 }
 
-// Dropout across processes: each stage reads the step's key; with one pipeline
-// micro-batch the masks are one device's, so the losses and parameters are too (1e-5).
-void check_pipeline_dropout(const std::string& mesh_text, const TrainRun& want) {
-  const std::string what = mesh_text + " dropout";
-  const TrainRun got = run_pipeline(mesh_text, PipelineKind::kOneFOneB, /*float16=*/false, /*dropout=*/true);
+// Dropout across processes: each stage reads its micro-batch's key, the one one device
+// draws for it accumulating over the step's micro-batches; so with `split` micro-batches
+// the masks, losses and parameters are those of one device with `split` accumulation
+// steps (1e-5), and with one (split 0) its plain step's.
+void check_pipeline_dropout(const std::string& mesh_text, int split = 0) {
+  const std::string what = mesh_text + fmt::format(" dropout m={}", std::max(split, 1));
+  const TrainRun want = run_pipeline("", PipelineKind::kOneFOneB, false, /*dropout=*/true, false, split);
+  const TrainRun got = run_pipeline(mesh_text, PipelineKind::kOneFOneB, false, /*dropout=*/true, false, split);
   const auto [loss_err, param_err] = largest_errors(got, want);
   expect(loss_err <= 1e-5, fmt::format("{}: loss relative error {:.3g} (expected <= 1e-5)", what, loss_err));
   expect(param_err <= 1e-5, fmt::format("{}: parameter relative error {:.3g} (expected <= 1e-5)", what, param_err));
@@ -396,8 +401,8 @@ void check_pipeline_moe(const std::string& mesh_text) {
   const spmd::Mesh mesh = spmd::Mesh::parse(mesh_text);
   const int replicas = mesh.has_axis("data") ? mesh.axis_size("data") : 1;
   const int micro = 2 * replicas;
-  const TrainRun want = run_pipeline("", PipelineKind::kOneFOneB, false, false, micro);
-  const TrainRun got = run_pipeline(mesh_text, PipelineKind::kOneFOneB, false, false, micro);
+  const TrainRun want = run_pipeline("", PipelineKind::kOneFOneB, false, false, /*moe=*/true, micro);
+  const TrainRun got = run_pipeline(mesh_text, PipelineKind::kOneFOneB, false, false, /*moe=*/true, micro);
   const auto [loss_err, param_err] = largest_errors(got, want);
   expect(loss_err <= 1e-5, fmt::format("{}: loss relative error {:.3g} (expected <= 1e-5)", what, loss_err));
   expect(param_err <= 1e-5, fmt::format("{}: parameter relative error {:.3g} (expected <= 1e-5)", what, param_err));
@@ -457,14 +462,16 @@ int main() {
       checked += pipelines.size();
       if (n == 2) {
         check_pipeline_float16("pipeline=2", run_pipeline("", PipelineKind::kOneFOneB, /*float16=*/true));
-        check_pipeline_dropout("pipeline=2", run_pipeline("", PipelineKind::kOneFOneB, false, /*dropout=*/true));
+        check_pipeline_dropout("pipeline=2");
+        check_pipeline_dropout("pipeline=2", 2);
         check_pipeline_moe("pipeline=2");
-        checked += 3;
+        checked += 4;
       }
       if (n == 4) {
         check_pipeline_moe("pipeline=2,data=2");
         check_pipeline_moe("pipeline=2,expert=2");
-        checked += 2;
+        check_pipeline_dropout("pipeline=2,data=2", 4);
+        checked += 3;
       }
     }
     // Every rank learns the total, so they all exit with the same status.

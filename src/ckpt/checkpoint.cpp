@@ -83,7 +83,8 @@ Tree match_tree(const fs::path& dir, const char* file_name, const Tree& like, Pl
   std::map<std::string, const SafetensorsEntry*> entries;
   const SafetensorsHeader header = read_safetensors_header(file);
   for (const SafetensorsEntry& entry : header.tensors) entries.emplace(entry.name, &entry);
-  SafetensorsFile contents = read_safetensors(file, [&](const std::string& name) { return held.contains(name); });
+  SafetensorsFile contents =
+      read_safetensors(file, header, [&](const std::string& name) { return held.contains(name); });
   std::vector<Array> loaded;
   std::set<std::string> used;
   for (size_t i = 0; i < paths.size(); ++i) {

@@ -214,7 +214,11 @@ SafetensorsHeader read_safetensors_header(const std::filesystem::path& path) {
 
 SafetensorsFile read_safetensors(const std::filesystem::path& path,
                                  const std::function<bool(const std::string& name)>& wanted) {
-  const SafetensorsHeader header = read_safetensors_header(path);
+  return read_safetensors(path, read_safetensors_header(path), wanted);
+}
+
+SafetensorsFile read_safetensors(const std::filesystem::path& path, const SafetensorsHeader& header,
+                                 const std::function<bool(const std::string& name)>& wanted) {
   fileio::File file(path, O_RDONLY);
   SafetensorsFile result;
   result.metadata = header.metadata;

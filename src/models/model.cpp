@@ -641,9 +641,9 @@ Model::StageOutput Model::stage_forward(const Tree& params, const Array& input, 
   if (balances) {
     // loss() adds coef x aux to a mean; to a sum over the counted targets, that many times.
     const int64_t k = config_.moe_top_k;
-    const double inv = 1.0 / static_cast<double>(config_.layers);
-    const Array f = slice_axis(result.routing, 0, 0, k), prob = slice_axis(result.routing, 0, k, k + 1);
-    const Array aux = sum(f * inv * (prob * inv)) * static_cast<double>(config_.moe_experts);
+    const Array aux = nn::load_balancing_loss(slice_axis(result.routing, 0, 0, k),
+                                              reshape(slice_axis(result.routing, 0, k, k + 1), {config_.moe_experts}),
+                                              config_.layers, config_.moe_experts);
     const Array counted = sum(astype(not_equal(*targets, scalar_like(-100, *targets)), DType::Float32));
     result.out = result.cross_entropy + aux * config_.moe_aux_loss_coef * counted;
   }
@@ -657,12 +657,10 @@ double Model::load_balancing_term(const std::vector<double>& routing_sum, int64_
     fail<ValueError>("Model::load_balancing_term: {} routing figures over {} parts (expected {} over at least 1)",
                      routing_sum.size(), parts, (k + 1) * e);
   // Means over the parts and over the layers.
-  const double inv = 1.0 / (static_cast<double>(parts) * static_cast<double>(config_.layers));
-  double aux = 0;
-  for (int64_t j = 0; j < k; ++j)
-    for (int64_t x = 0; x < e; ++x)
-      aux += routing_sum[static_cast<size_t>(j * e + x)] * inv * routing_sum[static_cast<size_t>(k * e + x)] * inv;
-  return aux * static_cast<double>(e) * config_.moe_aux_loss_coef;
+  const Array figures = Array::from_vector<double>(routing_sum, {k + 1, e}).astype(DType::Float32);
+  const Array aux = nn::load_balancing_loss(slice_axis(figures, 0, 0, k),
+                                            reshape(slice_axis(figures, 0, k, k + 1), {e}), parts * config_.layers, e);
+  return aux.item<double>() * config_.moe_aux_loss_coef;
 }
 
 KVCache Model::empty_cache(int64_t batch) const {

@@ -189,8 +189,13 @@ Array load_balancing_loss(const std::vector<MoE::Output>& layers, int64_t expert
     f = f + layers[l].choice_share;
     prob = prob + layers[l].router_prob;
   }
-  const double inv = 1.0 / static_cast<double>(layers.size());
-  return sum(f * inv * expand_dims(prob * inv, 0)) * static_cast<double>(experts);
+  return load_balancing_loss(f, prob, static_cast<int64_t>(layers.size()), experts);
+}
+
+Array load_balancing_loss(const Array& choice_share_sum, const Array& router_prob_sum, int64_t count, int64_t experts) {
+  if (count < 1) fail<ValueError>("load_balancing_loss: figures summed over {} layers (expected >= 1)", count);
+  const double inv = 1.0 / static_cast<double>(count);
+  return sum(choice_share_sum * inv * expand_dims(router_prob_sum * inv, 0)) * static_cast<double>(experts);
 }
 
 }  // namespace tessera::nn

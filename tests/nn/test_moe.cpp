@@ -224,6 +224,14 @@ TEST(MoE, BadShapesAreClearErrors) {
   MoE bad = f.moe;
   bad.top_k = 5;
   EXPECT_THROW(bad.init(ParamScope(1)), ValueError);
+  // The load-balancing loss from summed figures needs the count they were summed over.
+  try {
+    load_balancing_loss(zeros({2, 4}), zeros({4}), 0, 4);
+    FAIL() << "expected a ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("figures summed over 0 layers (expected >= 1)"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(MoEModel, LossAddsTheLoadBalancingTermAndFlopsCountActiveExperts) {

@@ -54,5 +54,8 @@ struct SafetensorsHeader {
 // Reads and validates the header only (every check of read_safetensors except the
 // BOOL values): what `tessera ckpt inspect` shows without reading the data.
 SafetensorsHeader read_safetensors_header(const std::filesystem::path& path);
+// read_safetensors with the file's header already read (by read_safetensors_header).
+SafetensorsFile read_safetensors(const std::filesystem::path& path, const SafetensorsHeader& header,
+                                 const std::function<bool(const std::string& name)>& wanted = {});
 
 }  // namespace tessera::ckpt

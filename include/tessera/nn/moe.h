@@ -72,5 +72,8 @@ struct MoE {
 
 // E * sum(f * P) from the layers' f and P averaged over layers (see above).
 Array load_balancing_loss(const std::vector<MoE::Output>& layers, int64_t experts);
+// The same from f [top_k, experts] and P [experts] already summed over `count` layers
+// (or layer x equal batch parts): what pipeline stages hand on.
+Array load_balancing_loss(const Array& choice_share_sum, const Array& router_prob_sum, int64_t count, int64_t experts);
 
 }  // namespace tessera::nn

@@ -94,8 +94,9 @@ configure: deps
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
 
 # The sanitizer tree is the CPU-only build (TESSERA_ENABLE_CUDA=OFF; the Release tree
-# compiles the CUDA backend where nvcc exists). It also builds the benchmarks, so a
-# CPU-only build of them is compiled by every `make test`, warnings as errors.
+# compiles the CUDA backend where nvcc exists). Where the Release tree has CUDA, it also
+# builds the benchmarks, so a CPU-only build of them is compiled by every `make test`,
+# warnings as errors (without nvcc the Release tree's are that build).
 ASAN_CMAKE_ARGS := -DTESSERA_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_BUILD_BENCH=ON \
   -DTESSERA_ENABLE_CUDA=OFF -DTESSERA_PYTHON=OFF
 configure-asan: deps
@@ -141,13 +142,18 @@ test-python: build
 	fi; \
 	$(BUILD_DIR)/python/run-pytest
 
-# Sanitizer half: the test binaries and the benchmarks (built, not run), tests shrunk
-# with TESSERA_TEST_SIZE=small.
+# Sanitizer half: the test binaries and the benchmarks (built, not run; skipped when the
+# Release tree has compiled them CPU-only already, as on a machine without nvcc), tests
+# shrunk with TESSERA_TEST_SIZE=small.
 test-asan: deps
 	@echo "=== tests: ASan+UBSan, small sizes ($(ASAN_DIR)/)"
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory configure-asan; \
-	cmake --build $(ASAN_DIR) -j $(JOBS) --target tessera_tests tessera_benches; \
+	benches=tessera_benches; \
+	if [ -f $(BUILD_DIR)/benches-cpu-only.txt ]; then \
+	  benches=; echo "=== benchmarks: $(BUILD_DIR)/ compiled them CPU-only; not again here"; \
+	fi; \
+	cmake --build $(ASAN_DIR) -j $(JOBS) --target tessera_tests $$benches; \
 	rc=0; \
 	TESSERA_TEST_SIZE=small \
 	ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \

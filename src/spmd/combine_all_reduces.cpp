@@ -57,40 +57,72 @@ bool restore_topological_order(Graph& g) {
 }
 
 // Replaces the all-reduces producing `outputs` by one over their concatenation, placed
-// after the last of them.
+// after the last of them. The new nodes are built apart and spliced in with one move, and
+// the uses are redirected in one pass: Graph::insert_node and Graph::replace_uses each
+// walk the whole graph, which per node of a bucket made this quadratic (the planner
+// prepares many large steps).
 void rewrite_bucket(Graph& g, const std::vector<ValueId>& outputs) {
   std::vector<int> members;
   for (ValueId v : outputs) members.push_back(g.values[static_cast<size_t>(v)].node);
   const DType dtype = g.type(g.nodes[members[0]].inputs[0]).dtype;
   PrimitivePtr reduce = g.nodes[members[0]].primitive;
-  int at = *std::max_element(members.begin(), members.end()) + 1;
-  std::vector<ValueId> flat, operands;
+  const int at = *std::max_element(members.begin(), members.end()) + 1;
+  const auto first_new_value = static_cast<ValueId>(g.values.size());
+  std::vector<Node> added;
+  auto add = [&](PrimitivePtr primitive, std::vector<ValueId> inputs, TensorType type) {
+    compiler::Value v;
+    v.type = std::move(type);
+    v.kind = compiler::ValueKind::NodeOutput;
+    v.node = at + static_cast<int>(added.size());
+    v.output_index = 0;
+    g.values.push_back(std::move(v));
+    Node node;
+    node.primitive = std::move(primitive);
+    node.inputs = std::move(inputs);
+    node.outputs = {static_cast<ValueId>(g.values.size() - 1)};
+    added.push_back(std::move(node));
+    return added.back().outputs[0];
+  };
+  std::vector<ValueId> flat;
   std::vector<int64_t> sizes;
-  for (int m : members) operands.push_back(g.nodes[m].inputs[0]);
-  for (ValueId in : operands) {
+  for (int m : members) {
+    const ValueId in = g.nodes[m].inputs[0];
     const int64_t size = numel(g.type(in).shape);
-    flat.push_back(
-        g.insert_node(at++, std::make_shared<Reshape>(Shape{size}), {in}, {TensorType{Shape{size}, dtype}})[0]);
+    flat.push_back(add(std::make_shared<Reshape>(Shape{size}), {in}, TensorType{Shape{size}, dtype}));
     sizes.push_back(size);
   }
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
   const TensorType packed{Shape{total}, dtype};
-  ValueId cat = g.insert_node(at++, std::make_shared<Concatenate>(0), flat, {packed})[0];
-  ValueId sum = g.insert_node(at++, reduce, {cat}, {packed})[0];
+  const ValueId cat = add(std::make_shared<Concatenate>(0), flat, packed);
+  const ValueId sum = add(reduce, {cat}, packed);
+  std::vector<ValueId> redirect(g.values.size(), compiler::kNoValue);
   int64_t offset = 0;
   for (size_t k = 0; k < outputs.size(); ++k) {
     const TensorType out = g.type(outputs[k]);
-    ValueId piece =
-        g.insert_node(at++,
-                      std::make_shared<Slice>(std::vector<int64_t>{offset}, std::vector<int64_t>{offset + sizes[k]},
-                                              std::vector<int64_t>{1}),
-                      {sum}, {TensorType{Shape{sizes[k]}, dtype}})[0];
-    ValueId shaped = g.insert_node(at++, std::make_shared<Reshape>(out.shape), {piece}, {out})[0];
-    g.replace_uses(outputs[k], shaped);
-    g.erase_node(g.values[static_cast<size_t>(outputs[k])].node);
+    const ValueId piece = add(std::make_shared<Slice>(std::vector<int64_t>{offset},
+                                                      std::vector<int64_t>{offset + sizes[k]}, std::vector<int64_t>{1}),
+                              {sum}, TensorType{Shape{sizes[k]}, dtype});
+    redirect[static_cast<size_t>(outputs[k])] = add(std::make_shared<Reshape>(out.shape), {piece}, out);
     offset += sizes[k];
   }
+  // The nodes from `at` on move down past the new ones.
+  const auto count = static_cast<int>(added.size());
+  for (ValueId v = 0; v < first_new_value; ++v) {
+    compiler::Value& value = g.values[static_cast<size_t>(v)];
+    if (value.kind == compiler::ValueKind::NodeOutput && value.node >= at) value.node += count;
+  }
+  g.nodes.insert(g.nodes.begin() + at, std::make_move_iterator(added.begin()), std::make_move_iterator(added.end()));
+  auto redirected = [&](ValueId v) {
+    const auto i = static_cast<size_t>(v);
+    return i < redirect.size() && redirect[i] != compiler::kNoValue ? redirect[i] : v;
+  };
+  for (Node& node : g.nodes) {
+    if (node.dead) continue;
+    for (ValueId& in : node.inputs) in = redirected(in);
+  }
+  for (ValueId& out : g.outputs) out = redirected(out);
+  for (int m : members) g.erase_node(m);  // before `at`: not renumbered
 }
 
 }  // namespace
@@ -116,15 +148,20 @@ int combine_all_reduces(Graph& g, size_t max_operand_bytes, size_t max_bucket_by
   for (int i = 0; i < n; ++i)
     if (!g.nodes[i].dead)
       for (ValueId out : g.nodes[i].outputs) producer[static_cast<size_t>(out)] = i;
-  std::vector<std::vector<uint64_t>> upstream(n, std::vector<uint64_t>(words, 0));
+  // One flat array (node i's words at i * words): a vector per node was one allocation
+  // per node of the step.
+  std::vector<uint64_t> upstream_bits(static_cast<size_t>(n) * words, 0);
+  auto upstream = [&](int node) { return upstream_bits.data() + static_cast<size_t>(node) * words; };
   for (int i = 0; i < n; ++i) {
     if (g.nodes[i].dead) continue;
+    uint64_t* mine = upstream(i);
     for (ValueId in : g.nodes[i].inputs) {
       const int p = producer[static_cast<size_t>(in)];
       if (p < 0) continue;
-      for (size_t w = 0; w < words; ++w) upstream[i][w] |= upstream[p][w];
+      const uint64_t* theirs = upstream(p);
+      for (size_t w = 0; w < words; ++w) mine[w] |= theirs[w];
       if (candidate_index[p] >= 0)
-        upstream[i][static_cast<size_t>(candidate_index[p]) / 64] |= 1ull << (candidate_index[p] % 64);
+        mine[static_cast<size_t>(candidate_index[p]) / 64] |= 1ull << (candidate_index[p] % 64);
     }
   }
   // Greedy buckets in schedule order, per key.
@@ -138,7 +175,7 @@ int combine_all_reduces(Graph& g, size_t max_operand_bytes, size_t max_bucket_by
     bool fits = !list.empty() && bucket_bytes[key] + bytes <= max_bucket_bytes;
     if (fits)
       for (int member : list.back())
-        if (upstream[i][static_cast<size_t>(candidate_index[member]) / 64] >> (candidate_index[member] % 64) & 1ull)
+        if (upstream(i)[static_cast<size_t>(candidate_index[member]) / 64] >> (candidate_index[member] % 64) & 1ull)
           fits = false;
     if (!fits) {
       list.push_back({});

@@ -9,7 +9,8 @@
 #                   new one, the job finishes byte-identical to the one-process run
 #   budget_requeue  the same kill with --max-restarts 0: the launcher exits 75, Slurm
 #                   requeues the job (RequeueExit=75), the requeued run resumes from its
-#                   checkpoint and finishes byte-identical
+#                   checkpoint and finishes byte-identical (a run whose srun fails before
+#                   any step, as on a loaded machine, is requeued too and is allowed)
 #   scancel         `scancel` of a running job: the ranks get SIGTERM, save a checkpoint
 #                   of the step they reached and stop; the checkpoint verifies
 #   queue_wait      a job that waits behind another for both nodes: the launcher reads the
@@ -101,18 +102,32 @@ case "$case_name" in
       fail "sbatch failed"
     wait_for_job "$job" 180
     out="$tmp/job-$job.out"
-    [[ "$(job_field "$job" JobState) $(job_field "$job" Restarts)" == "COMPLETED 1" ]] ||
-      fail "job $job: $(job_field "$job" JobState), restarts $(job_field "$job" Restarts): $(tail -20 "$out")"
-    # The output file holds the requeued run (Slurm truncates it); the first run's exit 75
-    # is in the goodput log as a failed attempt and the controller's log.
-    grep -q "job $job on tbh\[1-2\], restart 1" "$out" || fail "the requeued run: $(head -3 "$out")"
-    grep -q "succeeded after 1 attempt(s) (0 restart(s)); exit 0" "$out" || fail "no summary: $(grep launch: "$out")"
-    # One goodput log for the job: an attempt per run, the first one's failure, and each
-    # run's wait in the queue (the second: the requeue) from Slurm.
     log="$tmp/slurm/goodput/events.jsonl"
-    [[ "$(grep -c '"type":"attempt_start"' "$log") $(grep -c '"type":"failure"' "$log")" == "2 1" ]] ||
-      fail "expected 2 attempts and 1 failure in the goodput log: $(grep -E 'attempt_start|failure' "$log")"
-    [[ "$(grep -c '"type":"launch_wait"' "$log")" -eq 2 ]] || fail "expected a queue wait per run: $(grep launch_wait "$log")"
+    failures() { grep '"type":"failure"' "$log" 2>/dev/null || true; }
+    # Every run that fails exits 75 and is requeued, so the job's restarts are the goodput
+    # log's failures: the kill at step 5, and under a loaded machine possibly a run whose
+    # srun failed before any step (the requeue is for that too; CI once saw one). Any
+    # other failure fails the case.
+    restarts="$(job_field "$job" Restarts)"
+    [[ "$(job_field "$job" JobState)" == COMPLETED && "$restarts" -ge 1 ]] ||
+      fail "job $job: $(job_field "$job" JobState), restarts $restarts: $(tail -20 "$out"); failures: $(failures)"
+    [[ "$(failures | wc -l)" -eq "$restarts" ]] ||
+      fail "job $job restarted $restarts time(s) but the goodput log holds these failures: $(failures)"
+    [[ "$(failures | grep -c 'at step')" -eq 1 ]] ||
+      fail "expected one failure after progress (the kill at step 5): $(failures)"
+    [[ "$(failures | grep -c 'before its first step')" -eq "$((restarts - 1))" ]] ||
+      fail "a failure neither the kill nor before the first step: $(failures)"
+    [[ "$restarts" -eq 1 ]] || echo "note: $((restarts - 1)) extra requeue(s) before any step: $(failures)"
+    # The output file holds the last run (Slurm truncates it); the failed runs' exit 75 is
+    # in the goodput log as failed attempts and in the controller's log.
+    grep -q "job $job on tbh\[1-2\], restart $restarts" "$out" || fail "the requeued run: $(head -3 "$out")"
+    grep -q "succeeded after 1 attempt(s) (0 restart(s)); exit 0" "$out" || fail "no summary: $(grep launch: "$out")"
+    # One goodput log for the job: an attempt per run, and each run's wait in the queue
+    # (after the first: the requeue) from Slurm.
+    [[ "$(grep -c '"type":"attempt_start"' "$log")" -eq "$((restarts + 1))" ]] ||
+      fail "expected $((restarts + 1)) attempts in the goodput log: $(grep -E 'attempt_start|failure' "$log")"
+    [[ "$(grep -c '"type":"launch_wait"' "$log")" -eq "$((restarts + 1))" ]] ||
+      fail "expected a queue wait per run: $(grep launch_wait "$log")"
     same_final_state "$tmp/slurm" "after the requeue"
     ;;
   scancel)

@@ -105,6 +105,8 @@ nlohmann::json row_json(const plan::PlanRow& r) {
   if (!r.found) return j;
   const plan::StepEstimate& s = r.step;
   j["mesh"] = s.layout.mesh();
+  j["layout"] = s.layout.name();
+  if (s.layout.pipeline > 1) j["pipeline_micro_batches"] = s.layout.pipeline_micro_batches;
   j["global_batch"] = s.global_batch;
   j["seq"] = s.seq;
   j["micro_batches"] = s.micro_batches;
@@ -139,22 +141,22 @@ void print_row(const plan::PlanRow& r) {
     return;
   }
   const plan::StepEstimate& s = r.step;
-  fmt::print("{:<13} {:>6}  {:<24} {:>9} {:>6.1f}% {:>16} {:>9} {:>9} {:>9} {:>9} {:>6.1f}%\n", r.accelerator, r.chips,
-             s.layout.mesh(), plan::format_duration(s.step_seconds), 100 * s.mfu, memory_cell(s),
+  fmt::print("{:<13} {:>6}  {:<31} {:>9} {:>6.1f}% {:>16} {:>9} {:>9} {:>9} {:>9} {:>6.1f}%\n", r.accelerator, r.chips,
+             s.layout.name(), plan::format_duration(s.step_seconds), 100 * s.mfu, memory_cell(s),
              plan::format_duration(r.run.raw_seconds), plan::format_dollars(r.run.dollars_raw),
              plan::format_duration(r.run.seconds), plan::format_dollars(r.run.dollars), 100 * r.run.goodput);
   if (!r.reason.empty()) fmt::print("{:<13} {:>6}  {}\n", "", "", r.reason);
 }
 
 void print_header() {
-  fmt::print("{:<13} {:>6}  {:<24} {:>9} {:>7} {:>16} {:>9} {:>9} {:>9} {:>9} {:>7}\n", "accelerator", "chips",
+  fmt::print("{:<13} {:>6}  {:<31} {:>9} {:>7} {:>16} {:>9} {:>9} {:>9} {:>9} {:>7}\n", "accelerator", "chips",
              "layout", "step", "MFU", "memory/chip", "time", "cost", "time*", "cost*", "goodput");
 }
 
 void print_explain(const plan::PlanRow& r) {
   const plan::StepEstimate& s = r.step;
   fmt::print("\n{} x{} {}: step {} = compute {} + exposed collectives {} (of {}){}; programs: ", r.accelerator, r.chips,
-             s.layout.mesh(), plan::format_duration(s.step_seconds), plan::format_duration(s.compute_seconds),
+             s.layout.name(), plan::format_duration(s.step_seconds), plan::format_duration(s.compute_seconds),
              plan::format_duration(s.exposed_collective_seconds), plan::format_duration(s.collective_seconds),
              s.pipeline_bubble >= 0
                  ? fmt::format(" + pipeline idle {} (bubble {:.1f}% of the devices' schedule time; per device: the "

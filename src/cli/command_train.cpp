@@ -66,7 +66,7 @@ int run_train(const TrainOptions& options) {
   if (!options.init_from.empty()) overrides.push_back("run.init_from=\"" + options.init_from + "\"");
   train::TrainConfig config = train::load_config(options.config, overrides);
   if (mesh_auto) {
-    config.parallel.mesh = choose_mesh_auto(config);
+    apply_mesh_auto(choose_mesh_auto(config), config);
     config.validate();
   }
   if (options.print_config) {

@@ -95,4 +95,10 @@ std::string choose_mesh_auto(const train::TrainConfig& config) {
   return mesh;
 }
 
+void apply_mesh_auto(const std::string& layout, train::TrainConfig& config) {
+  const plan::PlanLayout l = plan::PlanLayout::parse(layout);
+  config.parallel.mesh = l.mesh();
+  if (l.pipeline_micro_batches > 0) config.parallel.pipeline_micro_batches = l.pipeline_micro_batches;
+}
+
 }  // namespace tessera::cli

@@ -6,6 +6,7 @@
 
 #include "tessera/base/error.h"
 #include "tessera/models/model.h"
+#include "train/pipeline_config.h"
 
 namespace tessera::plan {
 namespace {
@@ -43,6 +44,34 @@ std::vector<PlanLayout> Planner::candidate_layouts(int64_t chips, int64_t max_te
   return out;
 }
 
+std::vector<int64_t> Planner::pipeline_micro_batch_counts(const PlanLayout& layout) const {
+  // The count `tessera train` would take, then multiples of the stages (virtual ones
+  // included: interleaving needs a multiple of the pipeline size). Counts the config
+  // refuses (they do not divide a replica's rows, or its rows over the batch axes) are
+  // left out; an explicit parallel.pipeline_micro_batches is the only count.
+  train::TrainConfig c = config_;
+  c.parallel.mesh = layout.mesh();
+  auto resolved = [&](int64_t m) -> int64_t {
+    c.parallel.pipeline_micro_batches = m;
+    try {
+      const std::optional<train::PipelinePlan> plan = train::pipeline_plan(c);
+      return plan ? plan->options.micro_batches : 0;
+    } catch (const Error&) {
+      return 0;
+    }
+  };
+  std::vector<int64_t> out;
+  const int64_t configured = resolved(config_.parallel.pipeline_micro_batches);
+  if (configured == 0) return out;  // the config's own count is refused: prepare_step says why
+  out.push_back(configured);
+  if (config_.parallel.pipeline_micro_batches != 0) return out;
+  c.parallel.pipeline_micro_batches = 0;
+  const int64_t stages = layout.pipeline * train::pipeline_plan(c)->options.virtual_stages;
+  for (int64_t m = stages; m <= 4 * stages; m *= 2)
+    if (std::find(out.begin(), out.end(), m) == out.end() && resolved(m) == m) out.push_back(m);
+  return out;
+}
+
 std::vector<PlanLayout> Planner::pipeline_layouts(int64_t chips, int64_t max_tensor) const {
   std::vector<PlanLayout> out;
   for (int64_t p = 2; p <= 8 && p <= chips && p <= config_.model.layers; p *= 2) {
@@ -54,7 +83,12 @@ std::vector<PlanLayout> Planner::pipeline_layouts(int64_t chips, int64_t max_ten
     for (PlanLayout l : inside) {
       if (l.tensor != widest || (l.data > 1 && l.fsdp > 1)) continue;
       l.pipeline = p;
-      out.push_back(l);
+      const std::vector<int64_t> counts = pipeline_micro_batch_counts(l);
+      if (counts.empty()) out.push_back(l);  // refused: its error is kept as the reason
+      for (int64_t m : counts) {
+        l.pipeline_micro_batches = m;
+        out.push_back(l);
+      }
     }
   }
   return out;
@@ -62,7 +96,7 @@ std::vector<PlanLayout> Planner::pipeline_layouts(int64_t chips, int64_t max_ten
 
 const PreparedStep& Planner::prepared(const PlanLayout& layout, const goodput::AcceleratorSpec& accelerator) {
   const compiler::CompileOptions compile = compile_options_for(accelerator);
-  const std::string key = layout.mesh() + (compile.packed_attention ? " packed attention" : "");
+  const std::string key = layout.name() + (compile.packed_attention ? " packed attention" : "");
   if (auto it = prepared_.find(key); it != prepared_.end()) return it->second;
   return prepared_.emplace(key, prepare_step(config_, layout, compile)).first->second;
 }
@@ -92,7 +126,7 @@ PlanRow Planner::best(const goodput::AcceleratorSpec& accelerator, int64_t chips
   options.host = host;
   std::optional<StepEstimate> best_fit, best_any;
   for (const PlanLayout& layout : layouts) {
-    const std::string key = layout.mesh();
+    const std::string key = layout.name();
     if (invalid_.contains(key)) {
       if (mesh) fail<ConfigError>("{}", invalid_[key]);
       continue;
@@ -115,13 +149,14 @@ PlanRow Planner::best(const goodput::AcceleratorSpec& accelerator, int64_t chips
     }
     ++row.layouts_tried;
     StepEstimate step = cost_step(*prep, accelerator, options);
-    if (step.fits) row.ranked.emplace_back(key, step.step_seconds);
+    // Ranked by the layout as prepared: a pipeline's resolved micro-batch count included.
+    if (step.fits) row.ranked.emplace_back(prep->layout.name(), step.step_seconds);
     if (step.fits && (!best_fit || step.step_seconds < best_fit->step_seconds)) best_fit = step;
     if (!best_any || step.memory.peak < best_any->memory.peak) best_any = step;
   }
   if (!best_any) {
-    row.reason = layouts.size() == 1 && invalid_.contains(layouts[0].mesh())
-                     ? invalid_[layouts[0].mesh()]
+    row.reason = layouts.size() == 1 && invalid_.contains(layouts[0].name())
+                     ? invalid_[layouts[0].name()]
                      : fmt::format("none of {} layouts of {} chips is valid for this model", layouts.size(), chips);
     return row;
   }

@@ -76,6 +76,12 @@ std::string text(const json& j, const char* key) {
   return v->is_string() ? v->get<std::string>() : v->dump();
 }
 
+// The row's layout as the tables print it (older --json output has only "mesh").
+std::string layout_text(const json& row) {
+  const std::string layout = text(row, "layout");
+  return layout.empty() ? text(row, "mesh") : layout;
+}
+
 const json& rows_of(const json& plan, const char* key) {
   static const json empty = json::array();
   const json* v = lookup(plan, {key});
@@ -171,7 +177,7 @@ std::vector<Series> series_of(const json& rows, const Chart& chart) {
     if (!std::isfinite(v) || !(chips >= 1) || (chart.log_y && v <= 0)) continue;
     const bool fits = flag(r, {"memory", "fits"});
     it->points.push_back({chips, v, fits,
-                          fmt::format("{} x{} {}: {}{}", acc, chips, text(r, "mesh"), chart.show(v),
+                          fmt::format("{} x{} {}: {}{}", acc, chips, layout_text(r), chart.show(v),
                                       fits ? "" : " (does not fit in memory)")});
   }
   for (Series& s : out) {
@@ -287,7 +293,7 @@ std::string rows_table(const json& rows, const char* id) {
     s += fmt::format(
         "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} / {} GB, {}</td><td>{}</td><td>{}</td>"
         "<td>{}</td><td>{}</td><td>{}</td></tr>\n",
-        fits ? "" : " class=\"nofit\"", acc, chips, escape(text(r, "mesh")), format_duration(num(r, {"step_seconds"})),
+        fits ? "" : " class=\"nofit\"", acc, chips, escape(layout_text(r)), format_duration(num(r, {"step_seconds"})),
         percent(num(r, {"mfu"})), gb(peak), or_dash(capacity, fmt::format("{:.0f}", capacity / 1e9)),
         fits ? "fits" : fmt::format("<b>over by {} GB</b>", gb(peak - capacity)),
         format_duration(num(r, {"run", "raw_seconds"})), format_dollars(num(r, {"run", "dollars_raw"})),

@@ -40,7 +40,27 @@ std::string PlanLayout::mesh() const {
   return out;
 }
 
-PlanLayout PlanLayout::parse(const std::string& text) {
+std::string PlanLayout::name() const {
+  return pipeline_micro_batches > 0 ? fmt::format("{} m={}", mesh(), pipeline_micro_batches) : mesh();
+}
+
+PlanLayout PlanLayout::parse(const std::string& layout_name) {
+  // " m=N": the pipeline's micro-batches.
+  std::string text = layout_name;
+  int64_t micro_batches = 0;
+  if (const size_t space = layout_name.find(' '); space != std::string::npos) {
+    text = layout_name.substr(0, space);
+    const std::string rest = layout_name.substr(space + 1);
+    size_t used = 0;
+    try {
+      if (rest.starts_with("m=")) micro_batches = std::stoll(rest.substr(2), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used + 2 != rest.size() || micro_batches < 1)
+      fail<ConfigError>("layout '{}': after the mesh expected ' m=N' (N pipeline micro-batches, N >= 1), got '{}'",
+                        layout_name, rest);
+  }
   spmd::Mesh mesh = [&] {
     try {
       return spmd::Mesh::parse(text);
@@ -67,6 +87,9 @@ PlanLayout PlanLayout::parse(const std::string& text) {
                         text, name);
     }
   }
+  if (micro_batches > 0 && layout.pipeline < 2)
+    fail<ConfigError>("layout '{}': pipeline micro-batches (m={}) need a pipeline axis", layout_name, micro_batches);
+  layout.pipeline_micro_batches = micro_batches;
   return layout;
 }
 
@@ -398,6 +421,7 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
                                    const compiler::CompileOptions& compile) {
   train::TrainConfig c = config;
   c.parallel.mesh = layout.mesh();
+  if (layout.pipeline_micro_batches > 0) c.parallel.pipeline_micro_batches = layout.pipeline_micro_batches;
   const std::optional<train::PipelinePlan> plan = train::pipeline_plan(c);
   if (!plan) fail<ConfigError>("plan: mesh {} has no pipeline axis", layout.mesh());
   const models::Model model(config.model);
@@ -409,6 +433,7 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
 
   PreparedStep prepared;
   prepared.layout = layout;
+  prepared.layout.pipeline_micro_batches = executor.schedule().micro_batches;  // resolved
   prepared.global_batch = config.loop.batch;
   prepared.seq = config.loop.seq;
   prepared.micro_batches = k;

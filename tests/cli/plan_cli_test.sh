@@ -93,6 +93,16 @@ mesh_auto)
     fail "resume: $out"
   grep -q "^parallel: --mesh auto keeps $mesh" <<<"$out" || fail "the resume did not keep $mesh: $out"
   grep -q "resumed from step 2" <<<"$out" || grep -q "steps            2 -> 4" <<<"$out" || fail "did not resume: $out"
+  # A kept pipeline layout names its micro-batch count (the planner searches it): the run
+  # trains with that count.
+  mkdir -p "$tmp/piped"
+  echo "pipeline=2 m=2" >"$tmp/piped/mesh_auto"
+  tiny_train_args 2
+  train_args+=(--set model.layers=2)  # a stage each
+  out="$(TESSERA_CPU_DEVICES=2 "$tessera" "${train_args[@]}" --mesh auto --set run.dir="$tmp/piped" 2>&1)" ||
+    fail "kept pipeline layout: $out"
+  grep -q "^parallel: --mesh auto keeps pipeline=2 m=2" <<<"$out" || fail "did not keep pipeline=2 m=2: $out"
+  grep -q "^parallel: mesh pipeline=2 .*, 2 micro-batches" <<<"$out" || fail "not 2 pipeline micro-batches: $out"
   ;;
 html)
   out="$("$tessera" plan "${catalog_model[@]}" --batch 512 --seq 1024 --accelerators h100,tpu_v5p --chips 8..32 \

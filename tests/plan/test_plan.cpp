@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "tessera/base/allocator.h"
 #include "tessera/base/error.h"
@@ -163,6 +164,20 @@ TEST(PlanLayoutTest, ParsesTheThreeAxesAndRefusesOthers) {
   EXPECT_EQ(piped.mesh(), "pipeline=4,data=2");
   EXPECT_THROW(PlanLayout::parse("model=2"), ConfigError);
   EXPECT_THROW(PlanLayout::parse("data=two"), ConfigError);
+  // A pipeline's micro-batch count follows the mesh as name() writes it.
+  const PlanLayout counted = PlanLayout::parse("pipeline=2,data=2 m=8");
+  EXPECT_EQ(counted.pipeline_micro_batches, 8);
+  EXPECT_EQ(counted.mesh(), "pipeline=2,data=2");
+  EXPECT_EQ(counted.name(), "pipeline=2,data=2 m=8");
+  EXPECT_EQ(piped.name(), "pipeline=4,data=2");
+  for (const char* bad : {"data=2 m=8", "pipeline=2 m=x", "pipeline=2 m=0", "pipeline=2 m=4x", "pipeline=2 n=4"}) {
+    try {
+      PlanLayout::parse(bad);
+      ADD_FAILURE() << bad << " parsed";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
 }
 
 // A GPU's programs are compiled as jit compiles them for a CUDA device: attention reads
@@ -450,6 +465,66 @@ TEST(Planner, TheSearchTriesPipelinesAndPicksOneOverASlowLink) {
   for (const auto& [mesh, seconds] : fast.ranked) fast_ranked += fmt::format("{} {:.2f} ms; ", mesh, seconds * 1e3);
   std::printf("50 GB/s between domains: %s\n", fast_ranked.c_str());
   EXPECT_EQ(fast.step.layout.pipeline, 1) << fast_ranked;
+}
+
+// The search tries several micro-batch counts per pipeline: the one `tessera train`
+// takes, then 1, 2 and 4 times the stages. Where each micro-batch's GEMMs stay large
+// (tiny widened to 4096, 8 to 32 sequences of 1024 tokens per micro-batch), more
+// micro-batches shrink the bubble ((p-1)/(m+p-1)) and the step; the prediction must
+// follow. (On tiny itself the kernels' fixed costs dominate and fewer micro-batches win.)
+TEST(Planner, TheSearchTriesMicroBatchCountsPerPipeline) {
+  // tiny 4096 wide, `rows` sequences of 1024 tokens a step, and `extra` TOML.
+  const auto large = [](int rows, const std::string& extra = "") {
+    return train::parse_config(
+        fmt::format("[model]\npreset = \"tiny\"\ndim = 4096\nheads = 32\ncontext = 1024\n[train]\nbatch = {}\n"
+                    "seq = 1024\n{}",
+                    rows, extra),
+        "test");
+  };
+  const train::TrainConfig config = large(64);
+  Planner planner(config);
+  PlanLayout two;
+  two.pipeline = 2;
+  EXPECT_EQ(planner.pipeline_micro_batch_counts(two), (std::vector<int64_t>{4, 2, 8}));  // auto: 2 x stages
+  // Interleaved, 2 virtual stages each: multiples of 4 stages; auto takes 8.
+  EXPECT_EQ(Planner(large(64, "[parallel]\npipeline_schedule = \"interleaved\"\n")).pipeline_micro_batch_counts(two),
+            (std::vector<int64_t>{8, 4, 16}));
+  // A count the config sets is the only one; one that does not split the batch, none.
+  EXPECT_EQ(Planner(large(64, "[parallel]\npipeline_micro_batches = 16\n")).pipeline_micro_batch_counts(two),
+            (std::vector<int64_t>{16}));
+  EXPECT_TRUE(Planner(large(64, "[parallel]\npipeline_micro_batches = 3\n")).pipeline_micro_batch_counts(two).empty());
+  // A batch of 6 rows: auto takes 3 (the most up to 4 that divides 6); of 2, 4 and 8
+  // only 2 divides it.
+  EXPECT_EQ(Planner(large(6)).pipeline_micro_batch_counts(two), (std::vector<int64_t>{3, 2}));
+
+  const PlanRow row = planner.best(test_gpu(), 2, 1e9, {});
+  ASSERT_TRUE(row.found) << row.reason;
+  std::map<int64_t, double> by_count;
+  std::string ranked;
+  for (const auto& [name, seconds] : row.ranked) {
+    ranked += fmt::format("{} {:.2f} ms; ", name, seconds * 1e3);
+    const PlanLayout l = PlanLayout::parse(name);
+    if (l.pipeline == 2) by_count[l.pipeline_micro_batches] = seconds;
+  }
+  std::printf("2 chips, batch 64 x 1024: %s\n", ranked.c_str());
+  ASSERT_EQ(by_count.size(), 3u) << ranked;
+  EXPECT_LT(by_count.at(8), by_count.at(4)) << ranked;
+  EXPECT_LT(by_count.at(4), by_count.at(2)) << ranked;
+  // Each count as the mesh path costs it alone, with the schedule's analytic bubble.
+  for (const int64_t m : {2, 4, 8}) {
+    Planner alone(config);
+    const PlanRow one =
+        alone.best(test_gpu(), 2, 1e9, {}, nullptr, PlanLayout::parse(fmt::format("pipeline=2 m={}", m)));
+    ASSERT_TRUE(one.found) << one.reason;
+    EXPECT_EQ(one.step.layout.pipeline_micro_batches, m);
+    EXPECT_DOUBLE_EQ(one.step.step_seconds, by_count.at(m));
+    EXPECT_NEAR(one.step.pipeline_bubble, 1.0 / static_cast<double>(m + 1), 0.05) << m;
+  }
+  // Without a count the mesh path takes the config's (auto: 4) and says so.
+  Planner auto_count(config);
+  const PlanRow resolved = auto_count.best(test_gpu(), 2, 1e9, {}, nullptr, PlanLayout::parse("pipeline=2"));
+  ASSERT_TRUE(resolved.found) << resolved.reason;
+  EXPECT_EQ(resolved.step.layout.name(), "pipeline=2 m=4");
 }
 
 TEST(Planner, MemoryAdviceNamesTheOverflowingClass) {

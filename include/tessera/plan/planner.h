@@ -14,11 +14,13 @@
 // widest tensor axis they allow and the rest as FSDP or as data replicas (expert axes as
 // above). The stages, micro-batch count and schedule are the ones `tessera train --mesh
 // <that layout>` forms from the config (train/pipeline_config.h: stages balanced by
-// FLOPs, the most micro-batches up to 2 x the stages); plan/step_model.h costs them
-// (prepare_pipeline_step). They come after the others in the search's order, so a tie
-// goes to a layout without a bubble. A pipeline wins where the others' collectives cross
-// a slow link (FSDP's all-gathers and data parallelism's all-reduces over DCN) and it
-// hands only stage inputs over it.
+// FLOPs), with each micro-batch count of pipeline_micro_batch_counts: more micro-batches
+// shrink the bubble ((p-1)/(m+p-1) for 1F1B) but run smaller GEMMs more often, and under
+// GPipe keep more activations; plan/step_model.h costs each (prepare_pipeline_step) and
+// the layout's name says the count ("pipeline=2,data=2 m=8"). They come after the others
+// in the search's order, so a tie goes to a layout without a bubble. A pipeline wins where the others' collectives
+// cross a slow link (FSDP's all-gathers and data parallelism's all-reduces over DCN) and it hands only stage inputs
+// over it.
 #pragma once
 
 #include <map>
@@ -51,8 +53,14 @@ class Planner {
 
   // Layouts of `chips` chips the model and batch allow (see the header comment).
   std::vector<PlanLayout> candidate_layouts(int64_t chips, int64_t max_tensor) const;
-  // The pipeline layouts of `chips` chips the search tries (see the header comment).
+  // The pipeline layouts of `chips` chips the search tries (see the header comment),
+  // one per micro-batch count of pipeline_micro_batch_counts.
   std::vector<PlanLayout> pipeline_layouts(int64_t chips, int64_t max_tensor) const;
+  // The pipeline micro-batch counts the search tries for a pipeline layout: the one
+  // `tessera train` takes from the config first, then stages x 1, 2 and 4 (stages: the
+  // pipeline size times the virtual stages) where the batch splits so; only the config's
+  // when it sets parallel.pipeline_micro_batches. Empty when the config's is refused.
+  std::vector<int64_t> pipeline_micro_batch_counts(const PlanLayout& layout) const;
 
   // The best layout for `chips` of `accelerator` (or exactly `mesh`). `host` is the
   // calibration when `accelerator` is this machine.

@@ -51,10 +51,16 @@ struct PlanLayout {
   int64_t data = 1, fsdp = 1, tensor = 1, expert = 1;
   // Pipeline stages (train/pipeline.h, the outermost axis): costed by pipeline_model.h.
   int64_t pipeline = 1;
+  // With a pipeline: its micro-batches per replica and accumulation step
+  // (parallel.pipeline_micro_batches; 0: the config's, automatic by default).
+  int64_t pipeline_micro_batches = 0;
   int64_t chips() const { return pipeline * data * fsdp * expert * tensor; }
   // "data=2,fsdp=4" (axes of size 1 left out; "data=1" for one chip).
   std::string mesh() const;
-  // Parses a mesh string of data / fsdp / expert / tensor axes (ConfigError otherwise).
+  // The mesh, and " m=8" when pipeline_micro_batches is set: "pipeline=2,data=2 m=8".
+  std::string name() const;
+  // Parses a mesh string of pipeline / data / fsdp / expert / tensor axes, optionally
+  // followed by " m=N" as name() writes it (ConfigError otherwise).
   static PlanLayout parse(const std::string& mesh);
 };
 

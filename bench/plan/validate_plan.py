@@ -57,6 +57,10 @@ CONFIGS = [
     ("tiny pp2 mpi", "configs/tiny.toml", "pipeline=2", [], 2),
     ("tiny pp2 gpipe mpi", "configs/tiny.toml", "pipeline=2", ["parallel.pipeline_schedule=gpipe"], 2),
     ("tiny pp2 keep mpi", "configs/tiny.toml", "pipeline=2", ["parallel.pipeline_recompute=false"], 2),
+    # The micro-batch counts the planner's search tries besides the automatic 4
+    # (Planner::pipeline_micro_batch_counts): its ranking of them should be the measured one.
+    ("tiny pp2 m=2 mpi", "configs/tiny.toml", "pipeline=2", ["parallel.pipeline_micro_batches=2"], 2),
+    ("tiny pp2 m=8 mpi", "configs/tiny.toml", "pipeline=2", ["parallel.pipeline_micro_batches=8"], 2),
 ]
 
 # The newest committed GPU run: GPT-2 124M, batch 16 x 1024, bf16, cuDNN attention (phase

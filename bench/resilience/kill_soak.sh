@@ -78,7 +78,7 @@ soak() {
     --heartbeat-dir "$beats" --run-dir "$run" -- \
     "$tessera" "${train_args[@]}" --set checkpoint.async="$async" --set run.dir="$run" \
     >"$out/launch-$kind.txt" 2>&1 &
-  local launcher=$! kills=0 last_pid="" phase step pid delay
+  local launcher=$! kills=0 last_pid="" phase step pid delay window="$max_delay"
   # Until the attempts killed so far and the injected kills still to fire make `wanted`
   # (the launcher's log counts what died: two kills can meet in one worker), and every
   # kill@restore=N has fired: it needs N restores, and a worker killed before the first
@@ -94,9 +94,9 @@ soak() {
       sleep 0.005
       continue
     fi
-    # A new worker: kill it at a random moment of its life.
+    # A new worker: kill it at a random moment of its life (within `window` seconds).
     last_pid="$pid"
-    delay="$(awk -v r="$RANDOM" -v m="$max_delay" 'BEGIN { printf "%.3f", 0.01 + (m - 0.01) * r / 32767 }')"
+    delay="$(awk -v r="$RANDOM" -v m="$window" 'BEGIN { printf "%.3f", 0.01 + (m - 0.01) * r / 32767 }')"
     sleep "$delay"
     phase="$(sed -n 's/.*"phase":"\([a-z]*\)".*/\1/p' "$beats/rank-0.json" 2>/dev/null || true)"
     step="$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$beats/rank-0.json" 2>/dev/null || true)"
@@ -106,6 +106,14 @@ soak() {
     if kill -KILL "$pid" 2>/dev/null; then
       kills=$((kills + 1))
       by_phase[${phase:-none}]=$((${by_phase[${phase:-none}]:-0} + 1))
+      # A worker killed before its first step made no progress. On a loaded machine (the
+      # sanitizer tree beside other tests) start-up can outlast MAX_DELAY_S every time, and
+      # the job would only crash-loop: widen the window until kills land past start-up,
+      # then narrow it back.
+      case "${phase:-none}" in
+        none | startup | compile | restore) window="$(awk -v w="$window" 'BEGIN { printf "%.3f", (w * 2 > 60 ? 60 : w * 2) }')" ;;
+        *) window="$(awk -v w="$window" -v m="$max_delay" 'BEGIN { printf "%.3f", (w / 2 < m ? m : w / 2) }')" ;;
+      esac
       echo "kill $kills ($kind): worker $pid after ${delay}s, phase ${phase:-none}, step ${step:-?}" >>"$log"
     fi
   done

@@ -13,7 +13,9 @@
 #   * a tenth are kill@restore items: SIGKILL in a restore, after the newest checkpoint was
 #     read and verified, before its tensors are loaded;
 #   * the rest come from this script at a random moment after a worker's start (0.01 to
-#     MAX_DELAY_S seconds, default 1.5): during start-up, compile, steps and saves of both
+#     MAX_DELAY_S seconds, default 1.5; the window doubles after a kill before the
+#     worker's first step and narrows back after one in its steps, so a slow start-up on
+#     a loaded machine cannot crash-loop the job): during start-up, compile, steps and saves of both
 #     tiers; the phase each hit is read from the worker's heartbeat and counted. Checkpoints: the default
 # local tier (under OUT_DIR/local) every 5 steps and the persistent tier by Young/Daly
 # with checkpoint.mtbf_s = 20 s (about every 40 steps), so that many kills land in a save;

@@ -51,24 +51,27 @@ std::vector<int64_t> Planner::pipeline_micro_batch_counts(const PlanLayout& layo
   // left out; an explicit parallel.pipeline_micro_batches is the only count.
   train::TrainConfig c = config_;
   c.parallel.mesh = layout.mesh();
-  auto resolved = [&](int64_t m) -> int64_t {
+  // The pipeline `tessera train` would form with m micro-batches (0: automatic), or
+  // nullopt where the config refuses that count.
+  auto resolved = [&](int64_t m) -> std::optional<train::PipelineOptions> {
     c.parallel.pipeline_micro_batches = m;
     try {
       const std::optional<train::PipelinePlan> plan = train::pipeline_plan(c);
-      return plan ? plan->options.micro_batches : 0;
+      if (plan) return plan->options;
     } catch (const Error&) {
-      return 0;
     }
+    return std::nullopt;
   };
   std::vector<int64_t> out;
-  const int64_t configured = resolved(config_.parallel.pipeline_micro_batches);
-  if (configured == 0) return out;  // the config's own count is refused: prepare_step says why
-  out.push_back(configured);
+  const std::optional<train::PipelineOptions> configured = resolved(config_.parallel.pipeline_micro_batches);
+  if (!configured) return out;  // the config's own count is refused: prepare_step says why
+  out.push_back(configured->micro_batches);
   if (config_.parallel.pipeline_micro_batches != 0) return out;
-  c.parallel.pipeline_micro_batches = 0;
-  const int64_t stages = layout.pipeline * train::pipeline_plan(c)->options.virtual_stages;
-  for (int64_t m = stages; m <= 4 * stages; m *= 2)
-    if (std::find(out.begin(), out.end(), m) == out.end() && resolved(m) == m) out.push_back(m);
+  const int64_t stages = layout.pipeline * configured->virtual_stages;
+  for (int64_t m = stages; m <= 4 * stages; m *= 2) {
+    if (std::find(out.begin(), out.end(), m) != out.end()) continue;
+    if (const std::optional<train::PipelineOptions> o = resolved(m); o && o->micro_batches == m) out.push_back(m);
+  }
   return out;
 }
 

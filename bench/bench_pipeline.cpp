@@ -23,7 +23,8 @@
 // each time: 2 (S - 1) batch seq dim 4 bytes (times the stage devices that hold the same
 // rows, for partitioned stages). The collectives inside partitioned stages against
 // PipelineTrainStep::analytic_collective_bytes (train/parallel.h's count for a stage whose
-// backward recomputes its forward; scalar reductions of the loss not counted). The last
+// backward recomputes its forward, or keeps its activations and gathers the weights it
+// reads again with +keep; scalar reductions of the loss not counted). The last
 // line is one JSON object with every figure, comm_bytes_vs_analytic_max (the worst ratio
 // of measured to analytic bytes, hand-overs and in-stage collectives) and
 // bubble_vs_analytic_max (the largest |measured - analytic| idle share).
@@ -101,7 +102,8 @@ Flags parse_flags(int argc, char** argv) {
   Flags f;
   std::string layouts =
       "gpipe:2:4;1f1b:2:4;1f1b:2:4+keep;1f1b:2:8;1f1b:2:8+keep;interleaved:2:4:2;interleaved:2:4:2+keep;1f1b:4:8;"
-      "interleaved:4:8:2;1f1b:2:4@tensor=2;1f1b:2:4@fsdp=2;1f1b:2:4@fsdp=2,tensor=2";
+      "interleaved:4:8:2;1f1b:2:4@tensor=2;1f1b:2:4+keep@tensor=2;1f1b:2:4@fsdp=2;1f1b:2:4+keep@fsdp=2;"
+      "1f1b:2:4@fsdp=2,tensor=2";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string arg = argv[i], value = argv[i + 1];
     if (arg == "--preset")

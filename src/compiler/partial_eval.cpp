@@ -15,9 +15,13 @@ class Copier {
   Copier(const Graph& from, Graph& to) : from_(from), to_(to) { to_.remat_regions = from.remat_regions; }
 
   void bind(ValueId old_value, ValueId new_value) { mapped_[old_value] = new_value; }
+  // old_value reads as `source` does, looked up when it is first read (source may be
+  // copied later).
+  void alias(ValueId old_value, ValueId source) { aliases_[old_value] = source; }
 
   ValueId value(ValueId old_value) {
     if (auto it = mapped_.find(old_value); it != mapped_.end()) return it->second;
+    if (auto it = aliases_.find(old_value); it != aliases_.end()) return mapped_[old_value] = value(it->second);
     const Value& v = from_.value(old_value);
     if (v.kind != ValueKind::Constant)
       fail<Error>("partial_eval: value %{} ({}) is read before it is defined", old_value, to_string(v.type));
@@ -40,16 +44,23 @@ class Copier {
  private:
   const Graph& from_;
   Graph& to_;
-  std::map<ValueId, ValueId> mapped_;
+  std::map<ValueId, ValueId> mapped_, aliases_;
 };
 
 }  // namespace
 
 SplitGraph partial_eval(const Graph& graph, const std::vector<bool>& unknown, const std::vector<size_t>& known_outputs,
-                        const std::vector<size_t>& unknown_outputs) {
+                        const std::vector<size_t>& unknown_outputs, const std::vector<bool>& recomputed_from) {
   if (unknown.size() != graph.parameters.size())
     fail<ValueError>("partial_eval: {} flags for the {} parameters of '{}'", unknown.size(), graph.parameters.size(),
                      graph.name);
+  if (!recomputed_from.empty() && recomputed_from.size() != graph.parameters.size())
+    fail<ValueError>("partial_eval: {} recompute flags for the {} parameters of '{}'", recomputed_from.size(),
+                     graph.parameters.size(), graph.name);
+  for (size_t p = 0; p < recomputed_from.size(); ++p)
+    if (recomputed_from[p] && unknown[p])
+      fail<ValueError>("partial_eval: parameter {} of '{}' is unknown, so the unknown part cannot recompute from it", p,
+                       graph.name);
   for (const std::vector<size_t>* list : {&known_outputs, &unknown_outputs})
     for (size_t i : *list)
       if (i >= graph.outputs.size())
@@ -68,6 +79,23 @@ SplitGraph partial_eval(const Graph& graph, const std::vector<bool>& unknown, co
     node_unknown[n] = u;
     for (ValueId out : node.outputs) is_unknown[static_cast<size_t>(out)] = u;
   }
+  // The known values that are functions of the recomputed_from parameters alone, and the
+  // node defining each node output.
+  std::vector<bool> recomputable(graph.values.size(), false);
+  std::vector<size_t> producer(graph.values.size(), graph.nodes.size());
+  for (size_t p = 0; p < recomputed_from.size(); ++p)
+    if (recomputed_from[p]) recomputable[static_cast<size_t>(graph.parameters[p])] = true;
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const Node& node = graph.nodes[n];
+    if (node.dead) continue;
+    bool r = !recomputed_from.empty() && !node_unknown[n] && !node.inputs.empty();
+    for (ValueId in : node.inputs)
+      r = r && (recomputable[static_cast<size_t>(in)] || graph.value(in).kind == ValueKind::Constant);
+    for (ValueId out : node.outputs) {
+      recomputable[static_cast<size_t>(out)] = r;
+      producer[static_cast<size_t>(out)] = n;
+    }
+  }
   for (size_t i : known_outputs)
     if (is_unknown[static_cast<size_t>(graph.outputs[i])])
       fail<ValueError>("partial_eval: output {} of '{}' depends on an unknown parameter; it cannot be known", i,
@@ -85,8 +113,10 @@ SplitGraph partial_eval(const Graph& graph, const std::vector<bool>& unknown, co
   std::vector<ValueId> residuals, read;  // read: the known values the unknown part reads
   std::vector<bool> is_residual(graph.values.size(), false), is_read(graph.values.size(), false);
   std::vector<bool> forwarded(graph.parameters.size(), false);
+  std::vector<bool> recomputed(graph.nodes.size(), false);  // known nodes the unknown part copies
   std::map<ValueId, size_t> parameter_index;
   for (size_t p = 0; p < graph.parameters.size(); ++p) parameter_index[graph.parameters[p]] = p;
+  std::vector<ValueId> pending;  // values read by recomputed nodes, not yet visited
   auto read_by_unknown = [&](ValueId v) {
     if (is_unknown[static_cast<size_t>(v)] || is_read[static_cast<size_t>(v)]) return;
     is_read[static_cast<size_t>(v)] = true;
@@ -95,15 +125,29 @@ SplitGraph partial_eval(const Graph& graph, const std::vector<bool>& unknown, co
     const Value& value = graph.value(s);
     if (value.kind == ValueKind::Parameter) {
       forwarded[parameter_index.at(s)] = true;
+    } else if (value.kind == ValueKind::NodeOutput && recomputable[static_cast<size_t>(s)]) {
+      const size_t n = producer[static_cast<size_t>(s)];
+      if (!recomputed[n]) {
+        recomputed[n] = true;
+        pending.insert(pending.end(), graph.nodes[n].inputs.begin(), graph.nodes[n].inputs.end());
+      }
     } else if (value.kind == ValueKind::NodeOutput && !is_residual[static_cast<size_t>(s)]) {
       is_residual[static_cast<size_t>(s)] = true;
       residuals.push_back(s);
     }
   };
+  auto read_with_inputs = [&](ValueId v) {
+    read_by_unknown(v);
+    while (!pending.empty()) {
+      const ValueId next = pending.back();
+      pending.pop_back();
+      read_by_unknown(next);
+    }
+  };
   for (size_t n = 0; n < graph.nodes.size(); ++n)
     if (!graph.nodes[n].dead && node_unknown[n])
-      for (ValueId in : graph.nodes[n].inputs) read_by_unknown(in);
-  for (size_t i : unknown_outputs) read_by_unknown(graph.outputs[i]);
+      for (ValueId in : graph.nodes[n].inputs) read_with_inputs(in);
+  for (size_t i : unknown_outputs) read_with_inputs(graph.outputs[i]);
 
   SplitGraph split;
   split.known.name = graph.name + "_known";
@@ -126,11 +170,12 @@ SplitGraph partial_eval(const Graph& graph, const std::vector<bool>& unknown, co
         split.unknown_parameters.push_back(p);
         copy.bind(graph.parameters[p], split.unknown.add_parameter(graph.type(graph.parameters[p])));
       }
-    // The known values read through an identity read its source.
+    // The known values read through an identity read its source (a recomputed one is
+    // copied below, before its first reader).
     for (ValueId v : read)
-      if (source[static_cast<size_t>(v)] != v) copy.bind(v, copy.value(source[static_cast<size_t>(v)]));
+      if (source[static_cast<size_t>(v)] != v) copy.alias(v, source[static_cast<size_t>(v)]);
     for (size_t n = 0; n < graph.nodes.size(); ++n)
-      if (!graph.nodes[n].dead && node_unknown[n]) copy.node(graph.nodes[n]);
+      if (!graph.nodes[n].dead && (node_unknown[n] || recomputed[n])) copy.node(graph.nodes[n]);
     for (size_t i : unknown_outputs) split.unknown.outputs.push_back(copy.value(graph.outputs[i]));
   }
   split.known.verify();

@@ -389,16 +389,29 @@ PartitionedProgram Partitioner::run(const std::vector<std::optional<Sharding>>& 
   for (const Array& o : outputs) lg.graph.outputs.push_back(lg.value_of(o));
   lg.graph.name = g_.name;
   program.local = std::move(lg.graph);
-  if (int combined = combine_all_reduces(program.local); combined > 0)
-    summary_.lines.push_back(
-        fmt::format("({} groups of small independent all-reduces combined into one call each)", combined));
-  // Count the collectives of the local program (the summary's per-step figures).
-  for (const Node& n : program.local.nodes) {
+  if (options_.combine_all_reduces)
+    if (int combined = combine_all_reduces(program.local); combined > 0)
+      summary_.lines.push_back(
+          fmt::format("({} groups of small independent all-reduces combined into one call each)", combined));
+  summary_.per_device = collective_stats(program.local);  // the summary's per-step figures
+  program.summary = std::move(summary_);
+  return program;
+}
+
+std::string bytes_text(double b) {
+  if (b >= 1024.0 * 1024.0) return fmt::format("{:.2f} MiB", b / (1024.0 * 1024.0));
+  if (b >= 1024.0) return fmt::format("{:.1f} KiB", b / 1024.0);
+  return fmt::format("{:.0f} B", b);
+}
+
+}  // namespace
+
+CommStats collective_stats(const Graph& local) {
+  CommStats s;
+  for (const Node& n : local.nodes) {
     const auto* c = dynamic_cast<const Collective*>(n.primitive.get());
-    if (c == nullptr) continue;
-    double in_bytes = static_cast<double>(program.local.type(n.inputs[0]).nbytes());
-    double bytes = c->bytes_sent(in_bytes);
-    CommStats& s = summary_.per_device;
+    if (c == nullptr || n.dead) continue;
+    const double bytes = c->bytes_sent(static_cast<double>(local.type(n.inputs[0]).nbytes()));
     switch (c->kind()) {
       case CollectiveKind::AllGather:
         ++s.all_gather_calls, s.all_gather_bytes += bytes;
@@ -416,17 +429,8 @@ PartitionedProgram Partitioner::run(const std::vector<std::optional<Sharding>>& 
         break;
     }
   }
-  program.summary = std::move(summary_);
-  return program;
+  return s;
 }
-
-std::string bytes_text(double b) {
-  if (b >= 1024.0 * 1024.0) return fmt::format("{:.2f} MiB", b / (1024.0 * 1024.0));
-  if (b >= 1024.0) return fmt::format("{:.1f} KiB", b / 1024.0);
-  return fmt::format("{:.0f} B", b);
-}
-
-}  // namespace
 
 std::string CollectiveSummary::text() const {
   const CommStats& s = per_device;

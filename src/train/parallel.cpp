@@ -181,11 +181,16 @@ std::string Layout::describe() const {
 }
 
 double Layout::analytic_step_bytes(int64_t layers, int64_t dim, int64_t batch, int64_t seq) const {
-  return analytic_bytes(PartBytes{nullptr, layers, true, true, ""}, dim, batch, seq, false);
+  return analytic_bytes(PartBytes{nullptr, layers, true, true, "", nullptr}, dim, batch, seq, false);
 }
 
 double Layout::analytic_recomputed_part_bytes(const PartBytes& part, int64_t dim, int64_t batch, int64_t seq) const {
   return analytic_bytes(part, dim, batch, seq, true);
+}
+
+double Layout::analytic_kept_part_bytes(const PartBytes& part, int64_t dim, int64_t batch, int64_t seq) const {
+  if (!part.read_by_backward) fail<ValueError>("analytic_kept_part_bytes: the part has no read_by_backward predicate");
+  return analytic_bytes(part, dim, batch, seq, false);
 }
 
 double Layout::analytic_bytes(const PartBytes& part, int64_t dim, int64_t batch, int64_t seq, bool recompute) const {
@@ -209,7 +214,9 @@ double Layout::analytic_bytes(const PartBytes& part, int64_t dim, int64_t batch,
       bool sharded = std::find(split.begin(), split.end(), a) != split.end();
       (sharded ? fsdp : other) *= mesh_.axis_size(a);
     }
-    const double gathers = recompute && path == part.output_bias ? 1 : forward_runs;
+    const double gathers = part.read_by_backward                   ? (part.read_by_backward(path) ? 2 : 1)
+                           : recompute && path == part.output_bias ? 1
+                                                                   : forward_runs;
     // The position table is read in its first `seq` rows only, which is what its
     // all-gathers move; its gradient covers every row.
     const double read =

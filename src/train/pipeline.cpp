@@ -14,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "spmd/combine_all_reduces.h"
 #include "tessera/api/jit.h"
 #include "tessera/base/error.h"
 #include "tessera/base/thread_pool.h"
@@ -286,42 +287,57 @@ PipelineExecutor::PipelineExecutor(const models::Model& model, const PipelineOpt
   kept_.resize(static_cast<size_t>(stages));
   kept_compiled_.reset(new std::atomic<bool>[static_cast<size_t>(stages)]);
   for (int i = 0; i < stages; ++i) kept_compiled_[static_cast<size_t>(i)] = false;
-  if (!options.recompute && sharded())
-    fail<ValueError>(
-        "pipeline: keeping the stages' activations (recompute = false) is not built for stages partitioned over the "
-        "mesh {}; they recompute their forward (parallel.pipeline_recompute = true)",
-        mesh.to_string());
 }
 
-PipelineExecutor::KeptProgram PipelineExecutor::kept_program(int stage, const Tree& args, bool only_trace) const {
+PipelineExecutor::KeptProgram PipelineExecutor::kept_program(int stage, const Tree& args, const std::vector<int>& inner,
+                                                             ShardedProgram* layouts) const {
   KeptProgram k;
   Tree out_structure;
-  compiler::Graph g = trace(keep_fn_[static_cast<size_t>(stage)], args, {}, &out_structure);
+  // Partitioned stages split the per-device program: its forward's collectives go with the
+  // forward, its backward's with the backward (all-reduces combined within each part only).
+  compiler::Graph g =
+      sharded()
+          ? partition_stage(stage, keep_fn_[static_cast<size_t>(stage)], args, &out_structure, layouts, false).local
+          : trace(keep_fn_[static_cast<size_t>(stage)], args, {}, &out_structure);
   g.name = fmt::format("stage{}", stage);
   const std::vector<std::string> parameters = args.paths(), outputs = out_structure.paths();
-  std::vector<bool> unknown;
-  for (const std::string& path : parameters) unknown.push_back(path == "dy" || path == "dr");
+  std::vector<bool> unknown, recomputed_from;
+  for (const std::string& path : parameters) {
+    unknown.push_back(path == "dy" || path == "dr");
+    // Partitioned: what the backward reads of the parameters alone (FSDP's all-gathered
+    // weights, their casts) it computes again rather than keeping per micro-batch.
+    if (sharded()) recomputed_from.push_back(path.starts_with("p."));
+  }
   std::vector<size_t> known_outputs, unknown_outputs;
   for (size_t i = 0; i < outputs.size(); ++i)
     (outputs[i].starts_with("out.") ? known_outputs : unknown_outputs).push_back(i);
-  k.split = compiler::partial_eval(g, unknown, known_outputs, unknown_outputs);
+  k.split = compiler::partial_eval(g, unknown, known_outputs, unknown_outputs, recomputed_from);
   k.split.known.name = fmt::format("stage{}_forward", stage);
   k.split.unknown.name = fmt::format("stage{}_backward", stage);
+  if (sharded()) {
+    spmd::combine_all_reduces(k.split.known);
+    spmd::combine_all_reduces(k.split.unknown);
+    k.forward_collectives = per_run_line(spmd::collective_stats(k.split.known));
+    k.backward_collectives = per_run_line(spmd::collective_stats(k.split.unknown));
+  }
   k.backward_parameters = k.split.unknown_parameters;
   Tree::Dict grads = out_structure.items();
   k.out_structure = grads.at("out");
   grads.erase("out");
   k.grads_structure = Tree::dict(grads);
-  if (!only_trace) {
-    k.forward = compiler::compile(k.split.known);
+  k.forward.resize(static_cast<size_t>(inner_size_));
+  k.backward.resize(static_cast<size_t>(inner_size_));
+  for (int j : inner) {
+    std::unique_ptr<compiler::Executable>& forward = k.forward[static_cast<size_t>(j)];
+    forward = compiler::compile(k.split.known);
     // The residuals are read once, by this backward: their buffers may hold its outputs,
     // unless the forward returns one by reference (a folded constant, an argument such as
     // a parameter, or a view sharing another value's buffer).
-    const std::vector<bool> own = k.forward->owned_outputs();
+    const std::vector<bool> own = forward->owned_outputs();
     const size_t first = k.split.known.outputs.size() - k.split.residuals;
     std::vector<bool> donated(k.split.unknown.parameters.size(), false);
     for (size_t i = 0; i < k.split.residuals; ++i) donated[i] = own[first + i];
-    k.backward = compiler::compile(k.split.unknown, {}, donated);
+    k.backward[static_cast<size_t>(j)] = compiler::compile(k.split.unknown, {}, donated);
   }
   return k;
 }
@@ -420,14 +436,22 @@ void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape, bo
     const std::vector<Array> output = types_of(handed(out, s == stages - 1));
     stage_outputs_.push_back(output);
     set_handed(args, output, true);
-    if (sharded()) {
-      sharded_backward_.push_back(partition_program(s, backward_fn_[static_cast<size_t>(s)], args, inner));
-    } else if (here_runs && keeps()) {
+    if (keeps() && (here_runs || sharded())) {
+      // Partitioned: another process's stage is partitioned for its layouts, not compiled;
+      // sharded_backward_ then holds only the layouts (the gradients' assembly reads them).
+      ShardedProgram layouts;
       KeptProgram& k = kept_[static_cast<size_t>(s)];
-      k = kept_program(s, args, false);
-      kept_compiled_[static_cast<size_t>(s)] = true;
-      traced_text_[2 * static_cast<size_t>(s)] = k.split.known.text();
-      traced_text_[2 * static_cast<size_t>(s) + 1] = k.split.unknown.text();
+      k = kept_program(s, args, inner, &layouts);
+      if (sharded()) sharded_backward_.push_back(std::move(layouts));
+      kept_compiled_[static_cast<size_t>(s)] = here_runs;
+      if (here_runs) {
+        traced_text_[2 * static_cast<size_t>(s)] =
+            k.split.known.text() + (sharded() ? k.forward_collectives + "\n" : "");
+        traced_text_[2 * static_cast<size_t>(s) + 1] =
+            k.split.unknown.text() + (sharded() ? k.backward_collectives + "\n" : "");
+      }
+    } else if (sharded()) {
+      sharded_backward_.push_back(partition_program(s, backward_fn_[static_cast<size_t>(s)], args, inner));
     } else if (here_runs) {
       traced_text_[2 * static_cast<size_t>(s) + 1] = backward_[static_cast<size_t>(s)].lowered(args).text();
     }
@@ -605,7 +629,7 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
           (void)trace(forward_fn_[static_cast<size_t>(s)], forward_args, {}, &out);
           Tree with_dy = forward_args;
           set_handed(with_dy, types_of(handed(out, s == stages - 1)), true);
-          kept_[static_cast<size_t>(s)] = kept_program(s, with_dy, false);
+          kept_[static_cast<size_t>(s)] = kept_program(s, with_dy, {0});
           compiled_[2 * static_cast<size_t>(s)] = true;
           compiled_[2 * static_cast<size_t>(s) + 1] = true;
           done = true;
@@ -668,7 +692,7 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
           if (keeps() && !forward_only) {
             // The forward returns its hand-over (or loss), then the activations its backward reads.
             KeptProgram& k = kept_for(s, args);
-            std::vector<Array> outputs = k.forward->run(args.leaves());
+            std::vector<Array> outputs = k.forward[static_cast<size_t>(j)]->run(args.leaves());
             const size_t n = k.out_structure.leaves().size();
             output =
                 handed(k.out_structure.with_leaves(std::vector<Array>(outputs.begin(), outputs.begin() + n)), last);
@@ -706,7 +730,7 @@ PipelineResult PipelineExecutor::execute(const Tree& params, const Array& tokens
             residuals.erase({mb, s});
             const std::vector<Array> leaves = args.leaves();
             for (size_t i : k.backward_parameters) inputs.push_back(leaves[i]);
-            out = k.grads_structure.with_leaves(k.backward->run(inputs));
+            out = k.grads_structure.with_leaves(k.backward[static_cast<size_t>(j)]->run(inputs));
           } else {
             out = run_program(false, s, args);
           }

@@ -71,11 +71,6 @@ std::optional<PipelinePlan> pipeline_plan(const TrainConfig& c) {
   // are partitioned, else one per replica.
   int64_t split = 1;
   o.recompute = c.parallel.pipeline_recompute;
-  if (inside && !o.recompute)
-    fail<ConfigError>(
-        "config: 'parallel.pipeline_recompute' = false with stages partitioned over the mesh \"{}\": keeping the "
-        "stages' activations is built for pipeline and data axes only; set it to true",
-        c.parallel.mesh);
   if (inside) {
     o.mesh = mesh;
     o.rules = parse_axis_rules(c.parallel.rules);

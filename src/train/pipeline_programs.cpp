@@ -9,12 +9,24 @@
 #include "tessera/compiler/compile.h"
 #include "tessera/core/ops.h"
 #include "tessera/nn/logical_sharding.h"
+#include "tessera/nn/param.h"
 #include "tessera/spmd/api.h"
 #include "tessera/spmd/partitioner.h"
 #include "tessera/spmd/runtime.h"
 #include "tessera/train/pipeline.h"
 
 namespace tessera::train {
+
+std::string PipelineExecutor::per_run_line(const spmd::CommStats& stats) {
+  spmd::CollectiveSummary summary;
+  summary.per_device = stats;
+  const std::string text = summary.text();
+  // The summary counts one run of the program: here one micro-batch's pass.
+  std::string line = text.substr(0, text.find('\n'));
+  const std::string per_step = "collectives per step and device: ";
+  if (line.starts_with(per_step)) line = "collectives per run and device: " + line.substr(per_step.size());
+  return line;
+}
 
 Shape PipelineExecutor::micro_shape(const Shape& tokens_shape) const {
   if (tokens_shape.size() != 2 || tokens_shape[0] % schedule_.micro_batches != 0)
@@ -37,6 +49,8 @@ std::pair<int, int> PipelineExecutor::coordinates(int device) const {
 spmd::Sharding PipelineExecutor::leaf_sharding(int stage, const std::string& path, const Array& leaf) const {
   const size_t dot = path.find('.');
   const std::string head = path.substr(0, dot);
+  // A kept-activation program's "out": the stage's hand-over or loss, as the forward's.
+  if (head == "out") return leaf_sharding(stage, path.substr(dot + 1), leaf);
   if (head == "p" || head == "dp") {
     // "layers.<i>.<rest>" of stage s is the model's layer first(s) + i.
     std::string rest = path.substr(dot + 1);
@@ -55,10 +69,12 @@ spmd::Sharding PipelineExecutor::leaf_sharding(int stage, const std::string& pat
 }
 
 spmd::PartitionedProgram PipelineExecutor::partition_stage(int stage, const JitFn& fn, const Tree& args,
-                                                           Tree* out_structure, ShardedProgram* layouts) const {
+                                                           Tree* out_structure, ShardedProgram* layouts,
+                                                           bool combine) const {
   compiler::Graph graph = trace(fn, args, {}, out_structure);
   graph.name = fmt::format("stage{}_{}", stage, args.items().count("dy") ? "backward" : "forward");
   spmd::PartitionOptions names;
+  names.combine_all_reduces = combine;
   names.parameter_names = args.paths();
   names.output_names = out_structure->paths();
   std::vector<std::optional<spmd::Sharding>> in, out;
@@ -84,12 +100,7 @@ PipelineExecutor::ShardedProgram PipelineExecutor::partition_program(int stage, 
   ShardedProgram program;
   const spmd::PartitionedProgram partitioned = partition_stage(stage, fn, args, &program.out_structure, &program);
   program.text = partitioned.text();
-  const std::string summary = partitioned.summary.text();
-  // The summary counts one run of the program: here one micro-batch's pass.
-  program.collectives = summary.substr(0, summary.find('\n'));
-  const std::string per_step = "collectives per step and device: ";
-  if (program.collectives.starts_with(per_step))
-    program.collectives = "collectives per run and device: " + program.collectives.substr(per_step.size());
+  program.collectives = per_run_line(partitioned.summary.per_device);
   program.collective_bytes = partitioned.summary.per_device.total_bytes();
   program.per_device.resize(static_cast<size_t>(inner_size_));
   for (int j : inner) {
@@ -126,7 +137,7 @@ std::vector<PipelineExecutor::StageGraphs> PipelineExecutor::trace_stages(const 
     set_handed(args, output, true);
     if (keeps()) {
       // The forward keeps the activations its backward reads; the backward starts from them.
-      KeptProgram k = kept_program(s, args, /*only_trace=*/true);
+      KeptProgram k = kept_program(s, args, {});
       const std::vector<std::string> names = args.paths();
       g.backward_names.clear();
       g.residuals = k.split.residuals;
@@ -153,7 +164,23 @@ std::vector<PipelineExecutor::StageGraphs> PipelineExecutor::trace_stages(const 
 
 std::string PipelineExecutor::stage_summary() const {
   std::string text;
-  for (size_t s = 0; s < sharded_forward_.size(); ++s)
+  auto peak_mib = [](const std::vector<std::unique_ptr<compiler::Executable>>& per_device) {
+    size_t peak = 0;
+    for (const auto& executable : per_device)
+      if (executable) peak = std::max(peak, executable->stats().peak_bytes);
+    return static_cast<double>(peak) / (1024.0 * 1024.0);
+  };
+  for (size_t s = 0; s < sharded_forward_.size(); ++s) {
+    if (keeps()) {
+      // The split programs that train (sharded_forward_ is evaluation's forward then).
+      const KeptProgram& k = kept_[s];
+      if (std::none_of(k.forward.begin(), k.forward.end(), [](const auto& e) { return e != nullptr; })) continue;
+      text += fmt::format("stage {} forward (keeps activations): {}; peak memory per device {:.1f} MiB\n", s,
+                          k.forward_collectives, peak_mib(k.forward));
+      text += fmt::format("stage {} backward (from kept activations): {}; peak memory per device {:.1f} MiB\n", s,
+                          k.backward_collectives, peak_mib(k.backward));
+      continue;
+    }
     for (const ShardedProgram* program : {&sharded_forward_[s], &sharded_backward_[s]}) {
       // With processes: only the stages this process runs.
       if (std::none_of(program->per_device.begin(), program->per_device.end(),
@@ -163,6 +190,7 @@ std::string PipelineExecutor::stage_summary() const {
                           program == &sharded_forward_[s] ? "forward" : "backward", program->collectives,
                           static_cast<double>(program->peak_bytes) / (1024.0 * 1024.0));
     }
+  }
   return text;
 }
 
@@ -185,8 +213,20 @@ double PipelineExecutor::analytic_collective_bytes(int64_t batch, int64_t seq) c
       return stage_reads(path, {first, last}, embedding, head, tied);
     };
     if (!head) part.output_bias = fmt::format("layers.{}.mlp.proj.b", last - 1);  // GPT's blocks end with it
-    bytes += schedule_.micro_batches * inner_size_ *
-             layout_->analytic_recomputed_part_bytes(part, model_.config().dim, batch / schedule_.micro_batches, seq);
+    const int64_t rows = batch / schedule_.micro_batches, dim = model_.config().dim;
+    if (keeps()) {
+      // The backward reads the weights and norm scales (for the input gradients), not the
+      // biases or norm shifts (added: their gradients need not their values), nor the
+      // embeddings the first stage looks up (a tied embedding is the last stage's head: read).
+      part.read_by_backward = [head, tied, specs = model_.specs()](const std::string& path) {
+        if (path == "wte") return head && tied;
+        const nn::ParamKind kind = specs.at(path).kind;
+        return kind == nn::ParamKind::Weight || (kind == nn::ParamKind::Norm && !path.ends_with(".bias"));
+      };
+      bytes += schedule_.micro_batches * inner_size_ * layout_->analytic_kept_part_bytes(part, dim, rows, seq);
+    } else {
+      bytes += schedule_.micro_batches * inner_size_ * layout_->analytic_recomputed_part_bytes(part, dim, rows, seq);
+    }
   }
   return bytes;
 }
@@ -202,8 +242,9 @@ std::string PipelineExecutor::text() const {
                         static_cast<int>(s) % schedule_.devices, stage_layers_[s].first, stage_layers_[s].second - 1);
     // With processes, another process's stages were not compiled here.
     const std::string elsewhere = "(runs in another process)\n";
-    const std::string& forward = sharded() ? sharded_forward_[s].text : traced_text_[2 * s];
-    const std::string& backward = sharded() ? sharded_backward_[s].text : traced_text_[2 * s + 1];
+    const bool partitioned = sharded() && !keeps();  // kept activations: the split programs' text
+    const std::string& forward = partitioned ? sharded_forward_[s].text : traced_text_[2 * s];
+    const std::string& backward = partitioned ? sharded_backward_[s].text : traced_text_[2 * s + 1];
     text += "-- forward --\n" + (forward.empty() ? elsewhere : forward);
     text += "-- backward --\n" + (backward.empty() ? elsewhere : backward);
   }

@@ -78,5 +78,54 @@ TEST(PartialEval, AKnownOutputThatNeedsAnUnknownParameterIsAnError) {
   EXPECT_THROW((void)partial_eval(g, {false, true, false, false}, {9}, {}), ValueError) << "no output 9";
 }
 
+// y = tanh(x exp(w)) * x + b: exp(w) is a function of the parameter w alone. Kept, it is
+// a residual beside tanh(x exp(w)); recomputed from w, the backward computes it again
+// from w (passed again) and keeps only tanh's value, and the parts still compose to the
+// whole graph's bits.
+TEST(PartialEval, ValuesOfRecomputedParametersAreComputedAgainNotKept) {
+  const Tree args{{"b", Array::placeholder({8}, DType::Float32)},
+                  {"dy", Array::placeholder({4, 8}, DType::Float32)},
+                  {"w", Array::placeholder({8, 8}, DType::Float32)},
+                  {"x", Array::placeholder({4, 8}, DType::Float32)}};
+  const JitFn fn = [](const Tree& a, const StaticArgs&) {
+    const ArrayFn f = [](const std::vector<Array>& in) -> std::vector<Array> {
+      return {add(multiply(tanh(matmul(in[1], exp(in[0]))), in[1]), in[2])};
+    };
+    const auto [y, grads] = vjp(f, {a.at("w").leaf(), a.at("x").leaf(), a.at("b").leaf()}, {a.at("dy").leaf()});
+    return Tree{{"dp", Tree{{"b", grads[2]}, {"w", grads[0]}}}, {"dx", grads[1]}, {"y", y[0]}};
+  };
+  const Graph g = trace(fn, args, {}, nullptr);
+  const std::vector<bool> unknown{false, true, false, false};
+  const SplitGraph kept = partial_eval(g, unknown, {3}, {0, 1, 2});
+  EXPECT_EQ(kept.residuals, 2u) << "tanh(x exp(w)) and exp(w): " << kept.known.text();
+  EXPECT_EQ(test_util::count_nodes(kept.unknown, "exp"), 0u) << kept.unknown.text();
+
+  const SplitGraph split = partial_eval(g, unknown, {3}, {0, 1, 2}, {false, false, true, false});
+  EXPECT_EQ(split.residuals, 1u) << "only tanh(x exp(w)): " << split.known.text();
+  EXPECT_EQ(test_util::count_nodes(split.unknown, "exp"), 1u) << split.unknown.text();
+  EXPECT_EQ(test_util::count_nodes(split.known, "exp"), 1u) << split.known.text();
+  EXPECT_EQ(split.unknown_parameters, (std::vector<size_t>{1, 2, 3})) << "w is passed again";
+
+  const std::vector<Array> params = test_util::random_params(g, 11);
+  const std::vector<Array> whole = test_util::interpret(g, params);
+  const std::vector<Array> known = test_util::interpret(split.known, {params[0], params[2], params[3]});
+  ASSERT_EQ(known.size(), 1 + split.residuals);
+  std::vector<Array> unknown_args(known.begin() + 1, known.end());
+  for (size_t p : split.unknown_parameters) unknown_args.push_back(params[p]);
+  std::vector<Array> got = test_util::interpret(split.unknown, unknown_args);
+  got.push_back(known[0]);
+  test_util::expect_bitwise(got, whole);
+
+  // One flag per parameter, and none on an unknown one.
+  EXPECT_THROW((void)partial_eval(g, unknown, {3}, {0}, {true}), ValueError);
+  try {
+    (void)partial_eval(g, unknown, {3}, {0}, {false, true, false, false});
+    ADD_FAILURE() << "dy is unknown";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is unknown"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace tessera::compiler

@@ -276,6 +276,12 @@ TEST(PipelineConfig, KeysResolve) {
   EXPECT_EQ(plan->options.rules.at("batch"), std::vector<std::string>{"data"});
   EXPECT_EQ(plan->options.micro_batches, 4);                                               // rows split over data only
   EXPECT_EQ(pipeline_plan(pipeline_config("pipeline=2,data=2"))->options.mesh.ndim(), 0);  // replicas, unpartitioned
+  // Partitioned stages keep their activations when asked to.
+  c = pipeline_config("pipeline=2,tensor=2");
+  c.parallel.pipeline_recompute = false;
+  plan = pipeline_plan(c);
+  EXPECT_FALSE(plan->options.recompute);
+  EXPECT_EQ(plan->options.mesh, spmd::Mesh::parse("pipeline=2,tensor=2"));
 }
 
 TEST(PipelineConfig, BadKeysAreClearErrors) {
@@ -322,10 +328,6 @@ TEST(PipelineConfig, BadKeysAreClearErrors) {
   c.loop.batch = 2;
   c.parallel.pipeline_schedule = "interleaved";
   EXPECT_NE(message(c).find("do not split into a multiple of 4 pipeline micro-batches"), std::string::npos);
-  c = pipeline_config("pipeline=2,tensor=2");
-  c.parallel.pipeline_recompute = false;
-  EXPECT_NE(message(c).find("'parallel.pipeline_recompute' = false with stages partitioned over the mesh"),
-            std::string::npos);
 }
 
 // Kept activations (PipelineOptions::recompute = false): each stage's forward returns the
@@ -397,15 +399,111 @@ TEST(PipelineTrainStep, KeptActivationsTrainAsOneDeviceWithoutASecondForward) {
       EXPECT_EQ(r[s].residual_bytes, 0) << variant << " stage " << s;
     }
   }
-  // Partitioned stages recompute (a clear error otherwise).
-  PipelineOptions o;
-  o.mesh = spmd::Mesh::parse("pipeline=2,tensor=2");
-  o.recompute = false;
+}
+
+size_t count_nodes(const compiler::Graph& g, const std::string& primitive) {
+  size_t n = 0;
+  for (const compiler::Node& node : g.nodes) n += !node.dead && node.primitive->name() == primitive ? 1 : 0;
+  return n;
+}
+
+// Kept activations in stages partitioned over the mesh: the stage's partitioned
+// forward-and-backward split at the output gradient. Tensor, FSDP and data parallelism
+// inside the stages, every schedule, accumulation and dropout train as one device
+// (1e-5, bitwise on a repeat; `tessera train`'s config resolves to it). The backward runs
+// no second forward: its matrix products are the recomputing backward's less the
+// forward's, and under tensor parallelism its activation all-reduces are the
+// recomputing backward's less the forward's; GPT-2's collective bytes are the analytic
+// count (Layout::analytic_kept_part_bytes). Under FSDP it all-gathers the parameters it
+// reads again rather than keeping them: a device keeps at most half of what one
+// unpartitioned device keeps (its half of the rows' activations, no gathered weight).
+TEST(PipelineTrainStep, PartitionedStagesKeepActivationsAndTrainAsOneDevice) {
+  testing::VirtualDevices devices(8);
+  struct KeptCase {
+    std::string family, mesh;
+    PipelineKind kind;
+    int micro_batches, virtual_stages;
+    int64_t accumulation;
+    double dropout;
+  };
+  for (const KeptCase& c : {KeptCase{"gpt2", "pipeline=2,tensor=2", PipelineKind::kOneFOneB, 2, 1, 1, 0},
+                            KeptCase{"llama", "pipeline=2,fsdp=2", PipelineKind::kGPipe, 2, 1, 2, 0},
+                            KeptCase{"gpt2", "data=2,pipeline=2,tensor=2", PipelineKind::kInterleaved, 2, 2, 1, 0},
+                            KeptCase{"llama", "pipeline=2,fsdp=2,tensor=2", PipelineKind::kOneFOneB, 2, 1, 1, 0},
+                            KeptCase{"gpt2", "pipeline=2,fsdp=2", PipelineKind::kOneFOneB, 1, 1, 2, 0.1}}) {
+    models::ModelConfig mc = config(c.family);
+    mc.dropout = c.dropout;
+    const models::Model model(mc);
+    const optim::Optimizer optimizer(adamw(), model.specs());
+    const std::string what =
+        fmt::format("{}{} kept {} {} m={} v={} accumulation={}", c.family, c.dropout > 0 ? " dropout" : "", c.mesh,
+                    to_string(c.kind), c.micro_batches, c.virtual_stages, c.accumulation);
+    auto key = [&](int64_t step) {
+      return c.dropout > 0 ? std::optional(nn::param_key(5, fmt::format("dropout/{}", step))) : std::nullopt;
+    };
+    TrainStep one(model, optimizer, c.accumulation);
+    int64_t step = 0;
+    const TrainedRun want = train(model, optimizer, c.accumulation, [&](Tree& p, Tree& s, const auto& micro) {
+      return one.run(p, s, micro, 1e-2, key(step++));
+    });
+    PipelineOptions o = testing::pipeline_options(c.kind, 2, c.micro_batches, c.virtual_stages, c.mesh);
+    o.recompute = false;
+    PipelineTrainStep pipe(model, optimizer, c.accumulation, o, 1, kSeq);
+    auto pipelined = [&](Tree& p, Tree& s, const auto& micro) { return pipe.run(p, s, micro, 1e-2, key(step++)); };
+    step = 0;
+    const TrainedRun got = train(model, optimizer, c.accumulation, pipelined);
+    expect_trains_alike(got, want, what);
+    EXPECT_NE(pipe.describe().find("forward (keeps activations): collectives per run and device"), std::string::npos)
+        << pipe.describe();
+    if (c.family == "gpt2") {
+      // The collectives' bytes: each forward collective once, the weights gathered again.
+      const double analytic = pipe.analytic_collective_bytes(kBatch / c.accumulation, kSeq);
+      std::printf("%-56s collectives %.0f bytes, analytic %.0f\n", what.c_str(), pipe.last_collective_bytes(),
+                  analytic);
+      EXPECT_GE(pipe.last_collective_bytes(), analytic) << what;
+      EXPECT_LE(pipe.last_collective_bytes(), analytic + 64) << what << "\n" << pipe.describe();
+    }
+    step = 0;
+    expect_bitwise_repeat(train(model, optimizer, c.accumulation, pipelined), got, what);
+  }
+
+  // The programs, stage by stage: kept against recomputed, partitioned and not.
   const models::Model model(config("gpt2"));
-  EXPECT_NE(testing::error_of<ValueError>([&] {
-              PipelineExecutor(model, o, kSeq);
-            }).find("keeping the stages' activations (recompute = false) is not built for stages partitioned"),
-            std::string::npos);
+  const Tree shapes = model.placeholders();
+  auto stages = [&](const std::string& mesh, bool recompute) {
+    PipelineOptions o = testing::pipeline_options(PipelineKind::kOneFOneB, 2, 2, 1, mesh);
+    o.recompute = recompute;
+    return PipelineExecutor(model, o, kSeq).trace_stages(shapes, Shape{kBatch, kSeq});
+  };
+  const auto whole = stages("", false);
+  for (const std::string mesh : {"pipeline=2,tensor=2", "pipeline=2,fsdp=2"}) {
+    const auto r = stages(mesh, true), k = stages(mesh, false);
+    for (size_t s = 0; s < r.size(); ++s) {
+      const std::string where = fmt::format("{} stage {}", mesh, s);
+      const size_t dropped = s + 1 < r.size() ? 1 : 0;  // the output's last product (see above)
+      EXPECT_EQ(count_nodes(k[s].forward, "matmul"), count_nodes(r[s].forward, "matmul")) << where;
+      EXPECT_EQ(count_nodes(k[s].backward, "matmul"),
+                count_nodes(r[s].backward, "matmul") - count_nodes(r[s].forward, "matmul") + dropped)
+          << where;
+      EXPECT_GT(k[s].residual_bytes, 0) << where;
+      if (mesh.ends_with("tensor=2")) {
+        // The forward's activation all-reduces are not repeated (the recomputing backward's
+        // leaves out the output's, as its products).
+        EXPECT_EQ(count_nodes(k[s].forward, "all_reduce"), count_nodes(r[s].forward, "all_reduce")) << where;
+        EXPECT_EQ(count_nodes(k[s].backward, "all_reduce"),
+                  count_nodes(r[s].backward, "all_reduce") - count_nodes(r[s].forward, "all_reduce") + dropped)
+            << where << "\n"
+            << k[s].backward.text();
+      } else {
+        // FSDP: every parameter the backward reads is gathered again, none is kept.
+        EXPECT_EQ(count_nodes(k[s].forward, "all_gather"), count_nodes(r[s].forward, "all_gather")) << where;
+        EXPECT_GT(count_nodes(k[s].backward, "all_gather"), 0u) << where;
+        EXPECT_LE(k[s].residual_bytes, 0.5 * whole[s].residual_bytes)
+            << where << ": a device keeps its rows' activations, no gathered weights\n"
+            << k[s].forward.text();
+      }
+    }
+  }
 }
 
 // float16 compute with dynamic loss scaling: the backward passes start from the scaled

@@ -46,7 +46,16 @@ struct PartitionOptions {
   // Names for messages ("argument 3 (params.layers.0.attn.wqkv)"), per parameter.
   std::vector<std::string> parameter_names;
   std::vector<std::string> output_names;
+  // Combine small independent all-reduces into one call each (combine_all_reduces). Off
+  // where the program is split afterwards (a pipeline stage's forward-and-backward,
+  // compiler::partial_eval): a forward's reduction combined with a backward's would
+  // make the forward wait for the backward's input. The caller combines each part.
+  bool combine_all_reduces = true;
 };
+
+// The collectives of a per-device program (a partitioned program's local graph, or a
+// part of one): calls per run and the bytes each device sends (ring counts, CommStats).
+CommStats collective_stats(const compiler::Graph& local);
 
 PartitionedProgram partition(const compiler::Graph& global, const Mesh& mesh,
                              const std::vector<std::optional<Sharding>>& parameter_shardings,

@@ -119,8 +119,16 @@ class Layout {
     int64_t layers = 0;
     bool embedding = false, head = false;
     std::string output_bias;
+    // analytic_kept_part_bytes: the parameters the backward reads (all-gathered again).
+    std::function<bool(const std::string& path)> read_by_backward;
   };
   double analytic_recomputed_part_bytes(const PartBytes& part, int64_t dim, int64_t batch, int64_t seq) const;
+  // The part's forward keeps the activations its backward reads (PipelineOptions::recompute
+  // = false): nothing is recomputed, but the backward all-gathers again the FSDP-split
+  // parameters `read_by_backward` accepts (a weight for its input gradient; not a bias):
+  // those 2 all-gathers, the others 1; 4 activation all-reduces per block under tensor
+  // parallelism; the vocabulary split's forward collectives once.
+  double analytic_kept_part_bytes(const PartBytes& part, int64_t dim, int64_t batch, int64_t seq) const;
 
  private:
   std::optional<spmd::Sharding> leaf_sharding(const std::string& path, const Array& leaf) const;

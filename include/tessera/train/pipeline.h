@@ -86,7 +86,9 @@ struct PipelineOptions {
   // is kept per micro-batch in flight). false: the forward also returns the activations
   // its backward reads (compiler::partial_eval of the traced forward-and-backward at the
   // output gradient) and the backward starts from them: no second forward, more memory
-  // per micro-batch in flight. Stages partitioned over the mesh always recompute.
+  // per micro-batch in flight. Stages partitioned over the mesh split their partitioned
+  // program; the backward all-gathers again the FSDP-split parameters it reads (a whole
+  // copy of each is not kept per micro-batch in flight).
   bool recompute = true;
 };
 
@@ -218,8 +220,9 @@ class PipelineExecutor {
   };
   std::vector<StageGraphs> trace_stages(const Tree& params, const Shape& tokens_shape, bool packed = false) const;
   // Partitioned stages: the bytes their collectives should send in one run over a batch
-  // of `batch` rows, summed over the devices (Layout::analytic_recomputed_part_bytes per
-  // stage, micro-batch and device; scalar reductions not counted). 0 otherwise.
+  // of `batch` rows, summed over the devices (Layout::analytic_recomputed_part_bytes, or
+  // with kept activations analytic_kept_part_bytes, per stage, micro-batch and device; a
+  // GPT's parameter names; scalar reductions not counted). 0 otherwise.
   double analytic_collective_bytes(int64_t batch, int64_t seq) const;
 
  private:
@@ -264,10 +267,13 @@ class PipelineExecutor {
   // over the batch axes, a scalar replicated.
   spmd::Sharding leaf_sharding(int stage, const std::string& path, const Array& leaf) const;
   ShardedProgram partition_program(int stage, const JitFn& fn, const Tree& args, const std::vector<int>& inner) const;
+  // "collectives per run and device: all_gather N (bytes), ...": one run of a stage program.
+  static std::string per_run_line(const spmd::CommStats& stats);
   // The traced program of fn partitioned over the mesh (argument and output layouts into
   // `layouts` when given).
+  // `combine`: its small independent all-reduces combined (PartitionOptions).
   spmd::PartitionedProgram partition_stage(int stage, const JitFn& fn, const Tree& args, Tree* out_structure,
-                                           ShardedProgram* layouts) const;
+                                           ShardedProgram* layouts, bool combine = true) const;
   // Stage s's whole gradients (`whole`: its parameters, for the shapes) from its devices'
   // shards (accumulated, by stage x devices per stage + index). j_here < 0: every device
   // is in this process; else this process's device index, whose shards are swapped with
@@ -293,19 +299,26 @@ class PipelineExecutor {
   // Without recompute (PipelineOptions::recompute = false): per stage, its traced
   // forward-and-backward split at the output gradient and compiled (kept_program()).
   struct KeptProgram {
-    std::unique_ptr<compiler::Executable> forward, backward;
+    // Per device of the stage (its index among them; one without a mesh): the two parts
+    // compiled (with processes only this process's device).
+    std::vector<std::unique_ptr<compiler::Executable>> forward, backward;
     std::vector<size_t> backward_parameters;  // the arguments (by leaf) the backward takes after the residuals
     Tree out_structure;          // the forward's first outputs (the rest are the residuals): "y" (and "r"), or "loss"
     Tree grads_structure;        // the backward's outputs: dp, and past the first stage dx (and dr)
     compiler::SplitGraph split;  // the two graphs (text(), the planner)
+    // Partitioned stages: each part's collectives per run and device (stage_summary()).
+    std::string forward_collectives, backward_collectives;
   };
   std::vector<KeptProgram> kept_;
   std::unique_ptr<std::atomic<bool>[]> kept_compiled_;
   std::vector<JitFn> keep_fn_;  // the stage's vjp that also returns its output ("y")
-  bool keeps() const { return !options_.recompute && !sharded(); }
-  // Traces and splits stage s's forward-and-backward for `args` (the backward's: with
-  // "dy"); compiles the two parts unless only_trace.
-  KeptProgram kept_program(int stage, const Tree& args, bool only_trace) const;
+  bool keeps() const { return !options_.recompute; }
+  // Traces (partitioned stages: and partitions) and splits stage s's forward-and-backward
+  // for `args` (the backward's: with "dy"); compiles the two parts for the stage's devices
+  // listed in `inner` (by index among them; {0} without a mesh; none: only traced).
+  // Partitioned: the argument and output layouts into `layouts` when given.
+  KeptProgram kept_program(int stage, const Tree& args, const std::vector<int>& inner,
+                           ShardedProgram* layouts = nullptr) const;
   std::unique_ptr<std::atomic<bool>[]> eval_compiled_;
   std::vector<ShardedProgram> sharded_eval_;
   bool routed_ = false;  // the stages hand on routing figures (ModelConfig::balances_load)

@@ -15,11 +15,10 @@
 // activations and gradients as point-to-point messages) of a 4-layer GPT against one
 // device: pipeline=2 (1F1B, GPipe, and 1F1B keeping the activations instead of
 // recomputing them) on 2 ranks; pipeline=2,data=2 (recomputing and keeping), pipeline=4
-// and stages partitioned over tensor=2 or fsdp=2 on 4; the same bars. Each of these checks
-// the stage-local state (a process holds less than the whole parameters and optimizer
-// state; over the world each parameter once per pipeline, the tied embedding twice) and
-// the validation loss through the stages' forwards against one device's. And float16
-// with loss scaling through pipeline=2 on 2 ranks (check_pipeline_float16), and dropout
+// and stages partitioned over tensor=2 or fsdp=2 (each recomputing and keeping) on 4; the same bars. Each of these
+// checks the stage-local state (a process holds less than the whole parameters and optimizer state; over the world each
+// parameter once per pipeline, the tied embedding twice) and the validation loss through the stages' forwards against
+// one device's. And float16 with loss scaling through pipeline=2 on 2 ranks (check_pipeline_float16), and dropout
 // through pipeline=2 with 1 and 2 micro-batches on 2 ranks and pipeline=2,data=2 on 4
 // (check_pipeline_dropout: one device's accumulation keys). And a mixture of experts through pipeline=2 on 2 ranks,
 // pipeline=2,data=2 and stages partitioned over expert=2 on 4 (check_pipeline_moe: the stages hand on routing figures;
@@ -457,7 +456,9 @@ int main() {
                      {"pipeline=2,data=2 keep", PipelineKind::kOneFOneB},
                      {"pipeline=4", PipelineKind::kOneFOneB},
                      {"pipeline=2,tensor=2", PipelineKind::kOneFOneB},
-                     {"pipeline=2,fsdp=2", PipelineKind::kGPipe}};
+                     {"pipeline=2,tensor=2 keep", PipelineKind::kOneFOneB},
+                     {"pipeline=2,fsdp=2", PipelineKind::kGPipe},
+                     {"pipeline=2,fsdp=2 keep", PipelineKind::kGPipe}};
       for (const auto& [mesh_text, kind] : pipelines) check_pipeline(mesh_text, kind, want_4_layers);
       checked += pipelines.size();
       if (n == 2) {

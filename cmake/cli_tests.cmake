@@ -46,7 +46,8 @@ tessera_cli_cases(full_disk "cli;resilience" 120 fsize fsize_sync tmpfs)
 
 # `tessera launch --srun` against a srun stand-in (tests/cli/srun_stand_in/srun; no Slurm
 # here) and, with mpirun, `--mpi` on a 2-rank data-parallel run: a killed rank restarts
-# the job, final state byte-identical.
+# the job, final state byte-identical; and a stop and resume of 4 pipeline processes that
+# hold shards of their stages' state.
 tessera_cli_cases(launch_modes "cli;resilience" 120 srun_kill srun_budget srun_stand_in_status)
 # Per-rank goodput records and straggler attribution under each launch mode: rank 1 of 2
 # slowed by TESSERA_FAULT slow@step, named by `tessera goodput` (text, --json, --html).
@@ -54,7 +55,7 @@ tessera_cli_cases(launch_modes "cli;goodput" 120 fork_stragglers srun_stragglers
 if(TESSERA_HAS_MPI AND TESSERA_MPIEXEC)
   set(CLI_CASE_ARGS ${TESSERA_MPIEXEC})
   set(CLI_CASE_ENV "${mpi_test_env}")  # cmake/multiprocess_tests.cmake: no LeakSanitizer for OpenMPI
-  tessera_cli_cases(launch_modes "cli;mpi;resilience" 120 mpi_kill mpi_term_one_rank)
+  tessera_cli_cases(launch_modes "cli;mpi;resilience" 120 mpi_kill mpi_term_one_rank mpi_pipeline_shards)
   tessera_cli_cases(launch_modes "cli;mpi;goodput" 120 mpi_stragglers)
   # `tessera launch --hosts` across 2 test hosts (tools/testbed.sh: network namespaces):
   # bitwise the one-process run, a kill on the second host restarted, the clear errors.

@@ -61,6 +61,10 @@ CONFIGS = [
     # (Planner::pipeline_micro_batch_counts): its ranking of them should be the measured one.
     ("tiny pp2 m=2 mpi", "configs/tiny.toml", "pipeline=2", ["parallel.pipeline_micro_batches=2"], 2),
     ("tiny pp2 m=8 mpi", "configs/tiny.toml", "pipeline=2", ["parallel.pipeline_micro_batches=8"], 2),
+    # Stages partitioned over FSDP under mpirun: each process keeps its shards of its stages'
+    # state (PipelineTrainStep::shards_state), recomputing or keeping the activations.
+    ("tiny pp2 fsdp2 mpi", "configs/tiny.toml", "pipeline=2,fsdp=2", [], 4),
+    ("tiny pp2 fsdp2 keep mpi", "configs/tiny.toml", "pipeline=2,fsdp=2", ["parallel.pipeline_recompute=false"], 4),
 ]
 
 # The newest committed GPU run: GPT-2 124M, batch 16 x 1024, bf16, cuDNN attention (phase

@@ -411,7 +411,8 @@ size_t eval_arena_bytes(const models::Model& model, const train::Layout& tl, con
 // A pipeline layout (train/pipeline_step.h): each stage's forward and backward program
 // (partitioned over the other axes when those split), the optimizer update, and the
 // memory a chip holds, a process per chip: the parameters its stages read and their
-// optimizer state (stage-local), their gradients twice (a stage's sum over micro-batches
+// optimizer state (stage-local; its shards of them when the stages are partitioned and
+// the update elementwise, PipelineTrainStep::shards_state), their gradients twice (a stage's sum over micro-batches
 // and the next backward's), its stages' program arenas, the stage inputs of the
 // micro-batches it holds at once (the schedule's peak), the buffers of its sends (until
 // the pass ends), its update's arena, and for a model
@@ -508,11 +509,20 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
   std::vector<std::vector<bool>> reads;
   for (int d = 0; d < p; ++d) reads.push_back(train::device_reads(params, pipe.stage_layers, p, d, tied));
   const int64_t chips_per_coordinate = layout.chips() / p;
+  // Partitioned stages with an elementwise update: a chip keeps its shards of the state.
+  const bool sharded_state = train::PipelineTrainStep::shards_state(plan->options, config.optimizer_config().name);
+  const std::vector<std::string> paths = params.paths();
+  std::vector<Array> held_leaves = leaves;  // what a chip keeps of each parameter
+  if (sharded_state)
+    for (size_t i = 0; i < leaves.size(); ++i)
+      held_leaves[i] =
+          Array::placeholder(executor.param_sharding(paths[i])->local_shape(leaves[i].shape()), leaves[i].dtype());
+  const Tree held_params = params.with_leaves(held_leaves);
   double best_peak = -1;
   bool have_update = false;
   for (int d = 0; d < p; ++d) {
     const std::vector<bool>& held = reads[static_cast<size_t>(d)];
-    const Tree mine = train::PipelineTrainStep::select(params, held);
+    const Tree mine = train::PipelineTrainStep::select(held_params, held);
     const Tree opt_state = abstract_opt_state(optimizer, mine);
     const Tree args{{"grads", mine},
                     {"lr", Array::placeholder({}, DType::Float32)},
@@ -547,8 +557,10 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
       if (!held[i]) continue;
       int64_t coordinates = 0;
       for (const std::vector<bool>& r : reads) coordinates += r[i] ? 1 : 0;
-      pipe.gradient_reductions.emplace_back(static_cast<double>(leaves[i].nbytes()),
-                                            coordinates * chips_per_coordinate);
+      // Sharded state: a piece's gradient is complete in its stage; only a tied
+      // embedding's are summed, between its stages' chips of the same piece.
+      pipe.gradient_reductions.emplace_back(static_cast<double>(held_leaves[i].nbytes()),
+                                            sharded_state ? coordinates : coordinates * chips_per_coordinate);
     }
     PreparedProgram program;
     program.name = "pipeline_update";

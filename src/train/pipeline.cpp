@@ -869,7 +869,9 @@ Tree PipelineExecutor::assemble_grads(const Tree& params, std::vector<std::optio
     // The tied embedding's two parts; with processes, the one of a stage that ran here.
     const Array& a = first.at("wte").leaf();
     const Array& b = last.at("wte").leaf();
-    const bool a_here = a.is_evaluated(), b_here = b.is_evaluated();
+    // (A placeholder has no data; this device's gradient shards are sharded arrays.)
+    auto here = [](const Array& g) { return g.is_evaluated() || spmd::sharding_of(g) != nullptr; };
+    const bool a_here = here(a), b_here = here(b);
     grads["wte"] = Tree(a_here && b_here ? add(a, b).eval() : a_here ? a : b);
   } else if (!tied) {
     grads["head"] = last.at("head");

@@ -251,10 +251,41 @@ std::string PipelineExecutor::text() const {
   return text;
 }
 
+std::optional<spmd::Sharding> PipelineExecutor::param_sharding(const std::string& path) const {
+  if (!sharded()) return std::nullopt;
+  return layout_->param(path);
+}
+
+Array PipelineExecutor::whole_from_shard(const Array& shard, const Shape& shape, DType dtype,
+                                         const spmd::Sharding& sharding) const {
+  const spmd::Mesh& mesh = options_.mesh;
+  const int me = spmd::local_devices().front();
+  // The stage's devices swap their shards (equal sizes), ordered by index among them.
+  std::vector<char> all(shard.nbytes() * static_cast<size_t>(inner_size_));
+  spmd::communicator().all_gather(me, mesh.group(me, inner_axes_), shard.raw_data(), all.data(), shard.nbytes());
+  std::vector<Array> by_inner(static_cast<size_t>(inner_size_));
+  for (int j = 0; j < inner_size_; ++j)
+    by_inner[static_cast<size_t>(j)] =
+        Array::from_data(all.data() + shard.nbytes() * static_cast<size_t>(j), shard.shape(), shard.dtype());
+  return whole_from_inner(by_inner, shape, dtype, sharding);
+}
+
+Array PipelineExecutor::whole_from_inner(const std::vector<Array>& by_inner, const Shape& shape, DType dtype,
+                                         const spmd::Sharding& sharding) const {
+  const spmd::Mesh& mesh = options_.mesh;
+  // Every pipeline coordinate gets the stage's shards (the array is replicated there), so
+  // the sharded array is whole in this process.
+  std::vector<Array> shards(static_cast<size_t>(mesh.size()));
+  for (int dev = 0; dev < mesh.size(); ++dev)
+    shards[static_cast<size_t>(dev)] = by_inner[static_cast<size_t>(coordinates(dev).second)];
+  const Array sharded = spmd::make_sharded(shape, dtype, sharding, std::move(shards));
+  (void)spmd::gather(sharded);
+  return Array::from_data(sharded.raw_data(), shape, dtype);
+}
+
 Tree PipelineExecutor::assemble_stage_grads(int s, const Tree& whole,
                                             const std::vector<std::optional<Tree>>& accumulated, int j_here) const {
   const int inner = inner_size_;
-  const spmd::Mesh& mesh = options_.mesh;
   const std::vector<std::string> paths = whole.paths();
   std::vector<Array> leaves = whole.leaves();
   std::vector<std::vector<Array>> local(static_cast<size_t>(inner));
@@ -262,29 +293,29 @@ Tree PipelineExecutor::assemble_stage_grads(int s, const Tree& whole,
     const std::optional<Tree>& acc = accumulated[static_cast<size_t>(s * inner + j)];
     if (acc) local[static_cast<size_t>(j)] = acc->leaves();
   }
+  const int me = j_here < 0 ? -1 : spmd::local_devices().front();
   for (size_t i = 0; i < leaves.size(); ++i) {
     const spmd::Sharding& sharding = sharded_backward_[static_cast<size_t>(s)].out.at("dp." + paths[i]);
-    std::vector<Array> by_inner(static_cast<size_t>(inner));
-    if (j_here < 0) {
-      for (int j = 0; j < inner; ++j) by_inner[static_cast<size_t>(j)] = local[static_cast<size_t>(j)].at(i);
-    } else {
-      // One process per device: the stage's devices swap their shards (equal sizes).
-      const Array& mine = local[static_cast<size_t>(j_here)].at(i);
-      const int me = options_.ranks[static_cast<size_t>(s % schedule_.devices)];
-      std::vector<char> all(mine.nbytes() * static_cast<size_t>(inner));
-      spmd::communicator().all_gather(me, mesh.group(me, inner_axes_), mine.raw_data(), all.data(), mine.nbytes());
-      for (int j = 0; j < inner; ++j)
-        by_inner[static_cast<size_t>(j)] =
-            Array::from_data(all.data() + mine.nbytes() * static_cast<size_t>(j), mine.shape(), mine.dtype());
+    const Shape shape = leaves[i].shape();
+    const DType dtype = leaves[i].dtype();
+    if (j_here >= 0 && options_.gradient_shards) {
+      // This device's shard, complete for its piece (the programs reduced it over the
+      // stage's batch axes).
+      std::vector<Array> shards(static_cast<size_t>(options_.mesh.size()));
+      shards[static_cast<size_t>(me)] = local[static_cast<size_t>(j_here)].at(i);
+      leaves[i] = spmd::make_sharded(shape, dtype, sharding, std::move(shards));
+      continue;
     }
-    // Every pipeline coordinate gets the stage's shards: the gradient is replicated there.
-    std::vector<Array> shards(static_cast<size_t>(mesh.size()));
-    for (int dev = 0; dev < mesh.size(); ++dev)
-      shards[static_cast<size_t>(dev)] = by_inner[static_cast<size_t>(coordinates(dev).second)];
-    const Array sharded_grad = spmd::make_sharded(leaves[i].shape(), leaves[i].dtype(), sharding, std::move(shards));
-    (void)spmd::gather(sharded_grad);
-    leaves[i] = j_here > 0 ? zeros(leaves[i].shape(), leaves[i].dtype()).eval()
-                           : Array::from_data(sharded_grad.raw_data(), leaves[i].shape(), leaves[i].dtype());
+    if (j_here < 0) {
+      std::vector<Array> by_inner(static_cast<size_t>(inner));
+      for (int j = 0; j < inner; ++j) by_inner[static_cast<size_t>(j)] = local[static_cast<size_t>(j)].at(i);
+      leaves[i] = whole_from_inner(by_inner, shape, dtype, sharding);
+      continue;
+    }
+    // One process per device: whole on each of the stage's devices; only index 0 returns it
+    // (the others zeros, so that a sum over the processes counts it once).
+    const Array assembled = whole_from_shard(local[static_cast<size_t>(j_here)].at(i), shape, dtype, sharding);
+    leaves[i] = j_here > 0 ? zeros(shape, dtype).eval() : assembled;
   }
   return whole.with_leaves(leaves);
 }

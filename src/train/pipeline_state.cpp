@@ -9,6 +9,7 @@
 
 #include "tessera/base/error.h"
 #include "tessera/core/abstract_creation.h"
+#include "tessera/spmd/api.h"
 #include "tessera/spmd/runtime.h"
 #include "tessera/train/pipeline_step.h"
 
@@ -92,6 +93,13 @@ const PipelineTrainStep::Placement& PipelineTrainStep::placement_for(const Tree&
     if (coordinate(device) == coordinate(me)) p.coordinate_group.push_back(device);
   std::vector<std::vector<bool>> reads;  // per pipeline coordinate, per leaf
   for (int d = 0; d < s.devices; ++d) reads.push_back(device_reads(params, stage_layers(), s.devices, d, tied));
+  // The same device of another stage: equal coordinates on every axis but pipeline.
+  std::vector<int> mine = world_mesh_.coords(me);
+  auto same_piece_device = [&](int device) {
+    std::vector<int> c = world_mesh_.coords(device);
+    c[static_cast<size_t>(pipeline_axis)] = mine[static_cast<size_t>(pipeline_axis)];
+    return c == mine;
+  };
   for (size_t i = 0; i < leaves.size(); ++i) {
     // The world devices at the pipeline coordinates whose stages read the leaf.
     std::vector<int> owners;
@@ -99,12 +107,34 @@ const PipelineTrainStep::Placement& PipelineTrainStep::placement_for(const Tree&
       if (reads[static_cast<size_t>(coordinate(device))][i]) owners.push_back(device);
     if (owners.empty()) fail<Error>("pipeline step: no stage reads the parameter '{}'", p.paths[i]);
     const bool held = std::find(owners.begin(), owners.end(), me) != owners.end();
-    const double bytes =
-        static_cast<double>(numel(leaves[i].shape()) * static_cast<int64_t>(itemsize(leaves[i].dtype())));
+    double bytes = static_cast<double>(numel(leaves[i].shape()) * static_cast<int64_t>(itemsize(leaves[i].dtype())));
     p.whole_bytes += bytes;
+    std::optional<spmd::Sharding> sharding;
+    bool counted = owners.front() == me;
+    if (shard_state_) {
+      // Held as this device's shard, unless the layout splits it over no axis.
+      sharding = executors_.front().param_sharding(p.paths[i]);
+      const Shape local = sharding->local_shape(leaves[i].shape());
+      if (local == leaves[i].shape()) sharding.reset();
+      bytes = static_cast<double>(numel(local) * static_cast<int64_t>(itemsize(leaves[i].dtype())));
+      std::vector<int> peers;
+      for (int device : owners)
+        if (same_piece_device(device)) peers.push_back(device);
+      // The norm counts a piece once: on its first stage's device whose coordinates are 0
+      // on the axes that do not split it (its copies elsewhere are equal).
+      std::vector<bool> splits(static_cast<size_t>(world_mesh_.ndim()), false);
+      if (sharding)
+        for (int d = 0; d < sharding->rank(); ++d)
+          for (int a : sharding->dim_axes(d)) splits[static_cast<size_t>(a)] = true;
+      counted = held && peers.front() == me;
+      for (int a = 0; a < world_mesh_.ndim(); ++a)
+        if (a != pipeline_axis && !splits[static_cast<size_t>(a)] && mine[static_cast<size_t>(a)] != 0) counted = false;
+      p.peers.push_back(std::move(peers));
+    }
     p.held_bytes += held ? bytes : 0;
     p.held.push_back(held);
-    p.counted.push_back(owners.front() == me);
+    p.counted.push_back(counted);
+    p.sharding.push_back(std::move(sharding));
     p.owners.push_back(std::move(owners));
   }
   placement_ = std::move(p);
@@ -133,10 +163,19 @@ Tree PipelineTrainStep::init_state(const Tree& params) {
 void PipelineTrainStep::place(Tree& params, Tree& opt_state) {
   if (!multi_process_) return;
   const Placement& p = placement_for(params);
+  const int me = spmd::local_devices().front();
   auto drop = [&](const Tree& tree) {
     std::vector<Array> leaves = tree.leaves();
-    for (size_t i = 0; i < leaves.size(); ++i)
-      if (!p.held[i]) leaves[i] = Array::placeholder(leaves[i].shape(), leaves[i].dtype());
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (!p.held[i]) {
+        leaves[i] = Array::placeholder(leaves[i].shape(), leaves[i].dtype());
+      } else if (p.sharding[i] && !spmd::sharding_of(leaves[i])) {
+        // Sharded state: this device's shard of the whole leaf (the rest is freed).
+        std::vector<Array> shards(static_cast<size_t>(world_mesh_.size()));
+        shards[static_cast<size_t>(me)] = spmd::shard_for_device(leaves[i], *p.sharding[i], me).eval();
+        leaves[i] = spmd::make_sharded(leaves[i].shape(), leaves[i].dtype(), *p.sharding[i], std::move(shards));
+      }
+    }
     return tree.with_leaves(leaves);
   };
   params = drop(params);
@@ -154,6 +193,11 @@ Tree PipelineTrainStep::gathered(const Tree& tree, int to) {
   const std::vector<int> world = spmd::world_group();
   auto gather = [&](const Tree& like_params) {
     std::vector<Array> leaves = like_params.leaves();
+    // Sharded state: first the whole leaves from the shards of each stage's devices.
+    for (size_t i = 0; i < leaves.size(); ++i)
+      if (const spmd::Sharding* sharding = spmd::sharding_of(leaves[i]); sharding && p.held[i])
+        leaves[i] = executors_.front().whole_from_shard(spmd::addressable_shards(leaves[i]).at(static_cast<size_t>(me)),
+                                                        leaves[i].shape(), leaves[i].dtype(), *sharding);
     for (size_t i = 0; i < leaves.size(); ++i) {
       const std::vector<int>& owners = p.owners[i];
       const int root = owners.front();
@@ -190,9 +234,37 @@ Tree PipelineTrainStep::gathered(const Tree& tree, int to) {
 
 double PipelineTrainStep::held_bytes(const Tree& tree) {
   double bytes = 0;
-  for (const Array& leaf : tree.leaves())
-    if (leaf.is_evaluated()) bytes += static_cast<double>(leaf.nbytes());
+  for (const Array& leaf : tree.leaves()) {
+    if (spmd::sharding_of(leaf)) {
+      for (const Array& shard : spmd::addressable_shards(leaf))
+        if (shard.valid() && shard.is_evaluated()) bytes += static_cast<double>(shard.nbytes());
+    } else if (leaf.is_evaluated()) {
+      bytes += static_cast<double>(leaf.nbytes());
+    }
+  }
   return bytes;
+}
+
+Tree PipelineTrainStep::local_shards(const Tree& tree) const {
+  if (!shard_state_) return tree;
+  const int me = spmd::local_devices().front();
+  return tree.map([me](const Array& leaf) {
+    return spmd::sharding_of(leaf) ? spmd::addressable_shards(leaf).at(static_cast<size_t>(me)) : leaf;
+  });
+}
+
+Tree PipelineTrainStep::sharded_like(const Tree& local, const Tree& like) const {
+  if (!shard_state_) return local;
+  const int me = spmd::local_devices().front();
+  std::vector<Array> leaves = local.leaves();
+  const std::vector<Array> likes = like.leaves();
+  for (size_t i = 0; i < leaves.size(); ++i)
+    if (const spmd::Sharding* sharding = spmd::sharding_of(likes[i])) {
+      std::vector<Array> shards(static_cast<size_t>(sharding->mesh().size()));
+      shards[static_cast<size_t>(me)] = leaves[i];
+      leaves[i] = spmd::make_sharded(likes[i].shape(), likes[i].dtype(), *sharding, std::move(shards));
+    }
+  return local.with_leaves(leaves);
 }
 
 }  // namespace tessera::train

@@ -30,12 +30,21 @@ PipelineTrainStep::PipelineTrainStep(const models::Model& model, const optim::Op
     PipelineOptions o = pipeline;
     o.ranks = mesh->group(me, {mesh->axis_index("pipeline")});
     multi_process_ = true;
+    shard_state_ = shards_state(pipeline, optimizer.config().name);
+    o.gradient_shards = shard_state_;
     // With the stages partitioned over the mesh the data axis is inside them (one replica).
     replica_here_ = replicas > 1 ? mesh->coords(me)[static_cast<size_t>(mesh->axis_index("data"))] : 0;
     executors_.emplace_back(model, o, seq);
     return;
   }
   for (int r = 0; r < replicas; ++r) executors_.emplace_back(model, pipeline, seq);
+}
+
+bool PipelineTrainStep::shards_state(const PipelineOptions& pipeline, const std::string& optimizer) {
+  bool partitioned = false;
+  for (int a = 0; a < pipeline.mesh.ndim(); ++a)
+    partitioned = partitioned || (pipeline.mesh.axis_name(a) != "pipeline" && pipeline.mesh.axis_size(a) > 1);
+  return partitioned && (optimizer == "adamw" || optimizer == "sgd" || optimizer == "lion");
 }
 
 data::Batch PipelineTrainStep::rows_of(const data::Batch& batch, int replica) const {
@@ -126,9 +135,9 @@ void PipelineTrainStep::compile(const Tree& params, const Tree& opt_state, const
   // process's leaves, their mean gradient (summed already) and the squared norm.
   if (multi_process_) {
     const Placement& p = placement_for(params);
-    const Tree mine = select(params, p.held);
+    const Tree mine = local_shards(select(params, p.held));
     const Tree args{{"params", mine},
-                    {"opt", select_state(opt_state, p.held)},
+                    {"opt", local_shards(select_state(opt_state, p.held))},
                     {"grads", Tree::list({mine})},
                     {"lr", Array::scalar(0.0, DType::Float32)},
                     {"squared_norm", Array::scalar(0.0, DType::Float64)}};
@@ -287,8 +296,9 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
     PipelineResult result =
         executor.run_with_keys(params, rows.tokens, rows.targets, scale / counted, packing_of(rows),
                                keys.empty() ? std::vector<Array>{} : keys[i][static_cast<size_t>(replica_here_)]);
-    // Summed in place over the accumulation steps, into a copy of the first.
-    const Tree mine = select(result.grads, p.held);
+    // Summed in place over the accumulation steps, into a copy of the first (sharded
+    // state: this device's gradient shards).
+    const Tree mine = local_shards(select(result.grads, p.held));
     if (local)
       add_into_tree(*local, mine);
     else
@@ -304,8 +314,9 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
   const std::vector<int> world = spmd::world_group();
   comm.all_reduce(me, world, figures.data(), figures.data(), figures.size(), DType::Float64);
 
-  // Each gradient summed over the processes that hold its parameter. Those of this
-  // process's pipeline coordinate alone first; then the ones shared with other
+  // Each gradient summed over the processes that hold its parameter (sharded state: its
+  // piece; each stage's is complete already, so only a tied embedding's two). Those of
+  // this process's pipeline coordinate alone first; then the ones shared with other
   // coordinates (a tied embedding), in the parameters' order on every process, so no two
   // processes wait on each other's groups in opposite orders.
   const std::vector<std::string> local_paths = local->paths();
@@ -317,7 +328,7 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
   for (int pass = 0; pass < 2; ++pass)
     for (size_t j = 0; j < leaves.size(); ++j) {
       const size_t i = p.index.at(local_paths[j]);
-      const std::vector<int>& owners = p.owners[i];
+      const std::vector<int>& owners = shard_state_ ? p.peers[i] : p.owners[i];
       if ((owners == p.coordinate_group) != (pass == 0)) continue;
       Array& g = leaves[j];
       if (owners.size() > 1) {
@@ -336,11 +347,12 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
   last_bubble_ = figures[2] > 0 ? 1 - figures[1] / figures[2] : 0;
   last_sent_bytes_ = figures[3];
   last_collective_bytes_ = figures[4];
-  Tree mine = select(params, p.held), mine_state = select_state(opt_state, p.held);
+  const Tree mine = select(params, p.held), mine_state = select_state(opt_state, p.held);
+  Tree updated = local_shards(mine), updated_state = local_shards(mine_state);
   const StepStats stats =
-      apply_update(mine, mine_state, {mean}, lr, figures[0], Array::scalar(squared, DType::Float64));
-  params = merge(params, mine);
-  opt_state = merge_state(opt_state, mine_state);
+      apply_update(updated, updated_state, {mean}, lr, figures[0], Array::scalar(squared, DType::Float64));
+  params = merge(params, sharded_like(updated, mine));
+  opt_state = merge_state(opt_state, sharded_like(updated_state, mine_state));
   return stats;
 }
 
@@ -371,9 +383,13 @@ std::string PipelineTrainStep::describe() const {
   text += fmt::format("  {}\n", fmt::join(stages, "; "));
   if (multi_process_ && placement_)
     text += fmt::format(
-        "  stage-local state: this process holds {:.2f} of the model's {:.2f} MB of parameters, and their gradients "
-        "and optimizer moments\n",
-        placement_->held_bytes / 1e6, placement_->whole_bytes / 1e6);
+        "  stage-local state: this process holds {:.2f} of the model's {:.2f} MB of parameters{}, and their "
+        "gradients and optimizer moments\n",
+        placement_->held_bytes / 1e6, placement_->whole_bytes / 1e6,
+        shard_state_ ? " (its device's shards of its stages')"
+        : per_stage > 1
+            ? fmt::format(" (its stages' whole: {}'s update reads whole matrices)", optimizer_.config().name)
+            : "");
   text += fmt::format(
       "  schedule {}, {} micro-batches per replica and step{}, analytic bubble {:.1f}%, measured {}\n",
       to_string(s.kind), s.micro_batches,

@@ -15,6 +15,12 @@
 #                stop), save one checkpoint and exit 0 instead of rank 0 waiting forever in
 #                the next step; the same command then resumes to a final state byte-identical to an
 #                uninterrupted run's
+#   mpi_pipeline_shards
+#                the same stop and resume on `mpirun -n 4 tessera train --mesh
+#                pipeline=2,fsdp=2` keeping the stages' activations: each process holds its
+#                device's shards of its stages' parameters and moments (the summary says
+#                so), the stop's checkpoint is gathered from the shards, and the resumed run
+#                ends byte-identical to an uninterrupted one
 #   srun_kill    `tessera launch --srun --nproc 2` with tests/cli/srun_stand_in/srun first in
 #                PATH (Slurm is not running here): two tasks, each an independent single-process
 #                trainer in its own run directory (the stand-in has no PMI, so no MPI job);
@@ -154,6 +160,32 @@ assert [s['step'] for s in steps if s['attempt'] == 1][-1] == 8, steps
     "$mpiexec" -n 2 "$tessera" "${train_args[@]}" --set run.dir="$tmp/stopped" >"$tmp/resumed.txt" 2>&1 ||
       fail "the resumed run: $(tail -5 "$tmp/resumed.txt")"
     same_final_state "$tmp/straight" "$tmp/stopped" "stopped by one rank's SIGTERM, resumed"
+    ;;
+  mpi_pipeline_shards)
+    [[ -n "$mpiexec" ]] || fail "no MPIEXEC argument"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+    export OMPI_MCA_rmaps_base_oversubscribe=1
+    # Without --quiet: the summary's parallel block. Two layers, one per stage.
+    tiny_train_args 8 --mesh pipeline=2,fsdp=2 --set parallel.pipeline_recompute=false
+    train_args+=(--set model.layers=2)
+    "$mpiexec" -n 4 "$tessera" "${train_args[@]}" --set run.dir="$tmp/straight" >"$tmp/straight.txt" 2>&1 ||
+      fail "uninterrupted 4-rank run: $(tail -5 "$tmp/straight.txt")"
+    grep -q "pipeline 2 x (fsdp=2) inside each stage (4 processes" "$tmp/straight.txt" ||
+      fail "no partitioned pipeline: $(grep -A3 '== parallel' "$tmp/straight.txt")"
+    grep -Eq "stage-local state: this process holds [0-9.]+ of the model's [0-9.]+ MB of parameters \(its device's shards of its stages'\)" \
+      "$tmp/straight.txt" || fail "the processes do not hold shards: $(grep stage-local "$tmp/straight.txt")"
+    grep -q "stage 0 forward (keeps activations)" "$tmp/straight.txt" || fail "the stages do not keep their activations"
+    status=0
+    TESSERA_FAULT="term@step=5,rank=1" timeout 120 "$mpiexec" -n 4 "$tessera" "${train_args[@]}" \
+      --set run.dir="$tmp/stopped" >"$tmp/stopped.txt" 2>&1 || status=$?
+    [[ $status -eq 0 ]] || fail "the stopped run exited $status: $(tail -8 "$tmp/stopped.txt")"
+    [[ -d "$tmp/stopped/checkpoints/step_00000006" ]] || fail "no checkpoint at step 6: $(ls "$tmp/stopped/checkpoints")"
+    [[ ! -d "$tmp/stopped/checkpoints/step_00000008" ]] || fail "the stopped run did not stop"
+    "$tessera" ckpt verify "$tmp/stopped" >"$tmp/verify.txt" 2>&1 || fail "the stop's checkpoint: $(cat "$tmp/verify.txt")"
+    "$mpiexec" -n 4 "$tessera" "${train_args[@]}" --set run.dir="$tmp/stopped" >"$tmp/resumed.txt" 2>&1 ||
+      fail "the resumed run: $(tail -5 "$tmp/resumed.txt")"
+    grep -Eq "steps +6 -> 8 .*resumed" "$tmp/resumed.txt" || fail "no resume from step 6: $(grep -E 'steps ' "$tmp/resumed.txt")"
+    same_final_state "$tmp/straight" "$tmp/stopped" "pipeline=2,fsdp=2 stopped by one rank's SIGTERM, resumed"
     ;;
   srun_kill | srun_budget)
     ln -s "$src/tests/cli/srun_stand_in/srun" "$tmp/bin/srun"

@@ -239,9 +239,9 @@ TEST(StepModel, OneChipCountsTheModelsFlopsAndHoldsEveryParameter) {
 // The tiny model's 4 layers balance into 2 equal stages (the head's cost goes to the last
 // layer, so not exactly); the idle share is near 1F1B's (p-1)/(m+p-1) and GPipe's is
 // the same; more micro-batches idle less. A chip holds its stages' parameters and their
-// optimizer state (stage-local; the tied embedding on both ends), reported for the
-// pipeline device that holds the most, plus its stages' arenas and the inputs it keeps in
-// flight.
+// optimizer state (stage-local; the tied embedding on both ends; its shards of them when
+// the stages are partitioned), reported for the pipeline device that holds the most, plus
+// its stages' arenas and the inputs it keeps in flight.
 TEST(StepModel, APipelineReplaysItsScheduleWithTheCostedStages) {
   const goodput::AcceleratorSpec gpu = test_gpu();
   const StepEstimate one = estimate_step(tiny_config(), PlanLayout{}, gpu);
@@ -284,6 +284,17 @@ TEST(StepModel, APipelineReplaysItsScheduleWithTheCostedStages) {
                                         PlanLayout{.tensor = 2, .pipeline = 2}, gpu);
   EXPECT_GT(tp.collective_seconds, 0);
   EXPECT_EQ(tp.layout.chips(), 4);
+  // Stages partitioned over FSDP: a chip keeps its shards of the state (AdamW's update is
+  // elementwise), about half of what a chip of the unpartitioned pipeline holds; with
+  // Adafactor, whose update reads whole matrices, its stages' whole.
+  const PlanLayout fsdp_stages{.fsdp = 2, .pipeline = 2};
+  const StepEstimate fsdp = estimate_step(tiny_config("[parallel]\npipeline_micro_batches = 4\n"), fsdp_stages, gpu);
+  EXPECT_LT(fsdp.memory.parameters, 0.6 * m4.memory.parameters);
+  EXPECT_GT(fsdp.memory.parameters, 0.4 * m4.memory.parameters);
+  EXPECT_LT(fsdp.memory.optimizer, 0.6 * m4.memory.optimizer);
+  train::TrainConfig adafactor = tiny_config("[parallel]\npipeline_micro_batches = 4\n");
+  adafactor.optimizer.name = "adafactor";
+  EXPECT_DOUBLE_EQ(estimate_step(adafactor, fsdp_stages, gpu).memory.parameters, m4.memory.parameters);
   // A layout the pipeline cannot take is a ConfigError naming it.
   EXPECT_THROW(estimate_step(tiny_config("[parallel]\npipeline_micro_batches = 3\n"), PlanLayout{.pipeline = 2}, gpu),
                ConfigError);

@@ -90,6 +90,11 @@ struct PipelineOptions {
   // program; the backward all-gathers again the FSDP-split parameters it reads (a whole
   // copy of each is not kept per micro-batch in flight).
   bool recompute = true;
+  // With `ranks` and partitioned stages: run() returns this process's device's gradient
+  // shards (sharded arrays under param_sharding(), each complete for its piece) instead
+  // of whole gradients, which the stage's devices would all-gather. The parameters may
+  // then be given as such shards too (PipelineTrainStep's FSDP-sharded state).
+  bool gradient_shards = false;
 };
 
 struct PipelineResult {
@@ -197,6 +202,15 @@ class PipelineExecutor {
   // Devices each stage runs on: the product of the mesh's axes besides pipeline (1
   // without PipelineOptions::mesh).
   int devices_per_stage() const { return inner_size_; }
+  // Partitioned stages: the layout of the model's parameter at `path` on the mesh (the
+  // stage programs' argument and gradient layout; replicated over the pipeline axis).
+  // nullopt without partitioned stages.
+  std::optional<spmd::Sharding> param_sharding(const std::string& path) const;
+  // Partitioned stages across processes (with `ranks`): the whole array from this
+  // process's device's `shard` of an array of `shape` and `dtype` laid out by `sharding`,
+  // by an all-gather among the devices at its pipeline coordinate. A collective: each of
+  // them calls it with its shard.
+  Array whole_from_shard(const Array& shard, const Shape& shape, DType dtype, const spmd::Sharding& sharding) const;
 
   // The stages' programs after compile(): per stage its layers, then the forward's and
   // the backward's traced program, or for stages partitioned over the mesh the
@@ -279,8 +293,12 @@ class PipelineExecutor {
   // is in this process; else this process's device index, whose shards are swapped with
   // the stage's other devices, and only index 0 returns them (the others zeros, so a
   // sum over processes counts them once).
+  // With PipelineOptions::gradient_shards (and j_here >= 0) the shards as sharded arrays.
   Tree assemble_stage_grads(int s, const Tree& whole, const std::vector<std::optional<Tree>>& accumulated,
                             int j_here) const;
+  // The whole array from the shards of the stage's devices (by index among them).
+  Array whole_from_inner(const std::vector<Array>& by_inner, const Shape& shape, DType dtype,
+                         const spmd::Sharding& sharding) const;
   // A pipeline micro-batch's [rows, seq] for batches of tokens_shape (ShapeError unless it
   // splits into the micro-batches; ValueError unless partitioned stages split its rows).
   Shape micro_shape(const Shape& tokens_shape) const;

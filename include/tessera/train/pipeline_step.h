@@ -50,9 +50,16 @@
 // of experts' load-balancing term; with one micro-batch, one replica and no accumulation
 // it is one device's plain step.
 //
-// With partitioned stages, a stage's parameters and optimizer state stay whole between
-// steps (in-process: the whole model's; across processes: the stage's on each of its
-// devices) and the update runs unpartitioned: every stage device reads its shards of them.
+// With partitioned stages in-process, the parameters and optimizer state stay whole
+// between steps (the device threads share one memory) and every stage device reads its
+// shards of them. Across processes, with an elementwise optimizer (AdamW, SGD, Lion), each
+// process keeps only its device's shards of its stages' parameters and their moments
+// (FSDP- and tensor-split ones; those split over no axis whole): the stage programs read
+// them as they are, the gradients stay shards (each complete for its piece: the programs
+// reduced them inside the stage), the tied embedding's are summed between its first and
+// last stage's devices of the same piece, the norm counts each piece once, and each
+// process updates its shards. Adafactor and Muon read whole matrices in their updates:
+// with them a process keeps its stages' state whole, as without partitioned stages.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +74,7 @@
 #include "tessera/models/model.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/spmd/mesh.h"
+#include "tessera/spmd/sharding.h"
 #include "tessera/train/pipeline.h"
 #include "tessera/train/train_step.h"
 
@@ -80,6 +88,11 @@ class PipelineTrainStep {
   // world: it says which pipeline and replica this process's device belongs to.
   PipelineTrainStep(const models::Model& model, const optim::Optimizer& optimizer, int64_t accumulation,
                     const PipelineOptions& pipeline, int replicas, int64_t seq, const spmd::Mesh* mesh = nullptr);
+
+  // Whether processes of a pipeline with these options keep their device's shards of the
+  // state (the header comment): stages partitioned over the mesh and an elementwise
+  // optimizer (adamw, sgd, lion). The planner costs the same.
+  static bool shards_state(const PipelineOptions& pipeline, const std::string& optimizer);
 
   // Compiles every replica's stage programs and the update program without running them.
   void compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch);
@@ -170,9 +183,21 @@ class PipelineTrainStep {
     double held_bytes = 0, whole_bytes = 0;  // the parameters' (describe())
     std::map<std::string, size_t> index;     // leaf index by path
     std::vector<int> coordinate_group;       // the world devices at this process's pipeline coordinate
+    // Sharded state (shard_state_): the layout of the shard a process holds (nullopt: held
+    // whole), and the holders of this process's piece (its gradient's sum: the same
+    // device of each stage that reads it).
+    std::vector<std::optional<spmd::Sharding>> sharding;
+    std::vector<std::vector<int>> peers;
   };
   std::optional<Placement> placement_;
+  // Several processes, partitioned stages, an elementwise optimizer: the processes keep
+  // their device's shards of the state (the header comment).
+  bool shard_state_ = false;
   const Placement& placement_for(const Tree& params);
+  // Sharded state: the leaves of `tree` that are sharded arrays as this process's shard
+  // (plain arrays; the update program's inputs), and back (`like`: the tree they came from).
+  Tree local_shards(const Tree& tree) const;
+  Tree sharded_like(const Tree& local, const Tree& like) const;
   // The optimizer state's parameter-shaped slots selected the same way (other leaves as
   // they are), and back.
   Tree select_state(const Tree& state, const std::vector<bool>& keep) const;

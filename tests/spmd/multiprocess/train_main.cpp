@@ -78,6 +78,11 @@ struct TrainRun {
   // forwards against one device's Evaluator on the same (gathered) parameters.
   double held_param_bytes = 0, held_state_bytes = 0, whole_param_bytes = 0, whole_state_bytes = 0;
   double wte_bytes = 0;
+  // Stages partitioned over the mesh keep their devices' shards (AdamW: an elementwise
+  // update): the bytes of one device's shard of every parameter (and of the tied
+  // embedding); the whole parameters' without partitioned stages.
+  bool sharded_state = false;
+  double shard_param_bytes = 0, shard_wte_bytes = 0;
   double built_param_bytes = 0, built_state_bytes = 0;  // right after the stage-local init
   double eval_loss = 0, eval_want = 0;
 };
@@ -206,6 +211,7 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
   Tree params, opt;
   std::optional<TrainStep> one;
   std::optional<PipelineTrainStep> piped;
+  std::optional<Layout> stage_layout;  // partitioned stages: the parameters' layout inside them
   if (mesh_text.empty()) {
     one.emplace(model, optimizer, std::max(split, 1));
   } else {
@@ -218,7 +224,10 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
     o.recompute = !keep;
     // FSDP, tensor or expert axes: one pipeline whose stages are partitioned over them.
     const bool partitioned = mesh.has_axis("fsdp") || mesh.has_axis("tensor") || mesh.has_axis("expert");
-    if (partitioned) o.mesh = mesh;
+    if (partitioned) {
+      o.mesh = mesh;
+      stage_layout.emplace(mesh, default_axis_rules(), model.specs());
+    }
     piped.emplace(model, optimizer, 1, o, mesh.has_axis("data") && !partitioned ? mesh.axis_size("data") : 1, kSeq,
                   &mesh);
   }
@@ -276,6 +285,15 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
   run.whole_state_bytes = PipelineTrainStep::held_bytes(opt);
   // The embedding two stages hold when it is tied.
   run.wte_bytes = c.resolved_tied() ? static_cast<double>(params.at("wte").leaf().nbytes()) : 0;
+  run.sharded_state = stage_layout.has_value();
+  const std::vector<std::string> paths = params.paths();
+  const std::vector<Array> leaves = params.leaves();
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const Shape local = stage_layout ? stage_layout->param(paths[i]).local_shape(leaves[i].shape()) : leaves[i].shape();
+    const double bytes = static_cast<double>(numel(local) * static_cast<int64_t>(itemsize(leaves[i].dtype())));
+    run.shard_param_bytes += bytes;
+    if (paths[i] == "wte" && c.resolved_tied()) run.shard_wte_bytes = bytes;
+  }
   run.paths = params.paths();
   run.params = params.leaves();
   return run;
@@ -283,9 +301,11 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
 
 // Stage-local state: this process held less than the whole parameters and optimizer
 // state, and over the world the processes held each parameter once per pipeline (the
-// world / P processes at a coordinate each hold their stages'), the tied embedding twice
-// (the first and the last stage's processes). And evaluation through the stages' forwards
-// equals one device's on the same parameters.
+// world / P processes at a coordinate each hold their stages'; with partitioned stages
+// each its device's shard), the tied embedding twice (the first and the last stage's
+// processes). The stage-local init built what the process held (partitioned: its stages'
+// whole parameters, more than the shards it kept). And evaluation through the stages'
+// forwards equals one device's on the same parameters.
 void check_stage_local(const std::string& what, const spmd::Mesh& mesh, const TrainRun& got) {
   expect(got.held_param_bytes < got.whole_param_bytes,
          fmt::format("{}: this process held {} of {} parameter bytes (stage-local: less)", what, got.held_param_bytes,
@@ -293,18 +313,24 @@ void check_stage_local(const std::string& what, const spmd::Mesh& mesh, const Tr
   expect(got.held_state_bytes < got.whole_state_bytes,
          fmt::format("{}: this process held {} of {} optimizer state bytes (stage-local: less)", what,
                      got.held_state_bytes, got.whole_state_bytes));
-  expect(got.built_param_bytes == got.held_param_bytes && got.built_state_bytes == got.held_state_bytes,
-         fmt::format("{}: the stage-local init built {} parameter and {} state bytes; the steps held {} and {}", what,
-                     got.built_param_bytes, got.built_state_bytes, got.held_param_bytes, got.held_state_bytes));
+  const bool built_as_held =
+      got.sharded_state
+          ? got.built_param_bytes > got.held_param_bytes && got.built_state_bytes > got.held_state_bytes
+          : got.built_param_bytes == got.held_param_bytes && got.built_state_bytes == got.held_state_bytes;
+  expect(built_as_held,
+         fmt::format("{}: the stage-local init built {} parameter and {} state bytes; the steps held {} and {}{}", what,
+                     got.built_param_bytes, got.built_state_bytes, got.held_param_bytes, got.held_state_bytes,
+                     got.sharded_state ? " (expected more: the stages' whole, then their shards)" : ""));
   double held = got.held_param_bytes;
   spmd::run_on_devices({g_rank}, [&](int d) {
     spmd::communicator().all_reduce(d, spmd::world_group(), &held, &held, 1, DType::Float64);
   });
   const double pipelines = static_cast<double>(mesh.size() / mesh.axis_size("pipeline"));
-  const double want = pipelines * (got.whole_param_bytes + got.wte_bytes);
-  expect(held == want, fmt::format("{}: the processes held {} parameter bytes; expected {} ({} x (whole {} + the tied "
+  const double want = pipelines * (got.shard_param_bytes + got.shard_wte_bytes);
+  expect(held == want, fmt::format("{}: the processes held {} parameter bytes; expected {} ({} x ({} {} + the tied "
                                    "embedding {}))",
-                                   what, held, want, pipelines, got.whole_param_bytes, got.wte_bytes));
+                                   what, held, want, pipelines, got.sharded_state ? "a device's shards" : "whole",
+                                   got.shard_param_bytes, got.shard_wte_bytes));
   const double e = std::abs(got.eval_loss - got.eval_want) / got.eval_want;
   expect(e <= 1e-6, fmt::format("{}: validation loss {} through the stages, {} on one device (relative {:.3g})", what,
                                 got.eval_loss, got.eval_want, e));

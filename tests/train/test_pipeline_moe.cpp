@@ -5,7 +5,8 @@
 //     same rows (each micro-batch has its own load-balancing term, as accumulation does);
 // for every schedule, dropless and with a capacity, alone, with replicas and gradient
 // accumulation, with kept activations, and with the stages partitioned over expert,
-// tensor and FSDP axes; three AdamW steps to 1e-5, repeated bitwise. Evaluation's whole-
+// tensor and FSDP axes (keeping their activations too); three AdamW steps to 1e-5,
+// repeated bitwise. Evaluation's whole-
 // batch term is in test_pipeline_eval.cpp, the multi-process runs in
 // tests/spmd/multiprocess/train_main.cpp.
 #include <gtest/gtest.h>
@@ -169,7 +170,9 @@ TEST(PipelineMoE, EveryLayoutTrainsAsOneDeviceWithAsManyAccumulationSteps) {
         StepCase{"", PipelineKind::kOneFOneB, 2, 1, 1, 1, /*recompute=*/false},
         StepCase{"pipeline=2,expert=2", PipelineKind::kOneFOneB, 2, 1, 1, 1},
         StepCase{"pipeline=2,tensor=2", PipelineKind::kGPipe, 2, 1, 1, 1},
-        StepCase{"pipeline=2,fsdp=2,expert=2", PipelineKind::kOneFOneB, 1, 1, 1, 2}}) {
+        StepCase{"pipeline=2,fsdp=2,expert=2", PipelineKind::kOneFOneB, 1, 1, 1, 2},
+        StepCase{"pipeline=2,expert=2", PipelineKind::kGPipe, 2, 1, 1, 1, /*recompute=*/false},
+        StepCase{"pipeline=2,fsdp=2,expert=2", PipelineKind::kOneFOneB, 1, 1, 1, 2, /*recompute=*/false}}) {
     const std::string what = fmt::format(
         "{} {} m={} v={} data={} accumulation={}{}", c.mesh.empty() ? "threads" : c.mesh, to_string(c.kind),
         c.micro_batches, c.virtual_stages, c.replicas, c.accumulation, c.recompute ? "" : " kept activations");

@@ -14,21 +14,37 @@
 namespace tessera::compiler {
 namespace {
 
-// y = tanh(x w) * x + b, and the vjp of (w, x, b) at dy: outputs dp.b, dp.w, dx, y
-// (the tree's path order). Parameters: b, dy, w, x.
-Graph forward_and_backward(Tree* out_structure) {
+// y = tanh(x w) * x + b (with exp_of_w: tanh(x exp(w)) * x + b), and the vjp of (w, x,
+// b) at dy: outputs dp.b, dp.w, dx, y (the tree's path order). Parameters: b, dy, w, x.
+Graph forward_and_backward(Tree* out_structure, bool exp_of_w = false) {
   const Tree args{{"b", Array::placeholder({8}, DType::Float32)},
                   {"dy", Array::placeholder({4, 8}, DType::Float32)},
                   {"w", Array::placeholder({8, 8}, DType::Float32)},
                   {"x", Array::placeholder({4, 8}, DType::Float32)}};
-  const JitFn fn = [](const Tree& a, const StaticArgs&) {
-    const ArrayFn f = [](const std::vector<Array>& in) -> std::vector<Array> {
-      return {add(multiply(tanh(matmul(in[1], in[0])), in[1]), in[2])};
+  const JitFn fn = [exp_of_w](const Tree& a, const StaticArgs&) {
+    const ArrayFn f = [exp_of_w](const std::vector<Array>& in) -> std::vector<Array> {
+      return {add(multiply(tanh(matmul(in[1], exp_of_w ? exp(in[0]) : in[0])), in[1]), in[2])};
     };
     const auto [y, grads] = vjp(f, {a.at("w").leaf(), a.at("x").leaf(), a.at("b").leaf()}, {a.at("dy").leaf()});
     return Tree{{"dp", Tree{{"b", grads[2]}, {"w", grads[0]}}}, {"dx", grads[1]}, {"y", y[0]}};
   };
   return trace(fn, args, {}, out_structure);
+}
+
+// The split's two parts, interpreted on random parameters (seed), compose to the whole
+// graph's outputs bitwise (the known part's first output is the whole graph's last).
+// Returns the parameters.
+std::vector<Array> expect_parts_compose(const Graph& g, const SplitGraph& split, uint64_t seed) {
+  const std::vector<Array> params = test_util::random_params(g, seed);
+  const std::vector<Array> whole = test_util::interpret(g, params);
+  const std::vector<Array> known = test_util::interpret(split.known, {params[0], params[2], params[3]});
+  EXPECT_EQ(known.size(), 1 + split.residuals);
+  std::vector<Array> unknown_args(known.begin() + 1, known.end());
+  for (size_t p : split.unknown_parameters) unknown_args.push_back(params[p]);
+  std::vector<Array> got = test_util::interpret(split.unknown, unknown_args);
+  got.push_back(known[0]);
+  test_util::expect_bitwise(got, whole);
+  return params;
 }
 
 TEST(PartialEval, TheTwoPartsComposeToTheWholeGraphBitwiseAndShareNoNode) {
@@ -45,15 +61,8 @@ TEST(PartialEval, TheTwoPartsComposeToTheWholeGraphBitwiseAndShareNoNode) {
   // not as residual copies of them.
   EXPECT_EQ(split.unknown_parameters, (std::vector<size_t>{1, 2, 3})) << split.unknown.text();
 
-  const std::vector<Array> params = test_util::random_params(g, 7);
+  const std::vector<Array> params = expect_parts_compose(g, split, 7);
   const std::vector<Array> whole = test_util::interpret(g, params);
-  const std::vector<Array> known = test_util::interpret(split.known, {params[0], params[2], params[3]});
-  ASSERT_EQ(known.size(), 1 + split.residuals);
-  std::vector<Array> unknown_args(known.begin() + 1, known.end());
-  for (size_t p : split.unknown_parameters) unknown_args.push_back(params[p]);
-  std::vector<Array> got = test_util::interpret(split.unknown, unknown_args);
-  got.push_back(known[0]);
-  test_util::expect_bitwise(got, whole);
 
   // Compiled (the pass pipeline on each part) they give the same values.
   const std::vector<Array> compiled_known = compile(split.known)->run({params[0], params[2], params[3]});
@@ -83,18 +92,7 @@ TEST(PartialEval, AKnownOutputThatNeedsAnUnknownParameterIsAnError) {
 // from w (passed again) and keeps only tanh's value, and the parts still compose to the
 // whole graph's bits.
 TEST(PartialEval, ValuesOfRecomputedParametersAreComputedAgainNotKept) {
-  const Tree args{{"b", Array::placeholder({8}, DType::Float32)},
-                  {"dy", Array::placeholder({4, 8}, DType::Float32)},
-                  {"w", Array::placeholder({8, 8}, DType::Float32)},
-                  {"x", Array::placeholder({4, 8}, DType::Float32)}};
-  const JitFn fn = [](const Tree& a, const StaticArgs&) {
-    const ArrayFn f = [](const std::vector<Array>& in) -> std::vector<Array> {
-      return {add(multiply(tanh(matmul(in[1], exp(in[0]))), in[1]), in[2])};
-    };
-    const auto [y, grads] = vjp(f, {a.at("w").leaf(), a.at("x").leaf(), a.at("b").leaf()}, {a.at("dy").leaf()});
-    return Tree{{"dp", Tree{{"b", grads[2]}, {"w", grads[0]}}}, {"dx", grads[1]}, {"y", y[0]}};
-  };
-  const Graph g = trace(fn, args, {}, nullptr);
+  const Graph g = forward_and_backward(nullptr, /*exp_of_w=*/true);
   const std::vector<bool> unknown{false, true, false, false};
   const SplitGraph kept = partial_eval(g, unknown, {3}, {0, 1, 2});
   EXPECT_EQ(kept.residuals, 2u) << "tanh(x exp(w)) and exp(w): " << kept.known.text();
@@ -105,16 +103,7 @@ TEST(PartialEval, ValuesOfRecomputedParametersAreComputedAgainNotKept) {
   EXPECT_EQ(test_util::count_nodes(split.unknown, "exp"), 1u) << split.unknown.text();
   EXPECT_EQ(test_util::count_nodes(split.known, "exp"), 1u) << split.known.text();
   EXPECT_EQ(split.unknown_parameters, (std::vector<size_t>{1, 2, 3})) << "w is passed again";
-
-  const std::vector<Array> params = test_util::random_params(g, 11);
-  const std::vector<Array> whole = test_util::interpret(g, params);
-  const std::vector<Array> known = test_util::interpret(split.known, {params[0], params[2], params[3]});
-  ASSERT_EQ(known.size(), 1 + split.residuals);
-  std::vector<Array> unknown_args(known.begin() + 1, known.end());
-  for (size_t p : split.unknown_parameters) unknown_args.push_back(params[p]);
-  std::vector<Array> got = test_util::interpret(split.unknown, unknown_args);
-  got.push_back(known[0]);
-  test_util::expect_bitwise(got, whole);
+  (void)expect_parts_compose(g, split, 11);
 
   // One flag per parameter, and none on an unknown one.
   EXPECT_THROW((void)partial_eval(g, unknown, {3}, {0}, {true}), ValueError);

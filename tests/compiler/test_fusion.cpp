@@ -23,6 +23,7 @@
 namespace tessera::compiler {
 namespace {
 
+using test_util::count_nodes;
 using test_util::interpret;
 
 using test::random_array;
@@ -54,13 +55,6 @@ Graph fuse_and_compare(const Graph& g, const std::vector<Array>& params, const s
   for (size_t i = 0; i < want.size() && i < got.size(); ++i)
     expect_bitwise(got[i], want[i], what + " output " + std::to_string(i));
   return fused;
-}
-
-size_t count_nodes(const Graph& g, const std::string& name) {
-  size_t n = 0;
-  for (const Node& node : g.nodes)
-    if (!node.dead && node.primitive->name() == name) ++n;
-  return n;
 }
 
 // x * broadcast_to(b) -> exp -> + scalar constant -> tanh -> * x

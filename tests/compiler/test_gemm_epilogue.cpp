@@ -30,6 +30,7 @@
 namespace tessera::compiler {
 namespace {
 
+using test_util::count_nodes;
 using test_util::interpret;
 
 using test::random_array;
@@ -46,13 +47,6 @@ using test::random_array;
              << "element " << i / item << " differs: " << load_as_double(a.dtype(), pa, i / item) << " vs "
              << load_as_double(b.dtype(), pb, i / item);
   return ::testing::AssertionSuccess();
-}
-
-size_t count_nodes(const Graph& g, const std::string& name) {
-  size_t n = 0;
-  for (const Node& node : g.nodes)
-    if (!node.dead && node.primitive->name() == name) ++n;
-  return n;
 }
 
 Graph fused_copy(const Graph& g) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/graph_test_util.h"
 #include "spmd/parallel_train_util.h"
 #include "spmd/spmd_test_util.h"
 #include "tessera/models/model.h"
@@ -24,6 +25,8 @@
 
 namespace tessera::train {
 namespace {
+
+using compiler::test_util::count_nodes;
 
 constexpr int64_t kBatch = testing::kPipelineBatch, kSeq = testing::kPipelineSeq, kSteps = 3;
 
@@ -383,11 +386,7 @@ TEST(PipelineTrainStep, KeptActivationsTrainAsOneDeviceWithoutASecondForward) {
     const Tree shapes = model.placeholders();
     const auto r = recomputing.trace_stages(shapes, Shape{kBatch, kSeq});
     const auto k = keeping.trace_stages(shapes, Shape{kBatch, kSeq});
-    auto matmuls = [](const compiler::Graph& g) {
-      size_t n = 0;
-      for (const compiler::Node& node : g.nodes) n += !node.dead && node.primitive->name() == "matmul" ? 1 : 0;
-      return n;
-    };
+    auto matmuls = [](const compiler::Graph& g) { return count_nodes(g, "matmul"); };
     for (size_t s = 0; s < r.size(); ++s) {
       EXPECT_EQ(matmuls(k[s].forward), matmuls(r[s].forward)) << variant << " stage " << s;
       // The recomputing backward repeats the forward's products, but for the output's
@@ -399,12 +398,6 @@ TEST(PipelineTrainStep, KeptActivationsTrainAsOneDeviceWithoutASecondForward) {
       EXPECT_EQ(r[s].residual_bytes, 0) << variant << " stage " << s;
     }
   }
-}
-
-size_t count_nodes(const compiler::Graph& g, const std::string& primitive) {
-  size_t n = 0;
-  for (const compiler::Node& node : g.nodes) n += !node.dead && node.primitive->name() == primitive ? 1 : 0;
-  return n;
 }
 
 // Kept activations in stages partitioned over the mesh: the stage's partitioned

@@ -1,6 +1,7 @@
 // Stage-local parameters and optimizer state of a pipeline over processes (see
-// pipeline_step.h): which process holds which parameter, the placeholders of the others,
-// and gathering the whole trees back (checkpoints, the end of a run).
+// pipeline_step.h): which process holds which parameter (with partitioned stages and an
+// elementwise update: its device's shard of it), the placeholders of the others, and
+// gathering the whole trees back (checkpoints, the end of a run).
 #include <fmt/format.h>
 
 #include <algorithm>

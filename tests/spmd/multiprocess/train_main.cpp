@@ -15,11 +15,12 @@
 // activations and gradients as point-to-point messages) of a 4-layer GPT against one
 // device: pipeline=2 (1F1B, GPipe, and 1F1B keeping the activations instead of
 // recomputing them) on 2 ranks; pipeline=2,data=2 (recomputing and keeping), pipeline=4
-// and stages partitioned over tensor=2 or fsdp=2 (each recomputing and keeping) on 4; the same bars. Each of these
-// checks the stage-local state (a process holds less than the whole parameters and optimizer state; over the world each
-// parameter once per pipeline, the tied embedding twice) and the validation loss through the stages' forwards against
-// one device's. And float16 with loss scaling through pipeline=2 on 2 ranks (check_pipeline_float16), and dropout
-// through pipeline=2 with 1 and 2 micro-batches on 2 ranks and pipeline=2,data=2 on 4
+// and stages partitioned over tensor=2 or fsdp=2 (each recomputing and keeping; with AdamW the processes keep
+// their devices' shards of the state, with Adafactor over fsdp=2 their stage's whole) on 4; the same bars. Each of
+// these checks the stage-local state (a process holds less than the whole parameters and optimizer state; over the
+// world each parameter once per pipeline, the tied embedding twice) and the validation loss through the stages'
+// forwards against one device's. And float16 with loss scaling through pipeline=2 on 2 ranks (check_pipeline_float16),
+// and dropout through pipeline=2 with 1 and 2 micro-batches on 2 ranks and pipeline=2,data=2 on 4
 // (check_pipeline_dropout: one device's accumulation keys). And a mixture of experts through pipeline=2 on 2 ranks,
 // pipeline=2,data=2 and stages partitioned over expert=2 on 4 (check_pipeline_moe: the stages hand on routing figures;
 // one device accumulating over the same micro-batches is the reference). Exits nonzero on any mismatch, on every rank.
@@ -187,8 +188,11 @@ void check_layout(const std::string& mesh_text, const TrainRun& want) {
 // load-balancing terms. Without: 4 micro-batches, 1 with dropout.
 TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool float16 = false, bool dropout = false,
                       bool moe = false, int split = 0) {
-  // "pipeline=2 keep": the stages keep their activations (PipelineOptions::recompute = false).
+  // "pipeline=2 keep": the stages keep their activations (PipelineOptions::recompute = false);
+  // " adafactor": Adafactor instead of AdamW (its update reads whole matrices, so partitioned
+  // stages keep their state whole: PipelineTrainStep::shards_state).
   const bool keep = layout_text.ends_with(" keep");
+  const bool adafactor = layout_text.find(" adafactor") != std::string::npos;
   const std::string mesh_text = layout_text.substr(0, layout_text.find(' '));
   models::ModelConfig c = testing::tiny_gpt();
   c.layers = 4;
@@ -200,6 +204,12 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
     c.moe_aux_loss_coef = 0.05;
   }
   optim::OptimizerConfig oc = testing::test_adamw();
+  if (adafactor) {
+    oc.name = "adafactor";
+    // As test_adamw's eps: the attention key bias's gradient is rounding noise, which a
+    // tiny epsilon turns into full-size updates that differ between summation orders.
+    oc.adafactor_eps = 1e-6;
+  }
   if (float16) {
     c.compute_dtype = "float16";
     oc.loss_scale.mode = optim::LossScaling::Dynamic;
@@ -211,7 +221,8 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
   Tree params, opt;
   std::optional<TrainStep> one;
   std::optional<PipelineTrainStep> piped;
-  std::optional<Layout> stage_layout;  // partitioned stages: the parameters' layout inside them
+  // Partitioned stages that keep their devices' shards: the parameters' layout inside them.
+  std::optional<Layout> stage_layout;
   if (mesh_text.empty()) {
     one.emplace(model, optimizer, std::max(split, 1));
   } else {
@@ -226,7 +237,7 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
     const bool partitioned = mesh.has_axis("fsdp") || mesh.has_axis("tensor") || mesh.has_axis("expert");
     if (partitioned) {
       o.mesh = mesh;
-      stage_layout.emplace(mesh, default_axis_rules(), model.specs());
+      if (PipelineTrainStep::shards_state(o, oc.name)) stage_layout.emplace(mesh, default_axis_rules(), model.specs());
     }
     piped.emplace(model, optimizer, 1, o, mesh.has_axis("data") && !partitioned ? mesh.axis_size("data") : 1, kSeq,
                   &mesh);
@@ -487,6 +498,11 @@ int main() {
                      {"pipeline=2,fsdp=2 keep", PipelineKind::kGPipe}};
       for (const auto& [mesh_text, kind] : pipelines) check_pipeline(mesh_text, kind, want_4_layers);
       checked += pipelines.size();
+      if (n == 4) {  // partitioned stages whose processes keep their stage's state whole
+        check_pipeline("pipeline=2,fsdp=2 adafactor", PipelineKind::kOneFOneB,
+                       run_pipeline(" adafactor", PipelineKind::kOneFOneB));
+        ++checked;
+      }
       if (n == 2) {
         check_pipeline_float16("pipeline=2", run_pipeline("", PipelineKind::kOneFOneB, /*float16=*/true));
         check_pipeline_dropout("pipeline=2");

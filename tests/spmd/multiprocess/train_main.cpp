@@ -16,7 +16,8 @@
 // device: pipeline=2 (1F1B, GPipe, and 1F1B keeping the activations instead of
 // recomputing them) on 2 ranks; pipeline=2,data=2 (recomputing and keeping), pipeline=4
 // and stages partitioned over tensor=2 or fsdp=2 (each recomputing and keeping; with AdamW the processes keep
-// their devices' shards of the state, with Adafactor over fsdp=2 their stage's whole) on 4; the same bars. Each of
+// their devices' shards of the state, as with SGD's momentum over tensor=2, and with Adafactor over fsdp=2 their
+// stage's whole) on 4; the same bars. Each of
 // these checks the stage-local state (a process holds less than the whole parameters and optimizer state; over the
 // world each parameter once per pipeline, the tied embedding twice) and the validation loss through the stages'
 // forwards against one device's. And float16 with loss scaling through pipeline=2 on 2 ranks (check_pipeline_float16),
@@ -193,6 +194,7 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
   // stages keep their state whole: PipelineTrainStep::shards_state).
   const bool keep = layout_text.ends_with(" keep");
   const bool adafactor = layout_text.find(" adafactor") != std::string::npos;
+  const bool sgd = layout_text.find(" sgd") != std::string::npos;  // SGD with momentum: shards too
   const std::string mesh_text = layout_text.substr(0, layout_text.find(' '));
   models::ModelConfig c = testing::tiny_gpt();
   c.layers = 4;
@@ -210,6 +212,7 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
     // tiny epsilon turns into full-size updates that differ between summation orders.
     oc.adafactor_eps = 1e-6;
   }
+  if (sgd) oc.name = "sgd";
   if (float16) {
     c.compute_dtype = "float16";
     oc.loss_scale.mode = optim::LossScaling::Dynamic;
@@ -501,7 +504,9 @@ int main() {
       if (n == 4) {  // partitioned stages whose processes keep their stage's state whole
         check_pipeline("pipeline=2,fsdp=2 adafactor", PipelineKind::kOneFOneB,
                        run_pipeline(" adafactor", PipelineKind::kOneFOneB));
-        ++checked;
+        check_pipeline("pipeline=2,tensor=2 sgd", PipelineKind::kOneFOneB,
+                       run_pipeline(" sgd", PipelineKind::kOneFOneB));
+        checked += 2;
       }
       if (n == 2) {
         check_pipeline_float16("pipeline=2", run_pipeline("", PipelineKind::kOneFOneB, /*float16=*/true));

@@ -436,23 +436,22 @@ void PipelineExecutor::compile(const Tree& params, const Shape& tokens_shape, bo
     const std::vector<Array> output = types_of(handed(out, s == stages - 1));
     stage_outputs_.push_back(output);
     set_handed(args, output, true);
-    if (keeps() && (here_runs || sharded())) {
-      // Partitioned: another process's stage is partitioned for its layouts, not compiled;
-      // sharded_backward_ then holds only the layouts (the gradients' assembly reads them).
-      ShardedProgram layouts;
+    if (!here_runs) {
+      // Another process's stage: nothing of its backward runs or is read here (its forward
+      // was traced above for its output's type).
+      if (sharded()) sharded_backward_.emplace_back();
+    } else if (keeps()) {
+      ShardedProgram layouts;  // partitioned: the argument and output layouts
       KeptProgram& k = kept_[static_cast<size_t>(s)];
       k = kept_program(s, args, inner, &layouts);
       if (sharded()) sharded_backward_.push_back(std::move(layouts));
-      kept_compiled_[static_cast<size_t>(s)] = here_runs;
-      if (here_runs) {
-        traced_text_[2 * static_cast<size_t>(s)] =
-            k.split.known.text() + (sharded() ? k.forward_collectives + "\n" : "");
-        traced_text_[2 * static_cast<size_t>(s) + 1] =
-            k.split.unknown.text() + (sharded() ? k.backward_collectives + "\n" : "");
-      }
+      kept_compiled_[static_cast<size_t>(s)] = true;
+      traced_text_[2 * static_cast<size_t>(s)] = k.split.known.text() + (sharded() ? k.forward_collectives + "\n" : "");
+      traced_text_[2 * static_cast<size_t>(s) + 1] =
+          k.split.unknown.text() + (sharded() ? k.backward_collectives + "\n" : "");
     } else if (sharded()) {
       sharded_backward_.push_back(partition_program(s, backward_fn_[static_cast<size_t>(s)], args, inner));
-    } else if (here_runs) {
+    } else {
       traced_text_[2 * static_cast<size_t>(s) + 1] = backward_[static_cast<size_t>(s)].lowered(args).text();
     }
     compiled_[2 * static_cast<size_t>(s) + 1] = here_runs;

@@ -36,7 +36,7 @@ tessera_layer(compiler LIBRARY tessera_compiler DIRS compiler DEPS backend_cpu)
 tessera_layer(spmd LIBRARY tessera_spmd DIRS spmd DEPS compiler cuda_kernels)
 # The GPU runtime and its executable (or, without CUDA, the stand-in that says why not).
 tessera_layer(backend_cuda LIBRARY tessera_backend_cuda DIRS backend backend/cuda backend/no_cuda
-              DEPS compiler cuda_kernels)
+              DEPS compiler cuda_kernels spmd)
 # The user API: jit over the compiler, the partitioner and the devices; tessera.h.
 tessera_layer(api LIBRARY tessera DIRS api . DEPS spmd backend_cuda)
 # The trainer's layers.

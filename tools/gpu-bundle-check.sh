@@ -10,6 +10,9 @@
 # Phases, in this order (GPT-2 124M, bf16, batch 16 x 1024 unless named):
 #   device       nvidia-smi, libraries, torch / cuDNN / jax versions
 #   test         test_cuda, every test
+#   spmd         test_cuda's GpuSpmd* tests on 8 virtual devices of the GPU
+#                (TESSERA_GPU_VIRTUAL_DEVICES=8): the collectives bitwise the CPU's, GPT
+#                steps under data/fsdp/tensor layouts against the CPU's sharded run
 #   bench        tessera, then PyTorch (torch.compile) in the same process: vs_best_peer
 #   profile      per-kernel GPU profile of 3 steps (TESSERA_PROFILE=2, no CUDA graphs)
 #   before       tessera without the latest change that a switch can turn off
@@ -42,7 +45,7 @@ cd "$ROOT" || exit 2
 FINAL="${OUT:-$ROOT/build-gpu/check}"
 WORK="$(mktemp -d /tmp/gpu-check.XXXXXX)"
 mkdir -p "$FINAL"
-PHASES="${CHECK_PHASES:-device test bench before profile determinism batch32 batch64 offload ncu}"
+PHASES="${CHECK_PHASES:-device test spmd bench before profile determinism batch32 batch64 offload ncu}"
 BUDGET="${CHECK_BUDGET_S:-570}"
 START=$(date +%s)
 PEER_PYTHON="env LD_LIBRARY_PATH= python3"  # the peers use the machine's own CUDA libraries
@@ -79,6 +82,7 @@ for phase in $PHASES; do
   case "$phase" in
     device) run device -- device ;;
     test) run test BUNDLE_TEST_TIMEOUT=170 -- test ;;
+    spmd) run spmd TESSERA_GPU_VIRTUAL_DEVICES=8 BUNDLE_TEST_TIMEOUT=120 -- "test:GpuSpmd*" ;;
     bench) run bench BUNDLE_BENCH_TIMEOUT=240 -- "bench:--steps:20:--warmup:5:--peers:torch:--python:$PEER_PYTHON" ;;
     profile) run profile TESSERA_PROFILE=2 TESSERA_CUDA_GRAPHS=0 BUNDLE_BENCH_TIMEOUT=90 -- bench:--steps:3:--warmup:1 ;;
     before)

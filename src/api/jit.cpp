@@ -7,15 +7,33 @@
 #include "api/jit_cache_index.h"
 #include "compiler/lazy_graph.h"
 #include "core/trace_state.h"
+#include "tessera/backend/cuda.h"
 #include "tessera/compiler/compilation_cache.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/spmd/api.h"
 #include "tessera/spmd/partitioner.h"
+#include "tessera/spmd/runtime.h"
 #include "tessera/spmd/spmd_executable.h"
 
 namespace tessera {
 
 namespace {
+
+// The GPU that runs mesh device `mesh_device` of a sharded program on `device`: in one
+// process, the logical CUDA devices from device.index on (GPUs, or the virtual devices of
+// TESSERA_GPU_VIRTUAL_DEVICES); one process per device: device itself.
+compiler::DeviceSpec gpu_for_mesh_device(compiler::DeviceSpec device, int mesh_device, const std::string& name) {
+  if (spmd::is_multi_process()) return device;
+  device.index += mesh_device;
+  // (Without a usable GPU, make_device_program says why.)
+  const int count = cuda::device_count();
+  if (cuda::available() && device.index >= count)
+    fail<ValueError>(
+        "jit @{}: mesh device {} would run on cuda:{}, but {} CUDA device(s) are present; a mesh runs one device per "
+        "GPU from the one named (set TESSERA_GPU_VIRTUAL_DEVICES=N to run an N-device mesh on one GPU)",
+        name, mesh_device, device.index, count);
+  return device;
+}
 
 std::string signature(const std::vector<Array>& leaves, const StaticArgs& statics) {
   std::string key;
@@ -243,10 +261,14 @@ Jitted::Entry& Jitted::entry_for(const Tree& args, const StaticArgs& statics) {
         compile_with_cache(cache.get(), entry.traced, s.options, donated, index_key, entry.output_structure);
   }
   if (const compiler::DeviceSpec device = compiler::DeviceSpec::parse(s.options.device); device.cuda) {
-    if (entry.spmd)
-      fail<ValueError>("jit @{}: sharded programs on GPUs are not supported yet (device {}); run SPMD on the CPU",
-                       s.options.name, device.to_string());
-    entry.device_program = compiler::make_device_program(entry.executable, device);
+    if (entry.spmd) {
+      const std::string name = s.options.name;
+      entry.spmd->run_on_accelerator([&](std::shared_ptr<compiler::Executable> exe, int mesh_device) {
+        return compiler::make_device_program(std::move(exe), gpu_for_mesh_device(device, mesh_device, name));
+      });
+    } else {
+      entry.device_program = compiler::make_device_program(entry.executable, device);
+    }
   }
   return finish(std::move(entry));
 }

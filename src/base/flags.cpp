@@ -81,6 +81,10 @@ constexpr Flag kFlags[] = {
      "The run directory whose goodput/ a worker records into (the launcher's --run-dir): the job log on rank 0, "
      "events.rank-R.jsonl on every rank.",
      kLaunch},
+    {"TESSERA_GPU_VIRTUAL_DEVICES", "",
+     "N: the CUDA backend shows N devices, all on GPU 0, each with its own stream, handles and allocator, so an "
+     "N-device mesh runs on one GPU (collectives as device copies ordered by events; the SPMD correctness mode).",
+     ""},
     {"TESSERA_HEARTBEAT_FILE", "",
      "The file a worker rewrites with its step as it trains ({rank} is replaced by the rank); the supervisor's "
      "hang detector reads it.",

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "spmd/communicator_local.h"
 #include "tessera/base/error.h"
@@ -294,6 +296,50 @@ void run_collective_plan(const CollectivePlan& plan, const void* input, void* ou
       }
     }
   }
+}
+
+namespace {
+struct DeviceCollectiveStats {
+  std::mutex mutex;
+  std::map<int, CommStats> by_device;
+};
+DeviceCollectiveStats& device_stats() {
+  static DeviceCollectiveStats s;
+  return s;
+}
+}  // namespace
+
+void record_device_collective(int device, const CollectivePlan& plan, double seconds) {
+  CommKind kind = CommKind::Other;
+  double full = static_cast<double>(plan.input_bytes);
+  switch (plan.kind) {
+    case CollectiveKind::AllGather:
+      kind = CommKind::AllGather;
+      full = static_cast<double>(plan.output_bytes);  // the gathered buffer
+      break;
+    case CollectiveKind::AllReduce:
+      kind = CommKind::AllReduce;
+      break;
+    case CollectiveKind::ReduceScatter:
+      kind = CommKind::ReduceScatter;
+      break;
+    case CollectiveKind::AllToAll:
+      kind = CommKind::AllToAll;
+      break;
+    case CollectiveKind::ShardSlice:
+    case CollectiveKind::ShardPad:
+      return;  // local copies: nothing communicated
+  }
+  DeviceCollectiveStats& s = device_stats();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  record_call(s.by_device[device], kind, plan.members, full, seconds);
+}
+
+CommStats device_collective_stats(int device) {
+  DeviceCollectiveStats& s = device_stats();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.by_device.find(device);
+  return it == s.by_device.end() ? CommStats{} : it->second;
 }
 
 }  // namespace tessera::spmd

@@ -4,6 +4,7 @@
 
 #include "tessera/compiler/compile.h"
 #include "tessera/spmd/api.h"
+#include "tessera/spmd/collective_plan.h"
 #include "tessera/spmd/runtime.h"
 
 namespace tessera::spmd {
@@ -26,6 +27,12 @@ SpmdExecutable::SpmdExecutable(PartitionedProgram program, const compiler::Compi
                      [&](const compiler::Graph& local, const std::vector<bool>& d) {
                        return compiler::compile(local, options, d);
                      }) {}
+
+void SpmdExecutable::run_on_accelerator(const DeviceProgramFactory& make) {
+  std::vector<std::shared_ptr<compiler::DeviceProgram>> programs;
+  for (size_t slot = 0; slot < devices_.size(); ++slot) programs.push_back(make(per_device_[slot], devices_[slot]));
+  device_programs_ = std::move(programs);
+}
 
 std::vector<Array> SpmdExecutable::run(const std::vector<Array>& args) {
   const auto& in = program_.parameter_shardings;
@@ -52,9 +59,21 @@ std::vector<Array> SpmdExecutable::run(const std::vector<Array>& args) {
   Communicator& comm = communicator();
   run_on_devices(devices_, [&](int device) {
     size_t slot = static_cast<size_t>(std::find(devices_.begin(), devices_.end(), device) - devices_.begin());
-    const CommStats before = comm.stats(device);
-    results[slot] = per_device_[slot]->run(local_args[slot]);
-    last_stats_[slot] = comm.stats(device) - before;
+    const CommStats before = comm.stats(device), device_before = device_collective_stats(device);
+    results[slot] = device_programs_.empty() ? per_device_[slot]->run(local_args[slot])
+                                             : device_programs_[slot]->run(local_args[slot]);
+    CommStats used = comm.stats(device) - before;
+    const CommStats on_device = device_collective_stats(device) - device_before;
+    used.all_gather_calls += on_device.all_gather_calls;
+    used.all_reduce_calls += on_device.all_reduce_calls;
+    used.reduce_scatter_calls += on_device.reduce_scatter_calls;
+    used.all_to_all_calls += on_device.all_to_all_calls;
+    used.all_gather_bytes += on_device.all_gather_bytes;
+    used.all_reduce_bytes += on_device.all_reduce_bytes;
+    used.reduce_scatter_bytes += on_device.reduce_scatter_bytes;
+    used.all_to_all_bytes += on_device.all_to_all_bytes;
+    // (Seconds stay the communicator's: the in-process GPU transport meets at its barriers.)
+    last_stats_[slot] = used;
   });
   std::vector<Array> outputs;
   int mesh_size = program_.mesh.size();
@@ -65,7 +84,8 @@ std::vector<Array> SpmdExecutable::run(const std::vector<Array>& args) {
       // An output that is an input shared by the devices (or a constant) would give
       // them one buffer; a later call that donates it would then write it from every
       // device at once, so each device gets its own copy.
-      for (size_t t = 0; t < s; ++t)
+      // (Device-resident outputs have no host storage, and each device's own buffers.)
+      for (size_t t = 0; t < s && shard.storage() != nullptr; ++t)
         if (results[t].at(o).storage() == shard.storage()) {
           shard = Array::from_data(shard.raw_data(), shard.shape(), shard.dtype());
           break;

@@ -74,11 +74,6 @@ void TrainConfig::validate() const {
   } catch (const ValueError& e) {
     fail<ConfigError>("config: 'run.device': {}", e.what());
   }
-  if (compiler::DeviceSpec::parse(run.device).cuda && !parallel.mesh.empty())
-    fail<ConfigError>(
-        "config: 'parallel.mesh' = \"{}\" with 'run.device' = \"{}\": sharded training on GPUs is not "
-        "supported yet (one GPU per run)",
-        parallel.mesh, run.device);
   positive("train.steps", loop.steps);
   positive("train.batch", loop.batch);
   positive("train.seq", loop.seq);
@@ -109,7 +104,13 @@ void TrainConfig::validate() const {
     } catch (const Error& e) {
       fail<ConfigError>("config: 'parallel.mesh': {}", e.what());
     }
-    (void)pipeline_plan(*this);  // a pipeline axis: its keys against the mesh, batch and model
+    // A pipeline axis: its keys against the mesh, batch and model.
+    if (pipeline_plan(*this) && compiler::DeviceSpec::parse(run.device).cuda)
+      fail<ConfigError>(
+          "config: 'parallel.mesh' = \"{}\" with 'run.device' = \"{}\": pipeline stages run on the CPU only (the "
+          "GPU runs meshes of data, fsdp, tensor and expert axes); drop the pipeline axis or use run.device = "
+          "\"cpu\"",
+          parallel.mesh, run.device);
   }
   if (data.uses_pipeline()) data.resolved_pipeline().validate();
   if (data.val_fraction <= 0 || data.val_fraction >= 1)

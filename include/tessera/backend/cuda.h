@@ -9,6 +9,11 @@
 
 namespace tessera::cuda {
 
+// Devices are logical. Normally device d is GPU d. With TESSERA_GPU_VIRTUAL_DEVICES=N
+// there are N devices, all on GPU 0, each with its own stream, library handles and
+// caching allocator: an N-device mesh runs on one GPU (the SPMD correctness mode; their
+// collectives are device copies ordered by events).
+//
 // True when tessera was built with CUDA and at least one device is usable.
 bool available();
 // Why available() is false: "tessera was built without CUDA", "no CUDA device
@@ -17,9 +22,11 @@ std::string unavailable_reason();
 int device_count();
 
 struct DeviceInfo {
-  int ordinal = 0;
-  std::string name;  // "NVIDIA H100 80GB HBM3"
-  int sm_major = 0;  // compute capability
+  int ordinal = 0;           // the logical device
+  int physical_ordinal = 0;  // the GPU it runs on
+  int virtual_devices = 0;   // > 0: one of that many virtual devices of the GPU
+  std::string name;          // "NVIDIA H100 80GB HBM3"
+  int sm_major = 0;          // compute capability
   int sm_minor = 0;
   int multiprocessors = 0;
   size_t memory_bytes = 0;

@@ -81,4 +81,11 @@ CollectivePlan plan_collective(const Collective& collective, const Shape& input_
 void run_collective_plan(const CollectivePlan& plan, const void* input, void* output, void* staging, Communicator& comm,
                          int device, const std::vector<int>& group);
 
+// Collectives a device runs from a plan outside any Communicator (the GPU backend's
+// device copies) count here, per mesh device, as a communicator counts its own calls:
+// one call of the plan's kind, its full buffer moved as a ring would (CommStats).
+// SpmdExecutable adds them to the communicator's figures.
+void record_device_collective(int device, const CollectivePlan& plan, double seconds);
+CommStats device_collective_stats(int device);
+
 }  // namespace tessera::spmd

@@ -127,6 +127,8 @@ GpuExecutable::GpuExecutable(std::shared_ptr<compiler::Executable> executable, i
   }
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(s));  // the host constants may be freed after this
   graphs_enabled_ = !env_off("TESSERA_CUDA_GRAPHS");
+  for (const Step& step : steps_)
+    if (step.kind == Step::Kind::Kernel && !kernel_capturable(step.primitive->name())) graphs_enabled_ = false;
   const char* profile = flags::env("TESSERA_PROFILE");
   profiling_ = profile != nullptr && (std::string(profile) == "1" || std::string(profile) == "2");
   profile_steps_ = profiling_ && std::string(profile) == "2";

@@ -17,7 +17,8 @@
 // graph and replayed, removing per-kernel launch overhead. Up to kMaxGraphs pointer
 // sets are kept; TESSERA_CUDA_GRAPHS=0 turns capture off. Kernels must be
 // capture-safe (kernel_registry.h); the first run, never captured, is where they
-// compile (NVRTC), autotune (GEMM algorithms) and size their scratch.
+// compile (NVRTC), autotune (GEMM algorithms) and size their scratch. A program with a
+// kernel registered as not capturable (an SPMD program's collectives) is never captured.
 //
 // Host offload (the offload remat policy): offload_to_host / load_from_host steps are
 // copies to and from the plan's host arena, held in pinned memory, on a side stream

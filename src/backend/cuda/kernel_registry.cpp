@@ -3,6 +3,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include "tessera/ir/primitive_table.h"
 
@@ -13,6 +14,7 @@ struct Registry {
   std::mutex mutex;
   std::map<std::string, KernelFn, std::less<>> kernels;
   std::map<std::string, std::pair<GroupKernelFn, int>, std::less<>> group_kernels;
+  std::set<std::string, std::less<>> not_capturable;
 };
 Registry& registry() {
   static Registry r;
@@ -27,15 +29,12 @@ void check_builtin(std::string_view op) {
 }  // namespace
 
 void register_builtin_kernels() {
-  const std::pair<OpFamily, void (*)()> families[] = {{OpFamily::Elementwise, register_elementwise_kernels},
-                                                      {OpFamily::Layout, register_layout_kernels},
-                                                      {OpFamily::Linalg, register_linalg_kernels},
-                                                      {OpFamily::Reduce, register_reduce_kernels},
-                                                      {OpFamily::Indexing, register_indexing_kernels},
-                                                      {OpFamily::Nn, register_nn_kernels},
-                                                      {OpFamily::Attention, register_attention_kernels},
-                                                      {OpFamily::Optim, register_optim_kernels},
-                                                      {OpFamily::Random, register_random_kernels}};
+  const std::pair<OpFamily, void (*)()> families[] = {
+      {OpFamily::Elementwise, register_elementwise_kernels}, {OpFamily::Layout, register_layout_kernels},
+      {OpFamily::Linalg, register_linalg_kernels},           {OpFamily::Reduce, register_reduce_kernels},
+      {OpFamily::Indexing, register_indexing_kernels},       {OpFamily::Nn, register_nn_kernels},
+      {OpFamily::Attention, register_attention_kernels},     {OpFamily::Optim, register_optim_kernels},
+      {OpFamily::Random, register_random_kernels},           {OpFamily::Collective, register_collective_kernels}};
   for (const auto& [family, register_family] : families) {
     g_registering = family;
     register_family();
@@ -43,11 +42,21 @@ void register_builtin_kernels() {
   g_registering.reset();
 }
 
-void register_kernel(std::string_view op, KernelFn fn) {
+void register_kernel(std::string_view op, KernelFn fn, bool capturable) {
   check_builtin(op);
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.kernels[std::string(op)] = std::move(fn);
+  if (capturable)
+    r.not_capturable.erase(std::string(op));
+  else
+    r.not_capturable.insert(std::string(op));
+}
+
+bool kernel_capturable(std::string_view op) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.not_capturable.find(op) == r.not_capturable.end();
 }
 
 const KernelFn* find_kernel(std::string_view op) {

@@ -73,7 +73,10 @@ using GroupKernelFn =
 // Registers `fn` for primitives named `op` (replacing an earlier one). Inside
 // register_builtin_kernels the name is checked against the primitive table for the
 // family being registered; outside it (extensions, tests) any name is accepted.
-void register_kernel(std::string_view op, KernelFn fn);
+// capturable = false: the kernel does host work at every call that a CUDA graph replay
+// would skip (the collectives' rendezvous), so a program with it is never captured.
+void register_kernel(std::string_view op, KernelFn fn, bool capturable = true);
+bool kernel_capturable(std::string_view op);
 // The kernel for `op`, or nullptr when there is none.
 const KernelFn* find_kernel(std::string_view op);
 // Optional: a kernel for runs of `op` (the executable groups consecutive equivalent
@@ -111,5 +114,6 @@ void register_attention_kernels();    // flash attention forward and backward
 void register_indexing_kernels();     // take (embedding), scatter_add, take_along_axis
 void register_optim_kernels();        // adamw_update, lion_update
 void register_random_kernels();       // Philox bits / uniform / normal / dropout
+void register_collective_kernels();   // all_gather, all_reduce, ... (SPMD programs; eval_collective.cpp)
 
 }  // namespace tessera::cuda

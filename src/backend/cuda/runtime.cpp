@@ -3,14 +3,17 @@
 #include "backend/cuda/runtime.h"
 
 #include <cublasLt.h>
+#include <fmt/format.h>
 
 #include <array>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
 #include "backend/cuda/device_allocator.h"
 #include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/kernels/cudnn_attention.h"
+#include "tessera/base/flags.h"
 
 namespace tessera::cuda {
 
@@ -30,9 +33,27 @@ std::array<DeviceState, kMaxDevices>& states() {
 }
 
 struct Discovery {
-  int count = 0;
+  int count = 0;            // logical devices: the GPUs, or the virtual devices of GPU 0
+  int physical = 0;         // GPUs present
+  int virtual_devices = 0;  // TESSERA_GPU_VIRTUAL_DEVICES (0: off)
   std::string reason;
 };
+
+// TESSERA_GPU_VIRTUAL_DEVICES=N: N logical devices on GPU 0, each with its own stream,
+// library handles and caching allocator (the SPMD correctness mode one GPU can run).
+// Returns 0 when unset, or sets `reason` for a bad value.
+int virtual_devices_from_env(std::string& reason) {
+  const char* v = flags::env("TESSERA_GPU_VIRTUAL_DEVICES");
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || n < 1 || n > kMaxDevices) {
+    reason =
+        fmt::format("TESSERA_GPU_VIRTUAL_DEVICES={} is not a device count (expected an integer 1..{})", v, kMaxDevices);
+    return 0;
+  }
+  return static_cast<int>(n);
+}
 
 const Discovery& discovery() {
   static const Discovery d = [] {
@@ -45,7 +66,14 @@ const Discovery& discovery() {
     } else if (count == 0) {
       out.reason = "no CUDA device (cudaGetDeviceCount returned 0)";
     } else {
+      out.physical = count;
       out.count = count;
+      out.virtual_devices = virtual_devices_from_env(out.reason);
+      if (!out.reason.empty()) {
+        out.count = 0;
+      } else if (out.virtual_devices > 0) {
+        out.count = out.virtual_devices;
+      }
     }
     return out;
   }();
@@ -90,7 +118,10 @@ void require_device(int device) {
     fail<ValueError>("cuda: device {} does not exist ({} CUDA device(s): 0..{})", device, d.count, d.count - 1);
 }
 
-void set_device(int device) { TESSERA_CUDA_CHECK(cudaSetDevice(device)); }
+int physical_device(int device) { return discovery().virtual_devices > 0 ? 0 : device; }
+int virtual_device_count() { return discovery().virtual_devices; }
+
+void set_device(int device) { TESSERA_CUDA_CHECK(cudaSetDevice(physical_device(device))); }
 
 cudaStream_t stream(int device) { return state(device).stream; }
 cublasLtHandle_t cublaslt(int device) { return state(device).cublaslt; }
@@ -98,9 +129,12 @@ cublasLtHandle_t cublaslt(int device) { return state(device).cublaslt; }
 DeviceInfo device_info(int device) {
   require_device(device);
   cudaDeviceProp p{};
-  TESSERA_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  const int physical = physical_device(device);
+  TESSERA_CUDA_CHECK(cudaGetDeviceProperties(&p, physical));
   DeviceInfo info;
   info.ordinal = device;
+  info.physical_ordinal = physical;
+  info.virtual_devices = virtual_device_count();
   info.name = p.name;
   info.sm_major = p.major;
   info.sm_minor = p.minor;
@@ -109,7 +143,7 @@ DeviceInfo device_info(int device) {
   info.l2_bytes = static_cast<size_t>(p.l2CacheSize);
   TESSERA_CUDA_CHECK(cudaDriverGetVersion(&info.driver_version));
   TESSERA_CUDA_CHECK(cudaRuntimeGetVersion(&info.runtime_version));
-  info.estimated_peak_bf16_flops = estimated_peak_bf16(p, device);
+  info.estimated_peak_bf16_flops = estimated_peak_bf16(p, physical);
   return info;
 }
 

@@ -13,7 +13,13 @@ namespace tessera::cuda {
 
 // Throws Error with unavailable_reason() when there is no usable device `device`.
 void require_device(int device);
-// cudaSetDevice(device), checked.
+// Devices are logical: the GPUs, or under TESSERA_GPU_VIRTUAL_DEVICES=N the N virtual
+// devices of GPU 0 (each its own stream, handles and allocator; cuda.h).
+// The GPU a logical device runs on.
+int physical_device(int device);
+// N under TESSERA_GPU_VIRTUAL_DEVICES=N, else 0.
+int virtual_device_count();
+// cudaSetDevice(physical_device(device)), checked.
 void set_device(int device);
 cudaStream_t stream(int device);
 cublasLtHandle_t cublaslt(int device);

@@ -1,4 +1,4 @@
-// Private device helpers of the reduction kernels (reduce.cu, column_sum.cu): the
+// Private device helpers of the reduction kernels (reduce.cu, column_sum.cu, ordered_sum.cu): the
 // accumulator type of each element type, element loads and rounding stores, and the
 // reduce ops' identities and combine rules. One definition, so every path of a
 // reduction rounds and propagates NaN the same way.

@@ -1,0 +1,98 @@
+// CUDA kernels of the collective primitives (spmd/collectives.h) in SPMD programs on
+// GPUs: each runs its CollectivePlan (spmd/collective_plan.h) on the executable's
+// stream — strided device copies (cudaMemcpy2DAsync), zero fills, ordered sums
+// (kernels/ordered_sum.h) — with the block exchanges handed to the runtime's device
+// transport (device_transport.h). The plan's sums are in group order, so a GPU run's
+// reductions are bitwise the CPU communicators'. The mesh device comes from the
+// runtime's current device (spmd::current_device(): SpmdExecutable runs each device's
+// program on that device's thread).
+#include <chrono>
+
+#include "backend/cuda/device_transport.h"
+#include "backend/cuda/kernel_registry.h"
+#include "backend/cuda/kernels/cuda_check.h"
+#include "backend/cuda/kernels/ordered_sum.h"
+#include "tessera/base/error.h"
+#include "tessera/spmd/collective_plan.h"
+#include "tessera/spmd/runtime.h"
+
+namespace tessera::cuda {
+namespace {
+
+using spmd::PlanRef;
+using spmd::PlanStep;
+
+void collective_kernel(const Primitive& primitive, const std::vector<DeviceTensor>& inputs,
+                       const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
+  const auto& collective = primitive_as<spmd::Collective>(primitive, "collective");
+  if (inputs.size() != 1 || outputs.size() != 1)
+    fail<ValueError>("{}: called with {} inputs and {} outputs (expected 1 and 1)", collective.name(), inputs.size(),
+                     outputs.size());
+  const DeviceTensor& in = inputs[0];
+  const DeviceTensor& out = outputs[0];
+  const spmd::DeviceContext* context = spmd::current_device();
+  if (context == nullptr)
+    fail<ValueError>(
+        "{} {{{}}}: runs over {} devices but no device is current (a GPU program with collectives runs through a "
+        "sharded jit call, whose SpmdExecutable drives each device from its own thread)",
+        collective.name(), collective.attributes(), collective.group_size());
+  const int device = context->device;
+  const spmd::Mesh& mesh = collective.mesh();
+  if (device >= mesh.size())
+    fail<ValueError>("{} {{{}}}: device {} is not in mesh {} ({} devices)", collective.name(), collective.attributes(),
+                     device, mesh.to_string(), mesh.size());
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int> group = mesh.group(device, collective.axes());
+  const spmd::CollectivePlan plan =
+      spmd::plan_collective(collective, in.shape, in.dtype, mesh.index_in_group(device, collective.axes()));
+  if (plan.output_bytes != out.nbytes())
+    fail<ShapeError>("{} {{{}}}: output has {} bytes, the plan writes {}", collective.name(), collective.attributes(),
+                     out.nbytes(), plan.output_bytes);
+  char* staging = plan.staging_bytes > 0 ? static_cast<char*>(ctx.scratch(plan.staging_bytes)) : nullptr;
+  auto at = [&](const PlanRef& ref) -> char* {
+    switch (ref.buffer) {
+      case PlanRef::Buffer::Input:
+        return static_cast<char*>(in.data) + ref.offset;
+      case PlanRef::Buffer::Output:
+        return static_cast<char*>(out.data) + ref.offset;
+      case PlanRef::Buffer::Staging:
+        return staging + ref.offset;
+    }
+    return nullptr;
+  };
+  DeviceTransport* transport = nullptr;
+  for (const PlanStep& s : plan.steps) {
+    switch (s.kind) {
+      case PlanStep::Kind::Copy:
+        TESSERA_CUDA_CHECK(cudaMemcpy2DAsync(at(s.dst), s.dst_pitch, at(s.src), s.src_pitch, s.width, s.rows,
+                                             cudaMemcpyDeviceToDevice, ctx.stream));
+        break;
+      case PlanStep::Kind::Zero:
+        TESSERA_CUDA_CHECK(cudaMemsetAsync(at(s.dst), 0, s.width, ctx.stream));
+        break;
+      case PlanStep::Kind::AllGather:
+      case PlanStep::Kind::AllToAll:
+        if (transport == nullptr) transport = &transport_for(*context);
+        if (s.kind == PlanStep::Kind::AllGather)
+          transport->all_gather(*context, ctx.device, group, at(s.src), at(s.dst), s.width, ctx.stream);
+        else
+          transport->all_to_all(*context, ctx.device, group, at(s.src), at(s.dst), s.width, ctx.stream);
+        break;
+      case PlanStep::Kind::OrderedSum:
+        ordered_sum(at(s.src), s.members, s.stride, s.count, plan.dtype, at(s.dst), ctx.stream);
+        break;
+    }
+  }
+  // Seconds to queue the work (the host side: the rendezvous and the launches).
+  spmd::record_device_collective(device, plan,
+                                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+}  // namespace
+
+void register_collective_kernels() {
+  for (const char* op : {"all_gather", "all_reduce", "all_to_all", "reduce_scatter", "shard_pad", "shard_slice"})
+    register_kernel(op, collective_kernel, /*capturable=*/false);
+}
+
+}  // namespace tessera::cuda

@@ -38,17 +38,8 @@ constexpr int kDevices = 8;
                    << ")";                                                                                             \
   } while (0)
 
-std::vector<int> all_devices(int n) {
-  std::vector<int> v(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
-  return v;
-}
-
-std::vector<char> bytes_of(const Array& a) {
-  std::vector<char> b(a.nbytes());
-  if (!b.empty()) std::memcpy(b.data(), a.raw_data(), b.size());
-  return b;
-}
+using testing::all_devices;
+using testing::bytes_of;
 
 // Runs collective `build(x_d)` on every device of the mesh, on the CPU (eval_cpu) and on
 // CUDA device d (the kernel, its exchanges between the virtual devices' streams), and

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +16,20 @@
 #include "tessera/spmd/runtime.h"
 
 namespace tessera::testing {
+
+// Devices 0 .. n-1 (run_on_devices over a whole mesh).
+inline std::vector<int> all_devices(int n) {
+  std::vector<int> v(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  return v;
+}
+
+// An array's value as bytes (bitwise comparisons).
+inline std::vector<char> bytes_of(const Array& a) {
+  std::vector<char> b(a.nbytes());
+  if (!b.empty()) std::memcpy(b.data(), a.raw_data(), b.size());
+  return b;
+}
 
 inline Array random_array(const Shape& shape, uint64_t seed, double scale = 1.0) {
   std::mt19937_64 rng(seed);

@@ -6,23 +6,15 @@
 #include <cstring>
 
 #include "spmd/collective_reference.h"
+#include "spmd/spmd_test_util.h"
 #include "tessera/spmd/collective_plan.h"
 #include "tessera/spmd/runtime.h"
 
 namespace tessera::spmd {
 namespace {
 
-std::vector<int> all_devices(int n) {
-  std::vector<int> v(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
-  return v;
-}
-
-std::vector<char> bytes_of(const Array& a) {
-  std::vector<char> b(a.nbytes());
-  if (!b.empty()) std::memcpy(b.data(), a.raw_data(), b.size());
-  return b;
-}
+using tessera::testing::all_devices;
+using tessera::testing::bytes_of;
 
 // Runs collective `y` (built on device d's input) both ways on every device of the mesh
 // and compares their bytes. make_input(d) gives device d's local input.

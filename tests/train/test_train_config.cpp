@@ -60,8 +60,7 @@ TEST(TrainConfig, OverridesApplyAfterTheFile) {
 // pipeline stages run on the CPU only, and the config says so.
 TEST(TrainConfig, GpuMeshesAreAcceptedPipelineStagesAreCpuOnly) {
   const std::string base = "[model]\npreset = \"tiny\"\n[train]\nbatch = 8\n[run]\ndevice = \"cuda\"\n";
-  EXPECT_EQ(parse_config(base + "[parallel]\nmesh = \"data=2,tensor=2\"\n", "t.toml").parallel.mesh,
-            "data=2,tensor=2");
+  EXPECT_EQ(parse_config(base + "[parallel]\nmesh = \"data=2,tensor=2\"\n", "t.toml").parallel.mesh, "data=2,tensor=2");
   const std::string e = error_of(base + "[parallel]\nmesh = \"pipeline=2,data=2\"\n");
   EXPECT_NE(e.find("pipeline stages run on the CPU only"), std::string::npos) << e;
   EXPECT_NE(e.find("'parallel.mesh' = \"pipeline=2,data=2\" with 'run.device' = \"cuda\""), std::string::npos) << e;

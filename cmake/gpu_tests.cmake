@@ -55,7 +55,7 @@ if(TESSERA_HAS_NCCL AND TARGET test_cuda)
   endif()
 endif()
 
-# SPMD programs on one GPU: test_cuda's GpuSpmd* tests (tests/cuda/test_cuda_spmd.cpp) need
+# SPMD programs on one GPU: test_cuda's *GpuSpmd* tests (tests/cuda/test_cuda_spmd.cpp) need
 # 8 CUDA devices, so they run here again with TESSERA_GPU_VIRTUAL_DEVICES=8 (8 virtual
 # devices of GPU 0, each its own stream and allocator). Without a GPU they skip, and ctest
 # reports the test as skipped.
@@ -63,7 +63,7 @@ if(TARGET test_cuda)
   file(GLOB tessera_cuda_spmd_test CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cuda/${TESSERA_TEST_GLOB}.cpp)
   list(FIND tessera_cuda_spmd_test ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_spmd.cpp tessera_cuda_spmd_index)
   if(tessera_cuda_spmd_index GREATER -1)
-    add_test(NAME cuda.spmd_virtual_devices COMMAND test_cuda --gtest_filter=GpuSpmd*)
+    add_test(NAME cuda.spmd_virtual_devices COMMAND test_cuda --gtest_filter=*GpuSpmd*)
     set_tests_properties(cuda.spmd_virtual_devices PROPERTIES LABELS cuda TIMEOUT 900
                          ENVIRONMENT TESSERA_GPU_VIRTUAL_DEVICES=8 SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
   endif()

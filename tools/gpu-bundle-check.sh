@@ -10,7 +10,7 @@
 # Phases, in this order (GPT-2 124M, bf16, batch 16 x 1024 unless named):
 #   device       nvidia-smi, libraries, torch / cuDNN / jax versions
 #   test         test_cuda, every test
-#   spmd         test_cuda's GpuSpmd* tests on 8 virtual devices of the GPU
+#   spmd         test_cuda's *GpuSpmd* tests on 8 virtual devices of the GPU
 #                (TESSERA_GPU_VIRTUAL_DEVICES=8): the collectives bitwise the CPU's, GPT
 #                steps under data/fsdp/tensor layouts against the CPU's sharded run
 #   bench        tessera, then PyTorch (torch.compile) in the same process: vs_best_peer
@@ -82,7 +82,7 @@ for phase in $PHASES; do
   case "$phase" in
     device) run device -- device ;;
     test) run test BUNDLE_TEST_TIMEOUT=170 -- test ;;
-    spmd) run spmd TESSERA_GPU_VIRTUAL_DEVICES=8 BUNDLE_TEST_TIMEOUT=120 -- "test:GpuSpmd*" ;;
+    spmd) run spmd TESSERA_GPU_VIRTUAL_DEVICES=8 BUNDLE_TEST_TIMEOUT=120 -- "test:*GpuSpmd*" ;;
     bench) run bench BUNDLE_BENCH_TIMEOUT=240 -- "bench:--steps:20:--warmup:5:--peers:torch:--python:$PEER_PYTHON" ;;
     profile) run profile TESSERA_PROFILE=2 TESSERA_CUDA_GRAPHS=0 BUNDLE_BENCH_TIMEOUT=90 -- bench:--steps:3:--warmup:1 ;;
     before)

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "spmd/block_layout.h"
 #include "spmd/communicator_local.h"
 #include "tessera/base/error.h"
 
@@ -20,16 +21,13 @@ using Buffer = PlanRef::Buffer;
 // dtype stay aligned).
 constexpr size_t kStagingAlignment = 256;
 
-// x viewed as [outer, dim, inner] around `dim` (elements).
-struct Split3 {
-  size_t outer = 1, dim = 1, inner = 1;
+// split_at (block_layout.h) in unsigned byte arithmetic.
+struct Extent {
+  size_t outer, dim, inner;
 };
-Split3 split_at(const Shape& shape, int dim) {
-  Split3 s;
-  for (int i = 0; i < dim; ++i) s.outer *= static_cast<size_t>(shape[static_cast<size_t>(i)]);
-  s.dim = static_cast<size_t>(shape[static_cast<size_t>(dim)]);
-  for (size_t i = static_cast<size_t>(dim) + 1; i < shape.size(); ++i) s.inner *= static_cast<size_t>(shape[i]);
-  return s;
+Extent extent_at(const Shape& shape, int dim) {
+  const Split3 s = split_at(shape, dim);
+  return {static_cast<size_t>(s.outer), static_cast<size_t>(s.dim), static_cast<size_t>(s.inner)};
 }
 
 class PlanBuilder {
@@ -169,7 +167,7 @@ CollectivePlan plan_collective(const Collective& collective, const Shape& input_
 
   switch (plan.kind) {
     case CollectiveKind::AllGather: {
-      const Split3 s = split_at(input_shape, dim);
+      const Extent s = extent_at(input_shape, dim);
       if (s.outer == 1) {
         b.exchange(PlanStep::Kind::AllGather, input, output, plan.input_bytes);
       } else {
@@ -180,7 +178,7 @@ CollectivePlan plan_collective(const Collective& collective, const Shape& input_
       break;
     }
     case CollectiveKind::ReduceScatter: {
-      const Split3 s = split_at(input_shape, dim);
+      const Extent s = extent_at(input_shape, dim);
       const size_t out_count = count / n;
       PlanRef blocks = input;
       if (s.outer > 1) {
@@ -220,7 +218,7 @@ CollectivePlan plan_collective(const Collective& collective, const Shape& input_
       // Send block j along the split dim to member j; receive member k's block along
       // the concat dim, in group order.
       const int concat_dim = collective.concat_dim();
-      const Split3 split = split_at(input_shape, dim);
+      const Extent split = extent_at(input_shape, dim);
       const size_t block = plan.input_bytes / n;
       PlanRef send = input;
       if (split.outer > 1) {
@@ -229,7 +227,7 @@ CollectivePlan plan_collective(const Collective& collective, const Shape& input_
       }
       Shape block_shape = input_shape;
       block_shape[static_cast<size_t>(dim)] /= plan.members;
-      const Split3 concat = split_at(block_shape, concat_dim);
+      const Extent concat = extent_at(block_shape, concat_dim);
       if (concat.outer == 1) {
         b.exchange(PlanStep::Kind::AllToAll, send, output, block);
       } else {
@@ -240,13 +238,13 @@ CollectivePlan plan_collective(const Collective& collective, const Shape& input_
       break;
     }
     case CollectiveKind::ShardSlice: {
-      const Split3 s = split_at(input_shape, dim);
+      const Extent s = extent_at(input_shape, dim);
       const size_t row = s.dim * s.inner * item, part = row / n;
       b.copy({Buffer::Input, at * part}, output, part, s.outer, row, part);
       break;
     }
     case CollectiveKind::ShardPad: {
-      const Split3 s = split_at(input_shape, dim);
+      const Extent s = extent_at(input_shape, dim);
       const size_t part = s.dim * s.inner * item, row = part * n;
       b.zero(output, plan.output_bytes);
       b.copy(input, {Buffer::Output, at * part}, part, s.outer, part, row);
@@ -309,7 +307,7 @@ DeviceCollectiveStats& device_stats() {
 }
 }  // namespace
 
-void record_device_collective(int device, const CollectivePlan& plan, double seconds) {
+void record_device_collective(int device, const CollectivePlan& plan) {
   CommKind kind = CommKind::Other;
   double full = static_cast<double>(plan.input_bytes);
   switch (plan.kind) {
@@ -332,7 +330,7 @@ void record_device_collective(int device, const CollectivePlan& plan, double sec
   }
   DeviceCollectiveStats& s = device_stats();
   std::lock_guard<std::mutex> lock(s.mutex);
-  record_call(s.by_device[device], kind, plan.members, full, seconds);
+  record_call(s.by_device[device], kind, plan.members, full, 0.0);
 }
 
 CommStats device_collective_stats(int device) {

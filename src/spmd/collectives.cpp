@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "spmd/block_layout.h"
 #include "tessera/base/error.h"
 #include "tessera/spmd/runtime.h"
 
@@ -42,18 +43,6 @@ bool is_reducible(DType dtype) {
     default:
       return false;
   }
-}
-
-// x viewed as [outer, dim, inner]: elements before, at and after `dim`.
-struct Split3 {
-  int64_t outer = 1, dim = 1, inner = 1;
-};
-Split3 split_at(const Shape& shape, int dim) {
-  Split3 s;
-  for (int i = 0; i < dim; ++i) s.outer *= shape[static_cast<size_t>(i)];
-  s.dim = shape[static_cast<size_t>(dim)];
-  for (size_t i = static_cast<size_t>(dim) + 1; i < shape.size(); ++i) s.inner *= shape[i];
-  return s;
 }
 
 // dst[b][a] = src[a][b] for blocks of `block` bytes (src is [A][B] blocks): moves

@@ -100,4 +100,18 @@ CommStats operator-(const CommStats& after, const CommStats& before) {
   return d;
 }
 
+CommStats operator+(const CommStats& a, const CommStats& b) {
+  CommStats s;
+  s.all_gather_calls = a.all_gather_calls + b.all_gather_calls;
+  s.all_reduce_calls = a.all_reduce_calls + b.all_reduce_calls;
+  s.reduce_scatter_calls = a.reduce_scatter_calls + b.reduce_scatter_calls;
+  s.all_to_all_calls = a.all_to_all_calls + b.all_to_all_calls;
+  s.all_gather_bytes = a.all_gather_bytes + b.all_gather_bytes;
+  s.all_reduce_bytes = a.all_reduce_bytes + b.all_reduce_bytes;
+  s.reduce_scatter_bytes = a.reduce_scatter_bytes + b.reduce_scatter_bytes;
+  s.all_to_all_bytes = a.all_to_all_bytes + b.all_to_all_bytes;
+  s.seconds = a.seconds + b.seconds;
+  return s;
+}
+
 }  // namespace tessera::spmd

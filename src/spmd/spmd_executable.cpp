@@ -59,21 +59,16 @@ std::vector<Array> SpmdExecutable::run(const std::vector<Array>& args) {
   Communicator& comm = communicator();
   run_on_devices(devices_, [&](int device) {
     size_t slot = static_cast<size_t>(std::find(devices_.begin(), devices_.end(), device) - devices_.begin());
-    const CommStats before = comm.stats(device), device_before = device_collective_stats(device);
-    results[slot] = device_programs_.empty() ? per_device_[slot]->run(local_args[slot])
-                                             : device_programs_[slot]->run(local_args[slot]);
-    CommStats used = comm.stats(device) - before;
-    const CommStats on_device = device_collective_stats(device) - device_before;
-    used.all_gather_calls += on_device.all_gather_calls;
-    used.all_reduce_calls += on_device.all_reduce_calls;
-    used.reduce_scatter_calls += on_device.reduce_scatter_calls;
-    used.all_to_all_calls += on_device.all_to_all_calls;
-    used.all_gather_bytes += on_device.all_gather_bytes;
-    used.all_reduce_bytes += on_device.all_reduce_bytes;
-    used.reduce_scatter_bytes += on_device.reduce_scatter_bytes;
-    used.all_to_all_bytes += on_device.all_to_all_bytes;
-    // (Seconds stay the communicator's: the in-process GPU transport meets at its barriers.)
-    last_stats_[slot] = used;
+    const CommStats before = comm.stats(device);
+    if (device_programs_.empty()) {
+      results[slot] = per_device_[slot]->run(local_args[slot]);
+      last_stats_[slot] = comm.stats(device) - before;
+      return;
+    }
+    // On an accelerator the collectives count themselves (device_collective_stats).
+    const CommStats device_before = device_collective_stats(device);
+    results[slot] = device_programs_[slot]->run(local_args[slot]);
+    last_stats_[slot] = (comm.stats(device) - before) + (device_collective_stats(device) - device_before);
   });
   std::vector<Array> outputs;
   int mesh_size = program_.mesh.size();

@@ -83,9 +83,10 @@ void run_collective_plan(const CollectivePlan& plan, const void* input, void* ou
 
 // Collectives a device runs from a plan outside any Communicator (the GPU backend's
 // device copies) count here, per mesh device, as a communicator counts its own calls:
-// one call of the plan's kind, its full buffer moved as a ring would (CommStats).
-// SpmdExecutable adds them to the communicator's figures.
-void record_device_collective(int device, const CollectivePlan& plan, double seconds);
+// one call of the plan's kind, its full buffer moved as a ring would (CommStats), no
+// seconds (the time waiting for peers is the communicator's: the in-process transport
+// meets at its barriers). SpmdExecutable adds them to the communicator's figures.
+void record_device_collective(int device, const CollectivePlan& plan);
 CommStats device_collective_stats(int device);
 
 }  // namespace tessera::spmd

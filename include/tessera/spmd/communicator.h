@@ -35,6 +35,8 @@ struct CommStats {
 };
 // What happened between two snapshots of one device's statistics.
 CommStats operator-(const CommStats& after, const CommStats& before);
+// Both together (a program's collectives counted by two sources).
+CommStats operator+(const CommStats& a, const CommStats& b);
 
 class Communicator {
  public:

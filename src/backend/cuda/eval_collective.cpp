@@ -6,8 +6,6 @@
 // reductions are bitwise the CPU communicators'. The mesh device comes from the
 // runtime's current device (spmd::current_device(): SpmdExecutable runs each device's
 // program on that device's thread).
-#include <chrono>
-
 #include "backend/cuda/device_transport.h"
 #include "backend/cuda/kernel_registry.h"
 #include "backend/cuda/kernels/cuda_check.h"
@@ -41,7 +39,6 @@ void collective_kernel(const Primitive& primitive, const std::vector<DeviceTenso
   if (device >= mesh.size())
     fail<ValueError>("{} {{{}}}: device {} is not in mesh {} ({} devices)", collective.name(), collective.attributes(),
                      device, mesh.to_string(), mesh.size());
-  const auto start = std::chrono::steady_clock::now();
   const std::vector<int> group = mesh.group(device, collective.axes());
   const spmd::CollectivePlan plan =
       spmd::plan_collective(collective, in.shape, in.dtype, mesh.index_in_group(device, collective.axes()));
@@ -83,9 +80,7 @@ void collective_kernel(const Primitive& primitive, const std::vector<DeviceTenso
         break;
     }
   }
-  // Seconds to queue the work (the host side: the rendezvous and the launches).
-  spmd::record_device_collective(device, plan,
-                                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  spmd::record_device_collective(device, plan);
 }
 
 }  // namespace

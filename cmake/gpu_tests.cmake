@@ -66,6 +66,11 @@ if(TARGET test_cuda)
     add_test(NAME cuda.spmd_virtual_devices COMMAND test_cuda --gtest_filter=*GpuSpmd*)
     set_tests_properties(cuda.spmd_virtual_devices PROPERTIES LABELS cuda TIMEOUT 900
                          ENVIRONMENT TESSERA_GPU_VIRTUAL_DEVICES=8 SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+    # A value that is not a count is the reason no GPU is used (runs without a GPU too).
+    add_test(NAME cuda.virtual_devices_bad_value COMMAND test_cuda
+                                                         --gtest_filter=GpuVirtualDevices.ABadCountIsTheReasonNoGpuIsUsed)
+    set_tests_properties(cuda.virtual_devices_bad_value PROPERTIES LABELS cuda ENVIRONMENT TESSERA_GPU_VIRTUAL_DEVICES=eight
+                                                                  SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
   endif()
 endif()
 

@@ -10,6 +10,7 @@
 // devices) each skips and says why.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cuda/run_on_gpu.h"
@@ -199,6 +200,18 @@ TEST(GpuSpmd, AMeshLargerThanTheDevicesIsAClearError) {
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("TESSERA_GPU_VIRTUAL_DEVICES"), std::string::npos) << e.what();
   }
+}
+
+// A TESSERA_GPU_VIRTUAL_DEVICES that is not a count makes the GPUs unavailable with the
+// reason, GPU or not: ctest runs this as cuda.virtual_devices_bad_value with the variable
+// set to "eight" (cmake/gpu_tests.cmake); without it the test skips.
+TEST(GpuVirtualDevices, ABadCountIsTheReasonNoGpuIsUsed) {
+  const char* value = std::getenv("TESSERA_GPU_VIRTUAL_DEVICES");
+  if (value == nullptr || std::string(value) != "eight")
+    GTEST_SKIP() << "runs as ctest's cuda.virtual_devices_bad_value (TESSERA_GPU_VIRTUAL_DEVICES=eight)";
+  EXPECT_FALSE(cuda::available());
+  EXPECT_EQ(cuda::unavailable_reason(),
+            "TESSERA_GPU_VIRTUAL_DEVICES=eight is not a device count (expected an integer 1..64)");
 }
 
 }  // namespace

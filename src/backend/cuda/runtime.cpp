@@ -34,7 +34,6 @@ std::array<DeviceState, kMaxDevices>& states() {
 
 struct Discovery {
   int count = 0;            // logical devices: the GPUs, or the virtual devices of GPU 0
-  int physical = 0;         // GPUs present
   int virtual_devices = 0;  // TESSERA_GPU_VIRTUAL_DEVICES (0: off)
   std::string reason;
 };
@@ -58,6 +57,9 @@ int virtual_devices_from_env(std::string& reason) {
 const Discovery& discovery() {
   static const Discovery d = [] {
     Discovery out;
+    // A bad TESSERA_GPU_VIRTUAL_DEVICES is the reason whether or not a GPU is present.
+    out.virtual_devices = virtual_devices_from_env(out.reason);
+    if (!out.reason.empty()) return out;
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess) {
@@ -66,14 +68,7 @@ const Discovery& discovery() {
     } else if (count == 0) {
       out.reason = "no CUDA device (cudaGetDeviceCount returned 0)";
     } else {
-      out.physical = count;
-      out.count = count;
-      out.virtual_devices = virtual_devices_from_env(out.reason);
-      if (!out.reason.empty()) {
-        out.count = 0;
-      } else if (out.virtual_devices > 0) {
-        out.count = out.virtual_devices;
-      }
+      out.count = out.virtual_devices > 0 ? out.virtual_devices : count;
     }
     return out;
   }();

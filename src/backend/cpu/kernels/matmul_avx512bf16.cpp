@@ -64,19 +64,26 @@ constexpr int64_t kStrip = 16 * 32;  // elements of one 16-column block of one K
 
 TESSERA_TARGET_AVX512BF16 inline __m512bh as_pairs(__m512i v) { return (__m512bh)v; }
 
-// Sums of rows [0, 8) of `a` (packed A at the group's first row) times kVecs 16-column
+// Where the A block's rows are: packed (row r of K block kb at kb * 32 * 32 + r * 32)
+// or read in place from A stored [m, k] (at kb * 32 + r * lda), which skips the copy
+// when no padding is needed.
+struct ARows {
+  int64_t row_stride, kb_stride;
+};
+
+// Sums of rows [0, 8) of `a` (A at the group's first row) times kVecs 16-column
 // blocks of `b` (packed B at the group's first block) over kb_count K blocks, stored to
 // out (row stride out_stride floats). Every lane adds its pairs in K order from +0.
 template <int kVecs>
-TESSERA_TARGET_AVX512BF16 void micro_tile(const bfloat16* a, const bfloat16* b, int64_t kb_count, int64_t b_kb_stride,
-                                          float* out, int64_t out_stride) {
+TESSERA_TARGET_AVX512BF16 void micro_tile(const bfloat16* a, ARows a_rows, const bfloat16* b, int64_t kb_count,
+                                          int64_t b_kb_stride, float* out, int64_t out_stride) {
   __m512 acc[kRows][kVecs];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r)
 #pragma GCC unroll 3
     for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_setzero_ps();
   for (int64_t kb = 0; kb < kb_count; ++kb) {
-    const bfloat16* pa = a + kb * kBlockM * kBlockK;
+    const bfloat16* pa = a + kb * a_rows.kb_stride;
     const bfloat16* pb = b + kb * b_kb_stride;
     for (int64_t q = 0; q < kPairs; ++q) {
       __m512bh bv[kVecs];
@@ -85,7 +92,7 @@ TESSERA_TARGET_AVX512BF16 void micro_tile(const bfloat16* a, const bfloat16* b, 
 #pragma GCC unroll 8
       for (int r = 0; r < kRows; ++r) {
         int32_t pair;
-        std::memcpy(&pair, pa + r * kBlockK + 2 * q, sizeof(pair));
+        std::memcpy(&pair, pa + r * a_rows.row_stride + 2 * q, sizeof(pair));
         const __m512bh av = as_pairs(_mm512_set1_epi32(pair));
 #pragma GCC unroll 3
         for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], bv[v], av);
@@ -98,23 +105,23 @@ TESSERA_TARGET_AVX512BF16 void micro_tile(const bfloat16* a, const bfloat16* b, 
     for (int v = 0; v < kVecs; ++v) _mm512_storeu_ps(out + r * out_stride + 16 * v, acc[r][v]);
 }
 
-// The float32 sums of a packed 32-row block (`rows` of them real) times all of packed B
-// (n_pad columns) into acc [32][n_pad].
-TESSERA_TARGET_AVX512BF16 void block_product(const bfloat16* a_packed, const bfloat16* b_packed, int64_t rows,
-                                             int64_t kb_count, int64_t n_pad, float* acc) {
+// The float32 sums of a 32-row block of A (`rows` of them real; rows past them only
+// when packed) times all of packed B (n_pad columns) into acc [32][n_pad].
+TESSERA_TARGET_AVX512BF16 void block_product(const bfloat16* a_block, ARows a_rows, const bfloat16* b_packed,
+                                             int64_t rows, int64_t kb_count, int64_t n_pad, float* acc) {
   const int64_t b_kb_stride = n_pad * kBlockK;
   for (int64_t j = 0; j < n_pad; j += 48) {
     const int64_t vecs = std::min<int64_t>(3, (n_pad - j) / 16);
     const bfloat16* b = b_packed + (j / 16) * kStrip;
     for (int64_t g = 0; g < rows; g += kRows) {
-      const bfloat16* a = a_packed + g * kBlockK;
+      const bfloat16* a = a_block + g * a_rows.row_stride;
       float* out = acc + g * n_pad + j;
       if (vecs == 3)
-        micro_tile<3>(a, b, kb_count, b_kb_stride, out, n_pad);
+        micro_tile<3>(a, a_rows, b, kb_count, b_kb_stride, out, n_pad);
       else if (vecs == 2)
-        micro_tile<2>(a, b, kb_count, b_kb_stride, out, n_pad);
+        micro_tile<2>(a, a_rows, b, kb_count, b_kb_stride, out, n_pad);
       else
-        micro_tile<1>(a, b, kb_count, b_kb_stride, out, n_pad);
+        micro_tile<1>(a, a_rows, b, kb_count, b_kb_stride, out, n_pad);
     }
   }
 }
@@ -146,8 +153,14 @@ void avx512bf16_gemm_tile(const bfloat16* a, const bfloat16* b, bfloat16* c, int
   bf16_pack::pack_b(b, ldb, sub.trans_b, sub.k, sub.n, n_pad, b_packed);
   for (int64_t r0 = 0; r0 < sub.m; r0 += kBlockM) {
     const int64_t rows = std::min(kBlockM, sub.m - r0);
-    bf16_pack::pack_a(a, lda, sub.trans_a, r0, rows, sub.k, a_packed);
-    block_product(a_packed, b_packed, rows, k_pad / kBlockK, n_pad, acc);
+    // A stored [m, k] already has each row's pairs contiguous: read it in place unless
+    // the block needs zero padding (a partial K block, or rows past the last 8-row group).
+    if (!sub.trans_a && sub.k == k_pad && rows % kRows == 0) {
+      block_product(a + r0 * lda, ARows{lda, kBlockK}, b_packed, rows, k_pad / kBlockK, n_pad, acc);
+    } else {
+      bf16_pack::pack_a(a, lda, sub.trans_a, r0, rows, sub.k, a_packed);
+      block_product(a_packed, ARows{kBlockK, kBlockM * kBlockK}, b_packed, rows, k_pad / kBlockK, n_pad, acc);
+    }
     for (int64_t r = 0; r < rows; ++r)
       cast_span(DType::Float32, acc + r * n_pad, DType::BFloat16, c + (r0 + r) * ldc, sub.n);
   }

@@ -23,8 +23,8 @@ The last stdout line is a JSON object with every figure plus
   bf16_vs_best_peer_min  min over shapes of tessera-bf16 / the fastest peer in any precision
   int8_vs_bf16_min       min over shapes of tessera-int8 / tessera-bf16 tokens/s
   cpu_features           the CPU's bf16/int8 matrix instructions (/proc/cpuinfo) and tessera's bf16 and int8 GEMM paths.
-On a CPU without AVX512-BF16 or AMX the bf16 ratios are null, and without AMX-INT8 the int8 ratio is null (tessera's
-int8 GEMM then multiplies in float64), with the reason in notes, instead of a figure.
+On a CPU without AVX512-BF16 or AMX the bf16 ratios are null, and without AMX-INT8 or AVX512-VNNI the int8 ratio is
+null (tessera's int8 GEMM then multiplies in float64), with the reason in notes, instead of a figure.
 """
 import argparse
 import json
@@ -209,9 +209,10 @@ def main():
     if not has_bf16_units:
         notes.append("this CPU has neither AVX512-BF16 nor AMX-BF16: tessera's bf16 widens to float32 sgemm, so no "
                      "bf16 ratio is claimed")
-    has_int8_units = features["amx_int8"]
+    has_int8_units = features["amx_int8"] or features["avx512_vnni"]
     if not has_int8_units:
-        notes.append("this CPU has no AMX-INT8: tessera's int8 GEMMs multiply in float64, so no int8 ratio is claimed")
+        notes.append("this CPU has neither AMX-INT8 nor AVX512-VNNI: tessera's int8 GEMMs multiply in float64, so no "
+                     "int8 ratio is claimed")
     final = {"bench": "lowp", "results": summary, **ratios,
              "bf16_vs_f32_min": min(bf16_vs_f32) if bf16_vs_f32 and has_bf16_units else None,
              "bf16_vs_best_peer_min": min(bf16_vs_peer) if bf16_vs_peer and has_bf16_units else None,

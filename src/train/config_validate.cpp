@@ -36,7 +36,7 @@ void resolve_quant_mode(TrainConfig& config, const std::string& where) {
 std::string resolve_compute_dtype(const std::string& dtype, const std::string& device) {
   if (dtype != "auto") return dtype;
   // GPUs have bf16 tensor cores; a CPU gains from bf16 only where its bf16 GEMMs beat
-  // float32 sgemm: AMX, not AVX512-BF16 alone (measured, matmul.h's Bf16GemmPath).
+  // float32 sgemm: AMX, or AVX512-BF16 on AMD, not on Intel (measured, matmul.h's Bf16GemmPath).
   if (device != "cpu") return "bfloat16";
   return cpu::bf16_gemm_path().faster_than_float32 ? "bfloat16" : "float32";
 }

@@ -454,8 +454,8 @@ void TrainLoop::compile() {
   else if (cfg_.run.device == "cpu" && cfg_.model.compute_dtype == "bfloat16" &&
            !cpu::bf16_gemm_path().faster_than_float32)
     note(
-        "note: model.compute_dtype = \"bfloat16\" on a CPU whose bf16 GEMMs run on AVX512-BF16 (no AMX): measured "
-        "slower than float32 sgemm on Intel Xeons; \"auto\" picks float32 here");
+        "note: model.compute_dtype = \"bfloat16\" on an Intel CPU whose bf16 GEMMs run on AVX512-BF16 (no AMX): "
+        "measured slower than float32 sgemm there; \"auto\" picks float32 here");
 }
 
 // ---- step ----

@@ -19,12 +19,18 @@
 namespace tessera::cpu::testing {
 
 // The CPU flags line of /proc/cpuinfo (Linux), with a space on each side of every flag.
-inline std::string cpu_flags() {
+// The value of the first `key` line of /proc/cpuinfo ("" if none).
+inline std::string cpuinfo_field(const std::string& key) {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line))
-    if (line.rfind("flags", 0) == 0) return " " + line.substr(line.find(':') + 1) + " ";
+    if (line.rfind(key, 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 1);
   return "";
+}
+
+inline std::string cpu_flags() {
+  const std::string flags = cpuinfo_field("flags");
+  return flags.empty() ? "" : " " + flags + " ";
 }
 
 // A buffer of `dtype` elements read and written as doubles.

@@ -44,6 +44,11 @@ TEST(Bf16Gemm, PathFollowsTheCpusBf16Units) {
   EXPECT_EQ(path.native, want != Bf16Kernel::Float32) << path.description;
   const char* says = want == Bf16Kernel::Amx ? "AMX" : want == Bf16Kernel::Avx512Bf16 ? "AVX512-BF16" : "float32 sgemm";
   EXPECT_NE(path.description.find(says), std::string::npos) << path.description;
+  // compute_dtype "auto" takes bf16 where its GEMMs beat sgemm: AMX, or AVX512-BF16 on AMD
+  // (VDPBF16PS at the FMA's issue rate), not on Intel (half of it).
+  const bool amd = cpuinfo_field("vendor_id").find("AuthenticAMD") != std::string::npos;
+  EXPECT_EQ(path.faster_than_float32, want == Bf16Kernel::Amx || (want == Bf16Kernel::Avx512Bf16 && amd))
+      << path.description;
 }
 
 TEST(Bf16Gemm, AKernelThisMachineCannotRunIsRefused) {

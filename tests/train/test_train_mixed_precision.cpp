@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/kernels/cpu_isa.h"
 #include "backend/cpu/kernels/matmul.h"
 #include "core/test_util.h"
 #include "tessera/base/error.h"
@@ -84,11 +85,14 @@ TEST(MixedPrecisionConfig, ComputeDtypeKey) {
 }
 
 // "auto" resolves when the config is read: bf16 where the CPU's bf16 GEMMs beat float32
-// (AMX; not AVX512-BF16 alone) or on a GPU, float32 elsewhere; the resolved dtype is what
-// the manifest keeps.
+// (AMX; AVX512-BF16 on AMD, not on Intel) or on a GPU, float32 elsewhere; the resolved
+// dtype is what the manifest keeps.
 TEST(MixedPrecisionConfig, AutoComputeDtypeFollowsTheMachine) {
   const cpu::Bf16GemmPath& path = cpu::bf16_gemm_path();
-  EXPECT_EQ(path.faster_than_float32, path.kernel == cpu::Bf16Kernel::Amx) << path.description;
+  const bool amd = cpu::x86_isa().amd;
+  EXPECT_EQ(path.faster_than_float32,
+            path.kernel == cpu::Bf16Kernel::Amx || (path.kernel == cpu::Bf16Kernel::Avx512Bf16 && amd))
+      << path.description;
   const std::string cpu = path.faster_than_float32 ? "bfloat16" : "float32";
   const TrainConfig c = parse_config("[model]\ncompute_dtype = \"auto\"\n", "x.toml");
   EXPECT_EQ(c.model.compute_dtype, cpu);

@@ -15,6 +15,9 @@ X86Isa probe() {
   X86Isa isa;
 #if defined(__x86_64__)
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  // Leaf 0: the vendor string in EBX, EDX, ECX ("Auth" "enti" "cAMD").
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) != 0)
+    isa.amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
   if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & (1u << 27)) == 0) {
     isa.why_no_avx512 = "the OS does not enable XSAVE (no AVX state)";
     return isa;

@@ -11,6 +11,10 @@ struct X86Isa {
   bool avx512 = false;       // AVX-512 F, BW, DQ, VL with the OS saving the zmm and opmask state
   bool avx512_bf16 = false;  // and AVX512-BF16 (VDPBF16PS)
   bool avx512_vnni = false;  // and AVX512-VNNI (VPDPBUSD)
+  // CPUID vendor "AuthenticAMD". Zen 4 issues VDPBF16PS at the float32 FMA's rate (one
+  // zmm per cycle each, measured), so its bf16 GEMMs run at twice sgemm's peak; the Intel
+  // Xeon measured issues it at half the FMA rate (bench/results/2026-11-27-avx512-gemms.md).
+  bool amd = false;
   const char* why_no_avx512 = "";
 };
 

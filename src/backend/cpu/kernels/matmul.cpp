@@ -34,6 +34,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/kernels/cpu_isa.h"
 #include "backend/cpu/kernels/matmul_amx.h"
 #include "backend/cpu/kernels/matmul_avx512bf16.h"
 #include "backend/cpu/kernels/nn_common.h"
@@ -316,12 +317,18 @@ Bf16GemmPath choose_bf16_path() {
     fail<ValueError>("TESSERA_CPU_BF16_GEMM={} (expected auto, float32, amx or avx512bf16)", mode);
   const std::string widened = "float32 sgemm on widened operands";
   if (mode == "float32") return {Bf16Kernel::Float32, false, false, widened + " (TESSERA_CPU_BF16_GEMM=float32)"};
+  // AVX512-BF16 beats sgemm where VDPBF16PS issues at the FMA's rate (AMD Zen 4: 1.8x
+  // sgemm on the training shapes), not where it issues at half of it (the Intel Xeon
+  // measured: 0.7x); both measured with bench_lowp_gemm (bench/results/).
   auto described = [](Bf16Kernel kernel, const std::string& note) {
-    const std::string what = kernel == Bf16Kernel::Amx
-                                 ? "AMX tiles (TDPBF16PS: bf16 products, float32 accumulation)"
-                                 : "AVX512-BF16 (VDPBF16PS: bf16 pair products, float32 accumulation; measured "
-                                   "slower than float32 sgemm, so compute_dtype \"auto\" is float32)";
-    return Bf16GemmPath{kernel, true, kernel == Bf16Kernel::Amx, what + note};
+    const bool full_rate = kernel == Bf16Kernel::Avx512Bf16 && x86_isa().amd;
+    const std::string what =
+        kernel == Bf16Kernel::Amx ? "AMX tiles (TDPBF16PS: bf16 products, float32 accumulation)"
+        : full_rate ? "AVX512-BF16 (VDPBF16PS: bf16 pair products, float32 accumulation; at the float32 FMA's issue "
+                      "rate on AMD, so about twice sgemm and compute_dtype \"auto\" is bfloat16)"
+                    : "AVX512-BF16 (VDPBF16PS: bf16 pair products, float32 accumulation; at half the float32 FMA's "
+                      "issue rate on Intel, measured slower than sgemm, so compute_dtype \"auto\" is float32)";
+    return Bf16GemmPath{kernel, true, kernel == Bf16Kernel::Amx || full_rate, what + note};
   };
   const char *why_amx = "", *why_avx512 = "";
   if (mode != "auto") {

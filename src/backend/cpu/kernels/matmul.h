@@ -66,9 +66,10 @@ struct Bf16GemmPath {
   Bf16Kernel kernel = Bf16Kernel::Float32;
   bool native = false;  // kernel != Float32: the products run on the CPU's bf16 units
   // Whether bf16 GEMMs on this kernel were measured faster than float32 sgemm, which is
-  // what model.compute_dtype = "auto" asks: AMX yes (3x); AVX512-BF16 no on the AMX Xeon
-  // where it was measured (0.68x: VDPBF16PS issues at half the FMA rate there, so its
-  // pair products only match sgemm's FLOPs; bench/results/2026-11-27-avx512-gemms.md).
+  // what model.compute_dtype = "auto" asks: AMX yes (3x); AVX512-BF16 on AMD yes (Zen 4:
+  // 1.8x, VDPBF16PS issues at the FMA's rate, bench/results/2026-11-29-lowp-zen4.md), on
+  // Intel no (the AMX Xeon measured: 0.7x, VDPBF16PS at half the FMA rate, so its pair
+  // products only match sgemm's FLOPs; bench/results/2026-11-27-avx512-gemms.md).
   bool faster_than_float32 = false;
   std::string description;  // for `tessera info`: the path, or why not the bf16 units
 };

@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -142,35 +144,64 @@ TEST(Bf16Gemm, BitwiseIdenticalForOneAndTwoThreads) {
   }
 }
 
-// The epilogue of each kernel (bias, GELU, the pre-activation kept) against the unfused
-// ops on its own product: each op widens bf16 to float32 and rounds the result again.
+// The epilogue of each kernel against the unfused ops on its own product (each op widens
+// bf16 to float32 and rounds the result again): bias + GELU with the pre-activation kept,
+// bias alone, bias first (NaN payloads follow the operand order) with GELU and no
+// pre-activation, GELU alone; the bias holds a NaN, infinities, a bf16 denormal and -0.
 TEST(Bf16Gemm, FusedEpilogueIsBitwiseTheUnfusedOps) {
+  struct Variant {
+    bool bias, bias_first, activation, keep_pre;
+  };
+  const Variant variants[] = {
+      {true, false, true, true}, {true, false, false, false}, {true, true, true, false}, {false, false, true, true}};
   for (Bf16Kernel kernel : kernels_here()) {
     for (const Case& c : kCases) {
       const MatmulShape s = shape_of(c);
       Buf a(DType::BFloat16, uniform(static_cast<size_t>(c.m * c.k), -1, 1, 821));
       Buf b(DType::BFloat16, uniform(static_cast<size_t>(c.k * c.n), -1, 1, 822));
-      Buf bias(DType::BFloat16, uniform(static_cast<size_t>(c.n), -2, 2, 823));
+      std::vector<double> bias_values = uniform(static_cast<size_t>(c.n), -2, 2, 823);
+      const double specials[] = {std::nan(""), HUGE_VAL, -HUGE_VAL, std::ldexp(1.0, -133), -0.0};
+      for (size_t i = 0; i < std::size(specials) && i < bias_values.size(); ++i) bias_values[i * 7 % c.n] = specials[i];
+      Buf bias(DType::BFloat16, bias_values);
       const auto* ap = static_cast<const bfloat16*>(a.data());
       const auto* bp = static_cast<const bfloat16*>(b.data());
-      Buf product(DType::BFloat16, c.m * c.n), sum(DType::BFloat16, c.m * c.n), want(DType::BFloat16, c.m * c.n);
+      Buf product(DType::BFloat16, c.m * c.n);
       matmul_bf16(kernel, s, ap, bp, static_cast<bfloat16*>(product.data()));
-      for (int64_t i = 0; i < c.m; ++i) {
-        const size_t at = static_cast<size_t>(i * c.n) * sizeof(bfloat16);
-        auto* row = static_cast<unsigned char*>(product.data()) + at;
-        auto* sum_row = static_cast<unsigned char*>(sum.data()) + at;
-        binary_span(BinaryOp::Add, DType::BFloat16, row, 1, bias.data(), 1, sum_row, c.n);
-        unary_span(UnaryOp::GeluTanh, DType::BFloat16, sum_row, static_cast<unsigned char*>(want.data()) + at, c.n);
+      for (const Variant& v : variants) {
+        Buf sum(DType::BFloat16, c.m * c.n), want(DType::BFloat16, c.m * c.n);
+        for (int64_t i = 0; i < c.m; ++i) {
+          const size_t at = static_cast<size_t>(i * c.n) * sizeof(bfloat16);
+          auto* row = static_cast<unsigned char*>(product.data()) + at;
+          auto* sum_row = static_cast<unsigned char*>(sum.data()) + at;
+          if (!v.bias)
+            std::memcpy(sum_row, row, static_cast<size_t>(c.n) * sizeof(bfloat16));
+          else if (v.bias_first)
+            binary_span(BinaryOp::Add, DType::BFloat16, bias.data(), 1, row, 1, sum_row, c.n);
+          else
+            binary_span(BinaryOp::Add, DType::BFloat16, row, 1, bias.data(), 1, sum_row, c.n);
+          auto* want_row = static_cast<unsigned char*>(want.data()) + at;
+          if (v.activation)
+            unary_span(UnaryOp::GeluTanh, DType::BFloat16, sum_row, want_row, c.n);
+          else
+            std::memcpy(want_row, sum_row, static_cast<size_t>(c.n) * sizeof(bfloat16));
+        }
+        Buf got(DType::BFloat16, c.m * c.n), got_sum(DType::BFloat16, c.m * c.n);
+        GemmEpilogue e;
+        e.bias = v.bias ? bias.data() : nullptr;
+        e.bias_first = v.bias_first;
+        e.has_activation = v.activation;
+        e.activation = UnaryOp::GeluTanh;
+        e.pre_activation = v.keep_pre ? got_sum.data() : nullptr;
+        matmul_bf16(kernel, s, ap, bp, static_cast<bfloat16*>(got.data()), &e);
+        const std::string where = std::string(bf16_kernel_name(kernel)) + " m=" + std::to_string(c.m) +
+                                  " n=" + std::to_string(c.n) + " bias=" + std::to_string(v.bias) +
+                                  " bias_first=" + std::to_string(v.bias_first) +
+                                  " activation=" + std::to_string(v.activation);
+        EXPECT_TRUE(got.bitwise_equal(want)) << where;
+        if (v.keep_pre) {
+          EXPECT_TRUE(got_sum.bitwise_equal(sum)) << "pre-activation " << where;
+        }
       }
-      Buf got(DType::BFloat16, c.m * c.n), got_sum(DType::BFloat16, c.m * c.n);
-      GemmEpilogue e;
-      e.bias = bias.data();
-      e.has_activation = true;
-      e.activation = UnaryOp::GeluTanh;
-      e.pre_activation = got_sum.data();
-      matmul_bf16(kernel, s, ap, bp, static_cast<bfloat16*>(got.data()), &e);
-      EXPECT_TRUE(got.bitwise_equal(want)) << bf16_kernel_name(kernel) << " m=" << c.m << " n=" << c.n;
-      EXPECT_TRUE(got_sum.bitwise_equal(sum)) << bf16_kernel_name(kernel) << " pre-activation m=" << c.m;
     }
   }
 }

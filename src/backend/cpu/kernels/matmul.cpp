@@ -221,13 +221,21 @@ void blas_matmul(const MatmulShape& s, const T* a, const T* b, T* c, const GemmE
       T* ct = c + bi * s.m * s.n + i0 * s.n + j0;
       if constexpr (std::is_same_v<T, bfloat16>) {
         const ChunkScratch::Lease lease(*scratch);
-        if (amx)
+        float* row = lease.as<float>(kernel_bytes);
+        if (amx) {
           amx_bf16_gemm_tile(at, bt, ct, s.n, sub, s, lease.as<unsigned char>());
-        else
+          if (epilogue) bf16_epilogue_rows(c, sub, s, *epilogue, bi, i0, j0, row, row + tile_n);
+        } else if (epilogue) {  // applied to the float32 sums as each row is stored
+          float* bias = row + tile_n;
+          const auto& e = *epilogue;
+          if (e.bias) cast_span(DType::BFloat16, static_cast<const bfloat16*>(e.bias) + j0, DType::Float32, bias, sub.n);
+          const int64_t offset = bi * s.m * s.n + i0 * s.n + j0;
+          const Avx512Bf16Epilogue fused{e.bias ? bias : nullptr, e.bias_first, e.has_activation, e.activation,
+                                         e.pre_activation ? static_cast<bfloat16*>(e.pre_activation) + offset : nullptr,
+                                         row};
+          avx512bf16_gemm_tile(at, bt, ct, s.n, sub, s, lease.as<unsigned char>(), &fused);
+        } else {
           avx512bf16_gemm_tile(at, bt, ct, s.n, sub, s, lease.as<unsigned char>());
-        if (epilogue) {
-          float* row = lease.as<float>(kernel_bytes);
-          bf16_epilogue_rows(c, sub, s, *epilogue, bi, i0, j0, row, row + tile_n);
         }
       } else {
         gemm_one(at, bt, ct, sub, s);

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/kernels/bf16_rows_avx512.h"
 #include "backend/cpu/kernels/cpu_isa.h"
 #include "backend/cpu/kernels/elementwise.h"
 #include "backend/cpu/kernels/matmul_bf16_pack.h"
@@ -126,49 +127,6 @@ TESSERA_TARGET_AVX512BF16 void block_product(const bfloat16* a_block, ARows a_ro
   }
 }
 
-// float_to_bf16 of each lane, widened back to float32: round to nearest even, NaNs made
-// quiet (the same bits as the scalar and AVX2 casts, denormals kept).
-TESSERA_TARGET_AVX512BF16 inline __m512 round_to_bf16(__m512 x) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                _mm512_set1_epi32(0x7f800000));
-  // (The maskz shifts: the plain intrinsics start from _mm512_undefined_*, which GCC 12's
-  // -Wmaybe-uninitialized reports once inlined.)
-  const __m512i odd = _mm512_and_si512(_mm512_maskz_srli_epi32(0xffff, u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
-  r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
-  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
-}
-
-// Stores the lanes of `mask` of x (already bf16 values) as bf16.
-TESSERA_TARGET_AVX512BF16 inline void store_bf16(bfloat16* out, __m512 x, __mmask16 mask) {
-  _mm512_mask_cvtepi32_storeu_epi16(out, mask, _mm512_maskz_srli_epi32(0xffff, _mm512_castps_si512(x), 16));
-}
-
-// One row of float32 sums through the epilogue into out (and pre, when kept).
-TESSERA_TARGET_AVX512BF16 void finish_row(const float* acc, int64_t n, const Avx512Bf16Epilogue& e, bfloat16* out,
-                                          bfloat16* pre) {
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 mask = n - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - j)) - 1);
-    __m512 x = round_to_bf16(_mm512_maskz_loadu_ps(mask, acc + j));
-    if (e.bias) {
-      const __m512 b = _mm512_maskz_loadu_ps(mask, e.bias + j);
-      x = e.bias_first ? _mm512_add_ps(b, x) : _mm512_add_ps(x, b);
-    }
-    x = round_to_bf16(x);
-    if (!e.has_activation) {
-      store_bf16(out + j, x, mask);
-    } else {
-      store_bf16((pre ? pre : out) + j, x, mask);
-      _mm512_mask_storeu_ps(e.row + j, mask, x);
-    }
-  }
-  if (e.has_activation) {  // the float32 activation of the unfused op, then its rounding
-    unary_span(e.activation, DType::Float32, e.row, e.row, n);
-    cast_span(DType::Float32, e.row, DType::BFloat16, out, n);
-  }
-}
-
 #endif  // TESSERA_AVX512BF16
 
 }  // namespace
@@ -208,7 +166,9 @@ void avx512bf16_gemm_tile(const bfloat16* a, const bfloat16* b, bfloat16* c, int
       bfloat16* out = c + (r0 + r) * ldc;
       if (epilogue) {
         bfloat16* pre = epilogue->pre_activation ? epilogue->pre_activation + (r0 + r) * ldc : nullptr;
-        finish_row(acc + r * n_pad, sub.n, *epilogue, out, pre);
+        const bf16_rows::Epilogue e{epilogue->bias, epilogue->bias_first, epilogue->has_activation,
+                                    epilogue->activation, epilogue->row};
+        bf16_rows::store_row(acc + r * n_pad, sub.n, e, out, pre);
       } else {
         cast_span(DType::Float32, acc + r * n_pad, DType::BFloat16, out, sub.n);
       }

@@ -20,6 +20,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/kernels/bf16_rows_avx512.h"
 #include "backend/cpu/kernels/cpu_isa.h"
 #include "backend/cpu/kernels/elementwise.h"
 #include "backend/cpu/kernels/matmul_int8_packed.h"
@@ -466,6 +467,17 @@ TESSERA_AVX512 void dequantize_rows(DType dtype, const Packed& pk, int64_t r0, i
                                     const GemmEpilogue* epilogue, const int32_t* acc, float* row) {
   const int64_t rows = std::min(kBlock, pk.m - r0);
   const int64_t cols = std::min(j1, pk.n) - j0;
+  // bf16 results: stored through the fused epilogue (bf16_rows_avx512.h), the bias
+  // widened once for all rows.
+  float* bias_row = row + kTaskCols;
+  const bool fused = dtype == DType::BFloat16;
+  bf16_rows::Epilogue fused_epilogue;
+  if (fused && epilogue) {
+    if (epilogue->bias)
+      cast_span(DType::BFloat16, static_cast<const bfloat16*>(epilogue->bias) + j0, DType::Float32, bias_row, cols);
+    fused_epilogue = {epilogue->bias ? bias_row : nullptr, epilogue->bias_first, epilogue->has_activation,
+                      epilogue->activation, row};
+  }
   for (int64_t r = 0; r < rows; ++r) {
     const __m512 sa = _mm512_set1_ps(pk.sa[r0 + r]);
     for (int64_t h = 0; h < cols; h += 16) {
@@ -473,7 +485,14 @@ TESSERA_AVX512 void dequantize_rows(DType dtype, const Packed& pk, int64_t r0, i
       const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(acc + r * kTaskCols + h)), sa);
       _mm512_mask_storeu_ps(row + h, mask, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, pk.sb + j0 + h)));
     }
-    finish_row(dtype, epilogue, row, row + kTaskCols, c, pk.n, r0 + r, j0, cols);
+    if (!fused) {
+      finish_row(dtype, epilogue, row, bias_row, c, pk.n, r0 + r, j0, cols);
+      continue;
+    }
+    const int64_t at = (r0 + r) * pk.n + j0;
+    bfloat16* pre =
+        epilogue && epilogue->pre_activation ? static_cast<bfloat16*>(epilogue->pre_activation) + at : nullptr;
+    bf16_rows::store_row(row, cols, fused_epilogue, static_cast<bfloat16*>(c) + at, pre);
   }
 }
 

@@ -134,8 +134,9 @@ Tiling choose_tiles(int64_t m, int64_t n, int64_t min_cols = 256) {
 // weight gradient (m = 384 rows, one row tile) with 3 tiles of 128 columns, or 4 of
 // 320 + 320 + 320 + 192, leaves a core idle for a third or a sixth of the GEMM; equal
 // tiles (the last narrower by at most 16 columns per tile) whose count is a multiple of
-// the workers' do not (widths a multiple of 16, the kernel's vector). Its B panel is re-packed per tile, which costs
-// little next to the products. Unchanged when the tiles are balanced already or no such cut exists.
+// the workers' do not. Widths are multiples of 16, the kernel's vector. Each tile
+// re-packs its B panel, which costs little next to the products. Unchanged when the
+// tiles are balanced already or no such cut exists.
 Tiling balance_columns(Tiling t, int64_t m, int64_t n, int64_t workers) {
   const int64_t tiles_m = num_chunks(m, t.tile_m), tiles_n = num_chunks(n, t.tile_n);
   if (workers <= 1 || (n % t.tile_n == 0 && (tiles_m * tiles_n) % workers == 0)) return t;

@@ -409,6 +409,13 @@ void TrainLoop::mix_int8_peak(const std::map<std::string, double>& flops) {
   peak_ *= mixed / local;
   peak_source_ += fmt::format("; mixed with the {} GEMM ({:.0f} GFLOP/s) for the {:.1f}% of matmul FLOPs in int8",
                               gemm.name(), int8.peak_flops / 1e9, 100 * s);
+  // The goodput report's MFU takes the last calibration record: the same mixed peak.
+  if (recorder_) {
+    goodput::Calibration record = int8;
+    record.peak_flops = mixed;
+    record.method = peak_source_;
+    recorder_->calibration(record);
+  }
   summary_.peak_flops = peak_;
   summary_.peak_source = peak_source_;
   note(fmt::format("peak for MFU: {:.1f} GFLOP/s ({})", peak_ / 1e9, peak_source_));
@@ -531,9 +538,10 @@ void TrainLoop::step_once() {
   const int64_t step_peak_bytes = allocator_stats().peak_bytes_in_use;
   ++step_;
   tokens_seen_ += tokens_per_step_;
-  // The pipeline's programs recompute each stage's forward in its backward: the step's
-  // model FLOPs are the model's count, not the programs'.
-  const double step_flops = pipeline_step_ ? flops_per_token_ * tokens_per_step_ : train_step_->compiled_flops();
+  // Model FLOPs (the model's forward and backward per token), as the run summary's MFU
+  // counts them: not the compiled program's, which also holds the optimizer's update
+  // (Muon's Newton-Schulz iterations) and any recomputed forward (remat, pipeline stages).
+  const double step_flops = flops_per_token_ * tokens_per_step_;
   if (recorder_)
     recorder_->step_end(step_, static_cast<int64_t>(tokens_per_step_), step_flops,
                         pipeline_step_ ? pipeline_step_->last_bubble_fraction() : -1);

@@ -14,6 +14,8 @@
 #include "backend/cpu/kernels/matmul_int8.h"
 #include "core/test_util.h"
 #include "tessera/base/error.h"
+#include "tessera/goodput/calculator.h"
+#include "tessera/goodput/events.h"
 #include "tessera/train/trainer.h"
 #include "train/tiny_corpus.h"
 
@@ -133,6 +135,24 @@ TEST_F(Int8Trainer, AllInt8RunLearnsLikeBfloat16) {
   EXPECT_LT(*q.val_loss, 0.7 * std::log(256.0));
   EXPECT_NEAR(*q.val_loss, *b.val_loss, 0.05 * *b.val_loss) << "int8 " << *q.val_loss << " vs bf16 " << *b.val_loss;
   EXPECT_NE(*q.val_loss, *b.val_loss) << "the int8 run computed exactly what bf16 did";
+}
+
+// The goodput report's MFU counts what the run summary's does: the model's FLOPs over the
+// same peak, which for an int8 run mixes the int8 GEMM's rate into the compute dtype's
+// (it once divided the compiled step's FLOPs, optimizer included, by the bf16 rate alone).
+TEST_F(Int8Trainer, GoodputMfuUsesTheSummarysModelFlopsAndPeak) {
+  std::vector<std::string> int8 = kAllInt8;
+  int8.push_back("train.steps=6");
+  const TrainSummary s = Trainer(config("mfu", int8), test::quiet_trainer()).run();
+  ASSERT_GT(s.peak_flops, 0);
+  ASSERT_GT(s.tokens_per_s, 0);
+  EXPECT_NE(s.peak_source.find("mixed with the int8"), std::string::npos) << s.peak_source;
+  const goodput::GoodputReport r =
+      goodput::compute_goodput(goodput::read_event_log(goodput::event_log_path(dir_ / "mfu")));
+  EXPECT_NEAR(r.peak_flops, s.peak_flops, 1e-9 * s.peak_flops);
+  const double flops_per_token = s.mfu * s.peak_flops / s.tokens_per_s;
+  EXPECT_NEAR(r.model_flops, static_cast<double>(r.kept_steps) * 4 * 32 * flops_per_token, 1e-6 * r.model_flops);
+  EXPECT_EQ(r.kept_steps, 6);
 }
 
 TEST_F(Int8Trainer, ResumesBitwise) {

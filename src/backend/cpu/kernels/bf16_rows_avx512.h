@@ -8,18 +8,14 @@
 // run-time check (TESSERA_HAS_AVX512_KERNELS).
 #pragma once
 
-#if defined(__x86_64__) && TESSERA_HAS_AVX512_KERNELS
-#include <immintrin.h>
-
 #include <cstdint>
 
 #include "backend/cpu/kernels/elementwise.h"
 #include "tessera/base/dtype.h"
 
-#define TESSERA_TARGET_BF16_ROWS __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-
 namespace tessera::cpu::bf16_rows {
 
+// (Declared on every build: the kernels' interfaces take it.)
 struct Epilogue {
   const float* bias = nullptr;  // the row's bias widened to float32, or null
   bool bias_first = false;      // bias + sum instead of sum + bias (NaN payloads)
@@ -27,6 +23,15 @@ struct Epilogue {
   UnaryOp activation = UnaryOp::Copy;
   float* row = nullptr;  // n floats of scratch for the activation (may be the sums themselves)
 };
+
+}  // namespace tessera::cpu::bf16_rows
+
+#if defined(__x86_64__) && TESSERA_HAS_AVX512_KERNELS
+#include <immintrin.h>
+
+#define TESSERA_TARGET_BF16_ROWS __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+namespace tessera::cpu::bf16_rows {
 
 // float_to_bf16 of each lane, widened back to float32. (The maskz shifts: the plain
 // intrinsics start from _mm512_undefined_*, which GCC 12's -Wmaybe-uninitialized

@@ -250,13 +250,9 @@ void blas_matmul(const MatmulShape& s, const T* a, const T* b, T* c, const GemmE
           if (e.bias)
             cast_span(DType::BFloat16, static_cast<const bfloat16*>(e.bias) + j0, DType::Float32, bias, sub.n);
           const int64_t offset = bi * s.m * s.n + i0 * s.n + j0;
-          const Avx512Bf16Epilogue fused{e.bias ? bias : nullptr,
-                                         e.bias_first,
-                                         e.has_activation,
-                                         e.activation,
-                                         e.pre_activation ? static_cast<bfloat16*>(e.pre_activation) + offset : nullptr,
-                                         row};
-          avx512bf16_gemm_tile(at, bt, ct, s.n, sub, s, lease.as<unsigned char>(), &fused);
+          const bf16_rows::Epilogue fused{e.bias ? bias : nullptr, e.bias_first, e.has_activation, e.activation, row};
+          avx512bf16_gemm_tile(at, bt, ct, s.n, sub, s, lease.as<unsigned char>(), &fused,
+                               e.pre_activation ? static_cast<bfloat16*>(e.pre_activation) + offset : nullptr);
         } else {
           avx512bf16_gemm_tile(at, bt, ct, s.n, sub, s, lease.as<unsigned char>());
         }

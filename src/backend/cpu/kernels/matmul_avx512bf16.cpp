@@ -144,7 +144,8 @@ size_t avx512bf16_scratch_bytes(const MatmulShape& sub) {
 }
 
 void avx512bf16_gemm_tile(const bfloat16* a, const bfloat16* b, bfloat16* c, int64_t ldc, const MatmulShape& sub,
-                          const MatmulShape& full, void* scratch, const Avx512Bf16Epilogue* epilogue) {
+                          const MatmulShape& full, void* scratch, const bf16_rows::Epilogue* epilogue,
+                          bfloat16* pre_activation) {
 #if !TESSERA_AVX512BF16
   fail<Error>("matmul: the AVX512-BF16 kernel was not built (avx512bf16_usable() is false here)");
 #else
@@ -165,10 +166,8 @@ void avx512bf16_gemm_tile(const bfloat16* a, const bfloat16* b, bfloat16* c, int
     for (int64_t r = 0; r < rows; ++r) {
       bfloat16* out = c + (r0 + r) * ldc;
       if (epilogue) {
-        bfloat16* pre = epilogue->pre_activation ? epilogue->pre_activation + (r0 + r) * ldc : nullptr;
-        const bf16_rows::Epilogue e{epilogue->bias, epilogue->bias_first, epilogue->has_activation,
-                                    epilogue->activation, epilogue->row};
-        bf16_rows::store_row(acc + r * n_pad, sub.n, e, out, pre);
+        bfloat16* pre = pre_activation ? pre_activation + (r0 + r) * ldc : nullptr;
+        bf16_rows::store_row(acc + r * n_pad, sub.n, *epilogue, out, pre);
       } else {
         cast_span(DType::Float32, acc + r * n_pad, DType::BFloat16, out, sub.n);
       }

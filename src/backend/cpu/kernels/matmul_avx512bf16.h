@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/kernels/bf16_rows_avx512.h"
 #include "backend/cpu/kernels/matmul.h"
 #include "tessera/base/dtype.h"
 
@@ -26,23 +27,15 @@ bool avx512bf16_usable(const char** why_not = nullptr);
 // packed B panel, float32 sums of 32 rows; 64-byte aligned pieces).
 size_t avx512bf16_scratch_bytes(const MatmulShape& sub);
 
-// A GEMM epilogue applied to the tile's float32 sums before they are stored, bitwise the
-// unfused ops (matmul.cpp's bf16_epilogue_rows): the product rounded to bf16, the bias
-// added in float32 and rounded, then the activation on the rounded pre-activation.
-struct Avx512Bf16Epilogue {
-  const float* bias = nullptr;  // the tile's sub.n bias values widened to float32, or null
-  bool bias_first = false;      // bias + product instead of product + bias (NaN payloads)
-  bool has_activation = false;
-  UnaryOp activation = UnaryOp::Copy;
-  bfloat16* pre_activation = nullptr;  // the tile's first element (leading dimension ldc), or null
-  float* row = nullptr;                // sub.n floats of scratch
-};
-
 // C tile (bf16, leading dimension ldc) = op(A) op(B) for the sub-problem `sub` of `full`
 // (leading dimensions from `full`, as amx_bf16_gemm_tile), on the calling thread, with
-// `scratch` of avx512bf16_scratch_bytes(sub) 64-byte aligned bytes, then `epilogue` if
-// given. Needs avx512bf16_usable().
+// `scratch` of avx512bf16_scratch_bytes(sub) 64-byte aligned bytes. `epilogue` (or null)
+// is applied to the float32 sums as each row is stored (bf16_rows_avx512.h: its bias the
+// tile's sub.n values widened to float32, its row sub.n floats of scratch), keeping the
+// pre-activation in `pre_activation` (the tile's first element, leading dimension ldc)
+// when that is not null. Needs avx512bf16_usable().
 void avx512bf16_gemm_tile(const bfloat16* a, const bfloat16* b, bfloat16* c, int64_t ldc, const MatmulShape& sub,
-                          const MatmulShape& full, void* scratch, const Avx512Bf16Epilogue* epilogue = nullptr);
+                          const MatmulShape& full, void* scratch, const bf16_rows::Epilogue* epilogue = nullptr,
+                          bfloat16* pre_activation = nullptr);
 
 }  // namespace tessera::cpu

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cpu/kernels/attention_avx512bf16.h"
 #include "backend/cpu/kernels/matmul.h"
 #include "backend/cpu/kernels/matmul_int8.h"
 #include "cli/cpu_check.h"
@@ -51,6 +52,10 @@ std::string info_text() {
       yes_no(cpu.avx2), yes_no(cpu.fma), yes_no(cpu.f16c), yes_no(cpu.avx512f), yes_no(cpu.avx512_vnni),
       yes_no(cpu.avx512_bf16), yes_no(cpu.amx_bf16), yes_no(cpu.amx_int8));
   out += fmt::format("  bf16 GEMM      {}\n", cpu::bf16_gemm_path().description);
+  out +=
+      fmt::format("  bf16 attention {}\n", cpu::attention_bf16_native()
+                                               ? "tile GEMMs on AVX512-BF16 (bf16 operands, P and dS rounded to bf16)"
+                                               : "tiles widened to float32");
   out += fmt::format("  int8 GEMM      {}\n", cpu::int8_gemm_path().description);
   out += fmt::format("  kernels built  {}\n", kernels_need_avx2() ? "AVX2+FMA+F16C (x86-64-v3)" : "generic (no AVX2)");
   out += fmt::format("  devices        {} (TESSERA_CPU_DEVICES=N for N virtual devices; mpirun for one per process)\n",

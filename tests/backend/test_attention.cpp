@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "backend/cpu/kernels/attention.h"
+#include "backend/cpu/kernels/attention_avx512bf16.h"
+#include "backend/cpu/kernels/matmul.h"
+#include "backend/cpu/kernels/matmul_avx512bf16.h"
 #include "tessera/base/dtype.h"
 #include "tessera/base/error.h"
 #include "tessera/base/thread_pool.h"
@@ -241,6 +245,115 @@ TEST(Attention, HalfPrecisionMatchesReference) {
   const Problem p = make_problem(2, 4, 2, 70, 70, 64, true, MaskKind::None, 7);
   check<bfloat16>(p, 1e-2);
   check<float16>(p, 2e-3);
+}
+
+// The AVX512-BF16 kernels (attention_avx512bf16.h) called directly, whatever
+// attention_forward picks: bf16 operands, float32 accumulation, P and dS rounded to
+// bf16. The bound, as for the float32-computing bf16 kernels above: out, lse and the
+// gradients within 1% of max |value| of the float64 reference on the same rounded
+// inputs (one bf16 rounding is 2^-9 relative; the sums of rounded P and dS over up to
+// 130 keys or queries grow it; 4e-3 is exceeded).
+Result run_avx512bf16(const Problem& p) {
+  const auto& sh = p.shape;
+  auto q = to_dtype<bfloat16>(p.q), k = to_dtype<bfloat16>(p.k), v = to_dtype<bfloat16>(p.v),
+       dout = to_dtype<bfloat16>(p.dout);
+  std::vector<bfloat16> out(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
+  std::vector<float> lse(sh.batch * sh.heads * sh.q_len);
+  attention_forward_avx512bf16(sh, q.data(), k.data(), v.data(), out.data(), lse.data());
+  attention_backward_avx512bf16(sh, q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
+                                dk.data(), dv.data());
+  return {to_double(out), std::vector<double>(lse.begin(), lse.end()), to_double(dq), to_double(dk), to_double(dv)};
+}
+
+bool skip_without_avx512bf16() {
+  const char* why = "";
+  if (avx512bf16_usable(&why)) return false;
+  std::printf("skipped: %s\n", why);
+  return true;
+}
+
+TEST(Attention, Avx512Bf16MatchesReference) {
+  if (skip_without_avx512bf16()) GTEST_SKIP() << "the CPU cannot run the AVX512-BF16 kernels";
+  uint32_t seed = 200;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(testing::Message() << "B=" << c.B << " H=" << c.H << " Hkv=" << c.Hkv << " T=" << c.T << " S=" << c.S
+                                    << " D=" << c.D << " causal=" << c.causal << " mask=" << static_cast<int>(c.mask));
+    const Problem p = make_problem(c.B, c.H, c.Hkv, c.T, c.S, c.D, c.causal, c.mask, seed++);
+    Problem rounded = p;
+    for (auto* x : {&rounded.q, &rounded.k, &rounded.v, &rounded.dout}) *x = to_double(to_dtype<bfloat16>(*x));
+    const Result want = reference(rounded);
+    const Result got = run_avx512bf16(p);
+    expect_close(got.out, want.out, 1e-2, "out");
+    expect_close(got.lse, want.lse, 1e-2, "lse");
+    expect_close(got.dq, want.dq, 1e-2, "dq");
+    expect_close(got.dk, want.dk, 1e-2, "dk");
+    expect_close(got.dv, want.dv, 1e-2, "dv");
+  }
+}
+
+// Odd head dims (copied rows, a half pair), a head dim past one register block (96
+// columns), odd query and key counts, segment ids: the operand layouts' edge cases.
+TEST(Attention, Avx512Bf16LayoutEdgeCases) {
+  if (skip_without_avx512bf16()) GTEST_SKIP() << "the CPU cannot run the AVX512-BF16 kernels";
+  const int64_t dims[][3] = {{67, 67, 7}, {131, 131, 96}, {33, 97, 5}, {64, 64, 1}, {129, 129, 65}};
+  uint32_t seed = 300;
+  for (const auto& [T, S, D] : dims)
+    for (bool causal : {false, true}) {
+      if (causal && T != S) continue;
+      SCOPED_TRACE(testing::Message() << "T=" << T << " S=" << S << " D=" << D << " causal=" << causal);
+      Problem p = make_problem(1, 2, 1, T, S, D, causal, MaskKind::None, seed++);
+      std::vector<int32_t> segments;
+      if (T == S && T % 2 == 1) {  // two documents, the boundary inside a block
+        segments.assign(T, 0);
+        std::fill(segments.begin() + T / 3, segments.end(), 1);
+        p.shape.segments = segments.data();
+      }
+      Problem rounded = p;
+      for (auto* x : {&rounded.q, &rounded.k, &rounded.v, &rounded.dout}) *x = to_double(to_dtype<bfloat16>(*x));
+      // The reference's visibility has no segment test: compare against the float32
+      // kernel instead when there are documents (it is checked against the reference above).
+      const Result want = segments.empty() ? reference(rounded) : run_kernels<float>(rounded);
+      const Result got = run_avx512bf16(p);
+      expect_close(got.out, want.out, 1e-2, "out");
+      expect_close(got.lse, want.lse, 1e-2, "lse");
+      expect_close(got.dq, want.dq, 1e-2, "dq");
+      expect_close(got.dk, want.dk, 1e-2, "dk");
+      expect_close(got.dv, want.dv, 1e-2, "dv");
+    }
+}
+
+TEST(Attention, Avx512Bf16BitwiseIdenticalAcrossThreadCounts) {
+  if (skip_without_avx512bf16()) GTEST_SKIP() << "the CPU cannot run the AVX512-BF16 kernels";
+  const int saved = num_threads();
+  for (const Problem& p : {make_problem(2, 4, 2, 130, 130, 64, true, MaskKind::None, 41),
+                           make_problem(1, 2, 1, 200, 200, 64, false, MaskKind::None, 42)}) {
+    set_num_threads(1);
+    const Result one = run_avx512bf16(p);
+    set_num_threads(2);
+    const Result two = run_avx512bf16(p);
+    EXPECT_EQ(one.out, two.out);
+    EXPECT_EQ(one.lse, two.lse);
+    EXPECT_EQ(one.dq, two.dq);
+    EXPECT_EQ(one.dk, two.dk);
+    EXPECT_EQ(one.dv, two.dv);
+  }
+  set_num_threads(saved);
+}
+
+// attention_forward / attention_backward take these kernels for bfloat16 exactly when
+// attention_bf16_native() says so (else the float32-computing tiles, which differ in
+// the last bits).
+TEST(Attention, Bf16DispatchFollowsTheBf16GemmPath) {
+  EXPECT_EQ(attention_bf16_native(), bf16_gemm_path().native && avx512bf16_usable());
+  if (!attention_bf16_native()) GTEST_SKIP() << "bfloat16 attention computes in float32 here";
+  const Problem p = make_problem(2, 4, 2, 70, 70, 64, true, MaskKind::None, 51);
+  const Result direct = run_avx512bf16(p);
+  const Result dispatched = run_kernels<bfloat16>(p);
+  EXPECT_EQ(direct.out, dispatched.out);
+  EXPECT_EQ(direct.lse, dispatched.lse);
+  EXPECT_EQ(direct.dq, dispatched.dq);
+  EXPECT_EQ(direct.dk, dispatched.dk);
+  EXPECT_EQ(direct.dv, dispatched.dv);
 }
 
 TEST(Attention, FullyMaskedRowsGiveZeroAndNegInf) {

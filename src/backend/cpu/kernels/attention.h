@@ -10,7 +10,8 @@
 // tiles whose id ranges do not overlap are skipped, so sorted ids cost less than causal.
 // Causal (top-left aligned, like PyTorch's is_causal): query t sees keys s <= t.
 // A row with no visible key outputs 0 and lse = -inf.
-// dtypes: float64, float32, bfloat16, float16 (computed in float32, float64 for float64).
+// dtypes: float64, float32, bfloat16, float16 (computed in float32, float64 for float64;
+// bfloat16 on bf16 dot-product units where attention_bf16_native(): attention_avx512bf16.h).
 #pragma once
 
 #include <cstdint>

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels/attention.h"
+#include "backend/cpu/kernels/attention_avx512bf16.h"
 #include "backend/cpu/kernels/attention_tiles.h"
 #include "backend/cpu/kernels/scratch.h"
 #include "tessera/base/thread_pool.h"
@@ -192,6 +193,13 @@ void attention_backward(DType dtype, const AttentionShape& shape, const void* q,
                     static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
       break;
     case DType::BFloat16:
+      if (attention_bf16_native()) {
+        attention_backward_avx512bf16(
+            shape, static_cast<const bfloat16*>(q), static_cast<const bfloat16*>(k), static_cast<const bfloat16*>(v),
+            static_cast<const bfloat16*>(out), static_cast<const float*>(lse), static_cast<const bfloat16*>(dout),
+            static_cast<bfloat16*>(dq), static_cast<bfloat16*>(dk), static_cast<bfloat16*>(dv));
+        break;
+      }
       backward_impl(shape, static_cast<const bfloat16*>(q), static_cast<const bfloat16*>(k),
                     static_cast<const bfloat16*>(v), static_cast<const bfloat16*>(out), static_cast<const float*>(lse),
                     static_cast<const bfloat16*>(dout), static_cast<bfloat16*>(dq), static_cast<bfloat16*>(dk),

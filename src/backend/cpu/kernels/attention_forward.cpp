@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "backend/cpu/kernels/attention.h"
+#include "backend/cpu/kernels/attention_avx512bf16.h"
 #include "backend/cpu/kernels/attention_tiles.h"
 #include "backend/cpu/kernels/scratch.h"
 #include "tessera/base/thread_pool.h"
@@ -161,6 +162,12 @@ void attention_forward(DType dtype, const AttentionShape& shape, const void* q, 
                    static_cast<float*>(out), static_cast<float*>(lse));
       break;
     case DType::BFloat16:
+      if (attention_bf16_native()) {
+        attention_forward_avx512bf16(shape, static_cast<const bfloat16*>(q), static_cast<const bfloat16*>(k),
+                                     static_cast<const bfloat16*>(v), static_cast<bfloat16*>(out),
+                                     static_cast<float*>(lse));
+        break;
+      }
       forward_impl(shape, static_cast<const bfloat16*>(q), static_cast<const bfloat16*>(k),
                    static_cast<const bfloat16*>(v), static_cast<bfloat16*>(out), static_cast<float*>(lse));
       break;

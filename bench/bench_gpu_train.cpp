@@ -25,9 +25,13 @@
 // `remat_runs` has each one's step time, allocator peak, planned device peak and
 // params_hash (equal: the policies change memory, not values).
 //
+// --quant attention,mlp,head runs those matmuls as int8 GEMMs (AQT, forward and both
+// backward GEMMs: the [quant] config; backend/cuda/kernels/quantized_gemm.h); MFU stays
+// against the bf16 peak.
+//
 //   build/bin/bench_gpu_train [--preset gpt2-124m] [--batch 16] [--seq 1024] [--steps 20] [--warmup 5]
 //                             [--dtype bfloat16] [--peers torch,jax|none] [--python python3]
-//                             [--remat none[,full][,offload]]
+//                             [--remat none[,full][,offload]] [--quant attention,mlp,head]
 //
 // A table goes to stdout; the last line is one JSON object with every figure, `mfu`
 // and `vs_best_peer` (tessera tokens/s over the faster peer's).
@@ -67,6 +71,7 @@ struct Flags {
   std::string python = "python3";
   std::string device = "cuda";
   std::vector<std::string> remat{"none"};
+  std::vector<std::string> quant;  // quant.targets (int8 backward)
 };
 
 Flags parse_flags(int argc, char** argv) {
@@ -98,10 +103,13 @@ Flags parse_flags(int argc, char** argv) {
       std::stringstream list(value);
       for (std::string policy; std::getline(list, policy, ',');) f.remat.push_back(policy);
       if (f.remat.empty()) ts::fail<ts::ValueError>("bench_gpu_train: --remat needs a policy (none, full, offload)");
+    } else if (arg == "--quant") {
+      std::stringstream list(value);
+      for (std::string target; std::getline(list, target, ',');) f.quant.push_back(target);
     } else
       ts::fail<ts::ValueError>(
           "bench_gpu_train: unknown flag {} (flags: --preset --steps --warmup --batch --seq --dtype --peers --python "
-          "--device --remat)",
+          "--device --remat --quant)",
           arg);
   }
   return f;
@@ -224,6 +232,8 @@ int run(const Flags& f) {
   config.context = std::max(config.context, f.seq);
   config.compute_dtype = f.dtype;
   config.remat = f.remat.front();
+  config.quant_targets = f.quant;
+  config.quant_backward = "int8";
   ts::models::Model model(config);
   const bool with_peers = f.peers != "none" && !f.peers.empty();
   if (with_peers && (config.family != "gpt2" || f.dtype != "bfloat16" || config.resolved_kv_heads() != config.heads))
@@ -292,6 +302,7 @@ int run(const Flags& f) {
   out["batch"] = f.batch;
   out["seq"] = f.seq;
   out["dtype"] = f.dtype;
+  out["quant"] = f.quant;
   out["params"] = model.parameter_count();
   out["flops_per_token"] = flops_per_token;
   out["peak_flops"] = peak.peak_flops_per_device;

@@ -25,6 +25,8 @@
 #   determinism  two runs, equal parameter hashes
 #   offload      model.remat none then offload in one process (5 steps each, <= 60 s): step
 #                time, allocator peak and planned device peak of each, equal params_hash
+#   int8         int8 AQT training (--quant attention,mlp,head: cuBLASLt int8 GEMMs, forward
+#                and both backward GEMMs), 10 steps, against the bf16 step of the bench phase
 #   batch32      tessera and PyTorch at batch 32
 #   reduce       bench_gpu_reduce (the step's reductions, column vs legacy)
 #   batch64      tessera alone at batch 64
@@ -45,7 +47,7 @@ cd "$ROOT" || exit 2
 FINAL="${OUT:-$ROOT/build-gpu/check}"
 WORK="$(mktemp -d /tmp/gpu-check.XXXXXX)"
 mkdir -p "$FINAL"
-PHASES="${CHECK_PHASES:-device test spmd bench before profile determinism batch32 batch64 offload ncu}"
+PHASES="${CHECK_PHASES:-device test spmd bench int8 before profile determinism batch32 batch64 offload ncu}"
 BUDGET="${CHECK_BUDGET_S:-570}"
 START=$(date +%s)
 PEER_PYTHON="env LD_LIBRARY_PATH= python3"  # the peers use the machine's own CUDA libraries
@@ -96,6 +98,7 @@ for phase in $PHASES; do
     cudnndet) run cudnndet TESSERA_ATTENTION_KERNEL=cudnn BUNDLE_BENCH_TIMEOUT=120 -- determinism ;;
     determinism) run determinism BUNDLE_BENCH_TIMEOUT=120 -- determinism ;;
     offload) run offload BUNDLE_BENCH_TIMEOUT=60 -- bench:--steps:5:--warmup:2:--remat:none,offload ;;
+    int8) run int8 BUNDLE_BENCH_TIMEOUT=90 -- bench:--steps:10:--warmup:3:--quant:attention,mlp,head ;;
     batch32) run batch32 BUNDLE_BENCH_TIMEOUT=150 -- "bench:--batch:32:--steps:10:--warmup:3:--peers:torch:--python:$PEER_PYTHON" ;;
     batch64) run batch64 BUNDLE_BENCH_TIMEOUT=90 -- bench:--batch:64:--steps:10:--warmup:3 ;;
     reduce) run reduce BUNDLE_REDUCE_TIMEOUT=60 -- reduce:--repeats:20 ;;

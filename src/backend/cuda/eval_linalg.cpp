@@ -1,5 +1,6 @@
 // CUDA kernels of the linear-algebra primitives: matmul and matmul_epilogue (and its
-// activation_grad form: cuBLASLt's DGELU), both
+// activation_grad form: cuBLASLt's DGELU; its int8 form and quantized_matmul through
+// quantized_gemm.h, bitwise the CPU's int8 products), both
 // through gemm() (backend/cuda/kernels/gemm.h: cuBLASLt with a fused bias / activation
 // epilogue), and the grouped matmuls (backend/cuda/kernels/grouped_gemm.h). Shapes and attributes are read exactly as
 // the CPU evals read them (backend/cpu/eval_linalg.cpp, eval_linalg_epilogue.cpp).
@@ -8,11 +9,13 @@
 #include "backend/cuda/kernel_registry.h"
 #include "backend/cuda/kernels/gemm.h"
 #include "backend/cuda/kernels/grouped_gemm.h"
+#include "backend/cuda/kernels/quantized_gemm.h"
 #include "tessera/base/error.h"
 #include "tessera/ir/primitives/elementwise.h"
 #include "tessera/ir/primitives/grouped_matmul.h"
 #include "tessera/ir/primitives/linalg.h"
 #include "tessera/ir/primitives/matmul_epilogue.h"
+#include "tessera/ir/primitives/quantized.h"
 
 namespace tessera::cuda {
 
@@ -123,20 +126,107 @@ void activation_grad(const std::vector<DeviceTensor>& inputs, const DeviceTensor
   (*grad)(grad_op, {x, out}, {out}, ctx);  // elementwise: each element read before it is written
 }
 
+// ---- int8 (AQT): quantized_matmul and the fused matmul_epilogue int8=true ----
+
+// The shape as the CPU evals read it: a [..., m, k] (every leading dim is rows) or a
+// transposed [k, m], b [k, n] or [n, k].
+QuantizedGemmShape quantized_shape(const char* op, const DeviceTensor& a, const DeviceTensor& b,
+                                   const DeviceTensor& out, bool trans_a, bool trans_b) {
+  QuantizedGemmShape s;
+  s.trans_a = trans_a;
+  s.trans_b = trans_b;
+  const bool ranks =
+      a.shape.size() >= 2 && b.shape.size() == 2 && !out.shape.empty() && (!trans_a || a.shape.size() == 2);
+  if (ranks) {
+    s.n = dim(out, -1);
+    s.m = s.n == 0 ? 0 : out.numel() / s.n;
+    s.k = trans_a ? a.shape[0] : dim(a, -1);
+  }
+  const int64_t a_rows = !ranks ? -1 : trans_a ? a.shape[1] : (s.k == 0 ? 0 : a.numel() / s.k);
+  if (!ranks || a_rows != s.m || b.shape[trans_b ? 1 : 0] != s.k || b.shape[trans_b ? 0 : 1] != s.n ||
+      a.dtype != out.dtype || b.dtype != out.dtype)
+    fail<ShapeError>("{}: operands {} and {} do not give {}", op, type_of(a), type_of(b), type_of(out));
+  return s;
+}
+
+// The product into `out` (and the bias of a fused epilogue), the scratch from ctx.
+void run_quantized(const QuantizedGemmShape& s, const DeviceTensor& a, const DeviceTensor& b, const DeviceTensor& out,
+                   const DeviceRounding& round_a, const DeviceRounding& round_b, const QuantizedEpilogue& epilogue,
+                   KernelContext& ctx) {
+  if (out.numel() == 0) return;
+  GemmContext g;
+  g.handle = ctx.cublaslt;
+  g.stream = ctx.stream;
+  g.sm_major = ctx.sm_major;
+  g.sm_minor = ctx.sm_minor;
+  void* scratch = ctx.scratch ? ctx.scratch(quantized_gemm_scratch_bytes(s)) : nullptr;
+  quantized_gemm(out.dtype, s, a.data, b.data, out.data, round_a, round_b, epilogue, g, scratch);
+}
+
+void quantized_matmul_kernel(const Primitive& primitive, const std::vector<DeviceTensor>& inputs,
+                             const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
+  const QuantizedMatmulConfig& c = dynamic_cast<const QuantizedMatmul&>(primitive).config();
+  if (inputs.size() < 2 || inputs.size() > 3 || outputs.size() != 1)
+    fail<ValueError>("quantized_matmul: called with {} inputs and {} outputs (expected 2 or 3 and 1)", inputs.size(),
+                     outputs.size());
+  const QuantizedGemmShape s =
+      quantized_shape("quantized_matmul", inputs[0], inputs[1], outputs[0], c.trans_a, c.trans_b);
+  const uint32_t* key = nullptr;
+  if (inputs.size() == 3) {
+    if (inputs[2].dtype != DType::UInt32 || inputs[2].numel() != 2)
+      fail<ShapeError>("quantized_matmul: key must be u32[2] (got {})", type_of(inputs[2]));
+    key = inputs[2].as<const uint32_t>();
+  }
+  const DeviceRounding round_a{c.stochastic_a, key, c.salt, 0}, round_b{c.stochastic_b, key, c.salt, 1};
+  run_quantized(s, inputs[0], inputs[1], outputs[0], round_a, round_b, QuantizedEpilogue{}, ctx);
+}
+
+// matmul_epilogue int8=true: the product and bias in the dequantizing pass, then the
+// activation kernel (the unfused op's) from the pre-activation into the output.
+void quantized_epilogue(const MatmulEpilogue::Options& o, const std::vector<DeviceTensor>& inputs,
+                        const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
+  const DeviceTensor& out = outputs[0];
+  const QuantizedGemmShape s =
+      quantized_shape("matmul_epilogue (int8)", inputs[0], inputs[1], out, o.trans_a, o.trans_b);
+  QuantizedEpilogue e;
+  if (o.bias) {
+    const DeviceTensor& bias = inputs[2];
+    bool row_vector = !bias.shape.empty() && bias.shape.size() <= out.shape.size() && dim(bias, -1) == s.n;
+    for (size_t d = 0; d + 1 < bias.shape.size(); ++d) row_vector = row_vector && bias.shape[d] == 1;
+    if (!row_vector || bias.dtype != out.dtype)
+      fail<ShapeError>("matmul_epilogue: bias must be {}[{}] or [1, ..., {}] (got {})", name(out.dtype), s.n, s.n,
+                       type_of(bias));
+    e.bias = bias.data;
+    e.bias_first = o.bias_first;
+  }
+  if (o.pre_activation) {
+    if (outputs[1].shape != out.shape || outputs[1].dtype != out.dtype)
+      fail<ShapeError>("matmul_epilogue: pre-activation output is {} (expected {})", type_of(outputs[1]), type_of(out));
+    e.pre_activation = outputs[1].data;
+  }
+  run_quantized(s, inputs[0], inputs[1], out, DeviceRounding{}, DeviceRounding{}, e, ctx);
+  if (!o.activation || out.numel() == 0) return;
+  const Unary activation(*o.activation);
+  const KernelFn* kernel = find_kernel(activation.name());
+  if (kernel == nullptr) fail<Error>("matmul_epilogue: no CUDA kernel for {}", activation.name());
+  (*kernel)(activation, {o.pre_activation ? outputs[1] : out}, {out}, ctx);
+}
+
 void matmul_epilogue_kernel(const Primitive& primitive, const std::vector<DeviceTensor>& inputs,
                             const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
   const auto& me = dynamic_cast<const MatmulEpilogue&>(primitive);
   const MatmulEpilogue::Options& o = me.options();
-  if (o.int8)
-    fail<Error>(
-        "matmul_epilogue: int8=true (a fused quantized_matmul) has no CUDA kernel: int8 (AQT) training runs "
-        "on the CPU only");
   const size_t want_inputs = o.bias || o.activation_grad ? 3 : 2, want_outputs = o.pre_activation ? 2 : 1;
   if (inputs.size() != want_inputs || outputs.size() != want_outputs)
     fail<ValueError>("matmul_epilogue: called with {} inputs and {} outputs (expected {} and {})", inputs.size(),
                      outputs.size(), want_inputs, want_outputs);
   const DeviceTensor& a = inputs[0];
   const DeviceTensor& b = inputs[1];
+  if (o.int8) {
+    if (o.activation_grad) fail<ValueError>("matmul_epilogue: int8=true takes no activation_grad");
+    quantized_epilogue(o, inputs, outputs, ctx);
+    return;
+  }
   const DeviceTensor& out = outputs[0];
   const GemmShape s = gemm_shape("matmul_epilogue", a, b, out, o.trans_a, o.trans_b);
   if (o.activation_grad) {
@@ -204,6 +294,7 @@ void grouped_matmul_weight_grad_kernel(const Primitive& primitive, const std::ve
 void register_linalg_kernels() {
   register_kernel("matmul", matmul_kernel);
   register_kernel("matmul_epilogue", matmul_epilogue_kernel);
+  register_kernel("quantized_matmul", quantized_matmul_kernel);
   register_kernel("grouped_matmul", grouped_matmul_kernel);
   register_kernel("grouped_matmul_weight_grad", grouped_matmul_weight_grad_kernel);
 }

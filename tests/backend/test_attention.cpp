@@ -179,6 +179,24 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
   EXPECT_LE(err, tol * scale) << what;
 }
 
+// Every output of `a` equal to `b`'s, element by element.
+void expect_bitwise_equal(const Result& a, const Result& b) {
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.lse, b.lse);
+  EXPECT_EQ(a.dq, b.dq);
+  EXPECT_EQ(a.dk, b.dk);
+  EXPECT_EQ(a.dv, b.dv);
+}
+
+// Every output of `got` against `want` as expect_close.
+void expect_all_close(const Result& got, const Result& want, double tol) {
+  expect_close(got.out, want.out, tol, "out");
+  expect_close(got.lse, want.lse, tol, "lse");
+  expect_close(got.dq, want.dq, tol, "dq");
+  expect_close(got.dk, want.dk, tol, "dk");
+  expect_close(got.dv, want.dv, tol, "dv");
+}
+
 template <typename E>
 void check(const Problem& p, double tol) {
   // The reference sees the same rounded inputs as the kernel.
@@ -189,11 +207,7 @@ void check(const Problem& p, double tol) {
   rounded.dout = to_double(to_dtype<E>(p.dout));
   const Result want = reference(rounded);
   const Result got = run_kernels<E>(p);
-  expect_close(got.out, want.out, tol, "out");
-  expect_close(got.lse, want.lse, tol, "lse");
-  expect_close(got.dq, want.dq, tol, "dq");
-  expect_close(got.dk, want.dk, tol, "dk");
-  expect_close(got.dv, want.dv, tol, "dv");
+  expect_all_close(got, want, tol);
 }
 
 struct Case {
@@ -283,11 +297,7 @@ TEST(Attention, Avx512Bf16MatchesReference) {
     for (auto* x : {&rounded.q, &rounded.k, &rounded.v, &rounded.dout}) *x = to_double(to_dtype<bfloat16>(*x));
     const Result want = reference(rounded);
     const Result got = run_avx512bf16(p);
-    expect_close(got.out, want.out, 1e-2, "out");
-    expect_close(got.lse, want.lse, 1e-2, "lse");
-    expect_close(got.dq, want.dq, 1e-2, "dq");
-    expect_close(got.dk, want.dk, 1e-2, "dk");
-    expect_close(got.dv, want.dv, 1e-2, "dv");
+    expect_all_close(got, want, 1e-2);
   }
 }
 
@@ -314,11 +324,7 @@ TEST(Attention, Avx512Bf16LayoutEdgeCases) {
       // kernel instead when there are documents (it is checked against the reference above).
       const Result want = segments.empty() ? reference(rounded) : run_kernels<float>(rounded);
       const Result got = run_avx512bf16(p);
-      expect_close(got.out, want.out, 1e-2, "out");
-      expect_close(got.lse, want.lse, 1e-2, "lse");
-      expect_close(got.dq, want.dq, 1e-2, "dq");
-      expect_close(got.dk, want.dk, 1e-2, "dk");
-      expect_close(got.dv, want.dv, 1e-2, "dv");
+      expect_all_close(got, want, 1e-2);
     }
 }
 
@@ -331,11 +337,7 @@ TEST(Attention, Avx512Bf16BitwiseIdenticalAcrossThreadCounts) {
     const Result one = run_avx512bf16(p);
     set_num_threads(2);
     const Result two = run_avx512bf16(p);
-    EXPECT_EQ(one.out, two.out);
-    EXPECT_EQ(one.lse, two.lse);
-    EXPECT_EQ(one.dq, two.dq);
-    EXPECT_EQ(one.dk, two.dk);
-    EXPECT_EQ(one.dv, two.dv);
+    expect_bitwise_equal(one, two);
   }
   set_num_threads(saved);
 }
@@ -349,11 +351,7 @@ TEST(Attention, Bf16DispatchFollowsTheBf16GemmPath) {
   const Problem p = make_problem(2, 4, 2, 70, 70, 64, true, MaskKind::None, 51);
   const Result direct = run_avx512bf16(p);
   const Result dispatched = run_kernels<bfloat16>(p);
-  EXPECT_EQ(direct.out, dispatched.out);
-  EXPECT_EQ(direct.lse, dispatched.lse);
-  EXPECT_EQ(direct.dq, dispatched.dq);
-  EXPECT_EQ(direct.dk, dispatched.dk);
-  EXPECT_EQ(direct.dv, dispatched.dv);
+  expect_bitwise_equal(direct, dispatched);
 }
 
 TEST(Attention, FullyMaskedRowsGiveZeroAndNegInf) {
@@ -404,11 +402,7 @@ TEST(Attention, BitwiseIdenticalAcrossThreadCounts) {
     const Result one = run_kernels<float>(p);
     set_num_threads(2);
     const Result two = run_kernels<float>(p);
-    EXPECT_EQ(one.out, two.out);
-    EXPECT_EQ(one.lse, two.lse);
-    EXPECT_EQ(one.dq, two.dq);
-    EXPECT_EQ(one.dk, two.dk);
-    EXPECT_EQ(one.dv, two.dv);
+    expect_bitwise_equal(one, two);
   }
   set_num_threads(saved);
 }

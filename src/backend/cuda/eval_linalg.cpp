@@ -126,6 +126,16 @@ void activation_grad(const std::vector<DeviceTensor>& inputs, const DeviceTensor
   (*grad)(grad_op, {x, out}, {out}, ctx);  // elementwise: each element read before it is written
 }
 
+// A matmul_epilogue's bias: out's dtype, [n] or [1, ..., 1, n].
+const void* checked_bias(const DeviceTensor& bias, const DeviceTensor& out, int64_t n) {
+  bool row_vector = !bias.shape.empty() && bias.shape.size() <= out.shape.size() && dim(bias, -1) == n;
+  for (size_t d = 0; d + 1 < bias.shape.size(); ++d) row_vector = row_vector && bias.shape[d] == 1;
+  if (!row_vector || bias.dtype != out.dtype)
+    fail<ShapeError>("matmul_epilogue: bias must be {}[{}] or [1, ..., {}] (got {})", name(out.dtype), n, n,
+                     type_of(bias));
+  return bias.data;
+}
+
 // ---- int8 (AQT): quantized_matmul and the fused matmul_epilogue int8=true ----
 
 // The shape as the CPU evals read it: a [..., m, k] (every leading dim is rows) or a
@@ -190,13 +200,7 @@ void quantized_epilogue(const MatmulEpilogue::Options& o, const std::vector<Devi
       quantized_shape("matmul_epilogue (int8)", inputs[0], inputs[1], out, o.trans_a, o.trans_b);
   QuantizedEpilogue e;
   if (o.bias) {
-    const DeviceTensor& bias = inputs[2];
-    bool row_vector = !bias.shape.empty() && bias.shape.size() <= out.shape.size() && dim(bias, -1) == s.n;
-    for (size_t d = 0; d + 1 < bias.shape.size(); ++d) row_vector = row_vector && bias.shape[d] == 1;
-    if (!row_vector || bias.dtype != out.dtype)
-      fail<ShapeError>("matmul_epilogue: bias must be {}[{}] or [1, ..., {}] (got {})", name(out.dtype), s.n, s.n,
-                       type_of(bias));
-    e.bias = bias.data;
+    e.bias = checked_bias(inputs[2], out, s.n);
     e.bias_first = o.bias_first;
   }
   if (o.pre_activation) {
@@ -235,13 +239,7 @@ void matmul_epilogue_kernel(const Primitive& primitive, const std::vector<Device
   }
   GemmEpilogue e;
   if (o.bias) {
-    const DeviceTensor& bias = inputs[2];
-    bool row_vector = !bias.shape.empty() && bias.shape.size() <= out.shape.size() && dim(bias, -1) == s.n;
-    for (size_t d = 0; d + 1 < bias.shape.size(); ++d) row_vector = row_vector && bias.shape[d] == 1;
-    if (!row_vector || bias.dtype != out.dtype)
-      fail<ShapeError>("matmul_epilogue: bias must be {}[{}] or [1, ..., {}] (got {})", name(out.dtype), s.n, s.n,
-                       type_of(bias));
-    e.bias = bias.data;
+    e.bias = checked_bias(inputs[2], out, s.n);
   }
   if (o.activation) e.activation = gemm_activation(*o.activation);
   if (o.pre_activation) {

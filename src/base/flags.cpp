@@ -42,7 +42,9 @@ constexpr Flag kFlags[] = {
     {"TESSERA_CPU_BF16_GEMM", "auto",
      "bfloat16 GEMMs on the CPU: auto (the AMX tile kernel where the CPU has AMX-BF16; else the AVX512-BF16 "
      "kernel where it has AVX512-BF16, e.g. Zen 4; else float32 sgemm on widened operands), float32 (always "
-     "widen), amx or avx512bf16 (that kernel, float32 where this CPU lacks it): for A/B timing and tests.",
+     "widen), amx or avx512bf16 (that kernel, float32 where this CPU lacks it): for A/B timing and tests. "
+     "bfloat16 attention's tile GEMMs follow it: on AVX512-BF16 when the GEMMs run on bf16 units, widened "
+     "to float32 otherwise.",
      ""},
     {"TESSERA_CPU_DEVICES", "1", "The number of virtual CPU devices of an in-process mesh (1 to 4096).", ""},
     {"TESSERA_CPU_INT8_GEMM", "auto",

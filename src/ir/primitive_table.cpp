@@ -48,8 +48,7 @@ std::vector<PrimitiveEntry> make_table() {
   row("matmul", F::Linalg);
   for (const char* name : {"grouped_matmul", "grouped_matmul_weight_grad"}) row(name, F::Linalg);
   row("matmul_epilogue", F::Linalg, {}, "made by the GEMM-epilogue pass, which runs after partitioning");
-  row("quantized_matmul", F::Linalg,
-      "int8 (AQT) training runs on the CPU only: the GPU variant (cuBLASLt int8 / Hopper fp8) is not written");
+  row("quantized_matmul", F::Linalg);
 
   // reduce
 #define TESSERA_TABLE_ROW(kind, ir_name) row(ir_name, F::Reduce);

@@ -1,6 +1,7 @@
 // The int8 GEMM's kernels (see quantized_gemm.h). Every float operation that decides a
 // quantized value or a result is an explicitly rounded intrinsic (__fmul_rn, __fadd_rn,
-// __fdiv_rn), so no contraction into an FMA changes a bit against the CPU.
+// __fdiv_rn), so no contraction into an FMA changes a bit against the CPU, and a NaN
+// result carries the payload the CPU's (x86's) arithmetic gives it.
 #include <cstdint>
 
 #include "backend/cuda/kernels/cuda_check.h"
@@ -170,6 +171,21 @@ __global__ void int8_gemm_reference_kernel(const int8_t* qa, const int8_t* qb, i
   }
 }
 
+// x86's NaN rule for a two-operand op, which the CPU's results follow: a NaN operand
+// comes out quieted with its payload (the first one when both are NaN). CUDA's
+// arithmetic returns its canonical NaN instead, so the NaN cases are taken first.
+__device__ __forceinline__ float quieted(float x) { return __uint_as_float(__float_as_uint(x) | 0x00400000u); }
+__device__ __forceinline__ float x86_mul(float a, float b) {
+  if (isnan(a)) return quieted(a);
+  if (isnan(b)) return quieted(b);
+  return __fmul_rn(a, b);
+}
+__device__ __forceinline__ float x86_add(float a, float b) {
+  if (isnan(a)) return quieted(a);
+  if (isnan(b)) return quieted(b);
+  return __fadd_rn(a, b);
+}
+
 template <typename T>
 __global__ void dequantize_kernel(const int32_t* acc, int64_t ldc, const float* sa, const float* sb, int64_t m,
                                   int64_t n, const T* bias, bool bias_first, T* pre, T* c) {
@@ -177,12 +193,12 @@ __global__ void dequantize_kernel(const int32_t* acc, int64_t ldc, const float* 
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = e / n, j = e % n;
-    float v = __fmul_rn(__fmul_rn(__int2float_rn(acc[i * ldc + j]), sa[i]), sb[j]);
+    float v = x86_mul(x86_mul(__int2float_rn(acc[i * ldc + j]), sa[i]), sb[j]);
     if (bias != nullptr) {
       // The unfused add reads the product rounded to T.
       reduce_element::store(c, e, v);
       const float s = reduce_element::load(c, e), b = reduce_element::load(bias, j);
-      v = bias_first ? __fadd_rn(b, s) : __fadd_rn(s, b);
+      v = bias_first ? x86_add(b, s) : x86_add(s, b);
     }
     reduce_element::store(pre != nullptr ? pre : c, e, v);
   }

@@ -512,20 +512,7 @@ void backward(const AttentionShape& sh, const bfloat16* q, const bfloat16* k, co
     }
   });
 
-  if (splits > 1) {
-    parallel_for(rows, 64, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const int64_t bh = r / T_len, t = r % T_len;
-        const int64_t gi = bh / H * Hkv + bh % H / group, g = bh % H % group;
-        for (int64_t d = 0; d < D; ++d) {
-          float sum = 0;
-          for (int64_t s = 0; s < splits; ++s)
-            sum += dq_partial[(gi * splits + s) * dq_group_size + (g * T_len + t) * dp + d];
-          dq[r * D + d] = float_to_bf16(scale * sum);
-        }
-      }
-    });
-  }
+  if (splits > 1) sum_dq_partials(sh, splits, dp, dq_partial, scale, dq);
 }
 
 #endif  // TESSERA_ATTENTION_BF16

@@ -153,21 +153,7 @@ void backward_impl(const AttentionShape& sh, const In* q, const In* k, const In*
     }
   });
 
-  if (splits > 1) {
-    // dQ[b, h, t] = scale * sum over splits (in split order) of the partials.
-    parallel_for(rows, 64, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const int64_t bh = r / T_len, t = r % T_len;
-        const int64_t gi = bh / H * Hkv + bh % H / group, g = bh % H % group;
-        for (int64_t d = 0; d < D; ++d) {
-          T sum = 0;
-          for (int64_t s = 0; s < splits; ++s)
-            sum += dq_partial[(gi * splits + s) * dq_group_size + (g * T_len + t) * dp + d];
-          dq[r * D + d] = from_acc<In>(scale * sum);
-        }
-      }
-    });
-  }
+  if (splits > 1) sum_dq_partials(sh, splits, dp, dq_partial, scale, dq);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "backend/cpu/kernels/attention.h"
 #include "tessera/base/dtype.h"
 #include "tessera/base/error.h"
+#include "tessera/base/thread_pool.h"
 
 namespace tessera::cpu::attention_detail {
 
@@ -364,6 +365,26 @@ void mask_scores_transposed(T* s, int64_t ld, int64_t nq, int64_t nk, int64_t q0
         if (seg[q0 + i] != own) row[i] = kNegInf<T>;
     }
   }
+}
+
+// The backward kernels' dQ when their (b, kv head, split) tasks left per-split partials
+// (partial: [B * kv_heads * splits][group * T][dp] accumulators): dQ[b, h, t] = scale *
+// the sum over splits, in split order (so the thread count changes nothing).
+template <typename In, typename T>
+void sum_dq_partials(const AttentionShape& sh, int64_t splits, int64_t dp, const T* partial, T scale, In* dq) {
+  const int64_t H = sh.heads, Hkv = sh.kv_heads, T_len = sh.q_len, D = sh.head_dim, group = H / Hkv;
+  const int64_t group_size = group * T_len * dp;
+  parallel_for(sh.batch * H * T_len, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t bh = r / T_len, t = r % T_len;
+      const int64_t gi = bh / H * Hkv + bh % H / group, g = bh % H % group;
+      for (int64_t d = 0; d < D; ++d) {
+        T sum = 0;
+        for (int64_t s = 0; s < splits; ++s) sum += partial[(gi * splits + s) * group_size + (g * T_len + t) * dp + d];
+        dq[r * D + d] = from_acc<In>(scale * sum);
+      }
+    }
+  });
 }
 
 // Checks the arguments shared by the forward and the backward.

@@ -2,7 +2,8 @@
 // of a float64 product of the unquantized operands; the AMX and AVX512-VNNI kernels
 // bitwise equal to the float64 reference path (same quantized values, exact products),
 // epilogue included; bitwise equal for 1 and 2 threads; stochastic rounding unbiased where nearest rounding is not; a
-// non-finite input poisons only its own row.
+// non-finite input poisons only its own row; lines of tiny, infinite, NaN or zero values
+// quantize as the reference does.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -149,6 +150,56 @@ TEST(Int8Gemm, EveryKernelGivesBitwiseTheFloat64ReferencePath) {
           if (fused) {
             EXPECT_TRUE(fast_pre.bitwise_equal(reference_pre)) << what;
           }
+        }
+      }
+    }
+  }
+}
+
+// Lines the quantizer's clamps exist for, every kernel against the reference bitwise:
+// values so small that the inverse scale overflows to inf (a zero among them becomes
+// 0 * inf = NaN), a +inf, a -inf, a NaN, all zeros; in A's rows and B's columns, for
+// every layout, both dtypes and both roundings.
+TEST(Int8Gemm, EdgeLinesGiveBitwiseTheReference) {
+  if (units_here().empty()) GTEST_SKIP() << "no int8 units here: " << int8_gemm_path().description;
+  // Line l of op(A) (a row) or op(B) (a column), contraction index p: its value.
+  auto edge = [](int line, int64_t p, double plain) {
+    switch (line) {
+      case 0:
+        return p % 7 == 3 ? 0.0 : (p % 2 ? -1.0 : 1.0) * 1e-39 * static_cast<double>(1 + p % 5);
+      case 1:
+        return p == 5 ? INFINITY : plain;
+      case 2:
+        return p == 2 ? -INFINITY : plain;
+      case 3:
+        return p == 9 ? NAN : plain;
+      case 4:
+        return 0.0;
+      default:
+        return plain;
+    }
+  };
+  for (Int8Kernel kernel : units_here()) {
+    for (DType dtype : {DType::Float32, DType::BFloat16}) {
+      for (const Case& c : {Case{40, 35, 70, false, false}, Case{40, 35, 70, true, true}, Case{33, 48, 64, true, false},
+                            Case{33, 48, 64, false, true}}) {
+        std::vector<double> a = uniform(static_cast<size_t>(c.m * c.k), -2, 2, 941);
+        std::vector<double> b = uniform(static_cast<size_t>(c.k * c.n), -1, 1, 942);
+        for (int line = 0; line < 5; ++line)
+          for (int64_t p = 0; p < c.k; ++p) {
+            double& av = a[static_cast<size_t>(c.ta ? p * c.m + 2 * line : 2 * line * c.k + p)];
+            av = edge(line, p, av);
+            double& bv = b[static_cast<size_t>(c.tb ? (3 * line + 1) * c.k + p : p * c.n + 3 * line + 1)];
+            bv = edge(line, p, bv);
+          }
+        for (bool stochastic : {false, true}) {
+          const Int8Rounding ra{stochastic, 5}, rb{stochastic, 6};
+          Buf ab(dtype, a), bb(dtype, b), fast(dtype, c.m * c.n), reference(dtype, c.m * c.n);
+          quantized_matmul(kernel, dtype, shape_of(c), ab.data(), bb.data(), fast.data(), ra, rb);
+          quantized_matmul_reference(dtype, shape_of(c), ab.data(), bb.data(), reference.data(), ra, rb);
+          EXPECT_TRUE(fast.bitwise_equal(reference))
+              << fmt::format("{} {} m={} n={} k={} ta={} tb={} stochastic={}", int8_kernel_name(kernel), name(dtype),
+                             c.m, c.n, c.k, c.ta, c.tb, stochastic);
         }
       }
     }

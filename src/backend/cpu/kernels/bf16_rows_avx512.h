@@ -106,33 +106,48 @@ TESSERA_TARGET_BF16_ROWS inline void store_bf16(bfloat16* out, __m512 x, __mmask
   _mm512_mask_cvtepi32_storeu_epi16(out, mask, _mm512_maskz_srli_epi32(0xffff, _mm512_castps_si512(x), 16));
 }
 
+// The lanes of `mask` of columns [j, j + 16) of a row: `sum` (the GEMM's float32 sums)
+// through the epilogue into out (and pre, or null, the pre-activation when there is an
+// activation). Every chunk of a row first, then finish_row.
+TESSERA_TARGET_BF16_ROWS inline void store_chunk(__m512 sum, int64_t j, __mmask16 mask, const Epilogue& e,
+                                                 bfloat16* out, bfloat16* pre) {
+  __m512 x = round_to_bf16(sum);
+  if (e.bias) {
+    const __m512 b = _mm512_maskz_loadu_ps(mask, e.bias + j);
+    x = round_to_bf16(e.bias_first ? _mm512_add_ps(b, x) : _mm512_add_ps(x, b));
+  }
+  if (!e.has_activation) {
+    store_bf16(out + j, x, mask);
+  } else if (e.activation == UnaryOp::GeluTanh) {  // GELU-tanh (the MLP's) in the same pass
+    if (pre) store_bf16(pre + j, x, mask);
+    store_bf16(out + j, round_to_bf16(avx512_math::gelu_tanh(x)), mask);
+  } else {  // other activations through the float32 span in finish_row
+    store_bf16((pre ? pre : out) + j, x, mask);
+    _mm512_mask_storeu_ps(e.row + j, mask, x);
+  }
+}
+
+// After the n columns' chunks: an activation other than GELU-tanh runs as the unfused
+// op's float32 span on the rounded pre-activations, then its rounding.
+inline void finish_row(int64_t n, const Epilogue& e, bfloat16* out) {
+  if (!e.has_activation || e.activation == UnaryOp::GeluTanh) return;
+  unary_span(e.activation, DType::Float32, e.row, e.row, n);
+  cast_span(DType::Float32, e.row, DType::BFloat16, out, n);
+}
+
+TESSERA_TARGET_BF16_ROWS inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+}
+
 // out[0, n) = the epilogue of sums[0, n); pre (or null) keeps the pre-activation when
 // there is an activation.
 TESSERA_TARGET_BF16_ROWS inline void store_row(const float* sums, int64_t n, const Epilogue& e, bfloat16* out,
                                                bfloat16* pre) {
-  // GELU-tanh (the MLP's) in the same pass; other activations through the float32 span.
-  const bool gelu = e.has_activation && e.activation == UnaryOp::GeluTanh;
   for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 mask = n - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - j)) - 1);
-    __m512 x = round_to_bf16(_mm512_maskz_loadu_ps(mask, sums + j));
-    if (e.bias) {
-      const __m512 b = _mm512_maskz_loadu_ps(mask, e.bias + j);
-      x = round_to_bf16(e.bias_first ? _mm512_add_ps(b, x) : _mm512_add_ps(x, b));
-    }
-    if (!e.has_activation) {
-      store_bf16(out + j, x, mask);
-    } else if (gelu) {
-      if (pre) store_bf16(pre + j, x, mask);
-      store_bf16(out + j, round_to_bf16(avx512_math::gelu_tanh(x)), mask);
-    } else {
-      store_bf16((pre ? pre : out) + j, x, mask);
-      _mm512_mask_storeu_ps(e.row + j, mask, x);
-    }
+    const __mmask16 mask = tail_mask(n - j);
+    store_chunk(_mm512_maskz_loadu_ps(mask, sums + j), j, mask, e, out, pre);
   }
-  if (e.has_activation && !gelu) {  // the float32 activation of the unfused op, then its rounding
-    unary_span(e.activation, DType::Float32, e.row, e.row, n);
-    cast_span(DType::Float32, e.row, DType::BFloat16, out, n);
-  }
+  finish_row(n, e, out);
 }
 
 }  // namespace tessera::cpu::bf16_rows

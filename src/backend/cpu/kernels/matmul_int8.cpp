@@ -255,12 +255,15 @@ TESSERA_AVX512 __m128i quantize16(__m512 x, __m512 inv, const Int8Rounding& r, _
     h = fmix16(h);
     const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(h, 8)), _mm512_set1_ps(1.0f / 16777216.0f));
     t = _mm512_add_ps(t, u);
-    t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  } else {
-    t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
-  t = _mm512_min_ps(_mm512_max_ps(t, _mm512_set1_ps(-kLevels)), _mm512_set1_ps(kLevels));
-  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(t));
+  // The clamps of quantize_one, in two instructions: the float min caps at 127 (+inf
+  // included; MINPS returns its second operand, a NaN t, when either is NaN); the
+  // rounding conversion then gives INT_MIN for NaN and for anything below the int32
+  // range, and the integer max lifts everything below -127 (those included) to -127.
+  t = _mm512_min_ps(_mm512_set1_ps(kLevels), t);
+  const __m512i q = r.stochastic ? _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+                                 : _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm512_cvtepi32_epi8(_mm512_max_epi32(q, _mm512_set1_epi32(-static_cast<int>(kLevels))));
 }
 
 TESSERA_AVX512 __mmask16 lanes(int64_t count) {
@@ -284,8 +287,11 @@ TESSERA_AVX512 Scale contiguous_scale(DType dtype, const void* x, int64_t at, in
 // Rows stored contiguously (op(A) without transpose, op(B) transposed): `rows` rows of
 // length k from `x` (leading dimension k), quantized into A's packed rows (to_a) or B's
 // packed columns.
-TESSERA_AVX512 void quantize_rows(DType dtype, const void* x, int64_t begin, int64_t end, const Packed& pk,
+TESSERA_AVX512 void quantize_rows(DType dtype, const void* x, int64_t begin, int64_t end, const Packed& packed,
                                   const Int8Rounding& r, bool to_a, float* scale, float* inv) {
+  // A local copy: the int8 stores may alias anything, so fields read through the
+  // reference would be loaded again after every store.
+  const Packed pk = packed;
   const int64_t k = pk.k;
   for (int64_t i = begin; i < end; ++i) {
     const Scale s = contiguous_scale(dtype, x, i * k, k);
@@ -392,8 +398,9 @@ TESSERA_AVX512 __m128i column_row16(DType dtype, const void* x, int64_t n, int64
 
 // op(B) without transpose: rows 4 * quad .. + 3 (quads [q0, q1)) into B's packed quads,
 // 16 columns at a time (4 rows' 16 bytes interleave into the columns' 4-byte quads).
-TESSERA_AVX512 void quantize_b_quads(DType dtype, const void* x, int64_t q0, int64_t q1, const Packed& pk,
+TESSERA_AVX512 void quantize_b_quads(DType dtype, const void* x, int64_t q0, int64_t q1, const Packed& packed,
                                      const Int8Rounding& r) {
+  const Packed pk = packed;  // (as quantize_rows)
   for (int64_t quad = q0; quad < q1; ++quad) {
     const int64_t p = 4 * quad;
     for (int64_t j = 0; j < pk.n; j += 16) {
@@ -415,8 +422,9 @@ TESSERA_AVX512 void quantize_b_quads(DType dtype, const void* x, int64_t q0, int
 
 // op(A) transposed (A stored [k, m]): rows 16 * g .. + 15 (groups [g0, g1)) into A's
 // packed rows, 16 columns at a time (a 16x16 byte transpose).
-TESSERA_AVX512 void quantize_a_groups(DType dtype, const void* x, int64_t g0, int64_t g1, const Packed& pk,
+TESSERA_AVX512 void quantize_a_groups(DType dtype, const void* x, int64_t g0, int64_t g1, const Packed& packed,
                                       const Int8Rounding& r) {
+  const Packed pk = packed;  // (as quantize_rows)
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t p = 16 * g;
     for (int64_t c = 0; c < pk.m; c += 16) {
@@ -461,6 +469,13 @@ void quantize_operands(DType dtype, const MatmulShape& s, const void* a, const v
   }
 }
 
+// 16 dequantized values: (float(sum) * scale_a) * scale_b of each lane (lanes past `mask`
+// read the scales as 0).
+TESSERA_AVX512 inline __m512 dequantized16(const int32_t* sums, __m512 scale_a, const float* scale_b, __mmask16 mask) {
+  const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(sums)), scale_a);
+  return _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, scale_b));
+}
+
 // int8_detail::dequantize_block (matmul_int8_packed.h); a target attribute on the
 // declared function itself would make GCC treat it as one version of a multiversioned one.
 TESSERA_AVX512 void dequantize_rows(DType dtype, const Packed& pk, int64_t r0, int64_t j0, int64_t j1, void* c,
@@ -480,19 +495,25 @@ TESSERA_AVX512 void dequantize_rows(DType dtype, const Packed& pk, int64_t r0, i
   }
   for (int64_t r = 0; r < rows; ++r) {
     const __m512 sa = _mm512_set1_ps(pk.sa[r0 + r]);
-    for (int64_t h = 0; h < cols; h += 16) {
-      const __mmask16 mask = lanes(cols - h);
-      const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(acc + r * kTaskCols + h)), sa);
-      _mm512_mask_storeu_ps(row + h, mask, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, pk.sb + j0 + h)));
-    }
+    const int32_t* sums = acc + r * kTaskCols;
+    const float* sb = pk.sb + j0;
     if (!fused) {
+      for (int64_t h = 0; h < cols; h += 16)
+        _mm512_mask_storeu_ps(row + h, lanes(cols - h), dequantized16(sums + h, sa, sb + h, lanes(cols - h)));
       finish_row(dtype, epilogue, row, bias_row, c, pk.n, r0 + r, j0, cols);
       continue;
     }
+    // bf16: each chunk straight from the int32 sums through the epilogue (no float32 row
+    // to store and load back).
     const int64_t at = (r0 + r) * pk.n + j0;
+    bfloat16* out = static_cast<bfloat16*>(c) + at;
     bfloat16* pre =
         epilogue && epilogue->pre_activation ? static_cast<bfloat16*>(epilogue->pre_activation) + at : nullptr;
-    bf16_rows::store_row(row, cols, fused_epilogue, static_cast<bfloat16*>(c) + at, pre);
+    for (int64_t h = 0; h < cols; h += 16) {
+      const __mmask16 mask = lanes(cols - h);
+      bf16_rows::store_chunk(dequantized16(sums + h, sa, sb + h, mask), h, mask, fused_epilogue, out, pre);
+    }
+    bf16_rows::finish_row(cols, fused_epilogue, out);
   }
 }
 

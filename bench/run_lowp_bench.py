@@ -9,7 +9,7 @@ round), each under `taskset -c CPUS`:
                       GEMMs on the CPU's bf16 matrix units where it has them: `tessera info`'s "bf16 GEMM" line)
   tessera-int8        the bf16 run with every matmul of the blocks and the head in int8, forward and both backward
                       GEMMs (AQT: --quant attention,mlp,head; `tessera info`'s "int8 GEMM" line)
-  torch-eager[-bf16]  bench/peers/torch_gpt_cpu.py [--autocast bf16] ("tuned" env: OMP_WAIT_POLICY=PASSIVE, tcmalloc)
+  torch-eager[-bf16]  bench/peers/torch_gpt_cpu.py [--autocast bf16] (env: LD_PRELOAD tcmalloc; OpenMP spin-waits as by default)
   torch-compile[-bf16] the same with --compile
   jax[-bf16]          bench/peers/jax_gpt_cpu.py [--compute-dtype bfloat16] (f32 params cast to bf16 in the loss)
 
@@ -113,7 +113,7 @@ def command(contender, shape, py):
         cmd = [py, os.path.join(PEERS_DIR, "torch_gpt_cpu.py"), *model, "--steps", args.steps, "--warmup",
                args.compile_warmup if compiled else args.warmup, "--threads", args.threads,
                "--autocast", "bf16" if bf16 else "off"] + (["--compile"] if compiled else [])
-        env.update(OMP_WAIT_POLICY="PASSIVE", LD_PRELOAD=TCMALLOC)
+        env.update(LD_PRELOAD=TCMALLOC)  # OpenMP keeps its default spin-wait: bench/peers/README.md
     else:
         cmd = [py, os.path.join(PEERS_DIR, "jax_gpt_cpu.py"), *model, "--steps", args.steps, "--warmup",
                args.compile_warmup, "--threads", args.threads, "--compute-dtype", "bfloat16" if bf16 else "float32"]
@@ -158,7 +158,7 @@ def main():
             for c in order:
                 t0 = time.time()
                 result, cmd = run_once(c, shape, py)
-                prefix = f"OMP_WAIT_POLICY=PASSIVE LD_PRELOAD={TCMALLOC} " if c.startswith("torch") else ""
+                prefix = f"LD_PRELOAD={TCMALLOC} " if c.startswith("torch") else ""
                 commands[f"{shape}/{c}"] = prefix + " ".join(shlex.quote(x) for x in cmd)
                 runs[shape][c].append(result)
                 status = result.get("error") or f"{result['tokens_per_s']:.0f} tok/s"

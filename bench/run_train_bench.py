@@ -5,7 +5,7 @@ For each shape and each of --rounds rounds, runs one process per contender, inte
 rotates every round) so that drift of a shared or throttled machine hits every contender alike:
 
   tessera        build/bin/bench_train --preset SHAPE --steps N --warmup W --threads T
-  torch-eager    bench/peers/torch_gpt_cpu.py, "tuned" env: OMP_WAIT_POLICY=PASSIVE, LD_PRELOAD tcmalloc
+  torch-eager    bench/peers/torch_gpt_cpu.py, env: LD_PRELOAD tcmalloc; OpenMP spin-waits as by default
   torch-compile  the same with --compile (more warm-up steps: the first step compiles)
   jax            bench/peers/jax_gpt_cpu.py (jax.jit)
 
@@ -101,7 +101,7 @@ def command(contender, shape, py):
         warm = args.compile_warmup if contender == "torch-compile" else args.warmup
         cmd = [py, os.path.join(PEERS_DIR, "torch_gpt_cpu.py"), *model, "--steps", args.steps, "--warmup", warm,
                "--threads", args.threads] + (["--compile"] if contender == "torch-compile" else [])
-        env.update(OMP_WAIT_POLICY="PASSIVE", LD_PRELOAD=TCMALLOC)  # the "tuned" env of shared/peers/README.md
+        env.update(LD_PRELOAD=TCMALLOC)  # OpenMP keeps its default spin-wait: bench/peers/README.md
     elif contender == "jax":
         cmd = [py, os.path.join(PEERS_DIR, "jax_gpt_cpu.py"), *model, "--steps", args.steps,
                "--warmup", args.compile_warmup, "--threads", args.threads]
@@ -161,7 +161,7 @@ def main():
             order = contenders[r % len(contenders):] + contenders[:r % len(contenders)]
             for c in order:
                 result, cmd = run_once(c, shape, py)
-                prefix = f"OMP_WAIT_POLICY=PASSIVE LD_PRELOAD={TCMALLOC} " if c.startswith("torch") else ""
+                prefix = f"LD_PRELOAD={TCMALLOC} " if c.startswith("torch") else ""
                 commands[f"{shape}/{c}"] = prefix + " ".join(shlex.quote(x) for x in cmd)
                 runs[shape][c].append(result)
                 n_done += 1

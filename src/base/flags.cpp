@@ -106,6 +106,10 @@ constexpr Flag kFlags[] = {
     {"TESSERA_NCCL_WORLD_SIZE", "", "The number of NCCL ranks (else WORLD_SIZE, else OMPI_COMM_WORLD_SIZE).", ""},
     {"TESSERA_NODE_RANK", "", "This worker's host (node) in a TCP job (tessera launch --node-rank).", kLaunch},
     {"TESSERA_NUM_THREADS", "the number of cores", "Threads of the process-wide pool (the caller included).", ""},
+    {"TESSERA_POOL_SPIN_US", "50",
+     "Microseconds a pool thread polls for the next parallel region (or the region's end) before it sleeps; 0: "
+     "sleep at once (many processes sharing few cores).",
+     ""},
     {"TESSERA_PROFILE", "0",
      "1: time every kernel of compiled programs (profile tables by op); 2: also a row per kernel, shape by shape.", ""},
     {"TESSERA_RANK", "", "This worker's rank in the job.", kLaunch},

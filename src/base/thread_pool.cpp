@@ -1,9 +1,11 @@
 #include "tessera/base/thread_pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -21,6 +23,26 @@ namespace {
 
 thread_local bool t_inside_pool = false;
 thread_local int t_serial_depth = 0;  // live SerialKernelsScopes on this thread
+
+// The CPUs this process may run on (its affinity mask: taskset, a container's cpuset).
+int cpus_available() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return static_cast<int>(std::thread::hardware_concurrency());
+  return CPU_COUNT(&set);
+}
+
+// How long a thread of a region polls before it sleeps (TESSERA_POOL_SPIN_US), read when
+// the pool starts and when it is resized.
+int spin_microseconds() {
+  const char* env = flags::env("TESSERA_POOL_SPIN_US");
+  if (!env || !*env) return 50;
+  char* end = nullptr;
+  const long us = std::strtol(env, &end, 10);
+  if (*end != '\0' || us < 0 || us > 1000000)
+    fail<ValueError>("TESSERA_POOL_SPIN_US={} (expected microseconds from 0 to 1000000)", env);
+  return static_cast<int>(us);
+}
 
 class ThreadPool {
  public:
@@ -42,8 +64,12 @@ class ThreadPool {
 
   int size() const { return threads_; }
 
+  // (The spin setting is read again, so a changed TESSERA_POOL_SPIN_US takes effect;
+  // a bad one leaves the pool as it was.)
   void resize(int n) {
+    const int spin_us = spin_microseconds();
     stop();
+    spin_us_ = spin_us;
     start(n);
   }
 
@@ -56,20 +82,46 @@ class ThreadPool {
       total_ = chunks;
       next_.store(0);
       done_ = 0;
-      active_ = static_cast<int>(workers_.size());
-      ++generation_;
+      active_.store(static_cast<int>(workers_.size()));
+      generation_.fetch_add(1, std::memory_order_release);  // publishes the fields above to spinning workers
     }
     wake_.notify_all();
     t_inside_pool = true;
     int64_t mine = drain();
     t_inside_pool = false;
+    const bool joined = spin_until([&] { return active_.load(std::memory_order_acquire) == 0; });
     std::unique_lock<std::mutex> guard(mutex_);
     done_ += mine;
-    finished_.wait(guard, [&] { return active_ == 0; });
+    if (!joined) finished_.wait(guard, [&] { return active_.load() == 0; });
     body_ = nullptr;
   }
 
  private:
+  // Polls `ready` for up to spin_us_ microseconds (the region's other threads usually
+  // arrive within a few): true when it became true. A futex sleep and wake costs tens of
+  // microseconds on a virtual machine, and a training step runs hundreds of regions.
+  template <typename Ready>
+  bool spin_until(Ready ready) const {
+    if (ready()) return true;
+    if (spin_us_ <= 0 || oversubscribed_) return false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
+    for (;;) {
+      for (int i = 0; i < 32; ++i) {
+        cpu_relax();
+        if (ready()) return true;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+    }
+  }
+
+  static void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+
   int64_t drain() {
     int64_t count = 0;
     for (int64_t c = next_.fetch_add(1); c < total_; c = next_.fetch_add(1)) {
@@ -86,30 +138,34 @@ class ThreadPool {
   void worker_loop(uint64_t seen) {
     t_inside_pool = true;
     for (;;) {
-      {
+      auto woken = [&] {
+        return stopping_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen;
+      };
+      if (!spin_until(woken)) {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-        if (stopping_) return;
-        seen = generation_;
+        wake_.wait(lock, woken);
       }
+      if (stopping_.load()) return;
+      seen = generation_.load(std::memory_order_acquire);
       int64_t mine = drain();
       {
         std::lock_guard<std::mutex> lock(mutex_);
         done_ += mine;
-        --active_;
+        active_.fetch_sub(1, std::memory_order_release);
       }
       finished_.notify_all();
     }
   }
 
   void start(int n) {
-    stopping_ = false;
+    stopping_.store(false);
     workers_lost_in_fork_ = false;
     threads_ = n;
+    oversubscribed_ = n > cpus_available();
     uint64_t current = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      current = generation_;
+      current = generation_.load();
     }
     for (int i = 1; i < n; ++i) workers_.emplace_back([this, current] { worker_loop(current); });
   }
@@ -127,15 +183,15 @@ class ThreadPool {
     new (&wake_) std::condition_variable;
     new (&finished_) std::condition_variable;
     body_ = nullptr;
-    active_ = 0;
-    stopping_ = false;
+    active_.store(0);
+    stopping_.store(false);
     workers_lost_in_fork_ = true;
   }
 
   void stop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
+      stopping_.store(true);
     }
     wake_.notify_all();
     for (auto& w : workers_) w.join();
@@ -151,9 +207,13 @@ class ThreadPool {
   std::atomic<int64_t> next_{0};
   int64_t total_ = 0;
   int64_t done_ = 0;
-  int active_ = 0;
-  uint64_t generation_ = 0;
-  bool stopping_ = false;
+  std::atomic<int> active_{0};           // workers still in the region
+  std::atomic<uint64_t> generation_{0};  // regions started
+  std::atomic<bool> stopping_{false};
+  int spin_us_ = spin_microseconds();
+  // More threads than the CPUs this process may run on: a polling thread would hold a CPU
+  // that a thread of the same region is waiting for, so nobody spins.
+  bool oversubscribed_ = false;
   int threads_ = 1;  // the caller included
   bool workers_lost_in_fork_ = false;
 

@@ -1,13 +1,17 @@
 // The process-wide thread pool: coverage of the range, chunking independent of the
-// thread count, nesting, exceptions reaching the caller, and a forked child.
+// thread count, nesting, exceptions reaching the caller, a forked child, back-to-back
+// regions with spinning and sleeping workers, and the spin setting's errors.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "tessera/base/error.h"
@@ -105,6 +109,72 @@ TEST_F(ThreadCount, ExceptionFromAWorkerReachesTheCaller) {
 }
 
 TEST_F(ThreadCount, RejectsNonPositiveSize) { EXPECT_THROW(set_num_threads(0), ValueError); }
+
+// Sets TESSERA_POOL_SPIN_US for one test and restarts the pool so that it takes effect.
+class SpinSetting : public ThreadCount {
+ protected:
+  void use(const char* spin_us, int threads) {
+    ::setenv("TESSERA_POOL_SPIN_US", spin_us, 1);
+    set_num_threads(threads == 1 ? 2 : 1);
+    set_num_threads(threads);
+  }
+  void TearDown() override {
+    ::unsetenv("TESSERA_POOL_SPIN_US");
+    set_num_threads(saved_ == 1 ? 2 : 1);  // a restart reads the default again
+    ThreadCount::TearDown();
+  }
+};
+
+// Back-to-back regions with workers that poll (a region starts while they spin), that
+// sleep (pauses between regions outlast the spin), or never spin: every region covers its
+// range exactly once and returns only after all of it ran.
+TEST_F(SpinSetting, BackToBackRegionsEachCoverTheirRangeOnce) {
+  // 2 threads: more than the machine's CPUs would turn the polling off.
+  for (const char* spin_us : {"0", "50", "1000"}) {
+    use(spin_us, 2);
+    for (int region = 0; region < 3000; ++region) {
+      if (region % 500 == 499) ::usleep(300);  // longer than a 50 us spin: the workers sleep
+      const int64_t n = 3 + region % 7;
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      parallel_for(n, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+      });
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1)
+            << "spin " << spin_us << ", region " << region << ", item " << i;
+    }
+  }
+}
+
+// More threads than CPUs: a polling thread would keep the one its region waits for off
+// the CPU, so nobody polls, whatever the setting (3 threads on 2 CPUs polling 20 ms took
+// 6 ms a region instead of 30 us).
+TEST_F(SpinSetting, MoreThreadsThanCpusDoNotPoll) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  use("20000", CPU_COUNT(&set) + 1);
+  const auto start = std::chrono::steady_clock::now();
+  for (int region = 0; region < 400; ++region) EXPECT_EQ(chunks_seen(12, 1).size(), 12u);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // Not polling: about 20 ms on 2 CPUs; polling: about 2 s.
+  EXPECT_LT(seconds, 0.5) << "400 regions took " << seconds << " s: the threads polled";
+}
+
+TEST_F(SpinSetting, ABadSettingIsNamedAndLeavesThePoolAsItWas) {
+  use("50", 2);
+  for (const char* bad : {"abc", "-1", "5us", "2000000"}) {
+    ::setenv("TESSERA_POOL_SPIN_US", bad, 1);
+    try {
+      set_num_threads(3);
+      FAIL() << "TESSERA_POOL_SPIN_US=" << bad << " was taken";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("TESSERA_POOL_SPIN_US=") + bad), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("expected microseconds"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(num_threads(), 2);
+    EXPECT_EQ(chunks_seen(100, 10).size(), 10u);
+  }
+}
 
 }  // namespace
 }  // namespace tessera

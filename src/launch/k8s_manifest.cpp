@@ -25,25 +25,39 @@ constexpr const char* kReplicatedJob = "workers";
 constexpr const char* kIndexAnnotation = "metadata.annotations['batch.kubernetes.io/job-completion-index']";
 
 struct Node {
+  // A map's entry. (Not std::pair<std::string, Node>: a vector of that names a template
+  // instantiated while Node is incomplete, which clang refuses.)
+  struct Field;
   enum class Kind { kString, kInt, kBool, kMap, kList };
   Kind kind = Kind::kMap;
   std::string text;  // the scalar: a string, or an int or bool as written
-  std::vector<std::pair<std::string, Node>> fields;
+  std::vector<Field> fields;
   std::vector<Node> items;
   std::string comment;  // YAML only: comment lines written before this node
 
   // Chained on a temporary (`map().add(..).add(..)`) they hand the node on by value.
-  Node& add(std::string key, Node value) & {
-    fields.emplace_back(std::move(key), std::move(value));
-    return *this;
-  }
-  Node&& add(std::string key, Node value) && { return std::move(add(std::move(key), std::move(value))); }
-  Node& push(Node value) & {
-    items.push_back(std::move(value));
-    return *this;
-  }
-  Node&& push(Node value) && { return std::move(push(std::move(value))); }
+  Node& add(std::string key, Node value) &;
+  Node&& add(std::string key, Node value) &&;
+  Node& push(Node value) &;
+  Node&& push(Node value) &&;
 };
+
+struct Node::Field {
+  std::string key;
+  Node value;
+};
+
+// (Defined once Field is complete: a Node parameter's destructor destroys a vector of them.)
+Node& Node::add(std::string key, Node value) & {
+  fields.push_back(Field{std::move(key), std::move(value)});
+  return *this;
+}
+Node&& Node::add(std::string key, Node value) && { return std::move(add(std::move(key), std::move(value))); }
+Node& Node::push(Node value) & {
+  items.push_back(std::move(value));
+  return *this;
+}
+Node&& Node::push(Node value) && { return std::move(push(std::move(value))); }
 
 Node str(std::string s) { return Node{Node::Kind::kString, std::move(s), {}, {}, {}}; }
 Node num(int64_t v) { return Node{Node::Kind::kInt, std::to_string(v), {}, {}, {}}; }
@@ -210,8 +224,8 @@ void write_json(const Node& n, int indent, std::string& out) {
   out += is_map ? "{\n" : "[\n";
   for (size_t i = 0; i < size; ++i) {
     out += pad;
-    if (is_map) out += json_string(n.fields[i].first) + ": ";
-    write_json(is_map ? n.fields[i].second : n.items[i], indent + 2, out);
+    if (is_map) out += json_string(n.fields[i].key) + ": ";
+    write_json(is_map ? n.fields[i].value : n.items[i], indent + 2, out);
     out += i + 1 < size ? ",\n" : "\n";
   }
   out += std::string(indent, ' ') + (is_map ? "}" : "]");

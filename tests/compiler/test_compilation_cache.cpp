@@ -208,7 +208,10 @@ TEST_F(CompilationCacheTest, SizeBoundEvictsLeastRecentlyUsedFirst) {
 
 TEST_F(CompilationCacheTest, ConcurrentWritersOfOneKeyLeaveAValidEntry) {
   CompilationCache cache(dir_);
-  auto [key, exe] = program("shared", 2.0f);
+  // (Not a structured binding: clang 14 cannot capture one in the lambdas below.)
+  auto keyed = program("shared", 2.0f);
+  const auto& key = keyed.first;
+  const auto& exe = keyed.second;
   std::atomic<int> bad_loads{0};
   auto writer = [&] {
     for (int i = 0; i < 20; ++i) cache.store(key, *exe);
@@ -240,7 +243,9 @@ TEST_F(CompilationCacheTest, ReadersRacingTheFirstStoreNeverSeeACorruptEntry) {
   for (int round = 0; round < 20; ++round) {
     const fs::path dir = dir_ / fmt::format("round{}", round);
     CompilationCache cache(dir);
-    auto [key, exe] = program("first_store", 3.0f);
+    auto keyed = program("first_store", 3.0f);  // (as above)
+    const auto& key = keyed.first;
+    const auto& exe = keyed.second;
     std::atomic<bool> stored{false};
     std::thread writer([&] {
       cache.store(key, *exe);

@@ -89,7 +89,7 @@ TEST(Vmap, UnaryAndBinaryOps) {
   };
   Array x = random_array({4, 3, 5}, 1);
   for (const auto& [n, op] : unary) {
-    auto f = one([op](const std::vector<Array>& xs) { return op(xs[0]); });
+    auto f = one([op = op](const std::vector<Array>& xs) { return op(xs[0]); });
     EXPECT_TRUE(check_vmap(f, {x}, {0}, {}, 1e-6, 1e-7)) << n;
     EXPECT_TRUE(check_vmap(f, {x}, {1}, {}, 1e-6, 1e-7)) << n << " in_axes 1";
     EXPECT_TRUE(check_vmap(f, {x}, {2}, {1}, 1e-6, 1e-7)) << n << " in_axes 2, out_axes 1";
@@ -110,7 +110,7 @@ TEST(Vmap, UnaryAndBinaryOps) {
   Array a = random_array({4, 3, 5}, 2), b5 = random_array({4, 5}, 3), bshared = random_array({3, 1}, 4);
   Array b41 = random_array({4, 1}, 60), b35 = random_array({3, 5}, 61);
   for (const auto& [n, op] : binary) {
-    auto f = one([op](const std::vector<Array>& xs) { return op(xs[0], xs[1]); });
+    auto f = one([op = op](const std::vector<Array>& xs) { return op(xs[0], xs[1]); });
     EXPECT_TRUE(check_vmap(f, {a, b5})) << n << " [3,5] with [5] per example";
     EXPECT_TRUE(check_vmap(f, {a, bshared}, {0, kNotMapped})) << n << " unmapped b";
     EXPECT_TRUE(check_vmap(f, {b41, a}, {kNotMapped, 1})) << n << " unmapped a, in_axes 1";
@@ -210,7 +210,7 @@ TEST(Vmap, LayoutAndIndexing) {
       {"rms_norm", [](const Array& a) { return rms_norm(a); }},
   };
   for (const auto& [n, op] : cases) {
-    auto f = one([op](const std::vector<Array>& xs) { return op(xs[0]); });
+    auto f = one([op = op](const std::vector<Array>& xs) { return op(xs[0]); });
     EXPECT_TRUE(check_vmap(f, {x})) << n;
     EXPECT_TRUE(check_vmap(f, {x}, {1}, {-1})) << n << " in_axes 1, out_axes -1";
   }

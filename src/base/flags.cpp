@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 
 #include "tessera/base/error.h"
@@ -135,6 +136,17 @@ const char* env(const char* name) {
   if (n.starts_with("TESSERA_") && find(n) == nullptr)
     fail<Error>("environment variable {} is read but not declared in src/base/flags.cpp", n);
   return std::getenv(name);
+}
+
+int64_t env_integer(const char* name, int64_t fallback, int64_t min, int64_t max, const char* what) {
+  const char* value = env(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(value, &end, 10);
+  if (*end != '\0' || errno == ERANGE || n < min || n > max)
+    fail<ValueError>("{}='{}' is not {} (expected an integer from {} to {})", name, value, what, min, max);
+  return n;
 }
 
 std::string table(bool with_values) {

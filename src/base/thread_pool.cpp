@@ -35,13 +35,7 @@ int cpus_available() {
 // How long a thread of a region polls before it sleeps (TESSERA_POOL_SPIN_US), read when
 // the pool starts and when it is resized.
 int spin_microseconds() {
-  const char* env = flags::env("TESSERA_POOL_SPIN_US");
-  if (!env || !*env) return 50;
-  char* end = nullptr;
-  const long us = std::strtol(env, &end, 10);
-  if (*end != '\0' || us < 0 || us > 1000000)
-    fail<ValueError>("TESSERA_POOL_SPIN_US={} (expected microseconds from 0 to 1000000)", env);
-  return static_cast<int>(us);
+  return static_cast<int>(flags::env_integer("TESSERA_POOL_SPIN_US", 50, 0, 1000000, "a time in microseconds"));
 }
 
 class ThreadPool {

@@ -35,13 +35,7 @@ bool launched_by_mpi() {
 }
 
 int devices_from_env() {
-  const char* env = flags::env("TESSERA_CPU_DEVICES");
-  if (!env || !*env) return 1;
-  char* end = nullptr;
-  const long n = std::strtol(env, &end, 10);
-  if (*end != '\0' || n < 1 || n > 4096)
-    fail<ValueError>("TESSERA_CPU_DEVICES='{}' is not a device count (expected an integer from 1 to 4096)", env);
-  return static_cast<int>(n);
+  return static_cast<int>(flags::env_integer("TESSERA_CPU_DEVICES", 1, 1, 4096, "a device count"));
 }
 
 struct Runtime {

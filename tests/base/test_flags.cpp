@@ -70,6 +70,27 @@ TEST(Flags, ReadingAnUndeclaredFlagIsAnErrorNamingIt) {
   ::unsetenv("OMPI_COMM_WORLD_RANK_TEST");
 }
 
+TEST(Flags, IntegerValuesAreCheckedAndNamed) {
+  const char* name = "TESSERA_CPU_DEVICES";
+  ::unsetenv(name);
+  EXPECT_EQ(flags::env_integer(name, 5, 1, 4096, "a device count"), 5);
+  ::setenv(name, "", 1);
+  EXPECT_EQ(flags::env_integer(name, 5, 1, 4096, "a device count"), 5);
+  ::setenv(name, "4096", 1);
+  EXPECT_EQ(flags::env_integer(name, 5, 1, 4096, "a device count"), 4096);
+  for (const char* bad : {"0", "4097", "-2", "3.5", "2x", "x", "99999999999999999999"}) {
+    ::setenv(name, bad, 1);
+    try {
+      flags::env_integer(name, 5, 1, 4096, "a device count");
+      ADD_FAILURE() << bad << " was taken";
+    } catch (const tessera::ValueError& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("TESSERA_CPU_DEVICES='") + bad +
+                                           "' is not a device count (expected an integer from 1 to 4096)");
+    }
+  }
+  ::unsetenv(name);
+}
+
 // A TESSERA_* name anywhere in the sources (code, messages, comments) is a declared
 // flag, unless it is a build-time name: #define'd or tested by the preprocessor, or a
 // CMake name (options, the TESSERA_HAS_* definitions, variables).

@@ -168,8 +168,10 @@ TEST_F(SpinSetting, ABadSettingIsNamedAndLeavesThePoolAsItWas) {
       set_num_threads(3);
       FAIL() << "TESSERA_POOL_SPIN_US=" << bad << " was taken";
     } catch (const ValueError& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("TESSERA_POOL_SPIN_US=") + bad), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("expected microseconds"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("TESSERA_POOL_SPIN_US='") + bad + "'"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("microseconds (expected an integer from 0 to 1000000)"), std::string::npos)
+          << e.what();
     }
     EXPECT_EQ(num_threads(), 2);
     EXPECT_EQ(chunks_seen(100, 10).size(), 10u);

@@ -5,6 +5,7 @@
 // that listing (a test compares the two).
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,6 +29,11 @@ const Flag* find(std::string_view name);
 // names (RANK, OMPI_COMM_WORLD_RANK, ...) are read as they are. An Error naming the
 // variable for an undeclared TESSERA_* name (a programming error, caught by the tests).
 const char* env(const char* name);
+
+// env(name) read as an integer in [min, max]; `fallback` when unset or empty. A
+// ValueError naming the variable, its value and the range (with `what`, what the number
+// counts) for anything else.
+int64_t env_integer(const char* name, int64_t fallback, int64_t min, int64_t max, const char* what);
 
 // The listing `tessera info --flags` prints: a Markdown table (name, default, set by,
 // what it does), and with `with_values` a last column with this process's values.

@@ -97,6 +97,7 @@ constexpr Flag kFlags[] = {
      "Where checkpoint.local_dir = \"auto\" may put a run's local checkpoint tier: ':'-separated parent "
      "directories, tried in order (the tests point it into their build tree).",
      ""},
+    {"TESSERA_LOCAL_WORLD_SIZE", "", "The workers on this host (their thread pools share its CPUs).", kLaunch},
     {"TESSERA_NCCL_BOOTSTRAP", "mpi under mpirun, else file", "How NCCL ranks exchange their unique id: mpi or file.",
      ""},
     {"TESSERA_NCCL_BOOTSTRAP_DIR", "", "The shared directory of the file bootstrap.", ""},

@@ -32,6 +32,21 @@ int cpus_available() {
   return CPU_COUNT(&set);
 }
 
+// The processes of this job on this host, which share its CPUs: tessera launch's
+// TESSERA_LOCAL_WORLD_SIZE, else OpenMPI's or MPICH's count, else 1.
+int processes_on_host() {
+  if (flags::env("TESSERA_LOCAL_WORLD_SIZE"))
+    return static_cast<int>(flags::env_integer("TESSERA_LOCAL_WORLD_SIZE", 1, 1, 1 << 20, "a process count"));
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') continue;
+    char* end = nullptr;
+    const long n = std::strtol(value, &end, 10);
+    if (*end == '\0' && n >= 1 && n <= (1 << 20)) return static_cast<int>(n);
+  }
+  return 1;
+}
+
 // How long a thread of a region polls before it sleeps (TESSERA_POOL_SPIN_US), read when
 // the pool starts and when it is resized.
 int spin_microseconds() {
@@ -57,6 +72,7 @@ class ThreadPool {
   }
 
   int size() const { return threads_; }
+  int poll_microseconds() const { return oversubscribed_ || threads_ == 1 ? 0 : spin_us_; }
 
   // (The spin setting is read again, so a changed TESSERA_POOL_SPIN_US takes effect;
   // a bad one leaves the pool as it was.)
@@ -155,7 +171,7 @@ class ThreadPool {
     stopping_.store(false);
     workers_lost_in_fork_ = false;
     threads_ = n;
-    oversubscribed_ = n > cpus_available();
+    oversubscribed_ = static_cast<int64_t>(n) * processes_on_host() > cpus_available();
     uint64_t current = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -205,8 +221,9 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};  // regions started
   std::atomic<bool> stopping_{false};
   int spin_us_ = spin_microseconds();
-  // More threads than the CPUs this process may run on: a polling thread would hold a CPU
-  // that a thread of the same region is waiting for, so nobody spins.
+  // More threads (over this host's processes of the job) than the CPUs this process may
+  // run on: a polling thread would hold a CPU that a thread of the same region is waiting
+  // for, so nobody spins.
   bool oversubscribed_ = false;
   int threads_ = 1;  // the caller included
   bool workers_lost_in_fork_ = false;
@@ -231,6 +248,8 @@ ThreadPool& pool() {
 }  // namespace
 
 int num_threads() { return pool().size(); }
+
+int pool_poll_microseconds() { return pool().poll_microseconds(); }
 
 void set_num_threads(int n) {
   if (n < 1) fail<ValueError>("set_num_threads: {} is not a positive thread count", n);

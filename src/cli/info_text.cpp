@@ -45,7 +45,10 @@ std::string info_text() {
   std::string out;
   const CpuFeatures cpu = detect_cpu_features();
   out += fmt::format("tessera {}\n", version());
-  out += fmt::format("  threads        {}\n", num_threads());
+  const int poll_us = pool_poll_microseconds();
+  out += fmt::format("  threads        {} ({})\n", num_threads(),
+                     poll_us > 0 ? fmt::format("they poll {} us between parallel regions", poll_us)
+                                 : std::string("they sleep between parallel regions"));
   out += fmt::format("  BLAS           {}\n", blas_description());
   out += fmt::format(
       "  CPU features   avx2={} fma={} f16c={} avx512f={} avx512_vnni={} avx512_bf16={} amx_bf16={} amx_int8={}\n",

@@ -187,6 +187,7 @@ std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const fs::path& bea
       WorkerSpec spec{o.command, common};
       spec.env.emplace_back("TESSERA_RANK", std::to_string(global_rank(o, rank)));
       spec.env.emplace_back("TESSERA_LOCAL_RANK", std::to_string(rank));
+      spec.env.emplace_back("TESSERA_LOCAL_WORLD_SIZE", std::to_string(o.nproc));
       spec.env.emplace_back("TESSERA_HEARTBEAT_FILE", heartbeat_file(beats, rank).string());
       if (!o.coordinator.empty()) {
         spec.env.emplace_back("TESSERA_COORDINATOR", o.coordinator);

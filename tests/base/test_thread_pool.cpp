@@ -119,7 +119,8 @@ class SpinSetting : public ThreadCount {
     set_num_threads(threads);
   }
   void TearDown() override {
-    ::unsetenv("TESSERA_POOL_SPIN_US");
+    for (const char* name : {"TESSERA_POOL_SPIN_US", "TESSERA_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"})
+      ::unsetenv(name);
     set_num_threads(saved_ == 1 ? 2 : 1);  // a restart reads the default again
     ThreadCount::TearDown();
   }
@@ -158,6 +159,32 @@ TEST_F(SpinSetting, MoreThreadsThanCpusDoNotPoll) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // Not polling: about 20 ms on 2 CPUs; polling: about 2 s.
   EXPECT_LT(seconds, 0.5) << "400 regions took " << seconds << " s: the threads polled";
+}
+
+// Polling needs a second thread, a setting above 0, and no more threads over this host's
+// processes of the job than CPUs.
+TEST_F(SpinSetting, PollingFollowsTheSettingTheThreadsAndTheHostsProcesses) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  const int cpus = CPU_COUNT(&set);
+  use("50", 1);
+  EXPECT_EQ(pool_poll_microseconds(), 0) << "one thread";
+  use("50", cpus + 1);
+  EXPECT_EQ(pool_poll_microseconds(), 0) << "more threads than CPUs";
+  if (cpus < 2) GTEST_SKIP() << "one CPU here: a pool of 2 threads never polls";
+  use("50", 2);
+  EXPECT_EQ(pool_poll_microseconds(), 50);
+  use("0", 2);
+  EXPECT_EQ(pool_poll_microseconds(), 0) << "setting 0";
+  for (const char* processes : {"TESSERA_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
+    ::setenv(processes, std::to_string(cpus).c_str(), 1);  // 2 threads each: twice the CPUs
+    use("50", 2);
+    EXPECT_EQ(pool_poll_microseconds(), 0) << processes << "=" << cpus;
+    ::setenv(processes, std::to_string(cpus / 2).c_str(), 1);  // exactly the CPUs (or fewer)
+    use("50", 2);
+    EXPECT_EQ(pool_poll_microseconds(), 50) << processes << "=" << cpus / 2;
+    ::unsetenv(processes);
+  }
 }
 
 TEST_F(SpinSetting, ABadSettingIsNamedAndLeavesThePoolAsItWas) {

@@ -12,8 +12,10 @@ read -r -a plan <<<"${FAKE_PLAN:-ok}"
 attempt="${TESSERA_ATTEMPT:-0}"
 action="${plan[$((attempt < ${#plan[@]} ? attempt : ${#plan[@]} - 1))]}"
 [[ -n "${FAKE_PIDS:-}" ]] && echo "$$" >>"$FAKE_PIDS"
-# FAKE_ENV collects "RANK WORLD_SIZE GOODPUT_DIR" of every worker, as the launcher set them.
-[[ -n "${FAKE_ENV:-}" ]] && echo "${TESSERA_RANK:-} ${TESSERA_WORLD_SIZE:-} ${TESSERA_GOODPUT_DIR:-}" >>"$FAKE_ENV"
+# FAKE_ENV collects "RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GOODPUT_DIR" of every
+# worker, as the launcher set them.
+[[ -n "${FAKE_ENV:-}" ]] && echo "${TESSERA_RANK:-} ${TESSERA_WORLD_SIZE:-} ${TESSERA_LOCAL_RANK:-}" \
+  "${TESSERA_LOCAL_WORLD_SIZE:-} ${TESSERA_GOODPUT_DIR:-}" >>"$FAKE_ENV"
 # FAKE_BEAT_TIME replaces the heartbeat's time (JSON text, e.g. '"soon"': a damaged beat).
 beat() {
   printf '{"step":%d,"time":%s,"pid":%d,"host":"%s"}\n' "$1" "${FAKE_BEAT_TIME:-$(date +%s.%N)}" "$$" \

@@ -232,7 +232,8 @@ TEST_F(SupervisorTest, ARankCrashStopsTheOtherRanks) {
 }
 
 // Each rank records its own steps into the job's run directory (goodput/rank_log.h),
-// whatever directory its command trains in: the launcher names it.
+// whatever directory its command trains in: the launcher names it. It also learns its
+// rank on the host and how many workers share the host (their thread pools' polling).
 TEST_F(SupervisorTest, EveryRankIsToldItsRankAndTheJobsGoodputDirectory) {
   ::setenv("FAKE_ENV", (dir_ / "env.txt").c_str(), 1);
   LaunchOptions o = options("ok", 0);
@@ -243,7 +244,7 @@ TEST_F(SupervisorTest, EveryRankIsToldItsRankAndTheJobsGoodputDirectory) {
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   std::sort(lines.begin(), lines.end());
   const std::string dir = fs::absolute(dir_ / "run").string();
-  EXPECT_EQ(lines, (std::vector<std::string>{"0 2 " + dir, "1 2 " + dir}));
+  EXPECT_EQ(lines, (std::vector<std::string>{"0 2 0 2 " + dir, "1 2 1 2 " + dir}));
 }
 
 TEST_F(SupervisorTest, ExitTwoIsAConfigErrorAndNotRetried) {

@@ -2,8 +2,9 @@
 // the next one for TESSERA_POOL_SPIN_US microseconds (default 50), then sleeps on a
 // condition variable; the caller polls for the region's end the same way. A training
 // step runs hundreds of short regions, and a futex sleep and wake costs tens of
-// microseconds on a virtual machine (7-11% of a small step on 2 cores); 0 sleeps at once,
-// for many processes sharing few cores.
+// microseconds on a virtual machine (6-13% of a small step on 2 cores); 0 sleeps at once.
+// Nobody polls where the job's threads on this host outnumber the CPUs
+// (pool_poll_microseconds below).
 //
 // Work is split into chunks whose boundaries depend only on the problem size and
 // the grain, never on the number of threads: a kernel that combines per-chunk
@@ -42,6 +43,12 @@ class FunctionRef<R(Args...)> {
 // Number of threads the pool runs (the caller included). Default: TESSERA_NUM_THREADS,
 // else the hardware concurrency.
 int num_threads();
+// How long the pool's threads poll between regions: TESSERA_POOL_SPIN_US, or 0 with one
+// thread, or when the threads of this host's processes of the job
+// (TESSERA_LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS, else 1) times
+// num_threads() exceed the CPUs of this process's affinity mask.
+int pool_poll_microseconds();
+
 // Resizes the pool (n >= 1), reading TESSERA_POOL_SPIN_US again (ValueError, and the
 // pool unchanged, if it is not 0..1000000). Not to be called while a parallel_for is running.
 void set_num_threads(int n);

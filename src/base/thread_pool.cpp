@@ -56,7 +56,7 @@ int spin_microseconds() {
 class ThreadPool {
  public:
   explicit ThreadPool(int n) {
-    start(n);
+    start(n, processes_on_host());
     // fork() copies only the calling thread: a child (Python's multiprocessing, a test)
     // would wait forever for workers that do not exist in it. The child's handler drops
     // them and the child starts its own on its first parallel region.
@@ -74,18 +74,19 @@ class ThreadPool {
   int size() const { return threads_; }
   int poll_microseconds() const { return oversubscribed_ || threads_ == 1 ? 0 : spin_us_; }
 
-  // (The spin setting is read again, so a changed TESSERA_POOL_SPIN_US takes effect;
-  // a bad one leaves the pool as it was.)
+  // (The spin setting and the host's process count are read again, so changed variables
+  // take effect; a bad one leaves the pool as it was.)
   void resize(int n) {
     const int spin_us = spin_microseconds();
+    const int processes = processes_on_host();
     stop();
     spin_us_ = spin_us;
-    start(n);
+    start(n, processes);
   }
 
   void run(int64_t chunks, FunctionRef<void(int64_t)> body) {
     std::unique_lock<std::mutex> lock(run_mutex_);  // one parallel region at a time
-    if (workers_lost_in_fork_) start(threads_);
+    if (workers_lost_in_fork_) start(threads_, processes_);
     {
       std::lock_guard<std::mutex> guard(mutex_);
       body_ = &body;
@@ -167,11 +168,12 @@ class ThreadPool {
     }
   }
 
-  void start(int n) {
+  void start(int n, int processes) {
     stopping_.store(false);
     workers_lost_in_fork_ = false;
     threads_ = n;
-    oversubscribed_ = static_cast<int64_t>(n) * processes_on_host() > cpus_available();
+    processes_ = processes;
+    oversubscribed_ = static_cast<int64_t>(n) * processes > cpus_available();
     uint64_t current = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -225,7 +227,8 @@ class ThreadPool {
   // run on: a polling thread would hold a CPU that a thread of the same region is waiting
   // for, so nobody spins.
   bool oversubscribed_ = false;
-  int threads_ = 1;  // the caller included
+  int processes_ = 1;  // this host's processes of the job (processes_on_host)
+  int threads_ = 1;    // the caller included
   bool workers_lost_in_fork_ = false;
 
   static inline ThreadPool* g_pool = nullptr;

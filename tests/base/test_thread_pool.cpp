@@ -205,5 +205,19 @@ TEST_F(SpinSetting, ABadSettingIsNamedAndLeavesThePoolAsItWas) {
   }
 }
 
+TEST_F(SpinSetting, ABadProcessCountIsNamedAndLeavesThePoolAsItWas) {
+  use("50", 2);
+  ::setenv("TESSERA_LOCAL_WORLD_SIZE", "two", 1);
+  try {
+    set_num_threads(3);
+    FAIL() << "TESSERA_LOCAL_WORLD_SIZE=two was taken";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("TESSERA_LOCAL_WORLD_SIZE='two' is not a process count"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(num_threads(), 2);
+  EXPECT_EQ(chunks_seen(100, 10).size(), 10u);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -12,6 +12,7 @@
 #include "tessera/core/custom_op.h"
 #include "tessera/ir/primitive_table.h"
 #include "tessera/ir/primitives/elementwise.h"
+#include "tessera/ir/primitives/expert_dispatch.h"
 #include "tessera/ir/primitives/fusion.h"
 #include "tessera/ir/primitives/grouped_matmul.h"
 #include "tessera/ir/primitives/indexing.h"
@@ -118,12 +119,16 @@ void register_linalg(std::map<std::string, PrimitiveFactory>& f) {
   };
   f["matmul_epilogue"] = [](const AttributeMap& a) { return parse_matmul_epilogue(a); };
   f["grouped_matmul"] = [](const AttributeMap& a) -> PrimitivePtr {
-    return std::make_shared<GroupedMatmul>(a.has("trans_w") && a.get_bool("trans_w"));
+    const int64_t row_shards = a.has("row_shards") ? a.get_int("row_shards") : 1;
+    if (row_shards < 1) fail<ValueError>("grouped_matmul: row_shards={} (expected >= 1)", row_shards);
+    return std::make_shared<GroupedMatmul>(a.has("trans_w") && a.get_bool("trans_w"), row_shards);
   };
   f["grouped_matmul_weight_grad"] = [](const AttributeMap& a) -> PrimitivePtr {
     const int64_t groups = a.get_int("groups");
     if (groups < 1) fail<ValueError>("grouped_matmul_weight_grad: groups={} (expected >= 1)", groups);
-    return std::make_shared<GroupedMatmulWeightGrad>(groups, a.has("trans_out") && a.get_bool("trans_out"));
+    const int64_t row_shards = a.has("row_shards") ? a.get_int("row_shards") : 1;
+    if (row_shards < 1) fail<ValueError>("grouped_matmul_weight_grad: row_shards={} (expected >= 1)", row_shards);
+    return std::make_shared<GroupedMatmulWeightGrad>(groups, a.has("trans_out") && a.get_bool("trans_out"), row_shards);
   };
   f["quantized_matmul"] = [](const AttributeMap& a) -> PrimitivePtr {
     QuantizedMatmulConfig c;
@@ -170,6 +175,14 @@ void register_indexing(std::map<std::string, PrimitiveFactory>& f) {
     return std::make_shared<TakeScatterAdd>(checked_shape(a, "scatter_add", "shape"),
                                             to_int(a.get_int("axis"), "scatter_add", "axis"));
   };
+  for (const bool combine : {false, true}) {
+    const std::string op = combine ? "expert_combine" : "expert_dispatch";
+    f[op] = [combine, op](const AttributeMap& a) -> PrimitivePtr {
+      const int64_t shards = a.get_int("shards");
+      if (shards < 1) fail<ValueError>("{}: shards={} (expected >= 1)", op, shards);
+      return std::make_shared<ExpertDispatch>(combine, shards, parse_axis_list(a.raw("axes"), op));
+    };
+  }
   f["scatter_add_along_axis"] = [](const AttributeMap& a) -> PrimitivePtr {
     return std::make_shared<TakeAlongScatterAdd>(checked_shape(a, "scatter_add_along_axis", "shape"),
                                                  to_int(a.get_int("axis"), "scatter_add_along_axis", "axis"));

@@ -59,6 +59,10 @@ std::vector<PrimitiveEntry> make_table() {
 
   // indexing
   for (const char* name : {"take", "take_along_axis", "scatter_add", "scatter_add_along_axis"}) row(name, F::Indexing);
+  for (const char* name : {"expert_dispatch", "expert_combine"})
+    row(name, F::Indexing,
+        "traced only where an expert axis splits the experts over devices, and the partitioner lowers it to "
+        "ragged_all_to_all");
 
   // nn
   for (const char* name : {"softmax", "log_softmax", "softmax_grad", "log_softmax_grad", "layer_norm", "rms_norm",
@@ -84,6 +88,7 @@ std::vector<PrimitiveEntry> make_table() {
   // collective
   for (const char* name : {"all_gather", "all_reduce", "all_to_all", "reduce_scatter", "shard_pad", "shard_slice"})
     row(name, F::Collective, {}, kCollectiveNoRule);
+  row("ragged_all_to_all", F::Collective, {}, kCollectiveNoRule);
 
   std::sort(t.begin(), t.end(), [](const PrimitiveEntry& a, const PrimitiveEntry& b) { return a.name < b.name; });
   for (size_t i = 1; i < t.size(); ++i)
@@ -131,6 +136,7 @@ std::string primitive_table_markdown() {
   for (const PrimitiveEntry& e : primitive_table()) {
     const std::string family(family_name(e.family));
     const std::string cpu = !e.ir_name                         ? "(as `add`)"
+                            : e.name == "ragged_all_to_all"    ? "`spmd/ragged_all_to_all.cpp`"
                             : e.family == OpFamily::Collective ? "`spmd/collectives.cpp`"
                                                                : "`backend/cpu/eval_" + family + "*.cpp`";
     const std::string cuda = !e.ir_name                 ? "(as `add`)"

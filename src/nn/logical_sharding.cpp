@@ -52,11 +52,14 @@ Array with_logical_constraint(const Array& x, const AxisNames& axes) {
 }
 
 int64_t logical_axis_size(const std::string& name) {
-  if (t_active == nullptr) return 1;
-  const spmd::PartitionSpec spec = logical_spec(t_active->mesh_, t_active->rules_, {name});
   int64_t n = 1;
-  for (const std::string& a : spec.dims.front()) n *= t_active->mesh_.axis_size(a);
+  for (const std::string& a : logical_axis_names(name)) n *= t_active->mesh_.axis_size(a);
   return n;
+}
+
+std::vector<std::string> logical_axis_names(const std::string& name) {
+  if (t_active == nullptr) return {};
+  return logical_spec(t_active->mesh_, t_active->rules_, {name}).dims.front();
 }
 
 }  // namespace tessera::nn

@@ -6,6 +6,7 @@
 
 #include "tessera/base/error.h"
 #include "tessera/core/ops.h"
+#include "tessera/ir/primitives/expert_dispatch.h"
 #include "tessera/ir/primitives/indexing.h"
 #include "tessera/nn/logical_sharding.h"
 
@@ -123,7 +124,8 @@ MoE::Output MoE::operator()(const Tree& p, const Array& x) const {
   o.router_prob = mean(probs, {0});
   o.tokens_per_expert = sum(reshape(choice_one_hot, {g * ng, e}), {0});
 
-  if (capacity_factor <= 0 && grouped_gemm && logical_axis_size("experts") == 1) {
+  const int64_t shards = logical_axis_size("experts");
+  if (capacity_factor <= 0 && grouped_gemm && e % shards == 0 && g % shards == 0) {
     // Dropless on grouped GEMMs: assignment i goes to row start[expert_i] + rank_i of the
     // group's rows sorted by expert (start: exclusive prefix sums of the experts' counts,
     // a matmul by the strictly upper triangle on exact small integers).
@@ -134,9 +136,29 @@ MoE::Output MoE::operator()(const Tree& p, const Array& x) const {
     const Array source =
         astype(scatter_add_rows(ng, position, astype(token, DType::Float32) + 1.0) - 1.0, DType::Int64);
     const Array sizes = astype(counts, DType::Int64);
-    const Array sorted = with_logical_constraint(gather_rows(groups_x, source), {"moe_groups", "", ""});
-    const Array h = silu(grouped_matmul(sorted, w("gate"), sizes)) * grouped_matmul(sorted, w("up"), sizes);
-    const Array out = grouped_matmul(h, w("down"), sizes);  // [g, ng, dim], sorted by expert
+    Array out;  // [g, ng, dim], sorted by expert
+    if (shards == 1) {
+      const Array sorted = with_logical_constraint(gather_rows(groups_x, source), {"moe_groups", "", ""});
+      const Array h = silu(grouped_matmul(sorted, w("gate"), sizes)) * grouped_matmul(sorted, w("up"), sizes);
+      out = grouped_matmul(h, w("down"), sizes);
+    } else {
+      // Expert parallelism: each group's rows for shard s's experts go to shard s's devices
+      // (a ragged all-to-all of the routed rows only), run there as shard s's grouped GEMMs
+      // ([S, g, ng, .] with w [S, E/S, ., .]), and come back the same way.
+      const std::vector<std::string> axes = logical_axis_names("experts");
+      const int64_t local_experts = e / shards;
+      const Array sorted = with_logical_constraint(gather_rows(groups_x, source), {"batch", "", ""});
+      const Array dispatched =
+          with_logical_constraint(expert_dispatch(sorted, sizes, shards, axes), {"experts", "moe_groups", "", ""});
+      const Array shard_sizes = transpose(reshape(sizes, {g, shards, local_experts}), {1, 0, 2});  // [S, g, E/S]
+      auto shard_w = [&](const char* name) {
+        const Array full = w(name);
+        return reshape(full, {shards, local_experts, full.shape(1), full.shape(2)});
+      };
+      const Array h = silu(grouped_matmul(dispatched, shard_w("gate"), shard_sizes)) *
+                      grouped_matmul(dispatched, shard_w("up"), shard_sizes);
+      out = expert_combine(grouped_matmul(h, shard_w("down"), shard_sizes), sizes, axes);
+    }
     const Array per_assignment = gather_rows(out, position);
     const Array weighted = per_assignment * astype(reshape(gates, {g, ng, 1}), dtype);
     o.y = reshape(sum(reshape(weighted, {t, k, dim}), {1}), shape);

@@ -19,6 +19,7 @@
 #include "tessera/plan/systolic.h"
 #include "tessera/spmd/collectives.h"
 #include "tessera/spmd/partitioner.h"
+#include "tessera/spmd/ragged_all_to_all.h"
 #include "tessera/train/parallel.h"
 #include "tessera/train/pipeline.h"
 #include "tessera/train/pipeline_step.h"
@@ -242,12 +243,23 @@ struct ProgramCost {
 
 // The mesh stride of a collective's group: devices between consecutive members, the
 // product of the sizes of the mesh axes after its innermost axis (row-major layout).
-int64_t group_stride(const spmd::Collective& c) {
+int64_t group_stride(const spmd::Mesh& mesh, const std::vector<int>& axes) {
   int innermost = 0;
-  for (int a : c.axes()) innermost = std::max(innermost, a);
+  for (int a : axes) innermost = std::max(innermost, a);
   int64_t stride = 1;
-  for (int a = innermost + 1; a < c.mesh().ndim(); ++a) stride *= c.mesh().axis_size(a);
+  for (int a = innermost + 1; a < mesh.ndim(); ++a) stride *= mesh.axis_size(a);
   return stride;
+}
+
+// Whether a collective over these axes is over the batch axes (data, fsdp): those can
+// overlap compute; the others are on the critical path.
+bool over_batch_axes(const spmd::Mesh& mesh, const std::vector<int>& axes) {
+  bool over_batch = true;
+  for (int a : axes) {
+    const std::string& axis = mesh.axis_name(a);
+    over_batch = over_batch && (axis == "data" || axis == "fsdp");
+  }
+  return over_batch;
 }
 
 ProgramCost cost_program(const compiler::Graph& g, const DeviceRates& r, const goodput::AcceleratorSpec& acc) {
@@ -272,22 +284,28 @@ ProgramCost cost_program(const compiler::Graph& g, const DeviceRates& r, const g
     NodeCost cost;
     double sent = c.bytes;
     const auto* coll = dynamic_cast<const spmd::Collective*>(node.primitive.get());
-    if (coll != nullptr && coll->kind() != spmd::CollectiveKind::ShardSlice &&
-        coll->kind() != spmd::CollectiveKind::ShardPad) {
+    if (const auto* ragged = dynamic_cast<const spmd::RaggedAllToAll*>(node.primitive.get())) {
+      // Expert parallelism's dropless dispatch or combine: timed as an all-to-all of the
+      // groups' rows with the router spreading them evenly ((S-1)/S of them leave).
+      const compiler::ValueId side = ragged->combine() ? node.outputs[0] : node.inputs[0];
+      const double bytes = static_cast<double>(g.values[static_cast<size_t>(side)].type.nbytes());
+      cost.kind = "collective";
+      cost.seconds = collective_seconds("all_to_all", bytes, ragged->group_size(),
+                                        group_stride(ragged->mesh(), ragged->axes()), acc);
+      sent = ragged->planned_bytes(bytes);
+      (over_batch_axes(ragged->mesh(), ragged->axes()) ? out.batch_collectives : out.tensor_collectives) +=
+          cost.seconds;
+    } else if (coll != nullptr && coll->kind() != spmd::CollectiveKind::ShardSlice &&
+               coll->kind() != spmd::CollectiveKind::ShardPad) {
       const compiler::TensorType& in = g.values[static_cast<size_t>(node.inputs[0])].type;
       const compiler::TensorType& res = g.values[static_cast<size_t>(node.outputs[0])].type;
       const double bytes =
           static_cast<double>(coll->kind() == spmd::CollectiveKind::AllGather ? res.nbytes() : in.nbytes());
       cost.kind = "collective";
-      cost.seconds = collective_seconds(name, bytes, coll->group_size(), group_stride(*coll), acc);
+      cost.seconds = collective_seconds(name, bytes, coll->group_size(), group_stride(coll->mesh(), coll->axes()), acc);
       const int64_t n = coll->group_size();
       sent = bytes * static_cast<double>(n - 1) / static_cast<double>(n) * (name == "all_reduce" ? 2 : 1);
-      bool over_batch = true;
-      for (int a : coll->axes()) {
-        const std::string& axis = coll->mesh().axis_name(a);
-        over_batch = over_batch && (axis == "data" || axis == "fsdp");
-      }
-      (over_batch ? out.batch_collectives : out.tensor_collectives) += cost.seconds;
+      (over_batch_axes(coll->mesh(), coll->axes()) ? out.batch_collectives : out.tensor_collectives) += cost.seconds;
     } else if (coll != nullptr) {
       // shard_slice / shard_pad: this device's block, a local copy.
       cost.kind = "memory";

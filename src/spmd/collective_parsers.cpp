@@ -1,7 +1,8 @@
 // The IR parser's factories for the collectives: a per-device SPMD program read back
 // from its text or from a serialized Executable (the persistent compilation cache)
 // rebuilds each collective from its attributes() ("axes=[model], dim=1,
-// mesh=(data=2, model=4)"): axes by name on the printed mesh.
+// mesh=(data=2, model=4)"): axes by name on the printed mesh. ragged_all_to_all too
+// (spmd/ragged_all_to_all.h).
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -11,6 +12,7 @@
 #include "tessera/compiler/primitive_registry.h"
 #include "tessera/ir/primitive_table.h"
 #include "tessera/spmd/collectives.h"
+#include "tessera/spmd/ragged_all_to_all.h"
 
 namespace tessera::spmd {
 namespace {
@@ -75,6 +77,13 @@ void register_collective_parsers() {
         return std::make_shared<Collective>(kind, std::move(mesh), std::move(axes), dim, concat);
       });
     }
+    const std::string ragged = "ragged_all_to_all";
+    check_registration(ragged, OpFamily::Collective, OpProvider::ParserFactory);
+    compiler::register_primitive(ragged, [ragged](const AttributeMap& a) -> PrimitivePtr {
+      Mesh mesh = parse_mesh(a, ragged);
+      std::vector<int> axes = parse_axes(a, mesh, ragged);
+      return std::make_shared<RaggedAllToAll>(a.get_bool("combine"), std::move(mesh), std::move(axes));
+    });
   });
 }
 

@@ -64,10 +64,54 @@ void record_call(CommStats& stats, CommKind kind, int n, double full_bytes, doub
       ++stats.all_to_all_calls;
       stats.all_to_all_bytes += ring;
       break;
+    case CommKind::RaggedAllToAll:
+      ++stats.all_to_all_calls;
+      stats.all_to_all_bytes += full_bytes;
+      break;
     case CommKind::Other:
       break;
   }
   stats.seconds += seconds;
+}
+
+RaggedBlocks ragged_blocks(const char* op, const std::vector<int>& group, size_t index,
+                           const std::vector<size_t>& send_bytes, const std::vector<size_t>& recv_bytes) {
+  const size_t n = group.size();
+  if (send_bytes.size() != n || recv_bytes.size() != n)
+    fail<ValueError>("{} on devices {}: {} send and {} receive block sizes (expected one per member: {})", op, group,
+                     send_bytes.size(), recv_bytes.size(), n);
+  RaggedBlocks b;
+  b.send_offsets.resize(n);
+  b.recv_offsets.resize(n);
+  for (size_t j = 0; j < n; ++j) {
+    b.send_offsets[j] = b.send_total;
+    b.recv_offsets[j] = b.recv_total;
+    b.send_total += send_bytes[j];
+    b.recv_total += recv_bytes[j];
+    if (j != index) b.sent_to_others += static_cast<double>(send_bytes[j]);
+  }
+  return b;
+}
+
+void Communicator::all_to_all_v(int device, const std::vector<int>& group, const void* send,
+                                const std::vector<size_t>& send_bytes, void* recv,
+                                const std::vector<size_t>& recv_bytes) {
+  const size_t n = group.size();
+  const size_t index = static_cast<size_t>(std::find(group.begin(), group.end(), device) - group.begin());
+  const RaggedBlocks b = ragged_blocks("all_to_all_v", group, index, send_bytes, recv_bytes);
+  // Every member's largest block, gathered, gives the common padded block size.
+  const uint64_t largest = send_bytes.empty() ? 0 : *std::max_element(send_bytes.begin(), send_bytes.end());
+  std::vector<uint64_t> largest_of(n);
+  all_gather(device, group, &largest, largest_of.data(), sizeof(uint64_t));
+  const auto block = static_cast<size_t>(*std::max_element(largest_of.begin(), largest_of.end()));
+  std::vector<char> padded_send(n * block, 0), padded_recv(n * block);
+  for (size_t j = 0; j < n; ++j)
+    if (send_bytes[j] > 0)
+      std::memcpy(padded_send.data() + j * block, static_cast<const char*>(send) + b.send_offsets[j], send_bytes[j]);
+  all_to_all(device, group, padded_send.data(), padded_recv.data(), block);
+  for (size_t k = 0; k < n; ++k)
+    if (recv_bytes[k] > 0)
+      std::memcpy(static_cast<char*>(recv) + b.recv_offsets[k], padded_recv.data() + k * block, recv_bytes[k]);
 }
 
 void Communicator::send(int device, int to, int tag, const void*, size_t) {

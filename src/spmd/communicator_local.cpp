@@ -247,6 +247,35 @@ void LocalCommunicator::all_to_all(int device, const std::vector<int>& group, co
   if (staged) copy_bytes(recv, out, n * bytes);
 }
 
+void LocalCommunicator::all_to_all_v(int device, const std::vector<int>& group, const void* send,
+                                     const std::vector<size_t>& send_bytes, void* recv,
+                                     const std::vector<size_t>& recv_bytes) {
+  const size_t n = group.size();
+  const size_t own = static_cast<size_t>(std::find(group.begin(), group.end(), device) - group.begin());
+  const RaggedBlocks b = ragged_blocks("all_to_all_v", group, own, send_bytes, recv_bytes);
+  const bool staged = overlaps(send, b.send_total, recv, b.recv_total);
+  Slot mine{.op = "all_to_all_v", .size = n, .send = send, .recv = recv, .blocks = send_bytes.data()};
+  Call call = enter(device, group, mine);
+  char* out = static_cast<char*>(staged ? scratch(b.recv_total, 0) : recv);
+  // Member j's block for this member starts after its blocks for members 0 .. index-1.
+  const auto index = static_cast<size_t>(call.index);
+  std::string mismatch;
+  for (size_t j = 0; j < n; ++j) {
+    const Slot& theirs = call.rendezvous->slots[j];
+    size_t offset = 0;
+    for (size_t i = 0; i < index; ++i) offset += theirs.blocks[i];
+    if (theirs.blocks[index] != recv_bytes[j]) {
+      mismatch = fmt::format("device {} sends {} bytes to device {}, which expects {}", group[j], theirs.blocks[index],
+                             device, recv_bytes[j]);
+      break;
+    }
+    copy_bytes(out + b.recv_offsets[j], static_cast<const char*>(theirs.send) + offset, recv_bytes[j]);
+  }
+  leave(call, CommKind::RaggedAllToAll, b.sent_to_others);
+  if (!mismatch.empty()) fail<ValueError>("all_to_all_v on devices {}: {}", group, mismatch);
+  if (staged) copy_bytes(recv, out, b.recv_total);
+}
+
 void LocalCommunicator::broadcast(int device, const std::vector<int>& group, void* buffer, size_t bytes) {
   Slot mine{.op = "broadcast", .size = bytes, .send = buffer, .recv = buffer};
   Call call = enter(device, group, mine);

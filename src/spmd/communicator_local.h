@@ -22,8 +22,9 @@ namespace tessera::spmd {
 
 // Statistics shared by every communicator (communicator.cpp): one call of `kind` over
 // a group of n whose full buffer (the gathered output, the reduced input, all the
-// blocks of an all-to-all) has `full_bytes`, counted as a ring moves it.
-enum class CommKind { AllGather, AllReduce, ReduceScatter, AllToAll, Other };
+// blocks of an all-to-all) has `full_bytes`, counted as a ring moves it; for
+// RaggedAllToAll (an all-to-all call) `full_bytes` is what this member sent to others.
+enum class CommKind { AllGather, AllReduce, ReduceScatter, AllToAll, RaggedAllToAll, Other };
 void record_call(CommStats& stats, CommKind kind, int n, double full_bytes, double seconds);
 
 // Checks a collective's group for every communicator: not empty, no device twice,
@@ -39,6 +40,16 @@ void ordered_sum(void* dst, const std::vector<const char*>& srcs, size_t count, 
 // Whether two byte ranges share a byte (empty ranges share none).
 bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes);
 
+// The checks and sums of an all_to_all_v call (communicator.h): both size lists have one
+// entry per member (a ValueError naming `op` otherwise). offsets: exclusive prefix sums.
+struct RaggedBlocks {
+  std::vector<size_t> send_offsets, recv_offsets;
+  size_t send_total = 0, recv_total = 0;
+  double sent_to_others = 0;  // bytes, for the statistics
+};
+RaggedBlocks ragged_blocks(const char* op, const std::vector<int>& group, size_t index,
+                           const std::vector<size_t>& send_bytes, const std::vector<size_t>& recv_bytes);
+
 class LocalCommunicator : public Communicator {
  public:
   explicit LocalCommunicator(int devices);
@@ -53,6 +64,8 @@ class LocalCommunicator : public Communicator {
   void reduce_scatter(int device, const std::vector<int>& group, const void* send, void* recv, size_t count,
                       DType dtype) override;
   void all_to_all(int device, const std::vector<int>& group, const void* send, void* recv, size_t bytes) override;
+  void all_to_all_v(int device, const std::vector<int>& group, const void* send, const std::vector<size_t>& send_bytes,
+                    void* recv, const std::vector<size_t>& recv_bytes) override;
   void broadcast(int device, const std::vector<int>& group, void* buffer, size_t bytes) override;
   void barrier(int device, const std::vector<int>& group) override;
 
@@ -78,7 +91,8 @@ class LocalCommunicator : public Communicator {
     const void* send = nullptr;
     void* recv = nullptr;
     void* scratch = nullptr;
-    bool in_place = false;  // recv overlaps send
+    bool in_place = false;           // recv overlaps send
+    const size_t* blocks = nullptr;  // all_to_all_v: the member's send_bytes (size: their count)
   };
   struct Rendezvous {
     explicit Rendezvous(size_t n) : slots(n) {}

@@ -11,6 +11,7 @@
 #include "tessera/ir/primitives/layout.h"
 #include "tessera/spmd/api.h"
 #include "tessera/spmd/collectives.h"
+#include "tessera/spmd/ragged_all_to_all.h"
 #include "tessera/spmd/reshard.h"
 #include "tessera/spmd/sharding_rule.h"
 
@@ -409,8 +410,16 @@ std::string bytes_text(double b) {
 CommStats collective_stats(const Graph& local) {
   CommStats s;
   for (const Node& n : local.nodes) {
+    if (n.dead) continue;
+    if (const auto* r = dynamic_cast<const RaggedAllToAll*>(n.primitive.get())) {
+      // Planned at its balanced-routing figure; a run counts the rows that really moved.
+      const ValueId groups_side = r->combine() ? n.outputs[0] : n.inputs[0];
+      ++s.all_to_all_calls,
+          s.all_to_all_bytes += r->planned_bytes(static_cast<double>(local.type(groups_side).nbytes()));
+      continue;
+    }
     const auto* c = dynamic_cast<const Collective*>(n.primitive.get());
-    if (c == nullptr || n.dead) continue;
+    if (c == nullptr) continue;
     const double bytes = c->bytes_sent(static_cast<double>(local.type(n.inputs[0]).nbytes()));
     switch (c->kind()) {
       case CollectiveKind::AllGather:

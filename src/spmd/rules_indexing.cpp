@@ -7,8 +7,10 @@
 
 #include "spmd/rules.h"
 #include "tessera/core/ops.h"
+#include "tessera/ir/primitives/expert_dispatch.h"
 #include "tessera/ir/primitives/indexing.h"
 #include "tessera/spmd/collectives.h"
+#include "tessera/spmd/ragged_all_to_all.h"
 
 namespace tessera::spmd::rules {
 
@@ -112,9 +114,69 @@ Decision along_axis_rule(const Context& c, int axis, bool scatter) {
   return dec;
 }
 
+// expert_dispatch (x [G, N, D], sizes [G, E] -> [S, G, N, D]) and expert_combine
+// (y [S, G, N, D], sizes -> [G, N, D]), ir/primitives/expert_dispatch.h. With the op's
+// expert axes X on the mesh: the groups split over their other axes B then X (X minor),
+// the shards over X and their groups over B, and the local computation is a ragged
+// all-to-all over X after an all-gather of the groups' sizes (spmd/ragged_all_to_all.h).
+// Without them: each device runs the op on its own groups.
+Decision expert_dispatch_rule(const Context& c) {
+  const auto& p = static_cast<const ExpertDispatch&>(c.primitive);
+  const bool combine = p.combine();
+  std::vector<int> x_axes;
+  int64_t shards = 1;
+  for (const std::string& name : p.axes())
+    if (c.mesh.has_axis(name) && c.mesh.axis_size(name) > 1) {
+      x_axes.push_back(c.mesh.axis_index(name));
+      shards *= c.mesh.axis_size(name);
+    }
+  if (!x_axes.empty() && shards != p.shards())
+    fail_rule(c, fmt::format("its {} expert shards do not match mesh axes {} ({} devices)", p.shards(),
+                             axis_list_text(p.axes()), shards));
+  // The groups' arriving split, less the expert axes, then the expert axes.
+  // (An axis that would leave the groups indivisible is left out.)
+  const int64_t group_count = c.in_types[0].shape[combine ? 1 : 0];
+  if (group_count % shards != 0)
+    fail_rule(c, fmt::format("its {} routing groups do not split over the {} devices of the expert axes {}",
+                             group_count, shards, axis_list_text(p.axes())));
+  std::vector<int> b;
+  int64_t split = shards;
+  for (int a : c.in[0].dim_axes(combine ? 1 : 0))
+    if (std::find(x_axes.begin(), x_axes.end(), a) == x_axes.end() &&
+        group_count % (split * c.mesh.axis_size(a)) == 0) {
+      b.push_back(a);
+      split *= c.mesh.axis_size(a);
+    }
+  std::vector<int> g_axes = b;
+  g_axes.insert(g_axes.end(), x_axes.begin(), x_axes.end());
+  // Both ops are linear in the rows: a partial sum on other axes (tensor-parallel expert
+  // GEMMs) passes through, reduced after the combine on 1/S of the padded buffer.
+  std::vector<int> partial;
+  for (int a : c.in[0].partial_axes())
+    if (std::find(g_axes.begin(), g_axes.end(), a) == g_axes.end()) partial.push_back(a);
+  const Sharding groups = Sharding::replicated(c.mesh, 3).with_dim_axes(0, g_axes).with_partial(partial);
+  const Sharding sizes = Sharding::replicated(c.mesh, 2).with_dim_axes(0, g_axes);
+  const Sharding shard_buffers =
+      Sharding::replicated(c.mesh, 4).with_dim_axes(0, x_axes).with_dim_axes(1, b).with_partial(partial);
+  Decision dec;
+  dec.inputs = {combine ? shard_buffers : groups, sizes};
+  dec.outputs = {combine ? groups : shard_buffers};
+  if (!x_axes.empty()) {
+    const Mesh mesh = c.mesh;
+    dec.expand = [mesh, x_axes, combine](const std::vector<Array>& in) -> std::vector<Array> {
+      const Array all_sizes = all_gather(in[1], mesh, x_axes, 0);
+      return {combine ? ragged_combine(in[0], all_sizes, mesh, x_axes)
+                      : ragged_dispatch(in[0], all_sizes, mesh, x_axes)};
+    };
+  }
+  return dec;
+}
+
 }  // namespace
 
 void register_indexing() {
+  add("expert_dispatch", expert_dispatch_rule);
+  add("expert_combine", expert_dispatch_rule);
   add("take", take_rule);
   add("scatter_add", scatter_add_rule);
   add("take_along_axis",

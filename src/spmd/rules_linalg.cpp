@@ -120,56 +120,97 @@ Decision quantized_matmul_rule(const Context& c) {
   return dec;
 }
 
-// grouped_matmul (a [G, N, K], w [E, K, M] or transposed, sizes [G, E]): the batch dim
-// G keeps a's split (sizes follow it); a batch's rows N and w's matrices E are never
-// split (the groups' rows lie anywhere in N); M follows w; K split alike on both (or on
-// a only, w's K then sliced locally) gives a partial sum, else K is gathered.
+// The shard dim S of a rank-4 grouped matmul (ir/primitives/grouped_matmul.h): shard s
+// reads only its own matrices, so S split alike on every operand needs no communication.
+// Its axes: the first operand's, else the second's. Marks them used; none at rank 3.
+std::vector<int> grouped_shard_axes(const Context& c, std::vector<bool>& used) {
+  if (c.in_types[0].shape.size() != 4) return {};
+  std::vector<int> axes = c.in[0].dim_axes(0);
+  if (axes.empty()) axes = c.in[1].dim_axes(0);
+  mark(axes, used);
+  return axes;
+}
+
+// grouped_matmul (a [G, N, K], w [E, K, M] or transposed, sizes [G, E]; or each with a
+// leading shard dim S, split alike on all): the batch dim G keeps a's split (sizes
+// follow it); a batch's rows N and w's matrices E are never split (the groups' rows lie
+// anywhere in N); M follows w; K split alike on both (or on a only, w's K then sliced
+// locally) gives a partial sum, else K is gathered.
 Decision grouped_matmul_rule(const Context& c) {
   const auto& p = static_cast<const GroupedMatmul&>(c.primitive);
-  const int k_w = p.trans_w() ? 2 : 1, m_w = p.trans_w() ? 1 : 2;
-  Sharding a = c.in[0].without_partial().with_dim_axes(1, {});
-  Sharding w = c.in[1].without_partial().with_dim_axes(0, {});
+  const int o = static_cast<int>(c.in_types[0].shape.size()) - 3;  // 1 with a shard dim
+  const int k_w = o + (p.trans_w() ? 2 : 1), m_w = o + (p.trans_w() ? 1 : 2);
   std::vector<bool> used(static_cast<size_t>(c.mesh.ndim()), false);
-  Sharding out = Sharding::replicated(c.mesh, 3).with_dim_axes(0, a.dim_axes(0));
-  mark(a.dim_axes(0), used);
+  const std::vector<int> shard = grouped_shard_axes(c, used);
+  Sharding a = c.in[0].without_partial().with_dim_axes(o + 1, {});
+  Sharding w = c.in[1].without_partial().with_dim_axes(o, {});
+  if (o == 1) {
+    a = a.with_dim_axes(0, shard);
+    w = w.with_dim_axes(0, shard);
+  }
+  if (any_used(a.dim_axes(o), used)) a = a.with_dim_axes(o, {});
+  Sharding out = Sharding::replicated(c.mesh, o + 3).with_dim_axes(o, a.dim_axes(o));
+  Sharding sizes = Sharding::replicated(c.mesh, o + 2).with_dim_axes(o, a.dim_axes(o));
+  if (o == 1) {
+    out = out.with_dim_axes(0, shard);
+    sizes = sizes.with_dim_axes(0, shard);
+  }
+  mark(a.dim_axes(o), used);
   if (any_used(w.dim_axes(m_w), used)) w = w.with_dim_axes(m_w, {});
-  out = out.with_dim_axes(2, w.dim_axes(m_w));
+  out = out.with_dim_axes(o + 2, w.dim_axes(m_w));
   mark(w.dim_axes(m_w), used);
-  std::vector<int> ka = a.dim_axes(2), kw = w.dim_axes(k_w), partial;
+  std::vector<int> ka = a.dim_axes(o + 2), kw = w.dim_axes(k_w), partial;
   if (!ka.empty() && !any_used(ka, used) && (kw.empty() || kw == ka)) {
     w = w.with_dim_axes(k_w, ka);
     partial = ka;
   } else {
-    a = a.with_dim_axes(2, {});
+    a = a.with_dim_axes(o + 2, {});
     w = w.with_dim_axes(k_w, {});
   }
   Decision dec;
-  dec.inputs = {a, w, Sharding::replicated(c.mesh, 2).with_dim_axes(0, a.dim_axes(0))};
+  dec.inputs = {a, w, sizes};
   dec.outputs = {out.with_partial(partial)};
+  // A device's shard dim is 1: its FLOPs are still a 1/S share of its buffers' rows.
+  if (!shard.empty()) dec.local = std::make_shared<GroupedMatmul>(p.trans_w(), c.mesh.group_size(shard));
   return dec;
 }
 
 // grouped_matmul_weight_grad (x [G, N, K], y [G, N, M], sizes [G, E] -> [E, K, M] or
-// [E, M, K]): the batches are summed, so a G split alike on x and y gives a partial sum
-// over those axes; K follows x and M follows y where those axes are free; N and E are
-// never split.
+// [E, M, K]; or each with a leading shard dim S, split alike on all and on the output):
+// the batches are summed, so a G split alike on x and y gives a partial sum over those
+// axes; K follows x and M follows y where those axes are free; N and E are never split.
 Decision grouped_matmul_weight_grad_rule(const Context& c) {
   const auto& p = static_cast<const GroupedMatmulWeightGrad&>(c.primitive);
-  Sharding x = c.in[0].without_partial().with_dim_axes(1, {});
-  Sharding y = c.in[1].without_partial().with_dim_axes(1, {});
+  const int o = static_cast<int>(c.in_types[0].shape.size()) - 3;
   std::vector<bool> used(static_cast<size_t>(c.mesh.ndim()), false);
-  const std::vector<int> batch = x.dim_axes(0);
-  y = y.with_dim_axes(0, batch);
+  const std::vector<int> shard = grouped_shard_axes(c, used);
+  Sharding x = c.in[0].without_partial().with_dim_axes(o + 1, {});
+  Sharding y = c.in[1].without_partial().with_dim_axes(o + 1, {});
+  if (o == 1) {
+    x = x.with_dim_axes(0, shard);
+    y = y.with_dim_axes(0, shard);
+  }
+  std::vector<int> batch = x.dim_axes(o);
+  if (any_used(batch, used)) batch.clear();
+  x = x.with_dim_axes(o, batch);
+  y = y.with_dim_axes(o, batch);
   mark(batch, used);
-  if (any_used(x.dim_axes(2), used)) x = x.with_dim_axes(2, {});
-  mark(x.dim_axes(2), used);
-  if (any_used(y.dim_axes(2), used)) y = y.with_dim_axes(2, {});
-  Sharding out = Sharding::replicated(c.mesh, 3)
-                     .with_dim_axes(p.trans_out() ? 2 : 1, x.dim_axes(2))
-                     .with_dim_axes(p.trans_out() ? 1 : 2, y.dim_axes(2));
+  if (any_used(x.dim_axes(o + 2), used)) x = x.with_dim_axes(o + 2, {});
+  mark(x.dim_axes(o + 2), used);
+  if (any_used(y.dim_axes(o + 2), used)) y = y.with_dim_axes(o + 2, {});
+  Sharding out = Sharding::replicated(c.mesh, o + 3)
+                     .with_dim_axes(o + (p.trans_out() ? 2 : 1), x.dim_axes(o + 2))
+                     .with_dim_axes(o + (p.trans_out() ? 1 : 2), y.dim_axes(o + 2));
+  Sharding sizes = Sharding::replicated(c.mesh, o + 2).with_dim_axes(o, batch);
+  if (o == 1) {
+    out = out.with_dim_axes(0, shard);
+    sizes = sizes.with_dim_axes(0, shard);
+  }
   Decision dec;
-  dec.inputs = {x, y, Sharding::replicated(c.mesh, 2).with_dim_axes(0, batch)};
+  dec.inputs = {x, y, sizes};
   dec.outputs = {out.with_partial(batch)};
+  if (!shard.empty())
+    dec.local = std::make_shared<GroupedMatmulWeightGrad>(p.groups(), p.trans_out(), c.mesh.group_size(shard));
   return dec;
 }
 

@@ -42,12 +42,20 @@ explain)
   echo "$out"
   grep -qE "^matmul +gemm" <<<"$out" || fail "no matmul line in --explain"
   grep -q "^memory per chip: peak" <<<"$out" || fail "no memory breakdown in --explain"
-  # A mixture of experts over an expert axis: the dispatch and combine are all-to-alls
-  # (2 layers x 2 moves x forward and backward), each [experts, capacity, dim] float32 of
-  # a 2048-token group (4 x 2048 x 128 x 4 B), half of it sent: 16.78 MB per step.
+  # A dropless mixture of experts over an expert axis: the dispatch and combine are ragged
+  # all-to-alls of the routed rows (2 layers x 2 moves x forward and backward), planned at
+  # a 2048-token group's 2048 x 2 assignments of 128 float32 (2.10 MB), half of them to the
+  # other device: 8.39 MB per step (the padded [experts, 2048, dim] buffers: 16.78 MB).
   out="$("$tessera" plan --model mixtral-tiny --batch 16 --seq 256 --accelerators h100 --mesh expert=2 --explain)"
   echo "$out"
-  grep -qE "^all_to_all +collective +8 +0.00 +16.78 " <<<"$out" || fail "no 8 all-to-alls of 16.78 MB in the expert plan"
+  grep -qE "^ragged_all_to_all +collective +8 +0.00 +8.39 " <<<"$out" ||
+    fail "no 8 ragged all-to-alls of 8.39 MB in the expert plan"
+  # With a capacity factor 1.25: padded all-to-alls of [experts, 1280, dim] float32, half sent:
+  # 8 x 4 x 1280 x 128 x 4 B / 2 = 10.49 MB.
+  out="$("$tessera" plan --model mixtral-tiny --set model.moe_capacity_factor=1.25 --batch 16 --seq 256 \
+    --accelerators h100 --mesh expert=2 --explain)"
+  echo "$out"
+  grep -qE "^all_to_all +collective +8 +0.00 +10.49 " <<<"$out" || fail "no 8 all-to-alls of 10.49 MB in the capacity plan"
   ;;
 host)
   out="$("$tessera" plan --config configs/tiny.toml --set train.batch=4 --set train.seq=64 --accelerators host \

@@ -2,7 +2,8 @@
 // float64 loop over the groups' rows, in float64 / float32 / bfloat16, transposed and
 // not, with empty groups and rows past the last group; gradients of both (and of the
 // gradient) by finite differences; jit gives the eager bits; bitwise equal for 1 and 2
-// threads; bad shapes, dtypes and sizes are clear errors.
+// threads; bad shapes, dtypes and sizes are clear errors. With a leading shard dim each
+// shard is the rank-3 op on its own matrices.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -126,6 +127,59 @@ TEST(GroupedMatmul, JitAndThreadCountsGiveTheSameBits) {
   set_num_threads(saved);
   EXPECT_EQ(runs[0], runs[1]);
   for (size_t i = 0; i < eager.size(); ++i) EXPECT_EQ(runs[0][i], eager[i].to_vector<float>()) << "output " << i;
+}
+
+// Expert parallelism's shard dim: a [S, G, N, K] with w [S, E, K, M] and sizes
+// [S, G, E] is, shard by shard, the rank-3 op on that shard's slices (bitwise), and so
+// is the weight gradient [S, E, K, M].
+TEST(GroupedMatmul, AShardDimGivesEachShardItsOwnMatrices) {
+  const std::vector<int64_t> other{1, 5, 1, 0, 0, 7};
+  std::vector<int64_t> both = kSizes;
+  both.insert(both.end(), other.begin(), other.end());
+  const Array sizes = Array::from_vector(both, {2, 2, 3});
+  for (const bool trans : {false, true}) {
+    const Array a = random_array({2, 2, 7, 5}, 21, DType::Float32);
+    const Array w = random_array(trans ? Shape{2, 3, 4, 5} : Shape{2, 3, 5, 4}, 22, DType::Float32);
+    const Array y = random_array({2, 2, 7, 4}, 23, DType::Float32);
+    const Array out = grouped_matmul(a, w, sizes, trans);
+    const Array grad = grouped_matmul_weight_grad_op(a, y, sizes, trans);
+    ASSERT_EQ(out.shape(), (Shape{2, 2, 7, 4}));
+    ASSERT_EQ(grad.shape(), trans ? (Shape{2, 3, 4, 5}) : (Shape{2, 3, 5, 4}));
+    for (int64_t s = 0; s < 2; ++s) {
+      auto at = [&](const Array& x) { return squeeze(slice_axis(x, 0, s, s + 1), {0}); };
+      EXPECT_EQ(at(out).to_vector<float>(), grouped_matmul(at(a), at(w), at(sizes), trans).to_vector<float>())
+          << "shard " << s << " trans " << trans;
+      EXPECT_EQ(at(grad).to_vector<float>(),
+                grouped_matmul_weight_grad_op(at(a), at(y), at(sizes), trans).to_vector<float>())
+          << "weight grad, shard " << s << " trans " << trans;
+    }
+    const Array a64 = random_array({2, 2, 7, 3}, 24);
+    const Array w64 = random_array(trans ? Shape{2, 3, 2, 3} : Shape{2, 3, 3, 2}, 25);
+    EXPECT_TRUE(test::check_vjp_fd(
+        [&](const std::vector<Array>& in) { return grouped_matmul(in[0], in[1], sizes, trans); }, {a64, w64}))
+        << "trans " << trans;
+    EXPECT_TRUE(test::check_vjp_fd(
+        [&](const std::vector<Array>& in) { return grouped_matmul_weight_grad_op(in[0], in[1], sizes, trans); },
+        {a64, random_array({2, 2, 7, 2}, 26)}))
+        << "weight grad, trans " << trans;
+  }
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const Array a = random_array({2, 2, 7, 5}, 1);
+  EXPECT_NE(message([&] {
+              grouped_matmul(a, random_array({3, 3, 5, 4}, 2), sizes);
+            }).find("[shards, groups, K, M]"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              grouped_matmul(a, random_array({2, 3, 5, 4}, 2), sizes_array(kSizes, 2));
+            }).find("group sizes [2, 3] (expected [2, 2, groups]"),
+            std::string::npos);
 }
 
 TEST(GroupedMatmul, BadInputIsAClearError) {

@@ -175,6 +175,46 @@ TEST(TcpCommunicator, GatherAllToAllBroadcastAndBarrierMoveTheRightBlocks) {
   }
 }
 
+// Expert parallelism's ragged all-to-all: each pair its own block size (some empty),
+// only those bytes sent and counted; a size the receiver does not expect is an error.
+TEST(TcpCommunicator, RaggedAllToAllMovesOnlyEachPairsBlock) {
+  const int world = 3;
+  auto bytes_of = [](int from, int to) { return static_cast<size_t>((from * 3 + to) % 4 * 5000); };
+  auto byte_of = [](int from, int to, size_t k) {
+    return static_cast<char>(from * 16 + to * 4 + static_cast<int>(k % 3));
+  };
+  std::vector<std::vector<char>> got(world), want(world);
+  std::vector<CommStats> stats(world);
+  expect_no_errors(on_ranks(world, [&](int r, Communicator& comm) {
+    std::vector<size_t> send_bytes, recv_bytes;
+    std::vector<char> send;
+    for (int j = 0; j < world; ++j) {
+      send_bytes.push_back(bytes_of(r, j));
+      recv_bytes.push_back(bytes_of(j, r));
+      for (size_t k = 0; k < bytes_of(r, j); ++k) send.push_back(byte_of(r, j, k));
+      for (size_t k = 0; k < bytes_of(j, r); ++k) want[r].push_back(byte_of(j, r, k));
+    }
+    got[r].assign(want[r].size(), 'x');
+    comm.all_to_all_v(r, iota(world), send.data(), send_bytes, got[r].data(), recv_bytes);
+    stats[r] = comm.stats(r);
+  }));
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(got[r] == want[r]) << "rank " << r;
+    double sent = 0;
+    for (int j = 0; j < world; ++j)
+      if (j != r) sent += static_cast<double>(bytes_of(r, j));
+    EXPECT_EQ(stats[r].all_to_all_calls, 1) << r;
+    EXPECT_DOUBLE_EQ(stats[r].all_to_all_bytes, sent) << r;
+  }
+  const std::vector<std::string> errors = on_ranks(2, [&](int r, Communicator& comm) {
+    std::vector<char> send(8), recv(8);
+    comm.all_to_all_v(r, iota(2), send.data(), {4, 4}, recv.data(), {4, r == 0 ? size_t{2} : size_t{4}});
+  });
+  bool named = false;
+  for (const std::string& e : errors) named = named || e.find("all_to_all_v") != std::string::npos;
+  EXPECT_TRUE(named) << "no rank named the ragged all-to-all";
+}
+
 TEST(TcpCommunicator, LargeMessagesArriveWholeAndStatsCountRingBytes) {
   // 8 MiB per member: far more than a socket buffer, so every send and receive goes
   // through many partial writes and reads interleaved across peers.

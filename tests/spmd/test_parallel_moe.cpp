@@ -4,7 +4,8 @@
 // (relative < 1e-5), dropless (routing groups left automatic: one per batch device) and
 // with a capacity factor (2 groups everywhere, so each group's slots are the same). With
 // an expert axis the dispatch and combine are all-to-alls (the dispatched buffer is
-// constrained to the experts' devices, nn/logical_sharding.h).
+// constrained to the experts' devices, nn/logical_sharding.h): of the capacity buffers
+// with a capacity factor, of the routed rows only (ragged) when dropless.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "tessera/models/model.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/spmd/api.h"
+#include "tessera/spmd/ragged_all_to_all.h"
 #include "tessera/train/parallel.h"
 #include "tessera/train/train_step.h"
 
@@ -45,6 +47,10 @@ struct MoeRun {
   Tree params;
   int64_t all_to_all_calls = 0;
   double all_to_all_bytes = 0;
+  // Ragged all-to-alls (dropless expert parallelism) in the programs, their planned
+  // bytes per device, and the all-to-all bytes device 0 really sent in the last step.
+  int64_t ragged_calls = 0;
+  double ragged_planned_bytes = 0, last_step_all_to_all_bytes = 0;
 };
 
 MoeRun train(const models::ModelConfig& c, const std::string& mesh_text) {
@@ -62,6 +68,15 @@ MoeRun train(const models::ModelConfig& c, const std::string& mesh_text) {
   for (const auto& program : step.spmd_programs()) {
     run.all_to_all_calls += program->program().summary.per_device.all_to_all_calls;
     run.all_to_all_bytes += program->program().summary.per_device.all_to_all_bytes;
+    const compiler::Graph& local = program->program().local;
+    for (const compiler::Node& n : local.nodes)
+      if (const auto* r = dynamic_cast<const spmd::RaggedAllToAll*>(n.primitive.get()); r && !n.dead) {
+        ++run.ragged_calls;
+        run.ragged_planned_bytes +=
+            r->planned_bytes(static_cast<double>(local.type(r->combine() ? n.outputs[0] : n.inputs[0]).nbytes()));
+      }
+    if (!program->last_comm_stats().empty())
+      run.last_step_all_to_all_bytes += program->last_comm_stats().front().all_to_all_bytes;
   }
   return run;
 }
@@ -83,16 +98,33 @@ TEST(ParallelMoE, EveryLayoutTrainsAsOneDevice) {
       // backward are all-to-alls. (Other layouts may use some too where the partitioner
       // finds them cheaper, e.g. FSDP-split expert weights meeting group-split tokens.)
       std::printf("%-36s all_to_all calls per step %lld\n", what.c_str(), static_cast<long long>(got.all_to_all_calls));
-      if (std::string(mesh).starts_with("expert")) {
+      const int64_t group_tokens = kBatch * kSeq / 2;  // one routing group per expert device
+      if (std::string(mesh).starts_with("expert") && factor > 0) {
         // Each all-to-all moves a device's group buffer [experts, capacity, dim] float32,
         // (n-1)/n of it to the other device: 8 of them per step.
-        const int64_t group_tokens = kBatch * kSeq / 2;  // one routing group per expert device
         const int64_t capacity =
-            factor > 0 ? (group_tokens * c.moe_top_k * static_cast<int64_t>(factor) + c.moe_experts - 1) / c.moe_experts
-                       : group_tokens;
+            (group_tokens * c.moe_top_k * static_cast<int64_t>(factor) + c.moe_experts - 1) / c.moe_experts;
         const double buffer = static_cast<double>(c.moe_experts * capacity * c.dim) * 4;
         EXPECT_EQ(got.all_to_all_calls, 4 * c.layers) << what;
         EXPECT_DOUBLE_EQ(got.all_to_all_bytes, 4.0 * static_cast<double>(c.layers) * buffer / 2) << what;
+        EXPECT_EQ(got.ragged_calls, 0) << what;
+      } else if (std::string(mesh).starts_with("expert")) {
+        // Dropless: the dispatch and combine forward and their transposes backward are
+        // ragged all-to-alls of the routed rows, planned at half of a group's
+        // group_tokens * top_k rows (the rows for the other device's experts when the
+        // router is balanced); the padded buffers would be experts / top_k times that.
+        const double rows = static_cast<double>(group_tokens * c.moe_top_k);
+        EXPECT_EQ(got.ragged_calls, 4 * c.layers) << what;
+        EXPECT_DOUBLE_EQ(got.ragged_planned_bytes, 4.0 * static_cast<double>(c.layers) * rows * c.dim * 4 / 2) << what;
+        // What moved: some rows, never more than all of them (the exact counts are checked
+        // in test_ragged_all_to_all.cpp).
+        std::printf("%-36s all_to_all bytes sent by device 0 in the last step %.0f (planned %.0f)\n", what.c_str(),
+                    got.last_step_all_to_all_bytes, got.ragged_planned_bytes);
+        EXPECT_GT(got.last_step_all_to_all_bytes, 0) << what;
+        EXPECT_LE(got.last_step_all_to_all_bytes, 4.0 * static_cast<double>(c.layers) * rows * c.dim * 4 + 1024)
+            << what;
+      } else {
+        EXPECT_EQ(got.ragged_calls, 0) << what;
       }
     }
   }

@@ -1,5 +1,6 @@
 // Sharding-rule cases: matmul, the fused NN primitives and indexing.
 #include "sharding_rule_cases.h"
+#include "tessera/ir/primitives/expert_dispatch.h"
 
 namespace tessera::sharding_cases {
 
@@ -310,6 +311,36 @@ std::vector<Case> indexing_cases() {
                    grouped(false), true, "P('a')"));
   v.push_back(make("grouped_matmul_trans", "a=2,b=2", {{{2, 8, 6}, P("a")}, {{4, 4, 6}, P(None, "b")}}, grouped(true),
                    true, "P('a', None, 'b')"));
+  // With a shard dim (a [S, G, N, K], w [S, E, K, M], sizes [S, G, E]): S split alike on
+  // both needs no communication (from a's split, else w's), G and M as above.
+  auto sharded = [](bool trans) -> Fn {
+    return [trans](const std::vector<Array>& a) {
+      const Array sizes = Array::from_vector(std::vector<int64_t>{3, 2, 0, 4, 1, 1, 5, 2}, {2, 2, 2});
+      return std::vector<Array>{grouped_matmul(a[0], a[1], sizes, trans)};
+    };
+  };
+  v.push_back(make("grouped_matmul_shards", "x=2", {{{2, 2, 8, 6}, P("x")}, {{2, 2, 6, 4}, P("x")}}, sharded(false),
+                   true, "P('x')"));
+  v.push_back(make("grouped_matmul_shards_from_w", "x=2", {{{2, 2, 8, 6}, P()}, {{2, 2, 4, 6}, P("x")}}, sharded(true),
+                   true, "P('x')"));
+  v.push_back(make("grouped_matmul_shards_groups_m", "a=2,b=2",
+                   {{{2, 2, 8, 6}, P("a", "b")}, {{2, 2, 6, 4}, P("a", None, None, "b")}}, sharded(false), true,
+                   "P('a', 'b')"));
+  // expert_dispatch / expert_combine: the groups split over the expert axis become
+  // shard buffers split over it (a ragged all-to-all); the grad runs the transpose.
+  auto dispatch = [](const std::vector<Array>& a) {
+    const Array sizes = Array::from_vector(std::vector<int64_t>{3, 0, 2, 3, 2, 2, 1, 1}, {2, 4});
+    return std::vector<Array>{expert_dispatch(a[0], sizes, 2, {"x"})};
+  };
+  auto combine = [](const std::vector<Array>& a) {
+    const Array sizes = Array::from_vector(std::vector<int64_t>{3, 0, 2, 3, 2, 2, 1, 1}, {2, 4});
+    return std::vector<Array>{expert_combine(a[0], sizes, {"x"})};
+  };
+  v.push_back(make("expert_dispatch", "x=2", {{{2, 8, 6}, P("x")}}, dispatch, true, "P('x')"));
+  // (Replicated operands run the op whole on every device, as every op's do.)
+  v.push_back(make("expert_dispatch_replicated", "x=2", {{{2, 8, 6}, P()}}, dispatch, true, "replicated"));
+  v.push_back(make("expert_combine", "x=2", {{{2, 2, 8, 6}, P("x")}}, combine, true, "P('x')"));
+  v.push_back(make("expert_dispatch_no_expert_axis", "a=2", {{{2, 8, 6}, P("a")}}, dispatch, true, "P(None, 'a')"));
   return v;
 }
 

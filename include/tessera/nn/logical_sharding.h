@@ -41,6 +41,7 @@ class LogicalShardingScope {
   const LogicalRules& rules_;
   friend Array with_logical_constraint(const Array& x, const AxisNames& axes);
   friend int64_t logical_axis_size(const std::string& name);
+  friend std::vector<std::string> logical_axis_names(const std::string& name);
 };
 
 // x pinned to its logical axes' layout while tracing inside a scope; the identity
@@ -50,5 +51,7 @@ Array with_logical_constraint(const Array& x, const AxisNames& axes);
 // The number of devices the logical axis `name` splits over in the active scope (1
 // without a scope).
 int64_t logical_axis_size(const std::string& name);
+// The mesh axes it splits over there, major first (empty without a scope).
+std::vector<std::string> logical_axis_names(const std::string& name);
 
 }  // namespace tessera::nn

@@ -14,12 +14,13 @@
 // GEMMs, and the outputs are gathered back by slot. Gradients flow through the gathers (scatter-adds), the GEMMs
 // and the gates; the routing itself (which expert, which slot) carries none.
 //
-// capacity_factor 0: dropless. With the experts on every device the group's
-// assignments are sorted by expert (position = the expert's offset, a prefix sum of the
-// counts, + the assignment's rank) and run as grouped GEMMs over the sorted rows: the
-// active FLOPs. With expert parallelism the buffers above get capacity = T (every
-// assignment gets a slot; the expert GEMMs then cost experts / top_k times the active
-// FLOPs). > 0: capacity = ceil(factor * T * k / E) (GShard / Switch); assignments past
+// capacity_factor 0: dropless. The group's assignments are sorted by expert (position =
+// the expert's offset, a prefix sum of the counts, + the assignment's rank) and run as
+// grouped GEMMs over the sorted rows: the active FLOPs. With expert parallelism (an
+// `experts` axis of S devices) each group's rows for shard s's E/S experts move to shard
+// s's devices by a ragged all-to-all of those rows only (ir/primitives/expert_dispatch.h)
+// and run there as that shard's grouped GEMMs; the active bytes, and the active FLOPs.
+// > 0: capacity = ceil(factor * T * k / E) (GShard / Switch); assignments past
 // it are dropped (their gate's share is lost, as in those models) and counted.
 //
 // Load balancing (Switch Transformer, as transformers' Mixtral computes it): with
@@ -45,10 +46,12 @@ struct MoE {
   // they do not divide the tokens). Dropless routing gives the same result for any
   // number of groups; with a capacity each group has its own.
   double init_std = 0.02, out_std = 0.02;
-  // Dropless routing (capacity_factor 0) with the experts on every device: the group's
-  // assignments sorted by expert run as grouped GEMMs (core/ops.h grouped_matmul), which
-  // cost the active FLOPs. false, or an `experts` axis splitting them over devices: the
-  // capacity buffers below (experts / top_k times the active FLOPs when dropless).
+  // Dropless routing (capacity_factor 0): the group's assignments sorted by expert run as
+  // grouped GEMMs (core/ops.h grouped_matmul), which cost the active FLOPs, on the
+  // experts' own devices under expert parallelism. false, or experts that an `experts`
+  // axis does not divide: the capacity buffers above with capacity = T (experts / top_k
+  // times the active FLOPs; with expert parallelism, bytes too). So do routing groups
+  // that the experts' devices do not divide.
   bool grouped_gemm = true;
 
   struct Output {

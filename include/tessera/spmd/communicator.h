@@ -59,6 +59,16 @@ class Communicator {
   // send holds n blocks of `bytes`; member i receives block i of every member,
   // concatenated in group order.
   virtual void all_to_all(int device, const std::vector<int>& group, const void* send, void* recv, size_t bytes) = 0;
+  // Ragged all-to-all (expert parallelism's dropless dispatch and combine): send holds
+  // n blocks packed in group order, block j (send_bytes[j] bytes) for member j; recv
+  // gets member k's block for this member (recv_bytes[k] bytes, which must equal member
+  // k's send_bytes for this member: a ValueError otherwise), packed in group order.
+  // Statistics count an all-to-all call and exactly the bytes sent to the others. This
+  // default pads every block to the group's largest (an all_gather of the block sizes,
+  // then all_to_all, each counted as such); the in-process, MPI and TCP communicators
+  // move only the blocks.
+  virtual void all_to_all_v(int device, const std::vector<int>& group, const void* send,
+                            const std::vector<size_t>& send_bytes, void* recv, const std::vector<size_t>& recv_bytes);
   // Broadcast of `bytes` from the group's first member to every member.
   virtual void broadcast(int device, const std::vector<int>& group, void* buffer, size_t bytes) = 0;
   virtual void barrier(int device, const std::vector<int>& group) = 0;

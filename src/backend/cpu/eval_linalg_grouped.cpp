@@ -14,9 +14,10 @@ namespace tessera {
 
 namespace {
 
-// sizes [G, E] as row offsets: offsets[g * (E + 1) + e] = sizes[g, 0] + ... + sizes[g, e - 1].
+// sizes [G, E] (or [S, G, E], batches numbered s G + g) as row offsets:
+// offsets[g * (E + 1) + e] = sizes[g, 0] + ... + sizes[g, e - 1].
 std::vector<int64_t> group_offsets(const char* op, const Array& sizes, int64_t rows) {
-  const int64_t g_count = sizes.shape(0), e_count = sizes.shape(1);
+  const int64_t e_count = sizes.shape(-1), g_count = sizes.shape(0) * (sizes.ndim() == 3 ? sizes.shape(1) : 1);
   std::vector<int64_t> offsets(static_cast<size_t>(g_count * (e_count + 1)));
   for (int64_t g = 0; g < g_count; ++g) {
     int64_t at = 0;
@@ -42,7 +43,10 @@ void GroupedMatmul::eval_cpu(const std::vector<Array>& inputs, std::vector<Array
   const Array& w = inputs[1];
   Array& out = outputs[0];
   out.allocate();
-  const int64_t g_count = a.shape(0), rows = a.shape(1), k = a.shape(2), m = out.shape(2), e_count = w.shape(0);
+  // Batches g = s G + b of the S shards (S = 1 at rank 3); shard s multiplies its own
+  // matrices w[s].
+  const int64_t rows = a.shape(-2), k = a.shape(-1), m = out.shape(-1), e_count = w.shape(-3);
+  const int64_t per_shard = a.shape(-3), g_count = a.ndim() == 4 ? a.shape(0) * per_shard : per_shard;
   const std::vector<int64_t> offsets = group_offsets("grouped_matmul", inputs[2], rows);
   const size_t item = itemsize(a.dtype());
   const auto* a_bytes = static_cast<const char*>(a.raw_data());
@@ -60,7 +64,8 @@ void GroupedMatmul::eval_cpu(const std::vector<Array>& inputs, std::vector<Array
       s.trans_b = trans_w_;
       const int64_t row = g * rows + off[e];
       cpu::matmul(a.dtype(), s, a_bytes + static_cast<size_t>(row * k) * item,
-                  w_bytes + static_cast<size_t>(e * k * m) * item, out_bytes + static_cast<size_t>(row * m) * item);
+                  w_bytes + static_cast<size_t>(((g / per_shard) * e_count + e) * k * m) * item,
+                  out_bytes + static_cast<size_t>(row * m) * item);
     }
     // Rows past the last group.
     const int64_t used = off[e_count];
@@ -74,7 +79,9 @@ void GroupedMatmulWeightGrad::eval_cpu(const std::vector<Array>& inputs, std::ve
   const Array& y = inputs[1];
   Array& out = outputs[0];
   out.allocate();
-  const int64_t g_count = x.shape(0), rows = x.shape(1), k = x.shape(2), m = y.shape(2), e_count = groups_;
+  // Shard s (S = 1 at rank 3) adds its own batches s G .. s G + G - 1 into out[s].
+  const int64_t rows = x.shape(-2), k = x.shape(-1), m = y.shape(-1), e_count = groups_;
+  const int64_t shards = x.ndim() == 4 ? x.shape(0) : 1, per_shard = x.shape(-3);
   const std::vector<int64_t> offsets = group_offsets("grouped_matmul_weight_grad", inputs[2], rows);
   const size_t item = itemsize(x.dtype());
   const auto* x_bytes = static_cast<const char*>(x.raw_data());
@@ -82,10 +89,11 @@ void GroupedMatmulWeightGrad::eval_cpu(const std::vector<Array>& inputs, std::ve
   auto* out_bytes = static_cast<char*>(out.mutable_raw_data());
   const size_t block = static_cast<size_t>(k * m);
   std::vector<char> partial;
-  for (int64_t e = 0; e < e_count; ++e) {
-    char* dst = out_bytes + static_cast<size_t>(e) * block * item;
+  for (int64_t se = 0; se < shards * e_count; ++se) {
+    const int64_t e = se % e_count, first = se / e_count * per_shard;
+    char* dst = out_bytes + static_cast<size_t>(se) * block * item;
     bool written = false;
-    for (int64_t g = 0; g < g_count; ++g) {
+    for (int64_t g = first; g < first + per_shard; ++g) {
       const int64_t* off = &offsets[static_cast<size_t>(g * (e_count + 1))];
       const int64_t n = off[e + 1] - off[e];
       if (n == 0) continue;

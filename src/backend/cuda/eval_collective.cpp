@@ -6,12 +6,16 @@
 // reductions are bitwise the CPU communicators'. The mesh device comes from the
 // runtime's current device (spmd::current_device(): SpmdExecutable runs each device's
 // program on that device's thread).
+#include <cstring>
+#include <vector>
+
 #include "backend/cuda/device_transport.h"
 #include "backend/cuda/kernel_registry.h"
 #include "backend/cuda/kernels/cuda_check.h"
 #include "backend/cuda/kernels/ordered_sum.h"
 #include "tessera/base/error.h"
 #include "tessera/spmd/collective_plan.h"
+#include "tessera/spmd/ragged_all_to_all.h"
 #include "tessera/spmd/runtime.h"
 
 namespace tessera::cuda {
@@ -83,11 +87,56 @@ void collective_kernel(const Primitive& primitive, const std::vector<DeviceTenso
   spmd::record_device_collective(device, plan);
 }
 
+// ragged_all_to_all (expert parallelism's dropless dispatch and combine): the sizes and
+// rows staged through host memory and moved by the communicator's all_to_all_v
+// (spmd/ragged_all_to_all.h). Correct but synchronous; a device-side exchange (NCCL
+// send/recv of the routed rows) is not written.
+void ragged_all_to_all_kernel(const Primitive& primitive, const std::vector<DeviceTensor>& inputs,
+                              const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
+  const auto& op = primitive_as<spmd::RaggedAllToAll>(primitive, "ragged_all_to_all");
+  if (inputs.size() != 2 || outputs.size() != 1)
+    fail<ValueError>("ragged_all_to_all: called with {} inputs and {} outputs (expected 2 and 1)", inputs.size(),
+                     outputs.size());
+  const DeviceTensor& in = inputs[0];
+  const DeviceTensor& sizes = inputs[1];
+  const DeviceTensor& out = outputs[0];
+  const spmd::DeviceContext* context = spmd::current_device();
+  if (context == nullptr && op.group_size() > 1)
+    fail<ValueError>("ragged_all_to_all {{{}}}: runs over {} devices but no device is current", op.attributes(),
+                     op.group_size());
+  const DeviceTensor& groups_side = op.combine() ? out : in;  // [Gl, N, D]
+  if (groups_side.shape.size() != 3 || sizes.shape.size() != 2 ||
+      (sizes.dtype != DType::Int32 && sizes.dtype != DType::Int64))
+    fail<ShapeError>("ragged_all_to_all: operands {}, {} -> {} (expected [groups, rows, width], int sizes [., E])",
+                     to_string(in.shape), to_string(sizes.shape), to_string(out.shape));
+  std::vector<char> in_host(in.nbytes()), out_host(out.nbytes()), sizes_host(sizes.nbytes());
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(in_host.data(), in.data, in.nbytes(), cudaMemcpyDeviceToHost, ctx.stream));
+  TESSERA_CUDA_CHECK(
+      cudaMemcpyAsync(sizes_host.data(), sizes.data, sizes.nbytes(), cudaMemcpyDeviceToHost, ctx.stream));
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+  std::vector<int64_t> counts(static_cast<size_t>(sizes.numel()));
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (sizes.dtype == DType::Int32) {
+      int32_t v = 0;
+      std::memcpy(&v, sizes_host.data() + i * sizeof v, sizeof v);
+      counts[i] = v;
+    } else {
+      std::memcpy(&counts[i], sizes_host.data() + i * sizeof(int64_t), sizeof(int64_t));
+    }
+  }
+  spmd::ragged_exchange(op, counts, sizes.shape[1], groups_side.shape[0], groups_side.shape[1],
+                        static_cast<size_t>(groups_side.shape[2]) * itemsize(in.dtype), in_host.data(), out_host.data(),
+                        context ? context->communicator : nullptr, context ? context->device : 0);
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(out.data, out_host.data(), out.nbytes(), cudaMemcpyHostToDevice, ctx.stream));
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // out_host must outlive the copy
+}
+
 }  // namespace
 
 void register_collective_kernels() {
   for (const char* op : {"all_gather", "all_reduce", "all_to_all", "reduce_scatter", "shard_pad", "shard_slice"})
     register_kernel(op, collective_kernel, /*capturable=*/false);
+  register_kernel("ragged_all_to_all", ragged_all_to_all_kernel, /*capturable=*/false);
 }
 
 }  // namespace tessera::cuda

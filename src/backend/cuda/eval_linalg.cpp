@@ -251,7 +251,15 @@ void matmul_epilogue_kernel(const Primitive& primitive, const std::vector<Device
   gemm(out.dtype, s, a.data, b.data, out.data, e, gemm_context(ctx, out.dtype, s));
 }
 
-// a [G, N, K], w [E, K, M] (or [E, M, K]), sizes [G, E] -> [G, N, M].
+// The leading shard dim of a grouped operand (1 at rank 3; see grouped_matmul.h) and
+// the byte strides of one shard's slice.
+int64_t shards_of(const DeviceTensor& t, size_t rank3) { return t.shape.size() == rank3 + 1 ? t.shape[0] : 1; }
+char* shard_at(void* base, int64_t s, int64_t elements, DType dtype) {
+  return static_cast<char*>(base) + static_cast<size_t>(s * elements) * itemsize(dtype);
+}
+
+// a [G, N, K], w [E, K, M] (or [E, M, K]), sizes [G, E] -> [G, N, M]; or each with a
+// leading shard dim S, shard s on its own matrices (one grouped GEMM per shard).
 void grouped_matmul_kernel(const Primitive& primitive, const std::vector<DeviceTensor>& inputs,
                            const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
   const auto& p = dynamic_cast<const GroupedMatmul&>(primitive);
@@ -262,14 +270,21 @@ void grouped_matmul_kernel(const Primitive& primitive, const std::vector<DeviceT
   const DeviceTensor& w = inputs[1];
   const DeviceTensor& sizes = inputs[2];
   const DeviceTensor& out = outputs[0];
-  if (a.shape.size() != 3 || w.shape.size() != 3 || out.shape.size() != 3 || sizes.shape.size() != 2)
-    fail<ShapeError>("grouped_matmul: operands {}, {}, {} -> {} (expected ranks 3, 3, 2 -> 3)", to_string(a.shape),
-                     to_string(w.shape), to_string(sizes.shape), to_string(out.shape));
-  grouped_gemm(out.dtype, a.data, w.data, sizes.data, sizes.dtype, a.shape[0], a.shape[1], a.shape[2], out.shape[2],
-               w.shape[0], p.trans_w(), out.data, ctx.stream);
+  const size_t r = a.shape.size();
+  if ((r != 3 && r != 4) || w.shape.size() != r || out.shape.size() != r || sizes.shape.size() != r - 1)
+    fail<ShapeError>("grouped_matmul: operands {}, {}, {} -> {} (expected ranks 3, 3, 2 -> 3 or 4, 4, 3 -> 4)",
+                     to_string(a.shape), to_string(w.shape), to_string(sizes.shape), to_string(out.shape));
+  const int64_t shards = shards_of(a, 3), batches = dim(a, -3), rows = dim(a, -2), k = dim(a, -1), m = dim(out, -1);
+  const int64_t groups = dim(w, -3);
+  for (int64_t s = 0; s < shards; ++s)
+    grouped_gemm(out.dtype, shard_at(a.data, s, batches * rows * k, a.dtype),
+                 shard_at(w.data, s, groups * k * m, w.dtype), shard_at(sizes.data, s, batches * groups, sizes.dtype),
+                 sizes.dtype, batches, rows, k, m, groups, p.trans_w(),
+                 shard_at(out.data, s, batches * rows * m, out.dtype), ctx.stream);
 }
 
-// x [G, N, K], y [G, N, M], sizes [G, E] -> [E, K, M] (or [E, M, K]).
+// x [G, N, K], y [G, N, M], sizes [G, E] -> [E, K, M] (or [E, M, K]); or each with a
+// leading shard dim.
 void grouped_matmul_weight_grad_kernel(const Primitive& primitive, const std::vector<DeviceTensor>& inputs,
                                        const std::vector<DeviceTensor>& outputs, KernelContext& ctx) {
   const auto& p = dynamic_cast<const GroupedMatmulWeightGrad&>(primitive);
@@ -280,11 +295,17 @@ void grouped_matmul_weight_grad_kernel(const Primitive& primitive, const std::ve
   const DeviceTensor& y = inputs[1];
   const DeviceTensor& sizes = inputs[2];
   const DeviceTensor& out = outputs[0];
-  if (x.shape.size() != 3 || y.shape.size() != 3 || sizes.shape.size() != 2)
-    fail<ShapeError>("grouped_matmul_weight_grad: operands {}, {}, {} (expected ranks 3, 3, 2)", to_string(x.shape),
-                     to_string(y.shape), to_string(sizes.shape));
-  grouped_gemm_weight_grad(out.dtype, x.data, y.data, sizes.data, sizes.dtype, x.shape[0], x.shape[1], x.shape[2],
-                           y.shape[2], p.groups(), p.trans_out(), out.data, ctx.stream);
+  const size_t r = x.shape.size();
+  if ((r != 3 && r != 4) || y.shape.size() != r || sizes.shape.size() != r - 1)
+    fail<ShapeError>("grouped_matmul_weight_grad: operands {}, {}, {} (expected ranks 3, 3, 2 or 4, 4, 3)",
+                     to_string(x.shape), to_string(y.shape), to_string(sizes.shape));
+  const int64_t shards = shards_of(x, 3), batches = dim(x, -3), rows = dim(x, -2), k = dim(x, -1), m = dim(y, -1);
+  const int64_t groups = p.groups();
+  for (int64_t s = 0; s < shards; ++s)
+    grouped_gemm_weight_grad(out.dtype, shard_at(x.data, s, batches * rows * k, x.dtype),
+                             shard_at(y.data, s, batches * rows * m, y.dtype),
+                             shard_at(sizes.data, s, batches * groups, sizes.dtype), sizes.dtype, batches, rows, k, m,
+                             groups, p.trans_out(), shard_at(out.data, s, groups * k * m, out.dtype), ctx.stream);
 }
 
 }  // namespace

@@ -166,6 +166,34 @@ class MpiCommunicator : public Communicator {
     finish(start, CommKind::AllToAll, static_cast<int>(n), static_cast<double>(n * bytes));
   }
 
+  void all_to_all_v(int device, const std::vector<int>& group, const void* send, const std::vector<size_t>& send_bytes,
+                    void* recv, const std::vector<size_t>& recv_bytes) override {
+    const double start = begin(device, group, "all_to_all_v");
+    const size_t n = group.size();
+    const size_t index = static_cast<size_t>(std::find(group.begin(), group.end(), device) - group.begin());
+    const RaggedBlocks b = ragged_blocks("all_to_all_v", group, index, send_bytes, recv_bytes);
+    std::vector<char> staged;
+    const void* source = send;
+    if (overlaps(send, b.send_total, recv, b.recv_total)) {
+      staged.assign(static_cast<const char*>(send), static_cast<const char*>(send) + b.send_total);
+      source = staged.data();
+    }
+    // MPI_Alltoallv in bytes: counts and displacements are ints.
+    std::vector<int> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
+    for (size_t j = 0; j < n; ++j) {
+      send_counts[j] = as_count(send_bytes[j], "all_to_all_v");
+      send_displs[j] = as_count(b.send_offsets[j], "all_to_all_v");
+      recv_counts[j] = as_count(recv_bytes[j], "all_to_all_v");
+      recv_displs[j] = as_count(b.recv_offsets[j], "all_to_all_v");
+    }
+    MPI_Request request;
+    check_mpi(MPI_Ialltoallv(source, send_counts.data(), send_displs.data(), MPI_BYTE, recv, recv_counts.data(),
+                             recv_displs.data(), MPI_BYTE, comm_for(group), &request),
+              "MPI_Ialltoallv");
+    wait(&request, "all_to_all_v", group);
+    finish(start, CommKind::RaggedAllToAll, static_cast<int>(n), b.sent_to_others);
+  }
+
   void broadcast(int device, const std::vector<int>& group, void* buffer, size_t bytes) override {
     const double start = begin(device, group, "broadcast");
     if (group.size() > 1) {

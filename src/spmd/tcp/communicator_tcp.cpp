@@ -48,6 +48,7 @@ enum Op : uint32_t {
   kBroadcast = 6,
   kBarrier = 7,
   kPointToPoint = 8,  // the low byte; the tag sits above it (op = 8 | tag << 8)
+  kAllToAllV = 9,
   kAbort = 99,
 };
 
@@ -69,6 +70,8 @@ const char* op_name(uint32_t op) {
       return "broadcast";
     case kBarrier:
       return "barrier";
+    case kAllToAllV:
+      return "all_to_all_v";
     case kPointToPoint:
       return "a point-to-point message";
     case kAbort:
@@ -145,6 +148,35 @@ class TcpCommunicator final : public Communicator {
     }
     exchange_blocks(group, source, static_cast<char*>(recv), bytes, kAllToAll, "all_to_all");
     finish(start, CommKind::AllToAll, n, static_cast<double>(n * bytes));
+  }
+
+  void all_to_all_v(int device, const std::vector<int>& group, const void* send, const std::vector<size_t>& send_bytes,
+                    void* recv, const std::vector<size_t>& recv_bytes) override {
+    const double start = begin(device, group, "all_to_all_v");
+    const size_t n = group.size(), index = index_of(group);
+    const RaggedBlocks b = ragged_blocks("all_to_all_v", group, index, send_bytes, recv_bytes);
+    std::vector<char> staged;
+    const char* source = static_cast<const char*>(send);
+    if (overlaps(send, b.send_total, recv, b.recv_total)) {
+      staged.assign(source, source + b.send_total);
+      source = staged.data();
+    }
+    char* out = static_cast<char*>(recv);
+    if (send_bytes[index] != recv_bytes[index])
+      fail<ValueError>("all_to_all_v on devices {}: device {} sends itself {} bytes but expects {}", group, rank_,
+                       send_bytes[index], recv_bytes[index]);
+    if (send_bytes[index] > 0)
+      std::memmove(out + b.recv_offsets[index], source + b.send_offsets[index], send_bytes[index]);
+    // Each message's header carries its size: a peer sending other than recv_bytes is an error there.
+    std::vector<Outgoing> outs;
+    std::vector<Incoming> ins;
+    for (size_t j = 0; j < n; ++j) {
+      if (j == index) continue;
+      outs.push_back(outgoing(group[j], source + b.send_offsets[j], send_bytes[j]));
+      ins.push_back(incoming(group[j], out + b.recv_offsets[j], recv_bytes[j]));
+    }
+    exchange(group, kAllToAllV, "all_to_all_v", outs, ins);
+    finish(start, CommKind::RaggedAllToAll, n, b.sent_to_others);
   }
 
   void reduce_scatter(int device, const std::vector<int>& group, const void* send, void* recv, size_t count,

@@ -202,6 +202,37 @@ void check_stats() {
   expect(s.all_to_all_calls == 1 && s.all_to_all_bytes == (n - 1) * 256, "all_to_all stats");
 }
 
+// The ragged all-to-all of dropless expert parallelism: each pair its own block size
+// (some empty); the contents, and statistics that count exactly the bytes sent.
+void check_ragged() {
+  Communicator& comm = communicator();
+  const std::vector<int> group = world_group();
+  const int n = static_cast<int>(group.size());
+  auto bytes_of = [](int from, int to) { return static_cast<size_t>((from * 3 + to) % 4 * 1000); };
+  auto byte_of = [](int from, int to, size_t k) {
+    return static_cast<char>(from * 16 + to * 4 + static_cast<int>(k % 3));
+  };
+  std::vector<size_t> send_bytes, recv_bytes;
+  std::vector<char> send, want;
+  double sent = 0;
+  for (int j = 0; j < n; ++j) {
+    send_bytes.push_back(bytes_of(g_rank, j));
+    recv_bytes.push_back(bytes_of(j, g_rank));
+    if (j != g_rank) sent += static_cast<double>(bytes_of(g_rank, j));
+    for (size_t k = 0; k < bytes_of(g_rank, j); ++k) send.push_back(byte_of(g_rank, j, k));
+    for (size_t k = 0; k < bytes_of(j, g_rank); ++k) want.push_back(byte_of(j, g_rank, k));
+  }
+  std::vector<char> got(want.size(), 'x');
+  comm.reset_stats();
+  run_on_devices({g_rank},
+                 [&](int d) { comm.all_to_all_v(d, group, send.data(), send_bytes, got.data(), recv_bytes); });
+  const CommStats s = comm.stats(g_rank);
+  expect(got == want, "all_to_all_v: each member's block for this rank");
+  expect(s.all_to_all_calls == 1 && s.all_to_all_bytes == sent,
+         fmt::format("all_to_all_v stats: {} calls, {} bytes (expected 1, {})", s.all_to_all_calls, s.all_to_all_bytes,
+                     sent));
+}
+
 // Rank 1 fails while the others wait in an all-reduce: they must throw, not hang.
 int run_abort() {
   const auto start = std::chrono::steady_clock::now();
@@ -245,6 +276,7 @@ int main(int argc, char** argv) {
     check_communicator();
     check_point_to_point();
     check_stats();
+    check_ragged();
     // Every rank learns the total, so they all exit with the same status.
     int64_t failures = g_failures;
     run_on_devices({g_rank},

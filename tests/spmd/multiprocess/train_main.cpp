@@ -24,7 +24,9 @@
 // and dropout through pipeline=2 with 1 and 2 micro-batches on 2 ranks and pipeline=2,data=2 on 4
 // (check_pipeline_dropout: one device's accumulation keys). And a mixture of experts through pipeline=2 on 2 ranks,
 // pipeline=2,data=2 and stages partitioned over expert=2 on 4 (check_pipeline_moe: the stages hand on routing figures;
-// one device accumulating over the same micro-batches is the reference). Exits nonzero on any mismatch, on every rank.
+// one device accumulating over the same micro-batches is the reference). And dropless expert parallelism without a
+// pipeline, expert=2 on 2 ranks and data=2,expert=2 on 4 (check_moe_layout: ragged all-to-alls of the routed rows).
+// Exits nonzero on any mismatch, on every rank.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -87,11 +89,25 @@ struct TrainRun {
   double shard_param_bytes = 0, shard_wte_bytes = 0;
   double built_param_bytes = 0, built_state_bytes = 0;  // right after the stage-local init
   double eval_loss = 0, eval_want = 0;
+  // Expert parallelism: all-to-alls per step, ragged ones among them, and the all-to-all
+  // bytes this rank sent in the last step.
+  int64_t all_to_all_calls = 0, ragged_calls = 0;
+  double all_to_all_bytes = 0;
 };
 
+// The Llama form of the tiny model with 4 experts per layer (top 2, dropless).
+models::ModelConfig tiny_moe() {
+  models::ModelConfig c = testing::tiny_gpt();
+  c.family = "llama";
+  c.moe_experts = 4;
+  c.moe_top_k = 2;
+  c.moe_aux_loss_coef = 0.05;
+  return c;
+}
+
 // 3 AdamW steps, on one device (empty mesh_text) or SPMD under the mesh's layout.
-TrainRun run_layout(const std::string& mesh_text) {
-  models::Model model(testing::tiny_gpt());
+TrainRun run_layout(const std::string& mesh_text, bool moe = false) {
+  models::Model model(moe ? tiny_moe() : testing::tiny_gpt());
   optim::OptimizerConfig oc = testing::test_adamw();
   optim::Optimizer optimizer(oc, model.specs());
   Tree params = model.init(7);
@@ -106,6 +122,10 @@ TrainRun run_layout(const std::string& mesh_text) {
   for (const auto& p : step.spmd_programs()) {
     run.summary_bytes += p->program().summary.per_device.total_bytes();
     run.measured_bytes += p->last_comm_stats().at(0).total_bytes();  // this rank's device, sent to its peers
+    run.all_to_all_calls += p->program().summary.per_device.all_to_all_calls;
+    run.all_to_all_bytes += p->last_comm_stats().at(0).all_to_all_bytes;
+    for (const compiler::Node& n : p->program().local.nodes)
+      if (!n.dead && n.primitive->name() == "ragged_all_to_all") ++run.ragged_calls;
   }
   // spmd::gather is collective: every rank gathers the same leaves in the same order.
   run.paths = params.paths();
@@ -175,6 +195,36 @@ void check_layout(const std::string& mesh_text, const TrainRun& want) {
         "params fnv1a %016llx\n",
         mesh_text.c_str(), got.losses[0], got.losses[1], got.losses[2], loss_err, param_err, got.summary_bytes,
         analytic, static_cast<unsigned long long>(fnv1a(got.params)));
+  std::fflush(stdout);
+}
+
+// Dropless expert parallelism across processes: the one-device losses and parameters,
+// with the dispatch and combine (and their transposes) as ragged all-to-alls of the
+// routed rows, which send less than the padded buffers' (experts / top_k) x (n-1)/n share.
+void check_moe_layout(const std::string& mesh_text, const TrainRun& want) {
+  const TrainRun got = run_layout(mesh_text, /*moe=*/true);
+  const std::string what = mesh_text + " moe";
+  double loss_err = 0, param_err = 0;
+  for (size_t i = 0; i < want.losses.size(); ++i)
+    loss_err = std::max(loss_err, std::abs(got.losses[i] - want.losses[i]) / std::abs(want.losses[i]));
+  for (size_t i = 0; i < want.params.size(); ++i)
+    param_err = std::max(param_err, relative_error(got.params[i], want.params[i]));
+  expect(loss_err <= 1e-5, fmt::format("{}: loss relative error {:.3g} (expected <= 1e-5)", what, loss_err));
+  expect(param_err <= 1e-5, fmt::format("{}: parameter relative error {:.3g} (expected <= 1e-5)", what, param_err));
+  const models::ModelConfig c = tiny_moe();
+  expect(got.ragged_calls == 4 * c.layers,
+         fmt::format("{}: {} ragged all-to-alls per step (expected 4 per layer)", what, got.ragged_calls));
+  const spmd::Mesh mesh = spmd::Mesh::parse(mesh_text);
+  const double group_rows = static_cast<double>(kBatch * kSeq / mesh.size() * c.moe_top_k);
+  const double padded = 4.0 * static_cast<double>(c.layers) * group_rows / static_cast<double>(c.moe_top_k) *
+                        static_cast<double>(c.moe_experts) * c.dim * 4 / 2;
+  expect(got.all_to_all_bytes > 0 && got.all_to_all_bytes < padded,
+         fmt::format("{}: {} all-to-all bytes sent in the last step (padded buffers: {})", what, got.all_to_all_bytes,
+                     padded));
+  if (g_rank == 0)
+    std::printf("%-24s losses %.7f %.7f %.7f  max rel err: loss %.2e params %.2e  all-to-all sent %.0f (padded %.0f)\n",
+                what.c_str(), got.losses[0], got.losses[1], got.losses[2], loss_err, param_err, got.all_to_all_bytes,
+                padded);
   std::fflush(stdout);
 }
 
@@ -484,6 +534,11 @@ int main() {
                   want.losses[2], static_cast<unsigned long long>(fnv1a(want.params)));
     for (const std::string& l : layouts) check_layout(l, want);
     size_t checked = layouts.size();
+    {
+      const TrainRun want_moe = run_layout("", /*moe=*/true);
+      check_moe_layout(n == 2 ? "expert=2" : "data=2,expert=2", want_moe);
+      ++checked;
+    }
     {
       const TrainRun want_4_layers = run_pipeline("", PipelineKind::kOneFOneB);
       std::vector<std::pair<std::string, PipelineKind>> pipelines;

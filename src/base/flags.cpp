@@ -150,6 +150,18 @@ int64_t env_integer(const char* name, int64_t fallback, int64_t min, int64_t max
   return n;
 }
 
+std::optional<int64_t> first_env_integer(std::initializer_list<const char*> names, int64_t min, int64_t max) {
+  for (const char* name : names) {
+    const char* value = env(name);
+    if (value == nullptr || *value == '\0') continue;
+    char* end = nullptr;
+    errno = 0;
+    const long long n = std::strtoll(value, &end, 10);
+    if (*end == '\0' && errno != ERANGE && n >= min && n <= max) return n;
+  }
+  return std::nullopt;
+}
+
 std::string table(bool with_values) {
   std::string out =
       with_values ? "| variable | default | set by | what it does | value here |\n| --- | --- | --- | --- | --- |\n"

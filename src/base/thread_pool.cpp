@@ -37,14 +37,8 @@ int cpus_available() {
 int processes_on_host() {
   if (flags::env("TESSERA_LOCAL_WORLD_SIZE"))
     return static_cast<int>(flags::env_integer("TESSERA_LOCAL_WORLD_SIZE", 1, 1, 1 << 20, "a process count"));
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
-    const char* value = std::getenv(name);
-    if (value == nullptr || *value == '\0') continue;
-    char* end = nullptr;
-    const long n = std::strtol(value, &end, 10);
-    if (*end == '\0' && n >= 1 && n <= (1 << 20)) return static_cast<int>(n);
-  }
-  return 1;
+  return static_cast<int>(
+      flags::first_env_integer({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, 1, 1 << 20).value_or(1));
 }
 
 // How long a thread of a region polls before it sleeps (TESSERA_POOL_SPIN_US), read when

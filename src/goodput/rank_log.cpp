@@ -26,14 +26,8 @@ double system_now() {
 
 // The first of `names` set to a non-negative integer.
 std::optional<int> int_from_env(std::initializer_list<const char*> names) {
-  for (const char* name : names) {
-    const char* value = flags::env(name);
-    if (value == nullptr || *value == '\0') continue;
-    char* end = nullptr;
-    const long n = std::strtol(value, &end, 10);
-    if (*end == '\0' && n >= 0 && n < (1L << 30)) return static_cast<int>(n);
-  }
-  return std::nullopt;
+  const std::optional<int64_t> n = flags::first_env_integer(names, 0, (int64_t{1} << 30) - 1);
+  return n ? std::optional<int>(static_cast<int>(*n)) : std::nullopt;
 }
 
 std::string host_name() {

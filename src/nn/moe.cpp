@@ -108,7 +108,9 @@ MoE::Output MoE::operator()(const Tree& p, const Array& x) const {
   }
   const Array chosen = stack(choices, 1);  // [t, k]
   const Array picked = take_along_axis(probs, chosen, 1);
-  const Array gates = picked / sum(picked, {1}, true);  // Mixtral renormalizes the top k
+  // Mixtral renormalizes the top k. (Pinned to the batch layout: with fewer routing groups
+  // than batch devices the combine's cotangent would arrive split like the groups.)
+  const Array gates = with_logical_constraint(picked / sum(picked, {1}, true), {"batch", ""});
 
   // Per group of tg consecutive tokens: assignment i = the group's token i / k's
   // (i % k)-th choice; its rank among its expert's assignments in that order.

@@ -91,6 +91,25 @@ TEST(Flags, IntegerValuesAreCheckedAndNamed) {
   ::unsetenv(name);
 }
 
+// Launchers' variables: the first set to a whole number in range; others skipped.
+TEST(Flags, FirstLauncherIntegerSkipsWhatIsNotOne) {
+  const char* a = "FLAGS_TEST_LAUNCHER_A";
+  const char* b = "FLAGS_TEST_LAUNCHER_B";
+  ::unsetenv(a);
+  ::unsetenv(b);
+  EXPECT_EQ(flags::first_env_integer({a, b}, 1, 64), std::nullopt);
+  ::setenv(b, "7", 1);
+  EXPECT_EQ(flags::first_env_integer({a, b}, 1, 64), 7);
+  for (const char* skipped : {"", "x", "3x", "0", "65", "-1", "99999999999999999999"}) {
+    ::setenv(a, skipped, 1);
+    EXPECT_EQ(flags::first_env_integer({a, b}, 1, 64), 7) << "'" << skipped << "'";
+  }
+  ::setenv(a, "64", 1);
+  EXPECT_EQ(flags::first_env_integer({a, b}, 1, 64), 64);
+  ::unsetenv(a);
+  ::unsetenv(b);
+}
+
 // A TESSERA_* name anywhere in the sources (code, messages, comments) is a declared
 // flag, unless it is a build-time name: #define'd or tested by the preprocessor, or a
 // CMake name (options, the TESSERA_HAS_* definitions, variables).

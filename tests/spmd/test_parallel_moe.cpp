@@ -1,5 +1,5 @@
 // A mixture-of-experts model (nn/moe.h, the llama family with moe_experts) trained on a
-// mesh: data, FSDP, tensor and expert axes (the experts' weights split over `expert`,
+// mesh: data, FSDP, tensor and expert axes, and expert with tensor or FSDP (the experts' weights split over `expert`,
 // the batch too) give the one-device losses and parameters after 3 AdamW steps
 // (relative < 1e-5), dropless (routing groups left automatic: one per batch device) and
 // with a capacity factor (2 groups everywhere, so each group's slots are the same). With
@@ -51,6 +51,7 @@ struct MoeRun {
   // bytes per device, and the all-to-all bytes device 0 really sent in the last step.
   int64_t ragged_calls = 0;
   double ragged_planned_bytes = 0, last_step_all_to_all_bytes = 0;
+  std::vector<std::string> summary_lines;  // the partitioners' inserted collectives
 };
 
 MoeRun train(const models::ModelConfig& c, const std::string& mesh_text) {
@@ -68,6 +69,8 @@ MoeRun train(const models::ModelConfig& c, const std::string& mesh_text) {
   for (const auto& program : step.spmd_programs()) {
     run.all_to_all_calls += program->program().summary.per_device.all_to_all_calls;
     run.all_to_all_bytes += program->program().summary.per_device.all_to_all_bytes;
+    const std::vector<std::string>& lines = program->program().summary.lines;
+    run.summary_lines.insert(run.summary_lines.end(), lines.begin(), lines.end());
     const compiler::Graph& local = program->program().local;
     for (const compiler::Node& n : local.nodes)
       if (const auto* r = dynamic_cast<const spmd::RaggedAllToAll*>(n.primitive.get()); r && !n.dead) {
@@ -85,7 +88,7 @@ TEST(ParallelMoE, EveryLayoutTrainsAsOneDevice) {
   for (double factor : {0.0, 1.0}) {
     const models::ModelConfig c = mixtral(factor);
     const MoeRun want = train(c, "");
-    for (const char* mesh : {"data=2", "fsdp=2", "tensor=2", "expert=2", "expert=2,tensor=2"}) {
+    for (const char* mesh : {"data=2", "fsdp=2", "tensor=2", "expert=2", "expert=2,tensor=2", "expert=2,fsdp=2"}) {
       const std::string what = std::string(mesh) + " capacity factor " + std::to_string(factor);
       VirtualDevices devices(spmd::Mesh::parse(mesh).size());
       const MoeRun got = train(c, mesh);
@@ -98,17 +101,21 @@ TEST(ParallelMoE, EveryLayoutTrainsAsOneDevice) {
       // backward are all-to-alls. (Other layouts may use some too where the partitioner
       // finds them cheaper, e.g. FSDP-split expert weights meeting group-split tokens.)
       std::printf("%-36s all_to_all calls per step %lld\n", what.c_str(), static_cast<long long>(got.all_to_all_calls));
-      const int64_t group_tokens = kBatch * kSeq / 2;  // one routing group per expert device
-      if (std::string(mesh).starts_with("expert") && factor > 0) {
+      // One routing group per batch device (the capacity runs: 2 groups everywhere).
+      const spmd::Mesh m = spmd::Mesh::parse(mesh);
+      const int64_t batch_devices = m.size() / (m.has_axis("tensor") ? m.axis_size("tensor") : 1);
+      const int64_t group_tokens = kBatch * kSeq / (factor > 0 ? 2 : batch_devices);
+      if (std::string(mesh).starts_with("expert") && factor > 0 && !m.has_axis("fsdp")) {
         // Each all-to-all moves a device's group buffer [experts, capacity, dim] float32,
-        // (n-1)/n of it to the other device: 8 of them per step.
+        // (n-1)/n of it to the other device: 8 of them per step. (With fsdp=2 too, the 2
+        // groups split over fsdp alone: the expert devices each slice their experts' slots.)
         const int64_t capacity =
             (group_tokens * c.moe_top_k * static_cast<int64_t>(factor) + c.moe_experts - 1) / c.moe_experts;
         const double buffer = static_cast<double>(c.moe_experts * capacity * c.dim) * 4;
         EXPECT_EQ(got.all_to_all_calls, 4 * c.layers) << what;
         EXPECT_DOUBLE_EQ(got.all_to_all_bytes, 4.0 * static_cast<double>(c.layers) * buffer / 2) << what;
         EXPECT_EQ(got.ragged_calls, 0) << what;
-      } else if (std::string(mesh).starts_with("expert")) {
+      } else if (std::string(mesh).starts_with("expert") && factor == 0) {
         // Dropless: the dispatch and combine forward and their transposes backward are
         // ragged all-to-alls of the routed rows, planned at half of a group's
         // group_tokens * top_k rows (the rows for the other device's experts when the
@@ -121,6 +128,10 @@ TEST(ParallelMoE, EveryLayoutTrainsAsOneDevice) {
         std::printf("%-36s all_to_all bytes sent by device 0 in the last step %.0f (planned %.0f)\n", what.c_str(),
                     got.last_step_all_to_all_bytes, got.ragged_planned_bytes);
         EXPECT_GT(got.last_step_all_to_all_bytes, 0) << what;
+        // A tensor-parallel partial sum of the experts' output passes through the combine
+        // (linear): reduced after it, never on the padded [1, S x groups, rows, dim] buffers.
+        for (const std::string& line : got.summary_lines)
+          EXPECT_EQ(line.find("of expert_combine"), std::string::npos) << what << ": " << line;
         EXPECT_LE(got.last_step_all_to_all_bytes, 4.0 * static_cast<double>(c.layers) * rows * c.dim * 4 + 1024)
             << what;
       } else {

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,6 +36,12 @@ const char* env(const char* name);
 // ValueError naming the variable, its value and the range (with `what`, what the number
 // counts) for anything else.
 int64_t env_integer(const char* name, int64_t fallback, int64_t min, int64_t max, const char* what);
+
+// The first of `names` (launchers' variables, e.g. OMPI_COMM_WORLD_RANK, PMI_RANK) set to
+// a whole number in [min, max], read through env(); nullopt when none is. Leniently: a
+// variable set to anything else is skipped, as another launcher may use the name for
+// something else.
+std::optional<int64_t> first_env_integer(std::initializer_list<const char*> names, int64_t min, int64_t max);
 
 // The listing `tessera info --flags` prints: a Markdown table (name, default, set by,
 // what it does), and with `with_values` a last column with this process's values.

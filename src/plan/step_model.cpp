@@ -429,8 +429,10 @@ size_t eval_arena_bytes(const models::Model& model, const train::Layout& tl, con
 // A pipeline layout (train/pipeline_step.h): each stage's forward and backward program
 // (partitioned over the other axes when those split), the optimizer update, and the
 // memory a chip holds, a process per chip: the parameters its stages read and their
-// optimizer state (stage-local; its shards of them when the stages are partitioned and
-// the update elementwise, PipelineTrainStep::shards_state), their gradients twice (a stage's sum over micro-batches
+// optimizer state (stage-local; its shards of them when the stages are partitioned,
+// PipelineTrainStep::shards_state: Adafactor's factored rows and Muon's update are costed
+// on the shards' shapes, a little under the whole rows and gathered matrices a process
+// uses), their gradients twice (a stage's sum over micro-batches
 // and the next backward's), its stages' program arenas, the stage inputs of the
 // micro-batches it holds at once (the schedule's peak), the buffers of its sends (until
 // the pass ends), its update's arena, and for a model
@@ -527,7 +529,7 @@ PreparedStep prepare_pipeline_step(const train::TrainConfig& config, const PlanL
   std::vector<std::vector<bool>> reads;
   for (int d = 0; d < p; ++d) reads.push_back(train::device_reads(params, pipe.stage_layers, p, d, tied));
   const int64_t chips_per_coordinate = layout.chips() / p;
-  // Partitioned stages with an elementwise update: a chip keeps its shards of the state.
+  // Partitioned stages: a chip keeps its shards of the state.
   const bool sharded_state = train::PipelineTrainStep::shards_state(plan->options, config.optimizer_config().name);
   const std::vector<std::string> paths = params.paths();
   std::vector<Array> held_leaves = leaves;  // what a chip keeps of each parameter

@@ -1,6 +1,6 @@
 // Stage-local parameters and optimizer state of a pipeline over processes (see
-// pipeline_step.h): which process holds which parameter (with partitioned stages and an
-// elementwise update: its device's shard of it), the placeholders of the others, and
+// pipeline_step.h): which process holds which parameter (with partitioned stages: its
+// device's shard of it), the placeholders of the others, and
 // gathering the whole trees back (checkpoints, the end of a run).
 #include <fmt/format.h>
 
@@ -165,13 +165,17 @@ void PipelineTrainStep::place(Tree& params, Tree& opt_state) {
   if (!multi_process_) return;
   const Placement& p = placement_for(params);
   const int me = spmd::local_devices().front();
+  std::vector<Shape> param_shapes;
+  for (const Array& leaf : params.leaves()) param_shapes.push_back(leaf.shape());
   auto drop = [&](const Tree& tree) {
     std::vector<Array> leaves = tree.leaves();
     for (size_t i = 0; i < leaves.size(); ++i) {
       if (!p.held[i]) {
         leaves[i] = Array::placeholder(leaves[i].shape(), leaves[i].dtype());
-      } else if (p.sharding[i] && !spmd::sharding_of(leaves[i])) {
-        // Sharded state: this device's shard of the whole leaf (the rest is freed).
+      } else if (p.sharding[i] && !spmd::sharding_of(leaves[i]) && leaves[i].shape() == param_shapes[i]) {
+        // Sharded state: this device's shard of the whole leaf (the rest is freed). A
+        // state leaf of another shape (Adafactor's factored rows, a 0-d slot) stays whole,
+        // as Layout places optimizer state in-process.
         std::vector<Array> shards(static_cast<size_t>(world_mesh_.size()));
         shards[static_cast<size_t>(me)] = spmd::shard_for_device(leaves[i], *p.sharding[i], me).eval();
         leaves[i] = spmd::make_sharded(leaves[i].shape(), leaves[i].dtype(), *p.sharding[i], std::move(shards));

@@ -11,6 +11,7 @@
 
 #include "tessera/base/error.h"
 #include "tessera/core/ops.h"
+#include "tessera/spmd/api.h"
 #include "tessera/spmd/runtime.h"
 
 namespace tessera::train {
@@ -31,6 +32,7 @@ PipelineTrainStep::PipelineTrainStep(const models::Model& model, const optim::Op
     o.ranks = mesh->group(me, {mesh->axis_index("pipeline")});
     multi_process_ = true;
     shard_state_ = shards_state(pipeline, optimizer.config().name);
+    spmd_update_ = shard_state_ && updates_whole_matrices(optimizer.config().name);
     o.gradient_shards = shard_state_;
     // With the stages partitioned over the mesh the data axis is inside them (one replica).
     replica_here_ = replicas > 1 ? mesh->coords(me)[static_cast<size_t>(mesh->axis_index("data"))] : 0;
@@ -44,7 +46,12 @@ bool PipelineTrainStep::shards_state(const PipelineOptions& pipeline, const std:
   bool partitioned = false;
   for (int a = 0; a < pipeline.mesh.ndim(); ++a)
     partitioned = partitioned || (pipeline.mesh.axis_name(a) != "pipeline" && pipeline.mesh.axis_size(a) > 1);
-  return partitioned && (optimizer == "adamw" || optimizer == "sgd" || optimizer == "lion");
+  (void)optimizer;
+  return partitioned;
+}
+
+bool PipelineTrainStep::updates_whole_matrices(const std::string& optimizer) {
+  return optimizer == "adafactor" || optimizer == "muon";
 }
 
 data::Batch PipelineTrainStep::rows_of(const data::Batch& batch, int replica) const {
@@ -99,6 +106,15 @@ Jitted& PipelineTrainStep::update_program(const Tree& args) {
     JitOptions options;
     options.name = "pipeline_update";
     options.donate_leaves = leaves_under(args, {"params", "opt", "grads"});
+    if (spmd_update_) {
+      // The SPMD update keeps every parameter and state leaf in the layout it came in.
+      Tree like{{"params", args.at("params")}, {"opt", args.at("opt")}, {"grad_norm", Array::scalar(0.0)}};
+      if (optimizer_.scales_loss()) like["skipped"] = Array::scalar(0.0);
+      for (const Array& leaf : like.leaves()) {
+        const spmd::Sharding* s = spmd::sharding_of(leaf);
+        options.out_shardings.push_back(s ? std::optional<spmd::Sharding>(*s) : std::nullopt);
+      }
+    }
     update_.emplace(jit(update, options));
   }
   return *update_;
@@ -135,9 +151,12 @@ void PipelineTrainStep::compile(const Tree& params, const Tree& opt_state, const
   // process's leaves, their mean gradient (summed already) and the squared norm.
   if (multi_process_) {
     const Placement& p = placement_for(params);
-    const Tree mine = local_shards(select(params, p.held));
+    // The update on this process's shards, or (spmd_update_) an SPMD program on them.
+    const Tree held = select(params, p.held);
+    const Tree mine = spmd_update_ ? held : local_shards(held);
+    const Tree state = select_state(opt_state, p.held);
     const Tree args{{"params", mine},
-                    {"opt", local_shards(select_state(opt_state, p.held))},
+                    {"opt", spmd_update_ ? state : local_shards(state)},
                     {"grads", Tree::list({mine})},
                     {"lr", Array::scalar(0.0, DType::Float32)},
                     {"squared_norm", Array::scalar(0.0, DType::Float64)}};
@@ -348,6 +367,16 @@ StepStats PipelineTrainStep::run_multi_process(Tree& params, Tree& opt_state, co
   last_sent_bytes_ = figures[3];
   last_collective_bytes_ = figures[4];
   const Tree mine = select(params, p.held), mine_state = select_state(opt_state, p.held);
+  if (spmd_update_) {
+    // The sharded leaves go in as they are held (the gradients as shards of the same
+    // layouts), and come back so.
+    Tree updated = mine, updated_state = mine_state;
+    const StepStats stats = apply_update(updated, updated_state, {sharded_like(mean, mine)}, lr, figures[0],
+                                         Array::scalar(squared, DType::Float64));
+    params = merge(params, updated);
+    opt_state = merge_state(opt_state, updated_state);
+    return stats;
+  }
   Tree updated = local_shards(mine), updated_state = local_shards(mine_state);
   const StepStats stats =
       apply_update(updated, updated_state, {mean}, lr, figures[0], Array::scalar(squared, DType::Float64));

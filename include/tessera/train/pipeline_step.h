@@ -52,14 +52,18 @@
 //
 // With partitioned stages in-process, the parameters and optimizer state stay whole
 // between steps (the device threads share one memory) and every stage device reads its
-// shards of them. Across processes, with an elementwise optimizer (AdamW, SGD, Lion), each
+// shards of them. Across processes each
 // process keeps only its device's shards of its stages' parameters and their moments
 // (FSDP- and tensor-split ones; those split over no axis whole): the stage programs read
 // them as they are, the gradients stay shards (each complete for its piece: the programs
 // reduced them inside the stage), the tied embedding's are summed between its first and
 // last stage's devices of the same piece, the norm counts each piece once, and each
-// process updates its shards. Adafactor and Muon read whole matrices in their updates:
-// with them a process keeps its stages' state whole, as without partitioned stages.
+// process updates its shards. Adafactor and Muon read whole matrices in their updates
+// (Adafactor's row and column means, Muon's Newton-Schulz iterations): with them the
+// update is itself an SPMD program over the mesh, partitioned like the stages, so its
+// reductions and gathers run among the devices of a pipeline coordinate; state leaves
+// shaped like their parameter are held as shards, the others (Adafactor's factored rows
+// and columns, 0-d slots) whole, as Layout places them in-process.
 #pragma once
 
 #include <cstdint>
@@ -90,9 +94,12 @@ class PipelineTrainStep {
                     const PipelineOptions& pipeline, int replicas, int64_t seq, const spmd::Mesh* mesh = nullptr);
 
   // Whether processes of a pipeline with these options keep their device's shards of the
-  // state (the header comment): stages partitioned over the mesh and an elementwise
-  // optimizer (adamw, sgd, lion). The planner costs the same.
+  // state (the header comment): stages partitioned over the mesh. The planner costs the
+  // same. (`optimizer` names the update: every optimizer shards now.)
   static bool shards_state(const PipelineOptions& pipeline, const std::string& optimizer);
+  // Whether `optimizer`'s update reads whole matrices (adafactor, muon): with sharded
+  // state it runs as an SPMD program over the mesh instead of on each process's shards.
+  static bool updates_whole_matrices(const std::string& optimizer);
 
   // Compiles every replica's stage programs and the update program without running them.
   void compile(const Tree& params, const Tree& opt_state, const data::Batch& micro_batch);
@@ -190,9 +197,10 @@ class PipelineTrainStep {
     std::vector<std::vector<int>> peers;
   };
   std::optional<Placement> placement_;
-  // Several processes, partitioned stages, an elementwise optimizer: the processes keep
-  // their device's shards of the state (the header comment).
+  // Several processes and partitioned stages: the processes keep their device's shards
+  // of the state (the header comment).
   bool shard_state_ = false;
+  bool spmd_update_ = false;  // shard_state_ with an optimizer that reads whole matrices
   const Placement& placement_for(const Tree& params);
   // Sharded state: the leaves of `tree` that are sharded arrays as this process's shard
   // (plain arrays; the update program's inputs), and back (`like`: the tree they came from).

@@ -15,11 +15,12 @@
 // activations and gradients as point-to-point messages) of a 4-layer GPT against one
 // device: pipeline=2 (1F1B, GPipe, and 1F1B keeping the activations instead of
 // recomputing them) on 2 ranks; pipeline=2,data=2 (recomputing and keeping), pipeline=4
-// and stages partitioned over tensor=2 or fsdp=2 (each recomputing and keeping; with AdamW the processes keep
-// their devices' shards of the state, as with SGD's momentum over tensor=2, and with Adafactor over fsdp=2 their
-// stage's whole) on 4; the same bars. Each of
+// and stages partitioned over tensor=2 or fsdp=2 (each recomputing and keeping; the processes keep their devices'
+// shards of the state, with AdamW, SGD's momentum over tensor=2, and Adafactor over fsdp=2 and tensor=2 and Muon
+// over fsdp=2, whose updates run as SPMD programs) on 4; the same bars. Each of
 // these checks the stage-local state (a process holds less than the whole parameters and optimizer state; over the
-// world each parameter once per pipeline, the tied embedding twice) and the validation loss through the stages'
+// world each parameter and optimizer state leaf once per pipeline, the tied embedding twice; partitioned stages:
+// shards of every optimizer's state) and the validation loss through the stages'
 // forwards against one device's. And float16 with loss scaling through pipeline=2 on 2 ranks (check_pipeline_float16),
 // and dropout through pipeline=2 with 1 and 2 micro-batches on 2 ranks and pipeline=2,data=2 on 4
 // (check_pipeline_dropout: one device's accumulation keys). And a mixture of experts through pipeline=2 on 2 ranks,
@@ -82,11 +83,13 @@ struct TrainRun {
   // forwards against one device's Evaluator on the same (gathered) parameters.
   double held_param_bytes = 0, held_state_bytes = 0, whole_param_bytes = 0, whole_state_bytes = 0;
   double wte_bytes = 0;
-  // Stages partitioned over the mesh keep their devices' shards (AdamW: an elementwise
-  // update): the bytes of one device's shard of every parameter (and of the tied
-  // embedding); the whole parameters' without partitioned stages.
+  // Stages partitioned over the mesh keep their devices' shards (every optimizer; those
+  // that read whole matrices update as an SPMD program): the bytes of one device's shard
+  // of every parameter (and of the tied embedding); the whole parameters' without
+  // partitioned stages.
   bool sharded_state = false;
   double shard_param_bytes = 0, shard_wte_bytes = 0;
+  double shard_state_bytes = 0, shard_wte_state_bytes = 0, every_process_state_bytes = 0;
   double built_param_bytes = 0, built_state_bytes = 0;  // right after the stage-local init
   double eval_loss = 0, eval_want = 0;
   // Expert parallelism: all-to-alls per step, ragged ones among them, and the all-to-all
@@ -240,11 +243,13 @@ void check_moe_layout(const std::string& mesh_text, const TrainRun& want) {
 TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool float16 = false, bool dropout = false,
                       bool moe = false, int split = 0) {
   // "pipeline=2 keep": the stages keep their activations (PipelineOptions::recompute = false);
-  // " adafactor": Adafactor instead of AdamW (its update reads whole matrices, so partitioned
-  // stages keep their state whole: PipelineTrainStep::shards_state).
+  // " adafactor" / " muon": Adafactor or Muon instead of AdamW (their updates read whole
+  // matrices: with partitioned stages an SPMD program over the shards, whose factored rows
+  // and 0-d slots stay whole).
   const bool keep = layout_text.ends_with(" keep");
   const bool adafactor = layout_text.find(" adafactor") != std::string::npos;
   const bool sgd = layout_text.find(" sgd") != std::string::npos;  // SGD with momentum: shards too
+  const bool muon = layout_text.find(" muon") != std::string::npos;
   const std::string mesh_text = layout_text.substr(0, layout_text.find(' '));
   models::ModelConfig c = testing::tiny_gpt();
   c.layers = 4;
@@ -263,6 +268,7 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
     oc.adafactor_eps = 1e-6;
   }
   if (sgd) oc.name = "sgd";
+  if (muon) oc.name = "muon";
   if (float16) {
     c.compute_dtype = "float16";
     oc.loss_scale.mode = optim::LossScaling::Dynamic;
@@ -358,6 +364,24 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
     run.shard_param_bytes += bytes;
     if (paths[i] == "wte" && c.resolved_tied()) run.shard_wte_bytes = bytes;
   }
+  // The optimizer state the same way: a parameter-keyed leaf shaped like its parameter as
+  // its shard, any other (Adafactor's factored rows, 0-d slots) whole; the leaves not keyed
+  // by a parameter (the step count) on every process.
+  for (const auto& [slot, subtree] : opt.items()) {
+    const std::vector<Array> state = subtree.leaves();
+    if (subtree.is_leaf() || subtree.paths() != paths) {
+      for (const Array& leaf : state) run.every_process_state_bytes += static_cast<double>(leaf.nbytes());
+      continue;
+    }
+    for (size_t i = 0; i < state.size(); ++i) {
+      const Shape local = stage_layout && state[i].shape() == leaves[i].shape()
+                              ? stage_layout->param(paths[i]).local_shape(state[i].shape())
+                              : state[i].shape();
+      const double bytes = static_cast<double>(numel(local) * static_cast<int64_t>(itemsize(state[i].dtype())));
+      run.shard_state_bytes += bytes;
+      if (paths[i] == "wte" && c.resolved_tied()) run.shard_wte_state_bytes += bytes;
+    }
+  }
   run.paths = params.paths();
   run.params = params.leaves();
   return run;
@@ -371,6 +395,10 @@ TrainRun run_pipeline(const std::string& layout_text, PipelineKind kind, bool fl
 // whole parameters, more than the shards it kept). And evaluation through the stages'
 // forwards equals one device's on the same parameters.
 void check_stage_local(const std::string& what, const spmd::Mesh& mesh, const TrainRun& got) {
+  // Stages partitioned over the mesh keep shards, whatever the optimizer.
+  const bool partitioned = mesh.has_axis("fsdp") || mesh.has_axis("tensor") || mesh.has_axis("expert");
+  expect(got.sharded_state == partitioned,
+         fmt::format("{}: the processes keep {} state", what, got.sharded_state ? "sharded" : "whole"));
   expect(got.held_param_bytes < got.whole_param_bytes,
          fmt::format("{}: this process held {} of {} parameter bytes (stage-local: less)", what, got.held_param_bytes,
                      got.whole_param_bytes));
@@ -385,9 +413,10 @@ void check_stage_local(const std::string& what, const spmd::Mesh& mesh, const Tr
          fmt::format("{}: the stage-local init built {} parameter and {} state bytes; the steps held {} and {}{}", what,
                      got.built_param_bytes, got.built_state_bytes, got.held_param_bytes, got.held_state_bytes,
                      got.sharded_state ? " (expected more: the stages' whole, then their shards)" : ""));
-  double held = got.held_param_bytes;
+  double held = got.held_param_bytes, held_state = got.held_state_bytes;
   spmd::run_on_devices({g_rank}, [&](int d) {
     spmd::communicator().all_reduce(d, spmd::world_group(), &held, &held, 1, DType::Float64);
+    spmd::communicator().all_reduce(d, spmd::world_group(), &held_state, &held_state, 1, DType::Float64);
   });
   const double pipelines = static_cast<double>(mesh.size() / mesh.axis_size("pipeline"));
   const double want = pipelines * (got.shard_param_bytes + got.shard_wte_bytes);
@@ -395,6 +424,13 @@ void check_stage_local(const std::string& what, const spmd::Mesh& mesh, const Tr
                                    "embedding {}))",
                                    what, held, want, pipelines, got.sharded_state ? "a device's shards" : "whole",
                                    got.shard_param_bytes, got.shard_wte_bytes));
+  const double want_state = pipelines * (got.shard_state_bytes + got.shard_wte_state_bytes) +
+                            static_cast<double>(mesh.size()) * got.every_process_state_bytes;
+  expect(held_state == want_state,
+         fmt::format("{}: the processes held {} optimizer state bytes; expected {} ({} x ({} {} + the tied embedding's "
+                     "{}) + {} processes x {} held by each)",
+                     what, held_state, want_state, pipelines, got.sharded_state ? "a device's shards" : "whole",
+                     got.shard_state_bytes, got.shard_wte_state_bytes, mesh.size(), got.every_process_state_bytes));
   const double e = std::abs(got.eval_loss - got.eval_want) / got.eval_want;
   expect(e <= 1e-6, fmt::format("{}: validation loss {} through the stages, {} on one device (relative {:.3g})", what,
                                 got.eval_loss, got.eval_want, e));
@@ -556,12 +592,16 @@ int main() {
                      {"pipeline=2,fsdp=2 keep", PipelineKind::kGPipe}};
       for (const auto& [mesh_text, kind] : pipelines) check_pipeline(mesh_text, kind, want_4_layers);
       checked += pipelines.size();
-      if (n == 4) {  // partitioned stages whose processes keep their stage's state whole
+      if (n == 4) {  // partitioned stages whose processes keep their shards of the state
         check_pipeline("pipeline=2,fsdp=2 adafactor", PipelineKind::kOneFOneB,
                        run_pipeline(" adafactor", PipelineKind::kOneFOneB));
+        check_pipeline("pipeline=2,tensor=2 adafactor", PipelineKind::kOneFOneB,
+                       run_pipeline(" adafactor", PipelineKind::kOneFOneB));
+        check_pipeline("pipeline=2,fsdp=2 muon", PipelineKind::kOneFOneB,
+                       run_pipeline(" muon", PipelineKind::kOneFOneB));
         check_pipeline("pipeline=2,tensor=2 sgd", PipelineKind::kOneFOneB,
                        run_pipeline(" sgd", PipelineKind::kOneFOneB));
-        checked += 2;
+        checked += 4;
       }
       if (n == 2) {
         check_pipeline_float16("pipeline=2", run_pipeline("", PipelineKind::kOneFOneB, /*float16=*/true));

@@ -69,4 +69,31 @@ TEST(GpuGroupedGemm, ProductAndGradientsMatchCpu) {
     }
 }
 
+// With a shard dim (expert parallelism's [S, G, N, K] by [S, E, K, M]): one grouped GEMM
+// per shard on its own matrices, as on the CPU.
+TEST(GpuGroupedGemm, AShardDimMatchesCpu) {
+  TESSERA_REQUIRE_GPU();
+  const Array sizes = Array::from_vector(std::vector<int64_t>{10, 0, 20, 10, 7, 10, 10, 10}, {2, 2, 2});
+  const Array a = random({2, 2, 40, 48}, 3, ts::DType::Float32);
+  const Array w = random({2, 2, 48, 32}, 4, ts::DType::Float32);
+  auto step = [&](const Tree& args) {
+    auto loss = [&](const std::vector<Array>& in) {
+      return ts::sum(ts::square(ts::grouped_matmul(in[0], in[1], sizes)));
+    };
+    auto [value, grads] = ts::value_and_grad(loss)({args.at("a").leaf(), args.at("w").leaf()});
+    return Tree{{"out", ts::grouped_matmul(args.at("a").leaf(), args.at("w").leaf(), sizes)},
+                {"da", grads[0]},
+                {"dw", grads[1]}};
+  };
+  const Tree args{{"a", a}, {"w", w}};
+  const Tree cpu = ts::jit(step)(args);
+  ts::JitOptions options;
+  options.device = "cuda";
+  const Tree gpu = ts::jit(step, options)(args);
+  const std::vector<Array> want = cpu.leaves(), got = gpu.leaves();
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_LT(ts::cuda_test::rel_error(values(got[i]), values(want[i])), ts::cuda_test::kF32Tolerance)
+        << cpu.paths()[i];
+}
+
 }  // namespace

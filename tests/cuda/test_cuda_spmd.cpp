@@ -3,7 +3,7 @@
 // the CPU's eval_cpu on the same inputs — every kind over every axis set, every dtype,
 // sums of fractional values — and a GPT training step under data, FSDP and tensor
 // parallel layouts on virtual GPU devices against the CPU's sharded run, bitwise from run
-// to run, its measured bytes the partitioner's count.
+// to run, its measured bytes the partitioner's count; and a dropless MoE over expert=2.
 //
 // They need 8 CUDA devices: ctest runs them as cuda.spmd_virtual_devices with
 // TESSERA_GPU_VIRTUAL_DEVICES=8 (cmake/gpu_tests.cmake); elsewhere (no GPU, or fewer
@@ -159,6 +159,41 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GpuSpmdTrain,
                              if (ch == '=' || ch == ',') ch = '_';
                            return name;
                          });
+
+// Dropless expert parallelism on virtual GPU devices: a 4-expert MoE model (top 2) over
+// expert=2, whose dispatch and combine are ragged all-to-alls (their CUDA kernel stages
+// the routed rows through host memory), trains like the CPU's sharded run.
+TEST(GpuSpmd, DroplessExpertParallelismTrainsAsOnTheCpu) {
+  TESSERA_REQUIRE_GPU_DEVICES(2);
+  testing::VirtualDevices threads(2);
+  models::ModelConfig c = testing::tiny_gpt();
+  c.family = "llama";
+  c.moe_experts = 4;
+  c.moe_top_k = 2;
+  auto run = [&](const std::string& device) {
+    models::Model model(c);
+    optim::Optimizer optimizer(testing::test_adamw(), model.specs());
+    Tree params = model.init(7), opt = optimizer.init(params);
+    std::optional<train::Layout> layout = testing::place_on_mesh("expert=2", model, params, opt);
+    train::TrainStep step(model, optimizer, 1, &*layout, device);
+    StepRun r;
+    for (int64_t s = 0; s < testing::kTrainSteps; ++s) {
+      data::Batch b =
+          testing::random_batch(testing::kTrainBatch, testing::kTrainSeq, 64, static_cast<uint64_t>(100 * s));
+      r.losses.push_back(step.run(params, opt, {layout->shard_batch(b)}, 1e-2, std::nullopt).loss);
+    }
+    for (const auto& p : step.spmd_programs()) r.measured_bytes += p->last_comm_stats().at(0).all_to_all_bytes;
+    r.tree = params;
+    return r;
+  };
+  const StepRun cpu = run("cpu"), gpu = run("cuda");
+  for (size_t s = 0; s < cpu.losses.size(); ++s)
+    EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-4 * std::abs(cpu.losses[s])) << "step " << s;
+  const std::vector<Array> g = gpu.tree.leaves(), want = cpu.tree.leaves();
+  const std::vector<std::string> paths = cpu.tree.paths();
+  for (size_t i = 0; i < g.size(); ++i) testing::expect_close(g[i], want[i], 1e-3, paths[i]);
+  EXPECT_GT(gpu.measured_bytes, 0) << "no routed rows moved between the GPU devices";
+}
 
 // A sharded jit call on the GPU: x @ x.T over data=2, model=4 (an all-gather and a
 // reduce-scatter on the devices) equals the CPU's sharded run, keeps the output's

@@ -15,12 +15,6 @@
 namespace tessera::spmd {
 namespace {
 
-std::string axes_text(const Mesh& mesh, const std::vector<int>& axes) {
-  std::string s = "[";
-  for (size_t i = 0; i < axes.size(); ++i) s += (i ? ", " : "") + mesh.axis_name(axes[i]);
-  return s + "]";
-}
-
 void check_axes(const Mesh& mesh, const std::vector<int>& axes, std::string_view op) {
   for (size_t i = 0; i < axes.size(); ++i) {
     if (axes[i] < 0 || axes[i] >= mesh.ndim())
@@ -86,7 +80,7 @@ Collective::Collective(CollectiveKind kind, Mesh mesh, std::vector<int> axes, in
 }
 
 std::string Collective::attributes() const {
-  const std::string axes = "axes=" + axes_text(mesh_, axes_);
+  const std::string axes = "axes=" + mesh_.axes_text(axes_);
   const std::string mesh = "mesh=" + mesh_.to_string();
   switch (kind_) {
     case CollectiveKind::AllReduce:
@@ -271,7 +265,7 @@ void check_divisible(const Array& x, int dim, int n, const Mesh& mesh, const std
                      std::string_view op) {
   if (x.shape()[static_cast<size_t>(dim)] % n != 0)
     fail<ShapeError>("{} over axes {} of mesh {} ({} devices): dim {} of {} has size {}, not divisible by {}", op,
-                     axes_text(mesh, axes), mesh.to_string(), n, dim, type_string(x),
+                     mesh.axes_text(axes), mesh.to_string(), n, dim, type_string(x),
                      x.shape()[static_cast<size_t>(dim)], n);
 }
 

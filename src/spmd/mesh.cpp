@@ -141,6 +141,12 @@ int Mesh::index_in_group(int device, const std::vector<int>& axes) const {
   return index;
 }
 
+std::string Mesh::axes_text(const std::vector<int>& axes) const {
+  std::string s = "[";
+  for (size_t i = 0; i < axes.size(); ++i) s += (i ? ", " : "") + axis_name(axes[i]);
+  return s + "]";
+}
+
 std::string Mesh::to_string() const {
   std::string s = "(";
   for (size_t i = 0; i < names_.size(); ++i) s += fmt::format("{}{}={}", i ? ", " : "", names_[i], sizes_[i]);

@@ -15,12 +15,6 @@ namespace tessera::spmd {
 
 namespace {
 
-std::string axes_text(const Mesh& mesh, const std::vector<int>& axes) {
-  std::string s = "[";
-  for (size_t i = 0; i < axes.size(); ++i) s += (i ? ", " : "") + mesh.axis_name(axes[i]);
-  return s + "]";
-}
-
 // The sizes as int64 (they are int32 or int64 integers).
 std::vector<int64_t> sizes_of(const Array& sizes) {
   std::vector<int64_t> out(static_cast<size_t>(sizes.size()));
@@ -47,7 +41,7 @@ RaggedAllToAll::RaggedAllToAll(bool combine, Mesh mesh, std::vector<int> axes)
 }
 
 std::string RaggedAllToAll::attributes() const {
-  return fmt::format("axes={}, combine={}, mesh={}", axes_text(mesh_, axes_), combine_ ? "true" : "false",
+  return fmt::format("axes={}, combine={}, mesh={}", mesh_.axes_text(axes_), combine_ ? "true" : "false",
                      mesh_.to_string());
 }
 

@@ -47,6 +47,16 @@ Array sizes_array(const std::vector<int64_t>& sizes, int64_t batches, DType dtyp
   return dtype == DType::Int64 ? s : astype(s, dtype).eval();
 }
 
+// What f throws, or "(no error)".
+std::string message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return std::string("(no error)");
+}
+
 // 2 batches of 7 rows, 3 groups (one empty in batch 0; batch 1 leaves a row over).
 const std::vector<int64_t> kSizes{3, 0, 4, 2, 2, 2};
 
@@ -163,14 +173,6 @@ TEST(GroupedMatmul, AShardDimGivesEachShardItsOwnMatrices) {
         {a64, random_array({2, 2, 7, 2}, 26)}))
         << "weight grad, trans " << trans;
   }
-  auto message = [](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
   const Array a = random_array({2, 2, 7, 5}, 1);
   EXPECT_NE(message([&] {
               grouped_matmul(a, random_array({3, 3, 5, 4}, 2), sizes);
@@ -184,14 +186,6 @@ TEST(GroupedMatmul, AShardDimGivesEachShardItsOwnMatrices) {
 
 TEST(GroupedMatmul, BadInputIsAClearError) {
   const Array a = random_array({2, 7, 5}, 1), w = random_array({3, 5, 4}, 2);
-  auto message = [](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
   EXPECT_NE(message([&] {
               grouped_matmul(a, random_array({3, 6, 4}, 2), sizes_array(kSizes, 2));
             }).find("a [2, 7, 5] has K=5 but w [3, 6, 4] has K=6"),

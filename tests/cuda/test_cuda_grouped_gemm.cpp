@@ -31,6 +31,19 @@ Array random(const ts::Shape& shape, uint32_t seed, ts::DType dtype) {
   return Array::from_vector(v, shape).astype(dtype).eval();
 }
 
+// The product and the gradients of sum(product^2) for a and w.
+ts::JitFn product_and_gradients(const Array& sizes, bool trans) {
+  return [sizes, trans](const Tree& args, const ts::StaticArgs&) {
+    auto loss = [&](const std::vector<Array>& in) {
+      return ts::sum(ts::square(ts::astype(ts::grouped_matmul(in[0], in[1], sizes, trans), ts::DType::Float32)));
+    };
+    auto [value, grads] = ts::value_and_grad(loss)({args.at("a").leaf(), args.at("w").leaf()});
+    return Tree{{"out", ts::grouped_matmul(args.at("a").leaf(), args.at("w").leaf(), sizes, trans)},
+                {"da", grads[0]},
+                {"dw", grads[1]}};
+  };
+}
+
 TEST(GpuGroupedGemm, ProductAndGradientsMatchCpu) {
   TESSERA_REQUIRE_GPU();
   // 2 batches of 40 rows, 4 groups: batch 0 has an empty group, batch 1 leaves 3 rows over.
@@ -39,15 +52,7 @@ TEST(GpuGroupedGemm, ProductAndGradientsMatchCpu) {
     for (const bool trans : {false, true}) {
       const Array a = random({2, 40, 48}, 1, dtype);
       const Array w = random(trans ? ts::Shape{4, 32, 48} : ts::Shape{4, 48, 32}, 2, dtype);
-      auto step = [&](const Tree& args) {
-        auto loss = [&](const std::vector<Array>& in) {
-          return ts::sum(ts::square(ts::astype(ts::grouped_matmul(in[0], in[1], sizes, trans), ts::DType::Float32)));
-        };
-        auto [value, grads] = ts::value_and_grad(loss)({args.at("a").leaf(), args.at("w").leaf()});
-        return Tree{{"out", ts::grouped_matmul(args.at("a").leaf(), args.at("w").leaf(), sizes, trans)},
-                    {"da", grads[0]},
-                    {"dw", grads[1]}};
-      };
+      const ts::JitFn step = product_and_gradients(sizes, trans);
       const Tree args{{"a", a}, {"w", w}};
       const Tree cpu = ts::jit(step)(args);
       ts::JitOptions options;
@@ -76,15 +81,7 @@ TEST(GpuGroupedGemm, AShardDimMatchesCpu) {
   const Array sizes = Array::from_vector(std::vector<int64_t>{10, 0, 20, 10, 7, 10, 10, 10}, {2, 2, 2});
   const Array a = random({2, 2, 40, 48}, 3, ts::DType::Float32);
   const Array w = random({2, 2, 48, 32}, 4, ts::DType::Float32);
-  auto step = [&](const Tree& args) {
-    auto loss = [&](const std::vector<Array>& in) {
-      return ts::sum(ts::square(ts::grouped_matmul(in[0], in[1], sizes)));
-    };
-    auto [value, grads] = ts::value_and_grad(loss)({args.at("a").leaf(), args.at("w").leaf()});
-    return Tree{{"out", ts::grouped_matmul(args.at("a").leaf(), args.at("w").leaf(), sizes)},
-                {"da", grads[0]},
-                {"dw", grads[1]}};
-  };
+  const ts::JitFn step = product_and_gradients(sizes, false);
   const Tree args{{"a", a}, {"w", w}};
   const Tree cpu = ts::jit(step)(args);
   ts::JitOptions options;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -48,11 +49,13 @@ inline void expect_bitwise_equal(const Tree& a, const Tree& b) {
   }
 }
 
-// An empty directory under the system temp dir named after the running test.
+// An empty directory under the system temp dir named after the running test and this
+// process (two build trees' suites may run the same test at once).
 inline std::filesystem::path fresh_test_dir(const std::string& prefix) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() /
-      (prefix + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+      (prefix + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+       std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   return dir;
 }

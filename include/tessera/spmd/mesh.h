@@ -48,6 +48,8 @@ class Mesh {
 
   // "(data=2, model=4)".
   std::string to_string() const;
+  // "[data, model]": the names of `axes` (a collective's attribute text).
+  std::string axes_text(const std::vector<int>& axes) const;
   bool operator==(const Mesh& other) const { return names_ == other.names_ && sizes_ == other.sizes_; }
   bool operator!=(const Mesh& other) const { return !(*this == other); }
 

@@ -3,13 +3,14 @@
 // against a float64 reference and each other's transpose; Communicator::all_to_all_v
 // in-process (and the padded default) with exact contents and statistics; sharded
 // dispatch -> expert GEMMs -> combine, value and gradients, equal to one device on three
-// meshes, sending exactly the routed rows.
+// meshes, sending exactly the routed rows; their programs parse back from their text.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "spmd_test_util.h"
 #include "tessera/api/jit.h"
+#include "tessera/compiler/parser.h"
 #include "tessera/core/ops.h"
 #include "tessera/core/transforms.h"
 #include "tessera/ir/primitives/expert_dispatch.h"
@@ -229,6 +230,20 @@ TEST(RaggedAllToAll, ShardedExpertsEqualOneDeviceAndSendTheRoutedRows) {
     Lowered lowered = f.lowered(args);
     const std::string text = lowered.text();
     EXPECT_NE(text.find("ragged_all_to_all"), std::string::npos) << text;
+    // The per-device program (ragged all-to-alls, grouped GEMMs with row_shards) and the
+    // global one (expert_dispatch / expert_combine) parse back to the same text: the
+    // persistent compilation cache can store them.
+    const std::string local = lowered.spmd()->program().local.text();
+    EXPECT_NE(local.find("row_shards="), std::string::npos) << local;
+    EXPECT_EQ(compiler::parse_graph(local).text(), local);
+    auto step_tree = [&](const Tree& t, const StaticArgs&) {
+      std::vector<Tree> outs;
+      for (const Array& out : experts_step(t.leaves(), k.shards)) outs.emplace_back(out);
+      return Tree::list(std::move(outs));
+    };
+    const std::string global = trace(step_tree, Tree::list({Tree(x), Tree(w), Tree(sizes), Tree(shard_sizes)})).text();
+    EXPECT_NE(global.find("expert_dispatch"), std::string::npos) << global;
+    EXPECT_EQ(compiler::parse_graph(global).text(), global);
     EXPECT_EQ(lowered.spmd()->program().summary.per_device.all_to_all_calls, 4) << text;
     const std::vector<spmd::CommStats>& stats = lowered.spmd()->last_comm_stats();
     ASSERT_EQ(stats.size(), static_cast<size_t>(mesh.size()));

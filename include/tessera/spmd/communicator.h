@@ -62,7 +62,8 @@ class Communicator {
   // Ragged all-to-all (expert parallelism's dropless dispatch and combine): send holds
   // n blocks packed in group order, block j (send_bytes[j] bytes) for member j; recv
   // gets member k's block for this member (recv_bytes[k] bytes, which must equal member
-  // k's send_bytes for this member: a ValueError otherwise), packed in group order.
+  // k's send_bytes for this member: an error naming the call otherwise), packed in group
+  // order.
   // Statistics count an all-to-all call and exactly the bytes sent to the others. This
   // default pads every block to the group's largest (an all_gather of the block sizes,
   // then all_to_all, each counted as such); the in-process, MPI and TCP communicators

@@ -15,14 +15,6 @@ namespace tessera::spmd {
 
 namespace {
 
-// The sizes as int64 (they are int32 or int64 integers).
-std::vector<int64_t> sizes_of(const Array& sizes) {
-  std::vector<int64_t> out(static_cast<size_t>(sizes.size()));
-  for (size_t i = 0; i < out.size(); ++i)
-    out[i] = sizes.dtype() == DType::Int32 ? static_cast<int64_t>(sizes.data<int32_t>()[i]) : sizes.data<int64_t>()[i];
-  return out;
-}
-
 void check_sizes(const char* op, const Array& sizes, int64_t rows, int members) {
   if (sizes.dtype() != DType::Int32 && sizes.dtype() != DType::Int64)
     fail<DTypeError>("{}: expert sizes of dtype {} (expected int32 or int64)", op, name(sizes.dtype()));
@@ -193,7 +185,7 @@ void RaggedAllToAll::eval_cpu(const std::vector<Array>& inputs, std::vector<Arra
         "{} {{{}}}: runs over {} devices but no device is current (evaluate it inside "
         "spmd::run_on_devices, e.g. through a jitted sharded function)",
         name(), attributes(), members);
-  ragged_exchange(*this, sizes_of(inputs[1]), inputs[1].shape(1), groups, rows, row_bytes,
+  ragged_exchange(*this, inputs[1].to_vector<int64_t>(), inputs[1].shape(1), groups, rows, row_bytes,
                   static_cast<const char*>(x.raw_data()), static_cast<char*>(out.mutable_raw_data()),
                   context ? context->communicator : nullptr, context ? context->device : 0);
 }

@@ -11,6 +11,7 @@
 #include "spmd_test_util.h"
 #include "tessera/api/jit.h"
 #include "tessera/compiler/parser.h"
+#include "tessera/compiler/primitive_registry.h"
 #include "tessera/core/ops.h"
 #include "tessera/core/transforms.h"
 #include "tessera/ir/primitives/expert_dispatch.h"
@@ -113,6 +114,17 @@ TEST(ExpertDispatch, BadInputIsAClearError) {
         expert_dispatch(x, sizes_array({1, 1, 0, 0, 2, 2, 1, 0}, 2, 4, DType::Int64), 2, {}).eval();
       }),
       {"expert_dispatch", "group 1", "holds 4"});
+  // Read back from IR text: a bad attribute is named.
+  testing::expect_contains(
+      testing::error_of<ValueError>([] { compiler::make_primitive("expert_dispatch", "shards=0, axes=[expert]"); }),
+      {"expert_dispatch", "shards=0"});
+  testing::expect_contains(
+      testing::error_of<ValueError>([] { compiler::make_primitive("expert_combine", "shards=2, axes=expert"); }),
+      {"expert_combine", "axes = 'expert'", "list of mesh axes"});
+  testing::expect_contains(
+      testing::error_of<ValueError>(
+          [] { compiler::make_primitive("ragged_all_to_all", "axes=[model], combine=false, mesh=(expert=2)"); }),
+      {"ragged_all_to_all", "model"});
 }
 
 // Runs fn on every device of an n-device in-process runtime, from fresh statistics.

@@ -19,6 +19,7 @@ void ExpertDispatch::eval_cpu(const std::vector<Array>& inputs, std::vector<Arra
   const int64_t per_shard = experts / shards_;
   const size_t row_bytes = static_cast<size_t>(groups_side.shape(2)) * in.itemsize();
   const size_t group_bytes = static_cast<size_t>(rows) * row_bytes;
+  const std::vector<int64_t> counts = sizes.to_vector<int64_t>();
   const auto* src = static_cast<const char*>(in.raw_data());
   auto* dst = static_cast<char*>(out.mutable_raw_data());
   std::memset(dst, 0, out.nbytes());
@@ -27,9 +28,7 @@ void ExpertDispatch::eval_cpu(const std::vector<Array>& inputs, std::vector<Arra
     for (int64_t s = 0; s < shards_; ++s) {
       int64_t n = 0;
       for (int64_t e = s * per_shard; e < (s + 1) * per_shard; ++e) {
-        const int64_t i = g * experts + e;
-        const int64_t c =
-            sizes.dtype() == DType::Int32 ? static_cast<int64_t>(sizes.data<int32_t>()[i]) : sizes.data<int64_t>()[i];
+        const int64_t c = counts[static_cast<size_t>(g * experts + e)];
         if (c < 0) fail<ValueError>("{}: expert {} of group {} has {} rows (expected >= 0)", name(), e, g, c);
         n += c;
       }

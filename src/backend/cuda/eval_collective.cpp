@@ -6,7 +6,6 @@
 // reductions are bitwise the CPU communicators'. The mesh device comes from the
 // runtime's current device (spmd::current_device(): SpmdExecutable runs each device's
 // program on that device's thread).
-#include <cstring>
 #include <vector>
 
 #include "backend/cuda/device_transport.h"
@@ -115,15 +114,7 @@ void ragged_all_to_all_kernel(const Primitive& primitive, const std::vector<Devi
       cudaMemcpyAsync(sizes_host.data(), sizes.data, sizes.nbytes(), cudaMemcpyDeviceToHost, ctx.stream));
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
   std::vector<int64_t> counts(static_cast<size_t>(sizes.numel()));
-  for (size_t i = 0; i < counts.size(); ++i) {
-    if (sizes.dtype == DType::Int32) {
-      int32_t v = 0;
-      std::memcpy(&v, sizes_host.data() + i * sizeof v, sizeof v);
-      counts[i] = v;
-    } else {
-      std::memcpy(&counts[i], sizes_host.data() + i * sizeof(int64_t), sizeof(int64_t));
-    }
-  }
+  convert(sizes.dtype, sizes_host.data(), DType::Int64, counts.data(), sizes.numel());
   spmd::ragged_exchange(op, counts, sizes.shape[1], groups_side.shape[0], groups_side.shape[1],
                         static_cast<size_t>(groups_side.shape[2]) * itemsize(in.dtype), in_host.data(), out_host.data(),
                         context ? context->communicator : nullptr, context ? context->device : 0);
